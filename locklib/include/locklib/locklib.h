@@ -1,0 +1,188 @@
+/*
+ * locklib: reentrant, fenced distributed locks held in Redis.
+ *
+ * Every state change is one Lua script run with EVALSHA, so it is atomic on the Redis side.
+ * A lock is a Redis hash `fg:{resource}:lock` (field = owner, value = hold count) with a
+ * PEXPIRE lease, as in Redisson's RLock. Every first acquisition takes a fencing token from
+ * the per-resource counter `fg:{resource}:fence`, which never expires and is never deleted.
+ * A reentrant acquisition returns the token of the first one (Hazelcast FencedLock
+ * semantics). Releasing to zero deletes the lock and PUBLISHes on `fg:{resource}:released`.
+ *
+ * Threads: one lk_client per thread. A handle is not thread-safe, exactly like the hiredis
+ * context inside it. The watchdog thread of a handle uses its own connection.
+ *
+ * The library never prints or logs. Every call returns an lk_status; the reason for the
+ * last error of a handle is kept for lk_errstr().
+ */
+#ifndef LOCKLIB_LOCKLIB_H
+#define LOCKLIB_LOCKLIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(LOCKLIB_BUILDING)
+#define LK_EXTERN __attribute__((visibility("default")))
+#else
+#define LK_EXTERN
+#endif
+
+/* Outcomes and errors, defined once so the enum, names and messages cannot drift.
+ * Outcomes (the call worked and this is the answer) come first, errors after LK_EINVAL. */
+#define LK_STATUS_MAP(X)                                                                  \
+    X(OK, "success")                                                                      \
+    X(ACQUIRED, "lock acquired")                                                          \
+    X(HELD, "lock is held by another owner")                                              \
+    X(RELEASED, "lock released")                                                          \
+    X(STILL_HELD, "hold count decremented; the lock is still held")                       \
+    X(NOT_OWNER, "the lock is not held by this owner")                                    \
+    X(RENEWED, "lease renewed")                                                           \
+    X(EINVAL, "invalid argument")                                                         \
+    X(EUNAVAILABLE, "Redis is unavailable")                                               \
+    X(EREDIS, "Redis or script error")                                                    \
+    X(EREPLICAS, "replicas did not acknowledge the acquisition; it was rolled back")      \
+    X(EIDEMPOTENCY, "idempotency key was already used by another owner or operation")     \
+    X(ENOMEM, "out of memory")
+
+typedef enum lk_status {
+#define LK_X_ENUM(name, msg) LK_##name,
+    LK_STATUS_MAP(LK_X_ENUM)
+#undef LK_X_ENUM
+    LK_STATUS_COUNT
+} lk_status;
+
+/* Static strings: "ACQUIRED", and a sentence for people. Never NULL. */
+LK_EXTERN const char *lk_status_name(lk_status st);
+LK_EXTERN const char *lk_status_str(lk_status st);
+
+/* The version, "MAJOR.MINOR.PATCH", from the CMake project. */
+LK_EXTERN const char *lk_version(void);
+
+/* Limits checked before Redis sees anything. */
+#define LK_RESOURCE_MAX 200    /* bytes of [A-Za-z0-9._:-] */
+#define LK_OWNER_MAX 128       /* bytes of the same set, also for idempotency keys */
+#define LK_LEASE_MIN_MS 100
+#define LK_LEASE_MAX_MS 3600000
+#define LK_TOKEN_MAX 9007199254740991LL /* 2^53 - 1: Lua numbers are doubles */
+
+/* Lease value for lk_acquire(): take the lock with the watchdog lease and keep it renewed. */
+#define LK_LEASE_WATCHDOG 0
+
+/* 1 when s is a valid resource name (1..LK_RESOURCE_MAX bytes of [A-Za-z0-9._:-]). */
+LK_EXTERN int lk_valid_resource(const char *s);
+/* 1 when s is a valid owner id or idempotency key (1..LK_OWNER_MAX bytes, same set). */
+LK_EXTERN int lk_valid_owner(const char *s);
+
+typedef struct lk_client lk_client;
+
+/* Called from the watchdog thread when it finds a watched lock gone (renewal answered
+ * NOT_OWNER, or Redis could not be reached before the lease ran out). Must not call into
+ * the same lk_client: that handle belongs to another thread. */
+typedef void (*lk_lost_fn)(const char *resource, const char *owner, void *userdata);
+
+typedef struct lk_options {
+    int connect_timeout_ms;       /* default 2000 */
+    int command_timeout_ms;       /* default 2000; a reply later than this is EUNAVAILABLE */
+    int64_t watchdog_lease_ms;    /* lease of LK_LEASE_WATCHDOG locks, default 30000 */
+    int64_t idempotency_ttl_ms;   /* how long a first answer is replayed, default 600000 */
+    int min_replicas;             /* 0: off. >0: WAIT for this many replicas after acquire */
+    int replica_timeout_ms;       /* WAIT timeout, default 1000 */
+    lk_lost_fn on_lost;           /* optional */
+    void *on_lost_userdata;
+} lk_options;
+
+/* Fills *opts with the defaults above. */
+LK_EXTERN void lk_options_init(lk_options *opts);
+
+/* Opens a handle for `url`: redis://[[user]:password@]host[:port][/db] or unix:///path.
+ * opts may be NULL for the defaults. It connects at once, but a failed connection is not
+ * fatal: it returns LK_EUNAVAILABLE with a valid *out, and every later call tries again.
+ * On LK_EINVAL (bad URL or options) and LK_ENOMEM, *out is NULL.
+ * The caller frees the handle with lk_client_close(). */
+LK_EXTERN lk_status lk_client_open(lk_client **out, const char *url, const lk_options *opts);
+
+/* Stops the watchdog (watched locks are no longer renewed and simply expire), closes the
+ * connections and frees the handle. NULL is a no-op. */
+LK_EXTERN void lk_client_close(lk_client *c);
+
+/* The reason for the last non-outcome status of this handle. Valid until the next call. */
+LK_EXTERN const char *lk_errstr(const lk_client *c);
+
+/* Writes "<128-bit random hex id of this handle>:<thread number>" into buf, which must hold
+ * LK_OWNER_ID_LEN + 1 bytes. The id comes from the kernel CSPRNG. Returns buf. */
+#define LK_OWNER_ID_LEN 53
+LK_EXTERN char *lk_owner_id(const lk_client *c, char *buf);
+
+/* Writes a fresh random owner id (32 hex digits, 128 bits) into buf (33 bytes). */
+LK_EXTERN char *lk_random_id(char *buf);
+
+typedef struct lk_result {
+    int64_t token;       /* ACQUIRED, RENEWED: the fencing token of this hold */
+    int64_t holds;       /* ACQUIRED, STILL_HELD: the hold count after the call */
+    int64_t ttl_ms;      /* HELD: the holder's remaining lease; ACQUIRED, RENEWED: the lease */
+    int replayed;        /* 1 when an idempotency key replayed the first answer */
+    int floor_raised;    /* ACQUIRED: the counter was below the floor and was raised to it */
+} lk_result;
+
+/* Acquires `resource` for `owner`. lease_ms is LK_LEASE_MIN_MS..LK_LEASE_MAX_MS, or
+ * LK_LEASE_WATCHDOG for the watchdog lease kept alive by a background thread until
+ * lk_release() takes the hold count to zero, the handle is closed, or the lock is found gone.
+ * The token is always > floor. idem_key (NULL for none) makes a retry replay the first
+ * ACQUIRED answer without adding a hold or minting a token.
+ * Returns ACQUIRED (token, holds, ttl_ms) or HELD (ttl_ms), or an error. */
+LK_EXTERN lk_status lk_acquire(lk_client *c, const char *resource, const char *owner,
+                               int64_t lease_ms, int64_t floor, const char *idem_key,
+                               lk_result *res);
+
+/* Like lk_acquire(), but while another owner holds the lock it waits up to wait_ms for the
+ * release message on the resource's channel, or for the holder's lease to run out, and tries
+ * again. It subscribes before each attempt, so a release between attempt and wait is never
+ * missed. Returns HELD (with the holder's remaining lease) when wait_ms passes. */
+LK_EXTERN lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
+                                    int64_t lease_ms, int64_t floor, const char *idem_key,
+                                    int64_t wait_ms, lk_result *res);
+
+/* Releases one hold. Returns RELEASED (lock deleted, release message published),
+ * STILL_HELD (holds; the remaining lease is kept, not extended) or NOT_OWNER (nothing
+ * changed). idem_key (NULL for none) makes a retry replay the first answer. */
+LK_EXTERN lk_status lk_release(lk_client *c, const char *resource, const char *owner,
+                               const char *idem_key, lk_result *res);
+
+/* Resets the lease of a lock this owner holds to lease_ms. Returns RENEWED (token, ttl_ms)
+ * or NOT_OWNER. idem_key as above. */
+LK_EXTERN lk_status lk_renew(lk_client *c, const char *resource, const char *owner,
+                             int64_t lease_ms, const char *idem_key, lk_result *res);
+
+typedef struct lk_lock_info {
+    int locked;
+    int64_t token;       /* locked: the holder's token */
+    int64_t holds;       /* locked: the hold count */
+    int64_t ttl_ms;      /* locked: the remaining lease */
+    int64_t last_token;  /* the last token ever issued for the resource, 0 if none */
+} lk_lock_info;
+
+/* Reports the state of a lock. Never reports the owner. Returns OK or an error. */
+LK_EXTERN lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info);
+
+/* The last token issued for the resource (0 if none): what a write's token is checked
+ * against. Returns OK or an error. */
+LK_EXTERN lk_status lk_last_token(lk_client *c, const char *resource, int64_t *token);
+
+/* 1 when the watchdog found this watched lock lost; it stays 1 until the owner releases or
+ * re-acquires it. 0 otherwise, also for locks that are not watched. Thread-safe. */
+LK_EXTERN int lk_watch_lost(lk_client *c, const char *resource, const char *owner);
+
+/* PING. Returns OK or EUNAVAILABLE. */
+LK_EXTERN lk_status lk_ping(lk_client *c);
+
+/* Writes the release channel of `resource` ("fg:{resource}:released") into buf of len
+ * bytes. Returns OK, or EINVAL for a bad name or a short buffer. */
+LK_EXTERN lk_status lk_channel_name(const char *resource, char *buf, size_t len);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,76 @@
+-- acquire.lua: take, or re-enter, a fenced reentrant lock. Runs atomically in Redis.
+--
+-- KEYS[1]  lock hash    fg:{R}:lock   field <owner> = hold count, field "#token" = token
+-- KEYS[2]  fence counter fg:{R}:fence  never expires and is never deleted
+-- KEYS[3]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[4] is "0")
+-- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
+-- ARGV[2]  lease in ms
+-- ARGV[3]  floor: the token handed out is always greater than this (decimal, < 2^53)
+-- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
+--
+-- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
+--          {0, holder_pttl_ms}                                  held by another owner
+--          {-1, 0}   the idempotency key was used by another owner or operation
+-- Errors   "fencegate: ..." for a bad argument or an exhausted token space.
+--
+-- A first acquisition mints token = INCR(fence) after lifting the counter to the floor, so
+-- a counter lost with Redis data can never hand out a token at or below the floor again.
+-- A reentrant acquisition returns the first acquisition's token and resets the lease.
+
+local owner = ARGV[1]
+local lease_ms = tonumber(ARGV[2])
+local floor = tonumber(ARGV[3])
+local idem_ms = tonumber(ARGV[4])
+local TOKEN_MAX = 9007199254740991
+
+if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
+        not string.match(owner, '^[%w%.:_%-]+$') then
+    return redis.error_reply('fencegate: invalid owner')
+end
+if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
+        idem_ms == nil then
+    return redis.error_reply('fencegate: invalid argument')
+end
+
+if idem_ms > 0 then
+    local rec = redis.call('HMGET', KEYS[3], 'op', 'owner', 'token', 'holds')
+    if rec[1] then
+        if rec[1] ~= 'acquire' or rec[2] ~= owner then
+            return {-1, 0}
+        end
+        return {1, tonumber(rec[3]), tonumber(rec[4]), lease_ms, 0, 1}
+    end
+end
+
+local token
+local holds
+local raised = 0
+if redis.call('EXISTS', KEYS[1]) == 0 then
+    local current = tonumber(redis.call('GET', KEYS[2]) or '0')
+    if current == nil or current < floor then
+        -- Redis lost the counter (restart without AOF, failover, FLUSHALL) or it lags
+        -- behind the durable ledger: lift it before minting.
+        redis.call('SET', KEYS[2], ARGV[3])
+        raised = 1
+    end
+    token = redis.call('INCR', KEYS[2])
+    if token > TOKEN_MAX then
+        return redis.error_reply('fencegate: token space exhausted')
+    end
+    holds = 1
+    redis.call('HSET', KEYS[1], '#token', string.format('%d', token), owner, 1)
+    redis.call('PEXPIRE', KEYS[1], lease_ms)
+elseif redis.call('HEXISTS', KEYS[1], owner) == 1 then
+    holds = redis.call('HINCRBY', KEYS[1], owner, 1)
+    token = tonumber(redis.call('HGET', KEYS[1], '#token'))
+    redis.call('PEXPIRE', KEYS[1], lease_ms)
+else
+    return {0, redis.call('PTTL', KEYS[1])}
+end
+
+if idem_ms > 0 then
+    redis.call('HSET', KEYS[3], 'op', 'acquire', 'owner', owner,
+        'token', string.format('%d', token), 'holds', holds)
+    redis.call('PEXPIRE', KEYS[3], idem_ms)
+end
+return {1, token, holds, lease_ms, raised, 0}

@@ -1,0 +1,52 @@
+-- release.lua: drop one hold of a reentrant lock. Runs atomically in Redis.
+--
+-- KEYS[1]  lock hash fg:{R}:lock
+-- KEYS[2]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[2] is "0")
+-- ARGV[1]  owner id
+-- ARGV[2]  idempotency retention in ms, "0" for no idempotency key
+-- ARGV[3]  release channel fg:{R}:released
+--
+-- Returns  {1, 0, replayed}      released: the lock is deleted and "released" is published
+--          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
+--          {0, 0, 0}             not the owner (expired, or someone else's): nothing changes
+--          {-1, 0, 0}            the idempotency key was used by another owner or operation
+-- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
+
+local owner = ARGV[1]
+local idem_ms = tonumber(ARGV[2])
+
+if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
+        not string.match(owner, '^[%w%.:_%-]+$') then
+    return redis.error_reply('fencegate: invalid owner')
+end
+if idem_ms == nil then
+    return redis.error_reply('fencegate: invalid argument')
+end
+
+if idem_ms > 0 then
+    local rec = redis.call('HMGET', KEYS[2], 'op', 'owner', 'status', 'holds')
+    if rec[1] then
+        if rec[1] ~= 'release' or rec[2] ~= owner then
+            return {-1, 0, 0}
+        end
+        return {tonumber(rec[3]), tonumber(rec[4]), 1}
+    end
+end
+
+if redis.call('HEXISTS', KEYS[1], owner) == 0 then
+    return {0, 0, 0}
+end
+local holds = redis.call('HINCRBY', KEYS[1], owner, -1)
+local status = 2
+if holds <= 0 then
+    holds = 0
+    status = 1
+    redis.call('DEL', KEYS[1])
+    redis.call('PUBLISH', ARGV[3], 'released')
+end
+
+if idem_ms > 0 then
+    redis.call('HSET', KEYS[2], 'op', 'release', 'owner', owner, 'status', status, 'holds', holds)
+    redis.call('PEXPIRE', KEYS[2], idem_ms)
+end
+return {status, holds, 0}

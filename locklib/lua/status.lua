@@ -1,0 +1,23 @@
+-- status.lua: report a lock's state without its owner. Read-only.
+--
+-- KEYS[1]  lock hash fg:{R}:lock
+-- KEYS[2]  fence counter fg:{R}:fence
+--
+-- Returns  {locked (0|1), token, holds, pttl_ms, last_token}
+--          last_token is the last token ever issued for the resource (0 if none).
+
+local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+local fields = redis.call('HGETALL', KEYS[1])
+if #fields == 0 then
+    return {0, 0, 0, 0, last}
+end
+local token = 0
+local holds = 0
+for i = 1, #fields, 2 do
+    if fields[i] == '#token' then
+        token = tonumber(fields[i + 1])
+    else
+        holds = tonumber(fields[i + 1])
+    end
+end
+return {1, token, holds, redis.call('PTTL', KEYS[1]), last}

@@ -1,0 +1,512 @@
+/*
+ * The client handle: URL parsing, connections, and running the embedded scripts.
+ *
+ * Failure handling, in order of how often it happens:
+ *  - Redis restarted or the connection dropped between calls: before sending, a dead socket
+ *    (EOF or stray bytes) is noticed with a zero-timeout poll, and the call reconnects first.
+ *    Nothing was sent, so nothing is ambiguous.
+ *  - The connection dies, or the reply is later than command_timeout_ms, after a command was
+ *    sent: the call returns LK_EUNAVAILABLE and drops the connection; the next call
+ *    reconnects. The script may or may not have run. Callers that retry pass the same
+ *    idempotency key, so a retry replays the first answer instead of acting twice.
+ *  - A restarted Redis has an empty script cache: EVALSHA answers NOSCRIPT (which means the
+ *    script did not run), and the script is loaded again and re-run once.
+ *  - Redis busy, loading, out of memory (noeviction), read-only replica: LK_EUNAVAILABLE,
+ *    nothing changed.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "locklib_internal.h"
+
+extern const char lk__lua_acquire[], lk__lua_release[], lk__lua_renew[], lk__lua_status[];
+extern const size_t lk__lua_acquire_len, lk__lua_release_len, lk__lua_renew_len,
+    lk__lua_status_len;
+
+static const char *script_text(enum lk__script s, size_t *len)
+{
+    switch (s) {
+    case LK__ACQUIRE:
+        *len = lk__lua_acquire_len;
+        return lk__lua_acquire;
+    case LK__RELEASE:
+        *len = lk__lua_release_len;
+        return lk__lua_release;
+    case LK__RENEW:
+        *len = lk__lua_renew_len;
+        return lk__lua_renew;
+    case LK__STATUS:
+    case LK__SCRIPT_COUNT:
+        break;
+    }
+    *len = lk__lua_status_len;
+    return lk__lua_status;
+}
+
+int64_t lk__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+lk_status lk__fail(lk_client *c, lk_status st, const char *fmt, ...)
+{
+    va_list ap;
+    if (c != NULL) {
+        va_start(ap, fmt);
+        vsnprintf(c->err, sizeof c->err, fmt, ap);
+        va_end(ap);
+    }
+    return st;
+}
+
+void lk__sigpipe_block(lk__sigpipe *g)
+{
+    sigset_t pipe_set;
+    sigset_t pending;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &g->old);
+    sigpending(&pending);
+    g->was_pending = sigismember(&pending, SIGPIPE);
+}
+
+void lk__sigpipe_restore(lk__sigpipe *g)
+{
+    sigset_t pipe_set;
+    sigset_t pending;
+    struct timespec zero = {0, 0};
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    /* Swallow only a SIGPIPE that our own writes raised; one that was already pending
+     * belongs to the application. */
+    if (!g->was_pending) {
+        sigpending(&pending);
+        if (sigismember(&pending, SIGPIPE)) {
+            while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+            }
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+}
+
+/* Parses redis://[[user]:password@]host[:port][/db] or unix:///path into c. */
+static int parse_url(lk_client *c, const char *url)
+{
+    const char *p = NULL;
+    const char *at = NULL;
+    const char *hostend = NULL;
+    char hostport[300];
+
+    c->port = 6379;
+    if (strncmp(url, "unix://", 7) == 0) {
+        p = url + 7;
+        if (p[0] != '/' || strlen(p) >= sizeof c->unix_path) {
+            return -1;
+        }
+        snprintf(c->unix_path, sizeof c->unix_path, "%s", p);
+        return 0;
+    }
+    if (strncmp(url, "redis://", 8) != 0) {
+        return -1;
+    }
+    p = url + 8;
+    at = strrchr(p, '@');
+    if (at != NULL) {
+        const char *colon = memchr(p, ':', (size_t)(at - p));
+        if (colon == NULL || (size_t)(colon - p) >= sizeof c->user ||
+            (size_t)(at - colon - 1) >= sizeof c->password) {
+            return -1;
+        }
+        memcpy(c->user, p, (size_t)(colon - p));
+        memcpy(c->password, colon + 1, (size_t)(at - colon - 1));
+        p = at + 1;
+    }
+    hostend = strchr(p, '/');
+    if (hostend == NULL) {
+        hostend = p + strlen(p);
+    } else {
+        char *end = NULL;
+        long db = strtol(hostend + 1, &end, 10);
+        if (hostend[1] != '\0' && (*end != '\0' || db < 0 || db > 1000000)) {
+            return -1;
+        }
+        c->db = (int)db;
+    }
+    if ((size_t)(hostend - p) >= sizeof hostport || hostend == p) {
+        return -1;
+    }
+    memcpy(hostport, p, (size_t)(hostend - p));
+    hostport[hostend - p] = '\0';
+    char *colon = strrchr(hostport, ':');
+    if (colon != NULL) {
+        char *end = NULL;
+        long port = strtol(colon + 1, &end, 10);
+        if (*end != '\0' || port < 1 || port > 65535) {
+            return -1;
+        }
+        c->port = (int)port;
+        *colon = '\0';
+    }
+    size_t hostlen = strlen(hostport);
+    if (hostlen == 0 || hostlen >= sizeof c->host) {
+        return -1;
+    }
+    memcpy(c->host, hostport, hostlen + 1);
+    return 0;
+}
+
+static struct timeval ms_to_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
+    return tv;
+}
+
+/* Runs one command on ctx with the SIGPIPE guard. Returns the reply or NULL. */
+static redisReply *command_argv(redisContext *ctx, int argc, const char **argv,
+                                const size_t *lens)
+{
+    lk__sigpipe guard;
+    lk__sigpipe_block(&guard);
+    redisReply *reply = redisCommandArgv(ctx, argc, argv, lens);
+    lk__sigpipe_restore(&guard);
+    return reply;
+}
+
+redisContext *lk__connect(lk_client *c)
+{
+    struct timeval connect_tv = ms_to_tv(c->opts.connect_timeout_ms);
+    redisContext *ctx = NULL;
+    redisReply *reply = NULL;
+
+    if (c->unix_path[0] != '\0') {
+        ctx = redisConnectUnixWithTimeout(c->unix_path, connect_tv);
+    } else {
+        ctx = redisConnectWithTimeout(c->host, c->port, connect_tv);
+    }
+    if (ctx == NULL) {
+        lk__fail(c, LK_ENOMEM, "cannot allocate a Redis context");
+        return NULL;
+    }
+    if (ctx->err) {
+        lk__fail(c, LK_EUNAVAILABLE, "cannot connect to Redis: %s", ctx->errstr);
+        goto fail;
+    }
+    redisSetTimeout(ctx, ms_to_tv(c->opts.command_timeout_ms));
+    if (c->unix_path[0] == '\0') {
+        redisEnableKeepAlive(ctx);
+    }
+    if (c->password[0] != '\0') {
+        const char *argv[3] = {"AUTH", c->user, c->password};
+        size_t lens[3] = {4, strlen(c->user), strlen(c->password)};
+        int argc = 3;
+        if (c->user[0] == '\0') {
+            argv[1] = c->password;
+            lens[1] = lens[2];
+            argc = 2;
+        }
+        reply = command_argv(ctx, argc, argv, lens);
+        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+            /* The password itself is never copied into the message. */
+            lk__fail(c, LK_EUNAVAILABLE, "Redis AUTH failed: %s",
+                     reply != NULL ? reply->str : ctx->errstr);
+            goto fail;
+        }
+        freeReplyObject(reply);
+        reply = NULL;
+    }
+    if (c->db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", c->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, strlen(db)};
+        reply = command_argv(ctx, 2, argv, lens);
+        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+            lk__fail(c, LK_EUNAVAILABLE, "Redis SELECT failed: %s",
+                     reply != NULL ? reply->str : ctx->errstr);
+            goto fail;
+        }
+        freeReplyObject(reply);
+    }
+    return ctx;
+fail:
+    freeReplyObject(reply);
+    redisFree(ctx);
+    return NULL;
+}
+
+/* 1 when the idle connection is still usable: no EOF, no error, no unread bytes. A Redis
+ * that restarted since the last call shows up here as EOF, before anything is sent. */
+int lk__idle_alive(redisContext *ctx)
+{
+    struct pollfd pfd = {ctx->fd, POLLIN, 0};
+    char byte;
+    int n = poll(&pfd, 1, 0);
+
+    if (n == 0) {
+        return 1;
+    }
+    if (n < 0) {
+        return errno == EINTR;
+    }
+    if (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) {
+        return 0;
+    }
+    /* Readable while idle: either EOF (0) or bytes we never asked for; both mean the
+     * stream cannot be trusted. */
+    (void)recv(ctx->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return 0;
+}
+
+static void drop_conn(lk_client *c)
+{
+    if (c->ctx != NULL) {
+        redisFree(c->ctx);
+        c->ctx = NULL;
+    }
+    memset(c->sha, 0, sizeof c->sha);
+}
+
+static lk_status ensure_conn(lk_client *c)
+{
+    if (c->ctx != NULL && !lk__idle_alive(c->ctx)) {
+        drop_conn(c);
+    }
+    if (c->ctx == NULL) {
+        c->ctx = lk__connect(c);
+        if (c->ctx == NULL) {
+            return LK_EUNAVAILABLE;
+        }
+    }
+    return LK_OK;
+}
+
+/* Error replies that describe the server's state rather than our request: the command did
+ * not run, and a later retry can succeed. */
+static int transient_error(const char *msg)
+{
+    static const char *const prefixes[] = {"LOADING", "BUSY", "OOM", "MASTERDOWN", "READONLY",
+                                           "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN", "NOAUTH",
+                                           "NOPERM", "MISCONF"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        if (strncmp(msg, prefixes[i], strlen(prefixes[i])) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A reply that is NULL (I/O error or timeout) leaves the connection unusable. */
+static lk_status io_failure(lk_client *c)
+{
+    lk_status st = lk__fail(c, LK_EUNAVAILABLE, "Redis connection failed: %s",
+                            c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
+    drop_conn(c);
+    return st;
+}
+
+static lk_status load_script(lk_client *c, enum lk__script s)
+{
+    size_t len = 0;
+    const char *text = script_text(s, &len);
+    const char *argv[3] = {"SCRIPT", "LOAD", text};
+    size_t lens[3] = {6, 4, len};
+    redisReply *reply = command_argv(c->ctx, 3, argv, lens);
+
+    if (reply == NULL) {
+        return io_failure(c);
+    }
+    if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+        lk_status st = lk__fail(c, transient_error(reply->str ? reply->str : "") ?
+                                       LK_EUNAVAILABLE : LK_EREDIS,
+                                "SCRIPT LOAD failed: %s", reply->str ? reply->str : "?");
+        freeReplyObject(reply);
+        return st;
+    }
+    memcpy(c->sha[s], reply->str, 41);
+    freeReplyObject(reply);
+    return LK_OK;
+}
+
+lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, const char **argv,
+                   redisReply **out)
+{
+    const char *cmd[16];
+    size_t lens[16];
+    char nkeys_str[8];
+    lk_status st;
+
+    *out = NULL;
+    if (argc + 3 > 16) {
+        return lk__fail(c, LK_EINVAL, "too many script arguments");
+    }
+    st = ensure_conn(c);
+    if (st != LK_OK) {
+        return st;
+    }
+    snprintf(nkeys_str, sizeof nkeys_str, "%d", nkeys);
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (c->sha[script][0] == '\0') {
+            st = load_script(c, script);
+            if (st != LK_OK) {
+                return st;
+            }
+        }
+        cmd[0] = "EVALSHA";
+        cmd[1] = c->sha[script];
+        cmd[2] = nkeys_str;
+        for (int i = 0; i < argc; i++) {
+            cmd[3 + i] = argv[i];
+        }
+        for (int i = 0; i < argc + 3; i++) {
+            lens[i] = strlen(cmd[i]);
+        }
+        redisReply *reply = command_argv(c->ctx, argc + 3, cmd, lens);
+        if (reply == NULL) {
+            return io_failure(c);
+        }
+        if (reply->type == REDIS_REPLY_ARRAY) {
+            *out = reply;
+            return LK_OK;
+        }
+        if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+            /* The script cache was flushed or Redis restarted: the script did not run. */
+            freeReplyObject(reply);
+            c->sha[script][0] = '\0';
+            continue;
+        }
+        if (reply->type == REDIS_REPLY_ERROR) {
+            st = lk__fail(c, transient_error(reply->str) ? LK_EUNAVAILABLE : LK_EREDIS,
+                          "Redis error: %s", reply->str);
+        } else {
+            st = lk__fail(c, LK_EREDIS, "unexpected reply type %d from script", reply->type);
+        }
+        freeReplyObject(reply);
+        return st;
+    }
+    return lk__fail(c, LK_EREDIS, "script cache keeps losing the script (NOSCRIPT twice)");
+}
+
+long long lk__int_at(const redisReply *r, size_t i)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || i >= r->elements ||
+        r->element[i]->type != REDIS_REPLY_INTEGER) {
+        return 0;
+    }
+    return r->element[i]->integer;
+}
+
+void lk_options_init(lk_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->connect_timeout_ms = 2000;
+    opts->command_timeout_ms = 2000;
+    opts->watchdog_lease_ms = 30000;
+    opts->idempotency_ttl_ms = 600000;
+    opts->replica_timeout_ms = 1000;
+}
+
+static int options_valid(const lk_options *o)
+{
+    return o->connect_timeout_ms > 0 && o->command_timeout_ms > 0 &&
+           lk__valid_lease(o->watchdog_lease_ms) && o->idempotency_ttl_ms >= 1000 &&
+           o->min_replicas >= 0 && o->replica_timeout_ms >= 0;
+}
+
+lk_status lk_client_open(lk_client **out, const char *url, const lk_options *opts)
+{
+    lk_client *c = NULL;
+
+    *out = NULL;
+    if (url == NULL || (opts != NULL && !options_valid(opts))) {
+        return LK_EINVAL;
+    }
+    c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        return LK_ENOMEM;
+    }
+    if (opts != NULL) {
+        c->opts = *opts;
+    } else {
+        lk_options_init(&c->opts);
+    }
+    if (parse_url(c, url) != 0) {
+        free(c);
+        return LK_EINVAL;
+    }
+    c->url = strdup(url);
+    if (c->url == NULL) {
+        free(c);
+        return LK_ENOMEM;
+    }
+    lk_random_id(c->id);
+    *out = c;
+    c->ctx = lk__connect(c);
+    return c->ctx != NULL ? LK_OK : LK_EUNAVAILABLE;
+}
+
+void lk_client_close(lk_client *c)
+{
+    if (c == NULL) {
+        return;
+    }
+    lk__watchdog_stop(c);
+    drop_conn(c);
+    if (c->sub != NULL) {
+        redisFree(c->sub);
+    }
+    /* The password and id are capabilities: do not leave them in freed memory. */
+    memset(c->password, 0, sizeof c->password);
+    memset(c->id, 0, sizeof c->id);
+    free(c->url);
+    free(c);
+}
+
+const char *lk_errstr(const lk_client *c)
+{
+    return c != NULL ? c->err : "no client";
+}
+
+char *lk_owner_id(const lk_client *c, char *buf)
+{
+    static _Atomic unsigned long next_thread_no = 1;
+    static _Thread_local unsigned long thread_no = 0;
+
+    if (thread_no == 0) {
+        thread_no = next_thread_no++;
+    }
+    snprintf(buf, LK_OWNER_ID_LEN + 1, "%s:%lu", c->id, thread_no);
+    return buf;
+}
+
+lk_status lk_ping(lk_client *c)
+{
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    lk_status st = ensure_conn(c);
+    redisReply *reply = NULL;
+
+    if (st != LK_OK) {
+        return st;
+    }
+    reply = command_argv(c->ctx, 1, argv, lens);
+    if (reply == NULL) {
+        return io_failure(c);
+    }
+    if (reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "PONG") == 0) {
+        st = LK_OK;
+    } else {
+        st = lk__fail(c, LK_EUNAVAILABLE, "PING answered %s",
+                      reply->str != NULL ? reply->str : "?");
+    }
+    freeReplyObject(reply);
+    return st;
+}

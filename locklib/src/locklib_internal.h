@@ -1,0 +1,82 @@
+/* Declarations shared between locklib's own files. Never installed. */
+#ifndef LOCKLIB_INTERNAL_H
+#define LOCKLIB_INTERNAL_H
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+
+#include <hiredis/hiredis.h>
+
+#include "locklib/locklib.h"
+
+/* The embedded scripts (generated from lua/ at build time). */
+enum lk__script { LK__ACQUIRE, LK__RELEASE, LK__RENEW, LK__STATUS, LK__SCRIPT_COUNT };
+
+typedef struct lk__watchdog lk__watchdog;
+
+struct lk_client {
+    char *url;                         /* kept to open the watchdog's own connection */
+    char host[256];
+    int port;
+    char unix_path[108];
+    char user[128];
+    char password[256];
+    int db;
+    lk_options opts;
+    redisContext *ctx;                 /* commands; NULL while disconnected */
+    redisContext *sub;                 /* subscriber for lk_acquire_wait; NULL when unused */
+    char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */
+    char id[33];                       /* 128 random bits, hex */
+    char err[256];
+    lk__watchdog *wd;                  /* started by the first LK_LEASE_WATCHDOG acquire */
+};
+
+/* Key names: "fg:{<resource>}:<suffix>". The resource must be valid. */
+#define LK__KEY_MAX (LK_RESOURCE_MAX + 16 + LK_OWNER_MAX)
+void lk__key(char *buf, const char *resource, const char *suffix);
+void lk__idem_key(char *buf, const char *resource, const char *idem_key);
+
+/* Records the reason of an error in c->err and returns st. */
+lk_status lk__fail(lk_client *c, lk_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* Opens a redis connection to the handle's server with its timeouts, AUTH and SELECT.
+ * Returns NULL with c->err set on failure. */
+redisContext *lk__connect(lk_client *c);
+
+/* Runs an embedded script with EVALSHA (loading it first, and again on NOSCRIPT). argv holds
+ * nkeys keys followed by the arguments. On OK, *out is an array reply the caller frees with
+ * freeReplyObject(). Connection failures return EUNAVAILABLE and drop the connection so the
+ * next call reconnects. */
+lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, const char **argv,
+                   redisReply **out);
+
+/* Reads integer element i of an array reply, 0 when absent or not an integer. */
+long long lk__int_at(const redisReply *r, size_t i);
+
+/* SIGPIPE guard around socket writes: blocks SIGPIPE for this thread and, on restore,
+ * swallows one that the writes raised, so a write to a closed socket never kills the process
+ * whatever the application's signal disposition is. */
+typedef struct lk__sigpipe {
+    sigset_t old;
+    int was_pending;
+} lk__sigpipe;
+void lk__sigpipe_block(lk__sigpipe *g);
+void lk__sigpipe_restore(lk__sigpipe *g);
+
+/* 1 when an idle connection has no EOF, error or unread bytes (client.c). */
+int lk__idle_alive(redisContext *ctx);
+
+/* Validation shared by the calls. */
+int lk__valid_lease(int64_t lease_ms);
+
+/* Watchdog (watchdog.c). */
+lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner);
+void lk__watch_remove(lk_client *c, const char *resource, const char *owner);
+void lk__watchdog_stop(lk_client *c);
+
+/* Monotonic milliseconds. */
+int64_t lk__now_ms(void);
+
+#endif

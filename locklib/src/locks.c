@@ -1,0 +1,236 @@
+/*
+ * acquire, release, renew and status: argument checks, then one script each.
+ *
+ * Every user value reaches Redis only as a script argument or inside a key name built from
+ * a validated name; nothing is ever spliced into script text.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "locklib_internal.h"
+
+static int valid_idem(const char *idem_key)
+{
+    return idem_key == NULL || lk_valid_owner(idem_key);
+}
+
+static void idem_args(const lk_client *c, const char *resource, const char *idem_key,
+                      char *key, char *ttl)
+{
+    if (idem_key != NULL) {
+        lk__idem_key(key, resource, idem_key);
+        snprintf(ttl, 24, "%" PRId64, c->opts.idempotency_ttl_ms);
+    } else {
+        /* Unused by the script, but every key a script may touch is declared. */
+        lk__key(key, resource, "idem:");
+        snprintf(ttl, 24, "0");
+    }
+}
+
+/* With min_replicas set: WAIT for the replicas. If too few acknowledge, the acquisition is
+ * undone (one hold released) so a failover cannot promote a replica that never saw it. */
+static lk_status check_replicas(lk_client *c, const char *resource, const char *owner)
+{
+    char n[16];
+    char timeout[16];
+    snprintf(n, sizeof n, "%d", c->opts.min_replicas);
+    snprintf(timeout, sizeof timeout, "%d", c->opts.replica_timeout_ms);
+    const char *argv[3] = {"WAIT", n, timeout};
+    size_t lens[3] = {4, strlen(n), strlen(timeout)};
+    lk__sigpipe guard;
+
+    if (c->ctx == NULL) {
+        return lk__fail(c, LK_EUNAVAILABLE, "connection lost before WAIT");
+    }
+    lk__sigpipe_block(&guard);
+    redisReply *reply = redisCommandArgv(c->ctx, 3, argv, lens);
+    lk__sigpipe_restore(&guard);
+    long long acked = (reply != NULL && reply->type == REDIS_REPLY_INTEGER) ? reply->integer : -1;
+    freeReplyObject(reply);
+    if (acked >= c->opts.min_replicas) {
+        return LK_OK;
+    }
+    lk_result undo;
+    lk_status st = lk_release(c, resource, owner, NULL, &undo);
+    return lk__fail(c, LK_EREPLICAS,
+                    "only %lld of %d replicas acknowledged the acquisition; rolled back (%s)",
+                    acked < 0 ? 0 : acked, c->opts.min_replicas, lk_status_name(st));
+}
+
+lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
+                     int64_t floor, const char *idem_key, lk_result *res)
+{
+    char lock[LK__KEY_MAX], fence[LK__KEY_MAX], idem[LK__KEY_MAX];
+    char lease[24], floor_s[24], idem_ttl[24];
+    redisReply *reply = NULL;
+    int watchdog = lease_ms == LK_LEASE_WATCHDOG;
+    lk_status st;
+
+    memset(res, 0, sizeof *res);
+    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !valid_idem(idem_key)) {
+        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
+    }
+    if (watchdog) {
+        lease_ms = c->opts.watchdog_lease_ms;
+    }
+    if (!lk__valid_lease(lease_ms)) {
+        return lk__fail(c, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
+                        LK_LEASE_MAX_MS);
+    }
+    if (floor < 0 || floor >= LK_TOKEN_MAX) {
+        return lk__fail(c, LK_EINVAL, "floor must be 0..2^53-2");
+    }
+    lk__key(lock, resource, "lock");
+    lk__key(fence, resource, "fence");
+    idem_args(c, resource, idem_key, idem, idem_ttl);
+    snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+    snprintf(floor_s, sizeof floor_s, "%" PRId64, floor);
+
+    const char *argv[] = {lock, fence, idem, owner, lease, floor_s, idem_ttl};
+    st = lk__eval(c, LK__ACQUIRE, 3, 7, argv, &reply);
+    if (st != LK_OK) {
+        return st;
+    }
+    long long code = lk__int_at(reply, 0);
+    if (code == 1) {
+        res->token = lk__int_at(reply, 1);
+        res->holds = lk__int_at(reply, 2);
+        res->ttl_ms = lk__int_at(reply, 3);
+        res->floor_raised = (int)lk__int_at(reply, 4);
+        res->replayed = (int)lk__int_at(reply, 5);
+        st = LK_ACQUIRED;
+    } else if (code == 0) {
+        res->ttl_ms = lk__int_at(reply, 1);
+        st = LK_HELD;
+    } else {
+        st = lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
+    }
+    freeReplyObject(reply);
+    if (st == LK_ACQUIRED && !res->replayed && c->opts.min_replicas > 0) {
+        st = check_replicas(c, resource, owner);
+        if (st != LK_OK) {
+            return st;
+        }
+        st = LK_ACQUIRED;
+    }
+    if (st == LK_ACQUIRED && watchdog) {
+        lk_status wst = lk__watch_add(c, resource, owner);
+        if (wst != LK_OK) {
+            /* Without a watchdog the lock would silently expire under its holder. */
+            lk_result undo;
+            lk_release(c, resource, owner, NULL, &undo);
+            return lk__fail(c, wst, "cannot start the watchdog");
+        }
+    }
+    return st;
+}
+
+lk_status lk_release(lk_client *c, const char *resource, const char *owner,
+                     const char *idem_key, lk_result *res)
+{
+    char lock[LK__KEY_MAX], idem[LK__KEY_MAX], channel[LK__KEY_MAX], idem_ttl[24];
+    redisReply *reply = NULL;
+    lk_status st;
+
+    memset(res, 0, sizeof *res);
+    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !valid_idem(idem_key)) {
+        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
+    }
+    lk__key(lock, resource, "lock");
+    lk_channel_name(resource, channel, sizeof channel);
+    idem_args(c, resource, idem_key, idem, idem_ttl);
+
+    const char *argv[] = {lock, idem, owner, idem_ttl, channel};
+    st = lk__eval(c, LK__RELEASE, 2, 5, argv, &reply);
+    if (st != LK_OK) {
+        return st;
+    }
+    long long code = lk__int_at(reply, 0);
+    res->holds = lk__int_at(reply, 1);
+    res->replayed = (int)lk__int_at(reply, 2);
+    freeReplyObject(reply);
+    switch (code) {
+    case 1:
+        lk__watch_remove(c, resource, owner);
+        return LK_RELEASED;
+    case 2:
+        return LK_STILL_HELD;
+    case 0:
+        return LK_NOT_OWNER;
+    default:
+        return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
+    }
+}
+
+lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
+                   const char *idem_key, lk_result *res)
+{
+    char lock[LK__KEY_MAX], idem[LK__KEY_MAX], lease[24], idem_ttl[24];
+    redisReply *reply = NULL;
+    lk_status st;
+
+    memset(res, 0, sizeof *res);
+    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !valid_idem(idem_key)) {
+        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
+    }
+    if (!lk__valid_lease(lease_ms)) {
+        return lk__fail(c, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
+                        LK_LEASE_MAX_MS);
+    }
+    lk__key(lock, resource, "lock");
+    idem_args(c, resource, idem_key, idem, idem_ttl);
+    snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
+
+    const char *argv[] = {lock, idem, owner, lease, idem_ttl};
+    st = lk__eval(c, LK__RENEW, 2, 5, argv, &reply);
+    if (st != LK_OK) {
+        return st;
+    }
+    long long code = lk__int_at(reply, 0);
+    res->token = lk__int_at(reply, 1);
+    res->replayed = (int)lk__int_at(reply, 2);
+    res->ttl_ms = lease_ms;
+    freeReplyObject(reply);
+    if (code == 1) {
+        return LK_RENEWED;
+    }
+    if (code == 0) {
+        return LK_NOT_OWNER;
+    }
+    return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
+}
+
+lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info)
+{
+    char lock[LK__KEY_MAX], fence[LK__KEY_MAX];
+    redisReply *reply = NULL;
+    lk_status st;
+
+    memset(info, 0, sizeof *info);
+    if (!lk_valid_resource(resource)) {
+        return lk__fail(c, LK_EINVAL, "invalid resource");
+    }
+    lk__key(lock, resource, "lock");
+    lk__key(fence, resource, "fence");
+    const char *argv[] = {lock, fence};
+    st = lk__eval(c, LK__STATUS, 2, 2, argv, &reply);
+    if (st != LK_OK) {
+        return st;
+    }
+    info->locked = (int)lk__int_at(reply, 0);
+    info->token = lk__int_at(reply, 1);
+    info->holds = lk__int_at(reply, 2);
+    info->ttl_ms = lk__int_at(reply, 3);
+    info->last_token = lk__int_at(reply, 4);
+    freeReplyObject(reply);
+    return LK_OK;
+}
+
+lk_status lk_last_token(lk_client *c, const char *resource, int64_t *token)
+{
+    lk_lock_info info;
+    lk_status st = lk_lock_status(c, resource, &info);
+    *token = st == LK_OK ? info.last_token : 0;
+    return st;
+}

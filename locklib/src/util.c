@@ -1,0 +1,114 @@
+/* Status strings, name validation, key names and ids. */
+#include <stdio.h>
+#include <string.h>
+
+#include <uuid/uuid.h>
+
+#include "locklib_internal.h"
+
+static const char *const status_names[] = {
+#define LK_X_NAME(name, msg) #name,
+    LK_STATUS_MAP(LK_X_NAME)
+#undef LK_X_NAME
+};
+
+static const char *const status_msgs[] = {
+#define LK_X_MSG(name, msg) msg,
+    LK_STATUS_MAP(LK_X_MSG)
+#undef LK_X_MSG
+};
+
+const char *lk_status_name(lk_status st)
+{
+    if ((unsigned)st >= LK_STATUS_COUNT) {
+        return "UNKNOWN";
+    }
+    return status_names[st];
+}
+
+const char *lk_status_str(lk_status st)
+{
+    if ((unsigned)st >= LK_STATUS_COUNT) {
+        return "unknown status";
+    }
+    return status_msgs[st];
+}
+
+const char *lk_version(void)
+{
+    return LOCKLIB_VERSION;
+}
+
+static int valid_name(const char *s, size_t max)
+{
+    size_t n = 0;
+
+    if (s == NULL) {
+        return 0;
+    }
+    for (; s[n] != '\0'; n++) {
+        unsigned char ch = (unsigned char)s[n];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' || ch == '-';
+        if (!ok || n >= max) {
+            return 0;
+        }
+    }
+    return n >= 1;
+}
+
+int lk_valid_resource(const char *s)
+{
+    return valid_name(s, LK_RESOURCE_MAX);
+}
+
+int lk_valid_owner(const char *s)
+{
+    return valid_name(s, LK_OWNER_MAX);
+}
+
+int lk__valid_lease(int64_t lease_ms)
+{
+    return lease_ms >= LK_LEASE_MIN_MS && lease_ms <= LK_LEASE_MAX_MS;
+}
+
+/* All keys of one resource share the hash tag {resource}, so every script touches one
+ * Redis Cluster slot. Valid names contain no braces, so the tag is always well formed. */
+void lk__key(char *buf, const char *resource, const char *suffix)
+{
+    snprintf(buf, LK__KEY_MAX, "fg:{%s}:%s", resource, suffix);
+}
+
+void lk__idem_key(char *buf, const char *resource, const char *idem_key)
+{
+    snprintf(buf, LK__KEY_MAX, "fg:{%s}:idem:%s", resource, idem_key);
+}
+
+lk_status lk_channel_name(const char *resource, char *buf, size_t len)
+{
+    if (!lk_valid_resource(resource) || buf == NULL) {
+        return LK_EINVAL;
+    }
+    int n = snprintf(buf, len, "fg:{%s}:released", resource);
+    return n >= 0 && (size_t)n < len ? LK_OK : LK_EINVAL;
+}
+
+char *lk_random_id(char *buf)
+{
+    static const char hex[] = "0123456789abcdef";
+    uuid_t raw;
+
+    /* uuid_generate_random reads the kernel CSPRNG (getrandom). The six version and variant
+     * bits it fixes are overwritten with random ones by using the raw bytes of two draws. */
+    uuid_generate_random(raw);
+    unsigned char fix[16];
+    uuid_generate_random(fix);
+    raw[6] = (unsigned char)((raw[6] & 0x0f) | (fix[0] & 0xf0));
+    raw[8] = (unsigned char)((raw[8] & 0x3f) | (fix[1] & 0xc0));
+    for (int i = 0; i < 16; i++) {
+        buf[2 * i] = hex[raw[i] >> 4];
+        buf[2 * i + 1] = hex[raw[i] & 0x0f];
+    }
+    buf[32] = '\0';
+    return buf;
+}

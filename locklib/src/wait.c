@@ -1,0 +1,169 @@
+/*
+ * lk_acquire_wait: wait for a held lock without polling Redis.
+ *
+ * The handle keeps a second connection, subscribed to the resource's release channel for
+ * the duration of the call. The order matters:
+ *   1. SUBSCRIBE to fg:{resource}:released;
+ *   2. try to acquire;
+ *   3. if HELD, wait for a message, or for the holder's remaining lease (expiry publishes
+ *      nothing), or for the deadline, whichever comes first; then go to 2.
+ * Because the subscription exists before each attempt, a release that happens between a
+ * failed attempt and the wait still wakes us. If the subscriber connection fails, the wait
+ * falls back to short naps bounded by the lease and the deadline: slower, never a hang.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <string.h>
+#include <time.h>
+
+#include "locklib_internal.h"
+
+static void sub_drop(lk_client *c)
+{
+    if (c->sub != NULL) {
+        redisFree(c->sub);
+        c->sub = NULL;
+    }
+}
+
+static int is_kind(const redisReply *r, const char *kind)
+{
+    return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, kind) == 0;
+}
+
+/* Subscribes the subscriber connection to channel. Returns 0 on success. */
+static int sub_subscribe(lk_client *c, const char *channel)
+{
+    const char *argv[2] = {"SUBSCRIBE", channel};
+    size_t lens[2] = {9, strlen(channel)};
+    lk__sigpipe guard;
+
+    if (c->sub != NULL && !lk__idle_alive(c->sub)) {
+        sub_drop(c);
+    }
+    if (c->sub == NULL) {
+        c->sub = lk__connect(c);
+        if (c->sub == NULL) {
+            return -1;
+        }
+    }
+    lk__sigpipe_block(&guard);
+    redisReply *reply = redisCommandArgv(c->sub, 2, argv, lens);
+    lk__sigpipe_restore(&guard);
+    int ok = is_kind(reply, "subscribe");
+    freeReplyObject(reply);
+    if (!ok) {
+        sub_drop(c);
+        return -1;
+    }
+    return 0;
+}
+
+/* Leaves the channel and reads until the confirmation, discarding messages that arrived
+ * meanwhile, so the idle connection carries no unread bytes. Drops it on any trouble. */
+static void sub_unsubscribe(lk_client *c)
+{
+    const char *argv[1] = {"UNSUBSCRIBE"};
+    size_t lens[1] = {11};
+    lk__sigpipe guard;
+    redisReply *reply = NULL;
+
+    if (c->sub == NULL) {
+        return;
+    }
+    lk__sigpipe_block(&guard);
+    reply = redisCommandArgv(c->sub, 1, argv, lens);
+    for (int i = 0; i < 64 && reply != NULL && !is_kind(reply, "unsubscribe"); i++) {
+        freeReplyObject(reply);
+        reply = NULL;
+        if (redisGetReply(c->sub, (void **)&reply) != REDIS_OK) {
+            reply = NULL;
+        }
+    }
+    lk__sigpipe_restore(&guard);
+    int ok = is_kind(reply, "unsubscribe");
+    freeReplyObject(reply);
+    if (!ok) {
+        sub_drop(c);
+    }
+}
+
+/* Waits up to timeout_ms for anything on the subscriber connection. Returns 1 when a
+ * message arrived, 0 on timeout, -1 when the connection failed. */
+static int sub_wait(lk_client *c, int64_t timeout_ms)
+{
+    void *reply = NULL;
+
+    if (redisReaderGetReply(c->sub->reader, &reply) != REDIS_OK) {
+        return -1;
+    }
+    if (reply != NULL) {
+        freeReplyObject(reply);
+        return 1;
+    }
+    struct pollfd pfd = {c->sub->fd, POLLIN, 0};
+    int n = poll(&pfd, 1, (int)timeout_ms);
+    if (n == 0 || (n < 0 && errno == EINTR)) {
+        return 0;
+    }
+    if (n < 0 || redisBufferRead(c->sub) != REDIS_OK) {
+        return -1;
+    }
+    if (redisReaderGetReply(c->sub->reader, &reply) != REDIS_OK) {
+        return -1;
+    }
+    freeReplyObject(reply);
+    return 1;
+}
+
+static void nap_ms(int64_t ms)
+{
+    struct timespec ts = {(time_t)(ms / 1000), (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}
+
+lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
+                          int64_t lease_ms, int64_t floor, const char *idem_key,
+                          int64_t wait_ms, lk_result *res)
+{
+    char channel[LK__KEY_MAX];
+    lk_status st;
+
+    if (wait_ms <= 0) {
+        return lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
+    }
+    if (lk_channel_name(resource, channel, sizeof channel) != LK_OK) {
+        memset(res, 0, sizeof *res);
+        return lk__fail(c, LK_EINVAL, "invalid resource");
+    }
+    int64_t deadline = lk__now_ms() + wait_ms;
+    int subscribed = sub_subscribe(c, channel) == 0;
+    for (;;) {
+        st = lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
+        if (st != LK_HELD) {
+            break;
+        }
+        int64_t left = deadline - lk__now_ms();
+        if (left <= 0) {
+            break;
+        }
+        int64_t wait = left;
+        if (res->ttl_ms > 0 && res->ttl_ms < wait) {
+            wait = res->ttl_ms;
+        }
+        if (subscribed && sub_wait(c, wait) < 0) {
+            sub_drop(c);
+            subscribed = 0;
+        } else if (!subscribed) {
+            /* Subscriber unavailable (Redis down or restarting): nap briefly, then retry. */
+            nap_ms(wait < 100 ? wait : 100);
+            subscribed = sub_subscribe(c, channel) == 0;
+        }
+    }
+    if (subscribed) {
+        sub_unsubscribe(c);
+    }
+    return st;
+}

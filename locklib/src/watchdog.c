@@ -1,0 +1,262 @@
+/*
+ * The watchdog: keeps LK_LEASE_WATCHDOG locks alive for C embedders, like Redisson's.
+ *
+ * One thread per handle, started by the first watchdog acquisition, with its own lk_client
+ * (hiredis contexts are not thread-safe). Every watched lock is renewed every lease/3.
+ * A watch ends when:
+ *   - the holder releases the lock to zero (lk_release removes it);
+ *   - the handle is closed (the thread stops; the lease then simply runs out);
+ *   - a renewal answers NOT_OWNER, or Redis could not be reached for a whole lease: the
+ *     lock is reported lost through on_lost and lk_watch_lost().
+ * If the process dies, the thread dies with it, so nothing ever renews the lock of a dead
+ * holder: its lease runs out within one watchdog lease.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "locklib_internal.h"
+
+typedef struct watch {
+    char resource[LK_RESOURCE_MAX + 1];
+    char owner[LK_OWNER_MAX + 1];
+    int64_t due_ms;        /* next renewal */
+    int64_t renewed_ms;    /* last successful renewal (or the acquisition) */
+    int lost;
+    int removed;           /* freed by the thread at the top of its loop */
+    struct watch *next;
+} watch;
+
+struct lk__watchdog {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    watch *list;
+    lk_client *conn;       /* the thread's own connection */
+    int64_t lease_ms;
+    lk_lost_fn on_lost;
+    void *userdata;
+};
+
+static void deadline_ts(struct timespec *ts, int64_t due_ms)
+{
+    /* The condition variable runs on CLOCK_MONOTONIC, like lk__now_ms(). */
+    ts->tv_sec = (time_t)(due_ms / 1000);
+    ts->tv_nsec = (long)(due_ms % 1000) * 1000000L;
+}
+
+static watch *find(lk__watchdog *wd, const char *resource, const char *owner)
+{
+    for (watch *w = wd->list; w != NULL; w = w->next) {
+        if (!w->removed && strcmp(w->resource, resource) == 0 && strcmp(w->owner, owner) == 0) {
+            return w;
+        }
+    }
+    return NULL;
+}
+
+static void sweep(lk__watchdog *wd)
+{
+    watch **pp = &wd->list;
+    while (*pp != NULL) {
+        watch *w = *pp;
+        if (w->removed) {
+            *pp = w->next;
+            free(w);
+        } else {
+            pp = &w->next;
+        }
+    }
+}
+
+/* Renews one due watch with the mutex released around the Redis call. Called locked. */
+static void renew_one(lk__watchdog *wd, watch *w, int64_t now)
+{
+    char resource[LK_RESOURCE_MAX + 1];
+    char owner[LK_OWNER_MAX + 1];
+    lk_result res;
+
+    memcpy(resource, w->resource, sizeof resource);
+    memcpy(owner, w->owner, sizeof owner);
+    /* Not removed while unlocked: only this thread frees watches (in sweep). */
+    pthread_mutex_unlock(&wd->mu);
+    lk_status st = lk_renew(wd->conn, resource, owner, wd->lease_ms, NULL, &res);
+    pthread_mutex_lock(&wd->mu);
+    now = lk__now_ms();
+    if (w->removed) {
+        return; /* Released meanwhile: a NOT_OWNER now is the release, not a loss. */
+    }
+    if (st == LK_RENEWED) {
+        w->renewed_ms = now;
+        w->due_ms = now + wd->lease_ms / 3;
+        return;
+    }
+    if (st != LK_NOT_OWNER && now - w->renewed_ms < wd->lease_ms) {
+        /* Redis unreachable: the lease still runs, so try again soon. */
+        int64_t retry = wd->lease_ms / 10 < 1000 ? wd->lease_ms / 10 : 1000;
+        w->due_ms = now + retry;
+        return;
+    }
+    w->lost = 1;
+    if (wd->on_lost != NULL) {
+        pthread_mutex_unlock(&wd->mu);
+        wd->on_lost(resource, owner, wd->userdata);
+        pthread_mutex_lock(&wd->mu);
+    }
+}
+
+static void *run(void *arg)
+{
+    lk__watchdog *wd = arg;
+
+    pthread_mutex_lock(&wd->mu);
+    while (!wd->stop) {
+        sweep(wd);
+        int64_t now = lk__now_ms();
+        watch *due = NULL;
+        int64_t next = INT64_MAX;
+        for (watch *w = wd->list; w != NULL; w = w->next) {
+            if (w->lost) {
+                continue;
+            }
+            if (w->due_ms <= now) {
+                due = w;
+                break;
+            }
+            if (w->due_ms < next) {
+                next = w->due_ms;
+            }
+        }
+        if (due != NULL) {
+            renew_one(wd, due, now);
+        } else if (next == INT64_MAX) {
+            pthread_cond_wait(&wd->cv, &wd->mu);
+        } else {
+            struct timespec ts;
+            deadline_ts(&ts, next);
+            pthread_cond_timedwait(&wd->cv, &wd->mu, &ts);
+        }
+    }
+    pthread_mutex_unlock(&wd->mu);
+    return NULL;
+}
+
+static lk_status start(lk_client *c)
+{
+    lk__watchdog *wd = calloc(1, sizeof *wd);
+    pthread_condattr_t attr;
+    lk_options opts = c->opts;
+
+    if (wd == NULL) {
+        return LK_ENOMEM;
+    }
+    /* The thread's connection needs no watchdog, replicas check or callback of its own. */
+    opts.min_replicas = 0;
+    opts.on_lost = NULL;
+    lk_status st = lk_client_open(&wd->conn, c->url, &opts);
+    if (wd->conn == NULL) {
+        free(wd);
+        return st;
+    }
+    wd->lease_ms = c->opts.watchdog_lease_ms;
+    wd->on_lost = c->opts.on_lost;
+    wd->userdata = c->opts.on_lost_userdata;
+    pthread_mutex_init(&wd->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&wd->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&wd->thread, NULL, run, wd) != 0) {
+        lk_client_close(wd->conn);
+        pthread_cond_destroy(&wd->cv);
+        pthread_mutex_destroy(&wd->mu);
+        free(wd);
+        return LK_ENOMEM;
+    }
+    c->wd = wd;
+    return LK_OK;
+}
+
+lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner)
+{
+    if (c->wd == NULL) {
+        lk_status st = start(c);
+        if (st != LK_OK) {
+            return st;
+        }
+    }
+    lk__watchdog *wd = c->wd;
+    int64_t now = lk__now_ms();
+    pthread_mutex_lock(&wd->mu);
+    watch *w = find(wd, resource, owner);
+    if (w == NULL) {
+        w = calloc(1, sizeof *w);
+        if (w == NULL) {
+            pthread_mutex_unlock(&wd->mu);
+            return LK_ENOMEM;
+        }
+        strcpy(w->resource, resource);
+        strcpy(w->owner, owner);
+        w->next = wd->list;
+        wd->list = w;
+    }
+    /* A (re-)acquisition just set a full lease. */
+    w->lost = 0;
+    w->renewed_ms = now;
+    w->due_ms = now + wd->lease_ms / 3;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    return LK_OK;
+}
+
+void lk__watch_remove(lk_client *c, const char *resource, const char *owner)
+{
+    lk__watchdog *wd = c->wd;
+    if (wd == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wd->mu);
+    watch *w = find(wd, resource, owner);
+    if (w != NULL) {
+        w->removed = 1;
+    }
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+}
+
+int lk_watch_lost(lk_client *c, const char *resource, const char *owner)
+{
+    lk__watchdog *wd = c != NULL ? c->wd : NULL;
+    int lost = 0;
+    if (wd == NULL || resource == NULL || owner == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&wd->mu);
+    watch *w = find(wd, resource, owner);
+    lost = w != NULL && w->lost;
+    pthread_mutex_unlock(&wd->mu);
+    return lost;
+}
+
+void lk__watchdog_stop(lk_client *c)
+{
+    lk__watchdog *wd = c->wd;
+    if (wd == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wd->mu);
+    wd->stop = 1;
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
+    pthread_join(wd->thread, NULL);
+    for (watch *w = wd->list; w != NULL;) {
+        watch *next = w->next;
+        free(w);
+        w = next;
+    }
+    lk_client_close(wd->conn);
+    pthread_cond_destroy(&wd->cv);
+    pthread_mutex_destroy(&wd->mu);
+    free(wd);
+    c->wd = NULL;
+}

@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Installs every Debian package fencegate needs to build, run and test, and nothing
+# that is already there. Idempotent: a second run makes no change and needs no network.
+# Used by the README's two commands, .ci/run and docker/Dockerfile.
+set -euo pipefail
+
+# Build and runtime libraries (found by CMake through pkg-config).
+build_pkgs=(build-essential cmake pkg-config git
+    libhiredis-dev libmicrohttpd-dev libjansson-dev uuid-dev liblmdb-dev
+    libcurl4-openssl-dev libcmocka-dev)
+# What the run command and the tests start or call: a real Redis, curl and jq for the demo,
+# procps for pgrep/ps in the test harness.
+tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates)
+
+missing=()
+for p in "${build_pkgs[@]}" "${tool_pkgs[@]}" "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$p")
+    fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+    echo "install-deps: all packages present"
+    exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then SUDO="sudo"; else
+        echo "install-deps: missing packages (${missing[*]}) and not root; run as root" >&2
+        exit 1
+    fi
+fi
+
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Debian's redis-server package would start a system Redis on 6379 from its postinst.
+# fencegate never uses that one (tests start their own), so keep services from starting
+# during the install when no policy exists yet.
+policy=/usr/sbin/policy-rc.d
+made_policy=0
+if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
+    $SUDO chmod +x "$policy"
+    made_policy=1
+fi
+cleanup() { if [ "$made_policy" -eq 1 ]; then $SUDO rm -f "$policy"; fi; }
+trap cleanup EXIT
+
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+echo "install-deps: done"

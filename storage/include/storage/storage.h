@@ -1,0 +1,133 @@
+/*
+ * storage: the durable, token-checked resource store of fencegate (LMDB), and the token
+ * ledger that keeps fencing tokens from ever being handed out twice.
+ *
+ * For each resource the store keeps the highest token that has written it, the value
+ * (bytes), its content type, a version that increments with every accepted write, and the
+ * last-write time. A write is one atomic check-and-write against the highest token.
+ * Nothing is acknowledged before it is on disk.
+ *
+ * Threads: one `store` per process, shared by every thread. All calls are thread-safe.
+ * Concurrent writers are batched into one LMDB write transaction (group commit).
+ */
+#ifndef STORAGE_STORAGE_H
+#define STORAGE_STORAGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define STORE_STATUS_MAP(X)                                                              \
+    X(OK, "success")                                                                     \
+    X(ACCEPTED, "write accepted")                                                        \
+    X(STALE, "token is lower than the highest token that has written this resource")     \
+    X(UNKNOWN_TOKEN, "token was never issued for this resource")                         \
+    X(NOT_FOUND, "resource not found")                                                   \
+    X(TOO_LARGE, "value is larger than the configured maximum")                          \
+    X(FULL, "the store is full (LMDB map size reached)")                                 \
+    X(INVALID, "invalid argument")                                                       \
+    X(EIO, "storage I/O error")                                                          \
+    X(ENOMEM, "out of memory")
+
+typedef enum store_status {
+#define STORE_X_ENUM(name, msg) STORE_##name,
+    STORE_STATUS_MAP(STORE_X_ENUM)
+#undef STORE_X_ENUM
+    STORE_STATUS_COUNT
+} store_status;
+
+const char *store_status_name(store_status st);
+const char *store_status_str(store_status st);
+
+#define STORE_CONTENT_TYPE_MAX 255
+
+typedef struct store store;
+
+typedef struct store_options {
+    const char *dir;          /* data directory, created if missing (required) */
+    size_t map_size;          /* LMDB map size in bytes, default 1 GiB */
+    size_t max_value_bytes;   /* default 1 MiB */
+    int group_commit;         /* 1 (default): batch concurrent writers into one commit */
+    uint64_t ledger_step;     /* how far the token ceiling is raised at a time, default 2^20 */
+} store_options;
+
+/* Fills *opts with the defaults (dir stays NULL). */
+void store_options_init(store_options *opts);
+
+/* Opens (creating if needed) the store in opts->dir and raises the token ledger's ceiling
+ * durably (see store_ledger_floor). On error *out is NULL and err (errlen bytes, may be
+ * NULL) says why. Close with store_close(). */
+store_status store_open(store **out, const store_options *opts, char *err, size_t errlen);
+
+/* Waits for in-flight writes, closes the environment and frees the store. NULL is a no-op. */
+void store_close(store *s);
+
+typedef struct store_write_result {
+    uint64_t highest_token;   /* after the call: the highest token that has written */
+    uint64_t version;         /* ACCEPTED: the new version */
+} store_write_result;
+
+/* One atomic check-and-write, acknowledged only after it is durable:
+ *   token > last_issued          -> UNKNOWN_TOKEN, nothing changes;
+ *   token < highest              -> STALE, res->highest_token names the highest;
+ *   otherwise                    -> ACCEPTED, value, type, highest and version updated.
+ * len > max_value_bytes is TOO_LARGE, a full map is FULL, a bad name is INVALID; every
+ * error leaves the store unchanged. content_type may be NULL (stored as empty). */
+store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
+                         size_t len, const char *content_type, uint64_t last_issued,
+                         store_write_result *res);
+
+typedef struct store_value {
+    void *data;               /* malloc'd; free with store_value_free() */
+    size_t len;
+    char content_type[STORE_CONTENT_TYPE_MAX + 1];
+    uint64_t token;           /* the token of the last accepted write */
+    uint64_t highest_token;
+    uint64_t version;
+    int64_t written_at_ms;    /* wall clock (CLOCK_REALTIME) of the last accepted write */
+} store_value;
+
+/* Reads the value and its metadata. NOT_FOUND when the resource was never written or its
+ * value was deleted. On OK the caller owns v->data and frees it with store_value_free(). */
+store_status store_read(store *s, const char *resource, store_value *v);
+void store_value_free(store_value *v);
+
+/* The highest token that has written the resource (0 if none). A read-only transaction:
+ * never waits for a writer. */
+store_status store_highest(store *s, const char *resource, uint64_t *highest);
+
+typedef struct store_entry {
+    char resource[201];
+    uint64_t highest_token;
+    uint64_t version;
+    size_t size;              /* value bytes; 0 for a tombstone */
+    int deleted;              /* 1: the value was deleted, the high-water mark is kept */
+} store_entry;
+
+/* Lists up to `max` resources in name order, starting after `after` (NULL or "" for the
+ * first page). *n is the number written. */
+store_status store_list(store *s, const char *after, store_entry *entries, size_t max,
+                        size_t *n);
+
+/* Deletes the value but keeps the highest token as a tombstone, so no older token can
+ * write again. NOT_FOUND when there is nothing to delete. Durable before it returns. */
+store_status store_delete(store *s, const char *resource);
+
+/* The token ledger. At open the store durably raised its ceiling R to R_prev + step; the
+ * floor is R_prev, which is >= every token any earlier process handed out. The gateway
+ * passes acquisitions a floor of max(store_ledger_floor, the largest token this process has
+ * handed out, store_highest(resource)). */
+uint64_t store_ledger_floor(store *s);
+
+/* Makes sure the durable ceiling is >= token before the caller hands the token out,
+ * raising it by the step (one fsync) when needed. OK, or EIO when it could not be made
+ * durable: then the token must not be handed out. */
+store_status store_ledger_cover(store *s, uint64_t token);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
