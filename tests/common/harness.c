@@ -1,3 +1,6 @@
+/* nftw() is an XSI function. */
+#define _XOPEN_SOURCE 700
+
 #include "harness.h"
 
 #include <errno.h>
@@ -220,7 +223,7 @@ void th_redis_kill(th_redis *r)
 
 void th_redis_wipe_files(th_redis *r)
 {
-    char cmd[400];
+    char cmd[700];
     /* appendonlydir/ (Redis 7) and dump.rdb; the log stays for post-mortems. */
     snprintf(cmd, sizeof cmd, "rm -rf '%s/appendonlydir' '%s/dump.rdb'", r->dir, r->dir);
     if (system(cmd) != 0) {

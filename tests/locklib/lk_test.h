@@ -1,0 +1,68 @@
+/* Shared setup for the locklib test programs: one real redis-server per group. */
+#ifndef FG_LK_TEST_H
+#define FG_LK_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "locklib/locklib.h"
+
+typedef struct lk_fixture {
+    th_redis redis;
+    lk_client *c;
+} lk_fixture;
+
+/* Asserts a locklib status and prints the handle's own reason when it differs. */
+#define assert_lk(c, got, want)                                                            \
+    do {                                                                                   \
+        lk_status got_ = (got);                                                            \
+        if (got_ != (want)) {                                                              \
+            print_error("%s:%d: got %s, want %s (%s)\n", __FILE__, __LINE__,               \
+                        lk_status_name(got_), lk_status_name(want), lk_errstr(c));         \
+            fail();                                                                        \
+        }                                                                                  \
+    } while (0)
+
+/* Opens a fresh handle on the fixture's Redis with short timeouts. */
+static inline lk_client *lk_test_open(const th_redis *r, lk_options *opts)
+{
+    lk_options o;
+    lk_client *c = NULL;
+    if (opts == NULL) {
+        lk_options_init(&o);
+        o.connect_timeout_ms = 1000;
+        o.command_timeout_ms = 1000;
+        opts = &o;
+    }
+    lk_status st = lk_client_open(&c, r->url, opts);
+    if (c == NULL || (st != LK_OK && st != LK_EUNAVAILABLE)) {
+        print_error("lk_client_open(%s): %s\n", r->url, lk_status_name(st));
+        fail();
+    }
+    return c;
+}
+
+static inline int lk_group_setup_aof(void **state, int appendonly)
+{
+    lk_fixture *f = calloc(1, sizeof *f);
+    th_redis_start(&f->redis, appendonly, NULL);
+    f->c = lk_test_open(&f->redis, NULL);
+    *state = f;
+    return 0;
+}
+
+static inline int lk_group_teardown(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client_close(f->c);
+    th_redis_stop(&f->redis);
+    free(f);
+    return 0;
+}
+
+#endif

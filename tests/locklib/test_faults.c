@@ -1,0 +1,296 @@
+/* locklib under Redis faults: script cache flushes, crashes with AOF, total data loss with a
+ * floor, timeouts, an unreachable server, and writes to dead sockets. Real redis-server. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "lk_test.h"
+
+static int group_setup(void **state)
+{
+    return lk_group_setup_aof(state, 1);
+}
+
+/* Acquire+release once; returns the token. */
+static int64_t cycle(lk_fixture *f, const char *res, int64_t floor)
+{
+    lk_result r;
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, floor, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    return token;
+}
+
+/* Retries a call that may meet a connection Redis closed while restarting: the first call
+ * after a restart either reconnects quietly or reports EUNAVAILABLE, never anything else. */
+static int64_t cycle_after_restart(lk_fixture *f, const char *res, int64_t floor)
+{
+    lk_result r;
+    lk_status st;
+    int64_t deadline = th_now_ms() + 5000;
+    while ((st = lk_acquire(f->c, res, "alice", 10000, floor, NULL, &r)) == LK_EUNAVAILABLE &&
+           th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_lk(f->c, st, LK_ACQUIRED);
+    int64_t token = r.token;
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    return token;
+}
+
+static void test_script_flush_survived(void **state)
+{
+    lk_fixture *f = *state;
+    int64_t last = 0;
+    for (int i = 0; i < 20; i++) {
+        if (i % 3 == 0) {
+            char out[64];
+            th_redis_cmd(&f->redis, out, sizeof out, "SCRIPT FLUSH");
+            assert_string_equal(out, "OK");
+        }
+        int64_t token = cycle(f, "flush", 0);
+        assert_true(token > last);
+        last = token;
+    }
+}
+
+static void test_kill_restart_with_aof_keeps_tokens_increasing(void **state)
+{
+    lk_fixture *f = *state;
+    int64_t last = 0;
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < 5; i++) {
+            int64_t token = cycle_after_restart(f, "crash", 0);
+            assert_true(token > last);
+            last = token;
+        }
+        /* appendfsync always: every acknowledged INCR is in the AOF before the reply. */
+        th_redis_kill(&f->redis);
+        th_redis_restart(&f->redis);
+    }
+    int64_t token = cycle_after_restart(f, "crash", 0);
+    assert_true(token > last);
+}
+
+static void test_wiped_redis_with_floor_stays_above(void **state)
+{
+    lk_fixture *f = *state;
+    int64_t last = 0;
+    for (int i = 0; i < 10; i++) {
+        last = cycle(f, "wipe", 0);
+    }
+    /* Total loss: the counter is gone. Without a floor tokens would start again at 1. */
+    th_redis_kill(&f->redis);
+    th_redis_wipe_files(&f->redis);
+    th_redis_restart(&f->redis);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{wipe}:fence"), 0);
+    int64_t token = cycle_after_restart(f, "wipe", last);
+    assert_true(token > last);
+    /* And without a floor the counter really had restarted: the floor is what saved us. */
+    th_redis_kill(&f->redis);
+    th_redis_wipe_files(&f->redis);
+    th_redis_restart(&f->redis);
+    assert_int_equal(cycle_after_restart(f, "wipe", 0), 1);
+}
+
+static void test_unreachable_redis_returns_unavailable(void **state)
+{
+    (void)state;
+    /* A listening socket that never accepts: connect succeeds through the backlog, then no
+     * reply ever comes, like a frozen server. The bound below only proves "no hang". */
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(fd, 16), 0);
+    getsockname(fd, (struct sockaddr *)&a, &alen);
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+
+    lk_options o;
+    lk_options_init(&o);
+    o.connect_timeout_ms = 300;
+    o.command_timeout_ms = 300;
+    lk_client *c = NULL;
+    lk_client_open(&c, url, &o);
+    assert_non_null(c);
+    lk_result r;
+    int64_t start = th_now_ms();
+    assert_lk(c, lk_acquire(c, "x", "alice", 1000, 0, NULL, &r), LK_EUNAVAILABLE);
+    assert_true(th_now_ms() - start < 5000);
+    lk_client_close(c);
+    close(fd);
+
+    /* Nobody listening at all: refused at once. */
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", th_free_port());
+    assert_int_equal(lk_client_open(&c, url, &o), LK_EUNAVAILABLE);
+    assert_non_null(c);
+    assert_lk(c, lk_acquire(c, "x", "alice", 1000, 0, NULL, &r), LK_EUNAVAILABLE);
+    assert_lk(c, lk_ping(c), LK_EUNAVAILABLE);
+    assert_non_null(strstr(lk_errstr(c), "connect"));
+    lk_client_close(c);
+}
+
+static void test_slow_redis_times_out_then_recovers(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_options_init(&o);
+    o.command_timeout_ms = 200;
+    lk_client *c = lk_test_open(&f->redis, &o);
+    lk_result r;
+    assert_lk(c, lk_ping(c), LK_OK);
+
+    /* DEBUG SLEEP blocks Redis for 1 s on another connection; ours times out. */
+    pid_t pid = fork();
+    if (pid == 0) {
+        th_redis_cmd(&f->redis, NULL, 0, "DEBUG SLEEP 1");
+        _exit(0);
+    }
+    int64_t deadline = th_now_ms() + 5000;
+    lk_status st;
+    while ((st = lk_acquire(c, "slow", "alice", 10000, 0, NULL, &r)) != LK_EUNAVAILABLE &&
+           th_now_ms() < deadline) {
+        if (st == LK_ACQUIRED) {
+            lk_release(c, "slow", "alice", NULL, &r);
+        }
+    }
+    assert_lk(c, st, LK_EUNAVAILABLE);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    /* Redis is responsive again: the next calls reconnect. The timed-out acquire may or may
+     * not have run, which is why retries carry idempotency keys. */
+    deadline = th_now_ms() + 5000;
+    while ((st = lk_ping(c)) != LK_OK && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_lk(c, st, LK_OK);
+    lk_status_name(lk_release(c, "slow", "alice", NULL, &r));
+    lk_client_close(c);
+}
+
+static void test_redis_busy_script_is_unavailable(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_options_init(&o);
+    o.command_timeout_ms = 2000;
+    lk_client *c = lk_test_open(&f->redis, &o);
+    lk_result r;
+
+    /* Fill memory past maxmemory with noeviction: writes answer -OOM, which must be
+     * EUNAVAILABLE (the script did not run), never a success. */
+    th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory-policy noeviction");
+    th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory 1");
+    lk_status st = lk_acquire(c, "oom", "alice", 10000, 0, NULL, &r);
+    th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory 0");
+    assert_lk(c, st, LK_EUNAVAILABLE);
+    assert_non_null(strstr(lk_errstr(c), "OOM"));
+    assert_lk(c, lk_acquire(c, "oom", "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_release(c, "oom", "alice", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+}
+
+/* A server that accepts and resets each connection at once, so writes meet a dead socket. */
+static void *reset_server(void *p)
+{
+    int lfd = *(int *)p;
+    for (;;) {
+        int fd = accept(lfd, NULL, NULL);
+        if (fd < 0) {
+            return NULL;
+        }
+        struct linger lg = {1, 0};
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+        close(fd);
+    }
+}
+
+static void test_sigpipe_never_kills(void **state)
+{
+    (void)state;
+    struct sigaction dfl, old;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGPIPE, &dfl, &old); /* the default disposition would kill the process */
+
+    int lfd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a;
+    socklen_t alen = sizeof a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 64), 0);
+    getsockname(lfd, (struct sockaddr *)&a, &alen);
+    pthread_t t;
+    pthread_create(&t, NULL, reset_server, &lfd);
+
+    char url[64];
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    lk_client *c = NULL;
+    lk_client_open(&c, url, NULL);
+    assert_non_null(c);
+    lk_result r;
+    for (int i = 0; i < 200; i++) {
+        lk_status st = lk_acquire(c, "pipe", "alice", 1000, 0, NULL, &r);
+        assert_lk(c, st, LK_EUNAVAILABLE);
+    }
+    lk_client_close(c);
+    shutdown(lfd, SHUT_RDWR);
+    close(lfd);
+    pthread_join(t, NULL);
+    sigaction(SIGPIPE, &old, NULL);
+}
+
+static void test_auth_and_db_url(void **state)
+{
+    (void)state;
+    th_redis r;
+    th_redis_start(&r, 0, "s3cret-pw");
+    lk_client *c = NULL;
+    lk_result res;
+    char url[200];
+
+    snprintf(url, sizeof url, "redis://:s3cret-pw@127.0.0.1:%d/3", r.port);
+    assert_int_equal(lk_client_open(&c, url, NULL), LK_OK);
+    assert_lk(c, lk_acquire(c, "authed", "alice", 10000, 0, NULL, &res), LK_ACQUIRED);
+    /* It went to db 3, not db 0. */
+    assert_int_equal(th_redis_cmd(&r, NULL, 0, "EXISTS fg:{authed}:lock"), 0);
+    assert_int_equal(th_redis_cmd(&r, NULL, 0,
+                                  "EVAL %s 1 fg:{authed}:lock",
+                                  "redis.call('SELECT', 3) return redis.call('EXISTS', KEYS[1])"),
+                     1);
+    lk_client_close(c);
+
+    snprintf(url, sizeof url, "redis://:wrong@127.0.0.1:%d", r.port);
+    assert_int_equal(lk_client_open(&c, url, NULL), LK_EUNAVAILABLE);
+    assert_null(strstr(lk_errstr(c), "wrong")); /* the password is never echoed */
+    lk_client_close(c);
+    th_redis_stop(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_script_flush_survived),
+        cmocka_unit_test(test_kill_restart_with_aof_keeps_tokens_increasing),
+        cmocka_unit_test(test_wiped_redis_with_floor_stays_above),
+        cmocka_unit_test(test_unreachable_redis_returns_unavailable),
+        cmocka_unit_test(test_slow_redis_times_out_then_recovers),
+        cmocka_unit_test(test_redis_busy_script_is_unavailable),
+        cmocka_unit_test(test_sigpipe_never_kills),
+        cmocka_unit_test(test_auth_and_db_url),
+    };
+    return cmocka_run_group_tests_name("locklib_faults", tests, group_setup, lk_group_teardown);
+}

@@ -1,0 +1,226 @@
+/* locklib: the watchdog and the waiting acquire, against a real redis-server. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lk_test.h"
+
+static int group_setup(void **state)
+{
+    return lk_group_setup_aof(state, 0);
+}
+
+static lk_client *open_with_lease(const th_redis *r, int64_t lease_ms, lk_lost_fn fn,
+                                  void *ud)
+{
+    lk_options o;
+    lk_options_init(&o);
+    o.watchdog_lease_ms = lease_ms;
+    o.on_lost = fn;
+    o.on_lost_userdata = ud;
+    return lk_test_open(r, &o);
+}
+
+static long long evalsha_calls(const th_redis *r)
+{
+    char info[8192];
+    th_redis_cmd(r, info, sizeof info, "INFO commandstats");
+    const char *p = strstr(info, "cmdstat_evalsha:calls=");
+    return p != NULL ? atoll(p + strlen("cmdstat_evalsha:calls=")) : 0;
+}
+
+static void test_watchdog_keeps_short_lease_alive(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_with_lease(&f->redis, 300, NULL, NULL);
+    lk_result r;
+    lk_lock_info info;
+
+    assert_lk(c, lk_acquire(c, "wd", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.ttl_ms, 300);
+    /* For 2 s, more than six leases, the lock never lapses and nobody else gets in. */
+    int64_t end = th_now_ms() + 2000;
+    while (th_now_ms() < end) {
+        assert_lk(f->c, lk_lock_status(f->c, "wd", &info), LK_OK);
+        assert_int_equal(info.locked, 1);
+        assert_int_equal(info.token, r.token);
+        assert_int_equal(lk_watch_lost(c, "wd", "alice"), 0);
+        th_nap_ms(50);
+    }
+    assert_lk(c, lk_release(c, "wd", "alice", NULL, &r), LK_RELEASED);
+
+    /* After the release the watchdog stops: no renewal script runs for several leases. */
+    long long before = evalsha_calls(&f->redis);
+    assert_true(before > 0); /* the counter is readable, so "unchanged" means something */
+    end = th_now_ms() + 700;
+    while (th_now_ms() < end) {
+        th_nap_ms(50);
+    }
+    assert_int_equal(evalsha_calls(&f->redis), before);
+    assert_int_equal(lk_watch_lost(c, "wd", "alice"), 0);
+    lk_client_close(c);
+}
+
+static void on_lost(const char *resource, const char *owner, void *ud)
+{
+    int *count = ud;
+    if (strcmp(resource, "wd-lost") == 0 && strcmp(owner, "alice") == 0) {
+        __atomic_add_fetch(count, 1, __ATOMIC_SEQ_CST);
+    }
+}
+
+static void test_watchdog_reports_lost_lock(void **state)
+{
+    lk_fixture *f = *state;
+    int lost_calls = 0;
+    lk_client *c = open_with_lease(&f->redis, 300, on_lost, &lost_calls);
+    lk_result r;
+
+    assert_lk(c, lk_acquire(c, "wd-lost", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+              LK_ACQUIRED);
+    /* Someone deletes the lock under its holder (an operator, a data loss). */
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "DEL fg:{wd-lost}:lock"), 1);
+    int64_t deadline = th_now_ms() + 5000;
+    while (!lk_watch_lost(c, "wd-lost", "alice") && th_now_ms() < deadline) {
+        th_nap_ms(10);
+    }
+    assert_int_equal(lk_watch_lost(c, "wd-lost", "alice"), 1);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+    /* Re-acquiring clears the flag. */
+    assert_lk(c, lk_acquire(c, "wd-lost", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+              LK_ACQUIRED);
+    assert_int_equal(lk_watch_lost(c, "wd-lost", "alice"), 0);
+    assert_lk(c, lk_release(c, "wd-lost", "alice", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+}
+
+static void test_closed_handle_stops_renewing(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_with_lease(&f->redis, 300, NULL, NULL);
+    lk_result r;
+    lk_lock_info info;
+
+    assert_lk(c, lk_acquire(c, "wd-close", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+              LK_ACQUIRED);
+    lk_client_close(c); /* like a holder that died: nothing renews any more */
+    int64_t deadline = th_now_ms() + 5000;
+    do {
+        assert_lk(f->c, lk_lock_status(f->c, "wd-close", &info), LK_OK);
+    } while (info.locked && th_now_ms() < deadline && (th_nap_ms(20), 1));
+    assert_int_equal(info.locked, 0);
+}
+
+typedef struct waiter_arg {
+    const char *url;
+    lk_status st;
+    lk_result res;
+} waiter_arg;
+
+static void *waiter(void *p)
+{
+    waiter_arg *a = p;
+    lk_client *c = NULL;
+    lk_client_open(&c, a->url, NULL);
+    a->st = lk_acquire_wait(c, "waited", "bob", 10000, 0, NULL, 20000, &a->res);
+    if (a->st == LK_ACQUIRED) {
+        lk_result r;
+        lk_release(c, "waited", "bob", NULL, &r);
+    }
+    lk_client_close(c);
+    return NULL;
+}
+
+static void test_wait_woken_by_release(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    waiter_arg a = {f->redis.url, LK_OK, {0}};
+    pthread_t t;
+
+    /* A 60 s lease: only the release message can let the waiter in within its 20 s. */
+    assert_lk(f->c, lk_acquire(f->c, "waited", "alice", 60000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t first = r.token;
+    pthread_create(&t, NULL, waiter, &a);
+    /* Release once the waiter is parked: it shows up as a subscriber of the channel. */
+    int64_t deadline = th_now_ms() + 5000;
+    while (th_redis_cmd(&f->redis, NULL, 0, "EVAL %s 0",
+                        "return redis.call('PUBSUB','NUMSUB','fg:{waited}:released')[2]") < 1 &&
+           th_now_ms() < deadline) {
+        th_nap_ms(10);
+    }
+    assert_lk(f->c, lk_release(f->c, "waited", "alice", NULL, &r), LK_RELEASED);
+    pthread_join(t, NULL);
+    assert_lk(f->c, a.st, LK_ACQUIRED);
+    assert_true(a.res.token > first);
+}
+
+static void test_wait_woken_by_expiry_and_times_out(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = lk_test_open(&f->redis, NULL);
+    lk_result r, w;
+
+    /* Expiry publishes nothing: the waiter must wake on the holder's lease. */
+    assert_lk(f->c, lk_acquire(f->c, "expiring", "alice", 300, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_wait(c, "expiring", "bob", 10000, 0, NULL, 10000, &w), LK_ACQUIRED);
+    assert_true(w.token > r.token);
+
+    /* A holder that stays past wait_ms: HELD with its remaining lease. */
+    assert_lk(f->c, lk_acquire_wait(f->c, "expiring", "alice", 10000, 0, NULL, 200, &r),
+              LK_HELD);
+    assert_true(r.ttl_ms > 0);
+    assert_lk(c, lk_release(c, "expiring", "bob", NULL, &r), LK_RELEASED);
+    /* The subscriber connection was left clean: the handle keeps working. */
+    assert_lk(c, lk_acquire_wait(c, "expiring", "bob", 10000, 0, NULL, 200, &r), LK_ACQUIRED);
+    assert_lk(c, lk_release(c, "expiring", "bob", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+}
+
+static void test_replica_safety(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_result r;
+    lk_lock_info info;
+
+    lk_options_init(&o);
+    o.min_replicas = 1;
+    o.replica_timeout_ms = 200;
+    lk_client *c = lk_test_open(&f->redis, &o);
+    /* No replica: the acquisition is rolled back and reported. */
+    assert_lk(c, lk_acquire(c, "replicated", "alice", 10000, 0, NULL, &r), LK_EREPLICAS);
+    assert_lk(f->c, lk_lock_status(f->c, "replicated", &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+
+    /* With a real replica attached, it succeeds. */
+    th_redis replica;
+    th_redis_start(&replica, 0, NULL);
+    char cmd_out[64];
+    th_redis_cmd(&replica, cmd_out, sizeof cmd_out, "REPLICAOF 127.0.0.1 %d", f->redis.port);
+    int64_t deadline = th_now_ms() + 10000;
+    lk_status st;
+    while ((st = lk_acquire(c, "replicated", "alice", 10000, 0, NULL, &r)) == LK_EREPLICAS &&
+           th_now_ms() < deadline) {
+        th_nap_ms(50);
+    }
+    assert_lk(c, st, LK_ACQUIRED);
+    assert_lk(c, lk_release(c, "replicated", "alice", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+    th_redis_stop(&replica);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_watchdog_keeps_short_lease_alive),
+        cmocka_unit_test(test_watchdog_reports_lost_lock),
+        cmocka_unit_test(test_closed_handle_stops_renewing),
+        cmocka_unit_test(test_wait_woken_by_release),
+        cmocka_unit_test(test_wait_woken_by_expiry_and_times_out),
+        cmocka_unit_test(test_replica_safety),
+    };
+    return cmocka_run_group_tests_name("locklib_watchdog", tests, group_setup,
+                                       lk_group_teardown);
+}
