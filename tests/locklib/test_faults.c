@@ -100,11 +100,9 @@ static void test_wiped_redis_with_floor_stays_above(void **state)
     assert_int_equal(cycle_after_restart(f, "wipe", 0), 1);
 }
 
-static void test_unreachable_redis_returns_unavailable(void **state)
+/* A listening loopback socket on a free port; *port receives the port. */
+static int listen_loopback(int *port)
 {
-    (void)state;
-    /* A listening socket that never accepts: connect succeeds through the backlog, then no
-     * reply ever comes, like a frozen server. The bound below only proves "no hang". */
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a;
     socklen_t alen = sizeof a;
@@ -112,10 +110,21 @@ static void test_unreachable_redis_returns_unavailable(void **state)
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     assert_int_equal(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(fd, 16), 0);
+    assert_int_equal(listen(fd, 64), 0);
     getsockname(fd, (struct sockaddr *)&a, &alen);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+static void test_unreachable_redis_returns_unavailable(void **state)
+{
+    (void)state;
+    /* A listening socket that never accepts: connect succeeds through the backlog, then no
+     * reply ever comes, like a frozen server. The bound below only proves "no hang". */
+    int port = 0;
+    int fd = listen_loopback(&port);
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
 
     lk_options o;
     lk_options_init(&o);
@@ -224,20 +233,13 @@ static void test_sigpipe_never_kills(void **state)
     dfl.sa_handler = SIG_DFL;
     sigaction(SIGPIPE, &dfl, &old); /* the default disposition would kill the process */
 
-    int lfd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    socklen_t alen = sizeof a;
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(lfd, 64), 0);
-    getsockname(lfd, (struct sockaddr *)&a, &alen);
+    int port = 0;
+    int lfd = listen_loopback(&port);
     pthread_t t;
     pthread_create(&t, NULL, reset_server, &lfd);
 
     char url[64];
-    snprintf(url, sizeof url, "redis://127.0.0.1:%d", ntohs(a.sin_port));
+    snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
     lk_client *c = NULL;
     lk_client_open(&c, url, NULL);
     assert_non_null(c);
