@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# The curl demo of Kleppmann's GC-pause figure, against a running fencegate:
+#   1. client 1 locks with a short lease and gets token N;
+#   2. it "pauses" past its lease (we watch GET /locks/{r} until the lease is gone);
+#   3. client 2 locks, gets a larger token, and writes;
+#   4. client 1 wakes up and writes with N: 409 stale_token;
+#   5. the stored value is client 2's.
+# Prints every request and answer. Exits non-zero if any step's outcome is wrong.
+#
+# Usage: scripts/demo.sh [URL]   (URL defaults to $FENCEGATE_URL, then http://127.0.0.1:8080)
+# With FENCEGATE_AUTH_TOKEN set, every request sends `Authorization: Bearer $FENCEGATE_AUTH_TOKEN`.
+# Needs only curl and jq.
+set -euo pipefail
+
+url=${1:-${FENCEGATE_URL:-http://127.0.0.1:8080}}
+url=${url%/}
+for tool in curl jq; do
+    command -v "$tool" >/dev/null 2>&1 || { echo "demo: $tool is not installed" >&2; exit 2; }
+done
+
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A resource name no earlier run used: tokens and values start fresh.
+resource="gc-pause-$(date +%s)-$$"
+lease_ms=500
+
+auth=()
+if [ -n "${FENCEGATE_AUTH_TOKEN:-}" ]; then auth=(-H "Authorization: Bearer $FENCEGATE_AUTH_TOKEN"); fi
+
+fail() { echo "demo: FAIL: $*" >&2; exit 1; }
+step() { printf '\n## %s\n' "$*"; }
+
+# req [-q] METHOD PATH [BODY [CONTENT-TYPE [EXTRA-HEADER...]]]
+# Sends one request, prints it and the answer (unless -q), and leaves the status in $status,
+# the body in $body and the response headers in $tmp/headers.
+req() {
+    local quiet=0
+    if [ "$1" = -q ]; then quiet=1; shift; fi
+    local method=$1 path=$2 data=${3-} ctype=${4:-application/json}
+    shift 2
+    if [ $# -gt 0 ]; then shift; fi
+    if [ $# -gt 0 ]; then shift; fi
+    local args=(-sS -X "$method" -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}'
+        --max-time 10 "${auth[@]}")
+    local shown=("curl")
+    [ "$method" = GET ] || shown+=("-X $method")
+    shown+=("$url$path")
+    if [ -n "$data" ]; then
+        args+=(-H "Content-Type: $ctype" --data-binary "$data")
+        shown+=("-H 'Content-Type: $ctype'")
+    fi
+    local h
+    for h in "$@"; do args+=(-H "$h"); shown+=("-H '$h'"); done
+    [ -n "$data" ] && shown+=("-d '$data'")
+    status=$(curl "${args[@]}" "$url$path") || fail "curl could not reach $url$path"
+    body=$(cat "$tmp/body")
+    if [ "$quiet" -eq 0 ]; then
+        echo "\$ ${shown[*]}"
+        echo "< HTTP $status"
+        # The headers that matter to the story.
+        grep -iE '^(retry-after|fencing-token|etag|content-type):' "$tmp/headers" \
+            | tr -d '\r' | sed 's/^/< /' || true
+        echo "$body"
+    fi
+}
+
+expect_status() { [ "$status" = "$1" ] || fail "$2: expected HTTP $1, got $status: $body"; }
+json() {
+    local v
+    v=$(jq -r "$1" <<<"$body" 2>/dev/null) || fail "answer is not JSON: $body"
+    [ "$v" != null ] || fail "answer has no $1: $body"
+    printf '%s\n' "$v"
+}
+
+echo "fencegate GC-pause demo against $url, resource $resource"
+
+step "1. Client 1 takes the lock with a ${lease_ms} ms lease"
+req POST /lock "{\"resource\":\"$resource\",\"owner\":\"client-1\",\"ttl_ms\":$lease_ms}"
+expect_status 200 "client 1's lock"
+token1=$(json .token)
+echo "# client 1 holds token $token1"
+
+step "2. Client 1 pauses (a long GC) past its lease; we watch the lock expire"
+req GET "/locks/$resource"
+expect_status 200 "lock state"
+[ "$(json .locked)" = true ] || fail "the lock should still be held right after locking"
+start=$(date +%s%N)
+deadline=$((start + 10000000000))   # 10 s: the lease is 0.5 s
+polls=0
+while :; do
+    req -q GET "/locks/$resource"
+    expect_status 200 "lock state"
+    polls=$((polls + 1))
+    [ "$(json .locked)" = false ] && break
+    [ "$(date +%s%N)" -lt "$deadline" ] || fail "the ${lease_ms} ms lease had not expired after 10 s"
+    sleep 0.1
+done
+echo "# ... polled $polls times; the lease ran out $(( ($(date +%s%N) - start) / 1000000 )) ms later:"
+req GET "/locks/$resource"
+[ "$(json .locked)" = false ] || fail "the lock came back"
+
+step "3. Client 2 takes the lock and gets a larger token, then writes"
+req POST /lock "{\"resource\":\"$resource\",\"owner\":\"client-2\",\"ttl_ms\":30000}"
+expect_status 200 "client 2's lock"
+token2=$(json .token)
+[ "$token2" -gt "$token1" ] || fail "client 2's token $token2 is not larger than client 1's $token1"
+echo "# client 2 holds token $token2 (> $token1)"
+req PUT "/resources/$resource" "written by client 2" text/plain "Fencing-Token: $token2"
+expect_status 200 "client 2's write"
+[ "$(json .token)" = "$token2" ] || fail "client 2's write did not record token $token2"
+
+step "4. Client 1 wakes up, still believing it holds the lock, and writes with token $token1"
+req PUT "/resources/$resource" "written by client 1" text/plain "Fencing-Token: $token1"
+expect_status 409 "client 1's stale write"
+[ "$(json .error)" = stale_token ] || fail "expected error stale_token: $body"
+[ "$(json .token)" = "$token1" ] || fail "the 409 should name client 1's token $token1: $body"
+[ "$(json .highest_token)" = "$token2" ] || fail "the 409 should name the highest token $token2: $body"
+echo "# refused: the storage has already seen token $token2"
+
+step "5. The stored value is client 2's"
+req GET "/resources/$resource"
+expect_status 200 "read back"
+[ "$body" = "written by client 2" ] || fail "stored value is '$body', expected client 2's"
+ftok=$(grep -i '^fencing-token:' "$tmp/headers" | tr -d '\r' | awk '{print $2}')
+[ "$ftok" = "$token2" ] || fail "Fencing-Token header is '$ftok', expected $token2"
+
+step "Client 2 releases the lock"
+req POST /unlock "{\"resource\":\"$resource\",\"owner\":\"client-2\"}"
+expect_status 200 "client 2's unlock"
+
+printf '\ndemo: OK: client 1 (token %s) was fenced off; the value is client 2'"'"'s (token %s)\n' \
+    "$token1" "$token2"

@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# ctest demo_gc_pause: runs scripts/demo.sh against the real gateway and a real Redis.
+#
+#   run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh
+#
+# Starts its own redis-server (free loopback port, temp dir, AOF on) and fencegate (free
+# loopback port, temp data dir), waits for /healthz, runs the demo, checks its exit status and
+# its output, then stops the gateway with SIGTERM (it must exit 0) and Redis, by PID.
+# A missing redis-server, redis-cli, curl or jq fails the test: it never skips.
+set -euo pipefail
+
+gateway=${1:?usage: run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh}
+demo=${2:?usage: run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh}
+
+fail() { echo "demo_gc_pause: FAIL: $*" >&2; exit 1; }
+
+for tool in redis-server redis-cli curl jq; do
+    command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed (scripts/install-deps.sh installs it)"
+done
+[ -x "$gateway" ] || fail "gateway binary not found: $gateway"
+[ -f "$demo" ] || fail "demo script not found: $demo"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/fg-demo-test.XXXXXX")
+redis_pid="" gw_pid=""
+
+stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL; returns the exit status
+    local pid=$1 i rc=0
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        echo "demo_gc_pause: pid $pid ignored SIGTERM for 10 s; killing it" >&2
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || rc=$?
+    return "$rc"
+}
+cleanup() {
+    local rc=$?
+    if [ -n "$gw_pid" ]; then stop_pid "$gw_pid" || true; fi
+    if [ -n "$redis_pid" ]; then stop_pid "$redis_pid" || true; fi
+    if [ "$rc" -ne 0 ]; then
+        for f in "$tmp/gateway.log" "$tmp/redis/redis.log"; do
+            [ -f "$f" ] || continue
+            echo "----- last lines of $f" >&2
+            tail -n 40 "$f" >&2
+        done
+    fi
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A loopback port nothing listens on right now (random, then checked with a connect).
+free_port() {
+    local p i
+    for ((i = 0; i < 50; i++)); do
+        p=$((20000 + RANDOM % 40000))
+        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
+    done
+    fail "found no free loopback port"
+}
+
+# --- Redis: retried on a new port if another process took the one we picked ------------------
+mkdir -p "$tmp/redis" "$tmp/gw"
+for attempt in 1 2 3; do
+    rport=$(free_port)
+    redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp/redis" --save '' \
+        --appendonly yes --appendfsync always --maxmemory-policy noeviction \
+        --daemonize no --logfile "$tmp/redis/redis.log" &
+    redis_pid=$!
+    deadline=$((SECONDS + 10))
+    while ! redis-cli -h 127.0.0.1 -p "$rport" ping 2>/dev/null | grep -q PONG; do
+        kill -0 "$redis_pid" 2>/dev/null || break
+        [ "$SECONDS" -lt "$deadline" ] || fail "redis-server did not answer PING within 10 s"
+        sleep 0.05
+    done
+    if kill -0 "$redis_pid" 2>/dev/null; then break; fi
+    wait "$redis_pid" 2>/dev/null || true
+    redis_pid=""
+    [ "$attempt" -lt 3 ] || fail "redis-server would not start (see its log)"
+    echo "demo_gc_pause: redis-server exited on port $rport; trying another port" >&2
+done
+echo "demo_gc_pause: redis-server pid $redis_pid on 127.0.0.1:$rport"
+
+# --- the gateway ---------------------------------------------------------------------------------
+for attempt in 1 2 3; do
+    gport=$(free_port)
+    "$gateway" --listen "127.0.0.1:$gport" --redis "redis://127.0.0.1:$rport" --data "$tmp/gw" \
+        >"$tmp/gateway.log" 2>&1 &
+    gw_pid=$!
+    deadline=$((SECONDS + 15))
+    until curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$gport/healthz" 2>/dev/null; do
+        kill -0 "$gw_pid" 2>/dev/null || break
+        [ "$SECONDS" -lt "$deadline" ] || fail "fencegate did not answer /healthz within 15 s"
+        sleep 0.05
+    done
+    if kill -0 "$gw_pid" 2>/dev/null; then break; fi
+    rc=0; wait "$gw_pid" 2>/dev/null || rc=$?
+    gw_pid=""
+    [ "$attempt" -lt 3 ] || fail "fencegate exited at start with status $rc"
+    echo "demo_gc_pause: fencegate exited at start on port $gport (status $rc); trying another port" >&2
+done
+echo "demo_gc_pause: fencegate pid $gw_pid on 127.0.0.1:$gport"
+
+# --- the demo ----------------------------------------------------------------------------------
+rc=0
+timeout 60 bash "$demo" "http://127.0.0.1:$gport" >"$tmp/demo.out" 2>&1 || rc=$?
+cat "$tmp/demo.out"
+[ "$rc" -eq 0 ] || fail "scripts/demo.sh exited with status $rc"
+
+# The output must tell the story, not merely exit 0.
+expect() { grep -qE -- "$1" "$tmp/demo.out" || fail "demo output lacks: $2"; }
+expect '^< HTTP 409$' "the 409 answer to client 1's write"
+expect '"error" *: *"stale_token"' "the stale_token error"
+expect '^written by client 2$' "client 2's value read back"
+expect '^demo: OK: ' "the closing OK line"
+[ "$(grep -c '^< HTTP 200$' "$tmp/demo.out")" -ge 6 ] || fail "expected at least six 200 answers"
+if grep -q '^written by client 1$' "$tmp/demo.out"; then fail "client 1's value was read back"; fi
+
+# --- a clean shutdown --------------------------------------------------------------------------
+rc=0; stop_pid "$gw_pid" || rc=$?
+gw_pid=""
+[ "$rc" -eq 0 ] || fail "fencegate exited with status $rc after SIGTERM (expected 0)"
+echo "demo_gc_pause: PASS"
