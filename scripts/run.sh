@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The README's Run command. On a fresh Debian 12 machine, as root:
+#
+#   scripts/run.sh [REDIS_URL] [fencegate flags...]
+#
+# 1. installs the Debian packages that are missing (scripts/install-deps.sh);
+# 2. builds (cmake -S . -B build && cmake --build build);
+# 3. unless a Redis URL is given (first argument, --redis among the flags, or FENCEGATE_REDIS),
+#    starts a private redis-server from Debian's package: AOF on with appendfsync always,
+#    maxmemory-policy noeviction, data in ./data/redis. It listens on a unix socket,
+#    ./data/redis/redis.sock (mode 700), and on no TCP port at all, so it can never collide
+#    with a system Redis on 6379 or anything else. (Only if that socket path is too long for a
+#    unix socket, 107 bytes, it listens on 127.0.0.1:$FENCEGATE_REDIS_PORT, default 6390.)
+# 4. runs build/gateway/fencegate in the foreground on 127.0.0.1:8080 with --data ./data/gateway
+#    (unless --listen/--data or FENCEGATE_LISTEN/FENCEGATE_DATA say otherwise); every other
+#    argument goes to fencegate as it is.
+#
+# Ctrl-C (or SIGTERM to this script) stops the gateway gracefully, then the Redis it started,
+# by PID. The exit status is the gateway's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$(pwd)
+
+log() { echo "run: $*" >&2; }
+die() { log "$*"; exit 1; }
+
+# --- arguments -------------------------------------------------------------------------------
+redis_url=""
+case "${1:-}" in
+    redis://* | rediss://* | unix://*) redis_url=$1; shift ;;
+esac
+have_listen=0 have_data=0
+for a in "$@"; do
+    case "$a" in
+        --redis | --redis=*) redis_url=given-by-flag ;;
+        --listen | --listen=*) have_listen=1 ;;
+        --data | --data=*) have_data=1 ;;
+    esac
+done
+if [ -z "$redis_url" ] && [ -n "${FENCEGATE_REDIS:-}" ]; then redis_url=$FENCEGATE_REDIS; fi
+
+# --- install and build -------------------------------------------------------------------------
+bash scripts/install-deps.sh
+# FENCEGATE_BUILD_DIR picks another build tree (default: build, as the README says).
+build=${FENCEGATE_BUILD_DIR:-build}
+cmake -S . -B "$build"
+cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
+gateway="$(cd "$build" && pwd)/gateway/fencegate"
+[ -x "$gateway" ] || die "the build did not produce $gateway"
+
+# --- process handling ------------------------------------------------------------------------
+redis_pid="" gw_pid=""
+stop_pid() { # stop_pid PID NAME: SIGTERM, up to 10 s, then SIGKILL
+    local pid=$1 name=$2 i
+    kill -0 "$pid" 2>/dev/null || return 0
+    log "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
+    for ((i = 0; i < 100; i++)); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.1
+    done
+    if kill -0 "$pid" 2>/dev/null; then
+        log "$name (pid $pid) did not stop in 10 s; killing it"
+        kill -KILL "$pid" 2>/dev/null || true
+    fi
+    wait "$pid" 2>/dev/null || true
+}
+cleanup() {
+    if [ -n "$gw_pid" ]; then stop_pid "$gw_pid" fencegate; fi
+    if [ -n "$redis_pid" ]; then stop_pid "$redis_pid" redis-server; fi
+}
+on_signal() {
+    # The terminal's Ctrl-C reaches the gateway itself too; a second stop request is harmless.
+    if [ -n "$gw_pid" ]; then kill -TERM "$gw_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+trap on_signal INT TERM
+
+# --- Redis -------------------------------------------------------------------------------------
+mkdir -p data/redis data/gateway
+if [ -z "$redis_url" ]; then
+    command -v redis-server >/dev/null 2>&1 || die "redis-server is missing (install-deps.sh installs it)"
+    rdir="$root/data/redis"
+    sock="$rdir/redis.sock"
+    if [ "${#sock}" -lt 108 ]; then
+        listen_args=(--port 0 --unixsocket "$sock" --unixsocketperm 700)
+        ping=(redis-cli -s "$sock")
+        redis_url="unix://$sock"
+    else
+        port=${FENCEGATE_REDIS_PORT:-6390}
+        listen_args=(--port "$port" --bind 127.0.0.1)
+        ping=(redis-cli -h 127.0.0.1 -p "$port")
+        redis_url="redis://127.0.0.1:$port"
+    fi
+    # Redis would unlink a live socket and take it over: refuse if one already answers there.
+    if "${ping[@]}" ping 2>/dev/null | grep -q PONG; then
+        die "a Redis already answers at $redis_url (an earlier run? see $rdir/redis.pid); stop it first"
+    fi
+    log "starting redis-server at $redis_url (AOF, appendfsync always, data in $rdir)"
+    # setsid: its own session, so the terminal's Ctrl-C stops only the gateway, and Redis stays
+    # up until the gateway has drained. (A background job here is never a group leader, so
+    # setsid execs redis-server in place and $! is Redis's own PID.)
+    setsid redis-server "${listen_args[@]}" --dir "$rdir" \
+        --appendonly yes --appendfsync always --maxmemory-policy noeviction --save '' \
+        --daemonize no --pidfile "$rdir/redis.pid" --logfile "$rdir/redis.log" &
+    redis_pid=$!
+    deadline=$((SECONDS + 15))
+    until "${ping[@]}" ping 2>/dev/null | grep -q PONG; do
+        if ! kill -0 "$redis_pid" 2>/dev/null; then
+            tail -n 20 "$rdir/redis.log" >&2 || true
+            redis_pid=""
+            die "redis-server exited at start (log above, $rdir/redis.log)"
+        fi
+        [ "$SECONDS" -lt "$deadline" ] || die "redis-server did not answer PING within 15 s"
+        sleep 0.1
+    done
+    log "redis-server is up (pid $redis_pid)"
+elif [ "$redis_url" = given-by-flag ]; then
+    log "using the Redis named by --redis"
+    redis_url=""
+else
+    log "using the Redis at $redis_url"
+fi
+
+# --- the gateway -----------------------------------------------------------------------------
+args=()
+[ -n "$redis_url" ] && args+=(--redis "$redis_url")
+[ "$have_listen" -eq 1 ] || [ -n "${FENCEGATE_LISTEN:-}" ] || args+=(--listen 127.0.0.1:8080)
+[ "$have_data" -eq 1 ] || [ -n "${FENCEGATE_DATA:-}" ] || args+=(--data "$root/data/gateway")
+log "starting: $gateway ${args[*]} $*  (Ctrl-C stops it and Redis)"
+"$gateway" "${args[@]}" "$@" &
+gw_pid=$!
+status=0
+# `wait` returns early when a trapped signal arrives; wait again until the gateway has exited.
+while :; do
+    wait "$gw_pid" && status=0 || status=$?
+    kill -0 "$gw_pid" 2>/dev/null || break
+done
+gw_pid=""
+log "fencegate exited with status $status"
+exit "$status"
