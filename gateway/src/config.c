@@ -1,0 +1,369 @@
+/*
+ * Command line and environment: every flag has a FENCEGATE_* variable; the environment is
+ * read first and flags override it. Nothing here exits or prints except
+ * gw__config_usage(): errors are returned with a message naming the flag or variable, and
+ * main() exits 2.
+ */
+#define _DEFAULT_SOURCE /* getaddrinfo flags */
+#include <ctype.h>
+#include <errno.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_internal.h"
+
+enum opt_kind { OPT_STRING, OPT_SIZE, OPT_INT, OPT_LOG_FORMAT, OPT_FLAG };
+
+typedef struct gw_option {
+    const char *flag;     /* "--listen" */
+    const char *env;      /* "FENCEGATE_LISTEN", NULL for action flags */
+    const char *metavar;
+    const char *help;
+    enum opt_kind kind;
+    long long min;
+    long long max;
+} gw_option;
+
+static const gw_option options[] = {
+    {"--listen", "FENCEGATE_LISTEN", "HOST:PORT",
+     "address to serve HTTP on (default 127.0.0.1:8080; [::1]:8080 for IPv6)", OPT_STRING, 0,
+     0},
+    {"--redis", "FENCEGATE_REDIS", "URL",
+     "Redis URL: redis://[:password@]host[:port][/db] or unix:///path "
+     "(default redis://127.0.0.1:6379)",
+     OPT_STRING, 0, 0},
+    {"--data", "FENCEGATE_DATA", "DIR", "storage directory, created if missing (default ./data)",
+     OPT_STRING, 0, 0},
+    {"--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE", "FILE",
+     "require 'Authorization: Bearer <token>' on every endpoint but /healthz; the token is "
+     "the file's content",
+     OPT_STRING, 0, 0},
+    {"--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "N",
+     "largest resource value a PUT may store (default 1048576)", OPT_SIZE, 1, 268435456},
+    {"--threads", "FENCEGATE_THREADS", "N", "HTTP worker threads (default 8)", OPT_INT, 1, 1024},
+    {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
+     "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},
+    {"--log-format", "FENCEGATE_LOG_FORMAT", "text|json",
+     "request log format on stderr (default text)", OPT_LOG_FORMAT, 0, 0},
+    {"--check-config", NULL, NULL, "validate flags and environment, then exit 0 without serving",
+     OPT_FLAG, 0, 0},
+    {"--routes", NULL, NULL, "print one line per served route (METHOD /path) and exit",
+     OPT_FLAG, 0, 0},
+    {"--version", NULL, NULL, "print the version and exit", OPT_FLAG, 0, 0},
+    {"--help", NULL, NULL, "print this help and exit", OPT_FLAG, 0, 0},
+};
+#define N_OPTIONS (sizeof options / sizeof options[0])
+
+void gw__config_usage(FILE *f, const char *argv0)
+{
+    fprintf(f,
+            "Usage: %s [FLAGS]\n"
+            "fencegate %s: a fencing-token guarded resource gateway over Redis locks.\n\n"
+            "Each flag can also be set with the environment variable shown; flags win.\n\n",
+            argv0, FENCEGATE_VERSION);
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const gw_option *o = &options[i];
+        char left[64];
+        if (o->metavar != NULL) {
+            snprintf(left, sizeof left, "%s %s", o->flag, o->metavar);
+        } else {
+            snprintf(left, sizeof left, "%s", o->flag);
+        }
+        fprintf(f, "  %-32s %s\n", left, o->help);
+        if (o->env != NULL) {
+            fprintf(f, "  %-32s env: %s\n", "", o->env);
+        }
+    }
+}
+
+static void set_defaults(gw_config *cfg)
+{
+    memset(cfg, 0, sizeof *cfg);
+    snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1:8080");
+    snprintf(cfg->redis_url, sizeof cfg->redis_url, "redis://127.0.0.1:6379");
+    snprintf(cfg->data_dir, sizeof cfg->data_dir, "./data");
+    cfg->max_value_bytes = 1048576;
+    cfg->threads = 8;
+    cfg->max_connections = 1024;
+}
+
+/* Parses a decimal in [min, max] with nothing else around it. Returns 0 or -1. */
+static int parse_number(const char *s, long long min, long long max, long long *out)
+{
+    char *end = NULL;
+
+    if (s[0] < '0' || s[0] > '9') {
+        return -1; /* no sign, no space, not empty */
+    }
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno != 0 || *end != '\0' || v < min || v > max) {
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int copy_string(char *dst, size_t len, const char *value)
+{
+    size_t n = strlen(value);
+    if (n == 0 || n >= len) {
+        return -1;
+    }
+    memcpy(dst, value, n + 1);
+    return 0;
+}
+
+/* Stores value into the field for option o. `origin` names the flag or variable for the
+ * message. Returns 0 or -1 with err. */
+static int apply(gw_config *cfg, const gw_option *o, const char *value, const char *origin,
+                 char *err, size_t errlen)
+{
+    long long v = 0;
+    int rc = 0;
+
+    switch (o->kind) {
+    case OPT_STRING:
+        if (strcmp(o->flag, "--listen") == 0) {
+            rc = copy_string(cfg->listen, sizeof cfg->listen, value);
+        } else if (strcmp(o->flag, "--redis") == 0) {
+            rc = copy_string(cfg->redis_url, sizeof cfg->redis_url, value);
+        } else if (strcmp(o->flag, "--data") == 0) {
+            rc = copy_string(cfg->data_dir, sizeof cfg->data_dir, value);
+        } else {
+            rc = copy_string(cfg->auth_token_file, sizeof cfg->auth_token_file, value);
+        }
+        if (rc != 0) {
+            snprintf(err, errlen, "%s: the value must be 1 to 1000 bytes", origin);
+        }
+        return rc;
+    case OPT_SIZE:
+    case OPT_INT:
+        if (parse_number(value, o->min, o->max, &v) != 0) {
+            snprintf(err, errlen, "%s: '%.64s' is not a whole number from %lld to %lld", origin,
+                     value, o->min, o->max);
+            return -1;
+        }
+        if (strcmp(o->flag, "--max-value-bytes") == 0) {
+            cfg->max_value_bytes = (size_t)v;
+        } else if (strcmp(o->flag, "--threads") == 0) {
+            cfg->threads = (int)v;
+        } else {
+            cfg->max_connections = (int)v;
+        }
+        return 0;
+    case OPT_LOG_FORMAT:
+        if (strcmp(value, "text") == 0 || strcmp(value, "json") == 0) {
+            cfg->log_json = strcmp(value, "json") == 0;
+            return 0;
+        }
+        snprintf(err, errlen, "%s: '%.64s' is not one of text, json", origin, value);
+        return -1;
+    case OPT_FLAG:
+        break;
+    }
+    return 0;
+}
+
+static const gw_option *find_flag(const char *arg, size_t len)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        if (strlen(options[i].flag) == len && strncmp(options[i].flag, arg, len) == 0) {
+            return &options[i];
+        }
+    }
+    return NULL;
+}
+
+static void set_action(gw_config *cfg, const gw_option *o)
+{
+    if (strcmp(o->flag, "--help") == 0) {
+        cfg->help = 1;
+    } else if (strcmp(o->flag, "--version") == 0) {
+        cfg->version = 1;
+    } else if (strcmp(o->flag, "--routes") == 0) {
+        cfg->routes = 1;
+    } else {
+        cfg->check_config = 1;
+    }
+}
+
+/* Applies the environment variable of every option that no flag sets. */
+static int parse_env(gw_config *cfg, const int *given, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const gw_option *o = &options[i];
+        const char *value = o->env != NULL && !given[i] ? getenv(o->env) : NULL;
+        /* An empty variable counts as unset, as shells make that easy to produce. */
+        if (value != NULL && value[0] != '\0' && apply(cfg, o, value, o->env, err, errlen) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Splits argv[*i] into its option and value ("--flag value" or "--flag=value"), advancing
+ * *i past a separate value. Returns the option, or NULL with err. */
+static const gw_option *next_flag(int argc, char **argv, int *i, const char **value, char *err,
+                                  size_t errlen)
+{
+    const char *arg = argv[*i];
+    const char *eq = strchr(arg, '=');
+    size_t name_len = eq != NULL ? (size_t)(eq - arg) : strlen(arg);
+    const gw_option *o = find_flag(arg, name_len);
+
+    *value = NULL;
+    if (o == NULL) {
+        snprintf(err, errlen, "unknown flag '%.*s' (see --help)",
+                 (int)(name_len > 64 ? 64 : name_len), arg);
+        return NULL;
+    }
+    if (o->kind == OPT_FLAG) {
+        if (eq != NULL) {
+            snprintf(err, errlen, "%s takes no value", o->flag);
+            return NULL;
+        }
+        return o;
+    }
+    if (eq != NULL) {
+        *value = eq + 1;
+    } else if (*i + 1 < argc) {
+        *value = argv[++*i];
+    } else {
+        snprintf(err, errlen, "%s needs a value (%s)", o->flag, o->metavar);
+        return NULL;
+    }
+    return o;
+}
+
+int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    int given[N_OPTIONS] = {0};
+    const char *value = NULL;
+
+    set_defaults(cfg);
+    /* Pass 1 finds the flags, so a bad variable that a flag overrides is never looked at. */
+    for (int i = 1; i < argc; i++) {
+        const gw_option *o = next_flag(argc, argv, &i, &value, err, errlen);
+        if (o == NULL) {
+            return -1;
+        }
+        given[o - options] = 1;
+    }
+    if (parse_env(cfg, given, err, errlen) != 0) {
+        return -1;
+    }
+    for (int i = 1; i < argc; i++) {
+        const gw_option *o = next_flag(argc, argv, &i, &value, err, errlen);
+        if (o->kind == OPT_FLAG) {
+            set_action(cfg, o);
+        } else if (apply(cfg, o, value, o->flag, err, errlen) != 0) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+long gw__config_read_token(const char *path, char *buf, size_t len, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "rb");
+    size_t n = 0;
+
+    if (f == NULL) {
+        snprintf(err, errlen, "--auth-token-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    n = fread(buf, 1, len, f);
+    int read_error = ferror(f);
+    fclose(f);
+    if (read_error) {
+        snprintf(err, errlen, "--auth-token-file %s: read error", path);
+        return -1;
+    }
+    if (n >= len) {
+        snprintf(err, errlen, "--auth-token-file %s: the token is longer than %zu bytes", path,
+                 len - 1);
+        return -1;
+    }
+    /* A trailing newline from `echo secret > file` is not part of the token. */
+    while (n > 0 && isspace((unsigned char)buf[n - 1])) {
+        n--;
+    }
+    buf[n] = '\0';
+    if (n == 0) {
+        snprintf(err, errlen, "--auth-token-file %s: the file is empty", path);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (buf[i] < 0x21 || buf[i] > 0x7e) {
+            snprintf(err, errlen, "--auth-token-file %s: the token must be printable ASCII "
+                                  "without spaces", path);
+            return -1;
+        }
+    }
+    return (long)n;
+}
+
+int gw__config_listen_addr(const char *listen, struct sockaddr_storage *addr, char *err,
+                           size_t errlen)
+{
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    struct addrinfo hints;
+    struct addrinfo *res = NULL;
+    long long port = 0;
+
+    if (colon == NULL || parse_number(colon + 1, 1, 65535, &port) != 0 || colon == listen) {
+        snprintf(err, errlen, "--listen: '%.200s' is not HOST:PORT with a port from 1 to 65535",
+                 listen);
+        return -1;
+    }
+    size_t hlen = (size_t)(colon - listen);
+    const char *h = listen;
+    if (h[0] == '[' && hlen >= 2 && h[hlen - 1] == ']') {
+        h++; /* [::1]:8080 */
+        hlen -= 2;
+    }
+    if (hlen == 0 || hlen >= sizeof host) {
+        snprintf(err, errlen, "--listen: '%.200s' has no host", listen);
+        return -1;
+    }
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int rc = getaddrinfo(host, colon + 1, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(err, errlen, "--listen: cannot resolve '%s': %s", host, gai_strerror(rc));
+        return -1;
+    }
+    memset(addr, 0, sizeof *addr);
+    memcpy(addr, res->ai_addr, res->ai_addrlen);
+    freeaddrinfo(res);
+    return 0;
+}
+
+void gw__config_redact_url(const char *url, char *out, size_t outlen)
+{
+    const char *scheme_end = strstr(url, "://");
+    const char *at = NULL;
+
+    if (scheme_end != NULL) {
+        const char *host = scheme_end + 3;
+        const char *slash = strchr(host, '/');
+        at = strchr(host, '@');
+        if (at != NULL && slash != NULL && at > slash) {
+            at = NULL;
+        }
+    }
+    if (at == NULL) {
+        snprintf(out, outlen, "%s", url);
+        return;
+    }
+    /* The password never reaches a log. */
+    snprintf(out, outlen, "%.*s***@%s", (int)(scheme_end + 3 - url), url, at + 1);
+}

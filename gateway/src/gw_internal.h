@@ -1,0 +1,278 @@
+/*
+ * Declarations shared between the gateway's own files (the gateway-core library and
+ * main.c). Never installed.
+ *
+ * Threads: libmicrohttpd runs an epoll thread pool. Every pool thread handles whole
+ * requests and owns its own lk_client (gw__client()), because a hiredis context is not
+ * thread-safe. The store is shared: storage is thread-safe and batches writers. Counters in
+ * gw_metrics are atomics. Nothing else is shared between threads after start-up.
+ */
+#ifndef GATEWAY_GW_INTERNAL_H
+#define GATEWAY_GW_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+#include <uuid/uuid.h>
+
+#include "locklib/locklib.h"
+#include "storage/storage.h"
+
+#ifndef FENCEGATE_VERSION
+#define FENCEGATE_VERSION "0.0.0"
+#endif
+
+/* ---- Configuration (config.c) ---------------------------------------------------- */
+
+#define GW_JSON_BODY_MAX (16 * 1024)     /* JSON request bodies over this are a 413 */
+#define GW_DEFAULT_TTL_MS 30000
+#define GW_MAX_WAIT_MS 60000
+#define GW_DRAIN_MS 10000                /* how long SIGTERM waits for in-flight requests */
+#define GW_CONN_TIMEOUT_S 30             /* idle connection timeout */
+
+typedef struct gw_config {
+    char listen[256];            /* HOST:PORT or [V6]:PORT */
+    char redis_url[1024];
+    char data_dir[1024];
+    char auth_token_file[1024];  /* "" when auth is off */
+    size_t max_value_bytes;
+    int threads;
+    int max_connections;
+    int log_json;                /* 1: --log-format json */
+    /* What to do instead of serving. */
+    int help;
+    int version;
+    int routes;
+    int check_config;
+} gw_config;
+
+/* Fills cfg from the environment (FENCEGATE_*), then from argv (flags override env).
+ * Returns 0, or -1 with a message naming the bad flag, variable or value in err: the
+ * caller prints it and exits 2. Never exits by itself, so fuzzers can call it. */
+int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Prints the --help text (every flag with its environment variable) to f. */
+void gw__config_usage(FILE *f, const char *argv0);
+
+/* Reads the bearer token from the auth token file into buf (trailing whitespace stripped).
+ * Returns its length, or -1 with a reason in err when the file is unreadable, empty or
+ * longer than len - 1 bytes. */
+long gw__config_read_token(const char *path, char *buf, size_t len, char *err, size_t errlen);
+
+/* Resolves cfg->listen into *addr. Returns 0 or -1 with err. */
+int gw__config_listen_addr(const char *listen, struct sockaddr_storage *addr, char *err,
+                          size_t errlen);
+
+/* Copies a Redis URL without its user:password part into out, for logs. */
+void gw__config_redact_url(const char *url, char *out, size_t outlen);
+
+/* ---- Routes (server.c) ------------------------------------------------------------ */
+
+typedef enum gw_route_id {
+    GW_R_LOCK,
+    GW_R_UNLOCK,
+    GW_R_RENEW,
+    GW_R_LOCK_STATUS,
+    GW_R_RESOURCE_GET,
+    GW_R_RESOURCE_PUT,
+    GW_R_HEALTHZ,
+    GW_R_READYZ,
+    GW_R_METRICS,
+    GW_R_COUNT
+} gw_route_id;
+
+/* Label used for requests that matched no route (404/405). */
+#define GW_R_NONE GW_R_COUNT
+
+typedef struct gw_route {
+    const char *method;
+    const char *path;        /* template, e.g. "/resources/{resource}" */
+    gw_route_id id;
+} gw_route;
+
+/* The served routes, GW_R_COUNT entries, in the order of gw_route_id. */
+extern const gw_route gw__routes[GW_R_COUNT];
+
+/* Matches a raw request path. Returns 200 with *route and *param (the raw text after the
+ * route's prefix, "" when the template has no {resource}), 404 when no route has this path,
+ * or 405 with the allowed methods ("GET, PUT") written into allow. */
+int gw__route_match(const char *method, const char *path, const gw_route **route,
+                   const char **param, char *allow, size_t allowlen);
+
+/* ---- Metrics (metrics.c) ---------------------------------------------------------- */
+
+/* Outcomes by operation. The names are the label values. */
+#define GW_ACQUIRE_OUTCOMES(X)                                                            \
+    X(acquired) X(reentered) X(replayed) X(locked) X(invalid) X(unavailable)              \
+    X(idempotency_conflict) X(error) X(shutting_down)
+#define GW_RELEASE_OUTCOMES(X)                                                            \
+    X(released) X(still_held) X(not_owner) X(replayed) X(invalid) X(unavailable)          \
+    X(idempotency_conflict) X(error)
+#define GW_RENEW_OUTCOMES(X)                                                              \
+    X(renewed) X(not_owner) X(replayed) X(invalid) X(unavailable) X(idempotency_conflict)  \
+    X(error)
+#define GW_WRITE_OUTCOMES(X)                                                              \
+    X(accepted) X(stale) X(unknown_token) X(too_large) X(full) X(invalid) X(unavailable)   \
+    X(error)
+
+#define GW_X_ACQ(name) GW_ACQ_##name,
+#define GW_X_REL(name) GW_REL_##name,
+#define GW_X_REN(name) GW_REN_##name,
+#define GW_X_WR(name) GW_WR_##name,
+typedef enum { GW_ACQUIRE_OUTCOMES(GW_X_ACQ) GW_ACQ_COUNT } gw_acquire_outcome;
+typedef enum { GW_RELEASE_OUTCOMES(GW_X_REL) GW_REL_COUNT } gw_release_outcome;
+typedef enum { GW_RENEW_OUTCOMES(GW_X_REN) GW_REN_COUNT } gw_renew_outcome;
+typedef enum { GW_WRITE_OUTCOMES(GW_X_WR) GW_WR_COUNT } gw_write_outcome;
+#undef GW_X_ACQ
+#undef GW_X_REL
+#undef GW_X_REN
+#undef GW_X_WR
+
+#define GW_LATENCY_BUCKETS 14
+/* Status codes counted by fencegate_http_responses_total; anything else is "other". */
+#define GW_STATUS_CODES(X)                                                                \
+    X(200) X(400) X(401) X(403) X(404) X(405) X(409) X(413) X(422) X(500) X(503) X(507)
+#define GW_X_COUNT(code) +1
+#define GW_STATUS_COUNT (0 GW_STATUS_CODES(GW_X_COUNT) + 1)
+
+typedef struct gw_metrics {
+    atomic_ullong acquire[GW_ACQ_COUNT];
+    atomic_ullong release[GW_REL_COUNT];
+    atomic_ullong renew[GW_REN_COUNT];
+    atomic_ullong write[GW_WR_COUNT];
+    atomic_llong locks_held;              /* first acquisitions - releases to zero, here */
+    atomic_int redis_up;                  /* last observed state */
+    atomic_ullong floor_corrections;      /* acquisitions whose counter was raised */
+    atomic_ullong responses[GW_STATUS_COUNT];
+    /* Latency histogram per route (+1 for unmatched), cumulative at output time. */
+    atomic_ullong latency_bucket[GW_R_COUNT + 1][GW_LATENCY_BUCKETS + 1];
+    atomic_ullong latency_sum_us[GW_R_COUNT + 1];
+} gw_metrics;
+
+void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
+/* Writes the Prometheus text exposition into a malloc'd string (*len bytes). NULL on
+ * allocation failure. The caller frees it. */
+char *gw__metrics_render(gw_metrics *m, size_t *len);
+
+/* ---- Server state --------------------------------------------------------------- */
+
+typedef struct gw_server {
+    const gw_config *cfg;
+    store *st;
+    lk_options lk_opts;
+    char auth_token[512];
+    size_t auth_token_len;
+    int auth_on;
+    uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */
+    atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
+    atomic_long inflight;         /* requests between their first call and completion */
+    atomic_llong max_token;       /* the largest token this process has handed out */
+    gw_metrics metrics;
+    struct MHD_Daemon *daemon;
+} gw_server;
+
+/* Per-request state, created on the first call of the access handler and freed in the
+ * NOTIFY_COMPLETED callback. */
+typedef struct gw_request {
+    gw_server *srv;
+    struct MHD_Connection *conn;
+    const gw_route *route;        /* NULL when no route matched */
+    char method[16];
+    char path[256];               /* for the log line: printable ASCII, truncated */
+    char param[LK_RESOURCE_MAX + 2]; /* raw {resource} text; longer ones are cut and invalid */
+    int param_too_long;
+    int64_t start_us;
+    char *body;                   /* malloc'd, NUL-terminated */
+    size_t body_len;
+    size_t body_cap;
+    size_t body_max;
+    int body_too_large;           /* over body_max: the rest is discarded, the answer 413 */
+    int answered;                 /* a response was queued */
+    int status;                   /* the status of that response, for log and metrics */
+} gw_request;
+
+/* Starts the daemon on cfg->listen. Returns 0 or -1 with err. */
+int gw__server_start(gw_server *srv, char *err, size_t errlen);
+/* Stops accepting, waits up to drain_ms for in-flight requests, stops the daemon.
+ * Returns 0 when everything finished, -1 when requests were still running at the deadline
+ * (the daemon is then left running: the caller exits). */
+int gw__server_stop(gw_server *srv, int drain_ms);
+
+/* This thread's locklib handle, opened on first use; NULL on allocation failure or a bad
+ * URL. Closed by a thread-exit destructor. */
+lk_client *gw__client(gw_server *srv);
+
+/* Monotonic microseconds. */
+int64_t gw__now_us(void);
+
+/* ---- Responses (respond.c) ------------------------------------------------------ */
+
+/* Queues a JSON response (body is stolen and freed). Returns the MHD result. */
+enum MHD_Result gw__send_json(gw_request *req, unsigned int status, json_t *body);
+/* Builds the response {"error": code, "message": ...} plus the fields of extra (stolen, may
+ * be NULL), for callers that add headers (Allow, Retry-After) before gw__queue(). Every
+ * error body is built here. NULL on allocation failure. */
+struct MHD_Response *gw__error_response(const char *code, json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* gw__error_response() and gw__queue() in one call: the usual way to answer an error. */
+enum MHD_Result gw__send_error(gw_request *req, unsigned int status, const char *code,
+                               json_t *extra, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+/* Queues an already built response (the reference is released). */
+enum MHD_Result gw__queue(gw_request *req, unsigned int status, struct MHD_Response *resp);
+
+/* Maps a locklib error status to an HTTP error answer. */
+enum MHD_Result gw__send_lk_error(gw_request *req, lk_client *c, lk_status st);
+
+/* Counts the request headers named `name` (case-insensitive); *value gets the last one. */
+int gw__header_count(struct MHD_Connection *conn, const char *name, const char **value);
+
+/* ---- JSON field helpers (respond.c) --------------------------------------------- */
+
+/* Parses req->body as a JSON object into *root. On failure queues the 400 and returns -1
+ * with *result set to the MHD result. */
+int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result);
+/* Reads an optional string field that must be a valid name (kind: "resource" uses the
+ * resource rules, anything else the owner rules). *out is NULL when absent. Returns 0 or -1
+ * after queuing the 400. */
+int gw__field_name(gw_request *req, json_t *root, const char *field, int required,
+                   const char **out, enum MHD_Result *result);
+/* Reads an optional integer field in [min, max]; def when absent. Returns 0 or -1 after
+ * queuing the 400. */
+int gw__field_int(gw_request *req, json_t *root, const char *field, int64_t def, int64_t min,
+                  int64_t max, int64_t *out, enum MHD_Result *result);
+/* Reads the optional Idempotency-Key header. Returns 0 (*key NULL when absent) or -1 after
+ * queuing the 400. */
+int gw__idempotency_key(gw_request *req, const char **key, enum MHD_Result *result);
+
+/* ---- Handlers ------------------------------------------------------------------- */
+
+enum MHD_Result gw__handle_lock(gw_request *req);
+enum MHD_Result gw__handle_unlock(gw_request *req);
+enum MHD_Result gw__handle_renew(gw_request *req);
+enum MHD_Result gw__handle_lock_status(gw_request *req);
+enum MHD_Result gw__handle_resource_put(gw_request *req);
+enum MHD_Result gw__handle_resource_get(gw_request *req);
+enum MHD_Result gw__handle_healthz(gw_request *req);
+enum MHD_Result gw__handle_readyz(gw_request *req);
+enum MHD_Result gw__handle_metrics(gw_request *req);
+
+/* Validates req->param as a resource name; queues the 400 and returns -1 when it is not. */
+int gw__path_resource(gw_request *req, enum MHD_Result *result);
+
+/* ---- Logging (log.c) ------------------------------------------------------------ */
+
+/* One line per request on stderr: method, path, status, microseconds. Never owners,
+ * headers or bodies. */
+void gw__log_request(const gw_request *req, int64_t micros, enum MHD_RequestTerminationCode toe);
+/* A line about the process itself (start, shutdown, dependency trouble). */
+void gw__log_event(const gw_config *cfg, const char *level, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * GET /healthz, GET /readyz and GET /metrics.
+ *
+ * /healthz says the process is up and serving; it needs no dependency and no auth, so an
+ * orchestrator can use it as a liveness probe. /readyz asks both dependencies: a Redis PING
+ * on this thread's connection (bounded by locklib's timeouts, so a dead Redis answers within
+ * about 2 s) and a read-only storage transaction.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_internal.h"
+
+/* A valid resource name nobody needs to own: reading its highest token exercises a read
+ * transaction and nothing else. */
+#define READY_PROBE_RESOURCE "_fencegate.readyz"
+
+enum MHD_Result gw__handle_healthz(gw_request *req)
+{
+    return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+}
+
+enum MHD_Result gw__handle_readyz(gw_request *req)
+{
+    gw_server *srv = req->srv;
+    lk_client *c = gw__client(srv);
+    lk_status lst = c != NULL ? lk_ping(c) : LK_ENOMEM;
+    uint64_t highest = 0;
+    store_status sst = store_highest(srv->st, READY_PROBE_RESOURCE, &highest);
+    int redis_ok = lst == LK_OK;
+    int storage_ok = sst == STORE_OK;
+
+    atomic_store(&srv->metrics.redis_up, redis_ok);
+    if (redis_ok && storage_ok) {
+        return gw__send_json(req, MHD_HTTP_OK,
+                             json_pack("{s:s, s:s, s:s}", "status", "ready", "redis", "up",
+                                       "storage", "up"));
+    }
+    const char *failed = !redis_ok && !storage_ok ? "redis and storage"
+                         : !redis_ok             ? "redis"
+                                                 : "storage";
+    return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
+                          json_pack("{s:s, s:s}", "redis", redis_ok ? "up" : "down", "storage",
+                                    storage_ok ? "up" : "down"),
+                          "%s unavailable", failed);
+}
+
+enum MHD_Result gw__handle_metrics(gw_request *req)
+{
+    size_t len = 0;
+    lk_client *c = gw__client(req->srv);
+
+    /* Refresh the gauge so a scrape sees Redis as it is, not as the last request saw it. */
+    atomic_store(&req->srv->metrics.redis_up, c != NULL && lk_ping(c) == LK_OK);
+    char *text = gw__metrics_render(&req->srv->metrics, &len);
+    if (text == NULL) {
+        return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
+                              "out of memory while rendering metrics");
+    }
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "text/plain; version=0.0.4; charset=utf-8");
+    return gw__queue(req, MHD_HTTP_OK, resp);
+}

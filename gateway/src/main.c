@@ -1,0 +1,157 @@
+/*
+ * fencegate: the gateway process. Parses flags and environment, opens storage, serves HTTP
+ * until SIGTERM or SIGINT, then shuts down gracefully.
+ *
+ * Exit status: 0 after a clean shutdown (and for --help, --version, --routes,
+ * --check-config), 2 for a bad flag, variable or value, 1 when it cannot start (storage
+ * cannot be opened, the address cannot be bound).
+ *
+ * Signals are handled by sigwait() in the main thread, never by a handler: SIGTERM and
+ * SIGINT are blocked before any thread starts, so every thread inherits the mask and only
+ * the main thread ever receives them. SIGPIPE is ignored; a client that goes away must not
+ * kill the process.
+ */
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "gw_internal.h"
+
+static gw_server server;
+
+/* Opens a Redis client once, to check the URL and report whether Redis answers. Redis being
+ * down is not fatal: the gateway starts and /readyz reports it. Returns 0, or -1 for a URL
+ * locklib refuses. */
+static int probe_redis(const gw_config *cfg, const lk_options *opts, int quiet)
+{
+    lk_client *c = NULL;
+    char shown[1100];
+    lk_status st = lk_client_open(&c, cfg->redis_url, opts);
+
+    gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
+    if (c == NULL) {
+        fprintf(stderr, "fencegate: --redis: cannot use '%s': %s\n", shown, lk_status_str(st));
+        return -1;
+    }
+    if (!quiet && st == LK_OK) {
+        st = lk_ping(c);
+    }
+    if (!quiet && st != LK_OK) {
+        gw__log_event(cfg, "warn", "redis at %s is unavailable (%s); serving anyway, lock calls "
+                                   "answer 503 until it is back", shown, lk_errstr(c));
+    }
+    lk_client_close(c);
+    return 0;
+}
+
+/* Checks what can be checked without serving. Returns 0 or -1 after printing why. */
+static int validate(gw_config *cfg, int quiet)
+{
+    char err[600];
+    struct sockaddr_storage addr;
+
+    if (gw__config_listen_addr(cfg->listen, &addr, err, sizeof err) != 0) {
+        fprintf(stderr, "fencegate: %s\n", err);
+        return -1;
+    }
+    if (cfg->auth_token_file[0] != '\0') {
+        long n = gw__config_read_token(cfg->auth_token_file, server.auth_token,
+                                       sizeof server.auth_token, err, sizeof err);
+        if (n < 0) {
+            fprintf(stderr, "fencegate: %s\n", err);
+            return -1;
+        }
+        server.auth_token_len = (size_t)n;
+        server.auth_on = 1;
+    }
+    lk_options_init(&server.lk_opts);
+    return probe_redis(cfg, &server.lk_opts, quiet);
+}
+
+/* Serves until SIGTERM or SIGINT. Returns the exit status. */
+static int serve(gw_config *cfg, const sigset_t *stop_signals)
+{
+    char err[600];
+    char shown[1100];
+    store_options sopts;
+    int sig = 0;
+
+    store_options_init(&sopts);
+    sopts.dir = cfg->data_dir;
+    sopts.max_value_bytes = cfg->max_value_bytes;
+    store_status sst = store_open(&server.st, &sopts, err, sizeof err);
+    if (sst != STORE_OK) {
+        fprintf(stderr, "fencegate: --data %s: %s: %s\n", cfg->data_dir, store_status_str(sst),
+                err);
+        return 1;
+    }
+    uuid_generate_random(server.owner_secret);
+    atomic_store(&server.metrics.redis_up, 1);
+    if (gw__server_start(&server, err, sizeof err) != 0) {
+        fprintf(stderr, "fencegate: %s\n", err);
+        store_close(server.st);
+        return 1;
+    }
+    gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
+    gw__log_event(cfg, "info", "fencegate %s listening on %s (redis %s, data %s, %d threads)",
+                  FENCEGATE_VERSION, cfg->listen, shown, cfg->data_dir, cfg->threads);
+    while (sigwait(stop_signals, &sig) != 0) {
+    }
+    gw__log_event(cfg, "info", "signal %d: no new connections; finishing in-flight requests",
+                  sig);
+    if (gw__server_stop(&server, GW_DRAIN_MS) != 0) {
+        /* A request is stuck past the drain deadline (a disk that does not answer). Nothing
+         * unsafe is lost by leaving now: every acknowledged write is already durable, and a
+         * lock whose answer is never sent expires with its lease. */
+        gw__log_event(cfg, "warn", "%ld requests still running after %d ms; exiting anyway",
+                      atomic_load(&server.inflight), GW_DRAIN_MS);
+        fflush(stderr);
+        _exit(0);
+    }
+    store_close(server.st);
+    gw__log_event(cfg, "info", "stopped");
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    gw_config cfg;
+    char err[600];
+    sigset_t stop_signals;
+
+    if (gw__config_parse(&cfg, argc, argv, err, sizeof err) != 0) {
+        fprintf(stderr, "fencegate: %s\n", err);
+        return 2;
+    }
+    server.cfg = &cfg;
+    if (cfg.help) {
+        gw__config_usage(stdout, argv[0]);
+        return 0;
+    }
+    if (cfg.version) {
+        printf("fencegate %s\n", FENCEGATE_VERSION);
+        return 0;
+    }
+    if (cfg.routes) {
+        for (int i = 0; i < GW_R_COUNT; i++) {
+            printf("%s %s\n", gw__routes[i].method, gw__routes[i].path);
+        }
+        return 0;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGTERM);
+    sigaddset(&stop_signals, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    if (validate(&cfg, cfg.check_config) != 0) {
+        return 2;
+    }
+    if (cfg.check_config) {
+        printf("fencegate: configuration ok\n");
+        return 0;
+    }
+    return serve(&cfg, &stop_signals);
+}

@@ -1,0 +1,167 @@
+/*
+ * /metrics in the Prometheus text format (version 0.0.4). Counters are atomics updated by
+ * the pool threads; rendering reads them without a lock, so one scrape may mix values from
+ * slightly different instants, as every Prometheus client library does.
+ *
+ * Labels are fixed vocabularies (outcome names, status codes, route templates). They never
+ * carry a resource name or an owner, so the series count is bounded and nothing secret leaks.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_internal.h"
+
+static const double bucket_le[GW_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                                     0.025,  0.05,  0.1,    0.25,  0.5,
+                                                     1,      2.5,   5,      10};
+
+#define GW_X_CODE(code) code,
+static const int status_codes[GW_STATUS_COUNT - 1] = {GW_STATUS_CODES(GW_X_CODE)};
+#undef GW_X_CODE
+
+void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros)
+{
+    int i = 0;
+    while (i < GW_STATUS_COUNT - 1 && status_codes[i] != status) {
+        i++;
+    }
+    atomic_fetch_add(&m->responses[i], 1); /* i == GW_STATUS_COUNT - 1: "other" */
+
+    int b = 0;
+    while (b < GW_LATENCY_BUCKETS && (double)micros / 1e6 > bucket_le[b]) {
+        b++;
+    }
+    atomic_fetch_add(&m->latency_bucket[route][b], 1); /* b == GW_LATENCY_BUCKETS: +Inf */
+    atomic_fetch_add(&m->latency_sum_us[route], (unsigned long long)(micros > 0 ? micros : 0));
+}
+
+/* A growing text buffer; on allocation failure it stops growing and `failed` is set. */
+typedef struct textbuf {
+    char *data;
+    size_t len;
+    size_t cap;
+    int failed;
+} textbuf;
+
+static void put(textbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(textbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    for (int attempt = 0; attempt < 2 && !b->failed; attempt++) {
+        va_start(ap, fmt);
+        int n = vsnprintf(b->data + b->len, b->cap - b->len, fmt, ap);
+        va_end(ap);
+        if (n < 0) {
+            b->failed = 1;
+            return;
+        }
+        if ((size_t)n < b->cap - b->len) {
+            b->len += (size_t)n;
+            return;
+        }
+        size_t cap = b->cap * 2 + (size_t)n + 1;
+        char *grown = realloc(b->data, cap);
+        if (grown == NULL) {
+            b->failed = 1;
+            return;
+        }
+        b->data = grown;
+        b->cap = cap;
+    }
+}
+
+static void header(textbuf *b, const char *name, const char *type, const char *help)
+{
+    put(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+#define GW_X_NAME(name) #name,
+static const char *const acquire_names[] = {GW_ACQUIRE_OUTCOMES(GW_X_NAME)};
+static const char *const release_names[] = {GW_RELEASE_OUTCOMES(GW_X_NAME)};
+static const char *const renew_names[] = {GW_RENEW_OUTCOMES(GW_X_NAME)};
+static const char *const write_names[] = {GW_WRITE_OUTCOMES(GW_X_NAME)};
+#undef GW_X_NAME
+
+static void outcomes(textbuf *b, const char *name, const char *help, const char *const *names,
+                     atomic_ullong *counts, int n)
+{
+    header(b, name, "counter", help);
+    for (int i = 0; i < n; i++) {
+        put(b, "%s{outcome=\"%s\"} %llu\n", name, names[i], atomic_load(&counts[i]));
+    }
+}
+
+static void latency(textbuf *b, gw_metrics *m)
+{
+    const char *name = "fencegate_http_request_duration_seconds";
+    header(b, name, "histogram", "Time from the first byte of a request to its completion.");
+    for (int r = 0; r <= GW_R_COUNT; r++) {
+        char labels[96];
+        if (r < GW_R_COUNT) {
+            snprintf(labels, sizeof labels, "method=\"%s\",route=\"%s\"", gw__routes[r].method,
+                     gw__routes[r].path);
+        } else {
+            snprintf(labels, sizeof labels, "method=\"\",route=\"unmatched\"");
+        }
+        unsigned long long cumulative = 0;
+        for (int i = 0; i <= GW_LATENCY_BUCKETS; i++) {
+            cumulative += atomic_load(&m->latency_bucket[r][i]);
+            if (i < GW_LATENCY_BUCKETS) {
+                put(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bucket_le[i], cumulative);
+            } else {
+                put(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, cumulative);
+            }
+        }
+        put(b, "%s_sum{%s} %.6f\n", name, labels, (double)atomic_load(&m->latency_sum_us[r]) / 1e6);
+        put(b, "%s_count{%s} %llu\n", name, labels, cumulative);
+    }
+}
+
+char *gw__metrics_render(gw_metrics *m, size_t *len)
+{
+    textbuf b = {malloc(8192), 0, 8192, 0};
+    if (b.data == NULL) {
+        return NULL;
+    }
+    outcomes(&b, "fencegate_acquire_total", "POST /lock calls by outcome.", acquire_names,
+             m->acquire, GW_ACQ_COUNT);
+    outcomes(&b, "fencegate_release_total", "POST /unlock calls by outcome.", release_names,
+             m->release, GW_REL_COUNT);
+    outcomes(&b, "fencegate_renew_total", "POST /renew calls by outcome.", renew_names, m->renew,
+             GW_REN_COUNT);
+    outcomes(&b, "fencegate_write_total", "PUT /resources calls by outcome.", write_names,
+             m->write, GW_WR_COUNT);
+    header(&b, "fencegate_locks_held", "gauge",
+           "Locks first acquired through this gateway minus locks released to zero through it. "
+           "Leases that expire and locks taken through other gateways are not seen.");
+    long long held = atomic_load(&m->locks_held);
+    put(&b, "fencegate_locks_held %lld\n", held > 0 ? held : 0);
+    header(&b, "fencegate_redis_up", "gauge",
+           "1 when the last Redis call or probe succeeded, 0 when Redis was unreachable.");
+    put(&b, "fencegate_redis_up %d\n", atomic_load(&m->redis_up));
+    header(&b, "fencegate_token_floor_corrections_total", "counter",
+           "Acquisitions whose Redis token counter was below the ledger floor and was raised "
+           "(Redis lost data).");
+    put(&b, "fencegate_token_floor_corrections_total %llu\n", atomic_load(&m->floor_corrections));
+    header(&b, "fencegate_http_responses_total", "counter", "HTTP responses by status code.");
+    for (int i = 0; i < GW_STATUS_COUNT; i++) {
+        if (i < GW_STATUS_COUNT - 1) {
+            put(&b, "fencegate_http_responses_total{code=\"%d\"} %llu\n", status_codes[i],
+                atomic_load(&m->responses[i]));
+        } else {
+            put(&b, "fencegate_http_responses_total{code=\"other\"} %llu\n",
+                atomic_load(&m->responses[i]));
+        }
+    }
+    latency(&b, m);
+    header(&b, "fencegate_build_info", "gauge", "Always 1; the version is a label.");
+    put(&b, "fencegate_build_info{version=\"%s\"} 1\n", FENCEGATE_VERSION);
+    if (b.failed) {
+        free(b.data);
+        return NULL;
+    }
+    *len = b.len;
+    return b.data;
+}

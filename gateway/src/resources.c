@@ -1,0 +1,200 @@
+/*
+ * PUT /resources/{resource} and GET /resources/{resource}: token-checked writes and reads.
+ *
+ * A write carries `Fencing-Token: <decimal>`. Storage checks it, atomically with the write,
+ * against two numbers:
+ *   - the last token issued for the resource, read from Redis just before: a larger token
+ *     was never issued (forged, or from another deployment), 403 unknown_token, and nothing
+ *     moves, so a forged huge token can never lock the real holders out;
+ *   - the highest token that has written the resource: a lower one is stale, 409.
+ * If Redis lost its counter, the last issued token reads low until the next acquisition
+ * lifts it above the ledger floor; until then writes with older tokens are refused as
+ * unknown (403), which is the safe direction. If Redis is unreachable the write is refused
+ * with 503: without the counter we cannot tell a forged token from a real one.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "gw_internal.h"
+
+#define DEFAULT_CONTENT_TYPE "application/octet-stream"
+
+static void count_write(gw_server *srv, gw_write_outcome o)
+{
+    atomic_fetch_add(&srv->metrics.write[o], 1);
+}
+
+/* Parses a positive decimal below 2^53, digits only. Returns 0 or -1. */
+static int parse_token(const char *s, uint64_t *token)
+{
+    uint64_t v = 0;
+
+    if (s == NULL || s[0] == '\0') {
+        return -1;
+    }
+    for (const char *p = s; *p != '\0'; p++) {
+        if (*p < '0' || *p > '9') {
+            return -1;
+        }
+        v = v * 10 + (uint64_t)(*p - '0');
+        if (v > (uint64_t)LK_TOKEN_MAX) {
+            return -1; /* also stops before v * 10 could overflow */
+        }
+    }
+    if (v == 0) {
+        return -1;
+    }
+    *token = v;
+    return 0;
+}
+
+/* Reads the Fencing-Token and Content-Type headers. Returns 0 or -1 after queuing the 400. */
+static int read_write_headers(gw_request *req, uint64_t *token, const char **ctype,
+                              enum MHD_Result *result)
+{
+    const char *value = NULL;
+    int n = gw__header_count(req->conn, "Fencing-Token", &value);
+
+    if (n != 1 || parse_token(value, token) != 0) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 n == 0   ? "the Fencing-Token header is required"
+                                 : n > 1  ? "the Fencing-Token header is repeated"
+                                          : "Fencing-Token must be a positive decimal below "
+                                            "2^53 (digits only)");
+        return -1;
+    }
+    n = gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_TYPE, &value);
+    if (n == 0 || value[0] == '\0') {
+        *ctype = DEFAULT_CONTENT_TYPE;
+        return 0;
+    }
+    size_t len = strlen(value);
+    int printable = 1;
+    for (size_t i = 0; i < len; i++) {
+        printable &= value[i] >= 0x20 && value[i] <= 0x7e;
+    }
+    /* It is sent back on reads, so it must be a sane header value. */
+    if (n > 1 || len > STORE_CONTENT_TYPE_MAX || !printable) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "Content-Type must appear once and be at most %d printable "
+                                 "ASCII characters", STORE_CONTENT_TYPE_MAX);
+        return -1;
+    }
+    *ctype = value;
+    return 0;
+}
+
+static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t token,
+                                    const store_write_result *wr)
+{
+    gw_server *srv = req->srv;
+
+    switch (st) {
+    case STORE_ACCEPTED:
+        count_write(srv, GW_WR_accepted);
+        return gw__send_json(req, MHD_HTTP_OK,
+                             json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
+                                       (json_int_t)token, "highest_token",
+                                       (json_int_t)wr->highest_token, "version",
+                                       (json_int_t)wr->version));
+    case STORE_STALE:
+        count_write(srv, GW_WR_stale);
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
+                              json_pack("{s:s, s:I, s:I}", "resource", req->param, "token",
+                                        (json_int_t)token, "highest_token",
+                                        (json_int_t)wr->highest_token),
+                              "token %llu is lower than %llu, which has already written %s",
+                              (unsigned long long)token,
+                              (unsigned long long)wr->highest_token, req->param);
+    case STORE_UNKNOWN_TOKEN:
+        count_write(srv, GW_WR_unknown_token);
+        return gw__send_error(req, MHD_HTTP_FORBIDDEN, "unknown_token",
+                              json_pack("{s:s, s:I}", "resource", req->param, "token",
+                                        (json_int_t)token),
+                              "token %llu was never issued for %s; nothing was changed",
+                              (unsigned long long)token, req->param);
+    case STORE_TOO_LARGE:
+        count_write(srv, GW_WR_too_large);
+        return gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,
+                              "the value is over %zu bytes", srv->cfg->max_value_bytes);
+    case STORE_FULL:
+        count_write(srv, GW_WR_full);
+        return gw__send_error(req, MHD_HTTP_INSUFFICIENT_STORAGE, "insufficient_storage", NULL,
+                              "the store is full; nothing was changed");
+    case STORE_INVALID:
+        count_write(srv, GW_WR_invalid);
+        return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                              "storage refused the resource name or content type");
+    default:
+        count_write(srv, GW_WR_error);
+        gw__log_event(srv->cfg, "error", "storage write: %s", store_status_str(st));
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "storage could not make the write durable (%s); nothing was "
+                              "acknowledged", store_status_name(st));
+    }
+}
+
+enum MHD_Result gw__handle_resource_put(gw_request *req)
+{
+    gw_server *srv = req->srv;
+    enum MHD_Result result = MHD_YES;
+    uint64_t token = 0;
+    const char *ctype = NULL;
+    int64_t last_issued = 0;
+    store_write_result wr;
+
+    if (gw__path_resource(req, &result) != 0 ||
+        read_write_headers(req, &token, &ctype, &result) != 0) {
+        count_write(srv, GW_WR_invalid);
+        return result;
+    }
+    lk_client *c = gw__client(srv);
+    lk_status lst = c != NULL ? lk_last_token(c, req->param, &last_issued) : LK_ENOMEM;
+    atomic_store(&srv->metrics.redis_up, lst == LK_EUNAVAILABLE ? 0 : 1);
+    if (lst != LK_OK) {
+        count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
+        return gw__send_lk_error(req, c, lst);
+    }
+    memset(&wr, 0, sizeof wr);
+    store_status st = store_write(srv->st, req->param, token, req->body != NULL ? req->body : "",
+                                  req->body_len, ctype, (uint64_t)last_issued, &wr);
+    return answer_write(req, st, token, &wr);
+}
+
+enum MHD_Result gw__handle_resource_get(gw_request *req)
+{
+    enum MHD_Result result = MHD_YES;
+    store_value v;
+    char token[24], etag[48];
+
+    if (gw__path_resource(req, &result) != 0) {
+        return result;
+    }
+    memset(&v, 0, sizeof v);
+    store_status st = store_read(req->srv->st, req->param, &v);
+    if (st == STORE_NOT_FOUND) {
+        return gw__send_error(req, MHD_HTTP_NOT_FOUND, "not_found", NULL,
+                              "%s has never been written", req->param);
+    }
+    if (st != STORE_OK) {
+        gw__log_event(req->srv->cfg, "error", "storage read: %s", store_status_str(st));
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "storage could not be read (%s)", store_status_name(st));
+    }
+    /* An empty value has no buffer to copy. */
+    struct MHD_Response *resp =
+        v.len > 0 ? MHD_create_response_from_buffer(v.len, v.data, MHD_RESPMEM_MUST_COPY)
+                  : MHD_create_response_from_buffer(0, (void *)"", MHD_RESPMEM_PERSISTENT);
+    if (resp != NULL) {
+        snprintf(token, sizeof token, "%llu", (unsigned long long)v.token);
+        /* The version changes with every accepted write, so it identifies the bytes. */
+        snprintf(etag, sizeof etag, "\"%llu\"", (unsigned long long)v.version);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                                v.content_type[0] != '\0' ? v.content_type
+                                                          : DEFAULT_CONTENT_TYPE);
+        MHD_add_response_header(resp, "Fencing-Token", token);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    }
+    store_value_free(&v);
+    return gw__queue(req, MHD_HTTP_OK, resp);
+}

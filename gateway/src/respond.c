@@ -1,0 +1,238 @@
+/*
+ * Building answers and reading request input: the single error helper, JSON responses, and
+ * the field checks shared by the handlers. Every error body is {"error": "<code>",
+ * "message": "..."} and is built by gw__error_response().
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_internal.h"
+
+static struct MHD_Response *json_response(json_t *body)
+{
+    char *text = NULL;
+    struct MHD_Response *resp = NULL;
+
+    if (body == NULL) {
+        return NULL;
+    }
+    text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    if (text == NULL) {
+        return NULL;
+    }
+    /* jansson allocates with malloc (we never change its allocator), so MHD may free it. */
+    resp = MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (resp == NULL) {
+        free(text);
+        return NULL;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    return resp;
+}
+
+static struct MHD_Response *build_error(const char *code, json_t *extra, const char *fmt,
+                                        va_list ap)
+{
+    char message[512];
+    vsnprintf(message, sizeof message, fmt, ap);
+    /* Messages may quote client input (jansson's "near '...'"), which may not be UTF-8 and
+     * would make the JSON answer impossible to build: keep them to printable ASCII. */
+    for (char *p = message; *p != '\0'; p++) {
+        if (*p < 0x20 || *p > 0x7e) {
+            *p = '?';
+        }
+    }
+    /* "error" and "message" come first; extra fields follow in their own order. */
+    json_t *body = json_pack("{s:s, s:s}", "error", code, "message", message);
+    if (body == NULL || (extra != NULL && json_object_update_missing(body, extra) != 0)) {
+        json_decref(body);
+        json_decref(extra);
+        return NULL;
+    }
+    json_decref(extra);
+    return json_response(body);
+}
+
+struct MHD_Response *gw__error_response(const char *code, json_t *extra, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    struct MHD_Response *resp = build_error(code, extra, fmt, ap);
+    va_end(ap);
+    return resp;
+}
+
+enum MHD_Result gw__queue(gw_request *req, unsigned int status, struct MHD_Response *resp)
+{
+    if (resp == NULL) {
+        return MHD_NO; /* out of memory: MHD closes the connection */
+    }
+    if (atomic_load(&req->srv->shutting_down)) {
+        /* Keep-alive clients must reconnect elsewhere: this process is going away. */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    }
+    req->answered = 1;
+    req->status = (int)status;
+    enum MHD_Result result = MHD_queue_response(req->conn, status, resp);
+    MHD_destroy_response(resp);
+    return result;
+}
+
+enum MHD_Result gw__send_json(gw_request *req, unsigned int status, json_t *body)
+{
+    return gw__queue(req, status, json_response(body));
+}
+
+enum MHD_Result gw__send_error(gw_request *req, unsigned int status, const char *code,
+                               json_t *extra, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    struct MHD_Response *resp = build_error(code, extra, fmt, ap);
+    va_end(ap);
+    return gw__queue(req, status, resp);
+}
+
+enum MHD_Result gw__send_lk_error(gw_request *req, lk_client *c, lk_status st)
+{
+    switch (st) {
+    case LK_EINVAL:
+        return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                              "invalid argument");
+    case LK_EIDEMPOTENCY:
+        return gw__send_error(req, MHD_HTTP_UNPROCESSABLE_CONTENT, "idempotency_key_reused", NULL,
+                              "this Idempotency-Key was already used by another request "
+                              "(another owner, resource or operation)");
+    case LK_EUNAVAILABLE:
+    case LK_EREPLICAS:
+    case LK_EREDIS:
+        /* The reason goes to the log, not to the client: it may describe our deployment. */
+        gw__log_event(req->srv->cfg, "warn", "redis: %s: %s", lk_status_name(st),
+                      c != NULL ? lk_errstr(c) : "no client");
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "the lock service (Redis) is unavailable: %s; try again",
+                              lk_status_str(st));
+    default:
+        gw__log_event(req->srv->cfg, "error", "locklib: unexpected %s", lk_status_name(st));
+        return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
+                              "unexpected lock service answer: %s", lk_status_name(st));
+    }
+}
+
+int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result)
+{
+    json_error_t error;
+
+    *root = NULL;
+    if (req->body_len == 0) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "the body must be a JSON object");
+        return -1;
+    }
+    /* jansson checks UTF-8, rejects NUL in strings, integers out of int64 and reals that
+     * overflow (1e400), and with this flag, duplicate keys. */
+    json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &error);
+    if (doc == NULL) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "the body is not valid JSON: %s (at byte %d)", error.text,
+                                 error.position);
+        return -1;
+    }
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "the body must be a JSON object");
+        return -1;
+    }
+    *root = doc;
+    return 0;
+}
+
+int gw__field_name(gw_request *req, json_t *root, const char *field, int required,
+                   const char **out, enum MHD_Result *result)
+{
+    json_t *v = json_object_get(root, field);
+    int is_resource = strcmp(field, "resource") == 0;
+    const char *rule = is_resource ? "1 to 200 bytes of [A-Za-z0-9._:-]"
+                                   : "1 to 128 bytes of [A-Za-z0-9._:-]";
+
+    *out = NULL;
+    if (v == NULL || (json_is_null(v) && !required)) {
+        if (!required) {
+            return 0;
+        }
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "%s is required", field);
+        return -1;
+    }
+    if (!json_is_string(v)) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "%s must be a string of %s", field, rule);
+        return -1;
+    }
+    const char *s = json_string_value(v);
+    /* json_string_length catches an embedded NUL that strlen would hide. */
+    int ok = strlen(s) == json_string_length(v) &&
+             (is_resource ? lk_valid_resource(s) : lk_valid_owner(s));
+    if (!ok) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "%s must be %s", field, rule);
+        return -1;
+    }
+    *out = s;
+    return 0;
+}
+
+int gw__field_int(gw_request *req, json_t *root, const char *field, int64_t def, int64_t min,
+                  int64_t max, int64_t *out, enum MHD_Result *result)
+{
+    json_t *v = json_object_get(root, field);
+
+    *out = def;
+    if (v == NULL || json_is_null(v)) {
+        return 0;
+    }
+    /* 100.0, 1.5 and 1e3 are reals in JSON: a whole number is asked for. */
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "%s must be an integer from %lld to %lld", field,
+                                 (long long)min, (long long)max);
+        return -1;
+    }
+    *out = json_integer_value(v);
+    return 0;
+}
+
+int gw__idempotency_key(gw_request *req, const char **key, enum MHD_Result *result)
+{
+    const char *value = NULL;
+    int n = gw__header_count(req->conn, "Idempotency-Key", &value);
+
+    *key = NULL;
+    if (n == 0) {
+        return 0;
+    }
+    if (n > 1 || !lk_valid_owner(value)) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "Idempotency-Key must appear once and be 1 to 128 characters "
+                                 "of [A-Za-z0-9._:-]");
+        return -1;
+    }
+    *key = value;
+    return 0;
+}
+
+int gw__path_resource(gw_request *req, enum MHD_Result *result)
+{
+    /* The path is not percent-decoded (see no_unescape in server.c), so '%' fails here. */
+    if (req->param_too_long || !lk_valid_resource(req->param)) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "resource in the path must be 1 to 200 bytes of "
+                                 "[A-Za-z0-9._:-], not percent-encoded");
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,462 @@
+/*
+ * The HTTP server: libmicrohttpd with epoll and an internal thread pool, the route table,
+ * the access handler that streams and caps request bodies, authentication, and graceful
+ * shutdown.
+ *
+ * What happens when things go wrong:
+ *   - Redis restarts or disappears: each pool thread's lk_client reports EUNAVAILABLE within
+ *     its connect/command timeouts (2 s), the request answers 503 backend_unavailable, and
+ *     the next call on that thread reconnects. No restart of the gateway is needed.
+ *   - A client disconnects mid-request: while the body streams in, MHD ends the request and
+ *     NOTIFY_COMPLETED frees its state; nothing was done yet. Once the handler runs it runs
+ *     to completion (a lock may be taken, a write may be stored) and the answer is lost.
+ *     A lost /lock answer leaves a hold nobody knows about: its lease expires by itself.
+ *     A lost PUT answer leaves a durable write; a retry with the same token is accepted
+ *     again (equal tokens are accepted) and bumps the version.
+ *   - The process is killed at any point: no state lives only in this process. Locks live
+ *     in Redis with leases, values and the token ledger in storage. Killed after a lock was
+ *     taken but before the answer was sent, the client never learns the token and the lease
+ *     expires. Killed after store_ledger_cover() but before answering, the token was covered
+ *     and is never reissued. The next process starts from the ledger's floor.
+ */
+#define _DEFAULT_SOURCE
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "gw_internal.h"
+
+const gw_route gw__routes[GW_R_COUNT] = {
+    {"POST", "/lock", GW_R_LOCK},
+    {"POST", "/unlock", GW_R_UNLOCK},
+    {"POST", "/renew", GW_R_RENEW},
+    {"GET", "/locks/{resource}", GW_R_LOCK_STATUS},
+    {"GET", "/resources/{resource}", GW_R_RESOURCE_GET},
+    {"PUT", "/resources/{resource}", GW_R_RESOURCE_PUT},
+    {"GET", "/healthz", GW_R_HEALTHZ},
+    {"GET", "/readyz", GW_R_READYZ},
+    {"GET", "/metrics", GW_R_METRICS},
+};
+
+typedef enum MHD_Result (*gw_handler)(gw_request *req);
+
+static const gw_handler handlers[GW_R_COUNT] = {
+    gw__handle_lock,         gw__handle_unlock,       gw__handle_renew,
+    gw__handle_lock_status,  gw__handle_resource_get, gw__handle_resource_put,
+    gw__handle_healthz,      gw__handle_readyz,       gw__handle_metrics,
+};
+
+int64_t gw__now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Matches path against a template. A template ending in "{resource}" matches any
+ * non-empty remainder after its prefix; *param points at that remainder. */
+static int path_matches(const char *tmpl, const char *path, const char **param)
+{
+    const char *brace = strchr(tmpl, '{');
+
+    if (brace == NULL) {
+        *param = "";
+        return strcmp(tmpl, path) == 0;
+    }
+    size_t prefix = (size_t)(brace - tmpl);
+    if (strncmp(tmpl, path, prefix) != 0 || path[prefix] == '\0') {
+        return 0;
+    }
+    *param = path + prefix;
+    return 1;
+}
+
+int gw__route_match(const char *method, const char *path, const gw_route **route,
+                    const char **param, char *allow, size_t allowlen)
+{
+    size_t used = 0;
+    int path_known = 0;
+
+    *route = NULL;
+    *param = "";
+    if (allowlen > 0) {
+        allow[0] = '\0';
+    }
+    for (int i = 0; i < GW_R_COUNT; i++) {
+        const char *p = NULL;
+        if (!path_matches(gw__routes[i].path, path, &p)) {
+            continue;
+        }
+        if (strcmp(gw__routes[i].method, method) == 0) {
+            *route = &gw__routes[i];
+            *param = p;
+            return 200;
+        }
+        path_known = 1;
+        int n = snprintf(allow + used, allowlen - used, "%s%s", used > 0 ? ", " : "",
+                         gw__routes[i].method);
+        if (n > 0 && (size_t)n < allowlen - used) {
+            used += (size_t)n;
+        }
+    }
+    return path_known ? 405 : 404;
+}
+
+/* ---- One lk_client per pool thread ------------------------------------------------ */
+
+static pthread_key_t client_key;
+static pthread_once_t client_once = PTHREAD_ONCE_INIT;
+
+static void client_destroy(void *p)
+{
+    lk_client_close(p);
+}
+
+static void client_key_init(void)
+{
+    pthread_key_create(&client_key, client_destroy);
+}
+
+lk_client *gw__client(gw_server *srv)
+{
+    lk_client *c = NULL;
+
+    pthread_once(&client_once, client_key_init);
+    c = pthread_getspecific(client_key);
+    if (c != NULL) {
+        return c;
+    }
+    /* EUNAVAILABLE still gives a handle: Redis being down now is not fatal, every later
+     * call on this handle tries to connect again. */
+    lk_status st = lk_client_open(&c, srv->cfg->redis_url, &srv->lk_opts);
+    if (c == NULL) {
+        gw__log_event(srv->cfg, "error", "cannot create a Redis client: %s", lk_status_str(st));
+        return NULL;
+    }
+    pthread_setspecific(client_key, c);
+    return c;
+}
+
+/* ---- Headers and authentication ---------------------------------------------------- */
+
+typedef struct header_count {
+    const char *name;
+    const char *value;
+    int n;
+} header_count;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    header_count *hc = cls;
+    (void)kind;
+    if (key != NULL && strcasecmp(key, hc->name) == 0) {
+        hc->n++;
+        hc->value = value;
+    }
+    return MHD_YES;
+}
+
+int gw__header_count(struct MHD_Connection *conn, const char *name, const char **value)
+{
+    header_count hc = {name, NULL, 0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &hc);
+    if (value != NULL) {
+        *value = hc.value;
+    }
+    return hc.n;
+}
+
+/* Compares in time that depends only on the lengths, never on where the bytes differ. */
+static int token_equal(const char *given, size_t given_len, const char *want, size_t want_len)
+{
+    volatile unsigned char diff = (unsigned char)(given_len != want_len);
+    for (size_t i = 0; i < want_len; i++) {
+        unsigned char g = i < given_len ? (unsigned char)given[i] : 0;
+        diff |= (unsigned char)(g ^ (unsigned char)want[i]);
+    }
+    return diff == 0;
+}
+
+/* Checks the Authorization header. Returns 0 when the request may go on, or -1 after
+ * queuing 400 (repeated header) or 401. */
+static int check_auth(gw_request *req, enum MHD_Result *result)
+{
+    const char *value = NULL;
+    int n = gw__header_count(req->conn, MHD_HTTP_HEADER_AUTHORIZATION, &value);
+
+    if (n > 1) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "the Authorization header is repeated");
+        return -1;
+    }
+    if (!req->srv->auth_on || (req->route != NULL && req->route->id == GW_R_HEALTHZ)) {
+        return 0;
+    }
+    if (n == 1 && strncasecmp(value, "Bearer ", 7) == 0) {
+        const char *given = value + 7;
+        if (token_equal(given, strlen(given), req->srv->auth_token, req->srv->auth_token_len)) {
+            return 0;
+        }
+    }
+    struct MHD_Response *resp =
+        gw__error_response("unauthorized", NULL, "this endpoint needs 'Authorization: Bearer <token>'");
+    if (resp == NULL) {
+        *result = MHD_NO;
+        return -1;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    *result = gw__queue(req, MHD_HTTP_UNAUTHORIZED, resp);
+    return -1;
+}
+
+/* ---- Per-request state and the access handler ------------------------------------- */
+
+static void copy_printable(char *dst, size_t len, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] != '\0' && i + 1 < len; i++) {
+        unsigned char ch = (unsigned char)src[i];
+        dst[i] = (ch >= 0x21 && ch <= 0x7e && ch != '"' && ch != '\\') ? (char)ch : '?';
+    }
+    dst[i] = '\0';
+}
+
+static gw_request *request_new(gw_server *srv, struct MHD_Connection *conn, const char *url,
+                               const char *method)
+{
+    gw_request *req = calloc(1, sizeof *req);
+    if (req == NULL) {
+        return NULL;
+    }
+    req->srv = srv;
+    req->conn = conn;
+    req->start_us = gw__now_us();
+    copy_printable(req->method, sizeof req->method, method);
+    copy_printable(req->path, sizeof req->path, url);
+    atomic_fetch_add(&srv->inflight, 1);
+    return req;
+}
+
+static void request_free(gw_request *req)
+{
+    free(req->body);
+    free(req);
+}
+
+/* Appends a chunk of the body. Over the cap, the request is marked too large and the rest is
+ * read and dropped, so the answer is a clean 413 rather than a truncated value. */
+static int body_append(gw_request *req, const char *data, size_t len)
+{
+    if (req->body_too_large) {
+        return 0;
+    }
+    if (len > req->body_max - req->body_len) {
+        req->body_too_large = 1;
+        free(req->body);
+        req->body = NULL;
+        req->body_len = 0;
+        req->body_cap = 0;
+        return 0;
+    }
+    if (req->body_len + len + 1 > req->body_cap) {
+        size_t cap = req->body_cap == 0 ? 4096 : req->body_cap;
+        while (cap < req->body_len + len + 1) {
+            cap *= 2;
+        }
+        if (cap > req->body_max + 1) {
+            cap = req->body_max + 1;
+        }
+        char *grown = realloc(req->body, cap);
+        if (grown == NULL) {
+            return -1;
+        }
+        req->body = grown;
+        req->body_cap = cap;
+    }
+    memcpy(req->body + req->body_len, data, len);
+    req->body_len += len;
+    req->body[req->body_len] = '\0';
+    return 0;
+}
+
+/* The first call for a request: route it, authenticate it and refuse what can be refused
+ * before its body is read. Returns 0 when the request goes on to its handler, or -1 after a
+ * response was queued. */
+static int request_start(gw_request *req, const char *url, const char *method,
+                         enum MHD_Result *result)
+{
+    char allow[64];
+    const char *param = NULL;
+    int match = gw__route_match(method, url, &req->route, &param, allow, sizeof allow);
+
+    /* Authentication comes first, so an anonymous client learns nothing about paths. */
+    if (check_auth(req, result) != 0) {
+        return -1;
+    }
+    if (match == 404) {
+        *result = gw__send_error(req, MHD_HTTP_NOT_FOUND, "not_found", NULL,
+                                 "no such endpoint: %s %s", req->method, req->path);
+        return -1;
+    }
+    if (match == 405) {
+        struct MHD_Response *resp =
+            gw__error_response("method_not_allowed", json_pack("{s:s}", "allow", allow),
+                           "%s does not accept %s; allowed: %s", req->path, req->method, allow);
+        if (resp == NULL) {
+            *result = MHD_NO;
+            return -1;
+        }
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+        *result = gw__queue(req, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
+        return -1;
+    }
+    size_t plen = strlen(param);
+    req->param_too_long = plen > LK_RESOURCE_MAX;
+    memcpy(req->param, param, req->param_too_long ? LK_RESOURCE_MAX + 1 : plen + 1);
+    req->param[req->param_too_long ? LK_RESOURCE_MAX + 1 : plen] = '\0';
+    req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
+                                                          : GW_JSON_BODY_MAX;
+
+    /* A declared length over the cap is refused before a byte of the body is read. */
+    const char *clen = NULL;
+    if (gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_LENGTH, &clen) == 1) {
+        char *end = NULL;
+        unsigned long long declared = strtoull(clen, &end, 10);
+        if (end != clen && *end == '\0' && declared > req->body_max) {
+            *result = gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
+                                     NULL, "the request body is over %zu bytes", req->body_max);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
+                                      const char *method, const char *version,
+                                      const char *upload_data, size_t *upload_data_size,
+                                      void **req_cls)
+{
+    gw_server *srv = cls;
+    gw_request *req = *req_cls;
+    enum MHD_Result result = MHD_YES;
+    (void)version;
+
+    if (req == NULL) {
+        req = request_new(srv, conn, url, method);
+        if (req == NULL) {
+            return MHD_NO; /* out of memory: MHD closes the connection */
+        }
+        *req_cls = req;
+        if (request_start(req, url, method, &result) != 0) {
+            return result;
+        }
+        return MHD_YES;
+    }
+    if (req->answered) {
+        *upload_data_size = 0; /* the body of an already refused request is dropped */
+        return MHD_YES;
+    }
+    if (*upload_data_size != 0) {
+        if (body_append(req, upload_data, *upload_data_size) != 0) {
+            return MHD_NO;
+        }
+        *upload_data_size = 0;
+        return MHD_YES;
+    }
+    if (req->body_too_large) {
+        return gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,
+                              "the request body is over %zu bytes", req->body_max);
+    }
+    return handlers[req->route->id](req);
+}
+
+static void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                              enum MHD_RequestTerminationCode toe)
+{
+    gw_server *srv = cls;
+    gw_request *req = *req_cls;
+    (void)conn;
+
+    if (req == NULL) {
+        return;
+    }
+    int64_t micros = gw__now_us() - req->start_us;
+    gw__log_request(req, micros, toe);
+    gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
+                        req->status, micros);
+    request_free(req);
+    *req_cls = NULL;
+    atomic_fetch_sub(&srv->inflight, 1);
+}
+
+/* Leaves the request path exactly as it arrived. Valid names never need percent-encoding,
+ * so "/resources/a%00b" reaches the router raw and fails name validation with a 400: it can
+ * never decode into a NUL and become a write to "a". */
+static size_t no_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    (void)cls;
+    (void)conn;
+    return strlen(s);
+}
+
+int gw__server_start(gw_server *srv, char *err, size_t errlen)
+{
+    struct sockaddr_storage addr;
+    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+
+    if (gw__config_listen_addr(srv->cfg->listen, &addr, err, errlen) != 0) {
+        return -1;
+    }
+    if (addr.ss_family == AF_INET6) {
+        flags |= MHD_USE_IPv6;
+    }
+    uint16_t port = addr.ss_family == AF_INET6
+                        ? ntohs(((struct sockaddr_in6 *)&addr)->sin6_port)
+                        : ntohs(((struct sockaddr_in *)&addr)->sin_port);
+    srv->daemon = MHD_start_daemon(
+        flags, port, NULL, NULL, access_handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->cfg->threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)srv->cfg->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)GW_CONN_TIMEOUT_S,
+        MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
+        no_unescape, NULL, MHD_OPTION_END);
+    if (srv->daemon == NULL) {
+        snprintf(err, errlen, "cannot serve on %s (address in use or not permitted?)",
+                 srv->cfg->listen);
+        return -1;
+    }
+    return 0;
+}
+
+/* Shutdown, in this order:
+ *   1. stop accepting: MHD_quiesce_daemon() hands back the listening socket, we close it;
+ *   2. every answer from now on carries "Connection: close" (see gw__queue), and waiting
+ *      /lock requests give up within a second with 503 shutting_down;
+ *   3. wait until no request is in flight, up to drain_ms;
+ *   4. MHD_stop_daemon() closes idle keep-alive connections and joins the pool threads,
+ *      whose exit closes their lk_clients. */
+int gw__server_stop(gw_server *srv, int drain_ms)
+{
+    atomic_store(&srv->shutting_down, 1);
+    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
+    if (fd != MHD_INVALID_SOCKET) {
+        close(fd);
+    }
+    int64_t deadline = gw__now_us() + (int64_t)drain_ms * 1000;
+    while (atomic_load(&srv->inflight) > 0) {
+        if (gw__now_us() > deadline) {
+            return -1;
+        }
+        struct timespec nap = {0, 10 * 1000000L};
+        nanosleep(&nap, NULL);
+    }
+    MHD_stop_daemon(srv->daemon);
+    srv->daemon = NULL;
+    return 0;
+}

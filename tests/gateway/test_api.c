@@ -1,0 +1,693 @@
+/*
+ * The HTTP contract of issue 4, end to end: every endpoint and every status code, spoken to
+ * the real fencegate binary over HTTP, with a real redis-server behind it.
+ *
+ * The group setup starts one redis-server and one gateway (--max-value-bytes 4096, so the
+ * 413 case is cheap). Each test uses its own resource names, so tests do not interfere.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "gw_test.h"
+#include "harness.h"
+
+#define MAX_VALUE 4096
+
+typedef struct api_state {
+    th_redis redis;
+    gwt_proc gw;
+} api_state;
+
+static int group_setup(void **state)
+{
+    api_state *s = calloc(1, sizeof *s);
+    const char *const args[] = {"--max-value-bytes", "4096", NULL};
+
+    th_redis_start(&s->redis, 0, NULL);
+    gwt_start(&s->gw, s->redis.url, NULL, args);
+    *state = s;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    api_state *s = *state;
+    int rc = gwt_stop(&s->gw);
+    th_redis_stop(&s->redis);
+    free(s);
+    /* A non-zero exit (a sanitizer report, a failed shutdown) fails the group. */
+    return rc == 0 ? 0 : -1;
+}
+
+/* POST /lock for resource with owner (NULL: none) and extra JSON members (may be ""),
+ * asserting 200. Returns the token; the owner is copied into owner_out when given. */
+static long long lock_ok(const gwt_proc *gw, const char *resource, const char *owner,
+                         const char *extra, char *owner_out, size_t owner_len)
+{
+    char body[512];
+    gwt_resp r;
+
+    if (owner != NULL) {
+        snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\"%s}", resource, owner,
+                 extra);
+    } else {
+        snprintf(body, sizeof body, "{\"resource\":\"%s\"%s}", resource, extra);
+    }
+    gwt_post(gw, "/lock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    long long token = gwt_int(&r, "token");
+    assert_true(token > 0);
+    assert_string_equal(gwt_str(&r, "resource"), resource);
+    if (owner_out != NULL) {
+        snprintf(owner_out, owner_len, "%s", gwt_str(&r, "owner"));
+    }
+    gwt_resp_free(&r);
+    return token;
+}
+
+static void post_expect(const gwt_proc *gw, const char *path, const char *body, long status,
+                        const char *code)
+{
+    gwt_resp r;
+    gwt_post(gw, path, body, &r);
+    gwt_assert_status(&r, status, code);
+    gwt_resp_free(&r);
+}
+
+static void put_value(const gwt_proc *gw, const char *resource, const char *token_header,
+                      const char *value, gwt_resp *r)
+{
+    char path[300], fence[80];
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    snprintf(fence, sizeof fence, "Fencing-Token: %s", token_header);
+    const char *const headers[] = {fence, "Content-Type: text/plain", NULL};
+    gwt_http(gw, "PUT", path, headers, value, strlen(value), 0, r);
+}
+
+static void test_health_and_ready(void **state)
+{
+    api_state *s = *state;
+    gwt_resp r;
+
+    gwt_get(&s->gw, "/healthz", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/readyz", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(gwt_str(&r, "redis"), "up");
+    assert_string_equal(gwt_str(&r, "storage"), "up");
+    gwt_resp_free(&r);
+}
+
+static void test_lock_generates_owner_and_status_hides_it(void **state)
+{
+    api_state *s = *state;
+    char owner[200];
+    gwt_resp r;
+
+    long long token = lock_ok(&s->gw, "api.gen", NULL, "", owner, sizeof owner);
+    assert_int_equal(strlen(owner), 32);
+
+    gwt_post(&s->gw, "/lock", "{\"resource\":\"api.gen2\",\"ttl_ms\":1000}", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    assert_int_equal(gwt_int(&r, "ttl_ms"), 1000);
+    gwt_resp_free(&r);
+
+    gwt_get(&s->gw, "/locks/api.gen", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_true(json_object_get(r.json, "locked")));
+    assert_int_equal(gwt_int(&r, "token"), token);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    assert_int_equal(gwt_int(&r, "last_token"), token);
+    assert_true(gwt_int(&r, "ttl_ms") > 0 && gwt_int(&r, "ttl_ms") <= 30000);
+    assert_null(json_object_get(r.json, "owner"));
+    assert_null(strstr(r.body, owner));
+    gwt_resp_free(&r);
+
+    gwt_get(&s->gw, "/locks/api.never", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    assert_int_equal(gwt_int(&r, "last_token"), 0);
+    gwt_resp_free(&r);
+}
+
+static void test_reentrant_lock_and_unlock(void **state)
+{
+    api_state *s = *state;
+    const char *body = "{\"resource\":\"api.re\",\"owner\":\"owner-re\"}";
+    gwt_resp r;
+
+    long long token = lock_ok(&s->gw, "api.re", "owner-re", "", NULL, 0);
+    gwt_post(&s->gw, "/lock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), token);
+    assert_int_equal(gwt_int(&r, "holds"), 2);
+    gwt_resp_free(&r);
+
+    gwt_post(&s->gw, "/unlock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_false(json_object_get(r.json, "released")));
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+    gwt_post(&s->gw, "/unlock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_true(json_object_get(r.json, "released")));
+    assert_int_equal(gwt_int(&r, "holds"), 0);
+    gwt_resp_free(&r);
+
+    /* Released: a further unlock is not the owner's to make, and a new lock is fresher. */
+    post_expect(&s->gw, "/unlock", body, 409, "not_owner");
+    assert_true(lock_ok(&s->gw, "api.re", "owner-re", "", NULL, 0) > token);
+}
+
+static void test_locked_answers_409_with_retry_after(void **state)
+{
+    api_state *s = *state;
+    gwt_resp r;
+
+    lock_ok(&s->gw, "api.busy", "holder-a", ",\"ttl_ms\":20000", NULL, 0);
+    gwt_post(&s->gw, "/lock", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_string_equal(gwt_str(&r, "resource"), "api.busy");
+    long long retry_ms = gwt_int(&r, "retry_after_ms");
+    assert_true(retry_ms > 0 && retry_ms <= 20000);
+    assert_int_equal(atoll(r.retry_after), (retry_ms + 999) / 1000);
+    gwt_resp_free(&r);
+
+    /* The other owner can neither renew nor release it. */
+    post_expect(&s->gw, "/renew", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", 409,
+                "not_owner");
+    post_expect(&s->gw, "/unlock", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", 409,
+                "not_owner");
+}
+
+static void test_renew(void **state)
+{
+    api_state *s = *state;
+    gwt_resp r;
+
+    long long token = lock_ok(&s->gw, "api.renew", "renewer", ",\"ttl_ms\":500", NULL, 0);
+    gwt_post(&s->gw, "/renew", "{\"resource\":\"api.renew\",\"owner\":\"renewer\",\"ttl_ms\":60000}",
+             &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), token);
+    assert_int_equal(gwt_int(&r, "ttl_ms"), 60000);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/api.renew", &r);
+    assert_true(gwt_int(&r, "ttl_ms") > 500);
+    gwt_resp_free(&r);
+}
+
+static void send_with_key(const gwt_proc *gw, const char *path, const char *body,
+                          const char *key, gwt_resp *r)
+{
+    char header[200];
+    snprintf(header, sizeof header, "Idempotency-Key: %s", key);
+    const char *const headers[] = {"Content-Type: application/json", header, NULL};
+    gwt_http(gw, "POST", path, headers, body, strlen(body), 0, r);
+}
+
+static void test_idempotent_retries(void **state)
+{
+    api_state *s = *state;
+    const char *body = "{\"resource\":\"api.idem\",\"owner\":\"idem-owner\"}";
+    gwt_resp r;
+
+    /* A retried /lock replays: same token, no second hold. */
+    send_with_key(&s->gw, "/lock", body, "lock-key-1", &r);
+    gwt_assert_status(&r, 200, NULL);
+    long long token = gwt_int(&r, "token");
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/lock", body, "lock-key-1", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), token);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+
+    /* A second real hold, then a retried /unlock decrements once. */
+    lock_ok(&s->gw, "api.idem", "idem-owner", "", NULL, 0);
+    send_with_key(&s->gw, "/unlock", body, "unlock-key-1", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/unlock", body, "unlock-key-1", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/api.idem", &r);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+
+    /* The same key for another operation or owner is refused, and a bad key is a 400. */
+    send_with_key(&s->gw, "/renew", body, "lock-key-1", &r);
+    gwt_assert_status(&r, 422, "idempotency_key_reused");
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/lock", body, "bad key!", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+
+    /* Without an owner, a retried /lock still replays (the owner is derived from the key). */
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key", &r);
+    gwt_assert_status(&r, 200, NULL);
+    char owner[64];
+    snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
+    token = gwt_int(&r, "token");
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(gwt_str(&r, "owner"), owner);
+    assert_int_equal(gwt_int(&r, "token"), token);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+}
+
+static void test_bad_json_bodies(void **state)
+{
+    api_state *s = *state;
+    static const char *const bodies[] = {
+        "",                                                   /* empty */
+        "not json",                                           /* not JSON */
+        "[\"api.x\"]",                                        /* not an object */
+        "\"api.x\"",                                          /* not an object */
+        "{\"resource\":\"api.x\"} trailing",                  /* trailing bytes */
+        "{\"resource\":\"api.x\",\"resource\":\"api.y\"}",    /* duplicate key */
+        "{}",                                                 /* resource missing */
+        "{\"resource\":42}",                                  /* wrong type */
+        "{\"resource\":\"api.x\",\"owner\":[1]}",             /* wrong type */
+        "{\"resource\":\"api.x\",\"ttl_ms\":\"30000\"}",      /* wrong type */
+        "{\"resource\":\"api.x\",\"ttl_ms\":1e400}",          /* out of range */
+        "{\"resource\":\"api.x\",\"ttl_ms\":99}",             /* below the minimum */
+        "{\"resource\":\"api.x\",\"ttl_ms\":3600001}",        /* above the maximum */
+        "{\"resource\":\"api.x\",\"ttl_ms\":-5}",             /* negative */
+        "{\"resource\":\"api.x\",\"ttl_ms\":1000.5}",         /* not an integer */
+        "{\"resource\":\"api.x\",\"ttl_ms\":99999999999999999999}", /* beyond int64 */
+        "{\"resource\":\"api.x\",\"wait_ms\":60001}",         /* above the maximum */
+        "{\"resource\":\"\"}",                                /* empty name */
+        "{\"resource\":\"a b\"}",                             /* bad byte */
+        "{\"resource\":\"a/b\"}",                             /* bad byte */
+        "{\"resource\":\"caf\\u00e9\"}",                      /* non-ASCII name */
+        "{\"resource\":\"a\\u0000b\"}",                       /* NUL */
+        "{\"resource\":\"api.x\",\"owner\":\"\"}",            /* empty owner */
+        "{\"resource\":\"api.x\",\"owner\":\"o w\"}",         /* bad owner */
+        "{\"resource\":\"\xff\xfe\"}",                        /* not UTF-8 */
+        NULL};
+    char long_name[260], body[400];
+    (void)state;
+
+    for (int i = 0; bodies[i] != NULL; i++) {
+        gwt_resp r;
+        gwt_post(&s->gw, "/lock", bodies[i], &r);
+        if (r.status != 400 || strcmp(gwt_str(&r, "error"), "invalid_request") != 0) {
+            fail_msg("body %d (%s): expected 400 invalid_request, got %ld %s", i, bodies[i],
+                     r.status, r.body);
+        }
+        gwt_resp_free(&r);
+    }
+    memset(long_name, 'r', 201);
+    long_name[201] = '\0';
+    snprintf(body, sizeof body, "{\"resource\":\"%s\"}", long_name);
+    post_expect(&s->gw, "/lock", body, 400, "invalid_request");
+    long_name[129] = '\0';
+    snprintf(body, sizeof body, "{\"resource\":\"api.x\",\"owner\":\"%s\"}", long_name);
+    post_expect(&s->gw, "/lock", body, 400, "invalid_request");
+    post_expect(&s->gw, "/unlock", "{\"resource\":\"api.x\"}", 400, "invalid_request");
+    post_expect(&s->gw, "/renew", "{\"owner\":\"o\"}", 400, "invalid_request");
+
+    /* The message names the field. */
+    gwt_resp r;
+    gwt_post(&s->gw, "/lock", "{\"resource\":\"api.x\",\"wait_ms\":true}", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    assert_non_null(strstr(gwt_str(&r, "message"), "wait_ms"));
+    gwt_resp_free(&r);
+
+    /* Unknown fields are ignored. */
+    gwt_post(&s->gw, "/lock", "{\"resource\":\"api.unknown\",\"colour\":\"blue\"}", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
+static void test_paths_404_405_and_encoded_names(void **state)
+{
+    api_state *s = *state;
+    gwt_resp r;
+
+    gwt_get(&s->gw, "/nope", &r);
+    gwt_assert_status(&r, 404, "not_found");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.never-written", &r);
+    gwt_assert_status(&r, 404, "not_found");
+    gwt_resp_free(&r);
+
+    gwt_http(&s->gw, "GET", "/lock", NULL, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 405, "method_not_allowed");
+    assert_string_equal(r.allow, "POST");
+    gwt_resp_free(&r);
+    gwt_http(&s->gw, "DELETE", "/resources/api.x", NULL, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 405, "method_not_allowed");
+    assert_string_equal(r.allow, "GET, PUT");
+    gwt_resp_free(&r);
+
+    /* A token that exists for "api.enc", so a decoded write to it would be accepted. */
+    long long token = lock_ok(&s->gw, "api.enc", NULL, "", NULL, 0);
+    char t[32];
+    snprintf(t, sizeof t, "%lld", token);
+    put_value(&s->gw, "api.enc%00b", t, "evil", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    put_value(&s->gw, "api%2Eenc", t, "evil", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.enc", &r);
+    gwt_assert_status(&r, 404, "not_found"); /* nothing was written to the decoded name */
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/api.enc%00b", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/a/b", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+}
+
+static void test_fencing_token_header(void **state)
+{
+    api_state *s = *state;
+    static const char *const bad[] = {"0", "-1", "+1", "abc", "1.5", "0x10", "9007199254740992",
+                                      "99999999999999999999999", "1 2", NULL};
+    gwt_resp r;
+
+    lock_ok(&s->gw, "api.ft", NULL, "", NULL, 0);
+    for (int i = 0; bad[i] != NULL; i++) {
+        put_value(&s->gw, "api.ft", bad[i], "v", &r);
+        if (r.status != 400) {
+            fail_msg("Fencing-Token '%s': expected 400, got %ld %s", bad[i], r.status, r.body);
+        }
+        gwt_resp_free(&r);
+    }
+    const char *const missing[] = {"Content-Type: text/plain", NULL};
+    gwt_http(&s->gw, "PUT", "/resources/api.ft", missing, "v", 1, 0, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    const char *const twice[] = {"Fencing-Token: 1", "Fencing-Token: 1", NULL};
+    gwt_http(&s->gw, "PUT", "/resources/api.ft", twice, "v", 1, 0, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+}
+
+/* Kleppmann's figure: client 1's lease runs out while it is paused; client 2 locks with a
+ * larger token and writes; client 1's late write with the old token is refused. */
+static void test_stale_token_is_refused(void **state)
+{
+    api_state *s = *state;
+    char t1[32], t2[32];
+    gwt_resp r;
+
+    long long token1 = lock_ok(&s->gw, "api.kl", "client-1", ",\"ttl_ms\":150", NULL, 0);
+    int64_t deadline = th_now_ms() + 10000;
+    int locked = 1;
+    while (locked && th_now_ms() < deadline) {
+        gwt_get(&s->gw, "/locks/api.kl", &r);
+        locked = json_is_true(json_object_get(r.json, "locked"));
+        gwt_resp_free(&r);
+        if (locked) {
+            th_nap_ms(20);
+        }
+    }
+    assert_false(locked);
+    long long token2 = lock_ok(&s->gw, "api.kl", "client-2", "", NULL, 0);
+    assert_true(token2 > token1);
+    snprintf(t1, sizeof t1, "%lld", token1);
+    snprintf(t2, sizeof t2, "%lld", token2);
+
+    put_value(&s->gw, "api.kl", t2, "written by client 2", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), token2);
+    assert_int_equal(gwt_int(&r, "highest_token"), token2);
+    assert_int_equal(gwt_int(&r, "version"), 1);
+    gwt_resp_free(&r);
+
+    put_value(&s->gw, "api.kl", t1, "written by client 1", &r);
+    gwt_assert_status(&r, 409, "stale_token");
+    assert_int_equal(gwt_int(&r, "token"), token1);
+    assert_int_equal(gwt_int(&r, "highest_token"), token2);
+    gwt_resp_free(&r);
+
+    gwt_get(&s->gw, "/resources/api.kl", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(r.body, "written by client 2");
+    assert_string_equal(r.content_type, "text/plain");
+    assert_string_equal(r.fencing_token, t2);
+    assert_true(r.etag[0] != '\0');
+    gwt_resp_free(&r);
+
+    /* The same token may write again; the version moves on. */
+    put_value(&s->gw, "api.kl", t2, "again", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "version"), 2);
+    gwt_resp_free(&r);
+}
+
+static void test_forged_token_moves_nothing(void **state)
+{
+    api_state *s = *state;
+    char t[32], forged[32];
+    gwt_resp r;
+
+    long long token = lock_ok(&s->gw, "api.forge", NULL, "", NULL, 0);
+    snprintf(t, sizeof t, "%lld", token);
+    snprintf(forged, sizeof forged, "%lld", token + 1000);
+    put_value(&s->gw, "api.forge", forged, "forged", &r);
+    gwt_assert_status(&r, 403, "unknown_token");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.forge", &r);
+    gwt_assert_status(&r, 404, "not_found");
+    gwt_resp_free(&r);
+    /* The high-water mark did not move, so the real holder still writes. */
+    put_value(&s->gw, "api.forge", t, "real", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "highest_token"), token);
+    gwt_resp_free(&r);
+    /* A token never issued for a resource at all. */
+    put_value(&s->gw, "api.forge-unused", "1", "forged", &r);
+    gwt_assert_status(&r, 403, "unknown_token");
+    gwt_resp_free(&r);
+}
+
+static void test_payload_too_large(void **state)
+{
+    api_state *s = *state;
+    size_t big = 17 * 1024;
+    char *json = malloc(big + 64);
+    char *value = malloc(MAX_VALUE + 2);
+    char t[32];
+    gwt_resp r;
+
+    /* A JSON body over 16 KiB, declared with Content-Length and streamed chunked. */
+    int n = snprintf(json, big + 64, "{\"resource\":\"api.big\",\"pad\":\"");
+    memset(json + n, 'x', big);
+    strcpy(json + n + big, "\"}");
+    post_expect(&s->gw, "/lock", json, 413, "payload_too_large");
+    const char *const hdr[] = {"Content-Type: application/json", NULL};
+    gwt_http(&s->gw, "POST", "/lock", hdr, json, strlen(json), 1, &r);
+    gwt_assert_status(&r, 413, "payload_too_large");
+    gwt_resp_free(&r);
+
+    long long token = lock_ok(&s->gw, "api.big", NULL, "", NULL, 0);
+    snprintf(t, sizeof t, "%lld", token);
+    char fence[64];
+    snprintf(fence, sizeof fence, "Fencing-Token: %s", t);
+    const char *const headers[] = {fence, NULL};
+    memset(value, 'v', MAX_VALUE + 1);
+    gwt_http(&s->gw, "PUT", "/resources/api.big", headers, value, MAX_VALUE + 1, 0, &r);
+    gwt_assert_status(&r, 413, "payload_too_large");
+    gwt_resp_free(&r);
+    gwt_http(&s->gw, "PUT", "/resources/api.big", headers, value, MAX_VALUE + 1, 1, &r);
+    gwt_assert_status(&r, 413, "payload_too_large");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.big", &r);
+    gwt_assert_status(&r, 404, "not_found"); /* never truncated and stored */
+    gwt_resp_free(&r);
+
+    /* Exactly the maximum is fine, streamed or not, and comes back byte for byte. */
+    gwt_http(&s->gw, "PUT", "/resources/api.big", headers, value, MAX_VALUE, 1, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.big", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(r.len, MAX_VALUE);
+    assert_memory_equal(r.body, value, MAX_VALUE);
+    assert_string_equal(r.content_type, "application/octet-stream");
+    gwt_resp_free(&r);
+    free(json);
+    free(value);
+}
+
+static long long subscribers(const th_redis *redis, const char *channel)
+{
+    struct timeval tv = {2, 0};
+    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis->port, tv);
+    long long n = -1;
+    if (c != NULL && !c->err) {
+        redisReply *reply = redisCommand(c, "PUBSUB NUMSUB %s", channel);
+        if (reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2) {
+            n = reply->element[1]->integer;
+        }
+        freeReplyObject(reply);
+    }
+    if (c != NULL) {
+        redisFree(c);
+    }
+    return n;
+}
+
+typedef struct waiter {
+    const gwt_proc *gw;
+    gwt_resp r;
+} waiter;
+
+static void *wait_for_lock(void *arg)
+{
+    waiter *w = arg;
+    gwt_post(w->gw, "/lock",
+             "{\"resource\":\"api.wait\",\"owner\":\"waiter\",\"wait_ms\":30000}", &w->r);
+    return NULL;
+}
+
+/* The holder's lease (60 s) is longer than the waiter's wait (30 s): only the release
+ * message can let the waiter in. */
+static void test_waiter_is_woken_by_release(void **state)
+{
+    api_state *s = *state;
+    waiter w = {&s->gw, {0}};
+    pthread_t t;
+
+    long long token = lock_ok(&s->gw, "api.wait", "holder", ",\"ttl_ms\":60000", NULL, 0);
+    assert_int_equal(pthread_create(&t, NULL, wait_for_lock, &w), 0);
+    int64_t deadline = th_now_ms() + 10000;
+    while (subscribers(&s->redis, "fg:{api.wait}:released") < 1 && th_now_ms() < deadline) {
+        th_nap_ms(10);
+    }
+    assert_true(subscribers(&s->redis, "fg:{api.wait}:released") >= 1);
+    post_expect(&s->gw, "/unlock", "{\"resource\":\"api.wait\",\"owner\":\"holder\"}", 200, NULL);
+    pthread_join(t, NULL);
+    gwt_assert_status(&w.r, 200, NULL);
+    assert_true(gwt_int(&w.r, "token") > token);
+    gwt_resp_free(&w.r);
+}
+
+static void test_metrics_never_carry_owners_or_names(void **state)
+{
+    api_state *s = *state;
+    char owner[64];
+    gwt_resp r;
+
+    lock_ok(&s->gw, "api.metrics-secret-name", "metrics-secret-owner", "", NULL, 0);
+    lock_ok(&s->gw, "api.metrics2", NULL, "", owner, sizeof owner);
+    gwt_get(&s->gw, "/metrics", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_non_null(strstr(r.content_type, "text/plain"));
+    static const char *const want[] = {
+        "fencegate_acquire_total{outcome=\"acquired\"}", "fencegate_acquire_total{outcome=\"locked\"}",
+        "fencegate_release_total{outcome=\"released\"}", "fencegate_renew_total{outcome=\"renewed\"}",
+        "fencegate_write_total{outcome=\"accepted\"}", "fencegate_write_total{outcome=\"stale\"}",
+        "fencegate_locks_held ", "fencegate_redis_up 1", "fencegate_token_floor_corrections_total ",
+        "fencegate_http_request_duration_seconds_bucket{method=\"POST\",route=\"/lock\",le=\"+Inf\"}",
+        NULL};
+    for (int i = 0; want[i] != NULL; i++) {
+        if (strstr(r.body, want[i]) == NULL) {
+            fail_msg("/metrics lacks %s:\n%s", want[i], r.body);
+        }
+    }
+    assert_null(strstr(r.body, "metrics-secret"));
+    assert_null(strstr(r.body, owner));
+    gwt_resp_free(&r);
+
+    /* Nor does the log. */
+    assert_false(gwt_log_contains(&s->gw, "metrics-secret-owner"));
+    assert_false(gwt_log_contains(&s->gw, owner));
+    assert_true(gwt_log_contains(&s->gw, "POST /lock 200"));
+}
+
+static void test_auth(void **state)
+{
+    api_state *s = *state;
+    gwt_proc gw;
+    char token_file[300];
+    gwt_resp r;
+    (void)state;
+
+    char dir[256];
+    th_tempdir(dir, sizeof dir, "gwauth");
+    snprintf(token_file, sizeof token_file, "%s/token", dir);
+    gwt_write_file(token_file, "correct-horse\n");
+    const char *const args[] = {"--auth-token-file", token_file, "--log-format", "json", NULL};
+    gwt_start(&gw, s->redis.url, NULL, args);
+
+    gwt_get(&gw, "/healthz", &r); /* liveness needs no token */
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_get(&gw, "/readyz", &r);
+    gwt_assert_status(&r, 401, "unauthorized");
+    assert_string_equal(r.www_authenticate, "Bearer");
+    gwt_resp_free(&r);
+    gwt_get(&gw, "/nope", &r); /* paths are not revealed either */
+    gwt_assert_status(&r, 401, "unauthorized");
+    gwt_resp_free(&r);
+    const char *const wrong[] = {"Authorization: Bearer correct-horsf", NULL};
+    gwt_http(&gw, "GET", "/metrics", wrong, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 401, "unauthorized");
+    gwt_resp_free(&r);
+    const char *const prefix[] = {"Authorization: Bearer correct", NULL};
+    gwt_http(&gw, "GET", "/metrics", prefix, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 401, "unauthorized");
+    gwt_resp_free(&r);
+    const char *const twice[] = {"Authorization: Bearer correct-horse",
+                                 "Authorization: Bearer correct-horse", NULL};
+    gwt_http(&gw, "GET", "/metrics", twice, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    const char *const good[] = {"Authorization: Bearer correct-horse",
+                                "Content-Type: application/json", NULL};
+    gwt_http(&gw, "GET", "/readyz", good, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    const char *body = "{\"resource\":\"api.auth\"}";
+    gwt_http(&gw, "POST", "/lock", good, body, strlen(body), 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+
+    assert_false(gwt_log_contains(&gw, "correct-horse"));
+    assert_true(gwt_log_contains(&gw, "\"method\":\"POST\",\"path\":\"/lock\",\"status\":200"));
+    assert_int_equal(gwt_stop(&gw), 0);
+    th_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_health_and_ready),
+        cmocka_unit_test(test_lock_generates_owner_and_status_hides_it),
+        cmocka_unit_test(test_reentrant_lock_and_unlock),
+        cmocka_unit_test(test_locked_answers_409_with_retry_after),
+        cmocka_unit_test(test_renew),
+        cmocka_unit_test(test_idempotent_retries),
+        cmocka_unit_test(test_bad_json_bodies),
+        cmocka_unit_test(test_paths_404_405_and_encoded_names),
+        cmocka_unit_test(test_fencing_token_header),
+        cmocka_unit_test(test_stale_token_is_refused),
+        cmocka_unit_test(test_forged_token_moves_nothing),
+        cmocka_unit_test(test_payload_too_large),
+        cmocka_unit_test(test_waiter_is_woken_by_release),
+        cmocka_unit_test(test_metrics_never_carry_owners_or_names),
+        cmocka_unit_test(test_auth),
+    };
+    return cmocka_run_group_tests_name("gateway_api", tests, group_setup, group_teardown);
+}

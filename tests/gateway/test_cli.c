@@ -1,0 +1,185 @@
+/*
+ * The fencegate command line: --help, --version, --routes, --check-config, and the exit
+ * status and message for bad flags, values and environment variables. Runs the real binary.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gw_test.h"
+#include "harness.h"
+
+typedef struct run {
+    int status;
+    char *out;
+    char *err;
+} run;
+
+static void run_it(run *r, const char *const *argv, const char *const *env)
+{
+    r->status = gwt_run(argv, env, &r->out, &r->err);
+}
+
+static void run_free(run *r)
+{
+    free(r->out);
+    free(r->err);
+}
+
+/* Exit 2 and a message on stderr that names `needle`. */
+static void expect_usage_error(const char *const *argv, const char *const *env,
+                               const char *needle)
+{
+    run r;
+    run_it(&r, argv, env);
+    if (r.status != 2 || strstr(r.err, needle) == NULL) {
+        fail_msg("expected exit 2 naming '%s'; got %d, stderr: %s", needle, r.status, r.err);
+    }
+    run_free(&r);
+}
+
+static void test_help_lists_every_flag_and_variable(void **state)
+{
+    static const char *const names[] = {
+        "--listen", "FENCEGATE_LISTEN", "--redis", "FENCEGATE_REDIS", "--data",
+        "FENCEGATE_DATA", "--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE",
+        "--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "--threads", "FENCEGATE_THREADS",
+        "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--log-format",
+        "FENCEGATE_LOG_FORMAT", "--help", "--version", "--routes", "--check-config", NULL};
+    const char *const argv[] = {"--help", NULL};
+    run r;
+    (void)state;
+
+    run_it(&r, argv, NULL);
+    assert_int_equal(r.status, 0);
+    for (int i = 0; names[i] != NULL; i++) {
+        if (strstr(r.out, names[i]) == NULL) {
+            fail_msg("--help does not mention %s:\n%s", names[i], r.out);
+        }
+    }
+    run_free(&r);
+}
+
+static void test_version(void **state)
+{
+    const char *const argv[] = {"--version", NULL};
+    run r;
+    (void)state;
+
+    run_it(&r, argv, NULL);
+    assert_int_equal(r.status, 0);
+    assert_true(strncmp(r.out, "fencegate ", 10) == 0);
+    assert_true(r.out[10] >= '0' && r.out[10] <= '9');
+    run_free(&r);
+}
+
+static void test_routes(void **state)
+{
+    static const char *const want[] = {
+        "POST /lock\n",          "POST /unlock\n",         "POST /renew\n",
+        "GET /locks/{resource}\n", "GET /resources/{resource}\n", "PUT /resources/{resource}\n",
+        "GET /healthz\n",        "GET /readyz\n",          "GET /metrics\n", NULL};
+    const char *const argv[] = {"--routes", NULL};
+    run r;
+    int lines = 0;
+    (void)state;
+
+    run_it(&r, argv, NULL);
+    assert_int_equal(r.status, 0);
+    for (int i = 0; want[i] != NULL; i++) {
+        if (strstr(r.out, want[i]) == NULL) {
+            fail_msg("--routes lacks %s:\n%s", want[i], r.out);
+        }
+    }
+    for (const char *p = r.out; *p != '\0'; p++) {
+        lines += *p == '\n';
+    }
+    assert_int_equal(lines, 9);
+    run_free(&r);
+}
+
+static void test_unknown_flag_and_bad_values(void **state)
+{
+    (void)state;
+    expect_usage_error((const char *const[]){"--bogus", NULL}, NULL, "--bogus");
+    expect_usage_error((const char *const[]){"--threads", "0", NULL}, NULL, "--threads");
+    expect_usage_error((const char *const[]){"--threads=abc", NULL}, NULL, "--threads");
+    expect_usage_error((const char *const[]){"--max-value-bytes", "-1", NULL}, NULL,
+                       "--max-value-bytes");
+    expect_usage_error((const char *const[]){"--max-connections", "1x", NULL}, NULL,
+                       "--max-connections");
+    expect_usage_error((const char *const[]){"--log-format", "xml", NULL}, NULL,
+                       "--log-format");
+    expect_usage_error((const char *const[]){"--listen", NULL}, NULL, "--listen");
+    expect_usage_error((const char *const[]){"--check-config", "--listen", "nowhere", NULL},
+                       NULL, "--listen");
+    expect_usage_error((const char *const[]){"--check-config", "--listen", "127.0.0.1:70000",
+                                             NULL},
+                       NULL, "--listen");
+    expect_usage_error((const char *const[]){"--check-config", "--redis", "ftp://x", NULL},
+                       NULL, "--redis");
+    expect_usage_error((const char *const[]){"--check-config", "--auth-token-file",
+                                             "/nonexistent/token", NULL},
+                       NULL, "--auth-token-file");
+}
+
+static void test_bad_environment_is_named(void **state)
+{
+    (void)state;
+    expect_usage_error(NULL, (const char *const[]){"FENCEGATE_THREADS=abc", NULL},
+                       "FENCEGATE_THREADS");
+    expect_usage_error(NULL, (const char *const[]){"FENCEGATE_LOG_FORMAT=yaml", NULL},
+                       "FENCEGATE_LOG_FORMAT");
+    expect_usage_error(NULL, (const char *const[]){"FENCEGATE_MAX_VALUE_BYTES=0", NULL},
+                       "FENCEGATE_MAX_VALUE_BYTES");
+}
+
+static void test_check_config(void **state)
+{
+    char dir[256], token[300];
+    run r;
+    (void)state;
+
+    th_tempdir(dir, sizeof dir, "gwcli");
+    snprintf(token, sizeof token, "%s/token", dir);
+    gwt_write_file(token, "s3cret\n");
+    const char *const argv[] = {"--check-config", "--auth-token-file", token, "--listen",
+                                "127.0.0.1:1", "--redis", "redis://127.0.0.1:1", NULL};
+    run_it(&r, argv, NULL);
+    assert_int_equal(r.status, 0);
+    assert_non_null(strstr(r.out, "ok"));
+    run_free(&r);
+
+    /* A flag overrides the variable; the bad variable is then never used. */
+    const char *const argv2[] = {"--check-config", "--threads", "2", NULL};
+    run_it(&r, argv2, (const char *const[]){"FENCEGATE_THREADS=abc",
+                                            "FENCEGATE_LOG_FORMAT=json", NULL});
+    assert_int_equal(r.status, 0);
+    run_free(&r);
+
+    /* An empty token file is refused. */
+    gwt_write_file(token, "");
+    expect_usage_error((const char *const[]){"--check-config", "--auth-token-file", token,
+                                             NULL},
+                       NULL, "empty");
+    th_rmtree(dir);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_help_lists_every_flag_and_variable),
+        cmocka_unit_test(test_version),
+        cmocka_unit_test(test_routes),
+        cmocka_unit_test(test_unknown_flag_and_bad_values),
+        cmocka_unit_test(test_bad_environment_is_named),
+        cmocka_unit_test(test_check_config),
+    };
+    return cmocka_run_group_tests_name("gateway_cli", tests, NULL, NULL);
+}
