@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -131,6 +132,9 @@ static pid_t spawn(gwt_proc *p, const char *redis_url, const char *const *extra_
 
     pid_t pid = fork();
     if (pid == 0) {
+        /* If the test program dies (a crash, a failed assertion that skips cleanup), the
+         * gateway goes with it instead of holding ctest's output pipe open forever. */
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
         int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);
