@@ -39,7 +39,7 @@ enum MHD_Result gw__handle_readyz(gw_request *req)
     const char *failed = !redis_ok && !storage_ok ? "redis and storage"
                          : !redis_ok             ? "redis"
                                                  : "storage";
-    return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "not_ready",
+    return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
                           json_pack("{s:s, s:s}", "redis", redis_ok ? "up" : "down", "storage",
                                     storage_ok ? "up" : "down"),
                           "%s unavailable", failed);

@@ -12,6 +12,13 @@
  * fails the hold is released again and the client gets 503, so no token is ever handed out
  * that a later process could reissue.
  *
+ * A 503 does not always mean "not taken": when Redis accepted the acquire script but its
+ * answer came too late (a stalled Redis, a dropped connection), the lock may be held by the
+ * owner the client sent or the one generated for it. Nobody learned a generated owner, so
+ * that hold simply expires with its lease; a client that sent its own owner and retries
+ * re-enters it (holds + 1, same token). Sending an Idempotency-Key makes the retry replay the
+ * first answer instead.
+ *
  * Owners are capabilities: whoever knows one can renew, release or re-enter the lock. They
  * appear only in the /lock answer to the caller who asked, never in a log line, /locks or
  * /metrics.

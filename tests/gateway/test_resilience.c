@@ -104,7 +104,7 @@ static void test_starts_without_redis_and_recovers(void **state)
     gwt_start(gw, redis->url, NULL, NULL);
 
     gwt_get(gw, "/readyz", &r);
-    gwt_assert_status(&r, 503, "not_ready");
+    gwt_assert_status(&r, 503, "backend_unavailable");
     assert_non_null(strstr(gwt_str(&r, "message"), "redis"));
     assert_string_equal(gwt_str(&r, "redis"), "down");
     assert_string_equal(gwt_str(&r, "storage"), "up");
@@ -125,6 +125,13 @@ static void test_starts_without_redis_and_recovers(void **state)
     th_redis_restart(redis);
     wait_status(gw, "/readyz", 200);
     assert_true(lock_token(gw, "res.down") > 0);
+
+    /* A Redis that accepts but never answers (stopped) gives 503 too, never a hang. */
+    kill(redis->pid, SIGSTOP);
+    expect(gw, "POST", "/lock", "{\"resource\":\"res.stopped\",\"ttl_ms\":1000}", 503,
+           "backend_unavailable");
+    kill(redis->pid, SIGCONT);
+    wait_status(gw, "/readyz", 200);
 
     /* Redis dies under a connected gateway, and comes back again. */
     th_redis_kill(redis);
