@@ -238,9 +238,9 @@ int gw__header_count(struct MHD_Connection *conn, const char *name, const char *
 /* Parses req->body as a JSON object into *root. On failure queues the 400 and returns -1
  * with *result set to the MHD result. */
 int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result);
-/* Reads an optional string field that must be a valid name (kind: "resource" uses the
- * resource rules, anything else the owner rules). *out is NULL when absent. Returns 0 or -1
- * after queuing the 400. */
+/* Reads a string field that must be a valid name: the field "resource" follows the resource
+ * rules, any other field the owner rules. When not required, an absent or null field leaves
+ * *out NULL. *out points into root. Returns 0, or -1 after queuing the 400. */
 int gw__field_name(gw_request *req, json_t *root, const char *field, int required,
                    const char **out, enum MHD_Result *result);
 /* Reads an optional integer field in [min, max]; def when absent. Returns 0 or -1 after

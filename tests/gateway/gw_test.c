@@ -429,6 +429,32 @@ static void drain(int fd, sink *s, int *open_flag)
     }
 }
 
+/* Reads both pipes until they close or 20 s pass. Returns 1 when the deadline passed. */
+static int collect(int fd_out, int fd_err, sink *so, sink *se)
+{
+    int open_out = 1, open_err = 1;
+    int64_t deadline = th_now_ms() + 20000;
+
+    while (open_out || open_err) {
+        struct pollfd fds[2] = {{open_out ? fd_out : -1, POLLIN, 0},
+                                {open_err ? fd_err : -1, POLLIN, 0}};
+        int64_t left = deadline - th_now_ms();
+        if (left <= 0) {
+            return 1;
+        }
+        if (poll(fds, 2, (int)left) <= 0) {
+            continue;
+        }
+        if (fds[0].revents != 0) {
+            drain(fd_out, so, &open_out);
+        }
+        if (fds[1].revents != 0) {
+            drain(fd_err, se, &open_err);
+        }
+    }
+    return 0;
+}
+
 int gwt_run(const char *const *argv, const char *const *env, char **out, char **err)
 {
     int po[2], pe[2];
@@ -456,26 +482,9 @@ int gwt_run(const char *const *argv, const char *const *env, char **out, char **
     }
     close(po[1]);
     close(pe[1]);
-    int open_out = 1, open_err = 1, killed = 0;
-    int64_t deadline = th_now_ms() + 20000;
-    while (open_out || open_err) {
-        struct pollfd fds[2] = {{open_out ? po[0] : -1, POLLIN, 0},
-                                {open_err ? pe[0] : -1, POLLIN, 0}};
-        int64_t left = deadline - th_now_ms();
-        if (left <= 0) {
-            kill(pid, SIGKILL);
-            killed = 1;
-            break;
-        }
-        if (poll(fds, 2, (int)left) <= 0) {
-            continue;
-        }
-        if (fds[0].revents != 0) {
-            drain(po[0], &so, &open_out);
-        }
-        if (fds[1].revents != 0) {
-            drain(pe[0], &se, &open_err);
-        }
+    int timed_out = collect(po[0], pe[0], &so, &se);
+    if (timed_out) {
+        kill(pid, SIGKILL);
     }
     close(po[0]);
     close(pe[0]);
@@ -483,8 +492,5 @@ int gwt_run(const char *const *argv, const char *const *env, char **out, char **
     waitpid(pid, &status, 0);
     *out = so.data != NULL ? so.data : calloc(1, 1);
     *err = se.data != NULL ? se.data : calloc(1, 1);
-    if (killed || !WIFEXITED(status)) {
-        return -1;
-    }
-    return WEXITSTATUS(status);
+    return timed_out || !WIFEXITED(status) ? -1 : WEXITSTATUS(status);
 }
