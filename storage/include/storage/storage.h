@@ -62,7 +62,8 @@ void store_options_init(store_options *opts);
  * NULL) says why. Close with store_close(). */
 store_status store_open(store **out, const store_options *opts, char *err, size_t errlen);
 
-/* Waits for in-flight writes, closes the environment and frees the store. NULL is a no-op. */
+/* Closes the environment and frees the store. The caller must have stopped every thread
+ * that calls into it. NULL is a no-op. */
 void store_close(store *s);
 
 typedef struct store_write_result {
@@ -126,6 +127,15 @@ uint64_t store_ledger_floor(store *s);
  * raising it by the step (one fsync) when needed. OK, or EIO when it could not be made
  * durable: then the token must not be handed out. */
 store_status store_ledger_cover(store *s, uint64_t token);
+
+typedef struct store_stats {
+    uint64_t commits;         /* durable write transactions of accepted writes */
+    uint64_t writes;          /* write requests that reached a transaction */
+    uint64_t max_batch;       /* the most write requests one transaction carried */
+} store_stats;
+
+/* Counters since open, for metrics and to show that group commit batches. */
+void store_get_stats(store *s, store_stats *out);
 
 #ifdef __cplusplus
 }

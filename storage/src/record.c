@@ -1,0 +1,119 @@
+/*
+ * The on-disk record of one resource. Little-endian, fixed header, then the content type
+ * and the value:
+ *
+ *   u8  format (1)     u8 flags (bit 0: deleted)   u8 content-type length   u8 reserved
+ *   u64 highest_token  u64 token   u64 version   i64 written_at_ms   u32 value length
+ *   content type bytes, then value bytes
+ */
+#include <string.h>
+
+#include "storage_internal.h"
+
+#define FORMAT_V1 1
+#define HEADER_BYTES (4 + 8 * 4 + 4)
+
+static void put_u64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) {
+        p[i] = (unsigned char)(v >> (8 * i));
+    }
+}
+
+static uint64_t get_u64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) {
+        v = (v << 8) | p[i];
+    }
+    return v;
+}
+
+size_t store__record_size(const store__record *rec)
+{
+    return HEADER_BYTES + strlen(rec->content_type) + rec->len;
+}
+
+void store__record_encode(const store__record *rec, unsigned char *buf)
+{
+    size_t ct_len = strlen(rec->content_type);
+
+    buf[0] = FORMAT_V1;
+    buf[1] = rec->deleted ? 1 : 0;
+    buf[2] = (unsigned char)ct_len;
+    buf[3] = 0;
+    put_u64(buf + 4, rec->highest_token);
+    put_u64(buf + 12, rec->token);
+    put_u64(buf + 20, rec->version);
+    put_u64(buf + 28, (uint64_t)rec->written_at_ms);
+    for (int i = 0; i < 4; i++) {
+        buf[36 + i] = (unsigned char)((uint32_t)rec->len >> (8 * i));
+    }
+    memcpy(buf + HEADER_BYTES, rec->content_type, ct_len);
+    if (rec->len > 0) {
+        memcpy(buf + HEADER_BYTES + ct_len, rec->data, rec->len);
+    }
+}
+
+int store__record_decode(const unsigned char *buf, size_t len, store__record *rec)
+{
+    memset(rec, 0, sizeof *rec);
+    if (buf == NULL || len < HEADER_BYTES || buf[0] != FORMAT_V1 || (buf[1] & ~1u) != 0 ||
+        buf[3] != 0) {
+        return -1;
+    }
+    size_t ct_len = buf[2];
+    uint32_t value_len = 0;
+    for (int i = 3; i >= 0; i--) {
+        value_len = (value_len << 8) | buf[36 + i];
+    }
+    if ((size_t)HEADER_BYTES + ct_len + value_len != len) {
+        return -1;
+    }
+    rec->deleted = buf[1] & 1;
+    rec->highest_token = get_u64(buf + 4);
+    rec->token = get_u64(buf + 12);
+    rec->version = get_u64(buf + 20);
+    rec->written_at_ms = (int64_t)get_u64(buf + 28);
+    memcpy(rec->content_type, buf + HEADER_BYTES, ct_len);
+    rec->content_type[ct_len] = '\0';
+    if (!store__valid_content_type(rec->content_type) || rec->token > rec->highest_token ||
+        rec->highest_token >= STORE__TOKEN_LIMIT || (rec->deleted && value_len != 0)) {
+        return -1;
+    }
+    rec->data = buf + HEADER_BYTES + ct_len;
+    rec->len = value_len;
+    return 0;
+}
+
+int store__valid_name(const char *s)
+{
+    size_t n = 0;
+    if (s == NULL) {
+        return 0;
+    }
+    for (; s[n] != '\0'; n++) {
+        unsigned char ch = (unsigned char)s[n];
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' || ch == '-';
+        if (!ok || n >= 200) {
+            return 0;
+        }
+    }
+    return n >= 1;
+}
+
+int store__valid_content_type(const char *s)
+{
+    size_t n = 0;
+    if (s == NULL) {
+        return 1;
+    }
+    for (; s[n] != '\0'; n++) {
+        unsigned char ch = (unsigned char)s[n];
+        if (ch < 0x20 || ch > 0x7e || n >= STORE_CONTENT_TYPE_MAX) {
+            return 0;
+        }
+    }
+    return 1;
+}

@@ -1,0 +1,41 @@
+/* Declarations shared between storage's own files. Never installed. */
+#ifndef STORAGE_INTERNAL_H
+#define STORAGE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "storage/storage.h"
+
+/* One resource's record as it is kept in LMDB (record.c encodes and decodes it). */
+typedef struct store__record {
+    uint64_t highest_token;
+    uint64_t token;            /* of the last accepted write */
+    uint64_t version;
+    int64_t written_at_ms;
+    int deleted;
+    char content_type[STORE_CONTENT_TYPE_MAX + 1];
+    const void *data;          /* borrowed: points into the encoded buffer */
+    size_t len;
+} store__record;
+
+/* Bytes store__record_encode() needs for rec. */
+size_t store__record_size(const store__record *rec);
+
+/* Encodes rec into buf (store__record_size(rec) bytes). */
+void store__record_encode(const store__record *rec, unsigned char *buf);
+
+/* Decodes len bytes of buf into rec; rec->data then points into buf. Returns 0, or -1 for
+ * anything malformed (wrong format version, lengths that do not add up, bad content type):
+ * corrupt bytes are reported, never trusted. */
+int store__record_decode(const unsigned char *buf, size_t len, store__record *rec);
+
+/* 1 when s is a valid resource name (1..200 bytes of [A-Za-z0-9._:-]). */
+int store__valid_name(const char *s);
+
+/* 1 when s is NULL or 0..255 bytes of printable ASCII. */
+int store__valid_content_type(const char *s);
+
+#define STORE__TOKEN_LIMIT 9007199254740992ULL /* 2^53: tokens are below it */
+
+#endif

@@ -1,0 +1,499 @@
+/*
+ * Opening the LMDB environment, reads, listing, deletes and the token ledger.
+ *
+ * Crashes: LMDB is copy-on-write. A transaction's pages are written to free space, synced,
+ * and only then does the meta page that points at them get written and synced (default
+ * flags: no MDB_NOSYNC, MDB_NOMETASYNC or MDB_WRITEMAP). A process killed at any instruction
+ * leaves either the old or the new meta page valid, so the database opens without repair
+ * and holds exactly the transactions whose commit returned. Nothing is acknowledged before
+ * its commit returns.
+ * Disk full or an I/O error makes the commit fail: the transaction is aborted, the answer is
+ * an error, and the store keeps its previous state.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "store_private.h"
+
+#define LEDGER_KEY "ledger.ceiling"
+
+static const char *const status_names[] = {
+#define STORE_X_NAME(name, msg) #name,
+    STORE_STATUS_MAP(STORE_X_NAME)
+#undef STORE_X_NAME
+};
+
+static const char *const status_msgs[] = {
+#define STORE_X_MSG(name, msg) msg,
+    STORE_STATUS_MAP(STORE_X_MSG)
+#undef STORE_X_MSG
+};
+
+const char *store_status_name(store_status st)
+{
+    return (unsigned)st < STORE_STATUS_COUNT ? status_names[st] : "UNKNOWN";
+}
+
+const char *store_status_str(store_status st)
+{
+    return (unsigned)st < STORE_STATUS_COUNT ? status_msgs[st] : "unknown status";
+}
+
+store_status store__mdb_status(int rc)
+{
+    switch (rc) {
+    case MDB_SUCCESS:
+        return STORE_OK;
+    case MDB_NOTFOUND:
+        return STORE_NOT_FOUND;
+    case MDB_MAP_FULL:
+        return STORE_FULL;
+    case ENOMEM:
+        return STORE_ENOMEM;
+    default:
+        return STORE_EIO;
+    }
+}
+
+int64_t store__wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void store_options_init(store_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->map_size = (size_t)1 << 30;
+    opts->max_value_bytes = (size_t)1 << 20;
+    opts->group_commit = 1;
+    opts->ledger_step = (uint64_t)1 << 20;
+}
+
+/* mkdir -p, then fsync the parent so a fresh data dir survives a crash. */
+static int make_dir(const char *dir)
+{
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n == 0 || n >= sizeof path) {
+        errno = ENAMETOOLONG;
+        return -1;
+    }
+    memcpy(path, dir, n + 1);
+    for (char *p = path + 1; *p != '\0'; p++) {
+        if (*p == '/') {
+            *p = '\0';
+            if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+                return -1;
+            }
+            *p = '/';
+        }
+    }
+    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+        return -1;
+    }
+    return 0;
+}
+
+static void fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+}
+
+static uint64_t get_u64_val(const MDB_val *v)
+{
+    uint64_t x = 0;
+    const unsigned char *p = v->mv_data;
+    for (int i = 7; i >= 0; i--) {
+        x = (x << 8) | p[i];
+    }
+    return x;
+}
+
+/* Writes ceiling R durably in its own transaction. */
+static int put_ceiling(store *s, uint64_t ceiling)
+{
+    MDB_txn *txn = NULL;
+    unsigned char buf[8];
+    MDB_val key = {sizeof LEDGER_KEY - 1, (void *)LEDGER_KEY};
+    MDB_val val = {8, buf};
+    for (int i = 0; i < 8; i++) {
+        buf[i] = (unsigned char)(ceiling >> (8 * i));
+    }
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc == 0) {
+        rc = mdb_put(txn, s->meta, &key, &val, 0);
+        if (rc == 0) {
+            rc = mdb_txn_commit(txn);
+        } else {
+            mdb_txn_abort(txn);
+        }
+    }
+    return rc;
+}
+
+/* Opens the two databases and raises the ledger: R := R_prev + step, durable before the
+ * store is usable. */
+static int open_dbs_and_ledger(store *s)
+{
+    MDB_txn *txn = NULL;
+    MDB_val key = {sizeof LEDGER_KEY - 1, (void *)LEDGER_KEY};
+    MDB_val val;
+    uint64_t prev = 0;
+
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc != 0) {
+        return rc;
+    }
+    rc = mdb_dbi_open(txn, "resources", MDB_CREATE, &s->resources);
+    if (rc == 0) {
+        rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta);
+    }
+    if (rc == 0) {
+        rc = mdb_get(txn, s->meta, &key, &val);
+        if (rc == 0 && val.mv_size == 8) {
+            prev = get_u64_val(&val);
+        } else if (rc == MDB_NOTFOUND) {
+            rc = 0;
+        } else if (rc == 0) {
+            rc = MDB_CORRUPTED;
+        }
+    }
+    if (rc != 0) {
+        mdb_txn_abort(txn);
+        return rc;
+    }
+    rc = mdb_txn_commit(txn);
+    if (rc != 0) {
+        return rc;
+    }
+    s->floor = prev;
+    atomic_store(&s->ceiling, prev + s->opts.ledger_step);
+    return put_ceiling(s, prev + s->opts.ledger_step);
+}
+
+store_status store_open(store **out, const store_options *opts, char *err, size_t errlen)
+{
+    store *s = NULL;
+    int rc = 0;
+    const char *what = NULL;
+
+    *out = NULL;
+    if (opts == NULL || opts->dir == NULL || opts->map_size == 0 ||
+        opts->max_value_bytes == 0 || opts->max_value_bytes > UINT32_MAX ||
+        opts->ledger_step == 0 || opts->ledger_step >= ((uint64_t)1 << 40)) {
+        if (err != NULL) {
+            snprintf(err, errlen, "invalid store options");
+        }
+        return STORE_INVALID;
+    }
+    s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        return STORE_ENOMEM;
+    }
+    s->opts = *opts;
+    if (make_dir(opts->dir) != 0) {
+        rc = errno;
+        what = "create data dir";
+        goto fail;
+    }
+    rc = mdb_env_create(&s->env);
+    if (rc == 0) {
+        rc = mdb_env_set_maxdbs(s->env, 4);
+    }
+    if (rc == 0) {
+        rc = mdb_env_set_maxreaders(s->env, 1024);
+    }
+    if (rc == 0) {
+        rc = mdb_env_set_mapsize(s->env, opts->map_size);
+    }
+    if (rc != 0) {
+        what = "configure LMDB";
+        goto fail;
+    }
+    /* MDB_NOTLS: read transactions are begun and ended per call on whatever thread the
+     * gateway's pool uses, so reader slots must not be tied to threads. */
+    rc = mdb_env_open(s->env, opts->dir, MDB_NOTLS, 0600);
+    if (rc != 0) {
+        what = "open LMDB environment";
+        goto fail;
+    }
+    fsync_dir(opts->dir);
+    rc = open_dbs_and_ledger(s);
+    if (rc != 0) {
+        what = "open databases and raise the token ledger";
+        goto fail;
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->done_cv, NULL);
+    pthread_mutex_init(&s->ledger_mu, NULL);
+    *out = s;
+    return STORE_OK;
+fail:
+    if (err != NULL) {
+        snprintf(err, errlen, "%s in %s: %s", what, opts->dir, mdb_strerror(rc));
+    }
+    if (s->env != NULL) {
+        mdb_env_close(s->env);
+    }
+    free(s);
+    return rc == MDB_MAP_FULL ? STORE_FULL : STORE_EIO;
+}
+
+void store_close(store *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    mdb_env_close(s->env);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->done_cv);
+    pthread_mutex_destroy(&s->ledger_mu);
+    free(s);
+}
+
+/* Runs fn inside a read-only transaction. LMDB readers never wait for the writer. */
+static store_status get_record(store *s, MDB_txn *txn, const char *resource, store__record *rec)
+{
+    MDB_val key = {strlen(resource), (void *)resource};
+    MDB_val val;
+    int rc = mdb_get(txn, s->resources, &key, &val);
+    if (rc != 0) {
+        return store__mdb_status(rc);
+    }
+    return store__record_decode(val.mv_data, val.mv_size, rec) == 0 ? STORE_OK : STORE_EIO;
+}
+
+store_status store_read(store *s, const char *resource, store_value *v)
+{
+    MDB_txn *txn = NULL;
+    store__record rec;
+
+    memset(v, 0, sizeof *v);
+    if (!store__valid_name(resource)) {
+        return STORE_INVALID;
+    }
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        return store__mdb_status(rc);
+    }
+    store_status st = get_record(s, txn, resource, &rec);
+    if (st == STORE_OK && rec.deleted) {
+        st = STORE_NOT_FOUND;
+    }
+    if (st == STORE_OK) {
+        /* Copy out before the transaction ends: LMDB's pages are only valid inside it. */
+        v->data = malloc(rec.len > 0 ? rec.len : 1);
+        if (v->data == NULL) {
+            st = STORE_ENOMEM;
+        } else {
+            memcpy(v->data, rec.data, rec.len);
+            v->len = rec.len;
+            memcpy(v->content_type, rec.content_type, sizeof v->content_type);
+            v->token = rec.token;
+            v->highest_token = rec.highest_token;
+            v->version = rec.version;
+            v->written_at_ms = rec.written_at_ms;
+        }
+    }
+    mdb_txn_abort(txn);
+    return st;
+}
+
+void store_value_free(store_value *v)
+{
+    if (v != NULL) {
+        free(v->data);
+        v->data = NULL;
+        v->len = 0;
+    }
+}
+
+store_status store_highest(store *s, const char *resource, uint64_t *highest)
+{
+    MDB_txn *txn = NULL;
+    store__record rec;
+
+    *highest = 0;
+    if (!store__valid_name(resource)) {
+        return STORE_INVALID;
+    }
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc != 0) {
+        return store__mdb_status(rc);
+    }
+    store_status st = get_record(s, txn, resource, &rec);
+    mdb_txn_abort(txn);
+    if (st == STORE_NOT_FOUND) {
+        return STORE_OK;
+    }
+    if (st == STORE_OK) {
+        *highest = rec.highest_token;
+    }
+    return st;
+}
+
+store_status store_list(store *s, const char *after, store_entry *entries, size_t max,
+                        size_t *n)
+{
+    MDB_txn *txn = NULL;
+    MDB_cursor *cur = NULL;
+    MDB_val key = {0, NULL};
+    MDB_val val;
+    store_status st = STORE_OK;
+
+    *n = 0;
+    if (after != NULL && after[0] != '\0' && !store__valid_name(after)) {
+        return STORE_INVALID;
+    }
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
+    if (rc == 0) {
+        rc = mdb_cursor_open(txn, s->resources, &cur);
+    }
+    if (rc != 0) {
+        if (txn != NULL) {
+            mdb_txn_abort(txn);
+        }
+        return store__mdb_status(rc);
+    }
+    if (after != NULL && after[0] != '\0') {
+        key.mv_size = strlen(after);
+        key.mv_data = (void *)after;
+        rc = mdb_cursor_get(cur, &key, &val, MDB_SET_RANGE);
+        if (rc == 0 && key.mv_size == strlen(after) &&
+            memcmp(key.mv_data, after, key.mv_size) == 0) {
+            rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
+        }
+    } else {
+        rc = mdb_cursor_get(cur, &key, &val, MDB_FIRST);
+    }
+    while (rc == 0 && *n < max) {
+        store__record rec;
+        store_entry *e = &entries[*n];
+        if (key.mv_size >= sizeof e->resource ||
+            store__record_decode(val.mv_data, val.mv_size, &rec) != 0) {
+            st = STORE_EIO;
+            break;
+        }
+        memcpy(e->resource, key.mv_data, key.mv_size);
+        e->resource[key.mv_size] = '\0';
+        e->highest_token = rec.highest_token;
+        e->version = rec.version;
+        e->size = rec.len;
+        e->deleted = rec.deleted;
+        (*n)++;
+        rc = mdb_cursor_get(cur, &key, &val, MDB_NEXT);
+    }
+    if (st == STORE_OK && rc != 0 && rc != MDB_NOTFOUND) {
+        st = store__mdb_status(rc);
+    }
+    mdb_cursor_close(cur);
+    mdb_txn_abort(txn);
+    return st;
+}
+
+store_status store_delete(store *s, const char *resource)
+{
+    MDB_txn *txn = NULL;
+    store__record rec;
+    unsigned char *buf = NULL;
+
+    if (!store__valid_name(resource)) {
+        return STORE_INVALID;
+    }
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc != 0) {
+        return store__mdb_status(rc);
+    }
+    store_status st = get_record(s, txn, resource, &rec);
+    if (st == STORE_OK && rec.deleted) {
+        st = STORE_NOT_FOUND;
+    }
+    if (st == STORE_OK) {
+        /* The tombstone keeps highest_token: no token below it can ever write again. */
+        rec.deleted = 1;
+        rec.data = NULL;
+        rec.len = 0;
+        rec.version++;
+        rec.written_at_ms = store__wall_ms();
+        size_t size = store__record_size(&rec);
+        buf = malloc(size);
+        if (buf == NULL) {
+            st = STORE_ENOMEM;
+        } else {
+            store__record_encode(&rec, buf);
+            MDB_val key = {strlen(resource), (void *)resource};
+            MDB_val val = {size, buf};
+            rc = mdb_put(txn, s->resources, &key, &val, 0);
+            st = store__mdb_status(rc);
+        }
+    }
+    if (st == STORE_OK) {
+        rc = mdb_txn_commit(txn);
+        st = store__mdb_status(rc);
+    } else {
+        mdb_txn_abort(txn);
+    }
+    free(buf);
+    return st;
+}
+
+/*
+ * The token ledger. Why it gives P1-P3 (see the storage issue):
+ *  - Every token the gateway hands out is <= the durable ceiling R at that moment
+ *    (store_ledger_cover runs before the answer is sent, and raises R durably if needed).
+ *  - At open, R_prev is the last durable R, so R_prev >= every token any earlier process
+ *    handed out; the new process makes R_prev + step durable before serving.
+ *  - The gateway passes acquisitions floor >= max(R_prev, the largest token it handed out
+ *    itself, the highest token stored for the resource). So even if Redis lost its counter
+ *    (restart without AOF, truncated AOF, failover, FLUSHALL), the next token is above every
+ *    token handed out before, by this process or any earlier one: P1 (no token twice) and
+ *    P2 (later acquisitions get larger tokens). P3 (storage never accepts a lower token
+ *    than one it accepted) is the write check itself, on durable state.
+ *  - A crash between raising R and handing out a token only wastes token numbers.
+ */
+uint64_t store_ledger_floor(store *s)
+{
+    return s->floor;
+}
+
+store_status store_ledger_cover(store *s, uint64_t token)
+{
+    if (token <= atomic_load(&s->ceiling)) {
+        return STORE_OK;
+    }
+    if (token >= STORE__TOKEN_LIMIT) {
+        return STORE_INVALID;
+    }
+    pthread_mutex_lock(&s->ledger_mu);
+    store_status st = STORE_OK;
+    if (token > atomic_load(&s->ceiling)) {
+        uint64_t next = token + s->opts.ledger_step;
+        int rc = put_ceiling(s, next);
+        if (rc == 0) {
+            atomic_store(&s->ceiling, next);
+        } else {
+            st = rc == MDB_MAP_FULL ? STORE_FULL : STORE_EIO;
+        }
+    }
+    pthread_mutex_unlock(&s->ledger_mu);
+    return st;
+}
+
+void store_get_stats(store *s, store_stats *out)
+{
+    out->commits = atomic_load(&s->commits);
+    out->writes = atomic_load(&s->writes);
+    out->max_batch = atomic_load(&s->max_batch);
+}

@@ -1,0 +1,65 @@
+/* Shared setup for the storage tests: a fresh LMDB store in a private temp dir. */
+#ifndef FG_ST_TEST_H
+#define FG_ST_TEST_H
+
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "harness.h"
+#include "storage/storage.h"
+
+typedef struct st_fixture {
+    char dir[256];
+    store *s;
+    store_options opts;
+} st_fixture;
+
+#define assert_st(got, want)                                                               \
+    do {                                                                                   \
+        store_status got_ = (got);                                                         \
+        if (got_ != (want)) {                                                              \
+            print_error("%s:%d: got %s, want %s\n", __FILE__, __LINE__,                    \
+                        store_status_name(got_), store_status_name(want));                 \
+            fail();                                                                        \
+        }                                                                                  \
+    } while (0)
+
+static inline void st_open(st_fixture *f)
+{
+    char err[512];
+    store_status st = store_open(&f->s, &f->opts, err, sizeof err);
+    if (st != STORE_OK) {
+        print_error("store_open(%s): %s: %s\n", f->dir, store_status_name(st), err);
+        fail();
+    }
+}
+
+static inline int st_setup(void **state)
+{
+    st_fixture *f = calloc(1, sizeof *f);
+    th_tempdir(f->dir, sizeof f->dir, "store");
+    store_options_init(&f->opts);
+    f->opts.dir = f->dir;
+    f->opts.ledger_step = 1000;
+    st_open(f);
+    *state = f;
+    return 0;
+}
+
+static inline int st_teardown(void **state)
+{
+    st_fixture *f = *state;
+    store_close(f->s);
+    th_rmtree(f->dir);
+    free(f);
+    return 0;
+}
+
+#endif

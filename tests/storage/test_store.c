@@ -1,0 +1,253 @@
+/* storage: every branch of the token-checked write, reads, limits, listing and tombstones,
+ * on a real LMDB environment in a temp dir. */
+#include "st_test.h"
+
+static store_status put(st_fixture *f, const char *r, uint64_t token, const char *value,
+                        uint64_t last_issued, store_write_result *res)
+{
+    return store_write(f->s, r, token, value, strlen(value), "text/plain", last_issued, res);
+}
+
+static void assert_value(st_fixture *f, const char *r, const char *want, uint64_t token,
+                         uint64_t version)
+{
+    store_value v;
+    assert_st(store_read(f->s, r, &v), STORE_OK);
+    assert_int_equal(v.len, strlen(want));
+    assert_memory_equal(v.data, want, v.len);
+    assert_int_equal(v.token, token);
+    assert_int_equal(v.version, version);
+    store_value_free(&v);
+}
+
+static void test_accept_equal_higher_and_stale(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+
+    assert_st(put(f, "k", 33, "from-33", 34, &res), STORE_ACCEPTED);
+    assert_int_equal(res.highest_token, 33);
+    assert_int_equal(res.version, 1);
+    /* The same holder writes again with the same token. */
+    assert_st(put(f, "k", 33, "again-33", 34, &res), STORE_ACCEPTED);
+    assert_int_equal(res.version, 2);
+    assert_st(put(f, "k", 34, "from-34", 34, &res), STORE_ACCEPTED);
+    assert_int_equal(res.highest_token, 34);
+    assert_int_equal(res.version, 3);
+    /* Kleppmann's paused client with token 33 comes back. */
+    assert_st(put(f, "k", 33, "late-33", 34, &res), STORE_STALE);
+    assert_int_equal(res.highest_token, 34);
+    assert_value(f, "k", "from-34", 34, 3);
+
+    store_value v;
+    assert_st(store_read(f->s, "k", &v), STORE_OK);
+    assert_string_equal(v.content_type, "text/plain");
+    assert_int_equal(v.highest_token, 34);
+    assert_true(v.written_at_ms > 1600000000000LL);
+    store_value_free(&v);
+    uint64_t hi = 0;
+    assert_st(store_highest(f->s, "k", &hi), STORE_OK);
+    assert_int_equal(hi, 34);
+}
+
+static void test_forged_token_changes_nothing(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+    uint64_t hi = 0;
+
+    assert_st(put(f, "forged", 5, "real", 5, &res), STORE_ACCEPTED);
+    /* A huge token that was never issued must not raise the high-water mark. */
+    assert_st(put(f, "forged", 1000000, "evil", 5, &res), STORE_UNKNOWN_TOKEN);
+    assert_st(store_highest(f->s, "forged", &hi), STORE_OK);
+    assert_int_equal(hi, 5);
+    assert_value(f, "forged", "real", 5, 1);
+    /* The real holders still write. */
+    assert_st(put(f, "forged", 6, "next", 6, &res), STORE_ACCEPTED);
+    /* On a never-written resource, too. */
+    assert_st(put(f, "fresh", 2, "x", 1, &res), STORE_UNKNOWN_TOKEN);
+    store_value v;
+    assert_st(store_read(f->s, "fresh", &v), STORE_NOT_FOUND);
+}
+
+static void test_limits_and_invalid(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+    size_t big = f->opts.max_value_bytes + 1;
+    char *buf = calloc(1, big);
+
+    assert_st(store_write(f->s, "big", 1, buf, big, NULL, 1, &res), STORE_TOO_LARGE);
+    assert_st(store_write(f->s, "big", 1, buf, big - 1, NULL, 1, &res), STORE_ACCEPTED);
+    store_value v;
+    assert_st(store_read(f->s, "big", &v), STORE_OK);
+    assert_int_equal(v.len, big - 1);
+    assert_string_equal(v.content_type, "");
+    store_value_free(&v);
+    free(buf);
+
+    assert_st(put(f, "", 1, "x", 1, &res), STORE_INVALID);
+    assert_st(put(f, "a/b", 1, "x", 1, &res), STORE_INVALID);
+    assert_st(put(f, "a\nb", 1, "x", 1, &res), STORE_INVALID);
+    assert_st(put(f, "ok", 0, "x", 1, &res), STORE_INVALID);
+    assert_st(put(f, "ok", 9007199254740992ULL, "x", 9007199254740992ULL, &res), STORE_INVALID);
+    assert_st(store_write(f->s, "ok", 1, "x", 1, "text/\x01", 1, &res), STORE_INVALID);
+    char ct[300];
+    memset(ct, 'a', sizeof ct - 1);
+    ct[sizeof ct - 1] = '\0';
+    assert_st(store_write(f->s, "ok", 1, "x", 1, ct, 1, &res), STORE_INVALID);
+    assert_st(store_read(f->s, "ok", &v), STORE_NOT_FOUND);
+    uint64_t hi = 1;
+    assert_st(store_highest(f->s, "a/b", &hi), STORE_INVALID);
+    assert_st(store_highest(f->s, "never", &hi), STORE_OK);
+    assert_int_equal(hi, 0);
+    /* Empty values are values. */
+    assert_st(store_write(f->s, "empty", 1, NULL, 0, "x/y", 1, &res), STORE_ACCEPTED);
+    assert_st(store_read(f->s, "empty", &v), STORE_OK);
+    assert_int_equal(v.len, 0);
+    store_value_free(&v);
+}
+
+static void test_delete_keeps_tombstone(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+    store_value v;
+    uint64_t hi = 0;
+
+    assert_st(store_delete(f->s, "gone"), STORE_NOT_FOUND);
+    assert_st(put(f, "gone", 10, "v10", 10, &res), STORE_ACCEPTED);
+    assert_st(store_delete(f->s, "gone"), STORE_OK);
+    assert_st(store_read(f->s, "gone", &v), STORE_NOT_FOUND);
+    assert_st(store_delete(f->s, "gone"), STORE_NOT_FOUND);
+    assert_st(store_highest(f->s, "gone", &hi), STORE_OK);
+    assert_int_equal(hi, 10);
+    /* Deleting data never lets an old token write again. */
+    assert_st(put(f, "gone", 9, "v9", 12, &res), STORE_STALE);
+    assert_st(store_read(f->s, "gone", &v), STORE_NOT_FOUND);
+    /* The current holder may write again; the version keeps counting. */
+    assert_st(put(f, "gone", 10, "back", 12, &res), STORE_ACCEPTED);
+    assert_int_equal(res.version, 3);
+    assert_value(f, "gone", "back", 10, 3);
+}
+
+static void test_list_paged(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+    char name[32];
+    store_entry e[4];
+    size_t n = 0;
+
+    for (int i = 0; i < 10; i++) {
+        snprintf(name, sizeof name, "list-%02d", i);
+        assert_st(put(f, name, (uint64_t)i + 1, "v", 100, &res), STORE_ACCEPTED);
+    }
+    assert_st(store_delete(f->s, "list-03"), STORE_OK);
+    const char *after = "list-";
+    int seen = 0;
+    char cursor[201];
+    snprintf(cursor, sizeof cursor, "%s", after);
+    for (;;) {
+        assert_st(store_list(f->s, cursor, e, 4, &n), STORE_OK);
+        for (size_t i = 0; i < n && strncmp(e[i].resource, "list-", 5) == 0; i++) {
+            snprintf(name, sizeof name, "list-%02d", seen);
+            assert_string_equal(e[i].resource, name);
+            assert_int_equal(e[i].highest_token, (uint64_t)seen + 1);
+            assert_int_equal(e[i].deleted, seen == 3);
+            assert_int_equal(e[i].size, seen == 3 ? 0 : 1);
+            seen++;
+        }
+        if (n < 4) {
+            break;
+        }
+        snprintf(cursor, sizeof cursor, "%s", e[n - 1].resource);
+    }
+    assert_int_equal(seen, 10);
+    assert_st(store_list(f->s, "bad/name", e, 4, &n), STORE_INVALID);
+}
+
+static void test_full_map_is_recoverable(void **state)
+{
+    (void)state;
+    st_fixture g;
+    memset(&g, 0, sizeof g);
+    th_tempdir(g.dir, sizeof g.dir, "store-full");
+    store_options_init(&g.opts);
+    g.opts.dir = g.dir;
+    g.opts.map_size = 256 * 1024;
+    st_open(&g);
+
+    char *value = calloc(1, 40000);
+    store_write_result res;
+    store_status st = STORE_ACCEPTED;
+    char name[32];
+    int written = 0;
+    for (int i = 0; i < 100 && st == STORE_ACCEPTED; i++) {
+        snprintf(name, sizeof name, "fill-%d", i);
+        st = store_write(g.s, name, 1, value, 40000, NULL, 1, &res);
+        written += st == STORE_ACCEPTED;
+    }
+    assert_st(st, STORE_FULL);
+    assert_true(written >= 1);
+    /* The refused write left nothing behind. */
+    store_value v;
+    assert_st(store_read(g.s, name, &v), STORE_NOT_FOUND);
+    /* Small writes and reads still work; deleting makes room for big ones again. */
+    assert_st(store_write(g.s, "small", 1, "x", 1, NULL, 1, &res), STORE_ACCEPTED);
+    assert_st(store_read(g.s, "fill-0", &v), STORE_OK);
+    store_value_free(&v);
+    for (int i = 0; i < written; i++) {
+        snprintf(name, sizeof name, "fill-%d", i);
+        assert_st(store_delete(g.s, name), STORE_OK);
+    }
+    assert_st(store_write(g.s, "fill-again", 1, value, 40000, NULL, 1, &res), STORE_ACCEPTED);
+    free(value);
+    store_close(g.s);
+    th_rmtree(g.dir);
+}
+
+static void test_reopen_keeps_everything(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+
+    assert_st(put(f, "durable", 7, "seven", 7, &res), STORE_ACCEPTED);
+    store_close(f->s);
+    st_open(f);
+    assert_value(f, "durable", "seven", 7, 1);
+    assert_st(put(f, "durable", 6, "six", 7, &res), STORE_STALE);
+}
+
+static void test_status_strings(void **state)
+{
+    (void)state;
+    assert_string_equal(store_status_name(STORE_STALE), "STALE");
+    assert_string_equal(store_status_name((store_status)99), "UNKNOWN");
+    char err[256];
+    store *s = NULL;
+    store_options o;
+    store_options_init(&o);
+    assert_st(store_open(&s, &o, err, sizeof err), STORE_INVALID); /* no dir */
+    assert_null(s);
+    o.dir = "/proc/no-such-place/fg";
+    assert_st(store_open(&s, &o, err, sizeof err), STORE_EIO);
+    assert_non_null(strstr(err, "/proc/no-such-place/fg"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_accept_equal_higher_and_stale, st_setup,
+                                        st_teardown),
+        cmocka_unit_test_setup_teardown(test_forged_token_changes_nothing, st_setup,
+                                        st_teardown),
+        cmocka_unit_test_setup_teardown(test_limits_and_invalid, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_delete_keeps_tombstone, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_list_paged, st_setup, st_teardown),
+        cmocka_unit_test(test_full_map_is_recoverable),
+        cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, st_setup, st_teardown),
+        cmocka_unit_test(test_status_strings),
+    };
+    return cmocka_run_group_tests_name("storage_store", tests, NULL, NULL);
+}
