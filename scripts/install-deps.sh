@@ -2,7 +2,18 @@
 # Installs every Debian package fencegate needs to build, run and test, and nothing
 # that is already there. Idempotent: a second run makes no change and needs no network.
 # Used by the README's two commands, .ci/run and docker/Dockerfile.
+# Extra Debian package names may be given as arguments.
+# FENCEGATE_SKIP_NODE_TOOLS=1 skips the npm-installed checkers (the Docker build needs none).
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+
+install_node_tools() {
+    if [ "${FENCEGATE_SKIP_NODE_TOOLS:-0}" = 1 ]; then
+        return 0
+    fi
+    # The OpenAPI validator, pinned by api/package-lock.json (installs nodejs+npm if missing).
+    bash "$here/check-openapi.sh" install
+}
 
 # Build and runtime libraries (found by CMake through pkg-config).
 build_pkgs=(build-essential cmake pkg-config git
@@ -20,7 +31,8 @@ for p in "${build_pkgs[@]}" "${tool_pkgs[@]}" "$@"; do
 done
 
 if [ "${#missing[@]}" -eq 0 ]; then
-    echo "install-deps: all packages present"
+    echo "install-deps: all Debian packages present"
+    install_node_tools
     exit 0
 fi
 
@@ -49,4 +61,7 @@ trap cleanup EXIT
 
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+cleanup
+made_policy=0
+install_node_tools
 echo "install-deps: done"
