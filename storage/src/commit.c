@@ -11,8 +11,15 @@
  * UNKNOWN_TOKEN answer changes nothing and does not disturb the others. If the map fills up
  * (MDB_MAP_FULL), the batch is aborted and its requests are replayed one transaction each,
  * so only the writes that really do not fit answer FULL. If the commit fails for any other
- * reason (EIO, disk full), nothing of the batch is durable and every write it accepted
- * answers EIO: nothing is acknowledged that is not on disk.
+ * reason (EIO, disk full: the write or fdatasync of the data pages or of the meta page
+ * failed), LMDB has aborted the transaction, the previous meta page still names the previous
+ * state, and every request of the batch answers EIO: nothing is acknowledged that is not on
+ * disk.
+ *
+ * Crash at any instruction: before mdb_txn_commit returns nothing of the batch is
+ * acknowledged, and LMDB's copy-on-write leaves the old meta page valid until the new one is
+ * synced, so a reopened store holds either none or all of the batch (see store.c). A
+ * follower is woken only after the leader's commit returned.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -117,12 +124,12 @@ static int run_txn(store *s, store__wreq *first, store__wreq *end)
         mdb_txn_abort(txn); /* a failed put: nothing of this transaction happened */
     }
     if (rc != 0) {
+        /* Every request of the batch gets the error, refusals too: a STALE answer may name
+         * a highest token that an earlier request of this very transaction put, and that
+         * is now not on disk. */
         for (store__wreq *w = first; w != end; w = w->next) {
-            if (w->st == STORE_ACCEPTED) {
-                w->st = store__mdb_status(rc);
-                w->res.version = 0;
-                w->res.highest_token = 0;
-            }
+            w->st = store__mdb_status(rc);
+            memset(&w->res, 0, sizeof w->res);
         }
         return rc;
     }
@@ -134,14 +141,16 @@ static int run_txn(store *s, store__wreq *first, store__wreq *end)
     return 0;
 }
 
+/* Runs a whole batch. When it does not fit (MDB_MAP_FULL: the map; MDB_TXN_FULL: too many
+ * dirty pages for one transaction), the aborted transaction left the store unchanged, and
+ * each request is replayed in a transaction of its own, so only those that really do not fit
+ * answer FULL. Any other failure has already been given to every request of the batch. */
 static void run_batch(store *s, store__wreq *batch)
 {
     int rc = run_txn(s, batch, NULL);
-    if (rc != MDB_MAP_FULL) {
+    if (rc != MDB_MAP_FULL && rc != MDB_TXN_FULL) {
         return;
     }
-    /* The batch did not fit: replay each request alone so only those that really do not
-     * fit answer FULL. The aborted transaction left the store unchanged. */
     for (store__wreq *w = batch; w != NULL; w = w->next) {
         run_txn(s, w, w->next);
     }
@@ -160,48 +169,20 @@ static store_status validate(store *s, const char *resource, uint64_t token, con
     return STORE_OK;
 }
 
-store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
-                         size_t len, const char *content_type, uint64_t last_issued,
-                         store_write_result *res)
+/* Queues w and waits until a batch holding it has run: either the batch of another leader,
+ * or the one this thread leads. */
+static void write_grouped(store *s, store__wreq *w)
 {
-    store__wreq w;
-
-    memset(res, 0, sizeof *res);
-    store_status st = validate(s, resource, token, data, len, content_type);
-    if (st != STORE_OK) {
-        return st;
-    }
-    memset(&w, 0, sizeof w);
-    w.resource = resource;
-    w.token = token;
-    w.data = data;
-    w.len = len;
-    w.content_type = content_type;
-    w.last_issued = last_issued;
-
     pthread_mutex_lock(&s->mu);
-    if (!s->opts.group_commit) {
-        /* One transaction per write, serialised (the benchmark's baseline). */
-        while (s->leading) {
-            pthread_cond_wait(&s->done_cv, &s->mu);
-        }
-        s->leading = 1;
-        pthread_mutex_unlock(&s->mu);
-        run_batch(s, &w);
-        pthread_mutex_lock(&s->mu);
-        s->leading = 0;
-        pthread_cond_broadcast(&s->done_cv);
-        pthread_mutex_unlock(&s->mu);
-        *res = w.res;
-        return w.st;
-    }
     if (s->queue_tail != NULL) {
-        s->queue_tail->next = &w;
+        s->queue_tail->next = w;
     } else {
-        s->queue = &w;
+        s->queue = w;
     }
-    s->queue_tail = &w;
-    while (!w.done) {
+    s->queue_tail = w;
+    /* Not done and nobody leading means w is still queued: the batch of the last leader
+     * was taken before w arrived. */
+    while (!w->done) {
         if (s->leading) {
             pthread_cond_wait(&s->done_cv, &s->mu);
             continue;
@@ -223,6 +204,54 @@ store_status store_write(store *s, const char *resource, uint64_t token, const v
         pthread_cond_broadcast(&s->done_cv);
     }
     pthread_mutex_unlock(&s->mu);
-    *res = w.res;
+}
+
+/* One transaction per write, serialised: the benchmark's baseline without group commit. */
+static void write_alone(store *s, store__wreq *w)
+{
+    pthread_mutex_lock(&s->mu);
+    while (s->leading) {
+        pthread_cond_wait(&s->done_cv, &s->mu);
+    }
+    s->leading = 1;
+    pthread_mutex_unlock(&s->mu);
+    run_batch(s, w);
+    pthread_mutex_lock(&s->mu);
+    s->leading = 0;
+    pthread_cond_broadcast(&s->done_cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
+                         size_t len, const char *content_type, uint64_t last_issued,
+                         store_write_result *res)
+{
+    store__wreq w;
+
+    if (res != NULL) {
+        memset(res, 0, sizeof *res);
+    }
+    store_status st = validate(s, resource, token, data, len, content_type);
+    if (st != STORE_OK) {
+        return st;
+    }
+    memset(&w, 0, sizeof w);
+    w.resource = resource;
+    w.token = token;
+    w.data = data;
+    w.len = len;
+    w.content_type = content_type;
+    w.last_issued = last_issued;
+
+    store__call_begin(s);
+    if (s->opts.group_commit) {
+        write_grouped(s, &w);
+    } else {
+        write_alone(s, &w);
+    }
+    store__call_end(s);
+    if (res != NULL) {
+        *res = w.res;
+    }
     return w.st;
 }

@@ -5,9 +5,13 @@
  * and only then does the meta page that points at them get written and synced (default
  * flags: no MDB_NOSYNC, MDB_NOMETASYNC or MDB_WRITEMAP). A process killed at any instruction
  * leaves either the old or the new meta page valid, so the database opens without repair
- * and holds exactly the transactions whose commit returned. Nothing is acknowledged before
- * its commit returns.
- * Disk full or an I/O error makes the commit fail: the transaction is aborted, the answer is
+ * and holds every transaction whose commit returned, plus perhaps the one whose commit was
+ * under way (never acknowledged, so keeping it breaks no promise). A killed process loses
+ * nothing the kernel already has; on power loss, the meta fields LMDB switches on fit in one
+ * disk sector, and the data pages they name were synced before them. Nothing is
+ * acknowledged before its commit returns.
+ * Disk full or an I/O error (ENOSPC, EIO from pwrite or fdatasync) makes the commit fail:
+ * LMDB aborts the transaction, the meta page still names the previous state, the answer is
  * an error, and the store keeps its previous state.
  */
 #include <errno.h>
@@ -162,12 +166,12 @@ static int open_dbs_and_ledger(store *s)
     }
     if (rc == 0) {
         rc = mdb_get(txn, s->meta, &key, &val);
-        if (rc == 0 && val.mv_size == 8) {
+        if (rc == 0 && val.mv_size == 8 && get_u64_val(&val) < STORE__TOKEN_LIMIT) {
             prev = get_u64_val(&val);
         } else if (rc == MDB_NOTFOUND) {
             rc = 0;
         } else if (rc == 0) {
-            rc = MDB_CORRUPTED;
+            rc = MDB_CORRUPTED; /* never guess a ceiling: a low guess could repeat tokens */
         }
     }
     if (rc != 0) {
@@ -178,9 +182,15 @@ static int open_dbs_and_ledger(store *s)
     if (rc != 0) {
         return rc;
     }
+    /* Until this commit returns, the old R is the durable one: a crash here just means the
+     * next open raises from R_prev again. */
+    rc = put_ceiling(s, prev + s->opts.ledger_step);
+    if (rc != 0) {
+        return rc;
+    }
     s->floor = prev;
     atomic_store(&s->ceiling, prev + s->opts.ledger_step);
-    return put_ceiling(s, prev + s->opts.ledger_step);
+    return 0;
 }
 
 store_status store_open(store **out, const store_options *opts, char *err, size_t errlen)
@@ -238,6 +248,8 @@ store_status store_open(store **out, const store_options *opts, char *err, size_
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->done_cv, NULL);
     pthread_mutex_init(&s->ledger_mu, NULL);
+    pthread_mutex_init(&s->calls_mu, NULL);
+    pthread_cond_init(&s->calls_cv, NULL);
     *out = s;
     return STORE_OK;
 fail:
@@ -251,19 +263,47 @@ fail:
     return rc == MDB_MAP_FULL ? STORE_FULL : STORE_EIO;
 }
 
+void store__call_begin(store *s)
+{
+    pthread_mutex_lock(&s->calls_mu);
+    s->calls++;
+    pthread_mutex_unlock(&s->calls_mu);
+}
+
+void store__call_end(store *s)
+{
+    /* The count and the wake-up are under one mutex, so store_close() cannot free the store
+     * between them. */
+    pthread_mutex_lock(&s->calls_mu);
+    if (--s->calls == 0) {
+        pthread_cond_broadcast(&s->calls_cv);
+    }
+    pthread_mutex_unlock(&s->calls_mu);
+}
+
 void store_close(store *s)
 {
     if (s == NULL) {
         return;
     }
+    /* Let calls in flight finish: each write is then durable and answered. Every
+     * acknowledged write is already on disk, so closing adds no sync of its own. */
+    pthread_mutex_lock(&s->calls_mu);
+    while (s->calls > 0) {
+        pthread_cond_wait(&s->calls_cv, &s->calls_mu);
+    }
+    pthread_mutex_unlock(&s->calls_mu);
     mdb_env_close(s->env);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->done_cv);
     pthread_mutex_destroy(&s->ledger_mu);
+    pthread_mutex_destroy(&s->calls_mu);
+    pthread_cond_destroy(&s->calls_cv);
     free(s);
 }
 
-/* Runs fn inside a read-only transaction. LMDB readers never wait for the writer. */
+/* Reads and decodes resource's record inside txn. NOT_FOUND when there is none, EIO when its
+ * bytes do not decode (a corrupt record is reported, never trusted). */
 static store_status get_record(store *s, MDB_txn *txn, const char *resource, store__record *rec)
 {
     MDB_val key = {strlen(resource), (void *)resource};
@@ -284,8 +324,10 @@ store_status store_read(store *s, const char *resource, store_value *v)
     if (!store__valid_name(resource)) {
         return STORE_INVALID;
     }
+    store__call_begin(s);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc != 0) {
+        store__call_end(s);
         return store__mdb_status(rc);
     }
     store_status st = get_record(s, txn, resource, &rec);
@@ -308,6 +350,7 @@ store_status store_read(store *s, const char *resource, store_value *v)
         }
     }
     mdb_txn_abort(txn);
+    store__call_end(s);
     return st;
 }
 
@@ -329,12 +372,15 @@ store_status store_highest(store *s, const char *resource, uint64_t *highest)
     if (!store__valid_name(resource)) {
         return STORE_INVALID;
     }
+    store__call_begin(s);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc != 0) {
+        store__call_end(s);
         return store__mdb_status(rc);
     }
     store_status st = get_record(s, txn, resource, &rec);
     mdb_txn_abort(txn);
+    store__call_end(s);
     if (st == STORE_NOT_FOUND) {
         return STORE_OK;
     }
@@ -357,6 +403,7 @@ store_status store_list(store *s, const char *after, store_entry *entries, size_
     if (after != NULL && after[0] != '\0' && !store__valid_name(after)) {
         return STORE_INVALID;
     }
+    store__call_begin(s);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc == 0) {
         rc = mdb_cursor_open(txn, s->resources, &cur);
@@ -365,6 +412,7 @@ store_status store_list(store *s, const char *after, store_entry *entries, size_
         if (txn != NULL) {
             mdb_txn_abort(txn);
         }
+        store__call_end(s);
         return store__mdb_status(rc);
     }
     if (after != NULL && after[0] != '\0') {
@@ -400,6 +448,7 @@ store_status store_list(store *s, const char *after, store_entry *entries, size_
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);
+    store__call_end(s);
     return st;
 }
 
@@ -412,8 +461,12 @@ store_status store_delete(store *s, const char *resource)
     if (!store__valid_name(resource)) {
         return STORE_INVALID;
     }
+    store__call_begin(s);
+    /* Its own write transaction: LMDB's writer lock orders it with the group-commit batches,
+     * and the commit syncs before the answer, like a write. */
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
     if (rc != 0) {
+        store__call_end(s);
         return store__mdb_status(rc);
     }
     store_status st = get_record(s, txn, resource, &rec);
@@ -446,6 +499,7 @@ store_status store_delete(store *s, const char *resource)
         mdb_txn_abort(txn);
     }
     free(buf);
+    store__call_end(s);
     return st;
 }
 
@@ -461,7 +515,11 @@ store_status store_delete(store *s, const char *resource)
  *    token handed out before, by this process or any earlier one: P1 (no token twice) and
  *    P2 (later acquisitions get larger tokens). P3 (storage never accepts a lower token
  *    than one it accepted) is the write check itself, on durable state.
- *  - A crash between raising R and handing out a token only wastes token numbers.
+ *  - A crash between raising R and handing out a token only wastes token numbers. A crash
+ *    before the raise's commit returned leaves the old R durable, and no token above it was
+ *    handed out (cover had not returned). A failed raise (EIO, disk full, full map) returns
+ *    EIO and the gateway does not hand the token out.
+ *  - R only grows: every put_ceiling() writes a value above the durable one, under ledger_mu.
  */
 uint64_t store_ledger_floor(store *s)
 {
@@ -476,18 +534,24 @@ store_status store_ledger_cover(store *s, uint64_t token)
     if (token >= STORE__TOKEN_LIMIT) {
         return STORE_INVALID;
     }
+    store__call_begin(s);
+    /* ledger_mu makes concurrent raises one fsync each, not one per caller; LMDB's writer
+     * lock orders the raise with the group-commit batches. */
     pthread_mutex_lock(&s->ledger_mu);
     store_status st = STORE_OK;
     if (token > atomic_load(&s->ceiling)) {
         uint64_t next = token + s->opts.ledger_step;
         int rc = put_ceiling(s, next);
         if (rc == 0) {
+            /* Published only after the commit returned: nobody hands out a token above the
+             * old ceiling before the new one is on disk. */
             atomic_store(&s->ceiling, next);
         } else {
-            st = rc == MDB_MAP_FULL ? STORE_FULL : STORE_EIO;
+            st = STORE_EIO; /* a full map too: the token must not be handed out */
         }
     }
     pthread_mutex_unlock(&s->ledger_mu);
+    store__call_end(s);
     return st;
 }
 

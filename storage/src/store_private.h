@@ -29,6 +29,11 @@ struct store {
     _Atomic uint64_t ceiling;   /* durable R */
     uint64_t floor;             /* R_prev, fixed at open */
 
+    /* Calls in flight, so store_close() can wait for them (store__call_begin/end). */
+    pthread_mutex_t calls_mu;
+    pthread_cond_t calls_cv;
+    long calls;
+
     _Atomic uint64_t commits;
     _Atomic uint64_t writes;
     _Atomic uint64_t max_batch;
@@ -36,6 +41,11 @@ struct store {
 
 /* Maps an LMDB error to a status. */
 store_status store__mdb_status(int rc);
+
+/* Every public call that uses the environment brackets itself with these, so that
+ * store_close() waits for calls in flight before it closes the environment. */
+void store__call_begin(store *s);
+void store__call_end(store *s);
 
 /* Wall clock in ms, for written_at_ms. */
 int64_t store__wall_ms(void);

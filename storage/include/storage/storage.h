@@ -62,8 +62,9 @@ void store_options_init(store_options *opts);
  * NULL) says why. Close with store_close(). */
 store_status store_open(store **out, const store_options *opts, char *err, size_t errlen);
 
-/* Closes the environment and frees the store. The caller must have stopped every thread
- * that calls into it. NULL is a no-op. */
+/* Waits for in-flight calls (writes, reads, deletes, ledger raises), closes the environment
+ * and frees the store. No call may start once store_close() has been called. NULL is a
+ * no-op. */
 void store_close(store *s);
 
 typedef struct store_write_result {
@@ -76,7 +77,9 @@ typedef struct store_write_result {
  *   token < highest              -> STALE, res->highest_token names the highest;
  *   otherwise                    -> ACCEPTED, value, type, highest and version updated.
  * len > max_value_bytes is TOO_LARGE, a full map is FULL, a bad name is INVALID; every
- * error leaves the store unchanged. content_type may be NULL (stored as empty). */
+ * error leaves the store unchanged. content_type may be NULL (stored as empty). res may be
+ * NULL; otherwise it is zeroed on every answer but ACCEPTED, STALE and UNKNOWN_TOKEN. If the
+ * commit fails, every write of that group commit answers EIO (or FULL, ENOMEM). */
 store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
                          size_t len, const char *content_type, uint64_t last_issued,
                          store_write_result *res);
@@ -125,7 +128,8 @@ uint64_t store_ledger_floor(store *s);
 
 /* Makes sure the durable ceiling is >= token before the caller hands the token out,
  * raising it by the step (one fsync) when needed. OK, or EIO when it could not be made
- * durable: then the token must not be handed out. */
+ * durable (I/O error, disk full, full map): then the token must not be handed out.
+ * INVALID for a token >= 2^53. */
 store_status store_ledger_cover(store *s, uint64_t token);
 
 typedef struct store_stats {
