@@ -41,6 +41,24 @@ static inline void st_open(st_fixture *f)
     }
 }
 
+/* Opens a store with a map of map_bytes (the tests that fill it up) in a fresh temp dir.
+ * Close with st_close_tiny(). */
+static inline void st_open_tiny(st_fixture *f, const char *tag, size_t map_bytes)
+{
+    memset(f, 0, sizeof *f);
+    th_tempdir(f->dir, sizeof f->dir, tag);
+    store_options_init(&f->opts);
+    f->opts.dir = f->dir;
+    f->opts.map_size = map_bytes;
+    st_open(f);
+}
+
+static inline void st_close_tiny(st_fixture *f)
+{
+    store_close(f->s);
+    th_rmtree(f->dir);
+}
+
 static inline int st_setup(void **state)
 {
     st_fixture *f = calloc(1, sizeof *f);

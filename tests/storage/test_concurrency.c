@@ -7,6 +7,7 @@
 #define THREADS 16
 #define WRITES 60
 #define RESOURCES 4
+#define LAST_ISSUED ((uint64_t)UINT32_MAX)
 
 typedef struct accepted {
     uint64_t token;
@@ -21,6 +22,7 @@ typedef struct shared {
     accepted log[RESOURCES][THREADS * WRITES];
     size_t n[RESOURCES];
     int errors;
+    int forged;
 } shared;
 
 typedef struct worker_arg {
@@ -38,11 +40,23 @@ static void *worker(void *p)
     for (int i = 0; i < WRITES; i++) {
         int r = (a->id + i) % RESOURCES;
         snprintf(name, sizeof name, "res-%d", r);
+        if ((a->id + i) % 7 == 0) {
+            /* A forged token rides in the same batches: refused, and nobody else is. */
+            store_status st = store_write(sh->s, name, LAST_ISSUED + 1 + (uint64_t)i, "evil", 4,
+                                          NULL, LAST_ISSUED, &res);
+            pthread_mutex_lock(&sh->mu);
+            sh->forged++;
+            if (st != STORE_UNKNOWN_TOKEN) {
+                print_error("forged token on %s: %s\n", name, store_status_name(st));
+                sh->errors++;
+            }
+            pthread_mutex_unlock(&sh->mu);
+        }
         /* Tokens are handed out in order but arrive interleaved, as from racing clients. */
         uint64_t token = atomic_fetch_add(&sh->next_token[r], 1) + 1;
         snprintf(value, sizeof value, "t%d-%d", a->id, i);
         store_status st = store_write(sh->s, name, token, value, strlen(value), "text/plain",
-                                      UINT32_MAX, &res);
+                                      LAST_ISSUED, &res);
         pthread_mutex_lock(&sh->mu);
         if (st == STORE_ACCEPTED) {
             accepted *e = &sh->log[r][sh->n[r]++];
@@ -50,6 +64,8 @@ static void *worker(void *p)
             e->version = res.version;
             snprintf(e->value, sizeof e->value, "%s", value);
         } else if (st != STORE_STALE || res.highest_token <= token) {
+            print_error("token %llu on %s: %s (highest %llu)\n", (unsigned long long)token,
+                        name, store_status_name(st), (unsigned long long)res.highest_token);
             sh->errors++;
         }
         pthread_mutex_unlock(&sh->mu);
@@ -81,6 +97,7 @@ static void test_sixteen_writers(void **state)
         pthread_join(t[i], NULL);
     }
     assert_int_equal(sh->errors, 0);
+    assert_true(sh->forged > 0);
 
     for (int r = 0; r < RESOURCES; r++) {
         accepted *log = sh->log[r];
@@ -99,6 +116,12 @@ static void test_sixteen_writers(void **state)
         assert_int_equal(v.version, log[n - 1].version);
         assert_int_equal(v.token, log[n - 1].token);
         assert_memory_equal(v.data, log[n - 1].value, v.len);
+        /* No forged token raised the high-water mark. */
+        uint64_t max_token = 0;
+        for (size_t i = 0; i < n; i++) {
+            max_token = log[i].token > max_token ? log[i].token : max_token;
+        }
+        assert_int_equal(v.highest_token, max_token);
         store_value_free(&v);
     }
 
@@ -133,11 +156,84 @@ static void test_lone_writer_commits_alone(void **state)
     assert_int_equal(before.commits, after.commits);
 }
 
+#define BIG_BYTES (300 * 1024) /* more than the whole map below: never fits */
+
+typedef struct full_arg {
+    store *s;
+    int id;
+    int errors;
+    uint64_t last_version;
+} full_arg;
+
+/* Even ids write small values, odd ids values that cannot fit, all at once. */
+static void *full_worker(void *p)
+{
+    full_arg *a = p;
+    char name[16];
+    store_write_result res;
+    int big = a->id % 2;
+    void *value = calloc(1, BIG_BYTES);
+
+    snprintf(name, sizeof name, "full-%d", a->id);
+    for (uint64_t token = 1; token <= 20; token++) {
+        store_status st = store_write(a->s, name, token, value, big ? BIG_BYTES : 16, NULL,
+                                      token, &res);
+        if (st != (big ? STORE_FULL : STORE_ACCEPTED)) {
+            print_error("full-%d token %llu: %s\n", a->id, (unsigned long long)token,
+                        store_status_name(st));
+            a->errors++;
+        }
+        a->last_version = res.version;
+    }
+    free(value);
+    return NULL;
+}
+
+/* MDB_MAP_FULL in a batch: only the writes that really do not fit answer FULL, the others in
+ * the same batches are accepted, and the store stays usable. */
+static void test_full_map_under_concurrency(void **state)
+{
+    (void)state;
+    st_fixture g;
+    st_open_tiny(&g, "store-full-mt", 256 * 1024);
+
+    pthread_t t[THREADS];
+    full_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (full_arg){g.s, i, 0, 0};
+        pthread_create(&t[i], NULL, full_worker, &args[i]);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        pthread_join(t[i], NULL);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        assert_int_equal(args[i].errors, 0);
+        char name[16];
+        snprintf(name, sizeof name, "full-%d", i);
+        store_value v;
+        uint64_t hi = 0;
+        if (i % 2) {
+            assert_st(store_read(g.s, name, &v), STORE_NOT_FOUND);
+            assert_st(store_highest(g.s, name, &hi), STORE_OK);
+            assert_int_equal(hi, 0); /* a FULL write left nothing behind */
+        } else {
+            assert_st(store_read(g.s, name, &v), STORE_OK);
+            assert_int_equal(v.version, 20);
+            assert_int_equal(args[i].last_version, 20);
+            store_value_free(&v);
+        }
+    }
+    store_write_result res;
+    assert_st(store_write(g.s, "after-full", 1, "x", 1, NULL, 1, &res), STORE_ACCEPTED);
+    st_close_tiny(&g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sixteen_writers, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_lone_writer_commits_alone, st_setup, st_teardown),
+        cmocka_unit_test(test_full_map_under_concurrency),
     };
     return cmocka_run_group_tests_name("storage_concurrency", tests, NULL, NULL);
 }

@@ -171,12 +171,7 @@ static void test_full_map_is_recoverable(void **state)
 {
     (void)state;
     st_fixture g;
-    memset(&g, 0, sizeof g);
-    th_tempdir(g.dir, sizeof g.dir, "store-full");
-    store_options_init(&g.opts);
-    g.opts.dir = g.dir;
-    g.opts.map_size = 256 * 1024;
-    st_open(&g);
+    st_open_tiny(&g, "store-full", 256 * 1024);
 
     char *value = calloc(1, 40000);
     store_write_result res;
@@ -203,8 +198,7 @@ static void test_full_map_is_recoverable(void **state)
     }
     assert_st(store_write(g.s, "fill-again", 1, value, 40000, NULL, 1, &res), STORE_ACCEPTED);
     free(value);
-    store_close(g.s);
-    th_rmtree(g.dir);
+    st_close_tiny(&g);
 }
 
 static void test_reopen_keeps_everything(void **state)
