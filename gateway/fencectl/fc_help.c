@@ -1,0 +1,130 @@
+/*
+ * The --help texts of fencectl and of each subcommand. The exit codes listed here are the
+ * FC_EXIT_* values of fc_args.h.
+ */
+#include "fc_args.h"
+
+#define GLOBAL_OPTIONS                                                                       \
+    "Options of every command:\n"                                                            \
+    "  --url URL               the gateway (default $FENCEGATE_URL, else " FC_DEFAULT_URL ")\n" \
+    "  --auth-token-file FILE  send 'Authorization: Bearer <the file's first line>'\n"       \
+    "                          (default $FENCEGATE_AUTH_TOKEN_FILE); the token is never\n"   \
+    "                          printed\n"                                                    \
+    "  --verbose, -v           progress on stderr\n"                                         \
+    "  --help, -h              this text\n"                                                  \
+    "  --version               the version\n"
+
+#define DURATIONS "Durations are a whole number with a unit: 500ms, 30s, 2m.\n"
+
+#define EXIT_CODES                                                                           \
+    "Exit codes:\n"                                                                          \
+    "  0  done\n"                                                                            \
+    "  1  conflict: the lock is held by another owner (lock: see --conflict-exit-code),\n"   \
+    "     this owner does not hold the lock (not_owner), or the token is stale\n"            \
+    "  2  usage: a bad option or value, an unreadable --auth-token-file or stdin\n"          \
+    "  4  refused by the gateway: invalid request, 401 unauthorized, 403 unknown token,\n"   \
+    "     404 not found, 413 too large\n"                                                    \
+    "  5  the gateway did not answer, timed out, or answered 503 or another 5xx\n"           \
+    "     (after a few retries)\n"
+
+static const char help_overview[] =
+    "Usage: fencectl [OPTIONS] COMMAND RESOURCE [ARGS...]\n"
+    "\n"
+    "A client of the fencegate gateway: fencing-token locks and token-checked writes.\n"
+    "\n"
+    "Commands:\n"
+    "  lock RESOURCE [--ttl 30s] [--wait 0s] -- COMMAND [ARGS...]\n"
+    "                    run COMMAND while holding the lock (FENCING_TOKEN in its env)\n"
+    "  unlock RESOURCE --owner OWNER      release a lock taken with OWNER\n"
+    "  renew RESOURCE --owner OWNER [--ttl 30s]\n"
+    "                                     reset the lease of a lock taken with OWNER\n"
+    "  write RESOURCE --token N [--content-type T] < FILE\n"
+    "                                     store stdin if N is the newest token\n"
+    "  read RESOURCE                      the stored bytes, to stdout\n"
+    "  status RESOURCE                    the lock's state as JSON, to stdout\n"
+    "\n"
+    "'fencectl COMMAND --help' describes one command.\n"
+    "\n" GLOBAL_OPTIONS "\n" DURATIONS "\n" EXIT_CODES;
+
+static const char help_lock[] =
+    "Usage: fencectl lock RESOURCE [OPTIONS] [--] COMMAND [ARGS...]\n"
+    "\n"
+    "Takes the lock on RESOURCE, runs COMMAND (no shell) with FENCING_TOKEN and\n"
+    "FENCING_RESOURCE in its environment, renews the lease every ttl/3 while COMMAND runs,\n"
+    "and releases the lock when COMMAND exits. Pass FENCING_TOKEN with every write\n"
+    "(fencectl write RESOURCE --token \"$FENCING_TOKEN\").\n"
+    "\n"
+    "If the lock is lost while COMMAND runs (the gateway answers not_owner to a renewal,\n"
+    "or renewals fail until the lease has run out), COMMAND gets SIGTERM, then SIGKILL\n"
+    "after --kill-grace, and fencectl exits 3. SIGINT, SIGTERM and SIGHUP sent to fencectl\n"
+    "are passed on to COMMAND (Ctrl-C already reaches it through the terminal). Signals go\n"
+    "to COMMAND's process only, not to processes it started.\n"
+    "\n"
+    "Options:\n"
+    "  --ttl DURATION              the lease (default 30s, from 100ms to 60m)\n"
+    "  --wait DURATION             how long to wait for a held lock (default 0s, up to 60m)\n"
+    "  --conflict-exit-code N      the exit code when the lock stays held by another owner\n"
+    "                              (default 1, like flock -E)\n"
+    "  --kill-grace DURATION       between SIGTERM and SIGKILL after a lock loss\n"
+    "                              (default 10s)\n"
+    "\n" GLOBAL_OPTIONS "\n" DURATIONS "\n"
+    "Exit codes:\n"
+    "  COMMAND's own status once it ran, or 128+N when signal N ended it (like a shell)\n"
+    "  1    the lock is held by another owner after --wait (see --conflict-exit-code)\n"
+    "  2    usage: a bad option or value, an unreadable --auth-token-file\n"
+    "  3    the lock was lost while COMMAND ran; COMMAND was terminated\n"
+    "  4    refused by the gateway (invalid request, 401 unauthorized)\n"
+    "  5    the gateway did not answer, timed out, or answered 503 (after a few retries)\n"
+    "  125  fencectl itself failed (fork, pipe, memory)\n"
+    "  126  COMMAND could not be executed\n"
+    "  127  COMMAND was not found\n";
+
+static const char help_unlock[] =
+    "Usage: fencectl unlock RESOURCE --owner OWNER [OPTIONS]\n"
+    "\n"
+    "Releases one hold of the lock on RESOURCE taken with OWNER, and prints the gateway's\n"
+    "answer {\"resource\", \"released\", \"holds\"} as JSON.\n"
+    "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
+
+static const char help_renew[] =
+    "Usage: fencectl renew RESOURCE --owner OWNER [--ttl DURATION] [OPTIONS]\n"
+    "\n"
+    "Resets the lease of the lock on RESOURCE taken with OWNER to --ttl (default 30s) and\n"
+    "prints the gateway's answer {\"resource\", \"token\", \"ttl_ms\"} as JSON.\n"
+    "\n" GLOBAL_OPTIONS "\n" DURATIONS "\n" EXIT_CODES;
+
+static const char help_write[] =
+    "Usage: fencectl write RESOURCE --token N [--content-type TYPE] [OPTIONS] < FILE\n"
+    "\n"
+    "Stores stdin as the value of RESOURCE if N is a token issued for RESOURCE and no newer\n"
+    "token has written it, and prints the gateway's answer {\"resource\", \"token\",\n"
+    "\"highest_token\", \"version\"} as JSON. A stale token exits 1, an unknown one 4.\n"
+    "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
+
+static const char help_read[] =
+    "Usage: fencectl read RESOURCE [OPTIONS]\n"
+    "\n"
+    "Writes the stored value of RESOURCE to stdout, byte for byte. A resource never\n"
+    "written exits 4.\n"
+    "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
+
+static const char help_status[] =
+    "Usage: fencectl status RESOURCE [OPTIONS]\n"
+    "\n"
+    "Prints the lock's state as JSON: {\"resource\", \"locked\", \"token\", \"holds\",\n"
+    "\"ttl_ms\", \"last_token\"} while held, {\"resource\", \"locked\": false, \"last_token\"}\n"
+    "when free. It never contains the owner.\n"
+    "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
+
+const char *fc__help(fc_command cmd)
+{
+    switch (cmd) {
+    case FC_CMD_LOCK: return help_lock;
+    case FC_CMD_UNLOCK: return help_unlock;
+    case FC_CMD_RENEW: return help_renew;
+    case FC_CMD_WRITE: return help_write;
+    case FC_CMD_READ: return help_read;
+    case FC_CMD_STATUS: return help_status;
+    default: return help_overview;
+    }
+}
