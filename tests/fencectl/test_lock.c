@@ -1,0 +1,361 @@
+/*
+ * fencectl lock, end to end: the real fencectl runs a real command under a lock taken from
+ * the real fencegate binary, with a real redis-server behind it. The commands are small sh
+ * scripts that leave files for the test to see (the token they got, "started", a marker
+ * written by a TERM trap) and wait for a "go" file the test creates. Every wait is a loop
+ * on a condition with a deadline; the scripts' own loops end after 30 s at the latest.
+ */
+#include <errno.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "fc_test.h"
+#include "gw_test.h"
+#include "harness.h"
+
+/* sh: wait (at most 30 s) until the file %s exists. */
+#define SH_WAIT_FOR "i=0; while [ ! -e %s ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done"
+
+typedef struct lock_state {
+    th_redis redis;
+    gwt_proc gw;
+    char dir[256];   /* run outputs and the scripts' files */
+} lock_state;
+
+static int group_setup(void **state)
+{
+    lock_state *s = calloc(1, sizeof *s);
+
+    th_redis_start(&s->redis, 0, NULL);
+    gwt_start(&s->gw, s->redis.url, NULL, NULL);
+    th_tempdir(s->dir, sizeof s->dir, "fencectl-lock");
+    *state = s;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    lock_state *s = *state;
+    int rc = gwt_stop(&s->gw);
+    th_redis_stop(&s->redis);
+    th_rmtree(s->dir);
+    free(s);
+    return rc == 0 ? 0 : -1;
+}
+
+/* A file name in the test's dir: path(s, "lk.x", "started", buf). */
+static const char *path(const lock_state *s, const char *resource, const char *name, char *buf,
+                        size_t len)
+{
+    snprintf(buf, len, "%s/%s.%s", s->dir, resource, name);
+    return buf;
+}
+
+/* Starts `fencectl lock resource FLAGS... -- sh -c script` in the background. flags is
+ * NULL-terminated and may be NULL. */
+static void start_lock(const lock_state *s, fct_run *r, const char *resource,
+                       const char *const *flags, const char *script)
+{
+    const char *argv[32];
+    int n = 0;
+
+    argv[n++] = "lock";
+    argv[n++] = resource;
+    for (int i = 0; flags != NULL && flags[i] != NULL; i++) {
+        argv[n++] = flags[i];
+    }
+    argv[n++] = "--";
+    argv[n++] = "sh";
+    argv[n++] = "-c";
+    argv[n++] = script;
+    argv[n] = NULL;
+    fct_start(r, s->dir, s->gw.url, NULL, NULL, argv);
+}
+
+/* GET /locks/resource: returns 1 when locked (the token goes to *token), 0 when free. */
+static int locked(const lock_state *s, const char *resource, long long *token)
+{
+    char p[256];
+    gwt_resp r;
+
+    snprintf(p, sizeof p, "/locks/%s", resource);
+    gwt_get(&s->gw, p, &r);
+    gwt_assert_status(&r, 200, NULL);
+    json_t *v = json_object_get(r.json, "locked");
+    assert_true(json_is_boolean(v));
+    int held = json_is_true(v);
+    if (token != NULL) {
+        *token = held ? gwt_int(&r, "token") : gwt_int(&r, "last_token");
+    }
+    gwt_resp_free(&r);
+    return held;
+}
+
+/* Starts `fencectl lock resource FLAGS... -- sh -c SCRIPT` and returns once the command
+ * runs. SCRIPT records its pid in R.pid and $FENCING_TOKEN in R.token, creates R.started,
+ * and then waits (at most 30 s) for R.go. On SIGTERM it writes "term" to R.marker and exits
+ * term_exit, or it ignores SIGTERM when term_exit is negative. */
+static void start_waiting(const lock_state *s, fct_run *r, const char *resource,
+                          const char *const *flags, int term_exit)
+{
+    char trap[400], script[2000], marker[300], pid[300], token[300], started[300], go[300];
+
+    path(s, resource, "marker", marker, sizeof marker);
+    if (term_exit >= 0) {
+        snprintf(trap, sizeof trap, "trap 'echo term > %s; exit %d' TERM", marker, term_exit);
+    } else {
+        snprintf(trap, sizeof trap, "trap '' TERM");
+    }
+    path(s, resource, "started", started, sizeof started);
+    snprintf(script, sizeof script,
+             "%s; echo $$ > %s; printf %%s \"$FENCING_TOKEN\" > %s; : > %s; " SH_WAIT_FOR, trap,
+             path(s, resource, "pid", pid, sizeof pid),
+             path(s, resource, "token", token, sizeof token), started,
+             path(s, resource, "go", go, sizeof go));
+    start_lock(s, r, resource, flags, script);
+    fct_wait_file(started);
+}
+
+/* Lets the command started by start_waiting finish. */
+static void let_go(const lock_state *s, const char *resource)
+{
+    char go[300];
+    gwt_write_file(path(s, resource, "go", go, sizeof go), "");
+}
+
+static long long token_of(const lock_state *s, const char *resource)
+{
+    char p[300];
+    char *text = fct_slurp(path(s, resource, "token", p, sizeof p), NULL);
+    long long token = atoll(text);
+    free(text);
+    return token;
+}
+
+static void test_exit_status_propagated(void **state)
+{
+    lock_state *s = *state;
+    fct_run r;
+
+    const char *const seven[] = {"lock", "lk.exit", "--", "sh", "-c", "exit 7", NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, seven);
+    fct_assert_exit(&r, 7);
+    assert_int_equal(locked(s, "lk.exit", NULL), 0);
+
+    /* Ended by a signal: 128 + the signal, like a shell. */
+    const char *const usr1[] = {"lock", "lk.exit", "sh", "-c", "kill -USR1 $$", NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, usr1);
+    fct_assert_exit(&r, 128 + SIGUSR1);
+    assert_int_equal(locked(s, "lk.exit", NULL), 0);
+
+    const char *const ok[] = {"lock", "lk.exit", "--", "true", NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, ok);
+    fct_assert_exit(&r, 0);
+}
+
+static void test_environment(void **state)
+{
+    lock_state *s = *state;
+    char env_file[300], script[600];
+    fct_run r;
+    long long last = 0;
+
+    path(s, "lk.env", "env", env_file, sizeof env_file);
+    snprintf(script, sizeof script,
+             "printf '%%s\\n%%s\\n' \"$FENCING_TOKEN\" \"$FENCING_RESOURCE\" > %s", env_file);
+    start_lock(s, &r, "lk.env", NULL, script);
+    fct_wait(&r);
+    fct_assert_exit(&r, 0);
+
+    char *text = fct_slurp(env_file, NULL);
+    char resource[64] = "";
+    long long token = 0;
+    assert_int_equal(sscanf(text, "%lld\n%63s", &token, resource), 2);
+    free(text);
+    assert_string_equal(resource, "lk.env");
+    assert_false(locked(s, "lk.env", &last));
+    assert_true(token > 0);
+    assert_int_equal(token, last);
+}
+
+static void test_held_while_running(void **state)
+{
+    lock_state *s = *state;
+    fct_run r;
+    long long token = 0;
+
+    start_waiting(s, &r, "lk.held", NULL, 0);
+    assert_int_equal(locked(s, "lk.held", &token), 1);
+    assert_int_equal(token, token_of(s, "lk.held"));
+    let_go(s, "lk.held");
+    fct_wait(&r);
+    fct_assert_exit(&r, 0);
+
+    long long last = 0;
+    assert_int_equal(locked(s, "lk.held", &last), 0);
+    assert_int_equal(last, token);
+}
+
+/* A command that runs for several leases keeps the lock, with the same token. */
+static void test_renewal_keeps_lock(void **state)
+{
+    lock_state *s = *state;
+    const char *const flags[] = {"--ttl", "600ms", NULL};
+    fct_run r;
+
+    start_waiting(s, &r, "lk.renew", flags, 0);
+    long long token = token_of(s, "lk.renew");
+    /* Three leases long: without renewals the lock would be gone after the first. */
+    int64_t until = th_now_ms() + 1800;
+    while (th_now_ms() < until) {
+        long long now_token = 0;
+        assert_int_equal(locked(s, "lk.renew", &now_token), 1);
+        assert_int_equal(now_token, token);
+        th_nap_ms(50);
+    }
+    let_go(s, "lk.renew");
+    fct_wait(&r);
+    fct_assert_exit(&r, 0);
+    assert_int_equal(locked(s, "lk.renew", NULL), 0);
+}
+
+/* Expires the lock by force (DEL in Redis) once the command has started. */
+static void expire_by_force(const lock_state *s, const char *resource)
+{
+    char key[256];
+
+    snprintf(key, sizeof key, "fg:{%s}:lock", resource);
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "DEL %s", key), 1);
+}
+
+static void test_lock_loss_terminates(void **state)
+{
+    lock_state *s = *state;
+    const char *const flags[] = {"--ttl", "600ms", NULL};
+    char marker[300];
+    fct_run r;
+
+    start_waiting(s, &r, "lk.lost", flags, 0);
+    expire_by_force(s, "lk.lost");
+    fct_wait(&r);
+    /* The command exited 0 from its trap, but the lock was lost: fencectl says so. */
+    fct_assert_exit(&r, 3);
+    assert_true(fct_contains(path(s, "lk.lost", "marker", marker, sizeof marker), "term"));
+    assert_true(fct_contains(r.err, "lost the lock"));
+}
+
+static void test_lock_loss_kills_stubborn_command(void **state)
+{
+    lock_state *s = *state;
+    const char *const flags[] = {"--ttl", "600ms", "--kill-grace", "300ms", NULL};
+    char pid_file[300];
+    fct_run r;
+
+    start_waiting(s, &r, "lk.kill", flags, -1);
+    char *text = fct_slurp(path(s, "lk.kill", "pid", pid_file, sizeof pid_file), NULL);
+    pid_t pid = (pid_t)atol(text);
+    free(text);
+    assert_true(pid > 0);
+    expire_by_force(s, "lk.kill");
+    fct_wait(&r);
+    fct_assert_exit(&r, 3);
+    assert_true(fct_contains(r.err, "SIGKILL"));
+    /* fencectl killed and reaped it: the process is gone. */
+    assert_int_equal(kill(pid, 0), -1);
+    assert_int_equal(errno, ESRCH);
+}
+
+static void test_conflict_exit_code(void **state)
+{
+    lock_state *s = *state;
+    char ran[300], script[400];
+    gwt_resp resp;
+    fct_run r;
+
+    gwt_post(&s->gw, "/lock", "{\"resource\":\"lk.busy\",\"owner\":\"someone-else\"}", &resp);
+    gwt_assert_status(&resp, 200, NULL);
+    gwt_resp_free(&resp);
+    path(s, "lk.busy", "ran", ran, sizeof ran);
+    snprintf(script, sizeof script, ": > %s", ran);
+
+    const char *const flags[] = {"--wait", "200ms", "--conflict-exit-code", "42", NULL};
+    start_lock(s, &r, "lk.busy", flags, script);
+    fct_wait(&r);
+    fct_assert_exit(&r, 42);
+    assert_true(fct_contains(r.err, "fencectl: lock lk.busy: locked by another owner, "
+                                    "retry after "));
+    assert_int_not_equal(access(ran, F_OK), 0);
+
+    /* The default conflict code is 1, like flock -E. */
+    start_lock(s, &r, "lk.busy", NULL, script);
+    fct_wait(&r);
+    fct_assert_exit(&r, 1);
+    assert_int_not_equal(access(ran, F_OK), 0);
+}
+
+/* SIGTERM sent to fencectl reaches the command; fencectl then exits with its status and
+ * releases the lock. */
+static void test_signal_forwarded(void **state)
+{
+    lock_state *s = *state;
+    char marker[300];
+    fct_run r;
+
+    start_waiting(s, &r, "lk.sig", NULL, 5);
+    assert_int_equal(locked(s, "lk.sig", NULL), 1);
+    assert_int_equal(kill(r.pid, SIGTERM), 0);
+    fct_wait(&r);
+    fct_assert_exit(&r, 5);
+    assert_true(fct_contains(path(s, "lk.sig", "marker", marker, sizeof marker), "term"));
+    assert_int_equal(locked(s, "lk.sig", NULL), 0);
+}
+
+static void test_command_not_found(void **state)
+{
+    lock_state *s = *state;
+    fct_run r;
+    const char *const argv[] = {"lock", "lk.nocmd", "--", "/nonexistent/fencectl-test", NULL};
+
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, argv);
+    fct_assert_exit(&r, 127);
+    assert_true(fct_contains(r.err, "cannot run '/nonexistent/fencectl-test'"));
+    assert_int_equal(locked(s, "lk.nocmd", NULL), 0);
+}
+
+static void test_gateway_unreachable(void **state)
+{
+    lock_state *s = *state;
+    char url[64];
+    fct_run r;
+
+    snprintf(url, sizeof url, "http://127.0.0.1:%d", th_free_port());
+    const char *const argv[] = {"lock", "lk.nogw", "--url", url, "--", "true", NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, argv);
+    fct_assert_exit(&r, 5);
+    assert_true(fct_contains(r.err, "fencectl: lock lk.nogw: no answer from"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_exit_status_propagated),
+        cmocka_unit_test(test_environment),
+        cmocka_unit_test(test_held_while_running),
+        cmocka_unit_test(test_renewal_keeps_lock),
+        cmocka_unit_test(test_lock_loss_terminates),
+        cmocka_unit_test(test_lock_loss_kills_stubborn_command),
+        cmocka_unit_test(test_conflict_exit_code),
+        cmocka_unit_test(test_signal_forwarded),
+        cmocka_unit_test(test_command_not_found),
+        cmocka_unit_test(test_gateway_unreachable),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
