@@ -80,6 +80,18 @@ int gwt_log_contains(const gwt_proc *p, const char *needle)
     return found;
 }
 
+int gwt_log_wait(const gwt_proc *p, const char *needle)
+{
+    int64_t deadline = th_now_ms() + 10000;
+    while (!gwt_log_contains(p, needle)) {
+        if (th_now_ms() > deadline) {
+            return 0;
+        }
+        th_nap_ms(10);
+    }
+    return 1;
+}
+
 static void dump_log(const gwt_proc *p)
 {
     char *text = read_file(p->log);

@@ -45,6 +45,11 @@ void gwt_write_file(const char *path, const char *text);
 /* 1 when the gateway's log contains needle. */
 int gwt_log_contains(const gwt_proc *p, const char *needle);
 
+/* Waits up to 10 s for the log to contain needle; 1 when it does. The request line is
+ * written when MHD completes the request, which may be just after the client has read the
+ * answer. */
+int gwt_log_wait(const gwt_proc *p, const char *needle);
+
 typedef struct gwt_resp {
     long status;               /* 0 when the request failed at the transport level */
     char *body;                /* malloc'd, NUL-terminated */
