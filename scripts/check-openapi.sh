@@ -2,9 +2,8 @@
 # Checks api/openapi.yaml. Three subcommands:
 #
 #   install         Installs the pinned OpenAPI validator (@redocly/cli, from api/package.json
-#                   and api/package-lock.json) into api/node_modules with `npm ci`. Installs
-#                   Debian's nodejs + npm first when `node` is missing. Idempotent: a second run
-#                   with an unchanged lockfile needs no network. scripts/install-deps.sh calls it.
+#                   and api/package-lock.json) with scripts/install-node-tools.sh, which
+#                   scripts/install-deps.sh also calls.
 #   lint            Runs `redocly lint` (recommended-strict ruleset, api/redocly.yaml) on the
 #                   spec. Fails loudly when the validator is not installed: never skips.
 #   routes BINARY   Runs `BINARY --routes` (one "METHOD /path/template" line per served route)
@@ -18,51 +17,18 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 api="$root/api"
 spec="$api/openapi.yaml"
 redocly="$api/node_modules/.bin/redocly"
-stamp="$api/node_modules/.fencegate-lock.sha256"
 
 die() { echo "check-openapi: $*" >&2; exit 1; }
 
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then "$@"
-    elif command -v sudo >/dev/null 2>&1; then sudo "$@"
-    else die "need root to run: $*"; fi
-}
-
 cmd_install() {
-    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-        # A fresh Debian 12 has neither: take Debian's (node 18, npm 9). If a node without npm
-        # is present (unusual), only npm is added.
-        local pkgs=(npm)
-        command -v node >/dev/null 2>&1 || pkgs=(nodejs npm)
-        echo "check-openapi: installing ${pkgs[*]} from apt"
-        export DEBIAN_FRONTEND=noninteractive
-        as_root apt-get update -q
-        as_root apt-get install -y -q --no-install-recommends "${pkgs[@]}"
-    fi
-    local major
-    major=$(node -p 'process.versions.node.split(".")[0]')
-    [ "$major" -ge 18 ] || die "node $(node --version) is too old; @redocly/cli needs node >= 18.17"
-
-    local want have=""
-    want=$(sha256sum "$api/package-lock.json" | cut -d' ' -f1)
-    [ -f "$stamp" ] && have=$(cat "$stamp")
-    if [ "$want" = "$have" ] && [ -x "$redocly" ]; then
-        echo "check-openapi: validator already installed ($("$redocly" --version))"
-        return 0
-    fi
-    echo "check-openapi: npm ci in api/ (pinned @redocly/cli)"
-    # --ignore-scripts: the linter needs no install scripts (only core-js has one, a banner).
-    (cd "$api" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
-    [ -x "$redocly" ] || die "npm ci finished but $redocly is missing"
-    echo "$want" >"$stamp"
-    echo "check-openapi: installed @redocly/cli $("$redocly" --version)"
+    bash "$root/scripts/install-node-tools.sh"
 }
 
 cmd_lint() {
     command -v node >/dev/null 2>&1 \
-        || die "node is not installed: run scripts/install-deps.sh (or scripts/check-openapi.sh install)"
+        || die "node is not installed: run scripts/install-deps.sh (or scripts/install-node-tools.sh)"
     [ -x "$redocly" ] \
-        || die "the OpenAPI validator is not installed in api/node_modules: run scripts/install-deps.sh (or scripts/check-openapi.sh install)"
+        || die "the OpenAPI validator is not installed in api/node_modules: run scripts/install-deps.sh (or scripts/install-node-tools.sh)"
     echo "check-openapi: redocly $("$redocly" --version) on node $(node --version): lint $spec"
     (cd "$api" && "$redocly" lint --config redocly.yaml openapi.yaml) \
         || die "api/openapi.yaml failed the OpenAPI lint (see above)"

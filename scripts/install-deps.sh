@@ -11,8 +11,9 @@ install_node_tools() {
     if [ "${FENCEGATE_SKIP_NODE_TOOLS:-0}" = 1 ]; then
         return 0
     fi
-    # The OpenAPI validator, pinned by api/package-lock.json (installs nodejs+npm if missing).
-    bash "$here/check-openapi.sh" install
+    # The OpenAPI, Dockerfile and Compose checkers, pinned by their package-lock.json files
+    # (installs nodejs+npm if missing).
+    bash "$here/install-node-tools.sh"
 }
 
 # Build and runtime libraries (found by CMake through pkg-config).
