@@ -8,11 +8,11 @@ build=$1
 src=$2
 extra=${3:-}
 
-command -v redis-server >/dev/null || { echo "FAIL: redis-server not found; run scripts/install-deps.sh" >&2; exit 1; }
+# shellcheck source=../common/redis.sh
+. "$src/tests/common/redis.sh"
 tmp=$(mktemp -d /tmp/fg-example-XXXXXX)
-redis_pid=
 cleanup() {
-    if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi
+    fg_redis_stop
     rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -38,18 +38,11 @@ libdir=$(pkg-config --variable=libdir locklib)
 [ -f "$tmp/prefix/include/locklib/locklib.h" ] || { echo "FAIL: header not installed" >&2; exit 1; }
 
 # 3. Run it against a real Redis.
-redis-server --port 0 --unixsocket "$tmp/redis.sock" --dir "$tmp" --save '' \
-    --appendonly no --daemonize no --logfile "$tmp/redis.log" &
-redis_pid=$!
-deadline=$((SECONDS + 10))
-until redis-cli -s "$tmp/redis.sock" ping 2>/dev/null | grep -q PONG; do
-    [ $SECONDS -lt $deadline ] || { echo "FAIL: redis-server did not start" >&2; exit 1; }
-    sleep 0.05
-done
-out=$(LD_LIBRARY_PATH="$libdir" "$tmp/example" "unix://$tmp/redis.sock")
+fg_redis_start "$tmp"
+out=$(LD_LIBRARY_PATH="$libdir" "$tmp/example" "unix://$FG_REDIS_SOCK")
 echo "$out"
 echo "$out" | grep -q '^holding orders with fencing token 1$'
 echo "$out" | grep -q '^release: RELEASED$'
-out=$(LD_LIBRARY_PATH="$libdir" "$tmp/example" "unix://$tmp/redis.sock")
+out=$(LD_LIBRARY_PATH="$libdir" "$tmp/example" "unix://$FG_REDIS_SOCK")
 echo "$out" | grep -q '^holding orders with fencing token 2$'
 echo "PASS: example builds from the installed locklib.pc and runs"
