@@ -37,5 +37,6 @@ int store__valid_name(const char *s);
 int store__valid_content_type(const char *s);
 
 #define STORE__TOKEN_LIMIT 9007199254740992ULL /* 2^53: tokens are below it */
+#define STORE__TOKEN_MAX (STORE__TOKEN_LIMIT - 1) /* the largest token, as in locklib */
 
 #endif

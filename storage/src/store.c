@@ -147,8 +147,17 @@ static int put_ceiling(store *s, uint64_t ceiling)
     return rc;
 }
 
-/* Opens the two databases and raises the ledger: R := R_prev + step, durable before the
- * store is usable. */
+/* R + step, but never above the largest token: a ceiling at or above 2^53 would read back as
+ * corrupt at the next open and brick the store. R <= STORE__TOKEN_MAX and step < 2^40, so the
+ * sum cannot wrap. */
+static uint64_t raised_ceiling(uint64_t ceiling, uint64_t step)
+{
+    uint64_t next = ceiling + step;
+    return next > STORE__TOKEN_MAX ? STORE__TOKEN_MAX : next;
+}
+
+/* Opens the two databases and raises the ledger: R := min(R_prev + step, the largest token),
+ * durable before the store is usable. */
 static int open_dbs_and_ledger(store *s)
 {
     MDB_txn *txn = NULL;
@@ -184,12 +193,13 @@ static int open_dbs_and_ledger(store *s)
     }
     /* Until this commit returns, the old R is the durable one: a crash here just means the
      * next open raises from R_prev again. */
-    rc = put_ceiling(s, prev + s->opts.ledger_step);
+    uint64_t ceiling = raised_ceiling(prev, s->opts.ledger_step);
+    rc = put_ceiling(s, ceiling);
     if (rc != 0) {
         return rc;
     }
     s->floor = prev;
-    atomic_store(&s->ceiling, prev + s->opts.ledger_step);
+    atomic_store(&s->ceiling, ceiling);
     return 0;
 }
 
@@ -519,7 +529,9 @@ store_status store_delete(store *s, const char *resource)
  *    before the raise's commit returned leaves the old R durable, and no token above it was
  *    handed out (cover had not returned). A failed raise (EIO, disk full, full map) returns
  *    EIO and the gateway does not hand the token out.
- *  - R only grows: every put_ceiling() writes a value above the durable one, under ledger_mu.
+ *  - R never goes down: every put_ceiling() writes a value at or above the durable one, under
+ *    ledger_mu. It stops at the largest token (2^53 - 1); once there, the token space is
+ *    used up and locklib refuses to hand out more, so nothing above R is ever handed out.
  */
 uint64_t store_ledger_floor(store *s)
 {
@@ -528,11 +540,13 @@ uint64_t store_ledger_floor(store *s)
 
 store_status store_ledger_cover(store *s, uint64_t token)
 {
+    /* Checked first: such a token can never be covered, and a ceiling above the largest
+     * token would make every later open fail. */
+    if (token > STORE__TOKEN_MAX) {
+        return STORE_INVALID;
+    }
     if (token <= atomic_load(&s->ceiling)) {
         return STORE_OK;
-    }
-    if (token >= STORE__TOKEN_LIMIT) {
-        return STORE_INVALID;
     }
     store__call_begin(s);
     /* ledger_mu makes concurrent raises one fsync each, not one per caller; LMDB's writer
@@ -540,7 +554,7 @@ store_status store_ledger_cover(store *s, uint64_t token)
     pthread_mutex_lock(&s->ledger_mu);
     store_status st = STORE_OK;
     if (token > atomic_load(&s->ceiling)) {
-        uint64_t next = token + s->opts.ledger_step;
+        uint64_t next = raised_ceiling(token, s->opts.ledger_step);
         int rc = put_ceiling(s, next);
         if (rc == 0) {
             /* Published only after the commit returned: nobody hands out a token above the

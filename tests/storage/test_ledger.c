@@ -22,6 +22,26 @@ static void test_floor_covers_every_earlier_token(void **state)
     assert_st(store_ledger_cover(f->s, 9007199254740992ULL), STORE_INVALID);
 }
 
+/* Covering the largest token (2^53 - 1) must not store a ceiling at or above 2^53: the next
+ * open would read it as corrupt and refuse to open, forever. */
+static void test_largest_token_keeps_the_store_openable(void **state)
+{
+    st_fixture *f = *state;
+    const uint64_t token_max = 9007199254740991ULL;
+
+    assert_st(store_ledger_cover(f->s, token_max), STORE_OK);
+    assert_st(store_ledger_cover(f->s, token_max + 1), STORE_INVALID);
+    store_close(f->s);
+    st_open(f);
+    assert_int_equal(store_ledger_floor(f->s), token_max);
+    /* Opening again raises from the largest token: still openable, still the same floor. */
+    store_close(f->s);
+    st_open(f);
+    assert_int_equal(store_ledger_floor(f->s), token_max);
+    assert_st(store_ledger_cover(f->s, token_max), STORE_OK);
+    assert_st(store_ledger_cover(f->s, UINT64_MAX), STORE_INVALID);
+}
+
 /* What the gateway does for every acquisition. */
 typedef struct gateway_like {
     store *s;
@@ -125,6 +145,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_floor_covers_every_earlier_token, st_setup,
+                                        st_teardown),
+        cmocka_unit_test_setup_teardown(test_largest_token_keeps_the_store_openable, st_setup,
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_redis_loss_and_restart_never_repeat_a_token,
                                         st_setup, st_teardown),

@@ -129,7 +129,7 @@ uint64_t store_ledger_floor(store *s);
 /* Makes sure the durable ceiling is >= token before the caller hands the token out,
  * raising it by the step (one fsync) when needed. OK, or EIO when it could not be made
  * durable (I/O error, disk full, full map): then the token must not be handed out.
- * INVALID for a token >= 2^53. */
+ * INVALID for a token >= 2^53. The ceiling stops at 2^53 - 1, the largest token. */
 store_status store_ledger_cover(store *s, uint64_t token);
 
 typedef struct store_stats {
