@@ -81,7 +81,48 @@ void store_options_init(store_options *opts)
     opts->ledger_step = (uint64_t)1 << 20;
 }
 
-/* mkdir -p, then fsync the parent so a fresh data dir survives a crash. */
+/* fsyncs directory dir, so the entries created in it survive a power loss. Returns 0, or -1
+ * with errno set. A file system that cannot fsync a directory (EINVAL, EBADF) has nothing
+ * to sync, like redis/redis src/util.c: fsyncFileDir. */
+static int fsync_dir(const char *dir)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) {
+        return -1;
+    }
+    int rc = fsync(fd);
+    if (rc != 0 && (errno == EINVAL || errno == EBADF)) {
+        rc = 0;
+    }
+    int saved = errno;
+    close(fd);
+    errno = saved;
+    return rc;
+}
+
+/* mkdir(path), and when it created the directory, fsync its parent so the new entry is
+ * durable. path is modified while the parent is synced and restored before returning.
+ * Returns 0 (also when path already existed), or -1 with errno set. */
+static int make_one_dir(char *path)
+{
+    if (mkdir(path, 0700) != 0) {
+        return errno == EEXIST ? 0 : -1;
+    }
+    char *slash = strrchr(path, '/');
+    if (slash == NULL) {
+        return fsync_dir(".");
+    }
+    if (slash == path) {
+        return fsync_dir("/");
+    }
+    *slash = '\0';
+    int rc = fsync_dir(path);
+    *slash = '/';
+    return rc;
+}
+
+/* mkdir -p. Each directory it creates is made durable by an fsync of its parent, top down,
+ * so a fresh data dir survives a crash. Returns 0, or -1 with errno set. */
 static int make_dir(const char *dir)
 {
     char path[4096];
@@ -91,28 +132,20 @@ static int make_dir(const char *dir)
         return -1;
     }
     memcpy(path, dir, n + 1);
+    while (n > 1 && path[n - 1] == '/') {
+        path[--n] = '\0'; /* so that the last '/' separates the parent */
+    }
     for (char *p = path + 1; *p != '\0'; p++) {
-        if (*p == '/') {
+        if (*p == '/' && p[-1] != '/') {
             *p = '\0';
-            if (mkdir(path, 0700) != 0 && errno != EEXIST) {
+            int rc = make_one_dir(path);
+            *p = '/';
+            if (rc != 0) {
                 return -1;
             }
-            *p = '/';
         }
     }
-    if (mkdir(path, 0700) != 0 && errno != EEXIST) {
-        return -1;
-    }
-    return 0;
-}
-
-static void fsync_dir(const char *dir)
-{
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
+    return make_one_dir(path);
 }
 
 static uint64_t get_u64_val(const MDB_val *v)
@@ -249,7 +282,13 @@ store_status store_open(store **out, const store_options *opts, char *err, size_
         what = "open LMDB environment";
         goto fail;
     }
-    fsync_dir(opts->dir);
+    /* data.mdb and lock.mdb may have just been created: their entries must be durable
+     * before the ledger's raise in data.mdb can count as durable. */
+    if (fsync_dir(opts->dir) != 0) {
+        rc = errno;
+        what = "sync data dir";
+        goto fail;
+    }
     rc = open_dbs_and_ledger(s);
     if (rc != 0) {
         what = "open databases and raise the token ledger";
