@@ -102,6 +102,11 @@ static void test_health_and_ready(void **state)
     gwt_get(&s->gw, "/healthz", &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
+    /* Liveness answers 200 whatever headers a probe sends, a repeated Authorization too. */
+    const char *const twice[] = {"Authorization: Bearer a", "Authorization: Bearer b", NULL};
+    gwt_http(&s->gw, "GET", "/healthz", twice, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
     gwt_get(&s->gw, "/readyz", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_string_equal(gwt_str(&r, "redis"), "up");
@@ -634,6 +639,16 @@ static void test_auth(void **state)
 
     gwt_get(gw, "/healthz", &r); /* liveness needs no token */
     gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    /* Nor does it look at the header at all: a repeated one, right or wrong, is still 200,
+     * while every other path refuses it. */
+    const char *const twice_wrong[] = {"Authorization: Bearer nope", "Authorization: Bearer x",
+                                       NULL};
+    gwt_http(gw, "GET", "/healthz", twice_wrong, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_http(gw, "GET", "/readyz", twice_wrong, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
     gwt_resp_free(&r);
     gwt_get(gw, "/readyz", &r);
     gwt_assert_status(&r, 401, "unauthorized");
