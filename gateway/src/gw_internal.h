@@ -239,12 +239,12 @@ int gw__header_count(struct MHD_Connection *conn, const char *name, const char *
  * with *result set to the MHD result. */
 int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result);
 /* Reads a string field that must be a valid name: the field "resource" follows the resource
- * rules, any other field the owner rules. When not required, an absent or null field leaves
- * *out NULL. *out points into root. Returns 0, or -1 after queuing the 400. */
+ * rules, any other field the owner rules. When not required, an absent field leaves *out
+ * NULL; null is a wrong type. *out points into root. Returns 0, or -1 after queuing the 400. */
 int gw__field_name(gw_request *req, json_t *root, const char *field, int required,
                    const char **out, enum MHD_Result *result);
-/* Reads an optional integer field in [min, max]; def when absent. Returns 0 or -1 after
- * queuing the 400. */
+/* Reads an optional integer field in [min, max]; def when absent (null is a wrong type).
+ * Returns 0 or -1 after queuing the 400. */
 int gw__field_int(gw_request *req, json_t *root, const char *field, int64_t def, int64_t min,
                   int64_t max, int64_t *out, enum MHD_Result *result);
 /* Reads the optional Idempotency-Key header. Returns 0 (*key NULL when absent) or -1 after

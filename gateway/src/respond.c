@@ -122,6 +122,109 @@ enum MHD_Result gw__send_lk_error(gw_request *req, lk_client *c, lk_status st)
     }
 }
 
+#define KEY_SHOWN_MAX 64     /* longer keys are not named: they are not ours anyway */
+#define KEY_COLONS_MAX 256    /* ':' examined at most: bounds the work on a hostile body */
+
+static int is_json_space(char ch)
+{
+    return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r';
+}
+
+/* 1 when body[i] is a '"' that no backslash escapes. */
+static int is_real_quote(const char *body, size_t i)
+{
+    size_t backslashes = 0;
+    if (body[i] != '"') {
+        return 0;
+    }
+    while (backslashes < i && body[i - 1 - backslashes] == '\\') {
+        backslashes++;
+    }
+    return backslashes % 2 == 0;
+}
+
+/* Scans forward from just after a key's ':' to end, in the raw text. Returns 1 when the
+ * value that starts there is still open at end (the error lies inside it), 0 when it closed
+ * before (a ',' or the object's closing brace at its own depth came first). */
+static int value_open_at(const char *body, size_t from, size_t end)
+{
+    int depth = 0, in_string = 0;
+
+    for (size_t i = from; i < end; i++) {
+        char ch = body[i];
+        if (in_string) {
+            if (ch == '\\') {
+                i++; /* skips the escaped byte; i < end is checked again by the loop */
+            } else if (ch == '"') {
+                in_string = 0;
+            }
+        } else if (ch == '"') {
+            in_string = 1;
+        } else if (ch == '{' || ch == '[') {
+            depth++;
+        } else if (ch == '}' || ch == ']') {
+            if (--depth < 0) {
+                return 0;
+            }
+        } else if (ch == ',' && depth == 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Finds the object key whose value holds byte offset pos of the raw body: the last `"key":`
+ * before pos whose value is still open at pos (see value_open_at). A heuristic for error
+ * messages only: it never reads outside body[0, min(pos, len)). Returns 1 with the key's
+ * start and length, or 0 when none is found (a syntax error between members, trailing
+ * bytes, a key too long to show). */
+static int key_before(const char *body, size_t len, long pos, size_t *key_start,
+                      size_t *key_len)
+{
+    size_t end = pos < 0 ? 0 : (size_t)pos > len ? len : (size_t)pos;
+    int colons = 0;
+
+    for (size_t c = end; c-- > 0 && colons < KEY_COLONS_MAX;) {
+        if (body[c] != ':') {
+            continue;
+        }
+        colons++;
+        /* `"key"   :` -- the closing quote of the key, then its opening quote. */
+        size_t q = c;
+        while (q > 0 && is_json_space(body[q - 1])) {
+            q--;
+        }
+        if (q == 0 || !is_real_quote(body, q - 1)) {
+            continue;
+        }
+        size_t close = q - 1;
+        size_t open = close;
+        while (open > 0 && !is_real_quote(body, open - 1)) {
+            open--;
+        }
+        if (open == 0) {
+            continue; /* no opening quote */
+        }
+        open--; /* body[open] is the opening quote */
+        /* A key follows '{' or ','; a quoted ':' inside a string value does not. */
+        size_t before = open;
+        while (before > 0 && is_json_space(body[before - 1])) {
+            before--;
+        }
+        if (before == 0 || (body[before - 1] != '{' && body[before - 1] != ',')) {
+            continue;
+        }
+        size_t n = close - open - 1;
+        if (n == 0 || n > KEY_SHOWN_MAX || !value_open_at(body, c + 1, end)) {
+            continue; /* an enclosing key may still hold the error */
+        }
+        *key_start = open + 1;
+        *key_len = n;
+        return 1;
+    }
+    return 0;
+}
+
 int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result)
 {
     json_error_t error;
@@ -136,9 +239,16 @@ int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result)
      * overflow (1e400), and with this flag, duplicate keys. */
     json_t *doc = json_loadb(req->body, req->body_len, JSON_REJECT_DUPLICATES, &error);
     if (doc == NULL) {
+        char field[KEY_SHOWN_MAX + 16] = "";
+        size_t key_start = 0, key_len = 0;
+        /* jansson names the token ("near '1e400'"), not the field: find the key it is in. */
+        if (key_before(req->body, req->body_len, (long)error.position, &key_start, &key_len)) {
+            snprintf(field, sizeof field, "field '%.*s': ", (int)key_len,
+                     req->body + key_start);
+        }
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "the body is not valid JSON: %s (at byte %d)", error.text,
-                                 error.position);
+                                 "the body is not valid JSON: %s%s (at byte %d)", field,
+                                 error.text, error.position);
         return -1;
     }
     if (!json_is_object(doc)) {
@@ -160,7 +270,7 @@ int gw__field_name(gw_request *req, json_t *root, const char *field, int require
                                    : "1 to 128 bytes of [A-Za-z0-9._:-]";
 
     *out = NULL;
-    if (v == NULL || (json_is_null(v) && !required)) {
+    if (v == NULL) {
         if (!required) {
             return 0;
         }
@@ -168,9 +278,12 @@ int gw__field_name(gw_request *req, json_t *root, const char *field, int require
                                  "%s is required", field);
         return -1;
     }
+    /* null is a wrong type like any other, not a way to leave the field out: a client that
+     * sends "owner": null has a bug we should show, not a random owner it never asked for. */
     if (!json_is_string(v)) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be a string of %s", field, rule);
+                                 "%s must be a string of %s%s", field, rule,
+                                 json_is_null(v) ? ", not null (leave it out instead)" : "");
         return -1;
     }
     const char *s = json_string_value(v);
@@ -192,14 +305,16 @@ int gw__field_int(gw_request *req, json_t *root, const char *field, int64_t def,
     json_t *v = json_object_get(root, field);
 
     *out = def;
-    if (v == NULL || json_is_null(v)) {
+    if (v == NULL) {
         return 0;
     }
-    /* 100.0, 1.5 and 1e3 are reals in JSON: a whole number is asked for. */
+    /* 100.0, 1.5 and 1e3 are reals in JSON: a whole number is asked for. null is a wrong
+     * type too (see gw__field_name). */
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be an integer from %lld to %lld", field,
-                                 (long long)min, (long long)max);
+                                 "%s must be an integer from %lld to %lld%s", field,
+                                 (long long)min, (long long)max,
+                                 json_is_null(v) ? ", not null (leave it out instead)" : "");
         return -1;
     }
     *out = json_integer_value(v);

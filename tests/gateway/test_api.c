@@ -342,6 +342,82 @@ static void test_bad_json_bodies(void **state)
     gwt_resp_free(&r);
 }
 
+/* Posts body to path and asserts 400 invalid_request with every needle in the message. */
+static void expect_message(const gwt_proc *gw, const char *path, const char *body,
+                           const char *const *needles)
+{
+    gwt_resp r;
+    gwt_post(gw, path, body, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    for (int i = 0; needles[i] != NULL; i++) {
+        if (strstr(gwt_str(&r, "message"), needles[i]) == NULL) {
+            fail_msg("%s %s: the message lacks \"%s\": %s", path, body, needles[i], r.body);
+        }
+    }
+    gwt_resp_free(&r);
+}
+
+/* A known field set to null is a wrong type, not an absent field: 400 naming it. */
+static void test_null_fields_are_refused(void **state)
+{
+    api_state *s = *state;
+    static const struct {
+        const char *path, *body, *field;
+    } cases[] = {
+        {"/lock", "{\"resource\":\"api.null\",\"owner\":null}", "owner"},
+        {"/lock", "{\"resource\":null}", "resource"},
+        {"/lock", "{\"resource\":\"api.null\",\"ttl_ms\":null}", "ttl_ms"},
+        {"/lock", "{\"resource\":\"api.null\",\"wait_ms\":null}", "wait_ms"},
+        {"/unlock", "{\"resource\":\"api.null\",\"owner\":null}", "owner"},
+        {"/renew", "{\"resource\":\"api.null\",\"owner\":\"o\",\"ttl_ms\":null}", "ttl_ms"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const char *const needles[] = {cases[i].field, "null", NULL};
+        expect_message(&s->gw, cases[i].path, cases[i].body, needles);
+    }
+    /* Nothing was locked by the refused requests. */
+    gwt_resp r;
+    gwt_get(&s->gw, "/locks/api.null", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    gwt_resp_free(&r);
+}
+
+/* jansson's parse errors name a token ("near '1e400'"); the answer names the field too. */
+static void test_parse_errors_name_the_field(void **state)
+{
+    api_state *s = *state;
+    gwt_resp r;
+
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.pe\",\"ttl_ms\":1e400}",
+                   (const char *const[]){"field 'ttl_ms'", "overflow", NULL});
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.pe\",\"owner\":\"ab\xff\"}",
+                   (const char *const[]){"field 'owner'", "0xff", NULL});
+    expect_message(&s->gw, "/lock", "{\"resource\":\"\xfe\"}",
+                   (const char *const[]){"field 'resource'", NULL});
+    /* The value of an earlier key has closed; the error is in a later one. */
+    expect_message(&s->gw, "/renew",
+                   "{\"resource\":\"api.pe\",\"meta\":{\"a\":[1,\"x:y\"]},\"owner\":\"o\","
+                   "\"ttl_ms\":99999999999999999999}",
+                   (const char *const[]){"field 'ttl_ms'", NULL});
+    /* Inside an array value, the key that holds the array. */
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.pe\",\"tags\":[{\"k\":1}, 1e999]}",
+                   (const char *const[]){"field 'tags'", NULL});
+
+    /* No member holds the error: the generic message, without a field. */
+    static const char *const generic[] = {"{\"resource\":\"api.pe\"} trailing",
+                                          "{\"resource\":\"api.pe\",}", "not json",
+                                          "{\"resource\" \"api.pe\"}", ":::\"", "\":", NULL};
+    for (int i = 0; generic[i] != NULL; i++) {
+        gwt_post(&s->gw, "/lock", generic[i], &r);
+        gwt_assert_status(&r, 400, "invalid_request");
+        if (strstr(gwt_str(&r, "message"), "field '") != NULL) {
+            fail_msg("%s: no field holds the error, yet: %s", generic[i], r.body);
+        }
+        gwt_resp_free(&r);
+    }
+}
+
 static void test_paths_404_405_and_encoded_names(void **state)
 {
     api_state *s = *state;
@@ -696,6 +772,8 @@ int main(void)
         cmocka_unit_test(test_renew),
         cmocka_unit_test(test_idempotent_retries),
         cmocka_unit_test(test_bad_json_bodies),
+        cmocka_unit_test(test_null_fields_are_refused),
+        cmocka_unit_test(test_parse_errors_name_the_field),
         cmocka_unit_test(test_paths_404_405_and_encoded_names),
         cmocka_unit_test(test_fencing_token_header),
         cmocka_unit_test(test_stale_token_is_refused),
