@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 #include "store_private.h"
 
 #define LEDGER_KEY "ledger.ceiling"
+#define LOCK_FILE "fencegate.lock"
 
 static const char *const status_names[] = {
 #define STORE_X_NAME(name, msg) #name,
@@ -148,6 +150,34 @@ static int make_dir(const char *dir)
     return make_one_dir(path);
 }
 
+/* Takes the data dir's lock: an exclusive, non-blocking flock on DIR/fencegate.lock, kept
+ * in s->lock_fd until store_close(). LMDB lets several processes share an environment, but
+ * each store raises its own ledger floor at open, so two stores on one directory could hand
+ * out the same token after Redis loses its counter. flock, not fcntl: its lock belongs to
+ * this open file description, so a second open of the same directory in this process is
+ * refused too, and no close() of another descriptor drops it. O_CLOEXEC keeps it out of
+ * programs the process executes. Returns 0, EWOULDBLOCK when the lock is held, or another
+ * errno value. */
+static int lock_data_dir(store *s, const char *dir)
+{
+    char path[4096 + sizeof LOCK_FILE + 1];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, LOCK_FILE);
+    if (n < 0 || (size_t)n >= sizeof path) {
+        return ENAMETOOLONG;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        return errno;
+    }
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        int rc = errno;
+        close(fd);
+        return rc;
+    }
+    s->lock_fd = fd;
+    return 0;
+}
+
 static uint64_t get_u64_val(const MDB_val *v)
 {
     uint64_t x = 0;
@@ -236,11 +266,56 @@ static int open_dbs_and_ledger(store *s)
     return 0;
 }
 
+/* Creates, configures and opens s's LMDB environment in s->opts.dir, then makes the new
+ * files' directory entries durable. Returns 0, or an LMDB/errno code with *what naming the
+ * step that failed. s->env is left for the caller to close on error. */
+static int open_env(store *s, const char **what)
+{
+    int rc = mdb_env_create(&s->env);
+    if (rc == 0) {
+        rc = mdb_env_set_maxdbs(s->env, 4);
+    }
+    if (rc == 0) {
+        rc = mdb_env_set_maxreaders(s->env, 1024);
+    }
+    if (rc == 0) {
+        rc = mdb_env_set_mapsize(s->env, s->opts.map_size);
+    }
+    if (rc != 0) {
+        *what = "configure LMDB";
+        return rc;
+    }
+    /* MDB_NOTLS: read transactions are begun and ended per call on whatever thread the
+     * gateway's pool uses, so reader slots must not be tied to threads. */
+    rc = mdb_env_open(s->env, s->opts.dir, MDB_NOTLS, 0600);
+    if (rc != 0) {
+        *what = "open LMDB environment";
+        return rc;
+    }
+    /* data.mdb and lock.mdb may have just been created: their entries must be durable
+     * before the ledger's raise in data.mdb can count as durable. */
+    if (fsync_dir(s->opts.dir) != 0) {
+        *what = "sync data dir";
+        return errno;
+    }
+    return 0;
+}
+
+/*
+ * Opens the store. In this order:
+ *  1. Check the options.
+ *  2. Create the data dir, each new directory made durable in its parent.
+ *  3. Take the data dir's lock (BUSY when someone else holds it).
+ *  4. Open the LMDB environment.
+ *  5. Open the databases and durably raise the ledger's ceiling.
+ * On error everything taken so far is released, the environment before the lock.
+ */
 store_status store_open(store **out, const store_options *opts, char *err, size_t errlen)
 {
     store *s = NULL;
     int rc = 0;
     const char *what = NULL;
+    store_status st = STORE_EIO;
 
     *out = NULL;
     if (opts == NULL || opts->dir == NULL || opts->map_size == 0 ||
@@ -256,37 +331,30 @@ store_status store_open(store **out, const store_options *opts, char *err, size_
         return STORE_ENOMEM;
     }
     s->opts = *opts;
+    s->lock_fd = -1;
     if (make_dir(opts->dir) != 0) {
         rc = errno;
         what = "create data dir";
         goto fail;
     }
-    rc = mdb_env_create(&s->env);
-    if (rc == 0) {
-        rc = mdb_env_set_maxdbs(s->env, 4);
-    }
-    if (rc == 0) {
-        rc = mdb_env_set_maxreaders(s->env, 1024);
-    }
-    if (rc == 0) {
-        rc = mdb_env_set_mapsize(s->env, opts->map_size);
-    }
-    if (rc != 0) {
-        what = "configure LMDB";
+    /* Before LMDB touches anything: the holder of the lock owns the environment. */
+    rc = lock_data_dir(s, opts->dir);
+    if (rc == EWOULDBLOCK) {
+        st = STORE_BUSY;
+        if (err != NULL) {
+            snprintf(err, errlen,
+                     "data dir %s is in use: another process (or store) has it open and holds "
+                     "its lock file %s/" LOCK_FILE,
+                     opts->dir, opts->dir);
+        }
         goto fail;
     }
-    /* MDB_NOTLS: read transactions are begun and ended per call on whatever thread the
-     * gateway's pool uses, so reader slots must not be tied to threads. */
-    rc = mdb_env_open(s->env, opts->dir, MDB_NOTLS, 0600);
     if (rc != 0) {
-        what = "open LMDB environment";
+        what = "lock data dir (" LOCK_FILE ")";
         goto fail;
     }
-    /* data.mdb and lock.mdb may have just been created: their entries must be durable
-     * before the ledger's raise in data.mdb can count as durable. */
-    if (fsync_dir(opts->dir) != 0) {
-        rc = errno;
-        what = "sync data dir";
+    rc = open_env(s, &what);
+    if (rc != 0) {
         goto fail;
     }
     rc = open_dbs_and_ledger(s);
@@ -302,14 +370,20 @@ store_status store_open(store **out, const store_options *opts, char *err, size_
     *out = s;
     return STORE_OK;
 fail:
-    if (err != NULL) {
+    if (err != NULL && what != NULL) {
         snprintf(err, errlen, "%s in %s: %s", what, opts->dir, mdb_strerror(rc));
     }
     if (s->env != NULL) {
         mdb_env_close(s->env);
     }
+    if (s->lock_fd >= 0) {
+        close(s->lock_fd); /* after the environment: nobody else opens it while we hold it */
+    }
     free(s);
-    return rc == MDB_MAP_FULL ? STORE_FULL : STORE_EIO;
+    if (rc == MDB_MAP_FULL) {
+        st = STORE_FULL;
+    }
+    return st;
 }
 
 void store__call_begin(store *s)
@@ -343,6 +417,8 @@ void store_close(store *s)
     }
     pthread_mutex_unlock(&s->calls_mu);
     mdb_env_close(s->env);
+    /* Released only once the environment is closed, so the next store finds it quiet. */
+    close(s->lock_fd);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->done_cv);
     pthread_mutex_destroy(&s->ledger_mu);

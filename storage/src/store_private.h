@@ -16,6 +16,7 @@ struct store {
     MDB_dbi resources;          /* resource name -> store__record */
     MDB_dbi meta;               /* "ledger.ceiling" -> u64 */
     store_options opts;
+    int lock_fd;                /* DIR/fencegate.lock, flocked until store_close */
 
     /* Group commit (commit.c): writers queue here; one at a time leads a batch. */
     pthread_mutex_t mu;

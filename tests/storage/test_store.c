@@ -1,5 +1,8 @@
 /* storage: every branch of the token-checked write, reads, limits, listing and tombstones,
  * on a real LMDB environment in a temp dir. */
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "st_test.h"
 
 static store_status put(st_fixture *f, const char *r, uint64_t token, const char *value,
@@ -213,6 +216,52 @@ static void test_reopen_keeps_everything(void **state)
     assert_st(put(f, "durable", 6, "six", 7, &res), STORE_STALE);
 }
 
+/* Runs store_open on f's directory in a forked child and returns what it answered (as the
+ * child's exit status), so the open really comes from another process. On OK the child
+ * closes its store again; on BUSY it checks that the message names the directory. */
+static int open_in_child(st_fixture *f)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        store *s = NULL;
+        char err[512] = "";
+        store_status st = store_open(&s, &f->opts, err, sizeof err);
+        if (st == STORE_BUSY && strstr(err, f->dir) == NULL) {
+            _exit(100); /* the message must say which directory is taken */
+        }
+        store_close(s);
+        _exit((int)st);
+    }
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+/* One store per data dir: a second one would raise its own ledger floor and could hand out
+ * a token twice after Redis loses its counter. */
+static void test_second_process_cannot_open(void **state)
+{
+    st_fixture *f = *state;
+    char err[512] = "";
+    store *twice = NULL;
+
+    assert_int_equal(open_in_child(f), STORE_BUSY);
+    /* Not in this process either. */
+    assert_st(store_open(&twice, &f->opts, err, sizeof err), STORE_BUSY);
+    assert_null(twice);
+    assert_non_null(strstr(err, "another process"));
+    assert_string_equal(store_status_name(STORE_BUSY), "BUSY");
+    /* Once closed, the directory is free again; the fixture reopens it for the teardown. */
+    store_close(f->s);
+    f->s = NULL;
+    assert_int_equal(open_in_child(f), STORE_OK);
+    st_open(f);
+    store_write_result res;
+    assert_st(put(f, "after-busy", 1, "x", 1, &res), STORE_ACCEPTED);
+}
+
 static void test_status_strings(void **state)
 {
     (void)state;
@@ -241,6 +290,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_list_paged, st_setup, st_teardown),
         cmocka_unit_test(test_full_map_is_recoverable),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_second_process_cannot_open, st_setup, st_teardown),
         cmocka_unit_test(test_status_strings),
     };
     return cmocka_run_group_tests_name("storage_store", tests, NULL, NULL);

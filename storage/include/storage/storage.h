@@ -8,6 +8,7 @@
  * Nothing is acknowledged before it is on disk.
  *
  * Threads: one `store` per process, shared by every thread. All calls are thread-safe.
+ * Processes: one store per data directory at a time; store_open() enforces it with a lock.
  * Concurrent writers are batched into one LMDB write transaction (group commit).
  */
 #ifndef STORAGE_STORAGE_H
@@ -29,6 +30,7 @@ extern "C" {
     X(TOO_LARGE, "value is larger than the configured maximum")                          \
     X(FULL, "the store is full (LMDB map size reached)")                                 \
     X(INVALID, "invalid argument")                                                       \
+    X(BUSY, "the data directory is in use by another store (another process)")           \
     X(EIO, "storage I/O error")                                                          \
     X(ENOMEM, "out of memory")
 
@@ -58,8 +60,10 @@ typedef struct store_options {
 void store_options_init(store_options *opts);
 
 /* Opens (creating if needed) the store in opts->dir and raises the token ledger's ceiling
- * durably (see store_ledger_floor). On error *out is NULL and err (errlen bytes, may be
- * NULL) says why. Close with store_close(). */
+ * durably (see store_ledger_floor). BUSY when another store, in this process or another,
+ * has the directory open: two stores would each raise their own ledger floor and could hand
+ * out a token twice. On error *out is NULL and err (errlen bytes, may be NULL) says why.
+ * Close with store_close(), which releases the directory. */
 store_status store_open(store **out, const store_options *opts, char *err, size_t errlen);
 
 /* Waits for in-flight calls (writes, reads, deletes, ledger raises), closes the environment
