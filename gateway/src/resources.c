@@ -24,25 +24,35 @@ static void count_write(gw_server *srv, gw_write_outcome o)
     atomic_fetch_add(&srv->metrics.write[o], 1);
 }
 
-/* Parses a positive decimal below 2^53, digits only. Returns 0 or -1. */
+/* Parses a positive decimal below 2^53: digits only, no leading zero, optionally surrounded
+ * by spaces and tabs (HTTP's optional whitespace around a field value, which MHD may or may
+ * not have trimmed already; both sides are treated alike). Returns 0 or -1. */
 static int parse_token(const char *s, uint64_t *token)
 {
     uint64_t v = 0;
 
-    if (s == NULL || s[0] == '\0') {
+    if (s == NULL) {
         return -1;
     }
-    for (const char *p = s; *p != '\0'; p++) {
-        if (*p < '0' || *p > '9') {
+    while (*s == ' ' || *s == '\t') {
+        s++;
+    }
+    size_t len = strlen(s);
+    while (len > 0 && (s[len - 1] == ' ' || s[len - 1] == '\t')) {
+        len--;
+    }
+    /* "01" and "007" are refused: one token has one spelling, as in the answers we send. */
+    if (len == 0 || s[0] == '0') {
+        return -1; /* also "0", which is not positive */
+    }
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9') {
             return -1;
         }
-        v = v * 10 + (uint64_t)(*p - '0');
+        v = v * 10 + (uint64_t)(s[i] - '0');
         if (v > (uint64_t)LK_TOKEN_MAX) {
             return -1; /* also stops before v * 10 could overflow */
         }
-    }
-    if (v == 0) {
-        return -1;
     }
     *token = v;
     return 0;
@@ -60,7 +70,7 @@ static int read_write_headers(gw_request *req, uint64_t *token, const char **cty
                                  n == 0   ? "the Fencing-Token header is required"
                                  : n > 1  ? "the Fencing-Token header is repeated"
                                           : "Fencing-Token must be a positive decimal below "
-                                            "2^53 (digits only)");
+                                            "2^53 (digits only, no leading zero)");
         return -1;
     }
     n = gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_TYPE, &value);

@@ -464,10 +464,11 @@ static void test_fencing_token_header(void **state)
 {
     api_state *s = *state;
     static const char *const bad[] = {"0", "-1", "+1", "abc", "1.5", "0x10", "9007199254740992",
-                                      "99999999999999999999999", "1 2", NULL};
+                                      "99999999999999999999999", "1 2", "01", "00", "0 1",
+                                      "\t", NULL};
     gwt_resp r;
 
-    lock_ok(&s->gw, "api.ft", NULL, "", NULL, 0);
+    long long token = lock_ok(&s->gw, "api.ft", NULL, "", NULL, 0);
     for (int i = 0; bad[i] != NULL; i++) {
         put_value(&s->gw, "api.ft", bad[i], "v", &r);
         if (r.status != 400) {
@@ -475,6 +476,25 @@ static void test_fencing_token_header(void **state)
         }
         gwt_resp_free(&r);
     }
+    /* HTTP allows spaces and tabs around a field value: both sides alike, all accepted. */
+    static const char *const spaced[] = {" %lld", "%lld ", "\t%lld\t", "  %lld \t", NULL};
+    for (int i = 0; spaced[i] != NULL; i++) {
+        char t[48];
+        snprintf(t, sizeof t, spaced[i], token);
+        put_value(&s->gw, "api.ft", t, "v", &r);
+        if (r.status != 200 || gwt_int(&r, "token") != token || gwt_int(&r, "version") != i + 1) {
+            fail_msg("Fencing-Token '%s': expected 200 with token %lld, version %d; got %ld %s",
+                     t, token, i + 1, r.status, r.body);
+        }
+        gwt_resp_free(&r);
+    }
+    /* A leading zero stays refused with spaces around it. */
+    char padded[48];
+    snprintf(padded, sizeof padded, " 0%lld ", token);
+    put_value(&s->gw, "api.ft", padded, "v", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+
     const char *const missing[] = {"Content-Type: text/plain", NULL};
     gwt_http(&s->gw, "PUT", "/resources/api.ft", missing, "v", 1, 0, &r);
     gwt_assert_status(&r, 400, "invalid_request");
