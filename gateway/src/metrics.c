@@ -24,6 +24,13 @@ static const int status_codes[GW_STATUS_COUNT - 1] = {GW_STATUS_CODES(GW_X_CODE)
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros)
 {
     int i = 0;
+
+    /* Every 413 of a PUT is a write refused as too large, wherever it was answered: from the
+     * declared Content-Length or the streamed body before the handler runs, or by storage in
+     * it (answer_write in resources.c leaves it to this one place). */
+    if (route == GW_R_RESOURCE_PUT && status == MHD_HTTP_CONTENT_TOO_LARGE) {
+        atomic_fetch_add(&m->write[GW_WR_too_large], 1);
+    }
     while (i < GW_STATUS_COUNT - 1 && status_codes[i] != status) {
         i++;
     }
@@ -142,8 +149,12 @@ char *gw__metrics_render(gw_metrics *m, size_t *len)
            "1 when the last Redis call or probe succeeded, 0 when Redis was unreachable.");
     put(&b, "fencegate_redis_up %d\n", atomic_load(&m->redis_up));
     header(&b, "fencegate_token_floor_corrections_total", "counter",
-           "Acquisitions whose Redis token counter was below the ledger floor and was raised "
-           "(Redis lost data).");
+           "Acquisitions that lifted the resource's Redis token counter to the floor the "
+           "gateway passes (the durable ledger floor, the largest token this process handed "
+           "out, the resource's highest stored token). Normal for a resource's first "
+           "acquisition, the first ones after a gateway restart, and resources that fell "
+           "behind others' tokens; it also counts lifts after Redis lost data, but is not by "
+           "itself a sign of that.");
     put(&b, "fencegate_token_floor_corrections_total %llu\n", atomic_load(&m->floor_corrections));
     header(&b, "fencegate_http_responses_total", "counter", "HTTP responses by status code.");
     for (int i = 0; i < GW_STATUS_COUNT; i++) {

@@ -124,7 +124,7 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
                               "token %llu was never issued for %s; nothing was changed",
                               (unsigned long long)token, req->param);
     case STORE_TOO_LARGE:
-        count_write(srv, GW_WR_too_large);
+        /* Counted with every other 413 of a PUT, in gw__metrics_observe(). */
         return gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,
                               "the value is over %zu bytes", srv->cfg->max_value_bytes);
     case STORE_FULL:

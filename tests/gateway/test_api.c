@@ -20,6 +20,7 @@
 #include "harness.h"
 
 #define MAX_VALUE 4096
+#define GW_JSON_MAX_TEST (17 * 1024) /* over the gateway's 16 KiB cap on JSON bodies */
 
 typedef struct api_state {
     th_redis redis;
@@ -633,6 +634,76 @@ static void test_payload_too_large(void **state)
     free(value);
 }
 
+/* The value of the sample `series` (name and labels, exactly as rendered) in /metrics, or -1
+ * when it is absent. */
+static long long metric(const gwt_proc *gw, const char *series)
+{
+    char needle[256];
+    gwt_resp r;
+    long long value = -1;
+
+    snprintf(needle, sizeof needle, "\n%s ", series);
+    gwt_get(gw, "/metrics", &r);
+    gwt_assert_status(&r, 200, NULL);
+    const char *at = strstr(r.body, needle);
+    if (at != NULL) {
+        value = atoll(at + strlen(needle));
+    }
+    gwt_resp_free(&r);
+    return value;
+}
+
+/* Waits up to 10 s for a counter to reach want: requests are counted when MHD completes
+ * them, which may be just after the client has read the answer. Returns the last value. */
+static long long metric_wait(const gwt_proc *gw, const char *series, long long want)
+{
+    int64_t deadline = th_now_ms() + 10000;
+    long long value = metric(gw, series);
+    while (value < want && th_now_ms() < deadline) {
+        th_nap_ms(10);
+        value = metric(gw, series);
+    }
+    return value;
+}
+
+/* A PUT refused with 413 before its handler runs (declared length, streamed body) is a write
+ * outcome "too_large"; a 413 of another route is not a write at all. */
+static void test_too_large_writes_are_counted(void **state)
+{
+    api_state *s = *state;
+    const char *too_large = "fencegate_write_total{outcome=\"too_large\"}";
+    const char *answered_413 = "fencegate_http_responses_total{code=\"413\"}";
+    char *value = malloc(MAX_VALUE + 1);
+    char *json = malloc(GW_JSON_MAX_TEST + 64);
+    char fence[64];
+    gwt_resp r;
+
+    long long token = lock_ok(&s->gw, "api.toolarge", NULL, "", NULL, 0);
+    long long before = metric(&s->gw, too_large);
+    long long before_413 = metric(&s->gw, answered_413);
+    assert_true(before >= 0 && before_413 >= 0);
+
+    int n = snprintf(json, GW_JSON_MAX_TEST + 64, "{\"resource\":\"api.toolarge\",\"pad\":\"");
+    memset(json + n, 'x', GW_JSON_MAX_TEST);
+    strcpy(json + n + GW_JSON_MAX_TEST, "\"}");
+    post_expect(&s->gw, "/lock", json, 413, "payload_too_large");
+
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, NULL};
+    memset(value, 'v', MAX_VALUE + 1);
+    for (int chunked = 0; chunked <= 1; chunked++) {
+        gwt_http(&s->gw, "PUT", "/resources/api.toolarge", headers, value, MAX_VALUE + 1,
+                 chunked, &r);
+        gwt_assert_status(&r, 413, "payload_too_large");
+        gwt_resp_free(&r);
+    }
+    /* All three 413s completed, and only the two PUTs are writes. */
+    assert_int_equal(metric_wait(&s->gw, answered_413, before_413 + 3), before_413 + 3);
+    assert_int_equal(metric(&s->gw, too_large), before + 2);
+    free(value);
+    free(json);
+}
+
 static long long subscribers(const th_redis *redis, const char *channel)
 {
     struct timeval tv = {2, 0};
@@ -799,6 +870,7 @@ int main(void)
         cmocka_unit_test(test_stale_token_is_refused),
         cmocka_unit_test(test_forged_token_moves_nothing),
         cmocka_unit_test(test_payload_too_large),
+        cmocka_unit_test(test_too_large_writes_are_counted),
         cmocka_unit_test(test_waiter_is_woken_by_release),
         cmocka_unit_test(test_metrics_never_carry_owners_or_names),
         cmocka_unit_test(test_auth),
