@@ -278,6 +278,61 @@ static void test_idempotent_retries(void **state)
     gwt_resp_free(&r);
 }
 
+/* The lease of `resource` in ms as GET /locks shows it, -1 when it is not locked. */
+static long long lease_left(const gwt_proc *gw, const char *resource)
+{
+    char path[300];
+    gwt_resp r;
+
+    snprintf(path, sizeof path, "/locks/%s", resource);
+    gwt_get(gw, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    long long ttl_ms = json_is_true(json_object_get(r.json, "locked")) ? gwt_int(&r, "ttl_ms") : -1;
+    gwt_resp_free(&r);
+    return ttl_ms;
+}
+
+/* A retried /renew replays its first answer byte for byte and does not extend the lease a
+ * second time. */
+static void test_renew_replay(void **state)
+{
+    api_state *s = *state;
+    const char *body = "{\"resource\":\"api.renew-idem\",\"owner\":\"ren-owner\",\"ttl_ms\":3000}";
+    gwt_resp first, again;
+
+    long long token = lock_ok(&s->gw, "api.renew-idem", "ren-owner", ",\"ttl_ms\":60000", NULL, 0);
+    send_with_key(&s->gw, "/renew", body, "renew-key-1", &first);
+    gwt_assert_status(&first, 200, NULL);
+    assert_int_equal(gwt_int(&first, "token"), token);
+    assert_int_equal(gwt_int(&first, "ttl_ms"), 3000);
+    long long left = lease_left(&s->gw, "api.renew-idem");
+    assert_true(left > 0 && left <= 3000);
+
+    /* Let the lease run down visibly, so a second extension would show. */
+    int64_t deadline = th_now_ms() + 10000;
+    while ((left = lease_left(&s->gw, "api.renew-idem")) > 2500 && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_true(left > 0 && left <= 2500);
+
+    send_with_key(&s->gw, "/renew", body, "renew-key-1", &again);
+    gwt_assert_status(&again, 200, NULL);
+    assert_string_equal(again.body, first.body);
+    long long after = lease_left(&s->gw, "api.renew-idem");
+    if (after <= 0 || after > left) {
+        fail_msg("the replayed /renew extended the lease again: %lld ms left before, %lld after",
+                 left, after);
+    }
+    gwt_resp_free(&first);
+    gwt_resp_free(&again);
+
+    /* A new key renews for real. */
+    send_with_key(&s->gw, "/renew", body, "renew-key-2", &again);
+    gwt_assert_status(&again, 200, NULL);
+    gwt_resp_free(&again);
+    assert_true(lease_left(&s->gw, "api.renew-idem") > after);
+}
+
 static void test_bad_json_bodies(void **state)
 {
     api_state *s = *state;
@@ -862,6 +917,7 @@ int main(void)
         cmocka_unit_test(test_locked_answers_409_with_retry_after),
         cmocka_unit_test(test_renew),
         cmocka_unit_test(test_idempotent_retries),
+        cmocka_unit_test(test_renew_replay),
         cmocka_unit_test(test_bad_json_bodies),
         cmocka_unit_test(test_null_fields_are_refused),
         cmocka_unit_test(test_parse_errors_name_the_field),
