@@ -42,6 +42,10 @@ static const gw_option options[] = {
      OPT_STRING, 0, 0},
     {"--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "N",
      "largest resource value a PUT may store (default 1048576)", OPT_SIZE, 1, 268435456},
+    {"--map-size", "FENCEGATE_MAP_SIZE", "BYTES",
+     "LMDB map size of the storage: the most it can ever hold; writes beyond answer 507 "
+     "(default 1073741824, 1 GiB)",
+     OPT_SIZE, 1048576, 17592186044416LL},
     {"--threads", "FENCEGATE_THREADS", "N", "HTTP worker threads (default 8)", OPT_INT, 1, 1024},
     {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
      "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},
@@ -80,7 +84,11 @@ void gw__config_usage(FILE *f, const char *argv0)
 
 static void set_defaults(gw_config *cfg)
 {
+    store_options sopts;
+
     memset(cfg, 0, sizeof *cfg);
+    store_options_init(&sopts);
+    cfg->map_size = sopts.map_size; /* the storage's own default, named once, there */
     snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1:8080");
     snprintf(cfg->redis_url, sizeof cfg->redis_url, "redis://127.0.0.1:6379");
     snprintf(cfg->data_dir, sizeof cfg->data_dir, "./data");
@@ -148,6 +156,8 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
         }
         if (strcmp(o->flag, "--max-value-bytes") == 0) {
             cfg->max_value_bytes = (size_t)v;
+        } else if (strcmp(o->flag, "--map-size") == 0) {
+            cfg->map_size = (size_t)v;
         } else if (strcmp(o->flag, "--threads") == 0) {
             cfg->threads = (int)v;
         } else {

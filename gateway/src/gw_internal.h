@@ -42,6 +42,7 @@ typedef struct gw_config {
     char data_dir[1024];
     char auth_token_file[1024];  /* "" when auth is off */
     size_t max_value_bytes;
+    size_t map_size;             /* LMDB map size in bytes (--map-size) */
     int threads;
     int max_connections;
     int log_json;                /* 1: --log-format json */

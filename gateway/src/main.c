@@ -82,6 +82,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     store_options_init(&sopts);
     sopts.dir = cfg->data_dir;
     sopts.max_value_bytes = cfg->max_value_bytes;
+    sopts.map_size = cfg->map_size;
     store_status sst = store_open(&server.st, &sopts, err, sizeof err);
     if (sst != STORE_OK) {
         fprintf(stderr, "fencegate: --data %s: %s: %s\n", cfg->data_dir, store_status_str(sst),

@@ -845,6 +845,49 @@ static void test_metrics_never_carry_owners_or_names(void **state)
     assert_false(gwt_log_contains(&s->gw, owner));
 }
 
+/* --map-size reaches the storage: a 1 MiB map holds only a few 200 KiB values, then writes
+ * answer 507 and change nothing. */
+static void test_map_size_limits_the_store(void **state)
+{
+    api_state *s = *state;
+    gwt_proc *gw = &s->aux;
+    const size_t value_len = 200 * 1024;
+    char *value = malloc(value_len);
+    int accepted = 0, full_at = -1;
+    gwt_resp r;
+
+    const char *const args[] = {"--map-size", "1048576", "--max-value-bytes", "262144", NULL};
+    gwt_start(gw, s->redis.url, NULL, args);
+    memset(value, 'm', value_len);
+    for (int i = 0; i < 12 && full_at < 0; i++) {
+        char resource[32], path[64], fence[64];
+        snprintf(resource, sizeof resource, "api.map%d", i);
+        snprintf(path, sizeof path, "/resources/%s", resource);
+        snprintf(fence, sizeof fence, "Fencing-Token: %lld",
+                 lock_ok(gw, resource, NULL, "", NULL, 0));
+        const char *const headers[] = {fence, NULL};
+        gwt_http(gw, "PUT", path, headers, value, value_len, 0, &r);
+        if (r.status == 507) {
+            gwt_assert_status(&r, 507, "insufficient_storage");
+            full_at = i;
+        } else {
+            gwt_assert_status(&r, 200, NULL);
+            accepted++;
+        }
+        gwt_resp_free(&r);
+    }
+    if (accepted == 0 || full_at < 0) {
+        fail_msg("a 1 MiB map took %d writes of 200 KiB and never answered 507", accepted);
+    }
+    char path[64];
+    snprintf(path, sizeof path, "/resources/api.map%d", full_at);
+    gwt_get(gw, path, &r);
+    gwt_assert_status(&r, 404, "not_found"); /* the refused write left nothing */
+    gwt_resp_free(&r);
+    assert_int_equal(gwt_stop(gw), 0);
+    free(value);
+}
+
 static void test_auth(void **state)
 {
     api_state *s = *state;
@@ -929,6 +972,7 @@ int main(void)
         cmocka_unit_test(test_too_large_writes_are_counted),
         cmocka_unit_test(test_waiter_is_woken_by_release),
         cmocka_unit_test(test_metrics_never_carry_owners_or_names),
+        cmocka_unit_test(test_map_size_limits_the_store),
         cmocka_unit_test(test_auth),
     };
     return cmocka_run_group_tests_name("gateway_api", tests, group_setup, group_teardown);

@@ -49,7 +49,8 @@ static void test_help_lists_every_flag_and_variable(void **state)
     static const char *const names[] = {
         "--listen", "FENCEGATE_LISTEN", "--redis", "FENCEGATE_REDIS", "--data",
         "FENCEGATE_DATA", "--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE",
-        "--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "--threads", "FENCEGATE_THREADS",
+        "--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "--map-size", "FENCEGATE_MAP_SIZE",
+        "--threads", "FENCEGATE_THREADS",
         "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--log-format",
         "FENCEGATE_LOG_FORMAT", "--help", "--version", "--routes", "--check-config", NULL};
     const char *const argv[] = {"--help", NULL};
@@ -116,6 +117,13 @@ static void test_unknown_flag_and_bad_values(void **state)
                        "--max-connections");
     expect_usage_error((const char *const[]){"--log-format", "xml", NULL}, NULL,
                        "--log-format");
+    expect_usage_error((const char *const[]){"--map-size", "lots", NULL}, NULL, "--map-size");
+    expect_usage_error((const char *const[]){"--map-size=0", NULL}, NULL, "--map-size");
+    expect_usage_error((const char *const[]){"--map-size", "1048575", NULL}, NULL,
+                       "--map-size"); /* below 1 MiB */
+    expect_usage_error((const char *const[]){"--map-size", "1G", NULL}, NULL, "--map-size");
+    expect_usage_error((const char *const[]){"--map-size", "99999999999999999999", NULL}, NULL,
+                       "--map-size");
     expect_usage_error((const char *const[]){"--listen", NULL}, NULL, "--listen");
     expect_usage_error((const char *const[]){"--check-config", "--listen", "nowhere", NULL},
                        NULL, "--listen");
@@ -138,6 +146,8 @@ static void test_bad_environment_is_named(void **state)
                        "FENCEGATE_LOG_FORMAT");
     expect_usage_error(NULL, (const char *const[]){"FENCEGATE_MAX_VALUE_BYTES=0", NULL},
                        "FENCEGATE_MAX_VALUE_BYTES");
+    expect_usage_error(NULL, (const char *const[]){"FENCEGATE_MAP_SIZE=-1", NULL},
+                       "FENCEGATE_MAP_SIZE");
 }
 
 static void test_check_config(void **state)
