@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
@@ -845,6 +846,49 @@ static void test_metrics_never_carry_owners_or_names(void **state)
     assert_false(gwt_log_contains(&s->gw, owner));
 }
 
+/* An owner-less /lock with an Idempotency-Key derives its owner from a secret kept in the
+ * data directory, so a retry after a gateway restart (same data, same Redis) replays the
+ * first answer: same owner, same token, no second hold. */
+static void test_idempotent_lock_survives_restart(void **state)
+{
+    api_state *s = *state;
+    gwt_proc *gw = &s->aux;
+    const char *body = "{\"resource\":\"api.restart-idem\",\"ttl_ms\":60000}";
+    char data[256], secret[300], owner[64];
+    struct stat sb;
+    gwt_resp r;
+
+    th_tempdir(data, sizeof data, "gwsecret");
+    gwt_start(gw, s->redis.url, data, NULL);
+    send_with_key(gw, "/lock", body, "restart-key", &r);
+    gwt_assert_status(&r, 200, NULL);
+    snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
+    long long token = gwt_int(&r, "token");
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+    assert_int_equal(gwt_stop(gw), 0);
+
+    /* The secret is a private file of 16 bytes. */
+    snprintf(secret, sizeof secret, "%s/owner-secret", data);
+    assert_int_equal(stat(secret, &sb), 0);
+    assert_int_equal(sb.st_size, 16);
+    assert_int_equal(sb.st_mode & 0777, 0600);
+
+    gwt_start(gw, s->redis.url, data, NULL);
+    send_with_key(gw, "/lock", body, "restart-key", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(gwt_str(&r, "owner"), owner);
+    assert_int_equal(gwt_int(&r, "token"), token);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+    gwt_get(gw, "/locks/api.restart-idem", &r);
+    assert_int_equal(gwt_int(&r, "holds"), 1); /* replayed, not re-entered */
+    gwt_resp_free(&r);
+    assert_int_equal(metric(gw, "fencegate_acquire_total{outcome=\"replayed\"}"), 1);
+    assert_int_equal(gwt_stop(gw), 0);
+    th_rmtree(data);
+}
+
 /* --map-size reaches the storage: a 1 MiB map holds only a few 200 KiB values, then writes
  * answer 507 and change nothing. */
 static void test_map_size_limits_the_store(void **state)
@@ -972,6 +1016,7 @@ int main(void)
         cmocka_unit_test(test_too_large_writes_are_counted),
         cmocka_unit_test(test_waiter_is_woken_by_release),
         cmocka_unit_test(test_metrics_never_carry_owners_or_names),
+        cmocka_unit_test(test_idempotent_lock_survives_restart),
         cmocka_unit_test(test_map_size_limits_the_store),
         cmocka_unit_test(test_auth),
     };

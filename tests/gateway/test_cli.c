@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -181,6 +182,41 @@ static void test_check_config(void **state)
     th_rmtree(dir);
 }
 
+/* A malformed owner secret in the data directory stops the start with exit 1 and a message
+ * naming the file; the gateway never serves with a secret other than the one it had. */
+static void test_malformed_owner_secret(void **state)
+{
+    static const struct {
+        const char *content;
+        size_t len;
+    } bad[] = {{"short", 5}, {"seventeen bytes!!", 17}, {"\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", 16}};
+    char dir[256], data[300], secret[400], listen[64];
+    (void)state;
+
+    th_tempdir(dir, sizeof dir, "gwsecret");
+    snprintf(data, sizeof data, "%s/data", dir);
+    snprintf(secret, sizeof secret, "%s/owner-secret", data);
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", th_free_port());
+    assert_int_equal(mkdir(data, 0700), 0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        FILE *f = fopen(secret, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(bad[i].content, 1, bad[i].len, f), bad[i].len);
+        assert_int_equal(fclose(f), 0);
+        const char *const argv[] = {"--listen", listen, "--redis", "redis://127.0.0.1:1",
+                                    "--data", data, NULL};
+        run r;
+        run_it(&r, argv, NULL);
+        if (r.status != 1 || strstr(r.err, "owner-secret") == NULL ||
+            strstr(r.err, "malformed") == NULL) {
+            fail_msg("secret of %zu bytes: expected exit 1 naming owner-secret; got %d: %s",
+                     bad[i].len, r.status, r.err);
+        }
+        run_free(&r);
+    }
+    th_rmtree(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -190,6 +226,7 @@ int main(void)
         cmocka_unit_test(test_unknown_flag_and_bad_values),
         cmocka_unit_test(test_bad_environment_is_named),
         cmocka_unit_test(test_check_config),
+        cmocka_unit_test(test_malformed_owner_secret),
     };
     return cmocka_run_group_tests_name("gateway_cli", tests, NULL, NULL);
 }
