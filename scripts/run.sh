@@ -7,10 +7,9 @@
 # 2. builds (cmake -S . -B build && cmake --build build);
 # 3. unless a Redis URL is given (first argument, --redis among the flags, or FENCEGATE_REDIS),
 #    starts a private redis-server from Debian's package: AOF on with appendfsync always,
-#    maxmemory-policy noeviction, data in ./data/redis. It listens on a unix socket,
-#    ./data/redis/redis.sock (mode 700), and on no TCP port at all, so it can never collide
-#    with a system Redis on 6379 or anything else. (Only if that socket path is too long for a
-#    unix socket, 107 bytes, it listens on 127.0.0.1:$FENCEGATE_REDIS_PORT, default 6390.)
+#    maxmemory-policy noeviction, data in ./data/redis. It listens on loopback only,
+#    127.0.0.1, on a free port: $FENCEGATE_REDIS_PORT if set, else the first port from 6390 up
+#    that nothing answers on (never 6379, so it cannot collide with a system Redis).
 # 4. runs build/gateway/fencegate in the foreground on 127.0.0.1:8080 with --data ./data/gateway
 #    (unless --listen/--data or FENCEGATE_LISTEN/FENCEGATE_DATA say otherwise); every other
 #    argument goes to fencegate as it is.
@@ -77,44 +76,63 @@ trap cleanup EXIT
 trap on_signal INT TERM
 
 # --- Redis -------------------------------------------------------------------------------------
-mkdir -p data/redis data/gateway
-if [ -z "$redis_url" ]; then
-    command -v redis-server >/dev/null 2>&1 || die "redis-server is missing (install-deps.sh installs it)"
-    rdir="$root/data/redis"
-    sock="$rdir/redis.sock"
-    if [ "${#sock}" -lt 108 ]; then
-        listen_args=(--port 0 --unixsocket "$sock" --unixsocketperm 700)
-        ping=(redis-cli -s "$sock")
-        redis_url="unix://$sock"
-    else
-        port=${FENCEGATE_REDIS_PORT:-6390}
-        listen_args=(--port "$port" --bind 127.0.0.1)
-        ping=(redis-cli -h 127.0.0.1 -p "$port")
-        redis_url="redis://127.0.0.1:$port"
-    fi
-    # Redis would unlink a live socket and take it over: refuse if one already answers there.
-    if "${ping[@]}" ping 2>/dev/null | grep -q PONG; then
-        die "a Redis already answers at $redis_url (an earlier run? see $rdir/redis.pid); stop it first"
-    fi
-    log "starting redis-server at $redis_url (AOF, appendfsync always, data in $rdir)"
+# Succeeds when something accepts TCP connections on 127.0.0.1:$1.
+port_answers() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# start_redis PORT: starts the private redis-server on 127.0.0.1:PORT and waits for PONG.
+# Returns 0 when it answers, 1 when it could not bind the port (try another), dies otherwise.
+start_redis() {
+    local port=$1 deadline
+    : >"$rdir/redis.log"
     # setsid: its own session, so the terminal's Ctrl-C stops only the gateway, and Redis stays
     # up until the gateway has drained. (A background job here is never a group leader, so
     # setsid execs redis-server in place and $! is Redis's own PID.)
-    setsid redis-server "${listen_args[@]}" --dir "$rdir" \
+    setsid redis-server --bind 127.0.0.1 --port "$port" --protected-mode yes --dir "$rdir" \
         --appendonly yes --appendfsync always --maxmemory-policy noeviction --save '' \
         --daemonize no --pidfile "$rdir/redis.pid" --logfile "$rdir/redis.log" &
     redis_pid=$!
     deadline=$((SECONDS + 15))
-    until "${ping[@]}" ping 2>/dev/null | grep -q PONG; do
+    until redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; do
         if ! kill -0 "$redis_pid" 2>/dev/null; then
-            tail -n 20 "$rdir/redis.log" >&2 || true
+            wait "$redis_pid" 2>/dev/null || true
             redis_pid=""
+            if grep -q "Address already in use" "$rdir/redis.log"; then return 1; fi
+            tail -n 20 "$rdir/redis.log" >&2 || true
             die "redis-server exited at start (log above, $rdir/redis.log)"
         fi
         [ "$SECONDS" -lt "$deadline" ] || die "redis-server did not answer PING within 15 s"
         sleep 0.1
     done
-    log "redis-server is up (pid $redis_pid)"
+}
+
+mkdir -p data/redis data/gateway
+if [ -z "$redis_url" ]; then
+    command -v redis-server >/dev/null 2>&1 || die "redis-server is missing (install-deps.sh installs it)"
+    rdir="$root/data/redis"
+    # Two Redis servers on one AOF directory would corrupt it: refuse while an earlier one runs
+    # (its pid file names a live redis-server working in this directory).
+    if [ -s "$rdir/redis.pid" ]; then
+        old_pid=$(cat "$rdir/redis.pid")
+        if [ "$(cat "/proc/$old_pid/comm" 2>/dev/null)" = redis-server ] &&
+            [ "$(readlink "/proc/$old_pid/cwd" 2>/dev/null)" = "$rdir" ]; then
+            die "a redis-server from an earlier run still uses $rdir (pid $old_pid); stop it first"
+        fi
+    fi
+    if [ -n "${FENCEGATE_REDIS_PORT:-}" ]; then
+        ports=("$FENCEGATE_REDIS_PORT")
+    else
+        mapfile -t ports < <(seq 6390 6489)
+    fi
+    port=""
+    for p in "${ports[@]}"; do
+        if port_answers "$p"; then continue; fi
+        log "starting redis-server on 127.0.0.1:$p (AOF, appendfsync always, data in $rdir)"
+        if start_redis "$p"; then port=$p; break; fi
+        log "127.0.0.1:$p was taken meanwhile; trying another port"
+    done
+    [ -n "$port" ] || die "no free port for redis-server among ${ports[0]}..${ports[-1]} (set FENCEGATE_REDIS_PORT)"
+    redis_url="redis://127.0.0.1:$port"
+    log "redis-server is up at $redis_url (pid $redis_pid)"
 elif [ "$redis_url" = given-by-flag ]; then
     log "using the Redis named by --redis"
     redis_url=""
@@ -130,12 +148,13 @@ args=()
 log "starting: $gateway ${args[*]} $*  (Ctrl-C stops it and Redis)"
 "$gateway" "${args[@]}" "$@" &
 gw_pid=$!
-status=0
-# `wait` returns early when a trapped signal arrives; wait again until the gateway has exited.
-while :; do
-    wait "$gw_pid" && status=0 || status=$?
-    kill -0 "$gw_pid" 2>/dev/null || break
+# `wait` returns early (128 + the signal) when a trapped signal arrives, so wait until the
+# gateway has exited, then once more: bash keeps the status of an exited job for that last
+# `wait`, which is the gateway's own (0 after Ctrl-C), not the interrupted wait's 130.
+while kill -0 "$gw_pid" 2>/dev/null; do
+    wait "$gw_pid" || true
 done
+wait "$gw_pid" && status=0 || status=$?
 gw_pid=""
 log "fencegate exited with status $status"
 exit "$status"
