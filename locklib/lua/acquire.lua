@@ -16,6 +16,7 @@
 -- A first acquisition mints token = INCR(fence) after lifting the counter to the floor, so
 -- a counter lost with Redis data can never hand out a token at or below the floor again.
 -- A reentrant acquisition returns the first acquisition's token and resets the lease.
+-- A replayed acquisition reports the lease it granted the first time, not this call's.
 
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
@@ -33,12 +34,13 @@ if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKE
 end
 
 if idem_ms > 0 then
-    local rec = redis.call('HMGET', KEYS[3], 'op', 'owner', 'token', 'holds')
+    local rec = redis.call('HMGET', KEYS[3], 'op', 'owner', 'token', 'holds', 'lease')
     if rec[1] then
         if rec[1] ~= 'acquire' or rec[2] ~= owner then
             return {-1, 0}
         end
-        return {1, tonumber(rec[3]), tonumber(rec[4]), lease_ms, 0, 1}
+        -- Records written before the lease was stored fall back to this call's lease.
+        return {1, tonumber(rec[3]), tonumber(rec[4]), tonumber(rec[5]) or lease_ms, 0, 1}
     end
 end
 
@@ -70,7 +72,8 @@ end
 
 if idem_ms > 0 then
     redis.call('HSET', KEYS[3], 'op', 'acquire', 'owner', owner,
-        'token', string.format('%d', token), 'holds', holds)
+        'token', string.format('%d', token), 'holds', holds,
+        'lease', string.format('%d', lease_ms))
     redis.call('PEXPIRE', KEYS[3], idem_ms)
 end
 return {1, token, holds, lease_ms, raised, 0}

@@ -190,7 +190,8 @@ lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_
     long long code = lk__int_at(reply, 0);
     res->token = lk__int_at(reply, 1);
     res->replayed = (int)lk__int_at(reply, 2);
-    res->ttl_ms = lease_ms;
+    /* The lease granted: on a replay, the first answer's, whatever this retry asked for. */
+    res->ttl_ms = lk__int_at(reply, 3);
     freeReplyObject(reply);
     if (code == 1) {
         return LK_RENEWED;

@@ -122,7 +122,9 @@ LK_EXTERN char *lk_random_id(char *buf);
 typedef struct lk_result {
     int64_t token;       /* ACQUIRED, RENEWED: the fencing token of this hold */
     int64_t holds;       /* ACQUIRED, STILL_HELD: the hold count after the call */
-    int64_t ttl_ms;      /* HELD: the holder's remaining lease; ACQUIRED, RENEWED: the lease */
+    int64_t ttl_ms;      /* HELD: the holder's remaining lease; ACQUIRED, RENEWED: the lease
+                          * granted, which on a replay is the first answer's lease, not the
+                          * retry's */
     int replayed;        /* 1 when an idempotency key replayed the first answer */
     int floor_raised;    /* ACQUIRED: the counter was below the floor and was raised to it */
 } lk_result;
