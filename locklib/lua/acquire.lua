@@ -3,6 +3,7 @@
 -- KEYS[1]  lock hash    fg:{R}:lock   field <owner> = hold count, field "#token" = token
 -- KEYS[2]  fence counter fg:{R}:fence  never expires and is never deleted
 -- KEYS[3]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[4] is "0")
+-- KEYS[4]  lift point   fg:{R}:base   never expires and is never deleted
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
 -- ARGV[2]  lease in ms
 -- ARGV[3]  floor: the token handed out is always greater than this (decimal, < 2^53)
@@ -15,6 +16,10 @@
 --
 -- A first acquisition mints token = INCR(fence) after lifting the counter to the floor, so
 -- a counter lost with Redis data can never hand out a token at or below the floor again.
+-- Each lift also stores the lift point in the base key: the tokens issued for the resource
+-- since then are exactly (base, fence], and a token at or below base was never issued in
+-- this run (a lift only happens while nobody holds the lock). A counter found below base
+-- (lost on its own) is lifted to base as well, so base <= fence always holds.
 -- A reentrant acquisition returns the first acquisition's token and resets the lease.
 -- A replayed acquisition reports the lease it granted the first time, not this call's.
 
@@ -48,11 +53,17 @@ local token
 local holds
 local raised = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
-    local current = tonumber(redis.call('GET', KEYS[2]) or '0')
-    if current == nil or current < floor then
+    local current = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+    local lift = floor
+    local base = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+    if base > lift then
+        lift = base
+    end
+    if current < lift then
         -- Redis lost the counter (restart without AOF, failover, FLUSHALL) or it lags
-        -- behind the durable ledger: lift it before minting.
-        redis.call('SET', KEYS[2], ARGV[3])
+        -- behind the durable ledger: lift it before minting, and remember where.
+        redis.call('SET', KEYS[2], string.format('%d', lift))
+        redis.call('SET', KEYS[4], string.format('%d', lift))
         raised = 1
     end
     token = redis.call('INCR', KEYS[2])

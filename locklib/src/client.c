@@ -40,6 +40,9 @@ static const char *script_text(enum lk__script s, size_t *len)
     case LK__RENEW:
         *len = lk__lua_renew_len;
         return lk__lua_renew;
+    case LK__TOKEN_RANGE:
+        *len = lk__lua_token_range_len;
+        return lk__lua_token_range;
     case LK__STATUS:
     case LK__SCRIPT_COUNT:
         break;

@@ -11,7 +11,16 @@
 #include "locklib/locklib.h"
 
 /* The embedded scripts (generated from lua/ at build time). */
-enum lk__script { LK__ACQUIRE, LK__RELEASE, LK__RENEW, LK__STATUS, LK__SCRIPT_COUNT };
+enum lk__script {
+    LK__ACQUIRE,
+    LK__RELEASE,
+    LK__RENEW,
+    LK__STATUS,
+    LK__TOKEN_RANGE,
+    LK__SCRIPT_COUNT
+};
+extern const char lk__lua_token_range[];
+extern const size_t lk__lua_token_range_len;
 
 typedef struct lk__watchdog lk__watchdog;
 

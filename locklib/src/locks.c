@@ -1,5 +1,5 @@
 /*
- * acquire, release, renew and status: argument checks, then one script each.
+ * acquire, release, renew, status and the token range: argument checks, then one script each.
  *
  * Every user value reaches Redis only as a script argument or inside a key name built from
  * a validated name; nothing is ever spliced into script text.
@@ -61,7 +61,7 @@ static lk_status check_replicas(lk_client *c, const char *resource, const char *
 lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
                      int64_t floor, const char *idem_key, lk_result *res)
 {
-    char lock[LK__KEY_MAX], fence[LK__KEY_MAX], idem[LK__KEY_MAX];
+    char lock[LK__KEY_MAX], fence[LK__KEY_MAX], idem[LK__KEY_MAX], base[LK__KEY_MAX];
     char lease[24], floor_s[24], idem_ttl[24];
     redisReply *reply = NULL;
     int watchdog = lease_ms == LK_LEASE_WATCHDOG;
@@ -83,12 +83,13 @@ lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int6
     }
     lk__key(lock, resource, "lock");
     lk__key(fence, resource, "fence");
+    lk__key(base, resource, "base");
     idem_args(c, resource, idem_key, idem, idem_ttl);
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
     snprintf(floor_s, sizeof floor_s, "%" PRId64, floor);
 
-    const char *argv[] = {lock, fence, idem, owner, lease, floor_s, idem_ttl};
-    st = lk__eval(c, LK__ACQUIRE, 3, 7, argv, &reply);
+    const char *argv[] = {lock, fence, idem, base, owner, lease, floor_s, idem_ttl};
+    st = lk__eval(c, LK__ACQUIRE, 4, 8, argv, &reply);
     if (st != LK_OK) {
         return st;
     }
@@ -234,4 +235,28 @@ lk_status lk_last_token(lk_client *c, const char *resource, int64_t *token)
     lk_status st = lk_lock_status(c, resource, &info);
     *token = st == LK_OK ? info.last_token : 0;
     return st;
+}
+
+lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base, int64_t *last)
+{
+    char fence[LK__KEY_MAX], base_key[LK__KEY_MAX];
+    redisReply *reply = NULL;
+    lk_status st;
+
+    *base = 0;
+    *last = 0;
+    if (!lk_valid_resource(resource)) {
+        return lk__fail(c, LK_EINVAL, "invalid resource");
+    }
+    lk__key(fence, resource, "fence");
+    lk__key(base_key, resource, "base");
+    const char *argv[] = {fence, base_key};
+    st = lk__eval(c, LK__TOKEN_RANGE, 2, 2, argv, &reply);
+    if (st != LK_OK) {
+        return st;
+    }
+    *base = lk__int_at(reply, 0);
+    *last = lk__int_at(reply, 1);
+    freeReplyObject(reply);
+    return LK_OK;
 }

@@ -1,4 +1,5 @@
-/* locklib: what a replayed acquire or renew reports, against a real redis-server started by the group setup. */
+/* locklib: what a replayed acquire or renew reports, and the range of tokens issued for a
+ * resource (lk_token_range), against a real redis-server started by the group setup. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,14 @@ static const char *res_name(const char *tag)
     static int n = 0;
     snprintf(buf, sizeof buf, "t%d.%s", ++n, tag);
     return buf;
+}
+
+static void assert_range(lk_fixture *f, const char *res, int64_t want_base, int64_t want_last)
+{
+    int64_t base = -1, last = -1;
+    assert_lk(f->c, lk_token_range(f->c, res, &base, &last), LK_OK);
+    assert_int_equal(base, want_base);
+    assert_int_equal(last, want_last);
 }
 
 /* A retry with the same idempotency key but another lease reports the lease granted by the
@@ -80,12 +89,144 @@ static void test_replay_of_record_without_lease(void **state)
     assert_int_equal(r.ttl_ms, 4000);
 }
 
+/* A new resource given floor 9 issues token 10: only 10 was issued for it. */
+static void test_range_of_new_resource_with_floor(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    lk_lock_info info;
+    const char *res = res_name("range-new");
+    char key[256];
+
+    assert_range(f, res, 0, 0);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 9, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 10);
+    assert_int_equal(r.floor_raised, 1);
+    assert_range(f, res, 9, 10);
+    /* lk_last_token and lk_lock_status are unchanged by the base key. */
+    int64_t last = 0;
+    assert_lk(f->c, lk_last_token(f->c, res, &last), LK_OK);
+    assert_int_equal(last, 10);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_int_equal(info.token, 10);
+    assert_int_equal(info.last_token, 10);
+    /* Like the fence counter, the base never expires. */
+    snprintf(key, sizeof key, "fg:{%s}:base", res);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PTTL %s", key), -1);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PTTL %s", key), -1);
+}
+
+/* Without a lift, the base stays and the last token grows. */
+static void test_range_grows_without_lift(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("range-grow");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 9, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    for (int i = 0; i < 3; i++) {
+        assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 9, NULL, &r), LK_ACQUIRED);
+        assert_int_equal(r.floor_raised, 0);
+        assert_lk(f->c, lk_release(f->c, res, "bob", NULL, &r), LK_RELEASED);
+    }
+    assert_range(f, res, 9, 13);
+    /* A resource that never had a floor has no base: every token from 1 was issued. */
+    const char *plain = res_name("range-plain");
+    assert_lk(f->c, lk_acquire(f->c, plain, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 1);
+    assert_range(f, plain, 0, 1);
+    assert_lk(f->c, lk_release(f->c, plain, "alice", NULL, &r), LK_RELEASED);
+}
+
+/* A floor that moved up while nobody holds the lock lifts the base with the counter; a
+ * floor cannot lift anything while the lock is held. */
+static void test_range_moves_with_a_later_lift(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("range-lift");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 1);
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 500, NULL, &r), LK_HELD);
+    assert_range(f, res, 0, 1);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 500, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 501);
+    assert_range(f, res, 500, 501);
+    assert_lk(f->c, lk_release(f->c, res, "bob", NULL, &r), LK_RELEASED);
+}
+
+/* A counter lost on its own (the base survived) is lifted to the base, so the range never
+ * turns upside down and no token below the base is issued again. */
+static void test_counter_lost_alone_is_lifted_to_base(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("range-lost");
+    char key[256];
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 40, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    snprintf(key, sizeof key, "fg:{%s}:fence", res);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "DEL %s", key), 1);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 41);
+    assert_range(f, res, 40, 41);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+}
+
+/* After Redis loses everything, the caller's floor (from durable storage) lifts the counter
+ * and the base moves up with it: the old tokens are outside the new range. */
+static void test_range_after_flushall(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("range-flush");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 9, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 9, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_range(f, res, 9, 11);
+
+    char out[64];
+    th_redis_cmd(&f->redis, out, sizeof out, "FLUSHALL");
+    assert_string_equal(out, "OK");
+    assert_range(f, res, 0, 0);
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 11, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 12);
+    assert_int_equal(r.floor_raised, 1);
+    assert_range(f, res, 11, 12);
+    assert_lk(f->c, lk_release(f->c, res, "bob", NULL, &r), LK_RELEASED);
+}
+
+static void test_range_validation(void **state)
+{
+    lk_fixture *f = *state;
+    int64_t base = 5, last = 5;
+
+    assert_lk(f->c, lk_token_range(f->c, "a b", &base, &last), LK_EINVAL);
+    assert_int_equal(base, 0);
+    assert_int_equal(last, 0);
+    assert_lk(f->c, lk_token_range(f->c, "", &base, &last), LK_EINVAL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_replayed_acquire_reports_granted_lease),
         cmocka_unit_test(test_replayed_renew_reports_granted_lease),
         cmocka_unit_test(test_replay_of_record_without_lease),
+        cmocka_unit_test(test_range_of_new_resource_with_floor),
+        cmocka_unit_test(test_range_grows_without_lift),
+        cmocka_unit_test(test_range_moves_with_a_later_lift),
+        cmocka_unit_test(test_counter_lost_alone_is_lifted_to_base),
+        cmocka_unit_test(test_range_after_flushall),
+        cmocka_unit_test(test_range_validation),
     };
     return cmocka_run_group_tests_name("locklib_tokens", tests, group_setup, lk_group_teardown);
 }

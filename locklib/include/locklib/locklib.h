@@ -169,9 +169,20 @@ typedef struct lk_lock_info {
 /* Reports the state of a lock. Never reports the owner. Returns OK or an error. */
 LK_EXTERN lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info);
 
-/* The last token issued for the resource (0 if none): what a write's token is checked
- * against. Returns OK or an error. */
+/* The last token issued for the resource (0 if none). Returns OK or an error.
+ * To check that a token was issued for the resource at all, use lk_token_range(). */
 LK_EXTERN lk_status lk_last_token(lk_client *c, const char *resource, int64_t *token);
+
+/* The tokens issued for `resource` in its current run, in one round trip: a token t was
+ * issued for it iff *base < t <= *last. *last is the fence counter (0 if none). *base is the
+ * point the counter was last lifted to (0 if never): an acquisition lifts the counter to
+ * the caller's floor when it is below it (a new resource, Redis data loss, or a floor taken
+ * from a process-wide maximum), and the tokens below the lift were never issued for this
+ * resource. A lift only happens while nobody holds the lock, so a token <= *base was either
+ * never issued for the resource or belonged to a holder whose lock was gone before the
+ * lift: refusing it is safe. Both are 0 on error. Returns OK or an error. */
+LK_EXTERN lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base,
+                                   int64_t *last);
 
 /* 1 when the watchdog found this watched lock lost; it stays 1 until the owner releases or
  * re-acquires it. 0 otherwise, also for locks that are not watched. Thread-safe. */
