@@ -22,6 +22,10 @@
 -- (lost on its own) is lifted to base as well, so base <= fence always holds.
 -- A reentrant acquisition returns the first acquisition's token and resets the lease.
 -- A replayed acquisition reports the lease it granted the first time, not this call's.
+--
+-- The fair queue of fair_acquire.lua is ignored on purpose: a non-fair acquisition may
+-- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
+-- fair_acquire.lua repeats the minting below; keep the two in step.
 
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])

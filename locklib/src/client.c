@@ -43,6 +43,12 @@ static const char *script_text(enum lk__script s, size_t *len)
     case LK__TOKEN_RANGE:
         *len = lk__lua_token_range_len;
         return lk__lua_token_range;
+    case LK__FAIR_ACQUIRE:
+        *len = lk__lua_fair_acquire_len;
+        return lk__lua_fair_acquire;
+    case LK__FAIR_CANCEL:
+        *len = lk__lua_fair_cancel_len;
+        return lk__lua_fair_cancel;
     case LK__STATUS:
     case LK__SCRIPT_COUNT:
         break;

@@ -17,10 +17,12 @@ enum lk__script {
     LK__RENEW,
     LK__STATUS,
     LK__TOKEN_RANGE,
+    LK__FAIR_ACQUIRE,
+    LK__FAIR_CANCEL,
     LK__SCRIPT_COUNT
 };
-extern const char lk__lua_token_range[];
-extern const size_t lk__lua_token_range_len;
+extern const char lk__lua_token_range[], lk__lua_fair_acquire[], lk__lua_fair_cancel[];
+extern const size_t lk__lua_token_range_len, lk__lua_fair_acquire_len, lk__lua_fair_cancel_len;
 
 typedef struct lk__watchdog lk__watchdog;
 
@@ -79,6 +81,25 @@ int lk__idle_alive(redisContext *ctx);
 
 /* Validation shared by the calls. */
 int lk__valid_lease(int64_t lease_ms);
+int lk__valid_idem(const char *idem_key); /* NULL (no key) or a valid name */
+
+/* Shared by the acquire calls (locks.c). */
+/* Zeroes *res, with queue_pos -1 (not queued). */
+void lk__result_init(lk_result *res);
+/* The idempotency record key and retention ("0" and an unused key when idem_key is NULL);
+ * key holds LK__KEY_MAX bytes and ttl 24. */
+void lk__idem_args(const lk_client *c, const char *resource, const char *idem_key, char *key,
+                   char *ttl);
+/* Checks the arguments of an acquisition and turns LK_LEASE_WATCHDOG into the watchdog
+ * lease. Returns OK, or EINVAL with the reason in c->err. */
+lk_status lk__acquire_args(lk_client *c, const char *resource, const char *owner,
+                           int64_t *lease_ms, int64_t floor, const char *idem_key);
+/* Reads {1, token, holds, lease_ms, floor_raised, replayed, ...} into *res. */
+void lk__read_acquired(const redisReply *reply, lk_result *res);
+/* What follows a successful acquisition script: WAIT for min_replicas (rolled back on
+ * failure) and the watchdog when `watchdog`. Returns ACQUIRED or the error. */
+lk_status lk__acquired(lk_client *c, const char *resource, const char *owner, int watchdog,
+                       const lk_result *res);
 
 /* Watchdog (watchdog.c). */
 lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner);

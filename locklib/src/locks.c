@@ -10,13 +10,13 @@
 
 #include "locklib_internal.h"
 
-static int valid_idem(const char *idem_key)
+int lk__valid_idem(const char *idem_key)
 {
     return idem_key == NULL || lk_valid_owner(idem_key);
 }
 
-static void idem_args(const lk_client *c, const char *resource, const char *idem_key,
-                      char *key, char *ttl)
+void lk__idem_args(const lk_client *c, const char *resource, const char *idem_key, char *key,
+                   char *ttl)
 {
     if (idem_key != NULL) {
         lk__idem_key(key, resource, idem_key);
@@ -26,6 +26,12 @@ static void idem_args(const lk_client *c, const char *resource, const char *idem
         lk__key(key, resource, "idem:");
         snprintf(ttl, 24, "0");
     }
+}
+
+void lk__result_init(lk_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->queue_pos = -1;
 }
 
 /* With min_replicas set: WAIT for the replicas. If too few acknowledge, the acquisition is
@@ -58,6 +64,57 @@ static lk_status check_replicas(lk_client *c, const char *resource, const char *
                     acked < 0 ? 0 : acked, c->opts.min_replicas, lk_status_name(st));
 }
 
+lk_status lk__acquired(lk_client *c, const char *resource, const char *owner, int watchdog,
+                       const lk_result *res)
+{
+    lk_status st;
+
+    if (!res->replayed && c->opts.min_replicas > 0) {
+        st = check_replicas(c, resource, owner);
+        if (st != LK_OK) {
+            return st;
+        }
+    }
+    if (watchdog) {
+        st = lk__watch_add(c, resource, owner);
+        if (st != LK_OK) {
+            /* Without a watchdog the lock would silently expire under its holder. */
+            lk_result undo;
+            lk_release(c, resource, owner, NULL, &undo);
+            return lk__fail(c, st, "cannot start the watchdog");
+        }
+    }
+    return LK_ACQUIRED;
+}
+
+lk_status lk__acquire_args(lk_client *c, const char *resource, const char *owner,
+                           int64_t *lease_ms, int64_t floor, const char *idem_key)
+{
+    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !lk__valid_idem(idem_key)) {
+        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
+    }
+    if (*lease_ms == LK_LEASE_WATCHDOG) {
+        *lease_ms = c->opts.watchdog_lease_ms;
+    }
+    if (!lk__valid_lease(*lease_ms)) {
+        return lk__fail(c, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
+                        LK_LEASE_MAX_MS);
+    }
+    if (floor < 0 || floor >= LK_TOKEN_MAX) {
+        return lk__fail(c, LK_EINVAL, "floor must be 0..2^53-2");
+    }
+    return LK_OK;
+}
+
+void lk__read_acquired(const redisReply *reply, lk_result *res)
+{
+    res->token = lk__int_at(reply, 1);
+    res->holds = lk__int_at(reply, 2);
+    res->ttl_ms = lk__int_at(reply, 3);
+    res->floor_raised = (int)lk__int_at(reply, 4);
+    res->replayed = (int)lk__int_at(reply, 5);
+}
+
 lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
                      int64_t floor, const char *idem_key, lk_result *res)
 {
@@ -67,24 +124,15 @@ lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int6
     int watchdog = lease_ms == LK_LEASE_WATCHDOG;
     lk_status st;
 
-    memset(res, 0, sizeof *res);
-    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !valid_idem(idem_key)) {
-        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
-    }
-    if (watchdog) {
-        lease_ms = c->opts.watchdog_lease_ms;
-    }
-    if (!lk__valid_lease(lease_ms)) {
-        return lk__fail(c, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
-                        LK_LEASE_MAX_MS);
-    }
-    if (floor < 0 || floor >= LK_TOKEN_MAX) {
-        return lk__fail(c, LK_EINVAL, "floor must be 0..2^53-2");
+    lk__result_init(res);
+    st = lk__acquire_args(c, resource, owner, &lease_ms, floor, idem_key);
+    if (st != LK_OK) {
+        return st;
     }
     lk__key(lock, resource, "lock");
     lk__key(fence, resource, "fence");
     lk__key(base, resource, "base");
-    idem_args(c, resource, idem_key, idem, idem_ttl);
+    lk__idem_args(c, resource, idem_key, idem, idem_ttl);
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
     snprintf(floor_s, sizeof floor_s, "%" PRId64, floor);
 
@@ -95,11 +143,7 @@ lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int6
     }
     long long code = lk__int_at(reply, 0);
     if (code == 1) {
-        res->token = lk__int_at(reply, 1);
-        res->holds = lk__int_at(reply, 2);
-        res->ttl_ms = lk__int_at(reply, 3);
-        res->floor_raised = (int)lk__int_at(reply, 4);
-        res->replayed = (int)lk__int_at(reply, 5);
+        lk__read_acquired(reply, res);
         st = LK_ACQUIRED;
     } else if (code == 0) {
         res->ttl_ms = lk__int_at(reply, 1);
@@ -108,21 +152,8 @@ lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int6
         st = lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
     }
     freeReplyObject(reply);
-    if (st == LK_ACQUIRED && !res->replayed && c->opts.min_replicas > 0) {
-        st = check_replicas(c, resource, owner);
-        if (st != LK_OK) {
-            return st;
-        }
-        st = LK_ACQUIRED;
-    }
-    if (st == LK_ACQUIRED && watchdog) {
-        lk_status wst = lk__watch_add(c, resource, owner);
-        if (wst != LK_OK) {
-            /* Without a watchdog the lock would silently expire under its holder. */
-            lk_result undo;
-            lk_release(c, resource, owner, NULL, &undo);
-            return lk__fail(c, wst, "cannot start the watchdog");
-        }
+    if (st == LK_ACQUIRED) {
+        st = lk__acquired(c, resource, owner, watchdog, res);
     }
     return st;
 }
@@ -134,13 +165,13 @@ lk_status lk_release(lk_client *c, const char *resource, const char *owner,
     redisReply *reply = NULL;
     lk_status st;
 
-    memset(res, 0, sizeof *res);
-    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !valid_idem(idem_key)) {
+    lk__result_init(res);
+    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !lk__valid_idem(idem_key)) {
         return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
     }
     lk__key(lock, resource, "lock");
     lk_channel_name(resource, channel, sizeof channel);
-    idem_args(c, resource, idem_key, idem, idem_ttl);
+    lk__idem_args(c, resource, idem_key, idem, idem_ttl);
 
     const char *argv[] = {lock, idem, owner, idem_ttl, channel};
     st = lk__eval(c, LK__RELEASE, 2, 5, argv, &reply);
@@ -171,8 +202,8 @@ lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_
     redisReply *reply = NULL;
     lk_status st;
 
-    memset(res, 0, sizeof *res);
-    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !valid_idem(idem_key)) {
+    lk__result_init(res);
+    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !lk__valid_idem(idem_key)) {
         return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
     }
     if (!lk__valid_lease(lease_ms)) {
@@ -180,7 +211,7 @@ lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_
                         LK_LEASE_MAX_MS);
     }
     lk__key(lock, resource, "lock");
-    idem_args(c, resource, idem_key, idem, idem_ttl);
+    lk__idem_args(c, resource, idem_key, idem, idem_ttl);
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
 
     const char *argv[] = {lock, idem, owner, lease, idem_ttl};

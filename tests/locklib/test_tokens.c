@@ -40,6 +40,7 @@ static void test_replayed_acquire_reports_granted_lease(void **state)
     assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, "acq-1", &r1), LK_ACQUIRED);
     assert_int_equal(r1.ttl_ms, 10000);
     assert_int_equal(r1.replayed, 0);
+    assert_int_equal(r1.queue_pos, -1);
     assert_lk(f->c, lk_acquire(f->c, res, "alice", 60000, 0, "acq-1", &r2), LK_ACQUIRED);
     assert_int_equal(r2.replayed, 1);
     assert_int_equal(r2.token, r1.token);

@@ -67,6 +67,7 @@ LK_EXTERN const char *lk_version(void);
 #define LK_LEASE_MIN_MS 100
 #define LK_LEASE_MAX_MS 3600000
 #define LK_TOKEN_MAX 9007199254740991LL /* 2^53 - 1: Lua numbers are doubles */
+#define LK_WAIT_MAX_MS 3600000 /* lk_acquire_fair(): the longest wait a queue entry covers */
 
 /* Lease value for lk_acquire(): take the lock with the watchdog lease and keep it renewed. */
 #define LK_LEASE_WATCHDOG 0
@@ -122,11 +123,12 @@ LK_EXTERN char *lk_random_id(char *buf);
 typedef struct lk_result {
     int64_t token;       /* ACQUIRED, RENEWED: the fencing token of this hold */
     int64_t holds;       /* ACQUIRED, STILL_HELD: the hold count after the call */
-    int64_t ttl_ms;      /* HELD: the holder's remaining lease; ACQUIRED, RENEWED: the lease
-                          * granted, which on a replay is the first answer's lease, not the
-                          * retry's */
+    int64_t ttl_ms;      /* HELD: the holder's remaining lease (lk_acquire_fair: when to retry);
+                          * ACQUIRED, RENEWED: the lease granted, which on a replay is the
+                          * first answer's lease, not the retry's */
     int replayed;        /* 1 when an idempotency key replayed the first answer */
     int floor_raised;    /* ACQUIRED: the counter was below the floor and was raised to it */
+    int queue_pos;       /* lk_acquire_fair HELD: 0-based place in the fair queue; else -1 */
 } lk_result;
 
 /* Acquires `resource` for `owner`. lease_ms is LK_LEASE_MIN_MS..LK_LEASE_MAX_MS, or
@@ -146,6 +148,30 @@ LK_EXTERN lk_status lk_acquire(lk_client *c, const char *resource, const char *o
 LK_EXTERN lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
                                     int64_t lease_ms, int64_t floor, const char *idem_key,
                                     int64_t wait_ms, lk_result *res);
+
+/* One attempt at a fair (FIFO) acquisition, like RedissonFairLock: waiters get the lock in
+ * the order they first asked, across processes, through a queue in Redis
+ * (fg:{resource}:queue, with deadlines in fg:{resource}:qtimeout). It never blocks: a caller
+ * that gets HELD waits for a release message on lk_channel_name() or for res->ttl_ms,
+ * whichever comes first, and calls again with the same owner and its remaining wait.
+ * Arguments are those of lk_acquire(); wait_ms (0..LK_WAIT_MAX_MS) is how much longer this
+ * waiter will keep trying: its queue entry is dropped once that has passed without a new
+ * call, so a waiter that vanished never blocks the queue for longer than its own wait.
+ * A waiter that gives up early should call lk_fair_cancel().
+ * Returns ACQUIRED (token, holds, ttl_ms, as lk_acquire(); the owner left the queue) or
+ * HELD (ttl_ms: when to retry at the latest; queue_pos: the owner's 0-based place in line),
+ * or an error. The holder re-enters at once, whatever the queue. Non-fair lk_acquire() and
+ * lk_acquire_wait() ignore the queue and may take a free lock ahead of queued fair waiters
+ * (like tryLock() on a fair java.util.concurrent ReentrantLock). */
+LK_EXTERN lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
+                                    int64_t lease_ms, int64_t floor, const char *idem_key,
+                                    int64_t wait_ms, lk_result *res);
+
+/* Takes `owner` out of the fair queue of `resource` (a waiter that gives up or whose client
+ * went away). When it was first in line and the lock is free, a release message is
+ * published so that the next waiter comes at once. Returns OK whether or not the owner was
+ * queued, or an error. */
+LK_EXTERN lk_status lk_fair_cancel(lk_client *c, const char *resource, const char *owner);
 
 /* Releases one hold. Returns RELEASED (lock deleted, release message published),
  * STILL_HELD (holds; the remaining lease is kept, not extended) or NOT_OWNER (nothing

@@ -1,0 +1,175 @@
+-- fair_acquire.lua: one attempt at a fair (FIFO) fenced lock. Runs atomically in Redis.
+--
+-- KEYS[1]  lock hash      fg:{R}:lock      as in acquire.lua
+-- KEYS[2]  fence counter  fg:{R}:fence     never expires and is never deleted
+-- KEYS[3]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[4] is "0")
+-- KEYS[4]  lift point     fg:{R}:base      never expires and is never deleted
+-- KEYS[5]  queue list     fg:{R}:queue     waiting owners, first come first
+-- KEYS[6]  deadlines zset fg:{R}:qtimeout  owner -> deadline, ms of Redis server time
+-- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
+-- ARGV[2]  lease in ms
+-- ARGV[3]  floor: the token handed out is always greater than this (decimal, < 2^53)
+-- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
+-- ARGV[5]  this waiter's remaining wait in ms, 0..3600000
+--
+-- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1}  acquired
+--          {0, retry_ms, position}  not this owner's turn: it is queued at 0-based
+--                                   position; retry within retry_ms or on a release message
+--          {-1, 0, -1}  the idempotency key was used by another owner or operation
+-- Errors   "fencegate: ..." for a bad argument or an exhausted token space.
+--
+-- The steps, in order:
+--   1. Replay an idempotent retry, as acquire.lua does.
+--   2. Drop waiters whose deadline has passed (deadline < now), so a waiter that vanished
+--      without cancelling blocks the queue only until its own wait would have ended. At most
+--      100 are dropped per call to keep the script short; the head of the queue is always
+--      checked, which is all that fairness needs.
+--   3. The holder re-enters as in acquire.lua, whatever the queue holds.
+--   4. A free lock goes to this owner when the queue is empty or this owner is its head:
+--      the token is minted exactly as in acquire.lua (floor, base, INCR, TOKEN_MAX) and the
+--      owner leaves the queue.
+--   5. Otherwise the owner is appended to the queue unless already in it, its deadline is
+--      set to now + wait, and both queue keys expire just after the last deadline, so they
+--      vanish once everybody has left.
+--
+-- The retry hint is the holder's remaining lease while the lock is held (expiry publishes
+-- nothing). While the lock is free but another waiter is first, it is the time to that
+-- waiter's deadline, capped at 1 s: the first waiter normally takes the lock within a round
+-- trip, and its acquisition publishes nothing, so a waiter parked until the head's deadline
+-- (up to an hour) would not notice if the new holder died and its lease ran out. The cap
+-- makes such a waiter come back, see the new holder and park on its lease instead.
+--
+-- Time comes from redis TIME. Redis 7 replicates a script's effects, not the script, so
+-- replicas and the AOF store the deadlines the primary computed.
+-- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
+
+local owner = ARGV[1]
+local lease_ms = tonumber(ARGV[2])
+local floor = tonumber(ARGV[3])
+local idem_ms = tonumber(ARGV[4])
+local wait_ms = tonumber(ARGV[5])
+local TOKEN_MAX = 9007199254740991
+local HEAD_POLL_MS = 1000
+local PRUNE_MAX = 100
+
+if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
+        not string.match(owner, '^[%w%.:_%-]+$') then
+    return redis.error_reply('fencegate: invalid owner')
+end
+if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
+        idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 then
+    return redis.error_reply('fencegate: invalid argument')
+end
+
+-- 1. Replay.
+if idem_ms > 0 then
+    local rec = redis.call('HMGET', KEYS[3], 'op', 'owner', 'token', 'holds', 'lease')
+    if rec[1] then
+        if rec[1] ~= 'acquire' or rec[2] ~= owner then
+            return {-1, 0, -1}
+        end
+        return {1, tonumber(rec[3]), tonumber(rec[4]), tonumber(rec[5]) or lease_ms, 0, 1, -1}
+    end
+end
+
+-- Redis before 7 must be told to replicate effects before a write follows TIME.
+if redis.replicate_commands then
+    redis.replicate_commands()
+end
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- 2. Drop vanished waiters.
+local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', string.format('(%d', now),
+    'LIMIT', 0, PRUNE_MAX)
+for _, w in ipairs(expired) do
+    redis.call('LREM', KEYS[5], 0, w)
+    redis.call('ZREM', KEYS[6], w)
+end
+-- The head must be a live waiter: one without a deadline (the two keys out of step) or past
+-- it is dropped too.
+local head = redis.call('LINDEX', KEYS[5], 0)
+local head_deadline = nil
+while head do
+    head_deadline = tonumber(redis.call('ZSCORE', KEYS[6], head))
+    if head_deadline ~= nil and head_deadline >= now then
+        break
+    end
+    redis.call('LPOP', KEYS[5])
+    redis.call('ZREM', KEYS[6], head)
+    head = redis.call('LINDEX', KEYS[5], 0)
+end
+
+local function leave_queue()
+    redis.call('LREM', KEYS[5], 0, owner)
+    redis.call('ZREM', KEYS[6], owner)
+end
+
+local function record(token, holds)
+    if idem_ms > 0 then
+        redis.call('HSET', KEYS[3], 'op', 'acquire', 'owner', owner,
+            'token', string.format('%d', token), 'holds', holds,
+            'lease', string.format('%d', lease_ms))
+        redis.call('PEXPIRE', KEYS[3], idem_ms)
+    end
+end
+
+local held = redis.call('EXISTS', KEYS[1]) == 1
+
+-- 3. Reentry.
+if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
+    local holds = redis.call('HINCRBY', KEYS[1], owner, 1)
+    local token = tonumber(redis.call('HGET', KEYS[1], '#token'))
+    redis.call('PEXPIRE', KEYS[1], lease_ms)
+    leave_queue()
+    record(token, holds)
+    return {1, token, holds, lease_ms, 0, 0, -1}
+end
+
+-- 4. This owner's turn: mint as acquire.lua does (keep the two in step).
+if not held and (not head or head == owner) then
+    local raised = 0
+    local current = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
+    local lift = floor
+    local base = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
+    if base > lift then
+        lift = base
+    end
+    if current < lift then
+        redis.call('SET', KEYS[2], string.format('%d', lift))
+        redis.call('SET', KEYS[4], string.format('%d', lift))
+        raised = 1
+    end
+    local token = redis.call('INCR', KEYS[2])
+    if token > TOKEN_MAX then
+        return redis.error_reply('fencegate: token space exhausted')
+    end
+    redis.call('HSET', KEYS[1], '#token', string.format('%d', token), owner, 1)
+    redis.call('PEXPIRE', KEYS[1], lease_ms)
+    leave_queue()
+    record(token, 1)
+    return {1, token, 1, lease_ms, raised, 0, -1}
+end
+
+-- 5. Wait in line.
+local position = redis.call('LPOS', KEYS[5], owner)
+if not position then
+    position = redis.call('RPUSH', KEYS[5], owner) - 1
+end
+redis.call('ZADD', KEYS[6], now + wait_ms, owner)
+local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
+local keep_ms = tonumber(last[2]) - now + 1
+redis.call('PEXPIRE', KEYS[5], keep_ms)
+redis.call('PEXPIRE', KEYS[6], keep_ms)
+
+local retry_ms
+if held then
+    retry_ms = redis.call('PTTL', KEYS[1])
+else
+    -- head is another live waiter, so head_deadline >= now.
+    retry_ms = math.min(head_deadline - now, HEAD_POLL_MS)
+end
+if retry_ms < 1 then
+    retry_ms = 1
+end
+return {0, retry_ms, position}

@@ -1,0 +1,31 @@
+-- fair_cancel.lua: take an owner out of the fair queue. Runs atomically in Redis.
+--
+-- KEYS[1]  lock hash      fg:{R}:lock
+-- KEYS[2]  queue list     fg:{R}:queue
+-- KEYS[3]  deadlines zset fg:{R}:qtimeout
+-- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}
+-- ARGV[2]  release channel fg:{R}:released
+--
+-- Returns  {1}  the owner was queued and is not any more
+--          {0}  it was not queued: nothing changes
+-- When the owner was first in line and the lock is free, "released" is published on the
+-- channel: the next waiter may now take the lock and would otherwise sleep until its retry
+-- hint.
+
+local owner = ARGV[1]
+
+if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
+        not string.match(owner, '^[%w%.:_%-]+$') then
+    return redis.error_reply('fencegate: invalid owner')
+end
+
+local head = redis.call('LINDEX', KEYS[2], 0)
+local removed = redis.call('LREM', KEYS[2], 0, owner)
+redis.call('ZREM', KEYS[3], owner)
+if removed == 0 then
+    return {0}
+end
+if head == owner and redis.call('EXISTS', KEYS[1]) == 0 then
+    redis.call('PUBLISH', ARGV[2], 'released')
+end
+return {1}
