@@ -430,7 +430,7 @@ static int options_valid(const lk_options *o)
            o->min_replicas >= 0 && o->replica_timeout_ms >= 0;
 }
 
-lk_status lk_client_open(lk_client **out, const char *url, const lk_options *opts)
+lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opts)
 {
     lk_client *c = NULL;
 
@@ -458,8 +458,17 @@ lk_status lk_client_open(lk_client **out, const char *url, const lk_options *opt
     }
     lk_random_id(c->id);
     *out = c;
-    c->ctx = lk__connect(c);
-    return c->ctx != NULL ? LK_OK : LK_EUNAVAILABLE;
+    return LK_OK;
+}
+
+lk_status lk_client_open(lk_client **out, const char *url, const lk_options *opts)
+{
+    lk_status st = lk__client_new(out, url, opts);
+    if (st != LK_OK) {
+        return st;
+    }
+    (*out)->ctx = lk__connect(*out);
+    return (*out)->ctx != NULL ? LK_OK : LK_EUNAVAILABLE;
 }
 
 void lk_client_close(lk_client *c)

@@ -52,6 +52,11 @@ void lk__idem_key(char *buf, const char *resource, const char *idem_key);
 lk_status lk__fail(lk_client *c, lk_status st, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* Allocates a handle for url and opts (NULL for the defaults) without connecting: the parts
+ * of lk_client_open() before the connection. Returns OK, EINVAL or ENOMEM (then *out is
+ * NULL). The caller frees it with lk_client_close(). */
+lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opts);
+
 /* Opens a redis connection to the handle's server with its timeouts, AUTH and SELECT.
  * Returns NULL with c->err set on failure. */
 redisContext *lk__connect(lk_client *c);

@@ -221,6 +221,45 @@ LK_EXTERN lk_status lk_ping(lk_client *c);
  * bytes. Returns OK, or EINVAL for a bad name or a short buffer. */
 LK_EXTERN lk_status lk_channel_name(const char *resource, char *buf, size_t len);
 
+/* ---- Release notifications for many resources (for event loops) --------------------- */
+
+/* One subscriber connection that reports releases of any number of resources, for a process
+ * that parks its own waiters instead of blocking a thread in lk_acquire_wait(). It is driven
+ * by the caller's event loop: poll lk_sub_fd() for input and call lk_sub_dispatch() when it
+ * is readable. One thread uses a handle. */
+typedef struct lk_sub lk_sub;
+
+/* Events reported by lk_sub_dispatch(). */
+#define LK_SUB_RELEASED 1   /* the resource's lock was released (expiry publishes nothing) */
+#define LK_SUB_SUBSCRIBED 2 /* a subscription became active: releases before it were not
+                             * reported, so look at the lock again */
+
+typedef void (*lk_sub_fn)(const char *resource, int event, void *userdata);
+
+/* Opens a subscriber for url (as lk_client_open()). A failed connection is not fatal: it
+ * returns LK_EUNAVAILABLE with a valid *out; call lk_sub_reconnect() later. On EINVAL and
+ * ENOMEM *out is NULL. The caller frees the handle with lk_sub_close(). */
+LK_EXTERN lk_status lk_sub_open(lk_sub **out, const char *url, const lk_options *opts);
+/* Closes the connection and frees the handle. NULL is a no-op. */
+LK_EXTERN void lk_sub_close(lk_sub *s);
+/* The reason for the last error. Valid until the next call. */
+LK_EXTERN const char *lk_sub_errstr(const lk_sub *s);
+/* The descriptor to poll for input, or -1 while disconnected. It changes on reconnect. */
+LK_EXTERN int lk_sub_fd(const lk_sub *s);
+/* Connects when disconnected (subscriptions are not restored: add them again). Returns OK
+ * or EUNAVAILABLE within the connect timeout. */
+LK_EXTERN lk_status lk_sub_reconnect(lk_sub *s);
+/* Subscribes to / unsubscribes from the release channel of resource. Returns OK once the
+ * command is sent (a LK_SUB_SUBSCRIBED event follows when it takes effect), EINVAL for a bad
+ * name, or EUNAVAILABLE when the connection failed (the handle is then disconnected). */
+LK_EXTERN lk_status lk_sub_add(lk_sub *s, const char *resource);
+LK_EXTERN lk_status lk_sub_remove(lk_sub *s, const char *resource);
+/* Reads what has arrived (one read(), so call it only when lk_sub_fd() is readable) and
+ * calls fn for each event, on this thread. Returns OK, or EUNAVAILABLE when the connection
+ * was closed or failed: the handle is then disconnected and nothing more is reported until
+ * lk_sub_reconnect() and new subscriptions. */
+LK_EXTERN lk_status lk_sub_dispatch(lk_sub *s, lk_sub_fn fn, void *userdata);
+
 #ifdef __cplusplus
 }
 #endif
