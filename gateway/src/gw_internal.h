@@ -10,6 +10,7 @@
 #ifndef GATEWAY_GW_INTERNAL_H
 #define GATEWAY_GW_INTERNAL_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -111,7 +112,7 @@ int gw__route_match(const char *method, const char *path, const gw_route **route
 /* Outcomes by operation. The names are the label values. */
 #define GW_ACQUIRE_OUTCOMES(X)                                                            \
     X(acquired) X(reentered) X(replayed) X(locked) X(invalid) X(unavailable)              \
-    X(idempotency_conflict) X(error) X(shutting_down)
+    X(idempotency_conflict) X(error) X(shutting_down) X(abandoned)
 #define GW_RELEASE_OUTCOMES(X)                                                            \
     X(released) X(still_held) X(not_owner) X(replayed) X(invalid) X(unavailable)          \
     X(idempotency_conflict) X(error)
@@ -135,6 +136,18 @@ typedef enum { GW_WRITE_OUTCOMES(GW_X_WR) GW_WR_COUNT } gw_write_outcome;
 #undef GW_X_REN
 #undef GW_X_WR
 
+/* Why a parked waiter was woken (waiters.c). The names are the metric label values. */
+#define GW_WAKE_REASONS(X) X(none) X(release) X(expiry) X(deadline) X(disconnect) X(shutdown)
+#define GW_X_WAKE(name) GW_WAKE_##name,
+typedef enum gw_wake { GW_WAKE_REASONS(GW_X_WAKE) GW_WAKE_COUNT } gw_wake;
+#undef GW_X_WAKE
+#define GW_WAKE_NONE GW_WAKE_none
+#define GW_WAKE_RELEASE GW_WAKE_release
+#define GW_WAKE_EXPIRY GW_WAKE_expiry
+#define GW_WAKE_DEADLINE GW_WAKE_deadline
+#define GW_WAKE_DISCONNECT GW_WAKE_disconnect
+#define GW_WAKE_SHUTDOWN GW_WAKE_shutdown
+
 #define GW_LATENCY_BUCKETS 14
 /* Status codes counted by fencegate_http_responses_total; anything else is "other". */
 #define GW_STATUS_CODES(X)                                                                \
@@ -151,6 +164,9 @@ typedef struct gw_metrics {
     atomic_int redis_up;                  /* last observed state */
     atomic_ullong floor_corrections;      /* acquisitions whose counter was raised */
     atomic_ullong responses[GW_STATUS_COUNT];
+    atomic_llong waiters_parked;          /* /lock requests parked, waiting for a release */
+    atomic_ullong waiter_wakes[GW_WAKE_COUNT];
+    atomic_int subscriber_up;             /* the release subscriber is connected */
     /* Latency histogram per route (+1 for unmatched), cumulative at output time. */
     atomic_ullong latency_bucket[GW_R_COUNT + 1][GW_LATENCY_BUCKETS + 1];
     atomic_ullong latency_sum_us[GW_R_COUNT + 1];
@@ -161,7 +177,77 @@ void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
  * allocation failure. The caller frees it. */
 char *gw__metrics_render(gw_metrics *m, size_t *len);
 
+/* ---- Parked waiters (waiters.c) ---------------------------------------------------- */
+
+struct gw_server;
+typedef struct gw_waitq gw_waitq;
+typedef struct gw_wres gw_wres;
+
+#define GW_TIMER_OFF ((size_t)-1)
+typedef struct gw_timer {
+    int64_t at;                   /* monotonic ms */
+    size_t idx;                   /* position in the heap, GW_TIMER_OFF when not armed */
+    int kind;
+} gw_timer;
+
+typedef enum gw_waiter_state {
+    GW_WAITER_IDLE = 0,           /* attempting, or never parked */
+    GW_WAITER_PARKING,            /* queued; its thread is suspending the connection */
+    GW_WAITER_SUSPENDED,          /* queued and suspended */
+    GW_WAITER_WAKE_PENDING,       /* woken while PARKING: its thread resumes it */
+    GW_WAITER_WOKEN               /* resumed; the handler runs again */
+} gw_waiter_state;
+
+/* The waiting part of a /lock request. Zero-initialised; owned by its request. */
+typedef struct gw_waiter {
+    struct gw_waiter *prev, *next; /* in its resource's queue */
+    gw_wres *res;                 /* the entry it holds a reference on, NULL when none */
+    struct MHD_Connection *conn;
+    int fd;                       /* watched for hang-ups while suspended, else -1 */
+    gw_timer timer;               /* its deadline while parked */
+    gw_waiter_state state;
+    gw_wake reason;               /* why it was last woken */
+    uint64_t epoch;               /* its resource's epoch when the attempt began */
+    int queued;
+    int parked_before;            /* parks again at the front of the queue */
+    int wake_unused;              /* woken by a release/expiry and not yet attempted */
+} gw_waiter;
+
+typedef enum gw_park {
+    GW_PARKED,                    /* suspended: return MHD_YES without a response */
+    GW_PARK_RETRY,                /* a release came during the attempt: attempt again now */
+    GW_PARK_SHUTDOWN,             /* shutting down: answer 503 */
+    GW_PARK_NOMEM                 /* answer 503 */
+} gw_park;
+
+/* Starts the waiters' thread and its Redis subscriber (Redis may be down: it reconnects).
+ * Sets srv->waitq. Returns 0 or -1 with err. */
+int gw__waitq_start(struct gw_server *srv, char *err, size_t errlen);
+/* Wakes every parked waiter with GW_WAKE_SHUTDOWN, and every later park answers
+ * GW_PARK_SHUTDOWN. Returns at once. */
+void gw__waitq_shutdown(gw_waitq *wq);
+/* Stops the thread and frees everything. Only after every request has completed. */
+void gw__waitq_stop(gw_waitq *wq);
+/* Before each attempt of a waiting /lock: takes a reference on the resource's entry (the
+ * first one subscribes to its channel) and records its epoch. Returns 0, or -1 without
+ * memory. */
+int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource);
+/* After the attempt that ends the wait (or from request completion): drops the reference,
+ * and passes on a wake the waiter never used. No-op without a reference. */
+void gw__wait_end(gw_waitq *wq, gw_waiter *w);
+/* After an attempt answered HELD with time left: parks the waiter and suspends conn (the
+ * caller is the access handler of conn). deadline_ms is monotonic; hint_ms is the holder's
+ * remaining lease (-1 unknown). */
+gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
+                      int64_t deadline_ms, int64_t hint_ms);
+/* 0 when the client of conn has closed its side, 1 otherwise. */
+int gw__conn_alive(struct MHD_Connection *conn);
+
 /* ---- Server state --------------------------------------------------------------- */
+
+#define GW_FLOOR_STRIPES 1024
+
+struct gw_lock_call;
 
 typedef struct gw_server {
     const gw_config *cfg;
@@ -176,6 +262,10 @@ typedef struct gw_server {
     atomic_llong max_token;       /* the largest token this process has handed out */
     gw_metrics metrics;
     struct MHD_Daemon *daemon;
+    gw_waitq *waitq;
+    /* One acquisition per stripe of resources at a time, from computing its floor until the
+     * token is counted in max_token: see gateway/src/locks.c. */
+    pthread_mutex_t floor_mu[GW_FLOOR_STRIPES];
 } gw_server;
 
 /* Per-request state, created on the first call of the access handler and freed in the
@@ -194,6 +284,7 @@ typedef struct gw_request {
     size_t body_cap;
     size_t body_max;
     int body_too_large;           /* over body_max: the rest is discarded, the answer 413 */
+    struct gw_lock_call *lock;    /* POST /lock: its arguments and waiter (locks.c) */
     int answered;                 /* a response was queued */
     int status;                   /* the status of that response, for log and metrics */
 } gw_request;
@@ -255,6 +346,9 @@ int gw__idempotency_key(gw_request *req, const char **key, enum MHD_Result *resu
 /* ---- Handlers ------------------------------------------------------------------- */
 
 enum MHD_Result gw__handle_lock(gw_request *req);
+/* From request completion: ends the wait of a /lock and undoes an acquisition whose answer
+ * did not reach the client. Frees req->lock. */
+void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe);
 enum MHD_Result gw__handle_unlock(gw_request *req);
 enum MHD_Result gw__handle_renew(gw_request *req);
 enum MHD_Result gw__handle_lock_status(gw_request *req);

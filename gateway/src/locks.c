@@ -19,16 +19,35 @@
  * re-enters it (holds + 1, same token). Sending an Idempotency-Key makes the retry replay the
  * first answer instead.
  *
+ * The floor is computed again before every attempt, under a per-resource stripe lock that
+ * is held until the new token is counted in max_token (see attempt()).
+ *
+ * Waiting (wait_ms > 0). An attempt that finds the lock held parks the request in
+ * waiters.c: the connection is suspended and no thread is held. A release message, the
+ * holder's lease running out, the waiter's deadline, its client hanging up or shutdown
+ * resume it, and the handler runs again (lock_resumed): it attempts again, parks again at
+ * the front of the queue, or answers. The deadline's wake makes one last attempt, then 409.
+ * "fair": true uses the FIFO queue in Redis (lk_acquire_fair); a fair waiter that gives up,
+ * hangs up or is stopped leaves the queue (lk_fair_cancel), and one that vanished without
+ * leaving (a killed gateway) is dropped from it by Redis at its deadline. Non-fair requests
+ * may barge past the fair queue, as Java's tryLock does on a fair lock.
+ *
+ * A client that hangs up never keeps a lock: a parked waiter is dropped when its socket
+ * reports the hang-up; a woken one looks at its socket before and right after the attempt
+ * and gives a fresh hold back if the client is gone; and if the answer cannot be delivered
+ * (MHD reports an error at completion), gw__lock_completed() gives the hold back. A client
+ * that closes after the answer was written got its lock, as one that crashed after reading
+ * it: the lease ends it.
+ *
  * Owners are capabilities: whoever knows one can renew, release or re-enter the lock. They
  * appear only in the /lock answer to the caller who asked, never in a log line, /locks or
  * /metrics.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gw_internal.h"
-
-#define WAIT_SLICE_MS 1000 /* a waiting /lock notices shutdown within this */
 
 typedef struct lock_args {
     const char *resource;
@@ -36,26 +55,45 @@ typedef struct lock_args {
     const char *idem_key;
     int64_t ttl_ms;
     int64_t wait_ms;
+    int fair;
     char owner_buf[LK_OWNER_MAX + 1];
     int owner_generated;
 } lock_args;
+
+/* A POST /lock in progress: its arguments, copied out of the body (which is freed, since a
+ * parked waiter should cost little memory), and its waiter. Freed at request completion. */
+struct gw_lock_call {
+    char resource[LK_RESOURCE_MAX + 1];
+    char owner[LK_OWNER_MAX + 1];
+    char idem_key[LK_OWNER_MAX + 1];     /* "" for none */
+    int64_t ttl_ms;
+    int64_t wait_ms;
+    int64_t deadline_ms;                 /* monotonic */
+    int fair;
+    int fair_queued;                     /* may have an entry in the fair queue */
+    int acquired;                        /* answered 200 with a hold this call added */
+    int counted;                         /* its outcome is counted in acquire_total */
+    gw_waiter waiter;
+};
 
 static void note_redis(gw_server *srv, lk_status st)
 {
     atomic_store(&srv->metrics.redis_up, st == LK_EUNAVAILABLE ? 0 : 1);
 }
 
-static void count_acquire(gw_server *srv, gw_acquire_outcome o)
+/* Counts the outcome of a /lock request: exactly one per request. */
+static void count_acquire(gw_request *req, gw_acquire_outcome o)
 {
-    atomic_fetch_add(&srv->metrics.acquire[o], 1);
+    atomic_fetch_add(&req->srv->metrics.acquire[o], 1);
+    if (req->lock != NULL) {
+        req->lock->counted = 1;
+    }
 }
 
 /* The owner for a /lock without one. Without an Idempotency-Key it is 128 fresh random bits.
  * With a key it is derived from (resource, key) under this process's random secret, so a
  * retried request gets the same owner and locklib replays the first answer instead of
- * refusing the key. Nobody without the secret can compute it. A retry that reaches another
- * gateway process (or this one after a restart) gets a different owner and a 422: callers
- * that retry across processes send their own owner. */
+ * refusing the key. Nobody without the secret can compute it. */
 static void generate_owner(gw_server *srv, lock_args *a)
 {
     if (a->idem_key == NULL) {
@@ -73,6 +111,25 @@ static void generate_owner(gw_server *srv, lock_args *a)
     a->owner_generated = 1;
 }
 
+/* Reads an optional boolean field (false when absent). Returns 0, or -1 after queuing the
+ * 400. */
+static int field_bool(gw_request *req, json_t *root, const char *field, int *out,
+                      enum MHD_Result *result)
+{
+    json_t *v = json_object_get(root, field);
+    *out = 0;
+    if (v == NULL) {
+        return 0;
+    }
+    if (!json_is_boolean(v)) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "field '%s' must be true or false", field);
+        return -1;
+    }
+    *out = json_is_true(v);
+    return 0;
+}
+
 /* Reads and checks the /lock body. Returns 0, or -1 after queuing the 400. */
 static int read_lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *result)
 {
@@ -82,6 +139,7 @@ static int read_lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_
         gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS, LK_LEASE_MAX_MS,
                       &a->ttl_ms, result) != 0 ||
         gw__field_int(req, root, "wait_ms", 0, 0, GW_MAX_WAIT_MS, &a->wait_ms, result) != 0 ||
+        field_bool(req, root, "fair", &a->fair, result) != 0 ||
         gw__idempotency_key(req, &a->idem_key, result) != 0) {
         return -1;
     }
@@ -118,147 +176,245 @@ static void raise_max_token(gw_server *srv, int64_t token)
     }
 }
 
-/* Acquires, waiting up to a->wait_ms in slices so that a shutdown is noticed within a
- * slice. Each slice recomputes the floor, since another holder may have written meanwhile.
- * *stopped is set when the wait was cut short by shutdown; *store_failed when the floor
- * could not be read (then the return value is meaningless). */
-static lk_status acquire_waiting(gw_request *req, lk_client *c, const lock_args *a,
-                                 lk_result *res, int *stopped, int *store_failed)
+static pthread_mutex_t *floor_stripe(gw_server *srv, const char *resource)
 {
-    int64_t deadline = gw__now_us() / 1000 + a->wait_ms;
-    lk_status st;
-
-    *stopped = 0;
-    *store_failed = 0;
-    for (;;) {
-        int64_t floor = 0;
-        if (compute_floor(req->srv, a->resource, &floor) != STORE_OK) {
-            *store_failed = 1;
-            return LK_EREDIS;
-        }
-        int64_t left = deadline - gw__now_us() / 1000;
-        int64_t slice = left < WAIT_SLICE_MS ? left : WAIT_SLICE_MS;
-        /* lk_acquire_wait blocks this pool thread while it waits: the other connections of
-         * this thread wait too. Moving waits to MHD suspend/resume is a later issue. */
-        st = lk_acquire_wait(c, a->resource, a->owner, a->ttl_ms, floor, a->idem_key,
-                             slice > 0 ? slice : 0, res);
-        if (st != LK_HELD || deadline - gw__now_us() / 1000 <= 0) {
-            return st;
-        }
-        if (atomic_load(&req->srv->shutting_down)) {
-            *stopped = 1;
-            return st;
-        }
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)resource; *p != '\0'; p++) {
+        h = (h ^ *p) * 16777619u;
     }
+    return &srv->floor_mu[h % GW_FLOOR_STRIPES];
 }
 
-/* Makes the ledger cover a freshly minted token before it is handed out. On failure the
- * hold just taken is given back and 503 is queued; returns -1. */
-static int cover_token(gw_request *req, lk_client *c, const lock_args *a, const lk_result *res,
-                       enum MHD_Result *result)
+/* One acquire attempt, with its floor. The stripe lock spans the floor's computation and
+ * max_token's update: without it, two acquisitions of one resource could both compute floor
+ * f, the first mint f+1, Redis lose its data, and the second, lifting the empty counter to
+ * f, mint f+1 again. *store_failed is set when the floor could not be read. */
+static lk_status attempt(gw_server *srv, lk_client *c, struct gw_lock_call *call,
+                         lk_result *res, int *store_failed)
 {
-    if (res->replayed) {
-        return 0; /* covered when it was first handed out */
+    pthread_mutex_t *mu = floor_stripe(srv, call->resource);
+    const char *idem = call->idem_key[0] != '\0' ? call->idem_key : NULL;
+    int64_t floor = 0;
+    lk_status st;
+
+    *store_failed = 0;
+    pthread_mutex_lock(mu);
+    if (compute_floor(srv, call->resource, &floor) != STORE_OK) {
+        pthread_mutex_unlock(mu);
+        *store_failed = 1;
+        memset(res, 0, sizeof *res);
+        return LK_EREDIS;
     }
+    if (call->fair) {
+        int64_t left = call->deadline_ms - gw__now_us() / 1000;
+        call->fair_queued = 1;
+        st = lk_acquire_fair(c, call->resource, call->owner, call->ttl_ms, floor, idem,
+                             left > 0 ? left : 0, res);
+    } else {
+        st = lk_acquire(c, call->resource, call->owner, call->ttl_ms, floor, idem, res);
+    }
+    if (st == LK_ACQUIRED) {
+        call->fair_queued = 0; /* the script took it off the queue */
+        raise_max_token(srv, res->token);
+    }
+    pthread_mutex_unlock(mu);
+    return st;
+}
+
+/* Makes the ledger cover a token before it is handed out, also for a replayed answer: the
+ * first answer's cover may have failed (that hold was given back, but its idempotency record
+ * stayed). Costs nothing when the token is under the durable ceiling already. On failure the
+ * hold just taken is given back and 503 is queued; returns -1. */
+static int cover_token(gw_request *req, lk_client *c, const struct gw_lock_call *call,
+                       const lk_result *res, enum MHD_Result *result)
+{
     store_status st = store_ledger_cover(req->srv->st, (uint64_t)res->token);
     if (st == STORE_OK) {
         return 0;
     }
     lk_result ignored;
-    /* If this release fails too (Redis gone), the hold expires with its lease. */
-    lk_release(c, a->resource, a->owner, NULL, &ignored);
+    if (!res->replayed) {
+        /* If this release fails too (Redis gone), the hold expires with its lease. */
+        lk_release(c, call->resource, call->owner, NULL, &ignored);
+    }
     gw__log_event(req->srv->cfg, "error", "token ledger: %s", store_status_str(st));
-    count_acquire(req->srv, GW_ACQ_error);
+    count_acquire(req, GW_ACQ_error);
     *result = gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                              "storage could not record the fencing token; the lock was not "
                              "taken");
     return -1;
 }
 
-static enum MHD_Result answer_acquired(gw_request *req, const lock_args *a, const lk_result *res)
+static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *call,
+                                       const lk_result *res)
 {
     gw_server *srv = req->srv;
 
     if (res->replayed) {
-        count_acquire(srv, GW_ACQ_replayed);
+        count_acquire(req, GW_ACQ_replayed);
     } else if (res->holds > 1) {
-        count_acquire(srv, GW_ACQ_reentered);
+        count_acquire(req, GW_ACQ_reentered);
     } else {
-        count_acquire(srv, GW_ACQ_acquired);
+        count_acquire(req, GW_ACQ_acquired);
         atomic_fetch_add(&srv->metrics.locks_held, 1);
     }
     if (res->floor_raised) {
         atomic_fetch_add(&srv->metrics.floor_corrections, 1);
     }
-    raise_max_token(srv, res->token);
+    call->acquired = !res->replayed;
+    /* The lease is the one granted: a replay reports the first answer's, not this retry's. */
     return gw__send_json(req, MHD_HTTP_OK,
-                         json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", a->resource,
-                                   "owner", a->owner, "token", (json_int_t)res->token, "holds",
-                                   (json_int_t)res->holds, "ttl_ms", (json_int_t)a->ttl_ms));
+                         json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->resource,
+                                   "owner", call->owner, "token", (json_int_t)res->token,
+                                   "holds", (json_int_t)res->holds, "ttl_ms",
+                                   (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms)));
 }
 
-static enum MHD_Result answer_locked(gw_request *req, const lock_args *a, const lk_result *res)
+static enum MHD_Result answer_locked(gw_request *req, const struct gw_lock_call *call,
+                                     const lk_result *res)
 {
     char retry[24];
     int64_t retry_ms = res->ttl_ms > 0 ? res->ttl_ms : 0;
 
-    count_acquire(req->srv, GW_ACQ_locked);
+    count_acquire(req, GW_ACQ_locked);
     snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
     struct MHD_Response *resp = gw__error_response(
         "locked",
-        json_pack("{s:s, s:I}", "resource", a->resource, "retry_after_ms", (json_int_t)retry_ms),
-        "%s is held by another owner", a->resource);
+        json_pack("{s:s, s:I}", "resource", call->resource, "retry_after_ms",
+                  (json_int_t)retry_ms),
+        "%s is held by another owner", call->resource);
     if (resp != NULL) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
     }
     return gw__queue(req, MHD_HTTP_CONFLICT, resp);
 }
 
-static enum MHD_Result lock_with_args(gw_request *req, const lock_args *a)
+/* Leaves the fair queue when the wait ends without the lock, so the waiters behind it do
+ * not wait for its deadline. A failure (Redis gone) leaves the entry to expire then. */
+static void leave_fair_queue(gw_request *req, struct gw_lock_call *call)
+{
+    lk_client *c = NULL;
+    if (!call->fair_queued) {
+        return;
+    }
+    call->fair_queued = 0;
+    c = gw__client(req->srv);
+    if (c != NULL) {
+        lk_fair_cancel(c, call->resource, call->owner);
+    }
+}
+
+static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call)
+{
+    gw__wait_end(req->srv->waitq, &call->waiter);
+    leave_fair_queue(req, call);
+    count_acquire(req, GW_ACQ_shutting_down);
+    return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down", NULL,
+                          "the gateway is shutting down; retry on another instance");
+}
+
+/* What an attempt answered, when the wait is over. */
+static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_lock_call *call,
+                                      lk_status st, const lk_result *res, int store_failed)
 {
     gw_server *srv = req->srv;
-    lk_client *c = gw__client(srv);
-    lk_result res;
-    int stopped = 0, store_failed = 0;
     enum MHD_Result result = MHD_YES;
 
-    if (c == NULL) {
-        count_acquire(srv, GW_ACQ_error);
-        return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
-                              "cannot create a Redis client");
+    gw__wait_end(srv->waitq, &call->waiter);
+    if (st != LK_ACQUIRED) {
+        leave_fair_queue(req, call);
     }
-    lk_status st = acquire_waiting(req, c, a, &res, &stopped, &store_failed);
     if (store_failed) {
-        count_acquire(srv, GW_ACQ_unavailable);
+        count_acquire(req, GW_ACQ_unavailable);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not be read to fence the token");
     }
-    note_redis(srv, st);
-    if (a->wait_ms > 0) {
-        /* The wait counted as idle time for MHD's connection timeout: restart the timer. */
-        MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-        MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                                  (unsigned int)GW_CONN_TIMEOUT_S);
-    }
     if (st == LK_ACQUIRED) {
-        if (cover_token(req, c, a, &res, &result) != 0) {
+        if (cover_token(req, c, call, res, &result) != 0) {
             return result;
         }
-        return answer_acquired(req, a, &res);
-    }
-    if (st == LK_HELD && stopped) {
-        count_acquire(srv, GW_ACQ_shutting_down);
-        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down", NULL,
-                              "the gateway is shutting down; retry on another instance");
+        if (!res->replayed && !gw__conn_alive(req->conn)) {
+            /* The client hung up while the lock was taken: nobody will use this hold. */
+            lk_result ignored;
+            lk_release(c, call->resource, call->owner, NULL, &ignored); /* else: lease expires */
+            count_acquire(req, GW_ACQ_abandoned);
+            return MHD_NO;
+        }
+        return answer_acquired(req, call, res);
     }
     if (st == LK_HELD) {
-        return answer_locked(req, a, &res);
+        return answer_locked(req, call, res);
     }
-    count_acquire(srv, st == LK_EUNAVAILABLE     ? GW_ACQ_unavailable
+    count_acquire(req, st == LK_EUNAVAILABLE     ? GW_ACQ_unavailable
                        : st == LK_EIDEMPOTENCY   ? GW_ACQ_idempotency_conflict
                        : st == LK_EINVAL         ? GW_ACQ_invalid
                                                  : GW_ACQ_error);
     return gw__send_lk_error(req, c, st);
+}
+
+/* Attempts the lock; while it is held and wait time is left, parks the request (see
+ * waiters.c) and returns without an answer. Called on the first pass and on every wake. */
+static enum MHD_Result lock_attempts(gw_request *req, struct gw_lock_call *call, int last)
+{
+    gw_server *srv = req->srv;
+    lk_client *c = gw__client(srv);
+    lk_result res;
+    int store_failed = 0;
+
+    if (c == NULL) {
+        gw__wait_end(srv->waitq, &call->waiter);
+        count_acquire(req, GW_ACQ_error);
+        return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
+                              "cannot create a Redis client");
+    }
+    for (;;) {
+        int waiting = call->wait_ms > 0 && !last;
+        if (waiting && gw__wait_begin(srv->waitq, &call->waiter, call->resource) != 0) {
+            waiting = 0;
+        }
+        lk_status st = attempt(srv, c, call, &res, &store_failed);
+        note_redis(srv, st);
+        int64_t left = call->deadline_ms - gw__now_us() / 1000;
+        if (st != LK_HELD || !waiting || left <= 0) {
+            return answer_attempt(req, c, call, st, &res, store_failed);
+        }
+        switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms,
+                              res.ttl_ms >= 0 ? res.ttl_ms : -1)) {
+        case GW_PARKED:
+            return MHD_YES;
+        case GW_PARK_RETRY:
+            continue;
+        case GW_PARK_SHUTDOWN:
+            return answer_stopped(req, call);
+        case GW_PARK_NOMEM:
+            return answer_attempt(req, c, call, st, &res, store_failed);
+        }
+    }
+}
+
+/* The handler runs again after a parked request is resumed: act on why it was woken. */
+static enum MHD_Result lock_resumed(gw_request *req, struct gw_lock_call *call)
+{
+    gw_waiter *w = &call->waiter;
+    gw_wake reason = w->reason;
+
+    w->state = GW_WAITER_IDLE;
+    /* The wait counted as idle time for MHD's connection timeout: restart the timer. */
+    MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned int)GW_CONN_TIMEOUT_S);
+    if (reason == GW_WAKE_SHUTDOWN) {
+        return answer_stopped(req, call);
+    }
+    if (reason == GW_WAKE_DISCONNECT || !gw__conn_alive(req->conn)) {
+        /* Nobody would read an answer: end without acting. A release it was woken for is
+         * passed on to the next waiter (gw__wait_end). */
+        gw__wait_end(req->srv->waitq, w);
+        leave_fair_queue(req, call);
+        count_acquire(req, GW_ACQ_abandoned);
+        return MHD_NO;
+    }
+    return lock_attempts(req, call, reason == GW_WAKE_DEADLINE);
 }
 
 enum MHD_Result gw__handle_lock(gw_request *req)
@@ -267,14 +423,63 @@ enum MHD_Result gw__handle_lock(gw_request *req)
     lock_args a;
     enum MHD_Result result = MHD_YES;
 
+    if (req->lock != NULL) {
+        return lock_resumed(req, req->lock);
+    }
     if (gw__parse_object(req, &root, &result) != 0 || read_lock_args(req, root, &a, &result) != 0) {
-        count_acquire(req->srv, GW_ACQ_invalid);
+        count_acquire(req, GW_ACQ_invalid);
         json_decref(root);
         return result;
     }
-    result = lock_with_args(req, &a);
+    struct gw_lock_call *call = calloc(1, sizeof *call);
+    if (call == NULL) {
+        json_decref(root);
+        return MHD_NO;
+    }
+    /* Names were validated: they fit. */
+    snprintf(call->resource, sizeof call->resource, "%s", a.resource);
+    snprintf(call->owner, sizeof call->owner, "%s", a.owner);
+    snprintf(call->idem_key, sizeof call->idem_key, "%s", a.idem_key != NULL ? a.idem_key : "");
+    call->ttl_ms = a.ttl_ms;
+    call->wait_ms = a.wait_ms;
+    call->fair = a.fair;
+    call->deadline_ms = gw__now_us() / 1000 + a.wait_ms;
+    call->waiter.fd = -1;
+    call->waiter.timer.idx = GW_TIMER_OFF;
+    req->lock = call;
     json_decref(root);
-    return result;
+    free(req->body); /* a parked waiter keeps only what it needs */
+    req->body = NULL;
+    req->body_len = req->body_cap = 0;
+    return lock_attempts(req, call, 0);
+}
+
+void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
+{
+    struct gw_lock_call *call = req->lock;
+    if (call == NULL) {
+        return;
+    }
+    gw__wait_end(req->srv->waitq, &call->waiter);
+    leave_fair_queue(req, call);
+    if (call->acquired && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        /* The answer never reached the client (it disconnected as the lock was taken):
+         * give the hold back, so no lock stays held for a client that is gone. */
+        lk_client *c = gw__client(req->srv);
+        lk_result ignored;
+        if (c != NULL) {
+            lk_status st = lk_release(c, call->resource, call->owner, NULL, &ignored);
+            if (st == LK_RELEASED) {
+                atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
+            }
+        }
+    }
+    if (!call->counted) {
+        /* Ended without an answer: MHD found the client gone when it resumed the waiter. */
+        count_acquire(req, GW_ACQ_abandoned);
+    }
+    free(call);
+    req->lock = NULL;
 }
 
 /* Reads {"resource", "owner"} (both required), ttl_ms when renewing, and the
@@ -349,7 +554,9 @@ static enum MHD_Result answer_owner_call(gw_request *req, const lock_args *a, in
     if (renew) {
         return gw__send_json(req, MHD_HTTP_OK,
                              json_pack("{s:s, s:I, s:I}", "resource", a->resource, "token",
-                                       (json_int_t)res->token, "ttl_ms", (json_int_t)a->ttl_ms));
+                                       (json_int_t)res->token, "ttl_ms",
+                                       /* a replay reports the lease first granted */
+                                       (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : a->ttl_ms)));
     }
     int released = st == LK_RELEASED;
     if (released && !res->replayed) {

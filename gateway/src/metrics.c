@@ -89,15 +89,22 @@ static const char *const acquire_names[] = {GW_ACQUIRE_OUTCOMES(GW_X_NAME)};
 static const char *const release_names[] = {GW_RELEASE_OUTCOMES(GW_X_NAME)};
 static const char *const renew_names[] = {GW_RENEW_OUTCOMES(GW_X_NAME)};
 static const char *const write_names[] = {GW_WRITE_OUTCOMES(GW_X_NAME)};
+static const char *const wake_names[] = {GW_WAKE_REASONS(GW_X_NAME)};
 #undef GW_X_NAME
+
+static void labelled(textbuf *b, const char *name, const char *help, const char *label,
+                     const char *const *names, atomic_ullong *counts, int n)
+{
+    header(b, name, "counter", help);
+    for (int i = 0; i < n; i++) {
+        put(b, "%s{%s=\"%s\"} %llu\n", name, label, names[i], atomic_load(&counts[i]));
+    }
+}
 
 static void outcomes(textbuf *b, const char *name, const char *help, const char *const *names,
                      atomic_ullong *counts, int n)
 {
-    header(b, name, "counter", help);
-    for (int i = 0; i < n; i++) {
-        put(b, "%s{outcome=\"%s\"} %llu\n", name, names[i], atomic_load(&counts[i]));
-    }
+    labelled(b, name, help, "outcome", names, counts, n);
 }
 
 static void latency(textbuf *b, gw_metrics *m)
@@ -148,6 +155,17 @@ char *gw__metrics_render(gw_metrics *m, size_t *len)
     header(&b, "fencegate_redis_up", "gauge",
            "1 when the last Redis call or probe succeeded, 0 when Redis was unreachable.");
     put(&b, "fencegate_redis_up %d\n", atomic_load(&m->redis_up));
+    header(&b, "fencegate_waiters", "gauge",
+           "POST /lock requests parked here, waiting for a release (they hold no thread).");
+    long long parked = atomic_load(&m->waiters_parked);
+    put(&b, "fencegate_waiters %lld\n", parked > 0 ? parked : 0);
+    labelled(&b, "fencegate_waiter_wakes_total",
+             "Parked waiters woken, by reason: a release message, the holder's lease running "
+             "out, the waiter's own deadline, its client hanging up, or shutdown.",
+             "reason", wake_names, m->waiter_wakes, GW_WAKE_COUNT);
+    header(&b, "fencegate_redis_subscriber_up", "gauge",
+           "1 while the release subscriber connection to Redis is up.");
+    put(&b, "fencegate_redis_subscriber_up %d\n", atomic_load(&m->subscriber_up));
     header(&b, "fencegate_token_floor_corrections_total", "counter",
            "Acquisitions that lifted the resource's Redis token counter to the floor the "
            "gateway passes (the durable ledger floor, the largest token this process handed "

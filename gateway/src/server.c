@@ -395,6 +395,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
     gw__log_request(req, micros, toe);
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
+    gw__lock_completed(req, toe);
     request_free(req);
     *req_cls = NULL;
     atomic_fetch_sub(&srv->inflight, 1);
@@ -413,13 +414,21 @@ static size_t no_unescape(void *cls, struct MHD_Connection *conn, char *s)
 int gw__server_start(gw_server *srv, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
-    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    /* Suspend/resume parks waiting /lock requests without holding a pool thread. */
+    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                         MHD_ALLOW_SUSPEND_RESUME;
 
     if (gw__config_listen_addr(srv->cfg->listen, &addr, err, errlen) != 0) {
         return -1;
     }
     if (addr.ss_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
+    }
+    for (int i = 0; i < GW_FLOOR_STRIPES; i++) {
+        pthread_mutex_init(&srv->floor_mu[i], NULL);
+    }
+    if (gw__waitq_start(srv, err, errlen) != 0) {
+        return -1;
     }
     uint16_t port = addr.ss_family == AF_INET6
                         ? ntohs(((struct sockaddr_in6 *)&addr)->sin6_port)
@@ -434,6 +443,8 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     if (srv->daemon == NULL) {
         snprintf(err, errlen, "cannot serve on %s (address in use or not permitted?)",
                  srv->cfg->listen);
+        gw__waitq_stop(srv->waitq);
+        srv->waitq = NULL;
         return -1;
     }
     return 0;
@@ -441,11 +452,12 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
 
 /* Shutdown, in this order:
  *   1. stop accepting: MHD_quiesce_daemon() hands back the listening socket, we close it;
- *   2. every answer from now on carries "Connection: close" (see gw__queue), and waiting
- *      /lock requests give up within a second with 503 shutting_down;
+ *   2. every answer from now on carries "Connection: close" (see gw__queue), and every parked
+ *      /lock is woken and answers 503 shutting_down, as does any that tries to park;
  *   3. wait until no request is in flight, up to drain_ms;
  *   4. MHD_stop_daemon() closes idle keep-alive connections and joins the pool threads,
- *      whose exit closes their lk_clients. */
+ *      whose exit closes their lk_clients; then the waiters' thread stops. No connection is
+ *      suspended by then (MHD forbids stopping with one). */
 int gw__server_stop(gw_server *srv, int drain_ms)
 {
     atomic_store(&srv->shutting_down, 1);
@@ -453,6 +465,7 @@ int gw__server_stop(gw_server *srv, int drain_ms)
     if (fd != MHD_INVALID_SOCKET) {
         close(fd);
     }
+    gw__waitq_shutdown(srv->waitq);
     int64_t deadline = gw__now_us() + (int64_t)drain_ms * 1000;
     while (atomic_load(&srv->inflight) > 0) {
         if (gw__now_us() > deadline) {
@@ -463,5 +476,7 @@ int gw__server_stop(gw_server *srv, int drain_ms)
     }
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
+    gw__waitq_stop(srv->waitq);
+    srv->waitq = NULL;
     return 0;
 }

@@ -1,0 +1,773 @@
+/*
+ * Parked waiters: a POST /lock with wait_ms > 0 that found the lock held holds no thread.
+ * Its connection is suspended (MHD suspend/resume) and parked here until one of these wakes
+ * it, whichever comes first:
+ *   - RELEASE: a release message on the resource's channel, from the one subscriber
+ *     connection this process keeps (lk_sub). Each message wakes ONE parked waiter of the
+ *     resource, so 1,000 waiters cost one acquire attempt per release, not 1,000.
+ *   - EXPIRY: the holder's lease runs out (expiry publishes nothing). One timer per resource,
+ *     set from the remaining lease the last attempt saw; it too wakes one waiter.
+ *   - DEADLINE: the waiter's own wait_ms is over; it makes a last attempt, then answers 409.
+ *   - DISCONNECT: its client went away (EPOLLRDHUP on the parked socket): it is dropped.
+ *   - SHUTDOWN: the gateway is stopping: it answers 503.
+ * A woken waiter runs its attempt on an MHD pool thread (the access handler is called again
+ * on resume). If the lock is still held, it parks again at the front of the queue.
+ *
+ * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll.
+ * Pool threads park and unpark under wq->mu. The states of a waiter, and who moves them:
+ *     pool thread:  (attempting) -> PARKING -> MHD_suspend_connection -> SUSPENDED
+ *     waitd:        SUSPENDED -> WOKEN, then MHD_resume_connection (after unlocking)
+ *     waitd:        PARKING -> WAKE_PENDING; the parking thread sees it after its suspend and
+ *                   resumes the connection itself (WOKEN)
+ * Only waitd moves a waiter out of SUSPENDED, and it resumes connections only after it has
+ * handled every event of an epoll batch. So a waiter that waitd sees SUSPENDED cannot have
+ * been freed: a suspended connection cannot complete. MHD is never called under wq->mu.
+ *
+ * Missed wake-ups. A release between a waiter's attempt and its parking would wake nobody.
+ * Each resource therefore counts the events that may have freed it (its epoch: release
+ * messages and subscription confirmations). A waiter records the epoch before its attempt
+ * and parks only if it has not moved; otherwise it tries again at once. A new subscription
+ * (or a resubscription after the subscriber connection dropped, when messages were lost)
+ * wakes one waiter when Redis confirms it. If the subscriber is down, the expiry timer and
+ * the deadline still wake waiters: slower, never a hang past wait_ms.
+ *
+ * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
+ * of the resource, so a vanished waiter never swallows a release.
+ */
+#define _GNU_SOURCE /* EPOLLRDHUP */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "gw_internal.h"
+
+#define WQ_BUCKETS 4096
+#define WQ_EVENTS 64
+#define WQ_RECONNECT_MIN_MS 100
+#define WQ_RECONNECT_MAX_MS 2000
+
+enum { TIMER_WAITER, TIMER_EXPIRY };
+
+/* A resource with parked or attempting waiters. Freed when its last reference goes. */
+struct gw_wres {
+    char name[LK_RESOURCE_MAX + 1];
+    struct gw_wres *hnext;             /* hash chain */
+    gw_waiter *head, *tail;            /* parked waiters, in arrival order */
+    int refs;                          /* waiters between gw__wait_begin and their end */
+    uint64_t epoch;                    /* release messages + subscription confirmations */
+    gw_timer expiry;                   /* when the holder's lease runs out, if known */
+    int subscribed;                    /* SUBSCRIBE sent on the current connection */
+    int need_sub;                      /* waitd must (re)subscribe */
+    int kicks;                         /* wakes to pass on to the next waiter */
+    struct gw_wres *todo_prev, *todo_next;
+    int in_todo;
+};
+
+typedef struct unsub_node {
+    struct unsub_node *next;
+    char name[LK_RESOURCE_MAX + 1];
+} unsub_node;
+
+struct gw_waitq {
+    gw_server *srv;
+    pthread_mutex_t mu;
+    gw_wres *buckets[WQ_BUCKETS];
+    gw_timer **heap;                   /* min-heap on ->at */
+    size_t heap_len, heap_cap;
+    gw_wres *todo_head;                /* resources waitd must subscribe or kick */
+    unsub_node *unsub;                 /* channels to leave */
+    struct MHD_Connection **resume;    /* collected under mu, resumed after unlocking */
+    size_t resume_len, resume_cap;
+    int epfd;
+    int evfd;
+    lk_sub *sub;                       /* used by waitd only */
+    int sub_fd;                        /* registered in epfd, -1 while disconnected */
+    int64_t reconnect_at_ms;
+    int64_t reconnect_backoff_ms;
+    int shutting_down;
+    int stop;
+    pthread_t thread;
+};
+
+static int64_t now_ms(void)
+{
+    return gw__now_us() / 1000;
+}
+
+static void signal_waitd(gw_waitq *wq)
+{
+    uint64_t one = 1;
+    /* A full counter still wakes epoll; nothing to do on failure. */
+    ssize_t n = write(wq->evfd, &one, sizeof one);
+    (void)n;
+}
+
+/* ---- The timer heap --------------------------------------------------------------- */
+
+static void heap_swap(gw_waitq *wq, size_t a, size_t b)
+{
+    gw_timer *t = wq->heap[a];
+    wq->heap[a] = wq->heap[b];
+    wq->heap[b] = t;
+    wq->heap[a]->idx = a;
+    wq->heap[b]->idx = b;
+}
+
+static void heap_up(gw_waitq *wq, size_t i)
+{
+    while (i > 0 && wq->heap[(i - 1) / 2]->at > wq->heap[i]->at) {
+        heap_swap(wq, i, (i - 1) / 2);
+        i = (i - 1) / 2;
+    }
+}
+
+static void heap_down(gw_waitq *wq, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, r = l + 1, m = i;
+        if (l < wq->heap_len && wq->heap[l]->at < wq->heap[m]->at) {
+            m = l;
+        }
+        if (r < wq->heap_len && wq->heap[r]->at < wq->heap[m]->at) {
+            m = r;
+        }
+        if (m == i) {
+            return;
+        }
+        heap_swap(wq, i, m);
+        i = m;
+    }
+}
+
+static void timer_cancel(gw_waitq *wq, gw_timer *t)
+{
+    if (t->idx == GW_TIMER_OFF) {
+        return;
+    }
+    size_t i = t->idx;
+    wq->heap_len--;
+    if (i != wq->heap_len) {
+        wq->heap[i] = wq->heap[wq->heap_len];
+        wq->heap[i]->idx = i;
+        heap_down(wq, i);
+        heap_up(wq, i);
+    }
+    t->idx = GW_TIMER_OFF;
+}
+
+/* Arms t at `at`. Returns 0, or -1 when the heap cannot grow (the timer stays off). */
+static int timer_set(gw_waitq *wq, gw_timer *t, int64_t at)
+{
+    timer_cancel(wq, t);
+    if (wq->heap_len == wq->heap_cap) {
+        size_t cap = wq->heap_cap == 0 ? 256 : wq->heap_cap * 2;
+        gw_timer **grown = realloc(wq->heap, cap * sizeof *grown);
+        if (grown == NULL) {
+            return -1;
+        }
+        wq->heap = grown;
+        wq->heap_cap = cap;
+    }
+    t->at = at;
+    t->idx = wq->heap_len;
+    wq->heap[wq->heap_len++] = t;
+    heap_up(wq, t->idx);
+    if (t->idx == 0) {
+        signal_waitd(wq); /* the earliest timer changed: waitd sleeps until it */
+    }
+    return 0;
+}
+
+/* ---- Resources ---------------------------------------------------------------------- */
+
+static size_t bucket_of(const char *name)
+{
+    uint64_t h = 1469598103934665603ULL; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++) {
+        h = (h ^ *p) * 1099511628211ULL;
+    }
+    return (size_t)(h % WQ_BUCKETS);
+}
+
+static gw_wres *wres_find(gw_waitq *wq, const char *name)
+{
+    for (gw_wres *r = wq->buckets[bucket_of(name)]; r != NULL; r = r->hnext) {
+        if (strcmp(r->name, name) == 0) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void todo_add(gw_waitq *wq, gw_wres *r)
+{
+    if (r->in_todo) {
+        return;
+    }
+    r->in_todo = 1;
+    r->todo_prev = NULL;
+    r->todo_next = wq->todo_head;
+    if (wq->todo_head != NULL) {
+        wq->todo_head->todo_prev = r;
+    }
+    wq->todo_head = r;
+    signal_waitd(wq);
+}
+
+static void todo_remove(gw_waitq *wq, gw_wres *r)
+{
+    if (!r->in_todo) {
+        return;
+    }
+    if (r->todo_prev != NULL) {
+        r->todo_prev->todo_next = r->todo_next;
+    } else {
+        wq->todo_head = r->todo_next;
+    }
+    if (r->todo_next != NULL) {
+        r->todo_next->todo_prev = r->todo_prev;
+    }
+    r->in_todo = 0;
+}
+
+static gw_wres *wres_get(gw_waitq *wq, const char *name)
+{
+    gw_wres *r = wres_find(wq, name);
+    if (r != NULL) {
+        return r;
+    }
+    r = calloc(1, sizeof *r);
+    if (r == NULL) {
+        return NULL;
+    }
+    snprintf(r->name, sizeof r->name, "%s", name);
+    r->expiry.idx = GW_TIMER_OFF;
+    r->expiry.kind = TIMER_EXPIRY;
+    size_t b = bucket_of(name);
+    r->hnext = wq->buckets[b];
+    wq->buckets[b] = r;
+    r->need_sub = 1;
+    todo_add(wq, r);
+    return r;
+}
+
+/* Drops one reference; the last one frees the entry and leaves its channel. */
+static void wres_unref(gw_waitq *wq, gw_wres *r)
+{
+    if (--r->refs > 0 || r->head != NULL) {
+        return;
+    }
+    gw_wres **pp = &wq->buckets[bucket_of(r->name)];
+    while (*pp != r) {
+        pp = &(*pp)->hnext;
+    }
+    *pp = r->hnext;
+    timer_cancel(wq, &r->expiry);
+    todo_remove(wq, r);
+    if (r->subscribed) {
+        unsub_node *u = malloc(sizeof *u);
+        if (u != NULL) { /* without memory the channel stays subscribed: harmless */
+            snprintf(u->name, sizeof u->name, "%s", r->name);
+            u->next = wq->unsub;
+            wq->unsub = u;
+            signal_waitd(wq);
+        }
+    }
+    free(r);
+}
+
+static void queue_remove(gw_wres *r, gw_waiter *w)
+{
+    if (w->prev != NULL) {
+        w->prev->next = w->next;
+    } else {
+        r->head = w->next;
+    }
+    if (w->next != NULL) {
+        w->next->prev = w->prev;
+    } else {
+        r->tail = w->prev;
+    }
+    w->prev = w->next = NULL;
+    w->queued = 0;
+}
+
+static void queue_insert(gw_wres *r, gw_waiter *w, int front)
+{
+    if (front) {
+        w->prev = NULL;
+        w->next = r->head;
+        if (r->head != NULL) {
+            r->head->prev = w;
+        } else {
+            r->tail = w;
+        }
+        r->head = w;
+    } else {
+        w->next = NULL;
+        w->prev = r->tail;
+        if (r->tail != NULL) {
+            r->tail->next = w;
+        } else {
+            r->head = w;
+        }
+        r->tail = w;
+    }
+    w->queued = 1;
+}
+
+/* ---- Waking (waitd, under mu) ------------------------------------------------------- */
+
+static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
+{
+    if (wq->resume_len == wq->resume_cap) {
+        size_t cap = wq->resume_cap == 0 ? 64 : wq->resume_cap * 2;
+        struct MHD_Connection **grown = realloc(wq->resume, cap * sizeof *grown);
+        if (grown == NULL) {
+            /* Cannot happen in practice; the waiter's deadline still cannot fire twice, so
+             * resume at once rather than lose it (MHD is then called under mu, which is
+             * safe here: waitd holds no MHD lock). */
+            MHD_resume_connection(conn);
+            return;
+        }
+        wq->resume = grown;
+        wq->resume_cap = cap;
+    }
+    wq->resume[wq->resume_len++] = conn;
+}
+
+/* Takes w off its queue and timers and wakes it for `reason`. */
+static void wake(gw_waitq *wq, gw_waiter *w, gw_wake reason)
+{
+    gw_metrics *m = &wq->srv->metrics;
+
+    queue_remove(w->res, w);
+    timer_cancel(wq, &w->timer);
+    w->reason = reason;
+    w->wake_unused = reason == GW_WAKE_RELEASE || reason == GW_WAKE_EXPIRY;
+    atomic_fetch_sub(&m->waiters_parked, 1);
+    atomic_fetch_add(&m->waiter_wakes[reason], 1);
+    if (w->state == GW_WAITER_PARKING) {
+        w->state = GW_WAITER_WAKE_PENDING; /* its own thread resumes it after suspending */
+        return;
+    }
+    if (w->fd >= 0) {
+        epoll_ctl(wq->epfd, EPOLL_CTL_DEL, w->fd, NULL);
+    }
+    w->state = GW_WAITER_WOKEN;
+    resume_later(wq, w->conn);
+}
+
+/* Wakes the first parked waiter of r that is not already being woken. Returns 1 if one was. */
+static int wake_one(gw_waitq *wq, gw_wres *r, gw_wake reason)
+{
+    for (gw_waiter *w = r->head; w != NULL; w = w->next) {
+        if (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING) {
+            wake(wq, w, reason);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void wake_all(gw_waitq *wq, gw_wake reason)
+{
+    for (size_t b = 0; b < WQ_BUCKETS; b++) {
+        for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
+            while (wake_one(wq, r, reason)) {
+            }
+        }
+    }
+}
+
+/* lk_sub_dispatch callback: a release or a (re)subscription of `resource`. */
+static void on_sub_event(const char *resource, int event, void *userdata)
+{
+    gw_waitq *wq = userdata;
+    gw_wres *r = wres_find(wq, resource);
+    (void)event;
+
+    if (r == NULL) {
+        return; /* nobody waits here any more (or a late confirmation) */
+    }
+    r->epoch++;
+    wake_one(wq, r, GW_WAKE_RELEASE);
+}
+
+static void fire_timers(gw_waitq *wq)
+{
+    int64_t now = now_ms();
+    while (wq->heap_len > 0 && wq->heap[0]->at <= now) {
+        gw_timer *t = wq->heap[0];
+        timer_cancel(wq, t);
+        if (t->kind == TIMER_EXPIRY) {
+            gw_wres *r = (gw_wres *)((char *)t - offsetof(gw_wres, expiry));
+            wake_one(wq, r, GW_WAKE_EXPIRY);
+        } else {
+            gw_waiter *w = (gw_waiter *)((char *)t - offsetof(gw_waiter, timer));
+            wake(wq, w, GW_WAKE_DEADLINE);
+        }
+    }
+}
+
+/* Subscriptions, unsubscriptions and passed-on wakes asked for by pool threads. */
+static void run_todo(gw_waitq *wq)
+{
+    while (wq->unsub != NULL) {
+        unsub_node *u = wq->unsub;
+        wq->unsub = u->next;
+        if (wq->sub_fd >= 0) {
+            lk_sub_remove(wq->sub, u->name); /* a failure is noticed by the next dispatch */
+        }
+        free(u);
+    }
+    while (wq->todo_head != NULL) {
+        gw_wres *r = wq->todo_head;
+        todo_remove(wq, r);
+        if (r->need_sub && wq->sub_fd >= 0 && lk_sub_add(wq->sub, r->name) == LK_OK) {
+            r->need_sub = 0;
+            r->subscribed = 1;
+        }
+        for (; r->kicks > 0; r->kicks--) {
+            wake_one(wq, r, GW_WAKE_RELEASE);
+        }
+    }
+}
+
+/* ---- The subscriber connection (waitd) ---------------------------------------------- */
+
+static void sub_lost(gw_waitq *wq)
+{
+    if (wq->sub_fd >= 0) {
+        epoll_ctl(wq->epfd, EPOLL_CTL_DEL, wq->sub_fd, NULL);
+        wq->sub_fd = -1;
+    }
+    atomic_store(&wq->srv->metrics.subscriber_up, 0);
+    wq->reconnect_at_ms = now_ms() + wq->reconnect_backoff_ms;
+    /* Every subscription is gone with the connection; renew them all on reconnect. */
+    for (size_t b = 0; b < WQ_BUCKETS; b++) {
+        for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
+            r->subscribed = 0;
+            r->need_sub = 1;
+        }
+    }
+}
+
+/* Connects the subscriber when it is down and its back-off has passed. Called without mu:
+ * connecting may take the connect timeout. */
+static void sub_reconnect(gw_waitq *wq)
+{
+    pthread_mutex_lock(&wq->mu);
+    int due = wq->sub_fd < 0 && now_ms() >= wq->reconnect_at_ms && !wq->stop;
+    pthread_mutex_unlock(&wq->mu);
+    if (!due) {
+        return;
+    }
+    lk_status st = lk_sub_reconnect(wq->sub);
+    pthread_mutex_lock(&wq->mu);
+    if (st != LK_OK) {
+        wq->reconnect_backoff_ms *= 2;
+        if (wq->reconnect_backoff_ms > WQ_RECONNECT_MAX_MS) {
+            wq->reconnect_backoff_ms = WQ_RECONNECT_MAX_MS;
+        }
+        wq->reconnect_at_ms = now_ms() + wq->reconnect_backoff_ms;
+    } else {
+        struct epoll_event ev = {.events = EPOLLIN, .data.ptr = wq};
+        wq->sub_fd = lk_sub_fd(wq->sub);
+        epoll_ctl(wq->epfd, EPOLL_CTL_ADD, wq->sub_fd, &ev);
+        wq->reconnect_backoff_ms = WQ_RECONNECT_MIN_MS;
+        atomic_store(&wq->srv->metrics.subscriber_up, 1);
+        for (size_t b = 0; b < WQ_BUCKETS; b++) {
+            for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
+                todo_add(wq, r); /* need_sub is set for every entry */
+            }
+        }
+    }
+    pthread_mutex_unlock(&wq->mu);
+}
+
+static int next_timeout_ms(gw_waitq *wq)
+{
+    int64_t now = now_ms();
+    int64_t at = wq->heap_len > 0 ? wq->heap[0]->at : now + 60000;
+    if (wq->sub_fd < 0 && wq->reconnect_at_ms < at) {
+        at = wq->reconnect_at_ms;
+    }
+    int64_t left = at - now;
+    return left < 0 ? 0 : left > 60000 ? 60000 : (int)left;
+}
+
+static void handle_event(gw_waitq *wq, const struct epoll_event *ev)
+{
+    if (ev->data.ptr == NULL) { /* the eventfd */
+        uint64_t n;
+        ssize_t got = read(wq->evfd, &n, sizeof n);
+        (void)got;
+        if (wq->shutting_down) {
+            wake_all(wq, GW_WAKE_SHUTDOWN);
+        }
+        return;
+    }
+    if (ev->data.ptr == wq) { /* the subscriber */
+        if (lk_sub_dispatch(wq->sub, on_sub_event, wq) != LK_OK) {
+            gw__log_event(wq->srv->cfg, "warn", "redis subscriber: %s; reconnecting",
+                          lk_sub_errstr(wq->sub));
+            sub_lost(wq);
+        }
+        return;
+    }
+    gw_waiter *w = ev->data.ptr; /* a parked client hung up */
+    if (w->state == GW_WAITER_SUSPENDED) {
+        wake(wq, w, GW_WAKE_DISCONNECT);
+    }
+}
+
+static void *waitd_main(void *arg)
+{
+    gw_waitq *wq = arg;
+    struct epoll_event evs[WQ_EVENTS];
+
+    for (;;) {
+        sub_reconnect(wq);
+        pthread_mutex_lock(&wq->mu);
+        int stop = wq->stop;
+        int timeout = next_timeout_ms(wq);
+        pthread_mutex_unlock(&wq->mu);
+        if (stop) {
+            return NULL;
+        }
+        int n = epoll_wait(wq->epfd, evs, WQ_EVENTS, timeout);
+        pthread_mutex_lock(&wq->mu);
+        for (int i = 0; i < n; i++) {
+            handle_event(wq, &evs[i]);
+        }
+        if (wq->shutting_down) {
+            wake_all(wq, GW_WAKE_SHUTDOWN);
+        }
+        run_todo(wq);
+        fire_timers(wq);
+        size_t len = wq->resume_len;
+        wq->resume_len = 0;
+        /* Resume outside mu. The array is only touched by this thread. */
+        pthread_mutex_unlock(&wq->mu);
+        for (size_t i = 0; i < len; i++) {
+            MHD_resume_connection(wq->resume[i]);
+        }
+    }
+}
+
+/* ---- Start and stop ------------------------------------------------------------------ */
+
+int gw__waitq_start(gw_server *srv, char *err, size_t errlen)
+{
+    gw_waitq *wq = calloc(1, sizeof *wq);
+    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
+
+    if (wq == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return -1;
+    }
+    wq->srv = srv;
+    wq->sub_fd = -1;
+    wq->reconnect_backoff_ms = WQ_RECONNECT_MIN_MS;
+    pthread_mutex_init(&wq->mu, NULL);
+    wq->epfd = epoll_create1(EPOLL_CLOEXEC);
+    wq->evfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wq->epfd < 0 || wq->evfd < 0 || epoll_ctl(wq->epfd, EPOLL_CTL_ADD, wq->evfd, &ev) != 0) {
+        snprintf(err, errlen, "cannot create the waiters' event loop: %s", strerror(errno));
+        goto fail;
+    }
+    /* Redis being down now is not fatal: waitd reconnects. */
+    lk_status st = lk_sub_open(&wq->sub, srv->cfg->redis_url, &srv->lk_opts);
+    if (wq->sub == NULL) {
+        snprintf(err, errlen, "cannot create the Redis subscriber: %s", lk_status_str(st));
+        goto fail;
+    }
+    if (st == LK_OK) {
+        struct epoll_event sev = {.events = EPOLLIN, .data.ptr = wq};
+        wq->sub_fd = lk_sub_fd(wq->sub);
+        epoll_ctl(wq->epfd, EPOLL_CTL_ADD, wq->sub_fd, &sev);
+        atomic_store(&srv->metrics.subscriber_up, 1);
+    }
+    if (pthread_create(&wq->thread, NULL, waitd_main, wq) != 0) {
+        snprintf(err, errlen, "cannot start the waiters' thread");
+        goto fail;
+    }
+    srv->waitq = wq;
+    return 0;
+fail:
+    lk_sub_close(wq->sub);
+    if (wq->epfd >= 0) {
+        close(wq->epfd);
+    }
+    if (wq->evfd >= 0) {
+        close(wq->evfd);
+    }
+    pthread_mutex_destroy(&wq->mu);
+    free(wq);
+    return -1;
+}
+
+void gw__waitq_shutdown(gw_waitq *wq)
+{
+    pthread_mutex_lock(&wq->mu);
+    wq->shutting_down = 1;
+    signal_waitd(wq);
+    pthread_mutex_unlock(&wq->mu);
+}
+
+void gw__waitq_stop(gw_waitq *wq)
+{
+    if (wq == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    wq->stop = 1;
+    signal_waitd(wq);
+    pthread_mutex_unlock(&wq->mu);
+    pthread_join(wq->thread, NULL);
+    /* Every request is complete by now, so every entry is gone; free what is left anyway. */
+    for (size_t b = 0; b < WQ_BUCKETS; b++) {
+        while (wq->buckets[b] != NULL) {
+            gw_wres *r = wq->buckets[b];
+            wq->buckets[b] = r->hnext;
+            free(r);
+        }
+    }
+    while (wq->unsub != NULL) {
+        unsub_node *u = wq->unsub;
+        wq->unsub = u->next;
+        free(u);
+    }
+    lk_sub_close(wq->sub);
+    close(wq->epfd);
+    close(wq->evfd);
+    free(wq->heap);
+    free(wq->resume);
+    pthread_mutex_destroy(&wq->mu);
+    free(wq);
+}
+
+/* ---- The pool threads' side ---------------------------------------------------------- */
+
+int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource)
+{
+    pthread_mutex_lock(&wq->mu);
+    if (w->res == NULL) {
+        gw_wres *r = wres_get(wq, resource);
+        if (r == NULL) {
+            pthread_mutex_unlock(&wq->mu);
+            return -1;
+        }
+        r->refs++;
+        w->res = r;
+        w->fd = -1;
+        w->timer.idx = GW_TIMER_OFF;
+        w->timer.kind = TIMER_WAITER;
+    }
+    w->epoch = w->res->epoch;
+    w->wake_unused = 0; /* this attempt uses the wake */
+    pthread_mutex_unlock(&wq->mu);
+    return 0;
+}
+
+void gw__wait_end(gw_waitq *wq, gw_waiter *w)
+{
+    if (w->res == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    if (w->queued) { /* cannot happen on the normal paths; keep the entry consistent */
+        queue_remove(w->res, w);
+        timer_cancel(wq, &w->timer);
+        atomic_fetch_sub(&wq->srv->metrics.waiters_parked, 1);
+    }
+    if (w->wake_unused) {
+        /* Woken by a release or an expiry it never acted on: the next waiter gets it. */
+        w->res->kicks++;
+        todo_add(wq, w->res);
+        w->wake_unused = 0;
+    }
+    wres_unref(wq, w->res);
+    w->res = NULL;
+    pthread_mutex_unlock(&wq->mu);
+}
+
+gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
+                      int64_t deadline_ms, int64_t hint_ms)
+{
+    gw_wres *r = w->res;
+    int front = w->parked_before;
+
+    pthread_mutex_lock(&wq->mu);
+    if (wq->shutting_down) {
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_SHUTDOWN;
+    }
+    if (r->epoch != w->epoch) {
+        /* Released (or resubscribed) since the attempt began: look again now. */
+        w->epoch = r->epoch;
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_RETRY;
+    }
+    if (timer_set(wq, &w->timer, deadline_ms) != 0) {
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_NOMEM;
+    }
+    if (hint_ms >= 0) {
+        /* +1: PTTL rounds down, and a lock with 0.4 ms left reports 0. An expiry timer that
+         * fires a little early only costs one attempt, which sets it again. */
+        int64_t at = now_ms() + hint_ms + 1;
+        if (r->expiry.idx == GW_TIMER_OFF || at < r->expiry.at) {
+            timer_set(wq, &r->expiry, at); /* on failure the deadline still holds */
+        }
+    }
+    w->conn = conn;
+    w->state = GW_WAITER_PARKING;
+    w->reason = GW_WAKE_NONE;
+    w->parked_before = 1;
+    queue_insert(r, w, front);
+    atomic_fetch_add(&wq->srv->metrics.waiters_parked, 1);
+    pthread_mutex_unlock(&wq->mu);
+
+    MHD_suspend_connection(conn);
+
+    pthread_mutex_lock(&wq->mu);
+    int resume_now = w->state == GW_WAITER_WAKE_PENDING;
+    if (resume_now) {
+        w->state = GW_WAITER_WOKEN;
+    } else {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        w->state = GW_WAITER_SUSPENDED;
+        w->fd = info != NULL ? info->connect_fd : -1;
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = w};
+        if (w->fd >= 0 && epoll_ctl(wq->epfd, EPOLL_CTL_ADD, w->fd, &ev) != 0) {
+            w->fd = -1; /* no disconnect watch: it is found when the waiter wakes */
+        }
+    }
+    pthread_mutex_unlock(&wq->mu);
+    if (resume_now) {
+        MHD_resume_connection(conn);
+    }
+    return GW_PARKED;
+}
+
+int gw__conn_alive(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char byte;
+
+    if (info == NULL) {
+        return 1;
+    }
+    ssize_t n = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    /* 0 is an orderly close; bytes (a pipelined request) or EAGAIN mean it is still there. */
+    return !(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR));
+}

@@ -1,0 +1,481 @@
+/*
+ * Waiting at scale (issue 5), end to end against the real fencegate and redis-server:
+ * parked waiters hold no thread, each release costs O(1) acquire attempts, a waiter whose
+ * client hangs up is dropped and never left holding the lock, waiters on another gateway
+ * are served, a lost pub/sub message never strands a waiter, shutdown answers every parked
+ * waiter, and "fair": true hands the lock over in arrival order, across gateways, past a
+ * waiter that vanished.
+ *
+ * The gateway runs with --threads 2: every test parks more waiters than that, so a waiter
+ * that held a thread would stall the others.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gw_test.h"
+#include "harness.h"
+
+typedef struct wt_state {
+    th_redis redis;
+    gwt_proc gw;
+    gwt_proc gw2;       /* a second gateway on the same Redis, for the tests that need one */
+} wt_state;
+
+static const char *const gw_args[] = {"--threads", "2", NULL};
+
+static int setup(void **state)
+{
+    wt_state *s = calloc(1, sizeof *s);
+    th_redis_start(&s->redis, 0, NULL);
+    gwt_start(&s->gw, s->redis.url, NULL, gw_args);
+    *state = s;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    wt_state *s = *state;
+    int rc = s->gw.pid > 0 ? gwt_stop(&s->gw) : 0;
+    int rc2 = s->gw2.pid > 0 ? gwt_stop(&s->gw2) : 0;
+    th_redis_stop(&s->redis);
+    free(s);
+    /* A non-zero exit (a sanitizer report, a failed shutdown) fails the test. */
+    return rc == 0 && rc2 == 0 ? 0 : -1;
+}
+
+/* The value of an unlabelled metric line "name N", or of "name{labels} N" when name
+ * includes its labels; -1 when absent. */
+static long long metric(const gwt_proc *gw, const char *name)
+{
+    gwt_resp r;
+    long long v = -1;
+    char needle[200];
+
+    gwt_get(gw, "/metrics", &r);
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *p = r.body != NULL ? strstr(r.body, needle) : NULL;
+    if (p != NULL) {
+        v = strtoll(p + strlen(needle), NULL, 10);
+    }
+    gwt_resp_free(&r);
+    return v;
+}
+
+/* Waits up to 15 s for metric `name` to reach `want`; asserts it did. */
+static void await_metric(const gwt_proc *gw, const char *name, long long want)
+{
+    int64_t deadline = th_now_ms() + 15000;
+    long long v = metric(gw, name);
+    while (v != want && th_now_ms() < deadline) {
+        th_nap_ms(10);
+        v = metric(gw, name);
+    }
+    if (v != want) {
+        fail_msg("%s is %lld, expected %lld", name, v, want);
+    }
+}
+
+static void post_status(const gwt_proc *gw, const char *path, const char *body, long want)
+{
+    gwt_resp r;
+    gwt_post(gw, path, body, &r);
+    gwt_assert_status(&r, want, NULL);
+    gwt_resp_free(&r);
+}
+
+static void lock_as(const gwt_proc *gw, const char *resource, const char *owner, int ttl_ms)
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%d}", resource,
+             owner, ttl_ms);
+    post_status(gw, "/lock", body, 200);
+}
+
+static void unlock_as(const gwt_proc *gw, const char *resource, const char *owner)
+{
+    char body[256];
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\"}", resource, owner);
+    post_status(gw, "/unlock", body, 200);
+}
+
+static int is_locked(const gwt_proc *gw, const char *resource)
+{
+    char path[256];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/locks/%s", resource);
+    gwt_get(gw, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    int locked = json_is_true(json_object_get(r.json, "locked"));
+    gwt_resp_free(&r);
+    return locked;
+}
+
+/* Total EVALSHA calls Redis has served (INFO commandstats). */
+static long long evalsha_calls(const th_redis *redis)
+{
+    char info[8192];
+    th_redis_cmd(redis, info, sizeof info, "INFO commandstats");
+    const char *p = strstr(info, "cmdstat_evalsha:calls=");
+    return p != NULL ? strtoll(p + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
+}
+
+/* ---- A waiting client on its own thread --------------------------------------------- */
+
+typedef struct waiter {
+    const gwt_proc *gw;
+    char resource[64];
+    char owner[64];
+    int wait_ms;
+    int fair;
+    int unlock_after;              /* release the lock as soon as it is granted */
+    int *order;                    /* shared grant counter (fair tests), may be NULL */
+    pthread_mutex_t *order_mu;
+    int rank;                      /* 1-based place in which the lock was granted */
+    gwt_resp r;
+    pthread_t thread;
+} waiter;
+
+static void *waiter_main(void *arg)
+{
+    waiter *w = arg;
+    char body[256];
+    snprintf(body, sizeof body,
+             "{\"resource\":\"%s\",\"owner\":\"%s\",\"wait_ms\":%d,\"ttl_ms\":30000%s}",
+             w->resource, w->owner, w->wait_ms, w->fair ? ",\"fair\":true" : "");
+    gwt_post(w->gw, "/lock", body, &w->r);
+    if (w->r.status == 200 && w->order != NULL) {
+        pthread_mutex_lock(w->order_mu);
+        w->rank = ++*w->order;
+        pthread_mutex_unlock(w->order_mu);
+    }
+    if (w->r.status == 200 && w->unlock_after) {
+        gwt_resp u;
+        snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\"}", w->resource,
+                 w->owner);
+        gwt_post(w->gw, "/unlock", body, &u);
+        gwt_resp_free(&u);
+    }
+    return NULL;
+}
+
+static void waiter_start(waiter *w, const gwt_proc *gw, const char *resource, const char *owner,
+                         int wait_ms)
+{
+    w->gw = gw;
+    snprintf(w->resource, sizeof w->resource, "%s", resource);
+    snprintf(w->owner, sizeof w->owner, "%s", owner);
+    w->wait_ms = wait_ms;
+    assert_int_equal(pthread_create(&w->thread, NULL, waiter_main, w), 0);
+}
+
+/* ---- Tests ---------------------------------------------------------------------------- */
+
+/* 20 waiters park on a gateway with 2 threads; other requests are still served at once,
+ * and every waiter gets the lock in turn as each holder releases it. */
+static void test_parked_waiters_hold_no_thread(void **state)
+{
+    wt_state *s = *state;
+    enum { N = 20 };
+    waiter w[N];
+
+    memset(w, 0, sizeof w);
+    lock_as(&s->gw, "wt.threads", "holder", 60000);
+    for (int i = 0; i < N; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "w%d", i);
+        w[i].unlock_after = 1;
+        waiter_start(&w[i], &s->gw, "wt.threads", owner, 30000);
+    }
+    await_metric(&s->gw, "fencegate_waiters", N);
+    /* Both pool threads are free: other resources and endpoints answer. */
+    lock_as(&s->gw, "wt.threads.other", "someone", 1000);
+    unlock_as(&s->gw, "wt.threads.other", "someone");
+    post_status(&s->gw, "/lock", "{\"resource\":\"wt.threads\",\"owner\":\"impatient\"}", 409);
+
+    unlock_as(&s->gw, "wt.threads", "holder");
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 200, NULL);
+        gwt_resp_free(&w[i].r);
+    }
+    assert_false(is_locked(&s->gw, "wt.threads"));
+    await_metric(&s->gw, "fencegate_waiters", 0);
+}
+
+/* The holder's lease runs out (expiry publishes nothing): the waiter is woken by the
+ * gateway's lease timer, long before its own wait ends. */
+static void test_waiter_woken_by_lease_expiry(void **state)
+{
+    wt_state *s = *state;
+    waiter w;
+
+    memset(&w, 0, sizeof w);
+    lock_as(&s->gw, "wt.expiry", "holder", 500);
+    waiter_start(&w, &s->gw, "wt.expiry", "waiter", 60000);
+    pthread_join(w.thread, NULL);
+    gwt_assert_status(&w.r, 200, NULL);
+    gwt_resp_free(&w.r);
+    assert_true(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"expiry\"}") >= 1);
+    assert_int_equal(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+}
+
+/* No thundering herd: with N waiters parked on one resource, each release wakes one
+ * waiter. Every waiter releases right after it is granted, so the N+1 releases hand the
+ * lock down the line; Redis's own count of script calls must stay O(1) per release (one
+ * release and one acquire each), not O(N). */
+static void test_no_herd_script_calls_per_release(void **state)
+{
+    wt_state *s = *state;
+    enum { N = 100 };
+    waiter *w = calloc(N, sizeof *w);
+
+    lock_as(&s->gw, "wt.herd", "holder", 60000);
+    for (int i = 0; i < N; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "h%d", i);
+        w[i].unlock_after = 1;
+        waiter_start(&w[i], &s->gw, "wt.herd", owner, 60000);
+    }
+    await_metric(&s->gw, "fencegate_waiters", N);
+    long long before = evalsha_calls(&s->redis);
+    unlock_as(&s->gw, "wt.herd", "holder");
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 200, NULL);
+        gwt_resp_free(&w[i].r);
+    }
+    long long calls = evalsha_calls(&s->redis) - before;
+    double per_release = (double)calls / (N + 1);
+    print_message("script calls: %lld for %d releases (%.2f per release)\n", calls, N + 1,
+                  per_release);
+    assert_true(per_release <= 3.0);
+    free(w);
+}
+
+/* Opens a raw connection and sends a waiting /lock; returns the socket. */
+static int raw_lock_request(const gwt_proc *gw, const char *resource, const char *owner)
+{
+    char body[256], req[512];
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gw->port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    assert_true(fd >= 0);
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    int n = snprintf(body, sizeof body,
+                     "{\"resource\":\"%s\",\"owner\":\"%s\",\"wait_ms\":60000}", resource, owner);
+    int m = snprintf(req, sizeof req,
+                     "POST /lock HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %d\r\n\r\n%s",
+                     n, body);
+    assert_int_equal(write(fd, req, (size_t)m), m);
+    return fd;
+}
+
+/* /lock requests dropped for a hung-up client: found parked (EPOLLRDHUP), or found gone
+ * when woken (before an attempt, or right after one, when the hold is given back). Each
+ * request has exactly one outcome. */
+static long long dropped(const gwt_proc *gw)
+{
+    return metric(gw, "fencegate_acquire_total{outcome=\"abandoned\"}");
+}
+
+/* A parked waiter whose client hangs up is dropped, and no lock is left held for it. Then
+ * the race, 20 times: the client hangs up and the lock is released at once, before the
+ * gateway has noticed the hang-up. Whichever the gateway sees first, the ghost never keeps
+ * the lock, and the release it may have been woken for is passed on: the real waiter
+ * parked behind it gets the lock. */
+static void test_disconnected_waiter_is_dropped(void **state)
+{
+    wt_state *s = *state;
+
+    lock_as(&s->gw, "wt.gone", "holder", 60000);
+    int fd = raw_lock_request(&s->gw, "wt.gone", "ghost");
+    await_metric(&s->gw, "fencegate_waiters", 1);
+    close(fd);
+    await_metric(&s->gw, "fencegate_waiters", 0);
+    assert_int_equal(dropped(&s->gw), 1);
+    unlock_as(&s->gw, "wt.gone", "holder");
+    assert_false(is_locked(&s->gw, "wt.gone"));
+
+    for (int i = 0; i < 20; i++) {
+        waiter w;
+        memset(&w, 0, sizeof w);
+        long long before = dropped(&s->gw);
+        lock_as(&s->gw, "wt.race", "holder", 60000);
+        fd = raw_lock_request(&s->gw, "wt.race", "ghost");
+        await_metric(&s->gw, "fencegate_waiters", 1);
+        w.unlock_after = 1;
+        waiter_start(&w, &s->gw, "wt.race", "real", 30000);
+        await_metric(&s->gw, "fencegate_waiters", 2);
+        close(fd);
+        unlock_as(&s->gw, "wt.race", "holder");
+        pthread_join(w.thread, NULL);
+        gwt_assert_status(&w.r, 200, NULL);
+        gwt_resp_free(&w.r);
+        await_metric(&s->gw, "fencegate_waiters", 0);
+        assert_int_equal(dropped(&s->gw), before + 1);
+        assert_false(is_locked(&s->gw, "wt.race"));
+    }
+}
+
+/* A release through one gateway wakes a waiter parked on another. */
+static void test_waiters_across_gateways(void **state)
+{
+    wt_state *s = *state;
+    waiter w;
+
+    memset(&w, 0, sizeof w);
+    gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
+    lock_as(&s->gw, "wt.cross", "holder", 60000);
+    waiter_start(&w, &s->gw2, "wt.cross", "far-waiter", 30000);
+    await_metric(&s->gw2, "fencegate_waiters", 1);
+    unlock_as(&s->gw, "wt.cross", "holder");
+    pthread_join(w.thread, NULL);
+    gwt_assert_status(&w.r, 200, NULL);
+    gwt_resp_free(&w.r);
+    assert_true(metric(&s->gw2, "fencegate_waiter_wakes_total{reason=\"release\"}") >= 1);
+}
+
+/* The subscriber connection is killed and the release happens while it is down, so its
+ * message is lost. The holder's lease (60 s) outlasts the waiter's wait (20 s): only the
+ * resubscription's fresh look can let the waiter in, and it must. */
+static void test_lost_release_message_does_not_strand_waiter(void **state)
+{
+    wt_state *s = *state;
+    waiter w;
+
+    memset(&w, 0, sizeof w);
+    lock_as(&s->gw, "wt.lost", "holder", 60000);
+    waiter_start(&w, &s->gw, "wt.lost", "waiter", 20000);
+    await_metric(&s->gw, "fencegate_waiters", 1);
+    assert_true(th_redis_cmd(&s->redis, NULL, 0, "CLIENT KILL TYPE pubsub") >= 1);
+    unlock_as(&s->gw, "wt.lost", "holder");
+    pthread_join(w.thread, NULL);
+    gwt_assert_status(&w.r, 200, NULL);
+    gwt_resp_free(&w.r);
+    await_metric(&s->gw, "fencegate_redis_subscriber_up", 1);
+}
+
+/* SIGTERM with parked waiters: each is answered 503 shutting_down and the process exits 0. */
+static void test_shutdown_answers_parked_waiters(void **state)
+{
+    wt_state *s = *state;
+    enum { N = 30 };
+    waiter w[N];
+
+    memset(w, 0, sizeof w);
+    lock_as(&s->gw, "wt.term", "holder", 60000);
+    for (int i = 0; i < N; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "t%d", i);
+        waiter_start(&w[i], &s->gw, "wt.term", owner, 60000);
+    }
+    await_metric(&s->gw, "fencegate_waiters", N);
+    assert_int_equal(gwt_signal_wait(&s->gw, SIGTERM), 0);
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 503, "shutting_down");
+        gwt_resp_free(&w[i].r);
+    }
+    gwt_cleanup(&s->gw);
+    s->gw.pid = 0;
+}
+
+/* "fair": true grants in arrival order, with waiters spread over two gateways. Each waiter
+ * parks before the next one is sent, so arrival order is known. */
+static void test_fair_waiters_get_the_lock_in_arrival_order(void **state)
+{
+    wt_state *s = *state;
+    enum { N = 6 };
+    waiter w[N];
+    int order = 0;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+    memset(w, 0, sizeof w);
+    gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
+    lock_as(&s->gw, "wt.fair", "holder", 60000);
+    for (int i = 0; i < N; i++) {
+        char owner[32];
+        const gwt_proc *gw = i % 2 == 0 ? &s->gw : &s->gw2;
+        snprintf(owner, sizeof owner, "f%d", i);
+        w[i].fair = 1;
+        w[i].unlock_after = 1;
+        w[i].order = &order;
+        w[i].order_mu = &mu;
+        waiter_start(&w[i], gw, "wt.fair", owner, 30000);
+        await_metric(gw, "fencegate_waiters", i / 2 + 1);
+    }
+    unlock_as(&s->gw, "wt.fair", "holder");
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 200, NULL);
+        gwt_resp_free(&w[i].r);
+    }
+    for (int i = 0; i < N; i++) {
+        if (w[i].rank != i + 1) {
+            fail_msg("fair waiter %d (arrived %d) was granted %d", i, i + 1, w[i].rank);
+        }
+    }
+}
+
+/* A fair waiter whose gateway dies keeps its queue entry, but only until its own wait
+ * deadline: the waiter behind it still gets the lock. */
+static void test_vanished_fair_waiter_does_not_block_the_queue(void **state)
+{
+    wt_state *s = *state;
+    waiter dead, live;
+
+    memset(&dead, 0, sizeof dead);
+    memset(&live, 0, sizeof live);
+    gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
+    lock_as(&s->gw, "wt.fairdead", "holder", 60000);
+    dead.fair = 1;
+    waiter_start(&dead, &s->gw2, "wt.fairdead", "doomed", 1500);
+    await_metric(&s->gw2, "fencegate_waiters", 1);
+    live.fair = 1;
+    waiter_start(&live, &s->gw, "wt.fairdead", "patient", 30000);
+    await_metric(&s->gw, "fencegate_waiters", 1);
+
+    assert_int_equal(gwt_signal_wait(&s->gw2, SIGKILL), -1);
+    pthread_join(dead.thread, NULL);
+    gwt_resp_free(&dead.r);
+    gwt_cleanup(&s->gw2);
+    s->gw2.pid = 0;
+
+    unlock_as(&s->gw, "wt.fairdead", "holder");
+    pthread_join(live.thread, NULL);
+    gwt_assert_status(&live.r, 200, NULL);
+    gwt_resp_free(&live.r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_parked_waiters_hold_no_thread, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiter_woken_by_lease_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_herd_script_calls_per_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_disconnected_waiter_is_dropped, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiters_across_gateways, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_lost_release_message_does_not_strand_waiter, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_shutdown_answers_parked_waiters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fair_waiters_get_the_lock_in_arrival_order, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_vanished_fair_waiter_does_not_block_the_queue, setup,
+                                        teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
