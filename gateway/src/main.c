@@ -13,6 +13,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -68,7 +69,8 @@ static int write_all(int fd, const unsigned char *buf, size_t len)
 
 /* Reads the secret from path into secret. Returns 1 when read, 0 when the file does not
  * exist, or -1 with err when it cannot be read or is not exactly OWNER_SECRET_LEN bytes of
- * which not all are zero (a zeroed block is what a torn write leaves, never a random key). */
+ * which not all are zero (a zeroed block is what a torn write leaves, never a random key).
+ * Messages name the file relative to the data directory, which the caller names. */
 static int read_owner_secret(const char *path, uuid_t secret, char *err, size_t errlen)
 {
     unsigned char buf[OWNER_SECRET_LEN];
@@ -79,7 +81,7 @@ static int read_owner_secret(const char *path, uuid_t secret, char *err, size_t 
         return 0;
     }
     if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", path, strerror(errno));
+        snprintf(err, errlen, "cannot open %s: %s", OWNER_SECRET_FILE, strerror(errno));
         return -1;
     }
     int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == OWNER_SECRET_LEN &&
@@ -92,7 +94,7 @@ static int read_owner_secret(const char *path, uuid_t secret, char *err, size_t 
     if (!ok || any == 0) {
         snprintf(err, errlen, "%s is malformed: it must be a regular file of %d random bytes. "
                  "Restore it from a backup, or delete it to make a new one (then owners derived "
-                 "from Idempotency-Keys sent before this restart change)", path,
+                 "from Idempotency-Keys sent before this restart change)", OWNER_SECRET_FILE,
                  OWNER_SECRET_LEN);
         return -1;
     }
@@ -110,13 +112,17 @@ static int read_owner_secret(const char *path, uuid_t secret, char *err, size_t 
 static int create_owner_secret(const char *dir, const char *path, uuid_t secret, char *err,
                                size_t errlen)
 {
-    char tmp[1100];
+    char tmp[PATH_MAX];
     unsigned char buf[OWNER_SECRET_LEN];
     const char *step = "get random bytes for";
-    const char *file = path;
+    const char *file = OWNER_SECRET_FILE; /* for the message */
     int fd = -1, dfd = -1, rc = -1;
 
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    int len = snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (len < 0 || (size_t)len >= sizeof tmp) {
+        snprintf(err, errlen, "the data directory's path is too long");
+        return -1;
+    }
     ssize_t n = getrandom(buf, sizeof buf, 0);
     if (n != (ssize_t)sizeof buf) {
         if (n >= 0) {
@@ -125,7 +131,7 @@ static int create_owner_secret(const char *dir, const char *path, uuid_t secret,
         goto out;
     }
     step = "remove the leftover";
-    file = tmp;
+    file = OWNER_SECRET_FILE ".tmp";
     if (unlink(tmp) != 0 && errno != ENOENT) {
         goto out;
     }
@@ -152,8 +158,8 @@ static int create_owner_secret(const char *dir, const char *path, uuid_t secret,
     if (rename(tmp, path) != 0) {
         goto out;
     }
-    step = "fsync the directory";
-    file = dir;
+    step = "fsync";
+    file = "the data directory";
     dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dfd < 0 || fsync(dfd) != 0) {
         goto out;
@@ -183,9 +189,13 @@ out:
  * created dir already. Returns 0 or -1 with err. */
 static int load_owner_secret(const char *dir, uuid_t secret, char *err, size_t errlen)
 {
-    char path[1100];
+    char path[PATH_MAX];
 
-    snprintf(path, sizeof path, "%s/%s", dir, OWNER_SECRET_FILE);
+    int len = snprintf(path, sizeof path, "%s/%s", dir, OWNER_SECRET_FILE);
+    if (len < 0 || (size_t)len >= sizeof path) {
+        snprintf(err, errlen, "the data directory's path is too long");
+        return -1;
+    }
     int found = read_owner_secret(path, secret, err, errlen);
     if (found != 0) {
         return found > 0 ? 0 : -1;
