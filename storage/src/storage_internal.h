@@ -36,6 +36,10 @@ int store__valid_name(const char *s);
 /* 1 when s is NULL or 0..255 bytes of printable ASCII. */
 int store__valid_content_type(const char *s);
 
+/* The LMDB environment flags of an open store (mdb_env_get_flags), so a test can check that
+ * no flag weakens the synchronous commit. Returns 0 or an LMDB error code. */
+int store__env_flags(store *s, unsigned int *flags);
+
 #define STORE__TOKEN_LIMIT 9007199254740992ULL /* 2^53: tokens are below it */
 #define STORE__TOKEN_MAX (STORE__TOKEN_LIMIT - 1) /* the largest token, as in locklib */
 

@@ -684,6 +684,11 @@ store_status store_ledger_cover(store *s, uint64_t token)
     return st;
 }
 
+int store__env_flags(store *s, unsigned int *flags)
+{
+    return mdb_env_get_flags(s->env, flags);
+}
+
 void store_get_stats(store *s, store_stats *out)
 {
     out->commits = atomic_load(&s->commits);

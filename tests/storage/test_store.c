@@ -3,7 +3,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <lmdb.h>
+
 #include "st_test.h"
+#include "storage_internal.h"
 
 static store_status put(st_fixture *f, const char *r, uint64_t token, const char *value,
                         uint64_t last_issued, store_write_result *res)
@@ -216,6 +219,21 @@ static void test_reopen_keeps_everything(void **state)
     assert_st(put(f, "durable", 6, "six", 7, &res), STORE_STALE);
 }
 
+/* A lost fsync cannot be seen by reading data back in the same boot, so check the cause:
+ * none of the LMDB flags that skip or defer the sync of a commit is set. */
+static void test_commits_sync_to_disk(void **state)
+{
+    st_fixture *f = *state;
+    unsigned int flags = 0;
+
+    assert_int_equal(store__env_flags(f->s, &flags), 0);
+    if ((flags & (MDB_NOSYNC | MDB_NOMETASYNC | MDB_WRITEMAP | MDB_MAPASYNC)) != 0) {
+        fail_msg("LMDB env flags 0x%x skip or defer a sync (NOSYNC 0x%x, NOMETASYNC 0x%x, "
+                 "WRITEMAP 0x%x, MAPASYNC 0x%x)",
+                 flags, MDB_NOSYNC, MDB_NOMETASYNC, MDB_WRITEMAP, MDB_MAPASYNC);
+    }
+}
+
 /* Runs store_open on f's directory in a forked child and returns what it answered (as the
  * child's exit status), so the open really comes from another process. On OK the child
  * closes its store again; on BUSY it checks that the message names the directory. */
@@ -290,6 +308,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_list_paged, st_setup, st_teardown),
         cmocka_unit_test(test_full_map_is_recoverable),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_commits_sync_to_disk, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_second_process_cannot_open, st_setup, st_teardown),
         cmocka_unit_test(test_status_strings),
     };
