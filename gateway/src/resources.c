@@ -7,6 +7,12 @@
  *     was never issued (forged, or from another deployment), 403 unknown_token, and nothing
  *     moves, so a forged huge token can never lock the real holders out;
  *   - the highest token that has written the resource: a lower one is stale, 409.
+ * Before that, the gateway checks the bottom of the resource's token run: its counter is
+ * lifted to a floor now and then (a new resource, a lift past tokens of other resources, a
+ * Redis that lost data), and the tokens below the lift (base) were never issued for it, or
+ * were issued to holders whose locks were gone before the lift. Such a token is refused:
+ * 409 stale_token when it is below the highest token that has written (as it would be
+ * anyway), else 403 unknown_token. Refusing a token of a lock that is gone is always safe.
  * If Redis lost its counter, the last issued token reads low until the next acquisition
  * lifts it above the ledger floor; until then writes with older tokens are refused as
  * unknown (403), which is the safe direction. If Redis is unreachable the write is refused
@@ -150,7 +156,7 @@ enum MHD_Result gw__handle_resource_put(gw_request *req)
     enum MHD_Result result = MHD_YES;
     uint64_t token = 0;
     const char *ctype = NULL;
-    int64_t last_issued = 0;
+    int64_t base = 0, last_issued = 0;
     store_write_result wr;
 
     if (gw__path_resource(req, &result) != 0 ||
@@ -159,13 +165,23 @@ enum MHD_Result gw__handle_resource_put(gw_request *req)
         return result;
     }
     lk_client *c = gw__client(srv);
-    lk_status lst = c != NULL ? lk_last_token(c, req->param, &last_issued) : LK_ENOMEM;
+    lk_status lst = c != NULL ? lk_token_range(c, req->param, &base, &last_issued) : LK_ENOMEM;
     atomic_store(&srv->metrics.redis_up, lst == LK_EUNAVAILABLE ? 0 : 1);
     if (lst != LK_OK) {
         count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
         return gw__send_lk_error(req, c, lst);
     }
     memset(&wr, 0, sizeof wr);
+    if (token <= (uint64_t)base) {
+        /* Below the run: refused either way; say stale when it is (highest only grows, so
+         * a concurrent write can only make this answer more true). */
+        store_status hst = store_highest(srv->st, req->param, &wr.highest_token);
+        if (hst != STORE_OK && hst != STORE_NOT_FOUND) {
+            return answer_write(req, hst, token, &wr);
+        }
+        return answer_write(req, token < wr.highest_token ? STORE_STALE : STORE_UNKNOWN_TOKEN,
+                            token, &wr);
+    }
     store_status st = store_write(srv->st, req->param, token, req->body != NULL ? req->body : "",
                                   req->body_len, ctype, (uint64_t)last_issued, &wr);
     return answer_write(req, st, token, &wr);

@@ -641,6 +641,45 @@ static void test_forged_token_moves_nothing(void **state)
     gwt_resp_free(&r);
 }
 
+/* Tokens below the bottom of a resource's token run were never issued for it (the counter
+ * was lifted past them to the floor), even though they are below its last token: a token
+ * issued for another resource is refused. Once a higher token has written, an old token
+ * below the run is stale, as it would be anyway. */
+static void test_token_of_another_resource_is_refused(void **state)
+{
+    api_state *s = *state;
+    char t[32];
+    gwt_resp r;
+
+    /* Tokens of one resource push the process-wide floor up... */
+    long long other = 0;
+    for (int i = 0; i < 3; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "api.run-other%d", i);
+        other = lock_ok(&s->gw, name, NULL, "", NULL, 0);
+    }
+    /* ...so the next resource's first token starts above them. */
+    char owner[64];
+    long long first = lock_ok(&s->gw, "api.run", NULL, "", owner, sizeof owner);
+    assert_true(first > other);
+    snprintf(t, sizeof t, "%lld", other);
+    put_value(&s->gw, "api.run", t, "borrowed token", &r);
+    gwt_assert_status(&r, 403, "unknown_token");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.run", &r);
+    gwt_assert_status(&r, 404, "not_found");
+    gwt_resp_free(&r);
+    snprintf(t, sizeof t, "%lld", first);
+    put_value(&s->gw, "api.run", t, "real", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    snprintf(t, sizeof t, "%lld", other);
+    put_value(&s->gw, "api.run", t, "borrowed token", &r);
+    gwt_assert_status(&r, 409, "stale_token");
+    assert_int_equal(gwt_int(&r, "highest_token"), first);
+    gwt_resp_free(&r);
+}
+
 static void test_payload_too_large(void **state)
 {
     api_state *s = *state;
@@ -1012,6 +1051,7 @@ int main(void)
         cmocka_unit_test(test_fencing_token_header),
         cmocka_unit_test(test_stale_token_is_refused),
         cmocka_unit_test(test_forged_token_moves_nothing),
+        cmocka_unit_test(test_token_of_another_resource_is_refused),
         cmocka_unit_test(test_payload_too_large),
         cmocka_unit_test(test_too_large_writes_are_counted),
         cmocka_unit_test(test_waiter_is_woken_by_release),
