@@ -91,9 +91,10 @@ static void count_acquire(gw_request *req, gw_acquire_outcome o)
 }
 
 /* The owner for a /lock without one. Without an Idempotency-Key it is 128 fresh random bits.
- * With a key it is derived from (resource, key) under this process's random secret, so a
- * retried request gets the same owner and locklib replays the first answer instead of
- * refusing the key. Nobody without the secret can compute it. */
+ * With a key it is derived from (resource, key) under the gateway's random secret (kept in
+ * the data directory, so it survives restarts), so a retried request gets the same owner
+ * and locklib replays the first answer instead of refusing the key. Nobody without the
+ * secret can compute it. */
 static void generate_owner(gw_server *srv, lock_args *a)
 {
     if (a->idem_key == NULL) {
