@@ -16,6 +16,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,30 @@ static int validate(gw_config *cfg, int quiet)
 }
 
 /* Serves until SIGTERM or SIGINT. Returns the exit status. */
+/* Raises the open-file limit to its hard maximum: every connection, parked waiters
+ * included, is a descriptor, and the usual soft limit of 1024 is below the default
+ * --max-connections. Warns when even the hard limit cannot hold --max-connections. */
+static void raise_fd_limit(const gw_config *cfg)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
+        return;
+    }
+    if (rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;
+        setrlimit(RLIMIT_NOFILE, &rl); /* on failure the old limit stays: warned below */
+        getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    /* Room for the listener, Redis connections, the store and the waiters' loop. */
+    rlim_t need = (rlim_t)cfg->max_connections + (rlim_t)cfg->threads + 64;
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
+        gw__log_event(cfg, "warn",
+                      "open-file limit %llu is below --max-connections %d plus internal "
+                      "descriptors; connections beyond it are refused (raise ulimit -n)",
+                      (unsigned long long)rl.rlim_cur, cfg->max_connections);
+    }
+}
+
 static int serve(gw_config *cfg, const sigset_t *stop_signals)
 {
     char err[600];
@@ -260,6 +285,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     store_options sopts;
     int sig = 0;
 
+    raise_fd_limit(cfg);
     store_options_init(&sopts);
     sopts.dir = cfg->data_dir;
     sopts.max_value_bytes = cfg->max_value_bytes;
