@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Builds and runs the hand-off benchmark of issue 5 (tests/bench/handoff_bench.c):
+#   bash tests/bench/run-handoff-bench.sh [--no-aof-run] [--fencegate PATH]
+# It starts its own redis-server and fencegate on free loopback ports and prints a table.
+# FENCEGATE_BUILD_DIR picks the build directory (default: build).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build="${FENCEGATE_BUILD_DIR:-build}"
+# Configure (again) so that a build dir made before tests/bench existed knows the target.
+cmake -S . -B "$build" >/dev/null
+cmake --build "$build" --target handoff_bench -j"$(nproc)"
+exec "$build/tests/bench/handoff_bench" "$@"
