@@ -6,13 +6,15 @@
 -- KEYS[4]  lift point   fg:{R}:base   never expires and is never deleted
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
 -- ARGV[2]  lease in ms
--- ARGV[3]  floor: the token handed out is always greater than this (decimal, < 2^53)
+-- ARGV[3]  floor: the token handed out is always greater than this (decimal digits
+--          only, < 2^53; anything else, "5.5" or "1e3" say, is refused)
 -- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
 --          {0, holder_pttl_ms}                                  held by another owner
 --          {-1, 0}   the idempotency key was used by another owner or operation
--- Errors   "fencegate: ..." for a bad argument or an exhausted token space.
+-- Errors   "fencegate: ..." for a bad argument or an exhausted token space; nothing is
+--          written before either is found (a script error does not roll back).
 --
 -- A first acquisition mints token = INCR(fence) after lifting the counter to the floor, so
 -- a counter lost with Redis data can never hand out a token at or below the floor again.
@@ -36,6 +38,11 @@ local TOKEN_MAX = 9007199254740991
 if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
         not string.match(owner, '^[%w%.:_%-]+$') then
     return redis.error_reply('fencegate: invalid owner')
+end
+-- The floor must be plain decimal digits: a fraction, an exponent or NaN would otherwise
+-- reach the counter and the base (the lift) through string.format('%d').
+if not string.match(ARGV[3] or '', '^%d+$') then
+    floor = nil
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil then
@@ -63,6 +70,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
     if base > lift then
         lift = base
     end
+    -- Check before writing anything: INCR past 2^53 - 1 would stay in the counter (a script
+    -- error does not roll back), and status would report a token never issued.
+    if current >= TOKEN_MAX or lift >= TOKEN_MAX then
+        return redis.error_reply('fencegate: token space exhausted')
+    end
     if current < lift then
         -- Redis lost the counter (restart without AOF, failover, FLUSHALL) or it lags
         -- behind the durable ledger: lift it before minting, and remember where.
@@ -71,9 +83,6 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         raised = 1
     end
     token = redis.call('INCR', KEYS[2])
-    if token > TOKEN_MAX then
-        return redis.error_reply('fencegate: token space exhausted')
-    end
     holds = 1
     redis.call('HSET', KEYS[1], '#token', string.format('%d', token), owner, 1)
     redis.call('PEXPIRE', KEYS[1], lease_ms)

@@ -8,7 +8,8 @@
 -- KEYS[6]  deadlines zset fg:{R}:qtimeout  owner -> deadline, ms of Redis server time
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
 -- ARGV[2]  lease in ms
--- ARGV[3]  floor: the token handed out is always greater than this (decimal, < 2^53)
+-- ARGV[3]  floor: the token handed out is always greater than this (decimal digits
+--          only, < 2^53; anything else, "5.5" or "1e3" say, is refused)
 -- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[5]  this waiter's remaining wait in ms, 0..3600000
 --
@@ -16,7 +17,9 @@
 --          {0, retry_ms, position}  not this owner's turn: it is queued at 0-based
 --                                   position; retry within retry_ms or on a release message
 --          {-1, 0, -1}  the idempotency key was used by another owner or operation
--- Errors   "fencegate: ..." for a bad argument or an exhausted token space.
+-- Errors   "fencegate: ..." for a bad argument or an exhausted token space; neither the
+--          counter nor the base is written before either is found (a script error does not
+--          roll back).
 --
 -- The steps, in order:
 --   1. Replay an idempotent retry, as acquire.lua does.
@@ -55,6 +58,11 @@ local PRUNE_MAX = 100
 if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
         not string.match(owner, '^[%w%.:_%-]+$') then
     return redis.error_reply('fencegate: invalid owner')
+end
+-- The floor must be plain decimal digits: a fraction, an exponent or NaN would otherwise
+-- reach the counter and the base (the lift) through string.format('%d').
+if not string.match(ARGV[3] or '', '^%d+$') then
+    floor = nil
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 then
@@ -135,15 +143,17 @@ if not held and (not head or head == owner) then
     if base > lift then
         lift = base
     end
+    -- Check before writing anything: INCR past 2^53 - 1 would stay in the counter (a script
+    -- error does not roll back), and status would report a token never issued.
+    if current >= TOKEN_MAX or lift >= TOKEN_MAX then
+        return redis.error_reply('fencegate: token space exhausted')
+    end
     if current < lift then
         redis.call('SET', KEYS[2], string.format('%d', lift))
         redis.call('SET', KEYS[4], string.format('%d', lift))
         raised = 1
     end
     local token = redis.call('INCR', KEYS[2])
-    if token > TOKEN_MAX then
-        return redis.error_reply('fencegate: token space exhausted')
-    end
     redis.call('HSET', KEYS[1], '#token', string.format('%d', token), owner, 1)
     redis.call('PEXPIRE', KEYS[1], lease_ms)
     leave_queue()

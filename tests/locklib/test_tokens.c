@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hiredis/hiredis.h>
+
 #include "lk_test.h"
 
 static int group_setup(void **state)
@@ -205,6 +207,127 @@ static void test_range_after_flushall(void **state)
     assert_lk(f->c, lk_release(f->c, res, "bob", NULL, &r), LK_RELEASED);
 }
 
+/* A fence counter already at 2^53 - 1 refuses the next token before touching anything: the
+ * counter is not incremented, so status never reports a token that was never issued. */
+static void test_exhausted_counter_is_left_unchanged(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    lk_lock_info info;
+    char key[256], out[64];
+    const char *res = res_name("exhausted");
+
+    snprintf(key, sizeof key, "fg:{%s}:fence", res);
+    th_redis_cmd(&f->redis, out, sizeof out, "SET %s 9007199254740991", key);
+    assert_string_equal(out, "OK");
+    for (int i = 0; i < 3; i++) {
+        assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_EREDIS);
+        assert_non_null(strstr(lk_errstr(f->c), "exhausted"));
+        assert_lk(f->c, lk_acquire_fair(f->c, res, "alice", 10000, 0, NULL, 1000, &r),
+                  LK_EREDIS);
+        assert_non_null(strstr(lk_errstr(f->c), "exhausted"));
+        /* A floor below the counter cannot help either. */
+        assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 17, NULL, &r), LK_EREDIS);
+    }
+    th_redis_cmd(&f->redis, out, sizeof out, "GET %s", key);
+    assert_string_equal(out, "9007199254740991");
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    assert_int_equal(info.last_token, LK_TOKEN_MAX);
+    assert_range(f, res, 0, LK_TOKEN_MAX);
+}
+
+/* Runs a script file from the source tree with EVAL on a plain hiredis connection, as an
+ * operator with redis-cli could, bypassing the C checks. argv holds the keys, then the
+ * arguments. Returns the reply; the caller frees it. */
+static redisReply *eval_file(lk_fixture *f, const char *name, int nkeys, int argc,
+                             const char **argv)
+{
+    char path[512], nkeys_s[8];
+    const char *cmd[16];
+    size_t lens[16];
+    struct timeval tv = {5, 0};
+
+    snprintf(path, sizeof path, "%s/%s.lua", LOCKLIB_LUA_DIR, name);
+    FILE *fp = fopen(path, "rb");
+    assert_non_null(fp);
+    char *text = calloc(1, 65536);
+    assert_non_null(text);
+    size_t n = fread(text, 1, 65535, fp);
+    fclose(fp);
+    assert_true(n > 0);
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", f->redis.port, tv);
+    assert_non_null(ctx);
+    assert_int_equal(ctx->err, 0);
+    redisSetTimeout(ctx, tv);
+    snprintf(nkeys_s, sizeof nkeys_s, "%d", nkeys);
+    cmd[0] = "EVAL";
+    cmd[1] = text;
+    cmd[2] = nkeys_s;
+    assert_true(argc + 3 <= 16);
+    for (int i = 0; i < argc; i++) {
+        cmd[3 + i] = argv[i];
+    }
+    for (int i = 0; i < argc + 3; i++) {
+        lens[i] = strlen(cmd[i]);
+    }
+    redisReply *reply = redisCommandArgv(ctx, argc + 3, cmd, lens);
+    assert_non_null(reply);
+    redisFree(ctx);
+    free(text);
+    return reply;
+}
+
+/* A floor that is not an integer is refused by the scripts themselves, before anything is
+ * stored: the counter and the base are only ever integers. */
+static void test_non_integer_floor_refused_by_scripts(void **state)
+{
+    lk_fixture *f = *state;
+    const char *bad[] = {"5.5", "0.25", "nan", "-nan", "inf", "1e300", "9007199254740990.5"};
+    const char *res = res_name("float-floor");
+    char lock[256], fence[256], idem[256], base[256], queue[256], qtimeout[256];
+    lk_result r;
+
+    snprintf(lock, sizeof lock, "fg:{%s}:lock", res);
+    snprintf(fence, sizeof fence, "fg:{%s}:fence", res);
+    snprintf(idem, sizeof idem, "fg:{%s}:idem:", res);
+    snprintf(base, sizeof base, "fg:{%s}:base", res);
+    snprintf(queue, sizeof queue, "fg:{%s}:queue", res);
+    snprintf(qtimeout, sizeof qtimeout, "fg:{%s}:qtimeout", res);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *plain[] = {lock, fence, idem, base, "alice", "10000", bad[i], "0"};
+        redisReply *reply = eval_file(f, "acquire", 4, 8, plain);
+        if (reply->type != REDIS_REPLY_ERROR) {
+            print_error("acquire.lua took floor %s\n", bad[i]);
+        }
+        assert_int_equal(reply->type, REDIS_REPLY_ERROR);
+        assert_non_null(strstr(reply->str, "invalid argument"));
+        freeReplyObject(reply);
+
+        const char *fair[] = {lock, fence, idem, base, queue, qtimeout,
+                              "alice", "10000", bad[i], "0", "1000"};
+        reply = eval_file(f, "fair_acquire", 6, 11, fair);
+        if (reply->type != REDIS_REPLY_ERROR) {
+            print_error("fair_acquire.lua took floor %s\n", bad[i]);
+        }
+        assert_int_equal(reply->type, REDIS_REPLY_ERROR);
+        assert_non_null(strstr(reply->str, "invalid argument"));
+        freeReplyObject(reply);
+        assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS %s %s %s", lock, fence, base),
+                         0);
+    }
+    /* An integer floor through the same path still works, and INCR keeps working after. */
+    const char *good[] = {lock, fence, idem, base, "alice", "10000", "5", "0"};
+    redisReply *reply = eval_file(f, "acquire", 4, 8, good);
+    assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
+    assert_int_equal(reply->element[1]->integer, 6);
+    freeReplyObject(reply);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 7);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+}
+
 static void test_range_validation(void **state)
 {
     lk_fixture *f = *state;
@@ -228,6 +351,8 @@ int main(void)
         cmocka_unit_test(test_counter_lost_alone_is_lifted_to_base),
         cmocka_unit_test(test_range_after_flushall),
         cmocka_unit_test(test_range_validation),
+        cmocka_unit_test(test_exhausted_counter_is_left_unchanged),
+        cmocka_unit_test(test_non_integer_floor_refused_by_scripts),
     };
     return cmocka_run_group_tests_name("locklib_tokens", tests, group_setup, lk_group_teardown);
 }
