@@ -2,7 +2,8 @@
 # Installs every Debian package fencegate needs to build, run and test, and nothing
 # that is already there. Idempotent: a second run makes no change and needs no network.
 # Used by the README's two commands, .ci/run and docker/Dockerfile.
-# Extra Debian package names may be given as arguments.
+# Extra Debian package names may be given as arguments. With --fuzz first, it also installs
+# what scripts/fuzz.sh needs (clang-14 and libFuzzer); the default install is unchanged.
 # FENCEGATE_SKIP_NODE_TOOLS=1 skips the npm-installed checkers (the Docker build needs none).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,9 +24,15 @@ build_pkgs=(build-essential cmake pkg-config git
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
 # procps for pgrep/ps in the test harness.
 tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates)
+# Only with --fuzz: the compiler and runtime of the libFuzzer targets in tests/fuzz/.
+fuzz_pkgs=()
+if [ "${1:-}" = "--fuzz" ]; then
+    shift
+    fuzz_pkgs=(clang-14 libfuzzer-14-dev)
+fi
 
 missing=()
-for p in "${build_pkgs[@]}" "${tool_pkgs[@]}" "$@"; do
+for p in "${build_pkgs[@]}" "${tool_pkgs[@]}" ${fuzz_pkgs[@]+"${fuzz_pkgs[@]}"} "$@"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$p")
     fi
