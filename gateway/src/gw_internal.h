@@ -36,6 +36,13 @@
 #define GW_MAX_WAIT_MS 60000
 #define GW_DRAIN_MS 10000                /* how long SIGTERM waits for in-flight requests */
 #define GW_CONN_TIMEOUT_S 30             /* idle connection timeout */
+/* libmicrohttpd's memory pool per connection: the request line and headers and the answer's
+ * headers live in it (bodies are streamed into our own buffers). Its default, 32 KiB, is all
+ * touched once a keep-alive connection has served a request, so 10,000 parked waiters would
+ * cost 320 MiB. At 3 KiB a parked waiter costs under 4 KiB in all (tests/bench/handoff_bench)
+ * and a request may carry about 2.5 KiB of request line and headers; libmicrohttpd refuses a
+ * larger one with 431 (its own short HTML body, not our JSON: it answers before we see it). */
+#define GW_CONN_MEMORY (3 * 1024)
 
 typedef struct gw_config {
     char listen[256];            /* HOST:PORT or [V6]:PORT */
@@ -275,9 +282,12 @@ typedef struct gw_request {
     struct MHD_Connection *conn;
     const gw_route *route;        /* NULL when no route matched */
     char method[16];
-    char path[256];               /* for the log line: printable ASCII, truncated */
-    char param[LK_RESOURCE_MAX + 2]; /* raw {resource} text; longer ones are cut and invalid */
-    int param_too_long;
+    /* The raw request path and its {resource} part point into libmicrohttpd's connection
+     * memory, valid until the request completes (also while it is suspended). Print them
+     * through gw__printable(): they are client bytes. */
+    const char *url;
+    const char *param;            /* "" when the route has no {resource} */
+    int param_too_long;           /* longer than any valid name: invalid */
     int64_t start_us;
     char *body;                   /* malloc'd, NUL-terminated */
     size_t body_len;
@@ -302,6 +312,10 @@ lk_client *gw__client(gw_server *srv);
 
 /* Monotonic microseconds. */
 int64_t gw__now_us(void);
+
+/* Copies src into dst (len bytes) as printable ASCII for logs and messages: anything else,
+ * and '"' and '\\', becomes '?'; truncated to fit. */
+void gw__printable(char *dst, size_t len, const char *src);
 
 /* ---- Responses (respond.c) ------------------------------------------------------ */
 
@@ -360,6 +374,12 @@ enum MHD_Result gw__handle_metrics(gw_request *req);
 
 /* Validates req->param as a resource name; queues the 400 and returns -1 when it is not. */
 int gw__path_resource(gw_request *req, enum MHD_Result *result);
+
+/* Parses a Fencing-Token header value (resources.c): a positive decimal below 2^53, digits
+ * only, no leading zero, optionally surrounded by spaces and tabs (HTTP's optional whitespace
+ * around a field value, which MHD may or may not have trimmed already; both sides are
+ * treated alike). NULL is refused. Returns 0 with *token, or -1 leaving *token alone. */
+int gw__parse_token(const char *s, uint64_t *token);
 
 /* ---- Logging (log.c) ------------------------------------------------------------ */
 

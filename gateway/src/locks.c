@@ -63,9 +63,9 @@ typedef struct lock_args {
 /* A POST /lock in progress: its arguments, copied out of the body (which is freed, since a
  * parked waiter should cost little memory), and its waiter. Freed at request completion. */
 struct gw_lock_call {
-    char resource[LK_RESOURCE_MAX + 1];
-    char owner[LK_OWNER_MAX + 1];
-    char idem_key[LK_OWNER_MAX + 1];     /* "" for none */
+    const char *resource;                /* these three point into text[] */
+    const char *owner;
+    const char *idem_key;                /* "" for none */
     int64_t ttl_ms;
     int64_t wait_ms;
     int64_t deadline_ms;                 /* monotonic */
@@ -74,6 +74,7 @@ struct gw_lock_call {
     int acquired;                        /* answered 200 with a hold this call added */
     int counted;                         /* its outcome is counted in acquire_total */
     gw_waiter waiter;
+    char text[];                         /* resource, owner and key, each NUL-terminated */
 };
 
 static void note_redis(gw_server *srv, lk_status st)
@@ -432,15 +433,20 @@ enum MHD_Result gw__handle_lock(gw_request *req)
         json_decref(root);
         return result;
     }
-    struct gw_lock_call *call = calloc(1, sizeof *call);
+    /* Exactly as much as the names need: a parked waiter should cost little memory. */
+    const char *idem = a.idem_key != NULL ? a.idem_key : "";
+    size_t rlen = strlen(a.resource) + 1, olen = strlen(a.owner) + 1, ilen = strlen(idem) + 1;
+    struct gw_lock_call *call = calloc(1, sizeof *call + rlen + olen + ilen);
     if (call == NULL) {
         json_decref(root);
         return MHD_NO;
     }
-    /* Names were validated: they fit. */
-    snprintf(call->resource, sizeof call->resource, "%s", a.resource);
-    snprintf(call->owner, sizeof call->owner, "%s", a.owner);
-    snprintf(call->idem_key, sizeof call->idem_key, "%s", a.idem_key != NULL ? a.idem_key : "");
+    memcpy(call->text, a.resource, rlen);
+    memcpy(call->text + rlen, a.owner, olen);
+    memcpy(call->text + rlen + olen, idem, ilen);
+    call->resource = call->text;
+    call->owner = call->text + rlen;
+    call->idem_key = call->text + rlen + olen;
     call->ttl_ms = a.ttl_ms;
     call->wait_ms = a.wait_ms;
     call->fair = a.fair;

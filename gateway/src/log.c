@@ -49,19 +49,21 @@ void gw__log_request(const gw_request *req, int64_t micros, enum MHD_RequestTerm
 {
     char ts[40];
     char line[512];
+    char path[256];
     const char *end = termination(toe);
     int n = 0;
 
     timestamp(ts, sizeof ts);
+    gw__printable(path, sizeof path, req->url);
     if (req->srv->cfg->log_json) {
         n = snprintf(line, sizeof line,
                      "{\"ts\":\"%s\",\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,"
                      "\"duration_us\":%lld%s%s%s}\n",
-                     ts, req->method, req->path, req->status, (long long)micros,
+                     ts, req->method, path, req->status, (long long)micros,
                      end != NULL ? ",\"ended\":\"" : "", end != NULL ? end : "",
                      end != NULL ? "\"" : "");
     } else {
-        n = snprintf(line, sizeof line, "%s %s %s %d %lldus%s%s\n", ts, req->method, req->path,
+        n = snprintf(line, sizeof line, "%s %s %s %d %lldus%s%s\n", ts, req->method, path,
                      req->status, (long long)micros, end != NULL ? " ended=" : "",
                      end != NULL ? end : "");
     }

@@ -30,10 +30,7 @@ static void count_write(gw_server *srv, gw_write_outcome o)
     atomic_fetch_add(&srv->metrics.write[o], 1);
 }
 
-/* Parses a positive decimal below 2^53: digits only, no leading zero, optionally surrounded
- * by spaces and tabs (HTTP's optional whitespace around a field value, which MHD may or may
- * not have trimmed already; both sides are treated alike). Returns 0 or -1. */
-static int parse_token(const char *s, uint64_t *token)
+int gw__parse_token(const char *s, uint64_t *token)
 {
     uint64_t v = 0;
 
@@ -71,7 +68,7 @@ static int read_write_headers(gw_request *req, uint64_t *token, const char **cty
     const char *value = NULL;
     int n = gw__header_count(req->conn, "Fencing-Token", &value);
 
-    if (n != 1 || parse_token(value, token) != 0) {
+    if (n != 1 || gw__parse_token(value, token) != 0) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
                                  n == 0   ? "the Fencing-Token header is required"
                                  : n > 1  ? "the Fencing-Token header is repeated"

@@ -222,7 +222,7 @@ static int check_auth(gw_request *req, enum MHD_Result *result)
 
 /* ---- Per-request state and the access handler ------------------------------------- */
 
-static void copy_printable(char *dst, size_t len, const char *src)
+void gw__printable(char *dst, size_t len, const char *src)
 {
     size_t i = 0;
     for (; src[i] != '\0' && i + 1 < len; i++) {
@@ -242,8 +242,9 @@ static gw_request *request_new(gw_server *srv, struct MHD_Connection *conn, cons
     req->srv = srv;
     req->conn = conn;
     req->start_us = gw__now_us();
-    copy_printable(req->method, sizeof req->method, method);
-    copy_printable(req->path, sizeof req->path, url);
+    gw__printable(req->method, sizeof req->method, method);
+    req->url = url;
+    req->param = "";
     atomic_fetch_add(&srv->inflight, 1);
     return req;
 }
@@ -306,13 +307,13 @@ static int request_start(gw_request *req, const char *url, const char *method,
     }
     if (match == 404) {
         *result = gw__send_error(req, MHD_HTTP_NOT_FOUND, "not_found", NULL,
-                                 "no such endpoint: %s %s", req->method, req->path);
+                                 "no such endpoint: %s %s", req->method, req->url);
         return -1;
     }
     if (match == 405) {
         struct MHD_Response *resp =
             gw__error_response("method_not_allowed", json_pack("{s:s}", "allow", allow),
-                           "%s does not accept %s; allowed: %s", req->path, req->method, allow);
+                           "%s does not accept %s; allowed: %s", req->url, req->method, allow);
         if (resp == NULL) {
             *result = MHD_NO;
             return -1;
@@ -323,8 +324,7 @@ static int request_start(gw_request *req, const char *url, const char *method,
     }
     size_t plen = strlen(param);
     req->param_too_long = plen > LK_RESOURCE_MAX;
-    memcpy(req->param, param, req->param_too_long ? LK_RESOURCE_MAX + 1 : plen + 1);
-    req->param[req->param_too_long ? LK_RESOURCE_MAX + 1 : plen] = '\0';
+    req->param = param;
     req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
                                                           : GW_JSON_BODY_MAX;
 
@@ -438,6 +438,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->cfg->threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)srv->cfg->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)GW_CONN_TIMEOUT_S,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
         no_unescape, NULL, MHD_OPTION_END);
     if (srv->daemon == NULL) {

@@ -680,6 +680,25 @@ static void test_token_of_another_resource_is_refused(void **state)
     gwt_resp_free(&r);
 }
 
+/* Request headers share a small per-connection pool with the answer's (so a parked waiter
+ * costs little): about 2 KiB of headers are served, and far more is refused with 431. */
+static void test_header_limit(void **state)
+{
+    api_state *s = *state;
+    char header[4200];
+    const char *headers[] = {header, NULL};
+    gwt_resp r;
+
+    snprintf(header, sizeof header, "X-Padding: %0*d", 2000, 0);
+    gwt_http(&s->gw, "GET", "/locks/api.headers", headers, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    snprintf(header, sizeof header, "X-Padding: %0*d", 4000, 0);
+    gwt_http(&s->gw, "GET", "/locks/api.headers", headers, NULL, 0, 0, &r);
+    assert_int_equal(r.status, 431);
+    gwt_resp_free(&r);
+}
+
 static void test_payload_too_large(void **state)
 {
     api_state *s = *state;
@@ -1052,6 +1071,7 @@ int main(void)
         cmocka_unit_test(test_stale_token_is_refused),
         cmocka_unit_test(test_forged_token_moves_nothing),
         cmocka_unit_test(test_token_of_another_resource_is_refused),
+        cmocka_unit_test(test_header_limit),
         cmocka_unit_test(test_payload_too_large),
         cmocka_unit_test(test_too_large_writes_are_counted),
         cmocka_unit_test(test_waiter_is_woken_by_release),
