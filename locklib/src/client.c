@@ -275,7 +275,7 @@ int lk__idle_alive(redisContext *ctx)
     return 0;
 }
 
-static void drop_conn(lk_client *c)
+void lk__drop_conn(lk_client *c)
 {
     if (c->ctx != NULL) {
         redisFree(c->ctx);
@@ -286,8 +286,10 @@ static void drop_conn(lk_client *c)
 
 static lk_status ensure_conn(lk_client *c)
 {
-    if (c->ctx != NULL && !lk__idle_alive(c->ctx)) {
-        drop_conn(c);
+    /* hiredis refuses every command on a context whose err is set (a timed-out reply, say),
+     * so such a context is as dead as a closed socket. */
+    if (c->ctx != NULL && (c->ctx->err != 0 || !lk__idle_alive(c->ctx))) {
+        lk__drop_conn(c);
     }
     if (c->ctx == NULL) {
         c->ctx = lk__connect(c);
@@ -318,7 +320,7 @@ static lk_status io_failure(lk_client *c)
 {
     lk_status st = lk__fail(c, LK_EUNAVAILABLE, "Redis connection failed: %s",
                             c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
-    drop_conn(c);
+    lk__drop_conn(c);
     return st;
 }
 
@@ -425,9 +427,13 @@ void lk_options_init(lk_options *opts)
 
 static int options_valid(const lk_options *o)
 {
+    /* With replicas to wait for, WAIT must answer before the command timeout: WAIT 0 blocks
+     * forever, and a later answer would leave the connection unusable for the rollback. */
+    int replicas_ok = o->min_replicas == 0 ||
+                      (o->replica_timeout_ms > 0 && o->replica_timeout_ms < o->command_timeout_ms);
     return o->connect_timeout_ms > 0 && o->command_timeout_ms > 0 &&
            lk__valid_lease(o->watchdog_lease_ms) && o->idempotency_ttl_ms >= 1000 &&
-           o->min_replicas >= 0 && o->replica_timeout_ms >= 0;
+           o->min_replicas >= 0 && o->replica_timeout_ms >= 0 && replicas_ok;
 }
 
 lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opts)
@@ -477,7 +483,7 @@ void lk_client_close(lk_client *c)
         return;
     }
     lk__watchdog_stop(c);
-    drop_conn(c);
+    lk__drop_conn(c);
     if (c->sub != NULL) {
         redisFree(c->sub);
     }

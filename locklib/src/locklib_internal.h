@@ -61,6 +61,9 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
  * Returns NULL with c->err set on failure. */
 redisContext *lk__connect(lk_client *c);
 
+/* Frees the command connection (the next call reconnects) and forgets the loaded scripts. */
+void lk__drop_conn(lk_client *c);
+
 /* Runs an embedded script with EVALSHA (loading it first, and again on NOSCRIPT). argv holds
  * nkeys keys followed by the arguments. On OK, *out is an array reply the caller frees with
  * freeReplyObject(). Connection failures return EUNAVAILABLE and drop the connection so the

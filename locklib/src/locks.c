@@ -34,8 +34,32 @@ void lk__result_init(lk_result *res)
     res->queue_pos = -1;
 }
 
+/* Undoes one hold after too few replicas acknowledged it. Returns EREPLICAS when the hold
+ * is gone (released, or the lease already ran out), or EUNAVAILABLE when the rollback itself
+ * failed: the lock may then still be held until its lease runs out, and the message says
+ * that the outcome is unknown. */
+static lk_status roll_back(lk_client *c, const char *resource, const char *owner,
+                           long long acked)
+{
+    char why[sizeof c->err];
+    lk_result undo;
+    lk_status st = lk_release(c, resource, owner, NULL, &undo);
+
+    if (st == LK_RELEASED || st == LK_STILL_HELD || st == LK_NOT_OWNER) {
+        return lk__fail(c, LK_EREPLICAS,
+                        "only %lld of %d replicas acknowledged the acquisition; rolled back (%s)",
+                        acked, c->opts.min_replicas, lk_status_name(st));
+    }
+    snprintf(why, sizeof why, "%s", c->err);
+    return lk__fail(c, LK_EUNAVAILABLE,
+                    "only %lld of %d replicas acknowledged the acquisition and the rollback "
+                    "failed (%s: %s): whether the lock is still held is unknown",
+                    acked, c->opts.min_replicas, lk_status_name(st), why);
+}
+
 /* With min_replicas set: WAIT for the replicas. If too few acknowledge, the acquisition is
- * undone (one hold released) so a failover cannot promote a replica that never saw it. */
+ * undone (one hold released) so a failover cannot promote a replica that never saw it.
+ * Returns OK, EREPLICAS (rolled back) or EUNAVAILABLE (the rollback failed). */
 static lk_status check_replicas(lk_client *c, const char *resource, const char *owner)
 {
     char n[16];
@@ -52,16 +76,17 @@ static lk_status check_replicas(lk_client *c, const char *resource, const char *
     lk__sigpipe_block(&guard);
     redisReply *reply = redisCommandArgv(c->ctx, 3, argv, lens);
     lk__sigpipe_restore(&guard);
-    long long acked = (reply != NULL && reply->type == REDIS_REPLY_INTEGER) ? reply->integer : -1;
+    if (reply == NULL) {
+        /* A timeout or I/O error leaves the context in an error state in which hiredis
+         * refuses every command, the rollback's included: roll back on a new connection. */
+        lk__drop_conn(c);
+    }
+    long long acked = (reply != NULL && reply->type == REDIS_REPLY_INTEGER) ? reply->integer : 0;
     freeReplyObject(reply);
     if (acked >= c->opts.min_replicas) {
         return LK_OK;
     }
-    lk_result undo;
-    lk_status st = lk_release(c, resource, owner, NULL, &undo);
-    return lk__fail(c, LK_EREPLICAS,
-                    "only %lld of %d replicas acknowledged the acquisition; rolled back (%s)",
-                    acked < 0 ? 0 : acked, c->opts.min_replicas, lk_status_name(st));
+    return roll_back(c, resource, owner, acked);
 }
 
 lk_status lk__acquired(lk_client *c, const char *resource, const char *owner, int watchdog,

@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <hiredis/hiredis.h>
+
 #include "lk_test.h"
 
 static int group_setup(void **state)
@@ -211,6 +213,143 @@ static void test_replica_safety(void **state)
     th_redis_stop(&replica);
 }
 
+/* The replica options are checked when the handle is opened: WAIT 0 blocks forever, and a
+ * WAIT timeout at or past the command timeout turns every missing replica into a dropped
+ * connection. */
+static void test_replica_options_validated(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_client *c = NULL;
+
+    lk_options_init(&o);
+    o.min_replicas = 1;
+    o.replica_timeout_ms = 0;
+    assert_int_equal(lk_client_open(&c, f->redis.url, &o), LK_EINVAL);
+    assert_null(c);
+    o.replica_timeout_ms = -1;
+    assert_int_equal(lk_client_open(&c, f->redis.url, &o), LK_EINVAL);
+    o.replica_timeout_ms = o.command_timeout_ms;
+    assert_int_equal(lk_client_open(&c, f->redis.url, &o), LK_EINVAL);
+    assert_null(c);
+    o.replica_timeout_ms = o.command_timeout_ms - 1;
+    assert_int_equal(lk_client_open(&c, f->redis.url, &o), LK_OK);
+    lk_client_close(c);
+    /* Without min_replicas the WAIT timeout is unused and not held against a short command
+     * timeout. */
+    lk_options_init(&o);
+    o.command_timeout_ms = 300;
+    assert_int_equal(lk_client_open(&c, f->redis.url, &o), LK_OK);
+    lk_client_close(c);
+}
+
+typedef struct sleeper_arg {
+    int port;
+    const char *lock_key;
+    const char *sleep_s; /* DEBUG SLEEP argument, seconds */
+    int slept;
+} sleeper_arg;
+
+/* Waits for the lock key to appear, then blocks the whole server with DEBUG SLEEP. It runs
+ * while the acquiring client sits in WAIT (replica_timeout_ms), so the WAIT reply comes
+ * after the client's command timeout: the reply is NULL and the connection is unusable. */
+static void *sleeper(void *p)
+{
+    sleeper_arg *a = p;
+    struct timeval tv = {10, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", a->port, tv);
+    int64_t deadline = th_now_ms() + 5000;
+
+    if (ctx == NULL || ctx->err) {
+        redisFree(ctx);
+        return NULL;
+    }
+    redisSetTimeout(ctx, tv);
+    while (th_now_ms() < deadline) {
+        redisReply *r = redisCommand(ctx, "EXISTS %s", a->lock_key);
+        int exists = r != NULL && r->type == REDIS_REPLY_INTEGER && r->integer == 1;
+        freeReplyObject(r);
+        if (exists) {
+            freeReplyObject(redisCommand(ctx, "DEBUG SLEEP %s", a->sleep_s));
+            a->slept = 1;
+            break;
+        }
+    }
+    redisFree(ctx);
+    return NULL;
+}
+
+/* Acquires `resource` with min_replicas 1 on a Redis without replicas while the sleeper
+ * freezes the server for sleep_s seconds during the WAIT. */
+static lk_status acquire_with_frozen_wait(lk_fixture *f, lk_client *c, const char *resource,
+                                          const char *sleep_s)
+{
+    char lock_key[128];
+    sleeper_arg a = {f->redis.port, lock_key, sleep_s, 0};
+    pthread_t t;
+    lk_result r;
+
+    snprintf(lock_key, sizeof lock_key, "fg:{%s}:lock", resource);
+    pthread_create(&t, NULL, sleeper, &a);
+    lk_status st = lk_acquire(c, resource, "alice", 10000, 0, NULL, &r);
+    pthread_join(t, NULL);
+    assert_int_equal(a.slept, 1);
+    return st;
+}
+
+static lk_client *open_replicated(const th_redis *redis)
+{
+    lk_options o;
+    lk_options_init(&o);
+    o.min_replicas = 1;
+    o.replica_timeout_ms = 200;
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1000;
+    return lk_test_open(redis, &o);
+}
+
+/* WAIT answers later than the command timeout: the connection is dropped and a fresh one
+ * rolls the acquisition back, so EREPLICAS really means the lock is not held. */
+static void test_replica_wait_timeout_still_rolls_back(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_replicated(&f->redis);
+    lk_lock_info info;
+
+    /* Frozen 1.5 s: WAIT times out at 1 s, the rollback's reply comes within its own 1 s. */
+    assert_lk(c, acquire_with_frozen_wait(f, c, "replica-null", "1.5"), LK_EREPLICAS);
+    assert_non_null(strstr(lk_errstr(c), "rolled back"));
+    assert_lk(f->c, lk_lock_status(f->c, "replica-null", &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    lk_client_close(c);
+}
+
+/* When the rollback cannot reach Redis either, nobody knows whether the lock is held: the
+ * answer is EUNAVAILABLE and says so, never "rolled back". */
+static void test_replica_rollback_failure_is_unavailable(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_replicated(&f->redis);
+    lk_lock_info info;
+    lk_result r;
+
+    /* Frozen 3.5 s: WAIT times out at 1 s and the rollback at 2 s. */
+    assert_lk(c, acquire_with_frozen_wait(f, c, "replica-unknown", "3.5"), LK_EUNAVAILABLE);
+    assert_non_null(strstr(lk_errstr(c), "unknown"));
+    assert_null(strstr(lk_errstr(c), "rolled back"));
+    /* And indeed the lock was left behind (until its lease runs out). */
+    int64_t deadline = th_now_ms() + 10000;
+    lk_status st;
+    while ((st = lk_lock_status(f->c, "replica-unknown", &info)) != LK_OK &&
+           th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_lk(f->c, st, LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_lk(f->c, lk_release(f->c, "replica-unknown", "alice", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -220,6 +359,9 @@ int main(void)
         cmocka_unit_test(test_wait_woken_by_release),
         cmocka_unit_test(test_wait_woken_by_expiry_and_times_out),
         cmocka_unit_test(test_replica_safety),
+        cmocka_unit_test(test_replica_options_validated),
+        cmocka_unit_test(test_replica_wait_timeout_still_rolls_back),
+        cmocka_unit_test(test_replica_rollback_failure_is_unavailable),
     };
     return cmocka_run_group_tests_name("locklib_watchdog", tests, group_setup,
                                        lk_group_teardown);

@@ -90,7 +90,8 @@ typedef struct lk_options {
     int64_t watchdog_lease_ms;    /* lease of LK_LEASE_WATCHDOG locks, default 30000 */
     int64_t idempotency_ttl_ms;   /* how long a first answer is replayed, default 600000 */
     int min_replicas;             /* 0: off. >0: WAIT for this many replicas after acquire */
-    int replica_timeout_ms;       /* WAIT timeout, default 1000 */
+    int replica_timeout_ms;       /* WAIT timeout, default 1000; with min_replicas > 0 it
+                                   * must be > 0 and < command_timeout_ms (else EINVAL) */
     lk_lost_fn on_lost;           /* optional */
     void *on_lost_userdata;
 } lk_options;
@@ -136,7 +137,9 @@ typedef struct lk_result {
  * lk_release() takes the hold count to zero, the handle is closed, or the lock is found gone.
  * The token is always > floor. idem_key (NULL for none) makes a retry replay the first
  * ACQUIRED answer without adding a hold or minting a token.
- * Returns ACQUIRED (token, holds, ttl_ms) or HELD (ttl_ms), or an error. */
+ * Returns ACQUIRED (token, holds, ttl_ms) or HELD (ttl_ms), or an error. With min_replicas,
+ * too few acknowledgements give EREPLICAS once the hold is undone, or EUNAVAILABLE when the
+ * undo failed too: the lock may then still be held until its lease runs out. */
 LK_EXTERN lk_status lk_acquire(lk_client *c, const char *resource, const char *owner,
                                int64_t lease_ms, int64_t floor, const char *idem_key,
                                lk_result *res);
