@@ -109,8 +109,17 @@ void lk__read_acquired(const redisReply *reply, lk_result *res);
 lk_status lk__acquired(lk_client *c, const char *resource, const char *owner, int watchdog,
                        const lk_result *res);
 
+/* Reports one reply pushed to a subscriber connection (sub.c): ["message", channel, payload]
+ * calls fn with LK_SUB_RELEASED and ["subscribe", channel, n] with LK_SUB_SUBSCRIBED, for a
+ * channel "fg:{<valid resource>}:released". Anything else ("unsubscribe" confirmations,
+ * other channels, malformed replies) is not an event and calls nothing. */
+void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata);
+
 /* Watchdog (watchdog.c). */
 lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner);
+/* Marks (1) or unmarks (0) a watch as being released: lk_release() sets it before its script
+ * runs, so a renewal's NOT_OWNER in between is not reported as a loss. */
+void lk__watch_releasing(lk_client *c, const char *resource, const char *owner, int releasing);
 void lk__watch_remove(lk_client *c, const char *resource, const char *owner);
 void lk__watchdog_stop(lk_client *c);
 

@@ -199,8 +199,11 @@ lk_status lk_release(lk_client *c, const char *resource, const char *owner,
     lk__idem_args(c, resource, idem_key, idem, idem_ttl);
 
     const char *argv[] = {lock, idem, owner, idem_ttl, channel};
+    /* A renewal answered NOT_OWNER from here on is this release, not a loss (watchdog.c). */
+    lk__watch_releasing(c, resource, owner, 1);
     st = lk__eval(c, LK__RELEASE, 2, 5, argv, &reply);
     if (st != LK_OK) {
+        lk__watch_releasing(c, resource, owner, 0);
         return st;
     }
     long long code = lk__int_at(reply, 0);
@@ -212,10 +215,13 @@ lk_status lk_release(lk_client *c, const char *resource, const char *owner,
         lk__watch_remove(c, resource, owner);
         return LK_RELEASED;
     case 2:
+        lk__watch_releasing(c, resource, owner, 0);
         return LK_STILL_HELD;
     case 0:
+        lk__watch_releasing(c, resource, owner, 0);
         return LK_NOT_OWNER;
     default:
+        lk__watch_releasing(c, resource, owner, 0);
         return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
     }
 }

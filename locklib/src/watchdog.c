@@ -10,6 +10,11 @@
  *     lock is reported lost through on_lost and lk_watch_lost().
  * If the process dies, the thread dies with it, so nothing ever renews the lock of a dead
  * holder: its lease runs out within one watchdog lease.
+ *
+ * A release races with the renewals: a renewal that Redis runs just after the release
+ * script answers NOT_OWNER before lk_release() has removed the watch. So lk_release() marks
+ * the watch `releasing` before it runs its script; no renewal starts while it is set, and a
+ * NOT_OWNER that comes back while it is set (or after the removal) is not a loss.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +27,7 @@ typedef struct watch {
     int64_t due_ms;        /* next renewal */
     int64_t renewed_ms;    /* last successful renewal (or the acquisition) */
     int lost;
+    int releasing;         /* lk_release() is running its script: not renewed, never lost */
     int removed;           /* freed by the thread at the top of its loop */
     struct watch *next;
 } watch;
@@ -83,7 +89,7 @@ static void renew_one(lk__watchdog *wd, watch *w, int64_t now)
     lk_status st = lk_renew(wd->conn, resource, owner, wd->lease_ms, NULL, &res);
     pthread_mutex_lock(&wd->mu);
     now = lk__now_ms();
-    if (w->removed) {
+    if (w->removed || w->releasing) {
         return; /* Released meanwhile: a NOT_OWNER now is the release, not a loss. */
     }
     if (st == LK_RENEWED) {
@@ -116,7 +122,7 @@ static void *run(void *arg)
         watch *due = NULL;
         int64_t next = INT64_MAX;
         for (watch *w = wd->list; w != NULL; w = w->next) {
-            if (w->lost) {
+            if (w->lost || w->releasing) {
                 continue;
             }
             if (w->due_ms <= now) {
@@ -207,6 +213,22 @@ lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner)
     pthread_cond_signal(&wd->cv);
     pthread_mutex_unlock(&wd->mu);
     return LK_OK;
+}
+
+void lk__watch_releasing(lk_client *c, const char *resource, const char *owner, int releasing)
+{
+    lk__watchdog *wd = c->wd;
+    if (wd == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wd->mu);
+    watch *w = find(wd, resource, owner);
+    if (w != NULL) {
+        w->releasing = releasing;
+    }
+    /* Cleared: the thread may have skipped this watch and must look at it again. */
+    pthread_cond_signal(&wd->cv);
+    pthread_mutex_unlock(&wd->mu);
 }
 
 void lk__watch_remove(lk_client *c, const char *resource, const char *owner)

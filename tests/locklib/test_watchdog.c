@@ -97,6 +97,52 @@ static void test_watchdog_reports_lost_lock(void **state)
     lk_client_close(c);
 }
 
+static void count_lost(const char *resource, const char *owner, void *ud)
+{
+    (void)resource;
+    (void)owner;
+    __atomic_add_fetch((int *)ud, 1, __ATOMIC_SEQ_CST);
+}
+
+/* A renewal that Redis runs just after the release script answers NOT_OWNER. That is the
+ * release, not a loss: no callback, however the two threads interleave. */
+static void test_clean_release_never_reports_loss(void **state)
+{
+    lk_fixture *f = *state;
+    int lost_calls = 0;
+    lk_result r;
+    char out[64];
+
+    /* Lined up: CLIENT PAUSE holds back the release and the renewal due 100 ms after the
+     * acquisition, and lets them run back to back, the release first (it came first), with
+     * both replies sent at once. */
+    lk_client *c = open_with_lease(&f->redis, 300, count_lost, &lost_calls);
+    for (int i = 0; i < 15; i++) {
+        assert_lk(c, lk_acquire(c, "wd-cycle", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+                  LK_ACQUIRED);
+        th_redis_cmd(&f->redis, out, sizeof out, "CLIENT PAUSE 180 ALL");
+        assert_string_equal(out, "OK");
+        assert_lk(c, lk_release(c, "wd-cycle", "alice", NULL, &r), LK_RELEASED);
+    }
+    lk_client_close(c); /* joins the watchdog: every renewal in flight has been answered */
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+
+    /* Unaligned: many quick cycles with the shortest lease, holding each lock for about
+     * the renewal interval so that renewals keep meeting releases. */
+    c = open_with_lease(&f->redis, LK_LEASE_MIN_MS, count_lost, &lost_calls);
+    for (int i = 0; i < 300; i++) {
+        assert_lk(c, lk_acquire(c, "wd-cycle", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+                  LK_ACQUIRED);
+        int64_t until = th_now_ms() + 30 + i % 7;
+        while (th_now_ms() < until) {
+            th_nap_ms(1);
+        }
+        assert_lk(c, lk_release(c, "wd-cycle", "alice", NULL, &r), LK_RELEASED);
+    }
+    lk_client_close(c);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+}
+
 static void test_closed_handle_stops_renewing(void **state)
 {
     lk_fixture *f = *state;
@@ -355,6 +401,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watchdog_keeps_short_lease_alive),
         cmocka_unit_test(test_watchdog_reports_lost_lock),
+        cmocka_unit_test(test_clean_release_never_reports_loss),
         cmocka_unit_test(test_closed_handle_stops_renewing),
         cmocka_unit_test(test_wait_woken_by_release),
         cmocka_unit_test(test_wait_woken_by_expiry_and_times_out),
