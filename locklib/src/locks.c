@@ -218,7 +218,8 @@ lk_status lk_release(lk_client *c, const char *resource, const char *owner,
         lk__watch_releasing(c, resource, owner, 0);
         return LK_STILL_HELD;
     case 0:
-        lk__watch_releasing(c, resource, owner, 0);
+        /* Not held (expired, deleted, or reported lost): nothing is left to renew. */
+        lk__watch_remove(c, resource, owner);
         return LK_NOT_OWNER;
     default:
         lk__watch_releasing(c, resource, owner, 0);

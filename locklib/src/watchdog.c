@@ -4,7 +4,7 @@
  * One thread per handle, started by the first watchdog acquisition, with its own lk_client
  * (hiredis contexts are not thread-safe). Every watched lock is renewed every lease/3.
  * A watch ends when:
- *   - the holder releases the lock to zero (lk_release removes it);
+ *   - the holder releases the lock to zero, or finds it not held (lk_release removes it);
  *   - the handle is closed (the thread stops; the lease then simply runs out);
  *   - a renewal answers NOT_OWNER, or Redis could not be reached for a whole lease: the
  *     lock is reported lost through on_lost and lk_watch_lost().

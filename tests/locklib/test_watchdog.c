@@ -97,6 +97,29 @@ static void test_watchdog_reports_lost_lock(void **state)
     lk_client_close(c);
 }
 
+/* Releasing a lock the watchdog found lost answers NOT_OWNER and ends the watch: the flag
+ * does not stay up until the handle is closed. */
+static void test_release_of_lost_lock_ends_watch(void **state)
+{
+    lk_fixture *f = *state;
+    int lost_calls = 0;
+    lk_client *c = open_with_lease(&f->redis, 300, on_lost, &lost_calls);
+    lk_result r;
+
+    assert_lk(c, lk_acquire(c, "wd-lost", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+              LK_ACQUIRED);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "DEL fg:{wd-lost}:lock"), 1);
+    int64_t deadline = th_now_ms() + 5000;
+    while (!lk_watch_lost(c, "wd-lost", "alice") && th_now_ms() < deadline) {
+        th_nap_ms(10);
+    }
+    assert_int_equal(lk_watch_lost(c, "wd-lost", "alice"), 1);
+    assert_lk(c, lk_release(c, "wd-lost", "alice", NULL, &r), LK_NOT_OWNER);
+    assert_int_equal(lk_watch_lost(c, "wd-lost", "alice"), 0);
+    lk_client_close(c);
+    assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 1);
+}
+
 static void count_lost(const char *resource, const char *owner, void *ud)
 {
     (void)resource;
@@ -401,6 +424,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watchdog_keeps_short_lease_alive),
         cmocka_unit_test(test_watchdog_reports_lost_lock),
+        cmocka_unit_test(test_release_of_lost_lock_ends_watch),
         cmocka_unit_test(test_clean_release_never_reports_loss),
         cmocka_unit_test(test_closed_handle_stops_renewing),
         cmocka_unit_test(test_wait_woken_by_release),
