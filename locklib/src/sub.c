@@ -140,9 +140,7 @@ static const char *channel_resource(const redisReply *ch, char *buf)
     return lk_valid_resource(buf) ? buf : NULL;
 }
 
-/* Reports one pushed reply: ["message", channel, payload] or ["subscribe", channel, n].
- * Anything else ("unsubscribe" confirmations) is not an event. */
-static void report(const redisReply *r, lk_sub_fn fn, void *userdata)
+void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
 {
     char resource[LK_RESOURCE_MAX + 1];
 
@@ -177,7 +175,7 @@ lk_status lk_sub_dispatch(lk_sub *s, lk_sub_fn fn, void *userdata)
         if (reply == NULL) {
             return LK_OK;
         }
-        report(reply, fn, userdata);
+        lk__sub_report(reply, fn, userdata);
         freeReplyObject(reply);
         reply = NULL;
     }
