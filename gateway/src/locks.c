@@ -49,16 +49,7 @@
 
 #include "gw_internal.h"
 
-typedef struct lock_args {
-    const char *resource;
-    const char *owner;
-    const char *idem_key;
-    int64_t ttl_ms;
-    int64_t wait_ms;
-    int fair;
-    char owner_buf[LK_OWNER_MAX + 1];
-    int owner_generated;
-} lock_args;
+typedef gw_lock_args lock_args; /* see gw_internal.h */
 
 /* A POST /lock in progress: its arguments, copied out of the body (which is freed, since a
  * parked waiter should cost little memory), and its waiter. Freed at request completion. */
@@ -132,8 +123,7 @@ static int field_bool(gw_request *req, json_t *root, const char *field, int *out
     return 0;
 }
 
-/* Reads and checks the /lock body. Returns 0, or -1 after queuing the 400. */
-static int read_lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *result)
+int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *result)
 {
     memset(a, 0, sizeof *a);
     if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
@@ -428,7 +418,7 @@ enum MHD_Result gw__handle_lock(gw_request *req)
     if (req->lock != NULL) {
         return lock_resumed(req, req->lock);
     }
-    if (gw__parse_object(req, &root, &result) != 0 || read_lock_args(req, root, &a, &result) != 0) {
+    if (gw__parse_object(req, &root, &result) != 0 || gw__lock_args(req, root, &a, &result) != 0) {
         count_acquire(req, GW_ACQ_invalid);
         json_decref(root);
         return result;
@@ -489,6 +479,20 @@ void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     req->lock = NULL;
 }
 
+int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
+                   enum MHD_Result *result)
+{
+    memset(a, 0, sizeof *a);
+    if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+        gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
+        (renew && gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS,
+                                LK_LEASE_MAX_MS, &a->ttl_ms, result) != 0) ||
+        gw__idempotency_key(req, &a->idem_key, result) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
 /* Reads {"resource", "owner"} (both required), ttl_ms when renewing, and the
  * Idempotency-Key, then runs lk_renew (renew) or lk_release on this thread's client.
  * Returns 0 with *st and *res, or -1 after queuing the 400. *root is the caller's to free. */
@@ -498,11 +502,7 @@ static int owner_call(gw_request *req, json_t **root, lock_args *a, int renew, l
     memset(a, 0, sizeof *a);
     memset(res, 0, sizeof *res);
     if (gw__parse_object(req, root, result) != 0 ||
-        gw__field_name(req, *root, "resource", 1, &a->resource, result) != 0 ||
-        gw__field_name(req, *root, "owner", 1, &a->owner, result) != 0 ||
-        (renew && gw__field_int(req, *root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS,
-                                LK_LEASE_MAX_MS, &a->ttl_ms, result) != 0) ||
-        gw__idempotency_key(req, &a->idem_key, result) != 0) {
+        gw__owner_args(req, *root, renew, a, result) != 0) {
         return -1;
     }
     *c = gw__client(req->srv);
