@@ -325,7 +325,9 @@ static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_l
         if (cover_token(req, c, call, res, &result) != 0) {
             return result;
         }
-        if (!res->replayed && !gw__conn_alive(req->conn)) {
+        /* Only a request that waited can have been left by its client meanwhile without
+         * MHD noticing (a suspended connection is not watched by MHD). */
+        if (!res->replayed && call->waiter.parked_before && !gw__conn_alive(req->conn)) {
             /* The client hung up while the lock was taken: nobody will use this hold. */
             lk_result ignored;
             lk_release(c, call->resource, call->owner, NULL, &ignored); /* else: lease expires */
