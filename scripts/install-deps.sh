@@ -3,7 +3,8 @@
 # that is already there. Idempotent: a second run makes no change and needs no network.
 # Used by the README's two commands, .ci/run and docker/Dockerfile.
 # Extra Debian package names may be given as arguments. With --fuzz first, it also installs
-# what scripts/fuzz.sh needs (clang-14 and libFuzzer); the default install is unchanged.
+# what scripts/fuzz.sh needs (clang-14 and libFuzzer); with --bench (after --fuzz, if both),
+# what tests/bench/run-compare.sh needs (etcd). The default install is unchanged.
 # FENCEGATE_SKIP_NODE_TOOLS=1 skips the npm-installed checkers (the Docker build needs none).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -30,9 +31,16 @@ if [ "${1:-}" = "--fuzz" ]; then
     shift
     fuzz_pkgs=(clang-14 libfuzzer-14-dev)
 fi
+# Only with --bench: etcd, the peer that tests/bench/run-compare.sh measures fencegate against.
+bench_pkgs=()
+if [ "${1:-}" = "--bench" ]; then
+    shift
+    bench_pkgs=(etcd-server)
+fi
 
 missing=()
-for p in "${build_pkgs[@]}" "${tool_pkgs[@]}" ${fuzz_pkgs[@]+"${fuzz_pkgs[@]}"} "$@"; do
+for p in "${build_pkgs[@]}" "${tool_pkgs[@]}" ${fuzz_pkgs[@]+"${fuzz_pkgs[@]}"} \
+    ${bench_pkgs[@]+"${bench_pkgs[@]}"} "$@"; do
     if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
         missing+=("$p")
     fi

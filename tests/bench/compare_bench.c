@@ -1,0 +1,523 @@
+/*
+ * compare_bench: issue 6's side-by-side figures. fencegate, locklib's scripts straight to
+ * the same Redis, and etcd's lock API, driven by one load generator (loadgen.h: one thread,
+ * epoll, one request in flight per keep-alive connection) in one run, so every ratio it
+ * prints compares figures measured minutes apart at most. A program that prints figures,
+ * not a test: nothing here passes or fails the build.
+ *
+ * It starts, on free loopback ports in a private temp dir, and stops by PID at the end:
+ *   1. a trivial libmicrohttpd server (null_server), to measure the load generator's ceiling;
+ *   2. etcd from Debian's etcd-server package;
+ *   3. per pass, a redis-server with AOF (appendfsync always, then everysec) and the
+ *      gateway (default flags but --listen, --redis, --data and --max-connections 2048).
+ * Per pass, at 1, 16, 64 and 256 connections, side by side: raw script pairs, fencegate
+ * /lock + /unlock pairs and etcd lock + unlock pairs; then contended pairs (16 and 64
+ * clients on one name) on fencegate and etcd; then token-checked PUTs at 1, 16 and 64
+ * writers. The gateway's CPU time is read around its 64-connection phase and its VmHWM
+ * after the 256-connection one. Every measurement lasts warm-up + measure time, and every
+ * start-up wait has a deadline.
+ *
+ * Usage: compare_bench [--seconds N] [--warmup-ms N] [--perf-dir DIR] [--fencegate PATH]
+ *   --perf-dir DIR  also runs `perf record -g -p <gateway>` through each pass's 64-connection
+ *                   uncontended phase, into DIR/perf-gateway-64-<aof>.data (perturbs it).
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compare_procs.h"
+#include "compare_work.h"
+#include "harness.h"
+#include "loadgen.h"
+
+#ifndef FENCEGATE_BIN
+#define FENCEGATE_BIN "fencegate"
+#endif
+#ifndef NULL_SERVER_BIN
+#define NULL_SERVER_BIN "bench_null_server"
+#endif
+#ifndef LOCKLIB_LUA_DIR
+#define LOCKLIB_LUA_DIR "locklib/lua"
+#endif
+
+#define MAX_ROWS 64
+#define START_TIMEOUT_MS 20000
+#define STOP_TIMEOUT_MS 15000
+
+typedef enum kind { K_NULL, K_RAW, K_GW, K_ETCD, K_GWC, K_ETCDC, K_PUT } kind;
+
+typedef struct row {
+    const char *aof; /* the pass: "always", "everysec"; "-" for the trivial server */
+    kind k;
+    int conns;
+    int ok;
+    lg_result r;
+} row;
+
+typedef struct pass_stats {
+    const char *aof;
+    int cpu_ok;
+    double user_s, sys_s; /* gateway CPU through the 64-connection uncontended window */
+    uint64_t cpu_pairs;
+    long hwm_kb; /* gateway VmHWM right after the 256-connection uncontended phase */
+} pass_stats;
+
+typedef struct bench {
+    int measure_ms, warm_ms;
+    const char *fencegate, *perf_dir;
+    char dir[256];
+    cp_proc null_srv, etcd, gw, perf;
+    th_redis redis;
+    char sha_acquire[41], sha_release[41];
+    row rows[MAX_ROWS];
+    int nrows;
+    pass_stats passes[2];
+    int npasses;
+    int seq;
+    int etcd_starts;
+    double u0, s0; /* CPU at the start of the measured window */
+    pass_stats *cur;
+} bench;
+
+static bench g_bench;
+
+static void cleanup(void)
+{
+    cp_stop_all();
+    if (g_bench.redis.pid > 0) {
+        th_redis_stop(&g_bench.redis);
+    }
+    if (g_bench.dir[0] != '\0') {
+        th_rmtree(g_bench.dir);
+        g_bench.dir[0] = '\0';
+    }
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    /* Only async-signal-safe calls: kill what we started, leave the temp dir. */
+    cp_proc *procs[] = {&g_bench.gw, &g_bench.etcd, &g_bench.null_srv, &g_bench.perf};
+    for (size_t i = 0; i < sizeof procs / sizeof *procs; i++) {
+        if (procs[i]->pid > 0) {
+            kill(procs[i]->pid, SIGKILL);
+        }
+    }
+    if (g_bench.redis.pid > 0) {
+        kill(g_bench.redis.pid, SIGKILL);
+    }
+    _exit(130);
+}
+
+static const char *kind_label(kind k)
+{
+    switch (k) {
+    case K_NULL: return "trivial MHD server, GET";
+    case K_RAW: return "raw Redis acquire+release";
+    case K_GW: return "fencegate /lock+/unlock";
+    case K_ETCD: return "etcd lock+unlock";
+    case K_GWC: return "fencegate contended";
+    case K_ETCDC: return "etcd contended";
+    case K_PUT: return "fencegate PUT, token-checked";
+    }
+    return "?";
+}
+
+/* ---- Running one row ------------------------------------------------------------------ */
+
+static void cpu_window(void *arg, int begin)
+{
+    bench *b = arg;
+    double u = 0, s = 0;
+    char file[512], pid[16], log[300];
+
+    if (begin && b->perf_dir != NULL) {
+        snprintf(file, sizeof file, "%s/perf-gateway-64-%s.data", b->perf_dir, b->cur->aof);
+        snprintf(pid, sizeof pid, "%d", (int)b->gw.pid);
+        snprintf(log, sizeof log, "%s/perf.log", b->dir);
+        char *argv[] = {"perf", "record", "-g", "-o", file, "-p", pid, NULL};
+        cp_spawn(&b->perf, "perf", argv, log);
+    }
+    if (cp_cpu_seconds(b->gw.pid, &u, &s) != 0) {
+        b->cur->cpu_ok = 0;
+        return;
+    }
+    if (begin) {
+        b->u0 = u;
+        b->s0 = s;
+        return;
+    }
+    b->cur->cpu_ok = 1;
+    b->cur->user_s = u - b->u0;
+    b->cur->sys_s = s - b->s0;
+    if (b->perf.pid > 0) {
+        cp_stop(&b->perf, SIGINT, 60000);
+    }
+}
+
+static void workload_for(kind k, lg_workload *w, cw_ctx *ctx)
+{
+    switch (k) {
+    case K_NULL: cw_null(w, ctx); break;
+    case K_RAW: cw_raw_pairs(w, ctx); break;
+    case K_GW:
+    case K_GWC: cw_gateway_pairs(w, ctx); break;
+    case K_ETCD:
+    case K_ETCDC: cw_etcd_pairs(w, ctx); break;
+    case K_PUT: cw_gateway_writes(w, ctx); break;
+    }
+}
+
+/* Measures one row and records it. window (may be NULL) is called around the measurement. */
+static row *run_row(bench *b, const char *aof, kind k, int conns, lg_window_fn window)
+{
+    cw_ctx ctx = {.contended = k == K_GWC || k == K_ETCDC};
+    lg_workload w;
+    char err[512];
+    int port = k == K_NULL ? b->null_srv.port
+               : k == K_RAW ? b->redis.port
+               : (k == K_ETCD || k == K_ETCDC) ? b->etcd.port
+                                               : b->gw.port;
+    row *r = &b->rows[b->nrows++];
+
+    snprintf(ctx.tag, sizeof ctx.tag, "%d-%d", (int)getpid(), ++b->seq);
+    memcpy(ctx.sha_acquire, b->sha_acquire, sizeof ctx.sha_acquire);
+    memcpy(ctx.sha_release, b->sha_release, sizeof ctx.sha_release);
+    workload_for(k, &w, &ctx);
+    *r = (row){.aof = aof, .k = k, .conns = conns};
+    if (lg_run(&w, port, conns, b->warm_ms, b->measure_ms, window, b, &r->r, err, sizeof err) !=
+        0) {
+        fprintf(stderr, "compare_bench: %s: %s\n", kind_label(k), err);
+    } else {
+        r->ok = 1;
+    }
+    fprintf(stderr, "  %-8s %-29s %3d conns: %9.0f/s  p50 %7.2f ms  p99 %7.2f ms  errors %llu\n",
+            aof, kind_label(k), conns, r->r.rate, r->r.unit_p50_ms, r->r.unit_p99_ms,
+            (unsigned long long)r->r.failures);
+    return r;
+}
+
+/* ---- Processes ------------------------------------------------------------------------ */
+
+static int start_null_server(bench *b)
+{
+    char port[16], log[300];
+    b->null_srv.port = th_free_port();
+    snprintf(port, sizeof port, "%d", b->null_srv.port);
+    snprintf(log, sizeof log, "%s/null_server.log", b->dir);
+    char *argv[] = {NULL_SERVER_BIN, port, NULL};
+    if (cp_spawn(&b->null_srv, "null_server", argv, log) != 0) {
+        return -1;
+    }
+    return cp_wait_http(&b->null_srv, "/", START_TIMEOUT_MS);
+}
+
+static int start_etcd(bench *b)
+{
+    char data[300], client[64], peer[64], log[300];
+    b->etcd.port = th_free_port();
+    snprintf(data, sizeof data, "%s/etcd-%d", b->dir, ++b->etcd_starts);
+    snprintf(client, sizeof client, "http://127.0.0.1:%d", b->etcd.port);
+    snprintf(peer, sizeof peer, "http://127.0.0.1:%d", th_free_port());
+    snprintf(log, sizeof log, "%s/etcd-%d.log", b->dir, b->etcd_starts);
+    char *argv[] = {"etcd", "--data-dir", data, "--listen-client-urls", client,
+                    "--advertise-client-urls", client, "--listen-peer-urls", peer, NULL};
+    if (cp_spawn(&b->etcd, "etcd", argv, log) != 0) {
+        return -1;
+    }
+    if (cp_wait_http(&b->etcd, "/health", START_TIMEOUT_MS) != 0) {
+        fprintf(stderr, "compare_bench: is Debian's etcd-server installed? "
+                        "(bash scripts/install-deps.sh --bench); log: %s\n", log);
+        return -1;
+    }
+    return 0;
+}
+
+/* Measures a contended etcd row, then replaces etcd with a fresh one. Closing the
+ * connections of ~60 clients still waiting in /v3/lock/lock deadlocks etcd 3.4's lock
+ * service for every later lock that has to wait (etcd-io/etcd#13336): without a fresh etcd,
+ * the next contended row would measure 0 pairs/s. */
+static int etcd_contended_row(bench *b, const char *aof, int conns)
+{
+    run_row(b, aof, K_ETCDC, conns, NULL);
+    cp_stop(&b->etcd, SIGTERM, STOP_TIMEOUT_MS);
+    return start_etcd(b);
+}
+
+/* The gateway's request log goes to /dev/null: a log file on the disk that Redis's AOF and
+ * LMDB fsync would put the log's writeback into every fsync, which is not the gateway. */
+static int start_gateway(bench *b, const char *aof)
+{
+    char listen[64], data[300];
+    const char *log = getenv("FENCEGATE_BENCH_GATEWAY_LOG");
+    b->gw.port = th_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", b->gw.port);
+    snprintf(data, sizeof data, "%s/gateway-%s", b->dir, aof);
+    char *argv[] = {(char *)b->fencegate, "--listen", listen, "--redis", b->redis.url,
+                    "--data", data, "--max-connections", "2048", NULL};
+    if (cp_spawn(&b->gw, "fencegate", argv, log != NULL ? log : "/dev/null") != 0) {
+        return -1;
+    }
+    if (cp_wait_http(&b->gw, "/readyz", START_TIMEOUT_MS) != 0) {
+        fprintf(stderr, "compare_bench: set FENCEGATE_BENCH_GATEWAY_LOG=FILE to keep the "
+                        "gateway's messages\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* SCRIPT LOADs locklib/lua/NAME.lua into b->redis; the SHA1 goes to sha (41 bytes). */
+static int load_script(bench *b, const char *name, char *sha)
+{
+    char path[512], out[128];
+    static char text[65536];
+    snprintf(path, sizeof path, "%s/%s.lua", LOCKLIB_LUA_DIR, name);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        fprintf(stderr, "compare_bench: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    size_t len = fread(text, 1, sizeof text, f);
+    fclose(f);
+    th_redis_cmd(&b->redis, out, sizeof out, "SCRIPT LOAD %b", text, len);
+    if (strlen(out) != 40) {
+        fprintf(stderr, "compare_bench: SCRIPT LOAD %s: %s\n", path, out);
+        return -1;
+    }
+    memcpy(sha, out, 41);
+    return 0;
+}
+
+static int start_redis(bench *b, const char *aof)
+{
+    char out[128];
+    th_redis_start(&b->redis, 1, NULL); /* AOF on, appendfsync always; exits on failure */
+    if (strcmp(aof, "always") != 0) {
+        th_redis_cmd(&b->redis, out, sizeof out, "CONFIG SET appendfsync %s", aof);
+        if (strcmp(out, "OK") != 0) {
+            fprintf(stderr, "compare_bench: CONFIG SET appendfsync %s: %s\n", aof, out);
+            return -1;
+        }
+    }
+    if (load_script(b, "acquire", b->sha_acquire) != 0 ||
+        load_script(b, "release", b->sha_release) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- Passes --------------------------------------------------------------------------- */
+
+static int run_pass(bench *b, const char *aof)
+{
+    static const int conns[] = {1, 16, 64, 256};
+    pass_stats *ps = &b->passes[b->npasses++];
+
+    *ps = (pass_stats){.aof = aof, .hwm_kb = -1};
+    b->cur = ps;
+    fprintf(stderr, "compare_bench: pass with appendfsync %s\n", aof);
+    if (start_redis(b, aof) != 0 || start_gateway(b, aof) != 0) {
+        return -1;
+    }
+    /* Interleaved per concurrency, so the ratios compare figures seconds apart. */
+    for (size_t i = 0; i < sizeof conns / sizeof *conns; i++) {
+        run_row(b, aof, K_RAW, conns[i], NULL);
+        row *gw = run_row(b, aof, K_GW, conns[i], conns[i] == 64 ? cpu_window : NULL);
+        if (conns[i] == 64) {
+            ps->cpu_pairs = gw->r.units;
+        }
+        if (conns[i] == 256) {
+            ps->hwm_kb = cp_status_kb(b->gw.pid, "VmHWM");
+        }
+        run_row(b, aof, K_ETCD, conns[i], NULL);
+    }
+    run_row(b, aof, K_GWC, 16, NULL);
+    if (etcd_contended_row(b, aof, 16) != 0) {
+        return -1;
+    }
+    run_row(b, aof, K_GWC, 64, NULL);
+    if (etcd_contended_row(b, aof, 64) != 0) {
+        return -1;
+    }
+    for (int writers = 1; writers <= 64; writers *= writers == 1 ? 16 : 4) {
+        run_row(b, aof, K_PUT, writers, NULL);
+    }
+    int st = cp_stop(&b->gw, SIGTERM, STOP_TIMEOUT_MS);
+    if (st != 0) {
+        fprintf(stderr, "compare_bench: the gateway did not exit 0 on SIGTERM (%d)\n", st);
+    }
+    th_redis_stop(&b->redis);
+    return 0;
+}
+
+/* ---- Reporting ------------------------------------------------------------------------ */
+
+static const row *find(const bench *b, const char *aof, kind k, int conns)
+{
+    for (int i = 0; i < b->nrows; i++) {
+        const row *r = &b->rows[i];
+        if (r->ok && r->k == k && r->conns == conns && strcmp(r->aof, aof) == 0) {
+            return r;
+        }
+    }
+    return NULL;
+}
+
+static void ratio(char *buf, size_t len, const row *num, const row *den)
+{
+    if (num == NULL || den == NULL || den->r.rate <= 0) {
+        snprintf(buf, len, "-");
+    } else {
+        snprintf(buf, len, "%.2fx", num->r.rate / den->r.rate);
+    }
+}
+
+static void print_row(const bench *b, const row *r)
+{
+    char lock50[16] = "-", lock99[16] = "-", xraw[16] = "-", xetcd[16] = "-";
+    const char *unit = r->k == K_NULL ? "req/s" : r->k == K_PUT ? "writes/s" : "pairs/s";
+
+    if (r->r.op_samples > 0) {
+        snprintf(lock50, sizeof lock50, "%.2f", r->r.op_p50_ms);
+        snprintf(lock99, sizeof lock99, "%.2f", r->r.op_p99_ms);
+    }
+    if (r->k == K_GW) {
+        ratio(xraw, sizeof xraw, r, find(b, r->aof, K_RAW, r->conns));
+        ratio(xetcd, sizeof xetcd, r, find(b, r->aof, K_ETCD, r->conns));
+    } else if (r->k == K_GWC) {
+        ratio(xetcd, sizeof xetcd, r, find(b, r->aof, K_ETCDC, r->conns));
+    }
+    printf("| %-8s | %-29s | %5d | %8.0f %-8s | %7.2f | %7.2f | %8s | %8s | %7s | %7s | %4llu |\n",
+           r->aof, kind_label(r->k), r->conns, r->r.rate, unit, r->r.unit_p50_ms,
+           r->r.unit_p99_ms, lock50, lock99, xraw, xetcd, (unsigned long long)r->r.failures);
+}
+
+static void target(const char *what, int known, const char *shown, int met)
+{
+    printf("  %-58s %-24s %s\n", what, shown, !known ? "no figure" : met ? "met" : "missed");
+}
+
+static void print_targets(const bench *b, const pass_stats *ps)
+{
+    const char *aof = ps->aof;
+    const row *gw = find(b, aof, K_GW, 64), *raw = find(b, aof, K_RAW, 64);
+    const row *etcd = find(b, aof, K_ETCD, 64), *gwc = find(b, aof, K_GWC, 64);
+    const row *etcdc = find(b, aof, K_ETCDC, 64), *w1 = find(b, aof, K_PUT, 1);
+    const row *w64 = find(b, aof, K_PUT, 64);
+    char shown[64];
+    double x;
+
+    printf("\ntargets, appendfsync %s:\n", aof);
+    x = gw && raw && raw->r.rate > 0 ? gw->r.rate / raw->r.rate : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need >= 0.5x)", x);
+    target("uncontended pairs at 64 conns vs raw Redis, same AOF", gw && raw, shown, x >= 0.5);
+    x = gw && etcd && etcd->r.rate > 0 ? gw->r.rate / etcd->r.rate : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need >= 5x)", x);
+    target("uncontended pairs at 64 conns vs etcd", gw && etcd, shown, x >= 5);
+    x = gw && raw && raw->r.op_p99_ms > 0 ? gw->r.op_p99_ms / raw->r.op_p99_ms : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need <= 2x)", x);
+    target("/lock p99 at 64 conns vs raw acquire script p99", gw && raw, shown, x <= 2);
+    x = w64 && w1 && w1->r.rate > 0 ? w64->r.rate / w1->r.rate : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need >= 5x)", x);
+    target("token-checked writes at 64 writers vs 1 writer", w64 && w1, shown, x >= 5);
+    x = gwc && etcdc && etcdc->r.rate > 0 ? gwc->r.rate / etcdc->r.rate : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need >= 10x)", x);
+    target("contended pairs at 64 clients vs etcd contended", gwc && etcdc, shown, x >= 10);
+    x = ps->hwm_kb / 1024.0;
+    snprintf(shown, sizeof shown, "%.1f MB (need < 50 MB)", x);
+    target("gateway peak RSS (VmHWM) after 256 conns", ps->hwm_kb > 0, shown, x < 50);
+    if (ps->cpu_ok && ps->cpu_pairs > 0) {
+        double k = (double)ps->cpu_pairs / 1000.0;
+        printf("  %-62s %.4f s (user %.4f + sys %.4f)\n",
+               "gateway CPU seconds per 1,000 pairs at 64 conns", (ps->user_s + ps->sys_s) / k,
+               ps->user_s / k, ps->sys_s / k);
+    }
+}
+
+static void print_report(const bench *b)
+{
+    printf("\nfencegate vs raw Redis scripts vs etcd %s, one run: %d ms per row after %d ms "
+           "warm-up, %ld cores,\n"
+           "one load generator (single-threaded epoll, one request in flight per keep-alive "
+           "connection)\n\n",
+           "3.4", b->measure_ms, b->warm_ms, sysconf(_SC_NPROCESSORS_ONLN));
+    printf("| AOF      | workload                      | conns | throughput        |  p50 ms "
+           "|  p99 ms | lock p50 | lock p99 | fg/raw  | fg/etcd | errs |\n");
+    printf("|----------|-------------------------------|-------|-------------------|---------"
+           "|---------|----------|----------|---------|---------|------|\n");
+    for (int i = 0; i < b->nrows; i++) {
+        print_row(b, &b->rows[i]);
+    }
+    printf("\np50/p99: per pair (lock+unlock, acquire+release) or per request (GET, PUT); "
+           "lock p50/p99: the /lock, acquire script or etcd lock alone.\n");
+    const row *ceiling = find(b, "-", K_NULL, 64);
+    if (ceiling != NULL) {
+        printf("load generator ceiling at 64 conns: %.0f req/s against a do-nothing MHD "
+               "server = %.0f pairs/s of two requests.\n",
+               ceiling->r.rate, ceiling->r.rate / 2);
+    }
+    for (int i = 0; i < b->npasses; i++) {
+        print_targets(b, &b->passes[i]);
+    }
+}
+
+static int parse_args(bench *b, int argc, char **argv)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--seconds") == 0 && v != NULL) {
+            b->measure_ms = atoi(v) * 1000;
+        } else if (strcmp(argv[i], "--warmup-ms") == 0 && v != NULL) {
+            b->warm_ms = atoi(v);
+        } else if (strcmp(argv[i], "--perf-dir") == 0 && v != NULL) {
+            b->perf_dir = v;
+        } else if (strcmp(argv[i], "--fencegate") == 0 && v != NULL) {
+            b->fencegate = v;
+        } else {
+            fprintf(stderr, "usage: compare_bench [--seconds N] [--warmup-ms N] "
+                            "[--perf-dir DIR] [--fencegate PATH]\n");
+            return -1;
+        }
+        i++;
+    }
+    if (b->measure_ms <= 0 || b->warm_ms < 0) {
+        fprintf(stderr, "compare_bench: --seconds must be > 0 and --warmup-ms >= 0\n");
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    bench *b = &g_bench;
+    struct sigaction sa = {.sa_handler = on_signal};
+
+    b->measure_ms = 5000;
+    b->warm_ms = 1000;
+    b->fencegate = FENCEGATE_BIN;
+    if (parse_args(b, argc, argv) != 0) {
+        return 2;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    atexit(cleanup);
+    th_tempdir(b->dir, sizeof b->dir, "compare");
+    if (start_null_server(b) != 0 || start_etcd(b) != 0) {
+        return 1;
+    }
+    fprintf(stderr, "compare_bench: load generator ceiling (trivial MHD server)\n");
+    for (int c = 1; c <= 256; c *= c == 1 ? 16 : 4) {
+        run_row(b, "-", K_NULL, c, NULL);
+    }
+    if (run_pass(b, "always") != 0 || run_pass(b, "everysec") != 0) {
+        return 1;
+    }
+    cp_stop(&b->etcd, SIGTERM, STOP_TIMEOUT_MS);
+    cp_stop(&b->null_srv, SIGTERM, STOP_TIMEOUT_MS);
+    print_report(b);
+    return 0;
+}

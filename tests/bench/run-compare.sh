@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Issue 6's comparison in one command: fencegate vs locklib's scripts straight to Redis vs
+# etcd's lock API, one load generator, one run, one table (tests/bench/compare_bench.c):
+#   bash tests/bench/run-compare.sh [--seconds N] [--warmup-ms N] [--perf-dir DIR]
+# It installs what is missing (etcd-server with --bench), builds an optimised tree, and
+# starts its own redis-server (appendfsync always, then everysec), gateway, etcd and a
+# do-nothing libmicrohttpd server on free loopback ports, stopping each by PID at the end.
+# About 5 minutes with the default 5 s per row. Progress goes to stderr, the table to stdout.
+# FENCEGATE_BUILD_DIR picks the build directory (default: build-bench, an optimised build of
+# its own, so figures never come from a debug or sanitizer build).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FENCEGATE_SKIP_NODE_TOOLS=1 bash scripts/install-deps.sh --bench >&2
+build="${FENCEGATE_BUILD_DIR:-build-bench}"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target compare_bench fencegate bench_null_server -j"$(nproc)" >&2
+exec "$build/tests/bench/compare_bench" "$@"
