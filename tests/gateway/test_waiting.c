@@ -11,6 +11,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -41,6 +42,16 @@ static int setup(void **state)
     th_redis_start(&s->redis, 0, NULL);
     gwt_start(&s->gw, s->redis.url, NULL, gw_args);
     *state = s;
+    return 0;
+}
+
+/* A gateway of its own (gw2) that accepts the 1,000 waiters plus the test's own calls. */
+static int setup_1k(void **state)
+{
+    static const char *const args[] = {"--threads", "2", "--max-connections", "1500", NULL};
+    setup(state);
+    wt_state *s = *state;
+    gwt_start(&s->gw2, s->redis.url, NULL, args);
     return 0;
 }
 
@@ -284,6 +295,76 @@ static int raw_lock_request(const gwt_proc *gw, const char *resource, const char
     return fd;
 }
 
+/* Which of fds has something to read within 10 s: its index, or -1. */
+static int first_readable(const int *fds, int n)
+{
+    struct pollfd *p = calloc((size_t)n, sizeof *p);
+    int found = -1;
+    for (int i = 0; i < n; i++) {
+        p[i].fd = fds[i];
+        p[i].events = POLLIN;
+    }
+    if (poll(p, (nfds_t)n, 10000) > 0) {
+        for (int i = 0; i < n && found < 0; i++) {
+            if (p[i].revents != 0) {
+                found = i;
+            }
+        }
+    }
+    free(p);
+    return found;
+}
+
+/* The same at the issue's scale: 1,000 waiters on raw connections. Each of 20 releases
+ * grants exactly one of them (the test reads which socket got an answer, and releases for
+ * that owner), and Redis counts O(1) script calls per release. */
+static void test_no_herd_with_1000_waiters(void **state)
+{
+    wt_state *s = *state;
+    enum { N = 1000, ROUNDS = 20 };
+    int *fds = calloc(N, sizeof *fds);
+    int *done = calloc(N, sizeof *done);
+    char buf[2048], owner[32];
+
+    lock_as(&s->gw2, "wt.herd1k", "holder", 60000);
+    for (int i = 0; i < N; i++) {
+        snprintf(owner, sizeof owner, "k%d", i);
+        fds[i] = raw_lock_request(&s->gw2, "wt.herd1k", owner);
+    }
+    await_metric(&s->gw2, "fencegate_waiters", N);
+    long long before = evalsha_calls(&s->redis);
+    unlock_as(&s->gw2, "wt.herd1k", "holder");
+    for (int round = 0; round < ROUNDS; round++) {
+        int i = first_readable(fds, N);
+        assert_true(i >= 0);
+        assert_false(done[i]);
+        ssize_t n = read(fds[i], buf, sizeof buf - 1);
+        assert_true(n > 0);
+        buf[n] = '\0';
+        if (strncmp(buf, "HTTP/1.1 200", 12) != 0) {
+            fail_msg("waiter %d answered: %s", i, buf);
+        }
+        done[i] = 1;
+        close(fds[i]);
+        fds[i] = -1; /* poll ignores it from now on */
+        snprintf(owner, sizeof owner, "k%d", i);
+        unlock_as(&s->gw2, "wt.herd1k", owner);
+    }
+    long long calls = evalsha_calls(&s->redis) - before;
+    print_message("1,000 waiters: %lld script calls for %d releases\n", calls, ROUNDS + 1);
+    assert_true(calls <= 3 * (ROUNDS + 1));
+    /* The last release granted one more waiter, whose answer is left unread. */
+    await_metric(&s->gw2, "fencegate_waiters", N - ROUNDS - 1);
+    for (int i = 0; i < N; i++) {
+        if (fds[i] >= 0) {
+            close(fds[i]);
+        }
+    }
+    await_metric(&s->gw2, "fencegate_waiters", 0);
+    free(fds);
+    free(done);
+}
+
 /* /lock requests dropped for a hung-up client: found parked (EPOLLRDHUP), or found gone
  * when woken (before an attempt, or right after one, when the hold is given back). Each
  * request has exactly one outcome. */
@@ -470,6 +551,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_parked_waiters_hold_no_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiter_woken_by_lease_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_herd_script_calls_per_release, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_no_herd_with_1000_waiters, setup_1k, teardown),
         cmocka_unit_test_setup_teardown(test_disconnected_waiter_is_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiters_across_gateways, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_release_message_does_not_strand_waiter, setup,
