@@ -49,8 +49,7 @@ lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
     }
     long long code = lk__int_at(reply, 0);
     if (code == 1) {
-        lk__read_acquired(reply, res);
-        st = LK_ACQUIRED;
+        st = lk__read_acquired(c, reply, res);
     } else if (code == 0) {
         res->ttl_ms = lk__int_at(reply, 1);
         res->queue_pos = (int)lk__int_at(reply, 2);

@@ -102,8 +102,12 @@ void lk__idem_args(const lk_client *c, const char *resource, const char *idem_ke
  * lease. Returns OK, or EINVAL with the reason in c->err. */
 lk_status lk__acquire_args(lk_client *c, const char *resource, const char *owner,
                            int64_t *lease_ms, int64_t floor, const char *idem_key);
-/* Reads {1, token, holds, lease_ms, floor_raised, replayed, ...} into *res. */
-void lk__read_acquired(const redisReply *reply, lk_result *res);
+/* Reads {1, token, holds, lease_ms, floor_raised, replayed, ...} into *res. Returns ACQUIRED,
+ * or EREDIS with the reason in c->err when the token is not in 1..LK_TOKEN_MAX. */
+lk_status lk__read_acquired(lk_client *c, const redisReply *reply, lk_result *res);
+/* OK when token is a token the scripts can mint (1..LK_TOKEN_MAX), else EREDIS with the
+ * reason (naming the `what` script) in c->err. */
+lk_status lk__check_token(lk_client *c, int64_t token, const char *what);
 /* What follows a successful acquisition script: WAIT for min_replicas (rolled back on
  * failure) and the watchdog when `watchdog`. Returns ACQUIRED or the error. */
 lk_status lk__acquired(lk_client *c, const char *resource, const char *owner, int watchdog,

@@ -131,13 +131,26 @@ lk_status lk__acquire_args(lk_client *c, const char *resource, const char *owner
     return LK_OK;
 }
 
-void lk__read_acquired(const redisReply *reply, lk_result *res)
+lk_status lk__read_acquired(lk_client *c, const redisReply *reply, lk_result *res)
 {
     res->token = lk__int_at(reply, 1);
     res->holds = lk__int_at(reply, 2);
     res->ttl_ms = lk__int_at(reply, 3);
     res->floor_raised = (int)lk__int_at(reply, 4);
     res->replayed = (int)lk__int_at(reply, 5);
+    return lk__check_token(c, res->token, "acquire") == LK_OK ? LK_ACQUIRED : LK_EREDIS;
+}
+
+lk_status lk__check_token(lk_client *c, int64_t token, const char *what)
+{
+    /* A lock hash without its '#token' field (written by another client, or damaged) ends
+     * the script's answer at the nil token: {1}. The hold may have been counted, but a token
+     * that was never minted must not reach a writer; the lease ends that hold. */
+    if (token < 1 || token > LK_TOKEN_MAX) {
+        return lk__fail(c, LK_EREDIS, "the %s script answered without a valid token (%" PRId64
+                        "): the lock's hash in Redis holds none", what, token);
+    }
+    return LK_OK;
 }
 
 lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
@@ -168,8 +181,7 @@ lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int6
     }
     long long code = lk__int_at(reply, 0);
     if (code == 1) {
-        lk__read_acquired(reply, res);
-        st = LK_ACQUIRED;
+        st = lk__read_acquired(c, reply, res);
     } else if (code == 0) {
         res->ttl_ms = lk__int_at(reply, 1);
         st = LK_HELD;
@@ -258,7 +270,8 @@ lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_
     res->ttl_ms = lk__int_at(reply, 3);
     freeReplyObject(reply);
     if (code == 1) {
-        return LK_RENEWED;
+        st = lk__check_token(c, res->token, "renew");
+        return st == LK_OK ? LK_RENEWED : st;
     }
     if (code == 0) {
         return LK_NOT_OWNER;

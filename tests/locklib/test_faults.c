@@ -282,6 +282,26 @@ static void test_auth_and_db_url(void **state)
     th_redis_stop(&r);
 }
 
+/* A lock hash without its "#token" field (written by another client, or a damaged key) makes
+ * the scripts' answer stop at the nil token: {1}. Found by the fuzz target redis_reply
+ * (tests/fuzz/corpus/redis_reply/acquire_short): that read as a hold with token 0. It must be
+ * an error, never a success carrying a token that was not minted. */
+static void test_lock_without_token_is_an_error(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+
+    th_redis_cmd(&f->redis, NULL, 0, "HSET fg:{notoken}:lock alice 1");
+    th_redis_cmd(&f->redis, NULL, 0, "PEXPIRE fg:{notoken}:lock 10000");
+    assert_lk(f->c, lk_acquire(f->c, "notoken", "alice", 10000, 0, NULL, &r), LK_EREDIS);
+    assert_non_null(strstr(lk_errstr(f->c), "token"));
+    assert_lk(f->c, lk_acquire_fair(f->c, "notoken", "alice", 10000, 0, NULL, 0, &r),
+              LK_EREDIS);
+    assert_lk(f->c, lk_renew(f->c, "notoken", "alice", 10000, NULL, &r), LK_EREDIS);
+    assert_non_null(strstr(lk_errstr(f->c), "token"));
+    th_redis_cmd(&f->redis, NULL, 0, "DEL fg:{notoken}:lock");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,6 +313,7 @@ int main(void)
         cmocka_unit_test(test_redis_busy_script_is_unavailable),
         cmocka_unit_test(test_sigpipe_never_kills),
         cmocka_unit_test(test_auth_and_db_url),
+        cmocka_unit_test(test_lock_without_token_is_an_error),
     };
     return cmocka_run_group_tests_name("locklib_faults", tests, group_setup, lk_group_teardown);
 }
