@@ -77,7 +77,10 @@ int store__record_decode(const unsigned char *buf, size_t len, store__record *re
     rec->written_at_ms = (int64_t)get_u64(buf + 28);
     memcpy(rec->content_type, buf + HEADER_BYTES, ct_len);
     rec->content_type[ct_len] = '\0';
-    if (!store__valid_content_type(rec->content_type) || rec->token > rec->highest_token ||
+    /* A NUL inside the content type would hide its tail: the record would decode to less
+     * than its bytes say, and encode back to different ones. */
+    if (strlen(rec->content_type) != ct_len || !store__valid_content_type(rec->content_type) ||
+        rec->token > rec->highest_token ||
         rec->highest_token >= STORE__TOKEN_LIMIT || (rec->deleted && value_len != 0)) {
         return -1;
     }

@@ -83,6 +83,21 @@ static void test_malformed_never_trusted(void **state)
     assert_int_equal(store__record_decode(copy, n, &rec), -1);
 }
 
+/* A NUL inside the content type is corrupt, not a shorter content type: found by the fuzz
+ * target record (tests/fuzz/corpus/record/ct_nul), where it decoded to "text" and encoded
+ * back to other bytes than it came from. */
+static void test_content_type_with_nul_refused(void **state)
+{
+    (void)state;
+    unsigned char buf[256];
+    store__record rec;
+    size_t n = encode_sample(buf, sizeof buf, "v", 0);
+
+    assert_int_equal(store__record_decode(buf, n, &rec), 0);
+    buf[40 + 4] = '\0'; /* "text/plain" -> "text\0plain": same length, same value */
+    assert_int_equal(store__record_decode(buf, n, &rec), -1);
+}
+
 /* Writes key -> bytes straight into one of the store's LMDB databases, as a disk that
  * flipped bits would leave it. */
 static void plant(const char *dir, const char *db, const char *key, const void *bytes,
@@ -152,6 +167,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_roundtrip),
         cmocka_unit_test(test_malformed_never_trusted),
+        cmocka_unit_test(test_content_type_with_nul_refused),
         cmocka_unit_test_setup_teardown(test_corrupt_record_is_eio, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_corrupt_ledger_refuses_to_open, st_setup,
                                         st_teardown),
