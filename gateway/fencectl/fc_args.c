@@ -326,7 +326,7 @@ static int check_required(const fc_options *o, char *err, size_t errlen)
     return 0;
 }
 
-int fc__parse_args(int argc, char *const *argv, fc_options *o, char *err, size_t errlen)
+static int parse_args(int argc, char *const *argv, fc_options *o, char *err, size_t errlen)
 {
     memset(o, 0, sizeof *o);
     o->ttl_ms = FC_DEFAULT_TTL_MS;
@@ -361,4 +361,18 @@ int fc__parse_args(int argc, char *const *argv, fc_options *o, char *err, size_t
         return 0;
     }
     return check_required(o, err, errlen);
+}
+
+int fc__parse_args(int argc, char *const *argv, fc_options *o, char *err, size_t errlen)
+{
+    int rc = parse_args(argc, argv, o, err, errlen);
+    /* Messages quote what was typed ("unknown option '...'"). A newline or an escape
+     * sequence in an argument must not break the one-line message or reach the terminal:
+     * keep it printable ASCII. */
+    for (char *p = err; *p != '\0'; p++) {
+        if (*p < 0x20 || *p > 0x7e) {
+            *p = '?';
+        }
+    }
+    return rc;
 }

@@ -248,7 +248,7 @@ static const gw_option *next_flag(int argc, char **argv, int *i, const char **va
     return o;
 }
 
-int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen)
+static int parse_config(gw_config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     int given[N_OPTIONS] = {0};
     const char *value = NULL;
@@ -274,6 +274,23 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
         }
     }
     return 0;
+}
+
+int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen)
+{
+    if (errlen > 0) {
+        err[0] = '\0';
+    }
+    int rc = parse_config(cfg, argc, argv, err, errlen);
+    /* Messages quote what was given ("unknown flag '...'"). A newline or an escape sequence
+     * in an argument or variable must not break the one-line message or reach the
+     * terminal: keep it printable ASCII. */
+    for (char *p = err; errlen > 0 && *p != '\0'; p++) {
+        if (*p < 0x20 || *p > 0x7e) {
+            *p = '?';
+        }
+    }
+    return rc;
 }
 
 long gw__config_read_token(const char *path, char *buf, size_t len, char *err, size_t errlen)

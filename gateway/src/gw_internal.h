@@ -62,8 +62,9 @@ typedef struct gw_config {
 } gw_config;
 
 /* Fills cfg from the environment (FENCEGATE_*), then from argv (flags override env).
- * Returns 0, or -1 with a message naming the bad flag, variable or value in err: the
- * caller prints it and exits 2. Never exits by itself, so fuzzers can call it. */
+ * Returns 0, or -1 with a message naming the bad flag, variable or value in err (one line of
+ * printable ASCII): the caller prints it and exits 2. Never exits by itself, so fuzzers can
+ * call it. */
 int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen);
 
 /* Prints the --help text (every flag with its environment variable) to f. */

@@ -129,6 +129,9 @@ static void test_bad_lines(void **state)
         {{"read", "r", "extra", NULL}, "unexpected argument 'extra'"},
         {{"--", "lock", NULL}, "'--' only comes after"},
         {{"--ttl", "1s", "lock", NULL}, "--ttl is not an option of fencectl without"},
+        /* Quoted input stays one printable line (found by the cli fuzz target). */
+        {{"lock", "r", "--wait=2m\n", "--", "true", NULL}, "--wait: '2m?' is not a duration"},
+        {{"fr\x1b[2Job", NULL}, "unknown command 'fr?[2Job'"},
     };
     fc_options o;
     char err[256];
