@@ -19,6 +19,7 @@ typedef struct st_fixture {
     char dir[256];
     store *s;
     store_options opts;
+    void *group;          /* the group setup's state (a th_redis in the ledger test), or NULL */
 } st_fixture;
 
 #define assert_st(got, want)                                                               \
@@ -62,6 +63,7 @@ static inline void st_close_tiny(st_fixture *f)
 static inline int st_setup(void **state)
 {
     st_fixture *f = calloc(1, sizeof *f);
+    f->group = *state; /* cmocka hands each test's setup the group state */
     th_tempdir(f->dir, sizeof f->dir, "store");
     store_options_init(&f->opts);
     f->opts.dir = f->dir;

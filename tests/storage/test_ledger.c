@@ -87,19 +87,20 @@ static void lose_redis(th_redis *redis)
 static void test_redis_loss_and_restart_never_repeat_a_token(void **state)
 {
     st_fixture *f = *state;
-    th_redis redis;
-    th_redis_start(&redis, 0, NULL); /* no persistence: a restart loses everything */
+    th_redis *redis = f->group;
     gateway_like g = {f->s, NULL, 0};
-    lk_client_open(&g.c, redis.url, NULL);
+    lk_client_open(&g.c, redis->url, NULL);
     assert_non_null(g.c);
     int64_t every_max = 0;
 
-    /* Tokens handed out, some written, some never written. */
+    /* Tokens handed out, some written, some never written: the largest (i == 4) is never
+     * written, so after the loss below only "the largest token this process handed out"
+     * stands above it (the ledger floor is still 0, the highest written is lower). */
     for (int i = 0; i < 5; i++) {
         int64_t token = acquire_and_hand_out(&g, "ledger", "alice");
         assert_true(token > every_max);
         every_max = token;
-        if (i % 2 == 0) {
+        if (i % 2 == 1) {
             store_write_result res;
             assert_st(store_write(f->s, "ledger", (uint64_t)token, "v", 1, NULL,
                                   (uint64_t)token, &res),
@@ -107,9 +108,25 @@ static void test_redis_loss_and_restart_never_repeat_a_token(void **state)
         }
     }
     /* 1. Redis loses its data; the process lives on. */
-    lose_redis(&redis);
+    lose_redis(redis);
     int64_t token = acquire_and_hand_out(&g, "ledger", "bob");
     assert_true(token > every_max);
+    every_max = token;
+
+    /* 1b. Another issuer ran the counter ahead and its holder wrote with a token this process
+     * never handed out; then Redis loses its data again. Only "the highest token written for
+     * the resource" stands above it: the ledger floor is still 0 and this process never saw
+     * the token. */
+    char out[64];
+    int64_t foreign = every_max + 100;
+    th_redis_cmd(redis, out, sizeof out, "SET fg:{ledger}:fence %lld", (long long)foreign);
+    store_write_result res;
+    assert_st(store_write(f->s, "ledger", (uint64_t)foreign, "w", 1, NULL, (uint64_t)foreign,
+                          &res),
+              STORE_ACCEPTED);
+    lose_redis(redis);
+    token = acquire_and_hand_out(&g, "ledger", "frank");
+    assert_true(token > foreign);
     every_max = token;
 
     /* 2. The process restarts (its in-memory maximum is gone) and Redis loses its data too. */
@@ -117,7 +134,7 @@ static void test_redis_loss_and_restart_never_repeat_a_token(void **state)
     st_open(f);
     g.s = f->s;
     g.max_handed = 0;
-    lose_redis(&redis);
+    lose_redis(redis);
     token = acquire_and_hand_out(&g, "ledger", "carol");
     assert_true(token > every_max);
     every_max = token;
@@ -126,19 +143,39 @@ static void test_redis_loss_and_restart_never_repeat_a_token(void **state)
      * handed out, so a restart plus a loss still stays above it. */
     g.max_handed = 0;
     int64_t ahead = (int64_t)store_ledger_floor(f->s) + 10 * (int64_t)f->opts.ledger_step;
-    char out[64];
-    th_redis_cmd(&redis, out, sizeof out, "SET fg:{ledger}:fence %lld", (long long)ahead);
+    th_redis_cmd(redis, out, sizeof out, "SET fg:{ledger}:fence %lld", (long long)ahead);
     token = acquire_and_hand_out(&g, "ledger", "dave");
     assert_true(token > ahead);
     store_close(f->s);
     st_open(f);
     g.s = f->s;
     g.max_handed = 0;
-    lose_redis(&redis);
+    lose_redis(redis);
     assert_true(acquire_and_hand_out(&g, "ledger", "erin") > token);
 
     lk_client_close(g.c);
-    th_redis_stop(&redis);
+}
+
+/* The group's redis-server, without persistence so that a restart loses everything. Started
+ * here and stopped in the group teardown, so a failed assertion never leaves it running
+ * (holding ctest's output pipe open). */
+static int group_setup(void **state)
+{
+    th_redis *redis = calloc(1, sizeof *redis);
+    if (redis == NULL) {
+        return -1;
+    }
+    th_redis_start(redis, 0, NULL);
+    *state = redis;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    th_redis *redis = *state;
+    th_redis_stop(redis);
+    free(redis);
+    return 0;
 }
 
 int main(void)
@@ -151,5 +188,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_redis_loss_and_restart_never_repeat_a_token,
                                         st_setup, st_teardown),
     };
-    return cmocka_run_group_tests_name("storage_ledger", tests, NULL, NULL);
+    return cmocka_run_group_tests_name("storage_ledger", tests, group_setup, group_teardown);
 }
