@@ -137,7 +137,8 @@ static const char *channel_resource(const redisReply *ch, char *buf)
     size_t n = ch->len - plen - slen;
     memcpy(buf, ch->str + plen, n);
     buf[n] = '\0';
-    return lk_valid_resource(buf) ? buf : NULL;
+    /* strlen: a NUL inside the channel would otherwise name a shorter, other resource. */
+    return strlen(buf) == n && lk_valid_resource(buf) ? buf : NULL;
 }
 
 void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
