@@ -1,0 +1,113 @@
+/*
+ * Fuzz target: the URL path router (gw__route_match), on raw request paths (the gateway
+ * never percent-decodes them).
+ *
+ * Invariants:
+ *   - 200: the route's method is the request's, the path is the template (no {resource}) or
+ *     the template's prefix followed by a non-empty param; param points into the path and
+ *     ends where it ends, so it is never longer than the path;
+ *   - 405: the path matches some template but none with this method; allow lists exactly
+ *     those templates' methods (when the buffer holds them), and is always NUL-terminated
+ *     inside the buffer, whatever its size;
+ *   - 404: no template matches the path.
+ *
+ * Input: one byte for the size of the Allow buffer (0..80), then METHOD, a space, and the
+ * path up to the end (or a NUL).
+ */
+#include <string.h>
+
+#include "fuzz.h"
+#include "gw_internal.h"
+
+/* The oracle: 1 when path matches tmpl, written from the route table's documented rule. */
+static int template_matches(const char *tmpl, const char *path)
+{
+    const char *brace = strchr(tmpl, '{');
+    if (brace == NULL) {
+        return strcmp(tmpl, path) == 0;
+    }
+    size_t prefix = (size_t)(brace - tmpl);
+    return strlen(path) > prefix && memcmp(tmpl, path, prefix) == 0;
+}
+
+static void check_allow(const char *method, const char *path, const char *allow, size_t cap)
+{
+    char want[128] = "";
+    int any = 0;
+
+    for (int i = 0; i < GW_R_COUNT; i++) {
+        if (template_matches(gw__routes[i].path, path)) {
+            fuzz_check(strcmp(gw__routes[i].method, method) != 0, "405 although a route fits");
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", any ? ", " : "",
+                     gw__routes[i].method);
+            any = 1;
+        }
+    }
+    fuzz_check(any, "405 for a path no template matches");
+    if (cap > strlen(want)) {
+        fuzz_check(strcmp(allow, want) == 0, "Allow lists the path's methods");
+    }
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (size < 1) {
+        return 0;
+    }
+    size_t cap = data[0] % 81;
+    char *text = fuzz_cstr(data + 1, size - 1);
+    char *space = strchr(text, ' ');
+    if (space == NULL) {
+        free(text);
+        return 0;
+    }
+    *space = '\0';
+    const char *method = text, *path = space + 1;
+    /* Exactly cap bytes (at least 1 for malloc): ASan sees a write past the buffer. */
+    char *allow = malloc(cap > 0 ? cap : 1);
+    fuzz_check(allow != NULL, "malloc");
+    memset(allow, 'x', cap > 0 ? cap : 1);
+
+    const gw_route *route = NULL;
+    const char *param = NULL;
+    int status = gw__route_match(method, path, &route, &param, allow, cap);
+
+    fuzz_check(param != NULL, "param is set");
+    if (cap > 0) {
+        fuzz_check(memchr(allow, '\0', cap) != NULL, "allow is NUL-terminated in its buffer");
+    }
+    if (status == 200) {
+        fuzz_check(route != NULL && route >= gw__routes && route < gw__routes + GW_R_COUNT,
+                   "200 names a served route");
+        fuzz_check(strcmp(route->method, method) == 0, "200 only for the route's method");
+        fuzz_check(template_matches(route->path, path), "200 only for a matching path");
+        if (strchr(route->path, '{') == NULL) {
+            fuzz_check(param[0] == '\0', "no {resource}: param is empty");
+        } else {
+            size_t plen = strlen(param);
+            fuzz_check(plen > 0, "param of a {resource} route is not empty");
+            fuzz_check(plen <= strlen(path), "param is never longer than the path");
+            fuzz_check(param >= path && param + plen == path + strlen(path),
+                       "param is the end of the path");
+            fuzz_check(memcmp(route->path, path, (size_t)(param - path)) == 0,
+                       "what precedes param is the template's prefix");
+        }
+        /* The first fitting route wins, so no earlier one fits too. */
+        for (const gw_route *r = gw__routes; r < route; r++) {
+            fuzz_check(!(strcmp(r->method, method) == 0 && template_matches(r->path, path)),
+                       "the first fitting route is chosen");
+        }
+    } else if (status == 405) {
+        fuzz_check(route == NULL && param[0] == '\0', "405 returns no route");
+        check_allow(method, path, allow, cap);
+    } else {
+        fuzz_check(status == 404, "status is 200, 404 or 405");
+        fuzz_check(route == NULL && param[0] == '\0', "404 returns no route");
+        for (int i = 0; i < GW_R_COUNT; i++) {
+            fuzz_check(!template_matches(gw__routes[i].path, path), "404 for a known path");
+        }
+    }
+    free(allow);
+    free(text);
+    return 0;
+}
