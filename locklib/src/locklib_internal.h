@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 
 #include <hiredis/hiredis.h>
 
@@ -40,7 +41,9 @@ struct lk_client {
     char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */
     char id[33];                       /* 128 random bits, hex */
     char err[256];
-    lk__watchdog *wd;                  /* started by the first LK_LEASE_WATCHDOG acquire */
+    /* Started by the first LK_LEASE_WATCHDOG acquire, freed by lk_client_close(). Atomic so
+     * that lk_watch_lost() on another thread never sees a half-built watchdog. */
+    _Atomic(lk__watchdog *) wd;
 };
 
 /* Key names: "fg:{<resource>}:<suffix>". The resource must be valid. */

@@ -15,6 +15,9 @@
  * script answers NOT_OWNER before lk_release() has removed the watch. So lk_release() marks
  * the watch `releasing` before it runs its script; no renewal starts while it is set, and a
  * NOT_OWNER that comes back while it is set (or after the removal) is not a loss.
+ *
+ * lk_watch_lost() may run on any thread: c->wd is an atomic pointer published once the
+ * watchdog is ready, and only lk_client_close() frees it.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -179,7 +182,8 @@ static lk_status start(lk_client *c)
         free(wd);
         return LK_ENOMEM;
     }
-    c->wd = wd;
+    /* Published last, with release order: a thread that loads it sees it initialised. */
+    atomic_store_explicit(&c->wd, wd, memory_order_release);
     return LK_OK;
 }
 
@@ -248,7 +252,8 @@ void lk__watch_remove(lk_client *c, const char *resource, const char *owner)
 
 int lk_watch_lost(lk_client *c, const char *resource, const char *owner)
 {
-    lk__watchdog *wd = c != NULL ? c->wd : NULL;
+    /* May run on any thread while the owner's thread starts the watchdog. */
+    lk__watchdog *wd = c != NULL ? atomic_load_explicit(&c->wd, memory_order_acquire) : NULL;
     int lost = 0;
     if (wd == NULL || resource == NULL || owner == NULL) {
         return 0;

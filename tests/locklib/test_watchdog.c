@@ -150,13 +150,13 @@ static void test_clean_release_never_reports_loss(void **state)
     lk_client_close(c); /* joins the watchdog: every renewal in flight has been answered */
     assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
 
-    /* Unaligned: many quick cycles with the shortest lease, holding each lock for about
-     * the renewal interval so that renewals keep meeting releases. */
-    c = open_with_lease(&f->redis, LK_LEASE_MIN_MS, count_lost, &lost_calls);
-    for (int i = 0; i < 300; i++) {
+    /* Unaligned: many quick cycles with a 150 ms lease; every 25th lock is held for about
+     * the renewal interval (50 ms), so that some renewals meet releases. */
+    c = open_with_lease(&f->redis, 150, count_lost, &lost_calls);
+    for (int i = 0; i < 1000; i++) {
         assert_lk(c, lk_acquire(c, "wd-cycle", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
                   LK_ACQUIRED);
-        int64_t until = th_now_ms() + 30 + i % 7;
+        int64_t until = th_now_ms() + (i % 25 == 0 ? 47 + i % 7 : 0);
         while (th_now_ms() < until) {
             th_nap_ms(1);
         }
@@ -164,6 +164,52 @@ static void test_clean_release_never_reports_loss(void **state)
     }
     lk_client_close(c);
     assert_int_equal(__atomic_load_n(&lost_calls, __ATOMIC_SEQ_CST), 0);
+}
+
+typedef struct lost_poller {
+    lk_client *c;
+    int stop;
+    long polls;
+} lost_poller;
+
+static void *poll_lost(void *p)
+{
+    lost_poller *a = p;
+    while (!__atomic_load_n(&a->stop, __ATOMIC_SEQ_CST)) {
+        if (lk_watch_lost(a->c, "wd-tsafe", "alice") != 0) {
+            break;
+        }
+        a->polls++;
+    }
+    return NULL;
+}
+
+/* lk_watch_lost() is documented thread-safe: another thread may poll it while the owner's
+ * thread starts the watchdog (the first watchdog acquisition) and releases. Under
+ * ThreadSanitizer an unsynchronised read of the handle's watchdog pointer shows up here. */
+static void test_watch_lost_from_another_thread(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_with_lease(&f->redis, 300, NULL, NULL);
+    lost_poller a = {c, 0, 0};
+    pthread_t t;
+    lk_result r;
+
+    lk_status acquired[20], released[20];
+
+    pthread_create(&t, NULL, poll_lost, &a);
+    for (int i = 0; i < 20; i++) {
+        acquired[i] = lk_acquire(c, "wd-tsafe", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r);
+        released[i] = lk_release(c, "wd-tsafe", "alice", NULL, &r);
+    }
+    __atomic_store_n(&a.stop, 1, __ATOMIC_SEQ_CST);
+    pthread_join(t, NULL); /* before any assertion, so a failure leaves no thread behind */
+    for (int i = 0; i < 20; i++) {
+        assert_lk(c, acquired[i], LK_ACQUIRED);
+        assert_lk(c, released[i], LK_RELEASED);
+    }
+    assert_true(a.polls > 0);
+    lk_client_close(c);
 }
 
 static void test_closed_handle_stops_renewing(void **state)
@@ -426,6 +472,7 @@ int main(void)
         cmocka_unit_test(test_watchdog_reports_lost_lock),
         cmocka_unit_test(test_release_of_lost_lock_ends_watch),
         cmocka_unit_test(test_clean_release_never_reports_loss),
+        cmocka_unit_test(test_watch_lost_from_another_thread),
         cmocka_unit_test(test_closed_handle_stops_renewing),
         cmocka_unit_test(test_wait_woken_by_release),
         cmocka_unit_test(test_wait_woken_by_expiry_and_times_out),

@@ -214,7 +214,9 @@ LK_EXTERN lk_status lk_token_range(lk_client *c, const char *resource, int64_t *
                                    int64_t *last);
 
 /* 1 when the watchdog found this watched lock lost; it stays 1 until the owner releases or
- * re-acquires it. 0 otherwise, also for locks that are not watched. Thread-safe. */
+ * re-acquires it. 0 otherwise, also for locks that are not watched. Thread-safe: any thread
+ * may call it while the handle's own thread uses the handle, but not during or after
+ * lk_client_close(). */
 LK_EXTERN int lk_watch_lost(lk_client *c, const char *resource, const char *owner);
 
 /* PING. Returns OK or EUNAVAILABLE. */
