@@ -481,6 +481,131 @@ static void test_owner_ids(void **state)
     lk_client_close(other);
 }
 
+static void *owner_id_thread(void *p)
+{
+    void **args = p;
+    lk_owner_id((const lk_client *)args[0], (char *)args[1]);
+    return NULL;
+}
+
+/* Two threads of one handle get different owner ids: same handle id, other thread number. */
+static void test_owner_ids_differ_between_threads(void **state)
+{
+    lk_fixture *f = *state;
+    char mine[LK_OWNER_ID_LEN + 1], theirs[2][LK_OWNER_ID_LEN + 1];
+    pthread_t t[2];
+    void *args[2][2] = {{f->c, theirs[0]}, {f->c, theirs[1]}};
+
+    lk_owner_id(f->c, mine);
+    for (int i = 0; i < 2; i++) {
+        pthread_create(&t[i], NULL, owner_id_thread, args[i]);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+    }
+    assert_string_not_equal(mine, theirs[0]);
+    assert_string_not_equal(mine, theirs[1]);
+    assert_string_not_equal(theirs[0], theirs[1]);
+    for (int i = 0; i < 2; i++) {
+        assert_true(lk_valid_owner(theirs[i]));
+        assert_memory_equal(mine, theirs[i], 33); /* "<handle id>:" */
+    }
+}
+
+/* The watchdog lease is 30 s unless configured, as in Redisson. */
+static void test_default_watchdog_lease(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_client *c = NULL;
+    lk_lock_info info;
+    lk_result r;
+    const char *res = res_name("default-lease");
+
+    lk_options_init(&o);
+    assert_int_equal(o.watchdog_lease_ms, 30000);
+    assert_int_equal(lk_client_open(&c, f->redis.url, NULL), LK_OK);
+    assert_lk(c, lk_acquire(c, res, "alice", LK_LEASE_WATCHDOG, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.ttl_ms, 30000);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_true(info.ttl_ms > 20000 && info.ttl_ms <= 30000);
+    assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+}
+
+/* An acquire's idempotency key replayed by another owner is refused, held or not, and
+ * neither adds a hold nor mints a token. */
+static void test_idempotent_acquire_other_owner(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r1, r;
+    lk_lock_info info;
+    const char *res = res_name("idem-other");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, "acq-x", &r1), LK_ACQUIRED);
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 0, "acq-x", &r), LK_EIDEMPOTENCY);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    /* Free now, and still Alice's key. */
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 0, "acq-x", &r), LK_EIDEMPOTENCY);
+    assert_lk(f->c, lk_acquire_fair(f->c, res, "bob", 10000, 0, "acq-x", 1000, &r),
+              LK_EIDEMPOTENCY);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    assert_int_equal(info.last_token, r1.token);
+}
+
+/* The limits are inclusive: a 100 ms and a one-hour lease and a 128-byte owner are taken;
+ * one past each is refused before Redis sees it. */
+static void test_limits_are_inclusive(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    lk_lock_info info;
+    char owner[LK_OWNER_MAX + 2];
+    const char *res = res_name("limits");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", LK_LEASE_MAX_MS, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.ttl_ms, 3600000);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_true(info.ttl_ms > 3500000);
+    assert_lk(f->c, lk_renew(f->c, res, "alice", 3600001, NULL, &r), LK_EINVAL);
+    assert_lk(f->c, lk_renew(f->c, res, "alice", 99, NULL, &r), LK_EINVAL);
+    assert_lk(f->c, lk_renew(f->c, res, "alice", LK_LEASE_MAX_MS, NULL, &r), LK_RENEWED);
+    assert_int_equal(r.ttl_ms, 3600000);
+    /* Renewed down to 100 ms, the lease then really runs out. */
+    assert_lk(f->c, lk_renew(f->c, res, "alice", LK_LEASE_MIN_MS, NULL, &r), LK_RENEWED);
+    assert_int_equal(r.ttl_ms, 100);
+    int64_t deadline = th_now_ms() + 5000;
+    do {
+        assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    } while (info.locked && th_now_ms() < deadline && (th_nap_ms(10), 1));
+    assert_int_equal(info.locked, 0);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", LK_LEASE_MIN_MS, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.ttl_ms, 100);
+    deadline = th_now_ms() + 5000;
+    do {
+        assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    } while (info.locked && th_now_ms() < deadline && (th_nap_ms(10), 1));
+    assert_int_equal(info.locked, 0);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 99, 0, NULL, &r), LK_EINVAL);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 3600001, 0, NULL, &r), LK_EINVAL);
+
+    memset(owner, 'o', LK_OWNER_MAX);
+    owner[LK_OWNER_MAX] = '\0';
+    assert_int_equal(strlen(owner), 128);
+    assert_lk(f->c, lk_acquire(f->c, res, owner, 10000, 0, owner, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_renew(f->c, res, owner, 10000, NULL, &r), LK_RENEWED);
+    assert_lk(f->c, lk_release(f->c, res, owner, NULL, &r), LK_RELEASED);
+    owner[LK_OWNER_MAX] = 'o';
+    owner[LK_OWNER_MAX + 1] = '\0';
+    assert_int_equal(strlen(owner), 129);
+    assert_lk(f->c, lk_acquire(f->c, res, owner, 10000, 0, NULL, &r), LK_EINVAL);
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, owner, &r), LK_EINVAL);
+    assert_lk(f->c, lk_release(f->c, res, owner, NULL, &r), LK_EINVAL);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+}
+
 static void test_status_names(void **state)
 {
     (void)state;
@@ -524,6 +649,10 @@ int main(void)
         cmocka_unit_test(test_internal_field_name_cannot_corrupt),
         cmocka_unit_test(test_two_threads_never_both_hold),
         cmocka_unit_test(test_owner_ids),
+        cmocka_unit_test(test_owner_ids_differ_between_threads),
+        cmocka_unit_test(test_default_watchdog_lease),
+        cmocka_unit_test(test_idempotent_acquire_other_owner),
+        cmocka_unit_test(test_limits_are_inclusive),
         cmocka_unit_test(test_status_names),
         cmocka_unit_test(test_bad_urls),
     };
