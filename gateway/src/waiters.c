@@ -64,8 +64,8 @@ struct gw_wres {
     int subscribed;                    /* SUBSCRIBE sent on the current connection */
     int need_sub;                      /* waitd must (re)subscribe */
     int kicks;                         /* wakes to pass on to the next waiter */
-    struct gw_wres *todo_prev, *todo_next;
-    int in_todo;
+    struct gw_wres *pend_prev, *pend_next;
+    int in_pending;
 };
 
 typedef struct unsub_node {
@@ -79,7 +79,7 @@ struct gw_waitq {
     gw_wres *buckets[WQ_BUCKETS];
     gw_timer **heap;                   /* min-heap on ->at */
     size_t heap_len, heap_cap;
-    gw_wres *todo_head;                /* resources waitd must subscribe or kick */
+    gw_wres *pending_head;                /* resources waitd must subscribe or kick */
     unsub_node *unsub;                 /* channels to leave */
     struct MHD_Connection **resume;    /* collected under mu, resumed after unlocking */
     size_t resume_len, resume_cap;
@@ -204,35 +204,35 @@ static gw_wres *wres_find(gw_waitq *wq, const char *name)
     return NULL;
 }
 
-static void todo_add(gw_waitq *wq, gw_wres *r)
+static void pending_add(gw_waitq *wq, gw_wres *r)
 {
-    if (r->in_todo) {
+    if (r->in_pending) {
         return;
     }
-    r->in_todo = 1;
-    r->todo_prev = NULL;
-    r->todo_next = wq->todo_head;
-    if (wq->todo_head != NULL) {
-        wq->todo_head->todo_prev = r;
+    r->in_pending = 1;
+    r->pend_prev = NULL;
+    r->pend_next = wq->pending_head;
+    if (wq->pending_head != NULL) {
+        wq->pending_head->pend_prev = r;
     }
-    wq->todo_head = r;
+    wq->pending_head = r;
     signal_waitd(wq);
 }
 
-static void todo_remove(gw_waitq *wq, gw_wres *r)
+static void pending_remove(gw_waitq *wq, gw_wres *r)
 {
-    if (!r->in_todo) {
+    if (!r->in_pending) {
         return;
     }
-    if (r->todo_prev != NULL) {
-        r->todo_prev->todo_next = r->todo_next;
+    if (r->pend_prev != NULL) {
+        r->pend_prev->pend_next = r->pend_next;
     } else {
-        wq->todo_head = r->todo_next;
+        wq->pending_head = r->pend_next;
     }
-    if (r->todo_next != NULL) {
-        r->todo_next->todo_prev = r->todo_prev;
+    if (r->pend_next != NULL) {
+        r->pend_next->pend_prev = r->pend_prev;
     }
-    r->in_todo = 0;
+    r->in_pending = 0;
 }
 
 static gw_wres *wres_get(gw_waitq *wq, const char *name)
@@ -252,7 +252,7 @@ static gw_wres *wres_get(gw_waitq *wq, const char *name)
     r->hnext = wq->buckets[b];
     wq->buckets[b] = r;
     r->need_sub = 1;
-    todo_add(wq, r);
+    pending_add(wq, r);
     return r;
 }
 
@@ -268,7 +268,7 @@ static void wres_unref(gw_waitq *wq, gw_wres *r)
     }
     *pp = r->hnext;
     timer_cancel(wq, &r->expiry);
-    todo_remove(wq, r);
+    pending_remove(wq, r);
     if (r->subscribed) {
         unsub_node *u = malloc(sizeof *u);
         if (u != NULL) { /* without memory the channel stays subscribed: harmless */
@@ -416,7 +416,7 @@ static void fire_timers(gw_waitq *wq)
 }
 
 /* Subscriptions, unsubscriptions and passed-on wakes asked for by pool threads. */
-static void run_todo(gw_waitq *wq)
+static void run_pending(gw_waitq *wq)
 {
     while (wq->unsub != NULL) {
         unsub_node *u = wq->unsub;
@@ -426,9 +426,9 @@ static void run_todo(gw_waitq *wq)
         }
         free(u);
     }
-    while (wq->todo_head != NULL) {
-        gw_wres *r = wq->todo_head;
-        todo_remove(wq, r);
+    while (wq->pending_head != NULL) {
+        gw_wres *r = wq->pending_head;
+        pending_remove(wq, r);
         if (r->need_sub && wq->sub_fd >= 0 && lk_sub_add(wq->sub, r->name) == LK_OK) {
             r->need_sub = 0;
             r->subscribed = 1;
@@ -484,7 +484,7 @@ static void sub_reconnect(gw_waitq *wq)
         atomic_store(&wq->srv->metrics.subscriber_up, 1);
         for (size_t b = 0; b < WQ_BUCKETS; b++) {
             for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
-                todo_add(wq, r); /* need_sub is set for every entry */
+                pending_add(wq, r); /* need_sub is set for every entry */
             }
         }
     }
@@ -549,7 +549,7 @@ static void *waitd_main(void *arg)
         if (wq->shutting_down) {
             wake_all(wq, GW_WAKE_SHUTDOWN);
         }
-        run_todo(wq);
+        run_pending(wq);
         fire_timers(wq);
         size_t len = wq->resume_len;
         wq->resume_len = 0;
@@ -690,7 +690,7 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w)
     if (w->wake_unused) {
         /* Woken by a release or an expiry it never acted on: the next waiter gets it. */
         w->res->kicks++;
-        todo_add(wq, w->res);
+        pending_add(wq, w->res);
         w->wake_unused = 0;
     }
     wres_unref(wq, w->res);
