@@ -1,0 +1,91 @@
+/*
+ * The fault suite's operation history: one line per HTTP operation a workload client made,
+ * tab-separated, written by fg_workload and read by fg_checker.
+ *
+ *   client kind resource start_ns end_ns status error token version owner ttl_ms wait_ms flags body
+ *
+ * kind is lock, unlock, renew, write, read, final (a read after the run) or mark (an event of
+ * the scenario runner, such as "heal": the fault is over). Times are CLOCK_MONOTONIC
+ * nanoseconds, shared by every process on the machine. status is the HTTP status, or 0 when
+ * no answer came (the error is then "curl<N>", curl's error number). token is the token granted
+ * (lock, renew), sent (write) or read back (Fencing-Token of a read); version is the version a
+ * write answered or a read's ETag. flags is "-" or a comma-separated list: forged (a write
+ * with a token never issued), stale (a write with an older token of the same client),
+ * after_pause, after_steal (an operation of a client that was frozen past its lease, or
+ * whose lease was deleted under it). body is the bytes written or read, or "-".
+ */
+#ifndef FG_FAULTS_HISTORY_H
+#define FG_FAULTS_HISTORY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define FH_FIELD_MAX 160
+
+typedef enum fh_kind {
+    FH_LOCK,
+    FH_UNLOCK,
+    FH_RENEW,
+    FH_WRITE,
+    FH_READ,
+    FH_FINAL,
+    FH_MARK,
+    FH_KIND_COUNT
+} fh_kind;
+
+enum {
+    FH_F_FORGED = 1,
+    FH_F_STALE = 2,
+    FH_F_AFTER_PAUSE = 4,
+    FH_F_AFTER_STEAL = 8
+};
+
+typedef struct fh_op {
+    size_t line;                   /* 1-based line in its file, for reports */
+    char client[32];
+    fh_kind kind;
+    char resource[FH_FIELD_MAX];
+    int64_t start_ns;
+    int64_t end_ns;
+    int status;
+    char error[64];
+    long long token;
+    long long version;
+    char owner[FH_FIELD_MAX];
+    long ttl_ms;
+    long wait_ms;
+    unsigned flags;
+    char body[FH_FIELD_MAX];
+} fh_op;
+
+typedef struct fh_history {
+    fh_op *ops;
+    size_t n;
+    size_t cap;
+} fh_history;
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+int64_t fh_now_ns(void);
+
+const char *fh_kind_name(fh_kind kind);
+
+/* Parses one history line (without or with its newline) into op. Returns 0, or -1 when the
+ * line is malformed. */
+int fh_parse(const char *line, fh_op *op);
+
+/* Formats op as one line with its newline into buf. Returns the length, or -1 if it does not
+ * fit. Tabs and newlines in text fields become spaces. */
+int fh_format(const fh_op *op, char *buf, size_t len);
+
+/* Appends op to h. Returns 0, or -1 when out of memory. */
+int fh_append(fh_history *h, const fh_op *op);
+
+/* Appends every line of the file at path. Returns 0, or -1 (with a message on stderr) when it
+ * cannot be read or a line is malformed. */
+int fh_load(fh_history *h, const char *path);
+
+/* Frees h's operations; h may be reused after. */
+void fh_free(fh_history *h);
+
+#endif

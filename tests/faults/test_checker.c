@@ -1,0 +1,261 @@
+/*
+ * The checker's own tests: small hand-written histories, each with one planted violation the
+ * checker must flag under the right invariant, and a clean history it must pass. Times are
+ * in nanoseconds; the values only need to be ordered.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "check.h"
+
+#define MS 1000000LL
+
+/* Builds a history from lines (NULL-terminated) and checks it; fails on a malformed line. */
+static fc_result check_lines(const char *const *lines)
+{
+    fh_history h = {0};
+    fc_result res;
+    for (size_t i = 0; lines[i] != NULL; i++) {
+        fh_op op;
+        if (fh_parse(lines[i], &op) != 0)
+            fail_msg("malformed test line %zu: %s", i, lines[i]);
+        op.line = i + 1;
+        assert_int_equal(fh_append(&h, &op), 0);
+    }
+    fc_check(&h, stdout, &res);
+    fh_free(&h);
+    return res;
+}
+
+/* A clean run: two grants in turn, their writes, a stale and a forged write refused, a
+ * renew, reads, a heal mark and the final read. */
+static const char *const clean[] = {
+    "w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+    "w0\twrite\tr\t20\t30\t200\t-\t1\t1\tw0-1\t0\t0\t-\tw0:1",
+    "w0\trenew\tr\t31\t35\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+    "w0\tunlock\tr\t40\t50\t200\t-\t1\t0\tw0-1\t0\t0\t-\t-",
+    "w1\tlock\tr\t60\t70\t200\t-\t2\t0\tw1-1\t1000\t0\t-\t-",
+    "w1\twrite\tr\t80\t90\t200\t-\t2\t2\tw1-1\t0\t0\t-\tw1:1",
+    "c0\twrite\tr\t100\t110\t409\tstale_token\t1\t0\tstale\t0\t0\tstale\tc0:1",
+    "c0\twrite\tr\t100\t110\t403\tunknown_token\t4000000000000000\t0\tforger\t0\t0\tforged\tc0:2",
+    "c1\tread\tr\t120\t130\t200\t-\t2\t2\t-\t0\t0\t-\tw1:1",
+    "runner\tmark\t-\t140\t140\t0\t-\t0\t0\t-\t0\t0\t-\theal",
+    "w1\tunlock\tr\t150\t160\t200\t-\t2\t0\tw1-1\t0\t0\t-\t-",
+    "final\tfinal\tr\t200\t210\t200\t-\t2\t2\t-\t0\t0\t-\tw1:1",
+    NULL};
+
+static void test_clean_history_passes(void **state)
+{
+    (void)state;
+    fc_result res = check_lines(clean);
+    assert_int_equal(res.hard, 0);
+    assert_int_equal(res.violations[7], 0);
+}
+
+static void test_duplicate_token_to_two_owners(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t10\t200\t-\t5\t0\tw0-1\t300\t0\t-\t-",
+                             "w1\tlock\tr\t5\t15\t200\t-\t5\t0\tw1-1\t300\t0\t-\t-", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[1] > 0);
+    assert_true(res.hard > 0);
+}
+
+static void test_later_grant_smaller_token(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t10\t200\t-\t7\t0\tw0-1\t300\t0\t-\t-",
+                             "w1\tlock\tr\t20\t30\t200\t-\t6\t0\tw1-1\t300\t0\t-\t-", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[2] > 0);
+}
+
+static void test_decreasing_tokens_by_version(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\twrite\tr\t0\t10\t200\t-\t9\t1\tw0-1\t0\t0\t-\ta",
+                             "w1\twrite\tr\t0\t12\t200\t-\t8\t2\tw1-1\t0\t0\t-\tb", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[3] > 0);
+}
+
+static void test_reused_version(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\twrite\tr\t0\t10\t200\t-\t3\t4\tw0-1\t0\t0\t-\ta",
+                             "w1\twrite\tr\t0\t12\t200\t-\t4\t4\tw1-1\t0\t0\t-\tb", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[3] > 0);
+}
+
+static void test_stale_write_accepted_after_newer_ack(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "w1\twrite\tr\t0\t10\t200\t-\t34\t1\tw1-1\t0\t0\t-\ta",
+        /* token 33 starts after 34's write was acknowledged: must be 409 */
+        "w0\twrite\tr\t20\t30\t200\t-\t33\t2\tw0-1\t0\t0\tafter_pause\tb", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[4] > 0);
+}
+
+static void test_stale_write_concurrent_is_not_flagged(void **state)
+{
+    (void)state;
+    /* Overlapping in time, the lower token may legitimately land first. */
+    const char *const h[] = {"w1\twrite\tr\t0\t30\t200\t-\t34\t2\tw1-1\t0\t0\t-\ta",
+                             "w0\twrite\tr\t10\t20\t200\t-\t33\t1\tw0-1\t0\t0\t-\tb", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.hard, 0);
+}
+
+static void test_lost_lease_renew_not_409(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "w0\trenew\tr\t0\t10\t200\t-\t3\t0\tw0-1\t500\t0\tafter_steal\t-",
+        "w0\tunlock\tr\t20\t30\t409\tnot_owner\t3\t0\tw0-1\t0\t0\tafter_steal\t-", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[4], 1);
+}
+
+static void test_final_read_older_than_last_ack(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\twrite\tr\t0\t10\t200\t-\t1\t1\tw0-1\t0\t0\t-\ta",
+                             "w1\twrite\tr\t20\t30\t200\t-\t2\t2\tw1-1\t0\t0\t-\tb",
+                             "final\tfinal\tr\t40\t50\t200\t-\t1\t1\t-\t0\t0\t-\ta", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[5] > 0);
+}
+
+static void test_read_of_refused_write(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\twrite\tr\t0\t10\t409\tstale_token\t1\t0\tw0-1\t0\t0\t-\ta",
+                             "final\tfinal\tr\t40\t50\t200\t-\t1\t1\t-\t0\t0\t-\ta", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[5] > 0);
+}
+
+static void test_read_of_unknown_outcome_write_passes(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\twrite\tr\t0\t10\t200\t-\t1\t1\tw0-1\t0\t0\t-\ta",
+                             "w1\twrite\tr\t20\t30\t0\tcurl7\t2\t0\tw1-1\t0\t0\t-\tb",
+                             "final\tfinal\tr\t40\t50\t200\t-\t2\t2\t-\t0\t0\t-\tb", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.hard, 0);
+}
+
+static void test_forged_token_accepted(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "c0\twrite\tr\t0\t10\t200\t-\t4000000000000000\t1\tforger\t0\t0\tforged\tx", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[6] > 0);
+}
+
+static void test_forged_write_visible(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "c0\twrite\tr\t0\t10\t403\tunknown_token\t4000000000000000\t0\tforger\t0\t0\tforged\tx",
+        "c1\tread\tr\t20\t30\t200\t-\t4000000000000000\t1\t-\t0\t0\t-\tx", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[6] > 0);
+}
+
+static void test_status_500(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t10\t500\tinternal\t0\t0\tw0-1\t300\t0\t-\t-",
+                             NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[8] > 0);
+}
+
+static void test_request_over_wait_plus_5s(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t6600000000\t409\tlocked\t0\t0\tw0-1\t300\t1500\t-\t-",
+                             NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[8] > 0);
+}
+
+static void test_no_success_after_heal(void **state)
+{
+    (void)state;
+    const char *const h[] = {"runner\tmark\t-\t0\t0\t0\t-\t0\t0\t-\t0\t0\t-\theal",
+                             "w0\tlock\tr\t10\t20\t503\tbackend_unavailable\t0\t0\tw0-1\t300\t0\t-\t-",
+                             "w0\tlock\tr\t6000000000\t6000000010\t200\t-\t1\t0\tw0-2\t300\t0\t-\t-",
+                             NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[8] > 0);
+}
+
+static void test_overlap_is_reported_not_failed(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+                             "w1\tlock\tr\t20\t30\t200\t-\t2\t0\tw1-1\t1000\t0\t-\t-", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[7], 1);
+    assert_int_equal(res.hard, 0);
+}
+
+static void test_format_parse_round_trip(void **state)
+{
+    (void)state;
+    fh_op op = {0}, back;
+    char line[2048];
+    snprintf(op.client, sizeof op.client, "w3");
+    op.kind = FH_WRITE;
+    snprintf(op.resource, sizeof op.resource, "res-1");
+    op.start_ns = 5 * MS;
+    op.end_ns = 9 * MS;
+    op.status = 409;
+    snprintf(op.error, sizeof op.error, "stale_token");
+    op.token = 42;
+    op.flags = FH_F_AFTER_PAUSE | FH_F_STALE;
+    snprintf(op.body, sizeof op.body, "with\ttab");
+    assert_true(fh_format(&op, line, sizeof line) > 0);
+    assert_int_equal(fh_parse(line, &back), 0);
+    assert_string_equal(back.body, "with tab");
+    assert_int_equal(back.flags, op.flags);
+    assert_int_equal(back.token, 42);
+    assert_int_equal(back.end_ns, 9 * MS);
+    assert_int_equal(fh_parse("w0\tlock\tr\t0", &back), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_clean_history_passes),
+        cmocka_unit_test(test_duplicate_token_to_two_owners),
+        cmocka_unit_test(test_later_grant_smaller_token),
+        cmocka_unit_test(test_decreasing_tokens_by_version),
+        cmocka_unit_test(test_reused_version),
+        cmocka_unit_test(test_stale_write_accepted_after_newer_ack),
+        cmocka_unit_test(test_stale_write_concurrent_is_not_flagged),
+        cmocka_unit_test(test_lost_lease_renew_not_409),
+        cmocka_unit_test(test_final_read_older_than_last_ack),
+        cmocka_unit_test(test_read_of_refused_write),
+        cmocka_unit_test(test_read_of_unknown_outcome_write_passes),
+        cmocka_unit_test(test_forged_token_accepted),
+        cmocka_unit_test(test_forged_write_visible),
+        cmocka_unit_test(test_status_500),
+        cmocka_unit_test(test_request_over_wait_plus_5s),
+        cmocka_unit_test(test_no_success_after_heal),
+        cmocka_unit_test(test_overlap_is_reported_not_failed),
+        cmocka_unit_test(test_format_parse_round_trip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
