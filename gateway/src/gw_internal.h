@@ -36,6 +36,11 @@
 #define GW_MAX_WAIT_MS 60000
 #define GW_DRAIN_MS 10000                /* how long SIGTERM waits for in-flight requests */
 #define GW_CONN_TIMEOUT_S 30             /* idle connection timeout */
+/* A request must be received in full (request line, headers and body) within this many
+ * seconds of its start: the connection's accept for its first request, the request line for
+ * a later one on a kept-alive connection. The idle timeout above restarts with every byte, so
+ * alone it does not stop a client trickling a byte a second (server.c, "Request deadlines"). */
+#define GW_REQUEST_DEADLINE_S 10
 /* libmicrohttpd's memory pool per connection: the request line and headers and the answer's
  * headers live in it (bodies are streamed into our own buffers). Its default, 32 KiB, is all
  * touched once a keep-alive connection has served a request, so 10,000 parked waiters would
@@ -274,6 +279,8 @@ typedef struct gw_server {
     /* One acquisition per stripe of resources at a time, from computing its floor until the
      * token is counted in max_token: see gateway/src/locks.c. */
     pthread_mutex_t floor_mu[GW_FLOOR_STRIPES];
+    struct gw_conns *conns;       /* open connections and their request deadlines (server.c) */
+    atomic_ullong deadline_closed; /* connections closed for missing their request deadline */
 } gw_server;
 
 /* Per-request state, created on the first call of the access handler and freed in the

@@ -220,6 +220,167 @@ static int check_auth(gw_request *req, enum MHD_Result *result)
     return -1;
 }
 
+/* ---- Request deadlines ------------------------------------------------------------- */
+
+/* libmicrohttpd's idle timeout restarts with every byte received, and the access handler is
+ * not called before the headers are complete, so neither stops a client that trickles a
+ * request a byte at a time and holds its connection (and a connection slot) for as long as
+ * it likes. Every connection therefore carries the time by which its current request must
+ * have been received in full, moved at these points, each in the connection's own thread:
+ *   1. accepted: now + GW_REQUEST_DEADLINE_S, for the first request;
+ *   2. the request fully received (the handler's last call): none, the handler owns it
+ *      (a parked /lock has its own wait deadline);
+ *   3. the request completed: now + GW_CONN_TIMEOUT_S for the next request line, which is
+ *      what the idle timeout gives an idle kept-alive connection anyway;
+ *   4. a later request's line received (the URI log callback): now + GW_REQUEST_DEADLINE_S.
+ * A reaper thread looks every GW_REAP_MS and shuts down (shutdown(2), never close) the
+ * socket of each connection past its deadline: libmicrohttpd then reads end of file and
+ * closes the connection in its own thread, as if the client had gone. The list is guarded
+ * by one mutex that the CLOSED notification takes too, and libmicrohttpd closes the socket
+ * only after that notification, so the reaper never shuts down a reused descriptor. */
+#define GW_REAP_MS 100
+
+typedef struct gw_conn {
+    struct gw_conn *prev, *next;
+    int fd;
+    int served;                   /* requests completed; only its own thread touches it */
+    size_t uri_strlen;            /* strlen() of the raw request target, before any parsing */
+    atomic_llong deadline_us;     /* monotonic; 0 when no request is being received */
+} gw_conn;
+
+struct gw_conns {
+    pthread_mutex_t mu;
+    gw_conn *head;
+    gw_server *srv;
+    atomic_int stop;
+    pthread_t reaper;
+    int reaper_started;
+};
+
+static gw_conn *conn_state(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+static void conn_deadline(struct MHD_Connection *conn, int64_t after_s)
+{
+    gw_conn *c = conn_state(conn);
+    if (c != NULL) {
+        atomic_store(&c->deadline_us, after_s > 0 ? gw__now_us() + after_s * 1000000 : 0);
+    }
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: tracks every open connection. Without memory for its
+ * entry a connection simply has no deadline beyond libmicrohttpd's idle timeout. */
+static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                        enum MHD_ConnectionNotificationCode code)
+{
+    struct gw_conns *cs = cls;
+    gw_conn *c = *socket_context;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c = ci != NULL ? calloc(1, sizeof *c) : NULL;
+        if (c == NULL) {
+            return;
+        }
+        c->fd = ci->connect_fd;
+        atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
+        pthread_mutex_lock(&cs->mu);
+        c->next = cs->head;
+        if (cs->head != NULL) {
+            cs->head->prev = c;
+        }
+        cs->head = c;
+        pthread_mutex_unlock(&cs->mu);
+        *socket_context = c;
+        return;
+    }
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&cs->mu);
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        cs->head = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    pthread_mutex_unlock(&cs->mu);
+    free(c);
+    *socket_context = NULL;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: a request line has arrived. Returns NULL, which stays the
+ * first *req_cls the access handler sees. */
+static void *conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    gw_conn *c = conn_state(conn);
+    (void)cls;
+    if (c != NULL) {
+        c->uri_strlen = strlen(uri); /* stops at a NUL inside the target: see request_framing */
+    }
+    if (c != NULL && c->served > 0) {
+        atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
+    }
+    return NULL;
+}
+
+static void *reaper_main(void *arg)
+{
+    struct gw_conns *cs = arg;
+
+    while (!atomic_load(&cs->stop)) {
+        struct timespec nap = {0, GW_REAP_MS * 1000000L};
+        nanosleep(&nap, NULL);
+        int64_t now = gw__now_us();
+        unsigned closed = 0;
+        pthread_mutex_lock(&cs->mu);
+        for (gw_conn *c = cs->head; c != NULL; c = c->next) {
+            int64_t at = atomic_load(&c->deadline_us);
+            if (at != 0 && now > at) {
+                shutdown(c->fd, SHUT_RDWR);
+                atomic_store(&c->deadline_us, 0);
+                closed++;
+            }
+        }
+        pthread_mutex_unlock(&cs->mu);
+        if (closed > 0) {
+            atomic_fetch_add(&cs->srv->deadline_closed, closed);
+            /* One line per sweep, so a flood cannot turn into a flood of log lines. */
+            gw__log_event(cs->srv->cfg, "warn",
+                          "closed %u connection(s) whose request was not received within %d s",
+                          closed, GW_REQUEST_DEADLINE_S);
+        }
+    }
+    return NULL;
+}
+
+/* Stops the reaper (when it runs) and frees the list, which is empty once the daemon has
+ * stopped. */
+static void conns_free(gw_server *srv)
+{
+    struct gw_conns *cs = srv->conns;
+    if (cs == NULL) {
+        return;
+    }
+    if (cs->reaper_started) {
+        atomic_store(&cs->stop, 1);
+        pthread_join(cs->reaper, NULL);
+        cs->reaper_started = 0;
+    }
+    if (srv->daemon == NULL) {
+        pthread_mutex_destroy(&cs->mu);
+        free(cs);
+        srv->conns = NULL;
+    }
+}
+
 /* ---- Per-request state and the access handler ------------------------------------- */
 
 void gw__printable(char *dst, size_t len, const char *src)
@@ -291,6 +452,45 @@ static int body_append(gw_request *req, const char *data, size_t len)
     return 0;
 }
 
+/* Refuses requests whose bytes libmicrohttpd 0.9.75 would read in a way the client may not
+ * have meant, before anything else is looked at. Returns 0, or -1 after queuing a 400 that
+ * closes the connection (the end of such a request is ambiguous, so nothing after it on the
+ * connection can be trusted):
+ *   - a NUL byte in the request target: libmicrohttpd hands the path on as a C string, so
+ *     "PUT /resources/a<NUL>b" would reach the router as a write to "a". The target runs
+ *     from url to the space before version (one buffer, libmicrohttpd's request line);
+ *     the URI log callback saw its strlen() before any parsing;
+ *   - Content-Length repeated: libmicrohttpd reads the first one, a proxy may read another;
+ *   - Content-Length with Transfer-Encoding: libmicrohttpd silently prefers the encoding
+ *     (RFC 9112 section 6.1 says such a message "ought to be handled as an error"). */
+static int request_framing(gw_request *req, const char *url, const char *version,
+                           enum MHD_Result *result)
+{
+    const char *why = NULL;
+    gw_conn *c = conn_state(req->conn);
+    int n_length = gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_LENGTH, NULL);
+
+    if (c != NULL && version[0] != '\0' && (size_t)(version - 1 - url) != c->uri_strlen) {
+        why = "the request target contains a NUL byte";
+    } else if (n_length > 1) {
+        why = "the Content-Length header is repeated";
+    } else if (n_length == 1 &&
+               gw__header_count(req->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING, NULL) > 0) {
+        why = "Content-Length and Transfer-Encoding cannot both be sent";
+    }
+    if (why == NULL) {
+        return 0;
+    }
+    struct MHD_Response *resp = gw__error_response("invalid_request", NULL, "%s", why);
+    if (resp == NULL) {
+        *result = MHD_NO;
+        return -1;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    *result = gw__queue(req, MHD_HTTP_BAD_REQUEST, resp);
+    return -1;
+}
+
 /* The first call for a request: route it, authenticate it and refuse what can be refused
  * before its body is read. Returns 0 when the request goes on to its handler, or -1 after a
  * response was queued. */
@@ -350,7 +550,6 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
     gw_server *srv = cls;
     gw_request *req = *req_cls;
     enum MHD_Result result = MHD_YES;
-    (void)version;
 
     if (req == NULL) {
         req = request_new(srv, conn, url, method);
@@ -358,10 +557,14 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
             return MHD_NO; /* out of memory: MHD closes the connection */
         }
         *req_cls = req;
-        if (request_start(req, url, method, &result) != 0) {
+        if (request_framing(req, url, version, &result) != 0 ||
+            request_start(req, url, method, &result) != 0) {
             return result;
         }
         return MHD_YES;
+    }
+    if (*upload_data_size == 0) {
+        conn_deadline(conn, 0); /* received in full: the request deadline is met */
     }
     if (req->answered) {
         *upload_data_size = 0; /* the body of an already refused request is dropped */
@@ -386,8 +589,12 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
 {
     gw_server *srv = cls;
     gw_request *req = *req_cls;
-    (void)conn;
+    gw_conn *c = conn_state(conn);
 
+    if (c != NULL) {
+        c->served++;
+        conn_deadline(conn, GW_CONN_TIMEOUT_S); /* the next request line, if any */
+    }
     if (req == NULL) {
         return;
     }
@@ -433,6 +640,15 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     uint16_t port = addr.ss_family == AF_INET6
                         ? ntohs(((struct sockaddr_in6 *)&addr)->sin6_port)
                         : ntohs(((struct sockaddr_in *)&addr)->sin_port);
+    srv->conns = calloc(1, sizeof *srv->conns);
+    if (srv->conns == NULL) {
+        snprintf(err, errlen, "out of memory");
+        gw__waitq_stop(srv->waitq);
+        srv->waitq = NULL;
+        return -1;
+    }
+    pthread_mutex_init(&srv->conns->mu, NULL);
+    srv->conns->srv = srv;
     srv->daemon = MHD_start_daemon(
         flags, port, NULL, NULL, access_handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->cfg->threads,
@@ -440,14 +656,26 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)GW_CONN_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
-        no_unescape, NULL, MHD_OPTION_END);
+        no_unescape, NULL, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, srv->conns,
+        MHD_OPTION_URI_LOG_CALLBACK, conn_request_line, NULL, MHD_OPTION_END);
     if (srv->daemon == NULL) {
         snprintf(err, errlen, "cannot serve on %s (address in use or not permitted?)",
                  srv->cfg->listen);
+        conns_free(srv);
         gw__waitq_stop(srv->waitq);
         srv->waitq = NULL;
         return -1;
     }
+    if (pthread_create(&srv->conns->reaper, NULL, reaper_main, srv->conns) != 0) {
+        snprintf(err, errlen, "cannot start the request deadline thread");
+        MHD_stop_daemon(srv->daemon);
+        srv->daemon = NULL;
+        conns_free(srv);
+        gw__waitq_stop(srv->waitq);
+        srv->waitq = NULL;
+        return -1;
+    }
+    srv->conns->reaper_started = 1;
     return 0;
 }
 
@@ -456,7 +684,8 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
  *   2. every answer from now on carries "Connection: close" (see gw__queue), and every parked
  *      /lock is woken and answers 503 shutting_down, as does any that tries to park;
  *   3. wait until no request is in flight, up to drain_ms;
- *   4. MHD_stop_daemon() closes idle keep-alive connections and joins the pool threads,
+ *   4. the request deadline reaper stops; MHD_stop_daemon() closes idle keep-alive
+ *      connections and joins the pool threads,
  *      whose exit closes their lk_clients; then the waiters' thread stops. No connection is
  *      suspended by then (MHD forbids stopping with one). */
 int gw__server_stop(gw_server *srv, int drain_ms)
@@ -475,8 +704,10 @@ int gw__server_stop(gw_server *srv, int drain_ms)
         struct timespec nap = {0, 10 * 1000000L};
         nanosleep(&nap, NULL);
     }
+    conns_free(srv); /* the reaper first: the daemon's closing notifications need the list */
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
+    conns_free(srv);
     gw__waitq_stop(srv->waitq);
     srv->waitq = NULL;
     return 0;
