@@ -9,6 +9,8 @@
  *   fg_workload mark HISTORY EVENT           appends a mark (EVENT "heal": the fault is over)
  *   fg_workload now                          prints CLOCK_MONOTONIC in ms
  *
+ * The run also ends as soon as the file HISTORY.stop exists (the scenario runner's signal that
+ * its faults are done).
  * OPS bounds the lock attempts of all clients together, SECONDS the run. With pause, worker 0
  * stops itself with SIGSTOP right after some grants; this parent then takes the same lock
  * (waiting for the lease to run out), writes with its newer token and unlocks, and only then
@@ -50,6 +52,7 @@ typedef struct conf {
     pause_mode pause;
     int redis_port;
     const char *redis_password;
+    char stop_path[512]; /* the run ends early once this file exists */
 } conf;
 
 typedef struct client {
@@ -79,6 +82,22 @@ static uint64_t next_rand(client *c)
 static long rand_between(client *c, long lo, long hi)
 {
     return lo + (long)(next_rand(c) % (uint64_t)(hi - lo + 1));
+}
+
+/* True while the run should go on: within its limits and no stop file yet. */
+static int running(const conf *cf, long i)
+{
+    return i < cf->ops && fh_now_ns() < cf->deadline && access(cf->stop_path, F_OK) != 0;
+}
+
+/* After an operation that got no answer or a 503, a short pause, so a client does not burn
+ * its operation budget against a gateway or Redis that is down. A backoff, not a wait for
+ * anything. */
+static void back_off(const fh_op *op)
+{
+    struct timespec nap = {0, 20 * 1000000};
+    if (op->status == 0 || op->status == 503)
+        nanosleep(&nap, NULL);
 }
 
 static void resource_name(const conf *cf, int r, char *buf, size_t len)
@@ -279,17 +298,20 @@ static void worker(client *c, const conf *cf, int report_fd)
 {
     char resource[128];
     long grants = 0;
-    for (long i = 0; i < cf->ops && fh_now_ns() < cf->deadline; i++) {
+    for (long i = 0; running(cf, i); i++) {
         resource_name(cf, (int)rand_between(c, 0, RESOURCES - 1), resource, sizeof resource);
         fh_op g = do_lock(c, cf, resource, rand_between(c, 300, 2000), rand_between(c, 0, 1500));
-        if (g.status != 200)
+        if (g.status != 200) {
+            back_off(&g);
             continue;
+        }
         unsigned flags = 0;
         if (report_fd >= 0 && ++grants % 4 == 2) {
             freeze(report_fd, &g);
             flags = cf->pause == PAUSE_STEAL ? FH_F_AFTER_STEAL : FH_F_AFTER_PAUSE;
         }
-        do_write(c, cf, resource, g.token, g.owner, flags);
+        fh_op w = do_write(c, cf, resource, g.token, g.owner, flags);
+        back_off(&w);
         if (flags != 0 || rand_between(c, 0, 2) == 0)
             do_owner_call(c, cf, FH_RENEW, &g, flags);
         if (rand_between(c, 0, 3) == 0)
@@ -301,13 +323,14 @@ static void worker(client *c, const conf *cf, int report_fd)
 static void contender(client *c, const conf *cf)
 {
     char resource[128];
-    for (long i = 0; i < cf->ops && fh_now_ns() < cf->deadline; i++) {
+    for (long i = 0; running(cf, i); i++) {
         int r = (int)rand_between(c, 0, RESOURCES - 1);
         long action = rand_between(c, 0, 99);
         resource_name(cf, r, resource, sizeof resource);
         if (action < 50) {
             fh_op g = do_lock(c, cf, resource, rand_between(c, 300, 2000),
                               rand_between(c, 0, 1500));
+            back_off(&g);
             if (g.status == 200) {
                 c->last_token[r] = g.token;
                 if (rand_between(c, 0, 1) == 0) /* else its lease runs out */
@@ -515,6 +538,7 @@ int main(int argc, char **argv)
         cf.prefix = argv[4];
         cf.ops = strtol(argv[5], NULL, 10) / (WORKERS + CONTENDERS) + 1;
         cf.deadline = fh_now_ns() + strtoll(argv[6], NULL, 10) * 1000000000LL;
+        snprintf(cf.stop_path, sizeof cf.stop_path, "%s.stop", argv[3]);
         if (argc >= 10) {
             cf.pause = strcmp(argv[8], "steal") == 0 ? PAUSE_STEAL : PAUSE_EXPIRE;
             cf.redis_port = (int)strtol(argv[9], NULL, 10);
