@@ -178,7 +178,7 @@ expect_fenced=0
 for ((i = 1; i <= faults; i++)); do
     case $scenario in
         pause | steal)
-            expect_fenced=1
+            expect_fenced=1 # at least one late write must meet a newer one and be refused
             break ;;
         gateway_kill)
             progress "$steps"
@@ -201,9 +201,9 @@ for ((i = 1; i <= faults; i++)); do
     esac
 done
 if [ "$scenario" = pause ] || [ "$scenario" = steal ]; then
-    # Run until at least three freezes have played out (or the time limit).
-    froze() { [ "$(grep -c 'after_' "$hist" 2>/dev/null || true)" -ge 9 ]; }
-    wait_until "three freezes of worker 0" "$limit_s" froze
+    # Run until $faults freezes have played out: each records a late write, renew and unlock.
+    froze() { [ "$(grep -c 'after_' "$hist" 2>/dev/null || true)" -ge $((faults * 3)) ]; }
+    wait_until "$faults freezes of worker 0" "$limit_s" froze
 else
     progress "$steps"
 fi
