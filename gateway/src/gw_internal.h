@@ -180,6 +180,8 @@ typedef struct gw_metrics {
     atomic_llong waiters_parked;          /* /lock requests parked, waiting for a release */
     atomic_ullong waiter_wakes[GW_WAKE_COUNT];
     atomic_int subscriber_up;             /* the release subscriber is connected */
+    atomic_ullong deadline_closed;        /* connections closed for missing their request
+                                           * deadline (server.c) */
     /* Latency histogram per route (+1 for unmatched), cumulative at output time. */
     atomic_ullong latency_bucket[GW_R_COUNT + 1][GW_LATENCY_BUCKETS + 1];
     atomic_ullong latency_sum_us[GW_R_COUNT + 1];
@@ -280,7 +282,6 @@ typedef struct gw_server {
      * token is counted in max_token: see gateway/src/locks.c. */
     pthread_mutex_t floor_mu[GW_FLOOR_STRIPES];
     struct gw_conns *conns;       /* open connections and their request deadlines (server.c) */
-    atomic_ullong deadline_closed; /* connections closed for missing their request deadline */
 } gw_server;
 
 /* Per-request state, created on the first call of the access handler and freed in the

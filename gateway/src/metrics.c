@@ -166,6 +166,11 @@ char *gw__metrics_render(gw_metrics *m, size_t *len)
     header(&b, "fencegate_redis_subscriber_up", "gauge",
            "1 while the release subscriber connection to Redis is up.");
     put(&b, "fencegate_redis_subscriber_up %d\n", atomic_load(&m->subscriber_up));
+    header(&b, "fencegate_request_deadline_closed_total", "counter",
+           "Connections closed because their request was not received in full within its "
+           "deadline (a slow or trickling client).");
+    put(&b, "fencegate_request_deadline_closed_total %llu\n",
+        atomic_load(&m->deadline_closed));
     header(&b, "fencegate_token_floor_corrections_total", "counter",
            "Acquisitions that lifted the resource's Redis token counter to the floor the "
            "gateway passes (the durable ledger floor, the largest token this process handed "

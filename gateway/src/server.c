@@ -351,7 +351,7 @@ static void *reaper_main(void *arg)
         }
         pthread_mutex_unlock(&cs->mu);
         if (closed > 0) {
-            atomic_fetch_add(&cs->srv->deadline_closed, closed);
+            atomic_fetch_add(&cs->srv->metrics.deadline_closed, closed);
             /* One line per sweep, so a flood cannot turn into a flood of log lines. */
             gw__log_event(cs->srv->cfg, "warn",
                           "closed %u connection(s) whose request was not received within %d s",

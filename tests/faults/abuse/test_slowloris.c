@@ -250,10 +250,18 @@ static void test_flood(void **state)
     }
     printf("gateway fds after: %d\n", fds);
     assert_true(fds <= baseline_fds + 1);
-    /* Still serving fresh connections. */
+    /* Still serving fresh connections, and the closures are counted. */
     gwt_resp r;
     gwt_get(&s->gw, "/healthz", &r);
     gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/metrics", &r);
+    gwt_assert_status(&r, 200, NULL);
+    const char *m = strstr(r.body, "\nfencegate_request_deadline_closed_total ");
+    assert_non_null(m);
+    long long closed = strtoll(m + strlen("\nfencegate_request_deadline_closed_total "), NULL, 10);
+    printf("connections closed at their request deadline: %lld\n", closed);
+    assert_true(closed >= 400);
     gwt_resp_free(&r);
 }
 
