@@ -62,26 +62,50 @@ void th_rmtree(const char *dir)
     }
 }
 
+/* The lowest port the kernel hands out to outgoing connections (32768 by default). */
+static int ephemeral_low(void)
+{
+    int low = 32768, high = 0;
+    FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+    if (f != NULL) {
+        if (fscanf(f, "%d %d", &low, &high) != 2) {
+            low = 32768;
+        }
+        fclose(f);
+    }
+    return low;
+}
+
+/* Picks a port below the kernel's ephemeral range, which bind() shows free. Below that range
+ * no outgoing connection can take it by chance, which matters when a test kills a server and
+ * starts it again on the same port while other tests open connections. */
 int th_free_port(void)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a;
-    socklen_t alen = sizeof a;
-    int port = -1;
+    static unsigned seed;
+    int low = ephemeral_low();
+    int span = low - 10000;
 
-    if (fd < 0) {
-        return -1;
+    if (seed == 0) {
+        seed = (unsigned)getpid() ^ (unsigned)th_now_ms();
     }
-    memset(&a, 0, sizeof a);
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = 0;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
-        getsockname(fd, (struct sockaddr *)&a, &alen) == 0) {
-        port = ntohs(a.sin_port);
+    for (int attempt = 0; attempt < 200 && span > 0; attempt++) {
+        int port = 10000 + (int)(rand_r(&seed) % (unsigned)span);
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a;
+        if (fd < 0) {
+            return -1;
+        }
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        a.sin_port = htons((uint16_t)port);
+        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+        close(fd);
+        if (ok) {
+            return port;
+        }
     }
-    close(fd);
-    return port;
+    return -1;
 }
 
 static int redis_pings(const th_redis *r)

@@ -57,7 +57,9 @@ trap 'exit 130' INT TERM
 free_port() {
     local p i
     for ((i = 0; i < 50; i++)); do
-        p=$((20000 + RANDOM % 40000))
+        # Below the kernel's ephemeral range (from 32768), so no outgoing connection takes
+        # it while a server restarts on it.
+        p=$((10000 + RANDOM % 22000))
         if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
     done
     fail "found no free loopback port"
