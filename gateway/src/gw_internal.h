@@ -224,7 +224,7 @@ typedef struct gw_waiter {
     gw_wake reason;               /* why it was last woken */
     uint64_t epoch;               /* its resource's epoch when the attempt began */
     int queued;
-    int parked_before;            /* parks again at the front of the queue */
+    int parked_before;            /* has been parked (suspended) at least once */
     int wake_unused;              /* woken by a release/expiry and not yet attempted */
 } gw_waiter;
 
@@ -247,9 +247,15 @@ void gw__waitq_stop(gw_waitq *wq);
  * first one subscribes to its channel) and records its epoch. Returns 0, or -1 without
  * memory. */
 int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource);
-/* After the attempt that ends the wait (or from request completion): drops the reference,
- * and passes on a wake the waiter never used. No-op without a reference. */
-void gw__wait_end(gw_waitq *wq, gw_waiter *w);
+/* Gives the waiter its place at the end of its resource's queue now, if it has none (a fair
+ * waiter calls it right after its HELD answer, under the floor stripe lock, so that its local
+ * place follows its place in the Redis queue). No-op without a reference. */
+void gw__wait_place(gw_waitq *wq, gw_waiter *w);
+/* After the attempt that ends the wait (or from request completion): leaves the queue, drops
+ * the reference, and passes on a wake the waiter never used. granted_ttl_ms is the lease of
+ * the lock this waiter just took (the others then wait for it), or -1. No-op without a
+ * reference. */
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms);
 /* After an attempt answered HELD with time left: parks the waiter and suspends conn (the
  * caller is the access handler of conn). deadline_ms is monotonic; hint_ms is the holder's
  * remaining lease (-1 unknown). */

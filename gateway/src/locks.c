@@ -25,8 +25,8 @@
  * Waiting (wait_ms > 0). An attempt that finds the lock held parks the request in
  * waiters.c: the connection is suspended and no thread is held. A release message, the
  * holder's lease running out, the waiter's deadline, its client hanging up or shutdown
- * resume it, and the handler runs again (lock_resumed): it attempts again, parks again at
- * the front of the queue, or answers. The deadline's wake makes one last attempt, then 409.
+ * resume it, and the handler runs again (lock_resumed): it attempts again and parks again
+ * (keeping its place in the queue), or answers. The deadline's wake makes one last attempt, then 409.
  * "fair": true uses the FIFO queue in Redis (lk_acquire_fair); a fair waiter that gives up,
  * hangs up or is stopped leaves the queue (lk_fair_cancel), and one that vanished without
  * leaving (a killed gateway) is dropped from it by Redis at its deadline. Non-fair requests
@@ -202,6 +202,11 @@ static lk_status attempt(gw_server *srv, lk_client *c, struct gw_lock_call *call
         call->fair_queued = 1;
         st = lk_acquire_fair(c, call->resource, call->owner, call->ttl_ms, floor, idem,
                              left > 0 ? left : 0, res);
+        if (st == LK_HELD) {
+            /* Queued in Redis just now: take the local place while attempts on this resource
+             * are still serialised by the stripe lock, so both orders agree. */
+            gw__wait_place(srv->waitq, &call->waiter);
+        }
     } else {
         st = lk_acquire(c, call->resource, call->owner, call->ttl_ms, floor, idem, res);
     }
@@ -298,7 +303,7 @@ static void leave_fair_queue(gw_request *req, struct gw_lock_call *call)
 
 static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call)
 {
-    gw__wait_end(req->srv->waitq, &call->waiter);
+    gw__wait_end(req->srv->waitq, &call->waiter, -1);
     leave_fair_queue(req, call);
     count_acquire(req, GW_ACQ_shutting_down);
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down", NULL,
@@ -312,7 +317,8 @@ static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_l
     gw_server *srv = req->srv;
     enum MHD_Result result = MHD_YES;
 
-    gw__wait_end(srv->waitq, &call->waiter);
+    gw__wait_end(srv->waitq, &call->waiter,
+                 st == LK_ACQUIRED ? (res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms) : -1);
     if (st != LK_ACQUIRED) {
         leave_fair_queue(req, call);
     }
@@ -356,7 +362,7 @@ static enum MHD_Result lock_attempts(gw_request *req, struct gw_lock_call *call,
     int store_failed = 0;
 
     if (c == NULL) {
-        gw__wait_end(srv->waitq, &call->waiter);
+        gw__wait_end(srv->waitq, &call->waiter, -1);
         count_acquire(req, GW_ACQ_error);
         return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
                               "cannot create a Redis client");
@@ -403,7 +409,7 @@ static enum MHD_Result lock_resumed(gw_request *req, struct gw_lock_call *call)
     if (reason == GW_WAKE_DISCONNECT || !gw__conn_alive(req->conn)) {
         /* Nobody would read an answer: end without acting. A release it was woken for is
          * passed on to the next waiter (gw__wait_end). */
-        gw__wait_end(req->srv->waitq, w);
+        gw__wait_end(req->srv->waitq, w, -1);
         leave_fair_queue(req, call);
         count_acquire(req, GW_ACQ_abandoned);
         return MHD_NO;
@@ -459,7 +465,7 @@ void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (call == NULL) {
         return;
     }
-    gw__wait_end(req->srv->waitq, &call->waiter);
+    gw__wait_end(req->srv->waitq, &call->waiter, -1);
     leave_fair_queue(req, call);
     if (call->acquired && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         /* The answer never reached the client (it disconnected as the lock was taken):

@@ -11,7 +11,11 @@
  *   - DISCONNECT: its client went away (EPOLLRDHUP on the parked socket): it is dropped.
  *   - SHUTDOWN: the gateway is stopping: it answers 503.
  * A woken waiter runs its attempt on an MHD pool thread (the access handler is called again
- * on resume). If the lock is still held, it parks again at the front of the queue.
+ * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
+ * resource's queue from its first HELD answer until its wait ends, woken or not, so waking
+ * "the first parked waiter" follows arrival order. A fair waiter takes its place while its
+ * first attempt still holds the resource's floor stripe lock (locks.c), so the local order
+ * of fair waiters is their order in the Redis queue.
  *
  * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll.
  * Pool threads park and unpark under wq->mu. The states of a waiter, and who moves them:
@@ -297,28 +301,29 @@ static void queue_remove(gw_wres *r, gw_waiter *w)
     w->queued = 0;
 }
 
-static void queue_insert(gw_wres *r, gw_waiter *w, int front)
+static void queue_append(gw_wres *r, gw_waiter *w)
 {
-    if (front) {
-        w->prev = NULL;
-        w->next = r->head;
-        if (r->head != NULL) {
-            r->head->prev = w;
-        } else {
-            r->tail = w;
-        }
-        r->head = w;
-    } else {
-        w->next = NULL;
-        w->prev = r->tail;
-        if (r->tail != NULL) {
-            r->tail->next = w;
-        } else {
-            r->head = w;
-        }
-        r->tail = w;
+    if (w->queued) {
+        return;
     }
+    w->next = NULL;
+    w->prev = r->tail;
+    if (r->tail != NULL) {
+        r->tail->next = w;
+    } else {
+        r->head = w;
+    }
+    r->tail = w;
     w->queued = 1;
+}
+
+/* Sets r's expiry timer to `at` unless it is set to fire earlier already: an early fire
+ * costs one attempt, which sets it again from the answer. */
+static void expiry_at(gw_waitq *wq, gw_wres *r, int64_t at)
+{
+    if (r->expiry.idx == GW_TIMER_OFF || at < r->expiry.at) {
+        timer_set(wq, &r->expiry, at); /* on failure the waiters' deadlines still hold */
+    }
 }
 
 /* ---- Waking (waitd, under mu) ------------------------------------------------------- */
@@ -341,12 +346,11 @@ static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
     wq->resume[wq->resume_len++] = conn;
 }
 
-/* Takes w off its queue and timers and wakes it for `reason`. */
+/* Wakes w for `reason`. It keeps its place in the queue. */
 static void wake(gw_waitq *wq, gw_waiter *w, gw_wake reason)
 {
     gw_metrics *m = &wq->srv->metrics;
 
-    queue_remove(w->res, w);
     timer_cancel(wq, &w->timer);
     w->reason = reason;
     w->wake_unused = reason == GW_WAKE_RELEASE || reason == GW_WAKE_EXPIRY;
@@ -415,23 +419,40 @@ static void fire_timers(gw_waitq *wq)
     }
 }
 
+static void sub_lost(gw_waitq *wq);
+
+/* A (UN)SUBSCRIBE could not be written: the connection is closed (lk_sub dropped it), so
+ * treat it as lost, which schedules the reconnect and the resubscriptions. */
+static void sub_write_failed(gw_waitq *wq)
+{
+    if (lk_sub_fd(wq->sub) < 0 && wq->sub_fd >= 0) {
+        gw__log_event(wq->srv->cfg, "warn", "redis subscriber: %s; reconnecting",
+                      lk_sub_errstr(wq->sub));
+        sub_lost(wq);
+    }
+}
+
 /* Subscriptions, unsubscriptions and passed-on wakes asked for by pool threads. */
 static void run_pending(gw_waitq *wq)
 {
     while (wq->unsub != NULL) {
         unsub_node *u = wq->unsub;
         wq->unsub = u->next;
-        if (wq->sub_fd >= 0) {
-            lk_sub_remove(wq->sub, u->name); /* a failure is noticed by the next dispatch */
+        if (wq->sub_fd >= 0 && lk_sub_remove(wq->sub, u->name) != LK_OK) {
+            sub_write_failed(wq);
         }
         free(u);
     }
     while (wq->pending_head != NULL) {
         gw_wres *r = wq->pending_head;
         pending_remove(wq, r);
-        if (r->need_sub && wq->sub_fd >= 0 && lk_sub_add(wq->sub, r->name) == LK_OK) {
-            r->need_sub = 0;
-            r->subscribed = 1;
+        if (r->need_sub && wq->sub_fd >= 0) {
+            if (lk_sub_add(wq->sub, r->name) == LK_OK) {
+                r->need_sub = 0;
+                r->subscribed = 1;
+            } else {
+                sub_write_failed(wq); /* r stays need_sub; every entry is resubscribed */
+            }
         }
         for (; r->kicks > 0; r->kicks--) {
             wake_one(wq, r, GW_WAKE_RELEASE);
@@ -443,10 +464,9 @@ static void run_pending(gw_waitq *wq)
 
 static void sub_lost(gw_waitq *wq)
 {
-    if (wq->sub_fd >= 0) {
-        epoll_ctl(wq->epfd, EPOLL_CTL_DEL, wq->sub_fd, NULL);
-        wq->sub_fd = -1;
-    }
+    /* lk_sub has closed the socket already, which took it out of epfd; its number may even
+     * belong to another connection now, so it is not touched. */
+    wq->sub_fd = -1;
     atomic_store(&wq->srv->metrics.subscriber_up, 0);
     wq->reconnect_at_ms = now_ms() + wq->reconnect_backoff_ms;
     /* Every subscription is gone with the connection; renew them all on reconnect. */
@@ -676,16 +696,34 @@ int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource)
     return 0;
 }
 
-void gw__wait_end(gw_waitq *wq, gw_waiter *w)
+void gw__wait_place(gw_waitq *wq, gw_waiter *w)
 {
     if (w->res == NULL) {
         return;
     }
     pthread_mutex_lock(&wq->mu);
-    if (w->queued) { /* cannot happen on the normal paths; keep the entry consistent */
+    queue_append(w->res, w);
+    pthread_mutex_unlock(&wq->mu);
+}
+
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms)
+{
+    if (w->res == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    if (w->queued) {
         queue_remove(w->res, w);
+    }
+    if (w->state == GW_WAITER_PARKING || w->state == GW_WAITER_SUSPENDED) {
+        /* cannot happen on the normal paths; keep the entry consistent */
         timer_cancel(wq, &w->timer);
         atomic_fetch_sub(&wq->srv->metrics.waiters_parked, 1);
+    }
+    if (granted_ttl_ms >= 0 && w->res->head != NULL) {
+        /* This waiter took the lock: the others now wait for its lease, which nobody else
+         * has seen (no attempt since), and whose end publishes nothing. */
+        expiry_at(wq, w->res, now_ms() + granted_ttl_ms + 1);
     }
     if (w->wake_unused) {
         /* Woken by a release or an expiry it never acted on: the next waiter gets it. */
@@ -702,7 +740,6 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
                       int64_t deadline_ms, int64_t hint_ms)
 {
     gw_wres *r = w->res;
-    int front = w->parked_before;
 
     pthread_mutex_lock(&wq->mu);
     if (wq->shutting_down) {
@@ -720,18 +757,14 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         return GW_PARK_NOMEM;
     }
     if (hint_ms >= 0) {
-        /* +1: PTTL rounds down, and a lock with 0.4 ms left reports 0. An expiry timer that
-         * fires a little early only costs one attempt, which sets it again. */
-        int64_t at = now_ms() + hint_ms + 1;
-        if (r->expiry.idx == GW_TIMER_OFF || at < r->expiry.at) {
-            timer_set(wq, &r->expiry, at); /* on failure the deadline still holds */
-        }
+        /* +1: PTTL rounds down, and a lock with 0.4 ms left reports 0. */
+        expiry_at(wq, r, now_ms() + hint_ms + 1);
     }
     w->conn = conn;
     w->state = GW_WAITER_PARKING;
     w->reason = GW_WAKE_NONE;
     w->parked_before = 1;
-    queue_insert(r, w, front);
+    queue_append(r, w);
     atomic_fetch_add(&wq->srv->metrics.waiters_parked, 1);
     pthread_mutex_unlock(&wq->mu);
 

@@ -149,6 +149,7 @@ typedef struct waiter {
     char resource[64];
     char owner[64];
     int wait_ms;
+    int ttl_ms;                    /* 0: 30000 */
     int fair;
     int unlock_after;              /* release the lock as soon as it is granted */
     int *order;                    /* shared grant counter (fair tests), may be NULL */
@@ -163,8 +164,9 @@ static void *waiter_main(void *arg)
     waiter *w = arg;
     char body[256];
     snprintf(body, sizeof body,
-             "{\"resource\":\"%s\",\"owner\":\"%s\",\"wait_ms\":%d,\"ttl_ms\":30000%s}",
-             w->resource, w->owner, w->wait_ms, w->fair ? ",\"fair\":true" : "");
+             "{\"resource\":\"%s\",\"owner\":\"%s\",\"wait_ms\":%d,\"ttl_ms\":%d%s}",
+             w->resource, w->owner, w->wait_ms, w->ttl_ms > 0 ? w->ttl_ms : 30000,
+             w->fair ? ",\"fair\":true" : "");
     gwt_post(w->gw, "/lock", body, &w->r);
     if (w->r.status == 200 && w->order != NULL) {
         pthread_mutex_lock(w->order_mu);
@@ -545,6 +547,65 @@ static void test_vanished_fair_waiter_does_not_block_the_queue(void **state)
     gwt_resp_free(&live.r);
 }
 
+/* Two fair waiters sent at the same moment, 10 rounds: whatever order their first attempts
+ * reach Redis in, the release must wake the one whose turn it is, so both get the lock long
+ * before their deadline (a deadline wake would mean the lock sat free while one waited). */
+static void test_fair_waiters_sent_together(void **state)
+{
+    wt_state *s = *state;
+    int order = 0;
+    pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+
+    for (int round = 0; round < 10; round++) {
+        waiter w[2];
+        memset(w, 0, sizeof w);
+        lock_as(&s->gw, "wt.fair2", "holder", 60000);
+        for (int i = 0; i < 2; i++) {
+            char owner[32];
+            snprintf(owner, sizeof owner, "r%d-%d", round, i);
+            w[i].fair = 1;
+            w[i].unlock_after = 1;
+            w[i].order = &order;
+            w[i].order_mu = &mu;
+            waiter_start(&w[i], &s->gw, "wt.fair2", owner, 20000);
+        }
+        await_metric(&s->gw, "fencegate_waiters", 2);
+        unlock_as(&s->gw, "wt.fair2", "holder");
+        for (int i = 0; i < 2; i++) {
+            pthread_join(w[i].thread, NULL);
+            gwt_assert_status(&w[i].r, 200, NULL);
+            gwt_resp_free(&w[i].r);
+        }
+    }
+    assert_int_equal(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+}
+
+/* A woken waiter takes the lock with a short lease and never releases it (its client went
+ * away after the answer). The waiter behind it made no attempt since, so only the gateway
+ * can know the new lease: it must be woken when that lease runs out, not at its deadline. */
+static void test_new_holders_lease_is_watched(void **state)
+{
+    wt_state *s = *state;
+    waiter w1, w2;
+
+    memset(&w1, 0, sizeof w1);
+    memset(&w2, 0, sizeof w2);
+    lock_as(&s->gw, "wt.newlease", "holder", 60000);
+    w1.ttl_ms = 300;
+    waiter_start(&w1, &s->gw, "wt.newlease", "short-lived", 20000);
+    await_metric(&s->gw, "fencegate_waiters", 1);
+    waiter_start(&w2, &s->gw, "wt.newlease", "patient", 20000);
+    await_metric(&s->gw, "fencegate_waiters", 2);
+    unlock_as(&s->gw, "wt.newlease", "holder");
+    pthread_join(w1.thread, NULL);
+    gwt_assert_status(&w1.r, 200, NULL); /* a 300 ms lease, never released */
+    gwt_resp_free(&w1.r);
+    pthread_join(w2.thread, NULL);
+    gwt_assert_status(&w2.r, 200, NULL);
+    gwt_resp_free(&w2.r);
+    assert_int_equal(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -561,6 +622,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_vanished_fair_waiter_does_not_block_the_queue, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_fair_waiters_sent_together, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_new_holders_lease_is_watched, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
