@@ -224,7 +224,13 @@ lk_status lk_release(lk_client *c, const char *resource, const char *owner,
     freeReplyObject(reply);
     switch (code) {
     case 1:
-        lk__watch_remove(c, resource, owner);
+        if (res->replayed) {
+            /* A retry of a release that already happened: the lock may have been taken
+             * again since, with a watch of its own, which this must not remove. */
+            lk__watch_releasing(c, resource, owner, 0);
+        } else {
+            lk__watch_remove(c, resource, owner);
+        }
         return LK_RELEASED;
     case 2:
         lk__watch_releasing(c, resource, owner, 0);

@@ -64,6 +64,33 @@ static void test_watchdog_keeps_short_lease_alive(void **state)
     lk_client_close(c);
 }
 
+/* A retried release (same idempotency key) replays its first answer. If the owner took the
+ * lock again meanwhile, the replay must not stop the watchdog of that new hold. */
+static void test_replayed_release_keeps_new_watch(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_with_lease(&f->redis, 300, NULL, NULL);
+    lk_result r;
+    lk_lock_info info;
+
+    assert_lk(c, lk_acquire(c, "wd-replay", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+              LK_ACQUIRED);
+    assert_lk(c, lk_release(c, "wd-replay", "alice", "rel-1", &r), LK_RELEASED);
+    assert_lk(c, lk_acquire(c, "wd-replay", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r),
+              LK_ACQUIRED);
+    assert_lk(c, lk_release(c, "wd-replay", "alice", "rel-1", &r), LK_RELEASED);
+    assert_int_equal(r.replayed, 1);
+    /* Several leases later the new hold is still there, renewed. */
+    int64_t end = th_now_ms() + 1200;
+    while (th_now_ms() < end) {
+        assert_lk(f->c, lk_lock_status(f->c, "wd-replay", &info), LK_OK);
+        assert_int_equal(info.locked, 1);
+        th_nap_ms(50);
+    }
+    assert_lk(c, lk_release(c, "wd-replay", "alice", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+}
+
 static void on_lost(const char *resource, const char *owner, void *ud)
 {
     int *count = ud;
@@ -469,6 +496,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watchdog_keeps_short_lease_alive),
+        cmocka_unit_test(test_replayed_release_keeps_new_watch),
         cmocka_unit_test(test_watchdog_reports_lost_lock),
         cmocka_unit_test(test_release_of_lost_lock_ends_watch),
         cmocka_unit_test(test_clean_release_never_reports_loss),
