@@ -17,7 +17,9 @@
  * first attempt still holds the resource's floor stripe lock (locks.c), so the local order
  * of fair waiters is their order in the Redis queue.
  *
- * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll.
+ * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll; a
+ * short-lived thread reconnects the subscriber when it is down, so a slow connect never
+ * delays a deadline.
  * Pool threads park and unpark under wq->mu. The states of a waiter, and who moves them:
  *     pool thread:  (attempting) -> PARKING -> MHD_suspend_connection -> SUSPENDED
  *     waitd:        SUSPENDED -> WOKEN, then MHD_resume_connection (after unlocking)
@@ -93,6 +95,9 @@ struct gw_waitq {
     int sub_fd;                        /* registered in epfd, -1 while disconnected */
     int64_t reconnect_at_ms;
     int64_t reconnect_backoff_ms;
+    int reconnecting;                  /* a reconnect thread is running */
+    int reconnect_joinable;            /* reconnect_thread must be joined */
+    pthread_t reconnect_thread;
     int shutting_down;
     int stop;
     pthread_t thread;
@@ -478,17 +483,15 @@ static void sub_lost(gw_waitq *wq)
     }
 }
 
-/* Connects the subscriber when it is down and its back-off has passed. Called without mu:
- * connecting may take the connect timeout. */
-static void sub_reconnect(gw_waitq *wq)
+/* Connects the subscriber, on a thread of its own: connecting may take the connect timeout
+ * (a Redis that drops packets), and waitd must go on firing deadlines, noticing hang-ups
+ * and answering shutdown meanwhile. While it runs, waitd does not touch wq->sub (sub_fd is
+ * -1); it is published under mu once connected. */
+static void *reconnect_main(void *arg)
 {
-    pthread_mutex_lock(&wq->mu);
-    int due = wq->sub_fd < 0 && now_ms() >= wq->reconnect_at_ms && !wq->stop;
-    pthread_mutex_unlock(&wq->mu);
-    if (!due) {
-        return;
-    }
+    gw_waitq *wq = arg;
     lk_status st = lk_sub_reconnect(wq->sub);
+
     pthread_mutex_lock(&wq->mu);
     if (st != LK_OK) {
         wq->reconnect_backoff_ms *= 2;
@@ -508,14 +511,35 @@ static void sub_reconnect(gw_waitq *wq)
             }
         }
     }
+    wq->reconnecting = 0;
+    signal_waitd(wq);
     pthread_mutex_unlock(&wq->mu);
+    return NULL;
+}
+
+/* Starts a reconnect when the subscriber is down and its back-off has passed. Under mu. */
+static void sub_reconnect(gw_waitq *wq)
+{
+    if (wq->sub_fd >= 0 || wq->reconnecting || wq->stop || now_ms() < wq->reconnect_at_ms) {
+        return;
+    }
+    if (wq->reconnect_joinable) {
+        pthread_join(wq->reconnect_thread, NULL); /* finished: reconnecting is 0 */
+        wq->reconnect_joinable = 0;
+    }
+    if (pthread_create(&wq->reconnect_thread, NULL, reconnect_main, wq) != 0) {
+        wq->reconnect_at_ms = now_ms() + WQ_RECONNECT_MAX_MS; /* try again later */
+        return;
+    }
+    wq->reconnecting = 1;
+    wq->reconnect_joinable = 1;
 }
 
 static int next_timeout_ms(gw_waitq *wq)
 {
     int64_t now = now_ms();
     int64_t at = wq->heap_len > 0 ? wq->heap[0]->at : now + 60000;
-    if (wq->sub_fd < 0 && wq->reconnect_at_ms < at) {
+    if (wq->sub_fd < 0 && !wq->reconnecting && wq->reconnect_at_ms < at) {
         at = wq->reconnect_at_ms;
     }
     int64_t left = at - now;
@@ -553,8 +577,8 @@ static void *waitd_main(void *arg)
     struct epoll_event evs[WQ_EVENTS];
 
     for (;;) {
-        sub_reconnect(wq);
         pthread_mutex_lock(&wq->mu);
+        sub_reconnect(wq);
         int stop = wq->stop;
         int timeout = next_timeout_ms(wq);
         pthread_mutex_unlock(&wq->mu);
@@ -651,6 +675,9 @@ void gw__waitq_stop(gw_waitq *wq)
     signal_waitd(wq);
     pthread_mutex_unlock(&wq->mu);
     pthread_join(wq->thread, NULL);
+    if (wq->reconnect_joinable) {
+        pthread_join(wq->reconnect_thread, NULL); /* at most one connect timeout */
+    }
     /* Every request is complete by now, so every entry is gone; free what is left anyway. */
     for (size_t b = 0; b < WQ_BUCKETS; b++) {
         while (wq->buckets[b] != NULL) {
