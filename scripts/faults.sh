@@ -6,7 +6,9 @@
 #
 # --short (the default) is exactly what ctest runs in the test command (ctest -R faults_), a
 # few minutes at most. --full runs each scenario longer with more faults (10 gateway kills,
-# 5 Redis kills, 5 total losses, 40 script flushes) through tests/faults/run_scenario.sh.
+# 5 Redis kills, 5 total losses, 40 script flushes, 5 each of DEBUG SLEEP, CLIENT PAUSE, -BUSY,
+# SIGSTOP of Redis and the ambiguous unlock retry, 3 -OOM episodes) through
+# tests/faults/run_scenario.sh.
 # BUILD_DIR defaults to build; pass build-asan (configured with -DFENCEGATE_SANITIZE=ON) to
 # run the gateway under ASan and UBSan. Exits non-zero on the first failing scenario.
 set -euo pipefail
@@ -16,7 +18,7 @@ length=short
 case ${1:-} in
     --short) shift ;;
     --full) length=full; shift ;;
-    -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,14p' "$0"; exit 0 ;;
 esac
 dir=${1:-build}
 extra=()
@@ -33,7 +35,8 @@ if [ "$length" = short ]; then
     exit 0
 fi
 "$dir/tests/faults/test_faults_checker"
-for scenario in pause steal gateway_kill redis_kill redis_auth redis_loss script_flush; do
+for scenario in pause steal gateway_kill redis_kill redis_auth redis_loss script_flush \
+    redis_sleep redis_pause redis_busy redis_stop redis_oom unlock_retry; do
     echo "=== faults_$scenario (full)"
     bash tests/faults/run_scenario.sh "$scenario" full "$dir/gateway/fencegate" \
         "$dir/tests/faults/fg_workload" "$dir/tests/faults/fg_checker"

@@ -13,6 +13,22 @@
 #   redis_auth    the same with requirepass, the gateway given the password URL
 #   redis_loss    Redis killed and restarted empty (no persistence)
 #   script_flush  SCRIPT FLUSH, CLIENT KILL TYPE normal and CLIENT KILL TYPE pubsub in a loop
+#   redis_sleep   DEBUG SLEEP 3: Redis answers nothing for 3 s, past the gateway's command timeout
+#   redis_pause   CLIENT PAUSE 3000: every command waits 3 s
+#   redis_busy    a script that never ends (EVAL "while true do end") with busy-reply-threshold
+#                 100 ms, so commands get -BUSY, until SCRIPT KILL
+#   redis_stop    redis-server frozen with SIGSTOP for 3 s, then SIGCONT
+#   redis_oom     maxmemory set a little above used_memory (noeviction) and filled, so writing
+#                 scripts get -OOM: no lock may be granted while it lasts (a grant needs a
+#                 write), some must be answered 503; then maxmemory 0 and recovery
+#   unlock_retry  an unlock with an Idempotency-Key that the client gives up on (curl
+#                 --max-time 1) while Redis sleeps (DEBUG SLEEP 3); once Redis is back the same
+#                 request must answer the first result (200, released: true), and another
+#                 owner sending that key must get 422 idempotency_key_reused or its own answer,
+#                 never the first owner's
+#
+# Every fault is followed by a "heal" mark: the checker wants a success within 5 s of it, and
+# every request during the fault answered within wait_ms + 5 s, 500 never (invariant 8).
 #
 # It starts its own redis-server (free loopback port, temp dir, --enable-debug-command local)
 # and the gateway given to it (the ASan+UBSan binary in build-asan), runs fg_workload while
@@ -49,6 +65,11 @@ case $scenario in
     redis_kill | redis_auth) [ "$length" = full ] && faults=5 ;;
     redis_loss) faults=2; [ "$length" = full ] && faults=5 ;;
     script_flush) faults=$((faults * 4)) ;;
+    # Each of these holds a fault for about 3 s: two in the short run keep it near 15 s, with
+    # half the usual operations between faults.
+    redis_sleep | redis_pause | redis_busy | redis_stop | unlock_retry)
+        faults=5; steps=$((steps / 2)); [ "$length" = short ] && faults=2 ;;
+    redis_oom) faults=1; [ "$length" = full ] && faults=3 ;;
     pause | steal | gateway_kill) ;;
     *) fail "unknown scenario $scenario" ;;
 esac
@@ -147,6 +168,115 @@ progress() {
 }
 mark() { "$workload" mark "$hist" "$1"; }
 
+# --- the Redis faults ---------------------------------------------------------------------------
+redis_frozen() { ! timeout 0.5 redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null 2>&1; }
+redis_busy_now() { rcli ping 2>&1 | grep -q BUSY; }
+redis_oom_now() { rcli set fg-oom-probe x 2>&1 | grep -q OOM; }
+
+# fault_busy: a script that never ends; commands get -BUSY until SCRIPT KILL.
+fault_busy() {
+    local eval_pid
+    rcli eval 'while true do end' 0 >/dev/null 2>&1 &
+    eval_pid=$!
+    wait_until "Redis answering -BUSY" 10 redis_busy_now
+    progress 10 # the workload met the busy script
+    killed() { rcli script kill 2>&1 | grep -q OK; }
+    wait_until "SCRIPT KILL" 10 killed
+    wait "$eval_pid" 2>/dev/null || true
+    wait_until "Redis answering PING after SCRIPT KILL" 10 redis_up
+}
+
+# fault_oom: maxmemory a little above used_memory, filled until a write gets -OOM, then lowered
+# under the filled amount so a few lease keys expiring cannot end it early; held while the
+# workload makes 30 more operations, then lifted.
+fault_oom() {
+    local used chunk
+    used=$(rcli info memory | awk -F: '$1 == "used_memory" { print $2 + 0 }')
+    rcli config set maxmemory $((used + 65536)) >/dev/null
+    chunk=$(head -c 32768 /dev/zero | tr '\0' x)
+    fill() { rcli append fg-oom-fill "$chunk" 2>&1 | grep -q OOM; }
+    wait_until "Redis answering -OOM" 20 fill
+    used=$(rcli info memory | awk -F: '$1 == "used_memory" { print $2 + 0 }')
+    rcli config set maxmemory $((used - 262144)) >/dev/null
+    redis_oom_now || fail "Redis does not answer -OOM after lowering maxmemory"
+    mark oom
+    progress 30
+    redis_oom_now || fail "Redis stopped answering -OOM before the end of the fault"
+    mark oom_end
+    rcli config set maxmemory 0 >/dev/null
+    rcli del fg-oom-fill >/dev/null
+}
+
+# check_oom: no lock granted between an oom mark and the next oom_end (every grant mints a
+# token with INCR, which -OOM refuses), and at least one request answered 503 in between.
+check_oom() {
+    awk -F'\t' '
+        $2 == "mark" && $14 == "oom" { on = 1; from = $5; next }
+        $2 == "mark" && $14 == "oom_end" { on = 0; to = $4; next }
+        { ops[NR] = $0; st[NR] = $4; en[NR] = $5; kind[NR] = $2; status[NR] = $6 }
+        END {
+            bad = 0; unavailable = 0
+            for (i in ops) {
+                if (st[i] < from || en[i] > to) continue
+                if (kind[i] == "lock" && status[i] == 200) { print "granted under -OOM: " ops[i]; bad++ }
+                if (status[i] == 503) unavailable++
+            }
+            printf "%d requests answered 503 under -OOM\n", unavailable
+            exit bad > 0 || unavailable == 0
+        }' "$hist" || fail "a lock was granted while Redis refused writes, or nothing met the -OOM"
+}
+
+# post PATH KEY BODY MAX_S: POST to the gateway; prints the status (000 without an answer) and
+# leaves the body in $tmp/answer.
+post() {
+    curl -sS --max-time "$4" -o "$tmp/answer" -w '%{http_code}' -H 'Content-Type: application/json' \
+        ${2:+-H "Idempotency-Key: $2"} -d "$3" "$(gw_url)$1" 2>/dev/null || true
+}
+answer() { tr -d '\n' <"$tmp/answer" 2>/dev/null; }
+
+# fault_unlock_retry N: the ambiguous unlock of the issue, on a resource of its own.
+#   1. Owner A takes the lock (30 s lease, so it cannot run out during the test).
+#   2. DEBUG SLEEP 3 on a separate connection; wait until Redis stops answering.
+#   3. A's unlock with Idempotency-Key K and curl --max-time 1: the client sees no answer.
+#   4. Once Redis answers again, the same unlock (same key) until it is not 503: 200 with
+#      released: true, whether or not the first one ran.
+#   5. Owner B takes the lock and unlocks with the same K: 422 idempotency_key_reused, or its
+#      own 200 that really released B's lock, never A's replayed answer.
+fault_unlock_retry() {
+    local res="$scenario-$seed-amb-$1" key="amb-$seed-$1" code sleep_pid
+    local body_a="{\"resource\":\"$res\",\"owner\":\"amb-a-$1\"}"
+    local body_b="{\"resource\":\"$res\",\"owner\":\"amb-b-$1\"}"
+    code=$(post /lock "" "{\"resource\":\"$res\",\"owner\":\"amb-a-$1\",\"ttl_ms\":30000}" 8)
+    [ "$code" = 200 ] || fail "owner A could not take $res: $code $(answer)"
+    rcli debug sleep 3 >/dev/null &
+    sleep_pid=$!
+    wait_until "Redis asleep" 5 redis_frozen
+    code=$(post /unlock "$key" "$body_a" 1)
+    [ "$code" = 000 ] || say "note: the first unlock was answered $code $(answer) within 1 s"
+    wait "$sleep_pid" || true
+    wait_until "Redis awake" 10 redis_up
+    mark heal
+    retried() { code=$(post /unlock "$key" "$body_a" 8); [ "$code" != 503 ]; }
+    wait_until "a retried unlock not answered 503" 10 retried
+    [ "$code" = 200 ] && answer | grep -q '"released": *true' \
+        || fail "the retried unlock answered $code $(answer), not the first result (released)"
+    say "retry $1: $code $(answer)"
+    code=$(post /lock "" "{\"resource\":\"$res\",\"owner\":\"amb-b-$1\",\"ttl_ms\":30000}" 8)
+    [ "$code" = 200 ] || fail "owner B could not take $res after A released it: $code $(answer)"
+    code=$(post /unlock "$key" "$body_b" 8)
+    say "owner B with A's key: $code $(answer)"
+    case $code in
+        422) answer | grep -q idempotency_key_reused \
+                || fail "B with A's key: 422 without idempotency_key_reused: $(answer)"
+             code=$(post /unlock "" "$body_b" 8)
+             [ "$code" = 200 ] || fail "B still holding $res could not unlock: $code $(answer)" ;;
+        200) code=$(post /renew "" "{\"resource\":\"$res\",\"owner\":\"amb-b-$1\",\"ttl_ms\":1000}" 8)
+             [ "$code" = 409 ] || fail "B's unlock with A's key answered 200 but B still holds \
+$res (renew $code): A's answer was replayed to B" ;;
+        *) fail "B with A's key answered $code $(answer)" ;;
+    esac
+}
+
 # --- start ------------------------------------------------------------------------------------
 mkdir -p "$tmp/redis" "$tmp/gw"
 rport=$(free_port)
@@ -162,6 +292,22 @@ fd_count() { ls "/proc/$gw_pid/fd" | wc -l; }
 waiters() { curl -fsS --max-time 2 "$(gw_url)/metrics" | awk '$1 == "fencegate_waiters" { print $2 }'; }
 http_clients() { ss -Htn state established "( sport = :$gport )" | wc -l; }
 fd_base=$(fd_count)
+# The gateway opens a Redis connection per server thread (--threads 4) on its first request
+# there, plus one for the subscriber: the warm-up may not have reached every thread, so the
+# connections still to come count as baseline too.
+gw_redis_conns() { ss -Htnp state established "( dport = :$rport )" | grep -c "pid=$gw_pid," || true; }
+fd_slack=$((2 + 5 - $(gw_redis_conns)))
+[ "$fd_slack" -ge 2 ] || fd_slack=2
+# fd_report: what the gateway's descriptors are (at the baseline and now), and Redis's view of
+# its clients, for a leak report.
+fd_list() { ls -l "/proc/$gw_pid/fd" | awk 'NR > 1 { print $NF }' | sed 's/[0-9]\{3,\}/N/' | sort | uniq -c; }
+fd_at_base=$(fd_list)
+fd_report() {
+    echo "gateway fds at the baseline:" >&2; echo "$fd_at_base" >&2
+    echo "gateway fds now:" >&2; fd_list >&2
+    echo "gateway TCP sockets now:" >&2; ss -Htnp 2>/dev/null | grep "pid=$gw_pid," >&2 || true
+    echo "Redis clients now:" >&2; rcli client list >&2 || true
+}
 
 # --- the workload -----------------------------------------------------------------------------
 mode=()
@@ -200,6 +346,35 @@ for ((i = 1; i <= faults; i++)); do
             rcli script flush >/dev/null
             rcli client kill type normal >/dev/null
             rcli client kill type pubsub >/dev/null ;;
+        redis_sleep)
+            progress "$steps"
+            rcli debug sleep 3 >/dev/null
+            mark heal ;;
+        redis_pause)
+            progress "$steps"
+            rcli client pause 3000 >/dev/null
+            # PING waits out the pause like every other command.
+            timeout 10 redis-cli -h 127.0.0.1 -p "$rport" ping >/dev/null || fail "PING after CLIENT PAUSE"
+            mark heal ;;
+        redis_busy)
+            progress "$steps"
+            [ "$i" = 1 ] && rcli config set busy-reply-threshold 100 >/dev/null
+            fault_busy
+            mark heal ;;
+        redis_stop)
+            progress "$steps"
+            kill -STOP "$redis_pid"
+            sleep 3 # the length of the fault, not a wait for anything
+            kill -CONT "$redis_pid"
+            wait_until "Redis answering PING after SIGCONT" 10 redis_up
+            mark heal ;;
+        redis_oom)
+            progress "$steps"
+            fault_oom
+            mark heal ;;
+        unlock_retry)
+            progress "$steps"
+            fault_unlock_retry "$i" ;;
     esac
 done
 if [ "$scenario" = pause ] || [ "$scenario" = steal ]; then
@@ -215,18 +390,20 @@ wl_pid=""
 [ "$wl_rc" -eq 0 ] || fail "the workload exited with status $wl_rc"
 "$workload" final "$(gw_url)" "$hist" "$scenario-$seed" || fail "the final reads failed"
 say "$(lines) operations recorded, $faults faults"
+say "answers by status: $(awk -F'\t' '$2 != "mark" { n[$6]++ } END { for (s in n) printf "%s=%d ", s, n[s] }' "$hist")"
 
 # --- the checker ------------------------------------------------------------------------------
 "$checker" --expect-fenced "$expect_fenced" "$hist" || fail "the checker found violations"
+[ "$scenario" = redis_oom ] && check_oom
 
 # --- invariant 9 (cheap part) and a clean exit ------------------------------------------------
 idle() {
-    [ "$(http_clients)" -eq 0 ] && [ "$(waiters)" = 0 ] && [ "$(fd_count)" -le $((fd_base + 2)) ]
+    [ "$(http_clients)" -eq 0 ] && [ "$(waiters)" = 0 ] && [ "$(fd_count)" -le $((fd_base + fd_slack)) ]
 }
 deadline=$((SECONDS + 15))
 until idle; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "15 s after the run: $(http_clients) client \
-connections, fencegate_waiters $(waiters), $(fd_count) fds (baseline $fd_base)"
+    [ "$SECONDS" -lt "$deadline" ] || { fd_report; fail "15 s after the run: $(http_clients) client \
+connections, fencegate_waiters $(waiters), $(fd_count) fds (baseline $fd_base, slack $fd_slack)"; }
     sleep 0.05
 done
 check_sanitizers
