@@ -62,7 +62,7 @@ typedef struct legit {
 static int group_setup(void **state)
 {
     static flood_state s;
-    static const char *const args[] = {"--max-connections", "600", NULL};
+    static const char *const args[] = {"--max-connections", "600", "--threads", "2", NULL};
     th_redis_start(&s.redis, 0, NULL);
     gwt_start(&s.gw, s.redis.url, NULL, args);
     *state = &s;
@@ -241,15 +241,17 @@ static void test_flood(void **state)
     /* Its own descriptors (listeners, epoll, Redis, LMDB, log) plus at most the limit. */
     assert_true(max_fds <= baseline_fds + MAX_CONNECTIONS + 8);
     /* And back to the baseline once the flood has gone (the legitimate client's
-     * connection closed with its handle). */
+     * connection closed with its handle). Each of the gateway's 2 pool threads opens its
+     * Redis connection the first time it serves a lock call, which may be during the
+     * flood: those 2 may stay, nothing else. */
     int64_t deadline = th_now_ms() + 5000;
     int fds = ab_fd_count(s->gw.pid);
-    while (fds > baseline_fds + 1 && th_now_ms() < deadline) {
+    while (fds > baseline_fds + 2 + 1 && th_now_ms() < deadline) {
         th_nap_ms(20);
         fds = ab_fd_count(s->gw.pid);
     }
     printf("gateway fds after: %d\n", fds);
-    assert_true(fds <= baseline_fds + 1);
+    assert_true(fds <= baseline_fds + 2 + 1);
     /* Still serving fresh connections, and the closures are counted. */
     gwt_resp r;
     gwt_get(&s->gw, "/healthz", &r);
