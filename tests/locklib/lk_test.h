@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include <cmocka.h>
 
@@ -45,6 +46,16 @@ static inline lk_client *lk_test_open(const th_redis *r, lk_options *opts)
         fail();
     }
     return c;
+}
+
+/* A resource name unique to one test of this program, so tests never see each other's keys.
+ * The buffer is static: use the name before the next call. */
+static inline const char *res_name(const char *tag)
+{
+    static char buf[64];
+    static int n = 0;
+    snprintf(buf, sizeof buf, "t%d.%s", ++n, tag);
+    return buf;
 }
 
 static inline int lk_group_setup_aof(void **state, int appendonly)

@@ -14,15 +14,6 @@ static int group_setup(void **state)
     return lk_group_setup_aof(state, 0);
 }
 
-/* A resource name unique to one test, so tests never see each other's keys. */
-static const char *res_name(const char *tag)
-{
-    static char buf[64];
-    static int n = 0;
-    snprintf(buf, sizeof buf, "t%d.%s", ++n, tag);
-    return buf;
-}
-
 static void test_acquire_release_basic(void **state)
 {
     lk_fixture *f = *state;

@@ -13,15 +13,6 @@ static int group_setup(void **state)
     return lk_group_setup_aof(state, 0);
 }
 
-/* A resource name unique to one test, so tests never see each other's keys. */
-static const char *res_name(const char *tag)
-{
-    static char buf[64];
-    static int n = 0;
-    snprintf(buf, sizeof buf, "t%d.%s", ++n, tag);
-    return buf;
-}
-
 static void assert_range(lk_fixture *f, const char *res, int64_t want_base, int64_t want_last)
 {
     int64_t base = -1, last = -1;
