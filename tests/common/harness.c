@@ -86,7 +86,15 @@ int th_free_port(void)
     int span = low - 10000;
 
     if (seed == 0) {
-        seed = (unsigned)getpid() ^ (unsigned)th_now_ms();
+        /* Test programs start together: pid and clock alone can give two the same seed. */
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (fd < 0 || read(fd, &seed, sizeof seed) != (ssize_t)sizeof seed) {
+            seed = (unsigned)getpid() * 2654435761u ^ (unsigned)th_now_ms();
+        }
+        if (fd >= 0) {
+            close(fd);
+        }
+        seed |= 1;
     }
     for (int attempt = 0; attempt < 200 && span > 0; attempt++) {
         int port = 10000 + (int)(rand_r(&seed) % (unsigned)span);
@@ -123,8 +131,13 @@ static int redis_pings(const th_redis *r)
         reply = redisCommand(ctx, "AUTH %s", r->password);
         freeReplyObject(reply);
     }
-    reply = redisCommand(ctx, "PING");
-    ok = reply != NULL && reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "PONG") == 0;
+    /* Answering is not enough: it must be the server we started, not another test's that
+     * took the port after ours failed to bind it. */
+    reply = redisCommand(ctx, "INFO server");
+    if (reply != NULL && reply->type == REDIS_REPLY_STRING) {
+        const char *p = strstr(reply->str, "process_id:");
+        ok = p != NULL && strtol(p + strlen("process_id:"), NULL, 10) == (long)r->pid;
+    }
     freeReplyObject(reply);
 out:
     if (ctx != NULL) {
@@ -133,7 +146,9 @@ out:
     return ok;
 }
 
-static void spawn_redis(th_redis *r)
+/* Starts redis-server on r->port and waits until it answers. Returns 0, or -1 when it
+ * exited before answering (its port was taken). Exits the process on any other failure. */
+static int spawn_redis(th_redis *r)
 {
     char port[16];
     char logfile[300];
@@ -193,7 +208,8 @@ static void spawn_redis(th_redis *r)
         if (waitpid(pid, &status, WNOHANG) == pid) {
             fprintf(stderr, "harness: redis-server exited before answering (status %d); see %s\n",
                     status, logfile);
-            exit(1);
+            r->pid = 0;
+            return -1;
         }
         if (th_now_ms() > deadline) {
             fprintf(stderr, "harness: redis-server on port %d did not answer PING in 10 s\n",
@@ -204,6 +220,7 @@ static void spawn_redis(th_redis *r)
         }
         th_nap_ms(10);
     }
+    return 0;
 }
 
 void th_redis_start(th_redis *r, int appendonly, const char *password)
@@ -222,18 +239,21 @@ void th_redis_start(th_redis *r, int appendonly, const char *password)
         } else {
             snprintf(r->url, sizeof r->url, "redis://127.0.0.1:%d", r->port);
         }
-        if (r->port > 0) {
-            spawn_redis(r);
+        if (r->port > 0 && spawn_redis(r) == 0) {
             return;
         }
     }
-    fprintf(stderr, "harness: no free port\n");
+    fprintf(stderr, "harness: could not start redis-server on a free port\n");
     exit(1);
 }
 
 void th_redis_restart(th_redis *r)
 {
-    spawn_redis(r);
+    /* Same port: the clients under test keep their URL. */
+    if (spawn_redis(r) != 0) {
+        fprintf(stderr, "harness: redis-server could not restart on port %d\n", r->port);
+        exit(1);
+    }
 }
 
 void th_redis_kill(th_redis *r)
