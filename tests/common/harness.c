@@ -139,6 +139,11 @@ static int redis_pings(const th_redis *r)
         ok = p != NULL && strtol(p + strlen("process_id:"), NULL, 10) == (long)r->pid;
     }
     freeReplyObject(reply);
+    /* INFO answers while an AOF is still being loaded; PING says -LOADING until it is done,
+     * and a test must not meet that (it would read as Redis being unavailable). */
+    reply = ok ? redisCommand(ctx, "PING") : NULL;
+    ok = reply != NULL && reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "PONG") == 0;
+    freeReplyObject(reply);
 out:
     if (ctx != NULL) {
         redisFree(ctx);
