@@ -36,7 +36,8 @@ if [ "$length" = short ]; then
 fi
 "$dir/tests/faults/test_faults_checker"
 for scenario in pause steal gateway_kill redis_kill redis_auth redis_loss script_flush \
-    redis_sleep redis_pause redis_busy redis_stop redis_oom unlock_retry; do
+    redis_sleep redis_pause redis_busy redis_stop redis_oom unlock_retry \
+    $(for f in tests/faults/scenarios/*.sh; do [ -e "$f" ] && basename "$f" .sh; done); do
     echo "=== faults_$scenario (full)"
     bash tests/faults/run_scenario.sh "$scenario" full "$dir/gateway/fencegate" \
         "$dir/tests/faults/fg_workload" "$dir/tests/faults/fg_checker"

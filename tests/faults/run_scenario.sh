@@ -71,15 +71,25 @@ case $scenario in
         faults=5; steps=$((steps / 2)); [ "$length" = short ] && faults=2 ;;
     redis_oom) faults=1; [ "$length" = full ] && faults=3 ;;
     pause | steal | gateway_kill) ;;
-    *) fail "unknown scenario $scenario" ;;
+    *)
+        # A scenario of its own file, tests/faults/scenarios/NAME.sh, sourced here. It must
+        # define scenario_fault I (inject fault I of $faults, then "mark heal") and may set
+        # faults, steps and persist here, and define scenario_setup (after Redis and the
+        # gateway started, before the workload) and scenario_check (after the checker).
+        plugin=$(dirname "$0")/scenarios/$scenario.sh
+        [ -f "$plugin" ] || fail "unknown scenario $scenario"
+        # shellcheck source=/dev/null
+        source "$plugin" ;;
 esac
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fg-faults-$scenario.XXXXXX")
 hist=$tmp/history.tsv
 redis_pid="" gw_pid="" wl_pid="" password=""
 [ "$scenario" = redis_auth ] && password="fg-faults-$RANDOM$RANDOM"
-persist=(--appendonly yes --appendfsync always)
-[ "$scenario" = redis_loss ] && persist=(--appendonly no)
+if [ -z "${persist+set}" ]; then # a scenario file may have set it
+    persist=(--appendonly yes --appendfsync always)
+    [ "$scenario" = redis_loss ] && persist=(--appendonly no)
+fi
 
 cleanup() {
     local rc=$?
@@ -284,6 +294,7 @@ redis_start
 gport=$(free_port)
 gw_start
 say "redis pid $redis_pid on port $rport, gateway pid $gw_pid on port $gport"
+if declare -F scenario_setup >/dev/null; then scenario_setup; fi
 
 # Invariant 9 baseline: after a warm-up, so lazily opened connections exist already.
 "$workload" run "$(gw_url)" "$tmp/warmup.tsv" "warm-$scenario" 120 10 1 >>"$tmp/workload.log" 2>&1 \
@@ -375,6 +386,7 @@ for ((i = 1; i <= faults; i++)); do
         unlock_retry)
             progress "$steps"
             fault_unlock_retry "$i" ;;
+        *) scenario_fault "$i" ;;
     esac
 done
 if [ "$scenario" = pause ] || [ "$scenario" = steal ]; then
@@ -395,6 +407,7 @@ say "answers by status: $(awk -F'\t' '$2 != "mark" { n[$6]++ } END { for (s in n
 # --- the checker ------------------------------------------------------------------------------
 "$checker" --expect-fenced "$expect_fenced" "$hist" || fail "the checker found violations"
 [ "$scenario" = redis_oom ] && check_oom
+if declare -F scenario_check >/dev/null; then scenario_check; fi
 
 # --- invariant 9 (cheap part) and a clean exit ------------------------------------------------
 idle() {
