@@ -14,9 +14,11 @@
  * 409 stale_token when it is below the highest token that has written (as it would be
  * anyway), else 403 unknown_token. Refusing a token of a lock that is gone is always safe.
  * If Redis lost its counter, the last issued token reads low until the next acquisition
- * lifts it above the ledger floor; until then writes with older tokens are refused as
- * unknown (403), which is the safe direction. If Redis is unreachable the write is refused
- * with 503: without the counter we cannot tell a forged token from a real one.
+ * lifts it above the ledger floor; until then a write with an older token is refused: 409
+ * stale_token when it is below the highest token that has written (storage checks that
+ * first), else 403 unknown_token, which is the safe direction. If Redis is unreachable the
+ * write is refused with 503: without the counter we cannot tell a forged token from a real
+ * one.
  */
 #include <stdio.h>
 #include <string.h>

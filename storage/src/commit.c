@@ -60,14 +60,19 @@ static int apply(store *s, MDB_txn *txn, store__wreq *w)
         return 0;
     }
     w->res.highest_token = rec.highest_token;
+    /* Stale first: a token below one that has written is refused as stale whatever the
+     * issuer says now. After Redis lost its counter, last_issued reads low and a real old
+     * token would otherwise be called never issued (403) where its holder needs to hear
+     * that it was fenced off (409). A forged token below the high-water mark is refused
+     * just the same; it moves nothing either way. */
+    if (w->token < rec.highest_token) {
+        w->st = STORE_STALE;
+        return 0;
+    }
     if (w->token > w->last_issued) {
         /* A forged or mistyped token must not raise the high-water mark and lock out the
          * real holders. */
         w->st = STORE_UNKNOWN_TOKEN;
-        return 0;
-    }
-    if (w->token < rec.highest_token) {
-        w->st = STORE_STALE;
         return 0;
     }
     rec.highest_token = w->token;

@@ -76,6 +76,23 @@ static void test_forged_token_changes_nothing(void **state)
     assert_st(store_read(f->s, "fresh", &v), STORE_NOT_FOUND);
 }
 
+/* After Redis lost its counter, last_issued reads low (here 3) while 40 has written: the old
+ * holder of 33 must hear stale (409), not never issued (403), and nothing moves. */
+static void test_stale_wins_over_unknown_when_counter_is_low(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+
+    assert_st(put(f, "lost", 40, "from-40", 40, &res), STORE_ACCEPTED);
+    memset(&res, 0, sizeof res);
+    assert_st(put(f, "lost", 33, "late-33", 3, &res), STORE_STALE);
+    assert_int_equal(res.highest_token, 40);
+    assert_value(f, "lost", "from-40", 40, 1);
+    /* Above the high-water mark but above what was issued: still unknown. */
+    assert_st(put(f, "lost", 41, "forged", 3, &res), STORE_UNKNOWN_TOKEN);
+    assert_value(f, "lost", "from-40", 40, 1);
+}
+
 static void test_limits_and_invalid(void **state)
 {
     st_fixture *f = *state;
@@ -301,6 +318,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_accept_equal_higher_and_stale, st_setup,
                                         st_teardown),
+        cmocka_unit_test_setup_teardown(test_stale_wins_over_unknown_when_counter_is_low,
+                                        st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_forged_token_changes_nothing, st_setup,
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_limits_and_invalid, st_setup, st_teardown),

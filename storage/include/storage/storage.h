@@ -76,9 +76,11 @@ typedef struct store_write_result {
     uint64_t version;         /* ACCEPTED: the new version */
 } store_write_result;
 
-/* One atomic check-and-write, acknowledged only after it is durable:
+/* One atomic check-and-write, acknowledged only after it is durable, checked in this order:
+ *   token < highest              -> STALE, res->highest_token names the highest (also when
+ *                                   token > last_issued: a low last_issued after Redis lost
+ *                                   its counter must not hide that a token was fenced off);
  *   token > last_issued          -> UNKNOWN_TOKEN, nothing changes;
- *   token < highest              -> STALE, res->highest_token names the highest;
  *   otherwise                    -> ACCEPTED, value, type, highest and version updated.
  * len > max_value_bytes is TOO_LARGE, a full map is FULL, a bad name is INVALID; every
  * error leaves the store unchanged. content_type may be NULL (stored as empty). res may be
