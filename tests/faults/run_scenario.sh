@@ -154,7 +154,8 @@ gw_url() { echo "http://127.0.0.1:$gport"; }
 gw_healthy() { curl -fsS --max-time 2 -o /dev/null "$(gw_url)/healthz" 2>/dev/null; }
 gw_start() {
     "$gateway" --listen "127.0.0.1:$gport" --data "$tmp/gw" --threads 4 \
-        --redis "redis://${password:+:$password@}127.0.0.1:$rport" 2>>"$tmp/gateway.log" >&2 &
+        --redis "redis://${password:+:$password@}127.0.0.1:${gw_redis_port:-$rport}" \
+        2>>"$tmp/gateway.log" >&2 &
     gw_pid=$!
     wait_until "the gateway answering /healthz" 20 gw_healthy
 }
@@ -291,6 +292,7 @@ $res (renew $code): A's answer was replayed to B" ;;
 mkdir -p "$tmp/redis" "$tmp/gw"
 rport=$(free_port)
 redis_start
+if declare -F scenario_prestart >/dev/null; then scenario_prestart; fi
 gport=$(free_port)
 gw_start
 say "redis pid $redis_pid on port $rport, gateway pid $gw_pid on port $gport"
@@ -325,6 +327,7 @@ mode=()
 case $scenario in
     pause) mode=(pause "$rport") ;;
     steal) mode=(steal "$rport" ${password:+"$password"}) ;;
+    *) if declare -F scenario_mode >/dev/null; then scenario_mode; fi ;; # may set mode=(...)
 esac
 seed=${FG_FAULTS_SEED:-$((RANDOM * 32768 + RANDOM))}
 say "workload seed $seed"
