@@ -7,6 +7,9 @@
  *     was never issued (forged, or from another deployment), 403 unknown_token, and nothing
  *     moves, so a forged huge token can never lock the real holders out;
  *   - the highest token that has written the resource: a lower one is stale, 409.
+ * Before storage, a token below the last one issued is refused 409 stale_token too (with
+ * superseded_by): its lease ended when the larger one was minted, so its holder is fenced
+ * off as soon as the next holder has locked, not only once that holder has written.
  * Before that, the gateway checks the bottom of the resource's token run: its counter is
  * lifted to a floor now and then (a new resource, a lift past tokens of other resources, a
  * Redis that lost data), and the tokens below the lift (base) were never issued for it, or
@@ -180,6 +183,25 @@ enum MHD_Result gw__handle_resource_put(gw_request *req)
         }
         return answer_write(req, token < wr.highest_token ? STORE_STALE : STORE_UNKNOWN_TOKEN,
                             token, &wr);
+    }
+    if (token < (uint64_t)last_issued) {
+        /* Superseded: a larger token was minted since, and tokens are minted only when the
+         * lock is free, so this token's lease is over (released, expired or removed). Its
+         * holder is fenced off now, before the next holder's first write, not only after
+         * it. The next holder reads the counter too, so it is never refused by this. */
+        store_status hst = store_highest(srv->st, req->param, &wr.highest_token);
+        if (hst != STORE_OK && hst != STORE_NOT_FOUND) {
+            return answer_write(req, hst, token, &wr);
+        }
+        count_write(srv, GW_WR_stale);
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
+                              json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
+                                        (json_int_t)token, "highest_token",
+                                        (json_int_t)wr.highest_token, "superseded_by",
+                                        (json_int_t)last_issued),
+                              "token %llu was superseded by token %llu, issued after its "
+                              "lease ended; nothing was changed",
+                              (unsigned long long)token, (unsigned long long)last_issued);
     }
     store_status st = store_write(srv->st, req->param, token, req->body != NULL ? req->body : "",
                                   req->body_len, ctype, (uint64_t)last_issued, &wr);

@@ -562,6 +562,43 @@ static void test_fencing_token_header(void **state)
     gwt_resp_free(&r);
 }
 
+/* The next holder has locked but not yet written: the old token is already fenced off
+ * (superseded_by), the new holder's write still goes through, and nothing of the old one's
+ * lands. */
+static void test_superseded_token_is_refused_before_next_write(void **state)
+{
+    api_state *s = *state;
+    char t1[32], t2[32];
+    gwt_resp r;
+
+    long long token1 = lock_ok(&s->gw, "api.sup", "client-1", "", NULL, 0);
+    gwt_post(&s->gw, "/unlock", "{\"resource\":\"api.sup\",\"owner\":\"client-1\"}", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    long long token2 = lock_ok(&s->gw, "api.sup", "client-2", "", NULL, 0);
+    assert_true(token2 > token1);
+    snprintf(t1, sizeof t1, "%lld", token1);
+    snprintf(t2, sizeof t2, "%lld", token2);
+
+    put_value(&s->gw, "api.sup", t1, "late write of client 1", &r);
+    gwt_assert_status(&r, 409, "stale_token");
+    assert_int_equal(gwt_int(&r, "token"), token1);
+    assert_int_equal(gwt_int(&r, "superseded_by"), token2);
+    assert_int_equal(gwt_int(&r, "highest_token"), 0);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.sup", &r);
+    gwt_assert_status(&r, 404, "not_found");
+    gwt_resp_free(&r);
+
+    put_value(&s->gw, "api.sup", t2, "written by client 2", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "version"), 1);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.sup", &r);
+    assert_string_equal(r.body, "written by client 2");
+    gwt_resp_free(&r);
+}
+
 /* Kleppmann's figure: client 1's lease runs out while it is paused; client 2 locks with a
  * larger token and writes; client 1's late write with the old token is refused. */
 static void test_stale_token_is_refused(void **state)
@@ -1069,6 +1106,7 @@ int main(void)
         cmocka_unit_test(test_paths_404_405_and_encoded_names),
         cmocka_unit_test(test_fencing_token_header),
         cmocka_unit_test(test_stale_token_is_refused),
+        cmocka_unit_test(test_superseded_token_is_refused_before_next_write),
         cmocka_unit_test(test_forged_token_moves_nothing),
         cmocka_unit_test(test_token_of_another_resource_is_refused),
         cmocka_unit_test(test_header_limit),
