@@ -23,8 +23,8 @@ build_pkgs=(build-essential cmake pkg-config git
     libhiredis-dev libmicrohttpd-dev libjansson-dev uuid-dev liblmdb-dev
     libcurl4-openssl-dev libcmocka-dev)
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
-# procps for pgrep/ps in the test harness.
-tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates)
+# procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite.
+tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates strace iproute2)
 # Only with --fuzz: the compiler and runtime of the libFuzzer targets in tests/fuzz/.
 fuzz_pkgs=()
 if [ "${1:-}" = "--fuzz" ]; then

@@ -459,7 +459,7 @@ static void test_lost_release_message_does_not_strand_waiter(void **state)
 static void test_shutdown_answers_parked_waiters(void **state)
 {
     wt_state *s = *state;
-    enum { N = 30 };
+    enum { N = 50 };
     waiter w[N];
 
     memset(w, 0, sizeof w);
