@@ -315,6 +315,34 @@ fd_slack=$((2 + 5 - $(gw_redis_conns)))
 # its clients, for a leak report.
 fd_list() { ls -l "/proc/$gw_pid/fd" | awk 'NR > 1 { print $NF }' | sed 's/[0-9]\{3,\}/N/' | sort | uniq -c; }
 fd_at_base=$(fd_list)
+# Threads: the server's pool, waitd and the storage threads exist after the warm-up; a thread
+# that outlives its work (a reconnect thread never joined, say) shows up as one more.
+threads() { awk '$1 == "Threads:" { print $2 }' "/proc/$gw_pid/status"; }
+thread_base=$(threads)
+# Redis's own count of its clients, less the redis-cli asking (its command is CLIENT): at idle
+# these are the gateway's connections (or a proxy's on their behalf), at most one per server
+# thread plus the subscriber, however many the warm-up happened to open.
+redis_clients() { rcli client list | grep -vc 'cmd=client' || true; }
+redis_client_base=$(redis_clients)
+redis_client_max=$((4 + 1)) # gw_start gives --threads 4
+[ "$redis_client_base" -le "$redis_client_max" ] || redis_client_max=$redis_client_base
+rss_kb() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$gw_pid/status"; }
+rss_base=$(rss_kb)
+# RSS may end up to rss_growth_pct % (default 10, the soak's bound in issue 7) plus
+# rss_slack_kb (default 4 MB) above the baseline; a scenario file may set both. The slack is for
+# memory first touched after the warm-up and kept by design: glibc's per-thread arena of a pool
+# thread the warm-up did not reach, a larger hash table of parked waiters. Measured on the
+# non-sanitizer build: 1 to 6 % after the short scenarios, from about 5.4 MB. Under ASan,
+# freed memory is not given back but held in the quarantine, up to quarantine_size_mb (256 MB
+# unless ASAN_OPTIONS says otherwise), so the bound there is looser by that much; leaks proper
+# are LeakSanitizer's at exit (check_sanitizers).
+rss_max_kb=$((rss_base + rss_base * ${rss_growth_pct:-10} / 100 + ${rss_slack_kb:-4096}))
+gw_sanitized=0
+if grep -q __asan_init "$gateway"; then
+    gw_sanitized=1
+    quarantine_mb=$(echo "${ASAN_OPTIONS:-}" | tr ':' '\n' | awk -F= '$1 == "quarantine_size_mb" { print $2 }')
+    rss_max_kb=$((rss_max_kb + ${quarantine_mb:-256} * 1024))
+fi
 fd_report() {
     echo "gateway fds at the baseline:" >&2; echo "$fd_at_base" >&2
     echo "gateway fds now:" >&2; fd_list >&2
@@ -412,16 +440,27 @@ say "answers by status: $(awk -F'\t' '$2 != "mark" { n[$6]++ } END { for (s in n
 [ "$scenario" = redis_oom ] && check_oom
 if declare -F scenario_check >/dev/null; then scenario_check; fi
 
-# --- invariant 9 (cheap part) and a clean exit ------------------------------------------------
+# --- invariant 9 and a clean exit -------------------------------------------------------------
+# Back to the baseline within 15 s of the end of the run: no HTTP client connection left, no
+# parked waiter, descriptors, threads and Redis clients at most what the baseline had (plus
+# the Redis connections still to be opened lazily), and RSS within rss_max_kb.
 idle() {
-    [ "$(http_clients)" -eq 0 ] && [ "$(waiters)" = 0 ] && [ "$(fd_count)" -le $((fd_base + fd_slack)) ]
+    [ "$(http_clients)" -eq 0 ] && [ "$(waiters)" = 0 ] && [ "$(fd_count)" -le $((fd_base + fd_slack)) ] \
+        && [ "$(threads)" -le "$thread_base" ] && [ "$(redis_clients)" -le "$redis_client_max" ] \
+        && [ "$(rss_kb)" -le "$rss_max_kb" ]
+}
+idle_state() {
+    echo "$(http_clients) client connections, fencegate_waiters $(waiters), $(fd_count) fds \
+(baseline $fd_base, slack $fd_slack), $(threads) threads (baseline $thread_base), $(redis_clients) \
+Redis clients (baseline $redis_client_base, at most $redis_client_max), RSS $(rss_kb) kB \
+(baseline $rss_base kB, at most $rss_max_kb kB)"
 }
 deadline=$((SECONDS + 15))
 until idle; do
-    [ "$SECONDS" -lt "$deadline" ] || { fd_report; fail "15 s after the run: $(http_clients) client \
-connections, fencegate_waiters $(waiters), $(fd_count) fds (baseline $fd_base, slack $fd_slack)"; }
+    [ "$SECONDS" -lt "$deadline" ] || { fd_report; fail "15 s after the run: $(idle_state)"; }
     sleep 0.05
 done
+say "idle: $(idle_state)"
 check_sanitizers
 kill -TERM "$gw_pid"
 gw_rc=0
