@@ -6,6 +6,7 @@
 
 #define NS_PER_MS 1000000LL
 #define GRACE_MS 5000 /* invariant 8: wait_ms + 5 s, and the first success after healing */
+#define TAKEOVER_SLACK_MS 1000 /* a lost holder's lease: its end, then Redis expiring the key */
 
 /* Operations of one kind, sorted by (resource, end), with running maxima per resource. */
 typedef struct series {
@@ -15,10 +16,18 @@ typedef struct series {
     size_t *max_version; /* likewise for version */
 } series;
 
+/* A window in which the gateway was frozen (marks freeze and thaw). */
+typedef struct freeze {
+    int64_t from_ns, to_ns;
+} freeze;
+
 typedef struct ctx {
     fh_history *h;
+    const fc_options *opt;
     FILE *out;
     fc_result *res;
+    freeze *freezes;
+    size_t n_freezes;
 } ctx;
 
 static int by_resource_end(const void *a, const void *b)
@@ -46,7 +55,7 @@ static void describe(const ctx *c, const fh_op *op)
 /* Records a violation of invariant inv, printing why and the operations involved. */
 static void violation(const ctx *c, int inv, const char *why, const fh_op *a, const fh_op *b)
 {
-    int soft = inv == 7 || inv == 0;
+    int soft = inv == 0 || (inv == 7 && !c->opt->strict_leases);
     c->res->violations[inv]++;
     if (!soft)
         c->res->hard++;
@@ -177,25 +186,47 @@ static void check_versions(const ctx *c, const series *acked)
     free(v);
 }
 
-/* 4 and 6: stale and forged writes, and the frozen client's renew and unlock. */
-static void check_write(const ctx *c, const series *acked, const fh_op *w)
+/* The op of s on w's resource with the largest token among those that ended before w
+ * started, if that token is above w's; else NULL. */
+static const fh_op *larger_before(const series *s, const fh_op *w)
+{
+    long k = series_before(s, w->resource, w->start_ns);
+    if (k < 0)
+        return NULL;
+    const fh_op *a = s->ops[s->max_token[k]];
+    return a->token > w->token ? a : NULL;
+}
+
+/* 4 and 6: stale and forged writes, and the late writes of clients whose lease was lost. A
+ * grant of a larger token that finished before a late write started means the late write's
+ * lease is over (tokens are minted only for a free lock), so the gateway must refuse it even
+ * when that grant's holder has not written yet (it compares with the last token issued). */
+static void check_write(const ctx *c, const series *grants, const series *acked,
+                        const fh_op *w)
 {
     if ((w->flags & FH_F_FORGED) != 0) {
         if (w->status != 403 && !tolerated(w))
             violation(c, 6, "a write with a forged token was not answered 403", w, NULL);
         return;
     }
-    long k = series_before(acked, w->resource, w->start_ns);
-    if (k < 0)
+    int late = (w->flags & (FH_F_AFTER_PAUSE | FH_F_AFTER_STEAL)) != 0;
+    const fh_op *a = larger_before(acked, w);
+    const fh_op *g = late ? larger_before(grants, w) : NULL;
+    if ((a == NULL && g == NULL) || tolerated(w))
         return;
-    const fh_op *a = acked->ops[acked->max_token[k]];
-    if (a->token <= w->token || tolerated(w))
+    if (w->status != 409 || strcmp(w->error, "stale_token") != 0) {
+        violation(c, 4,
+                  a != NULL ? "a write below an earlier acknowledged token was not 409 stale_token"
+                            : "a late write of a client whose lease was lost was not 409 "
+                              "stale_token, though a larger token's grant had finished before it",
+                  a != NULL ? a : g, w);
         return;
-    if (w->status != 409 || strcmp(w->error, "stale_token") != 0)
-        violation(c, 4, "a write below an earlier acknowledged token was not 409 stale_token", a,
-                  w);
-    else if ((w->flags & (FH_F_AFTER_PAUSE | FH_F_AFTER_STEAL)) != 0)
-        c->res->fenced++;
+    }
+    if (!late)
+        return;
+    c->res->fenced++;
+    if (a == NULL)
+        c->res->superseded++;
 }
 
 static void check_not_owner(const ctx *c, const fh_op *op)
@@ -247,16 +278,90 @@ static void check_read(const ctx *c, const series *acked, const fh_op *r)
                   w, r);
 }
 
-/* 8: bounded answers, no 5xx but 503, and a quick first success after each heal mark. */
+/* The gateway's freeze windows: each freeze mark up to the next thaw mark, or up to the end
+ * of time when none follows. Returns 0, or -1 when out of memory. */
+static int freezes_build(ctx *c)
+{
+    const fh_history *h = c->h;
+    c->freezes = calloc(h->n + 1, sizeof *c->freezes);
+    if (c->freezes == NULL)
+        return -1;
+    for (size_t i = 0; i < h->n; i++) {
+        const fh_op *m = &h->ops[i];
+        if (m->kind != FH_MARK || strcmp(m->body, "freeze") != 0)
+            continue;
+        freeze *f = &c->freezes[c->n_freezes++];
+        f->from_ns = m->end_ns;
+        f->to_ns = INT64_MAX;
+        for (size_t j = 0; j < h->n; j++) {
+            const fh_op *t = &h->ops[j];
+            if (t->kind == FH_MARK && strcmp(t->body, "thaw") == 0 && t->end_ns >= f->from_ns &&
+                t->end_ns < f->to_ns)
+                f->to_ns = t->end_ns;
+        }
+    }
+    return 0;
+}
+
+/* How long the freeze windows that op overlaps lasted, in ns (INT64_MAX for one that never
+ * thawed); 0 when it overlaps none. */
+static int64_t frozen_ns(const ctx *c, const fh_op *op)
+{
+    int64_t sum = 0;
+    for (size_t i = 0; i < c->n_freezes; i++) {
+        const freeze *f = &c->freezes[i];
+        if (op->start_ns >= f->to_ns || op->end_ns <= f->from_ns)
+            continue;
+        if (f->to_ns == INT64_MAX || sum > INT64_MAX - (f->to_ns - f->from_ns))
+            return INT64_MAX;
+        sum += f->to_ns - f->from_ns;
+    }
+    return sum;
+}
+
+/* 8: bounded answers, no 5xx but 503, and a quick first success after each heal mark. A
+ * request that overlaps a freeze of the gateway may take that much longer, and its client
+ * may have given up on it. */
 static void check_liveness(const ctx *c, const fh_op *op)
 {
+    int64_t frozen = frozen_ns(c, op);
     int64_t limit_ns = ((int64_t)op->wait_ms + GRACE_MS) * NS_PER_MS;
+    limit_ns = frozen > INT64_MAX - limit_ns ? INT64_MAX : limit_ns + frozen;
     if (op->status >= 500 && op->status != 503)
         violation(c, 8, "a 5xx other than 503", op, NULL);
     if (op->end_ns - op->start_ns > limit_ns)
-        violation(c, 8, "a request took longer than wait_ms + 5 s", op, NULL);
-    else if (op->status == 0 && strcmp(op->error, "curl28") == 0)
+        violation(c, 8,
+                  frozen > 0 ? "a request took longer than wait_ms + 5 s + the gateway's freeze"
+                             : "a request took longer than wait_ms + 5 s",
+                  op, NULL);
+    else if (op->status == 0 && strcmp(op->error, "curl28") == 0 && frozen == 0)
         violation(c, 8, "a request timed out without an answer", op, NULL);
+}
+
+/* 8: after a holder_killed or holder_frozen mark, the first lock request of another owner on
+ * the mark's resource that started after it and waits past the dead holder's lease (mark +
+ * ttl_ms + slack) must be granted. Its token (invariant 2) and its window (invariant 7) are
+ * checked with every other grant. */
+static void check_takeover(const ctx *c, const fh_op *m)
+{
+    const fh_op *next = NULL;
+    for (size_t i = 0; i < c->h->n; i++) {
+        const fh_op *op = &c->h->ops[i];
+        if (op->kind != FH_LOCK || op->start_ns < m->end_ns ||
+            strcmp(op->resource, m->resource) != 0 || strcmp(op->owner, m->owner) == 0)
+            continue;
+        if (next == NULL || op->start_ns < next->start_ns)
+            next = op;
+    }
+    int64_t lease_end_ns = m->end_ns + ((int64_t)m->ttl_ms + TAKEOVER_SLACK_MS) * NS_PER_MS;
+    if (next == NULL || next->start_ns + (int64_t)next->wait_ms * NS_PER_MS < lease_end_ns ||
+        tolerated(next))
+        return;
+    if (next->status == 200)
+        c->res->takeovers++;
+    else
+        violation(c, 8, "the lock of a killed or frozen holder was not granted to the next "
+                        "owner waiting past its lease", m, next);
 }
 
 static void check_heal(const ctx *c, const fh_op *mark)
@@ -331,15 +436,20 @@ static void check_windows(const ctx *c, const series *grants)
     free(w);
 }
 
-long fc_check(fh_history *h, FILE *out, fc_result *res)
+long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
 {
-    series grants, acked;
-    ctx c = {h, out, res};
+    static const fc_options defaults = {0};
+    series grants = {0}, acked = {0};
+    ctx c = {h, opt != NULL ? opt : &defaults, out, res, NULL, 0};
 
     memset(res, 0, sizeof *res);
     res->ops = (long)h->n;
-    if (series_build(&grants, h, is_grant) != 0 || series_build(&acked, h, is_acked_write) != 0) {
+    if (series_build(&grants, h, is_grant) != 0 || series_build(&acked, h, is_acked_write) != 0 ||
+        freezes_build(&c) != 0) {
         fprintf(stderr, "checker: out of memory\n");
+        series_free(&grants);
+        series_free(&acked);
+        free(c.freezes);
         res->hard = 1;
         return res->hard;
     }
@@ -349,7 +459,7 @@ long fc_check(fh_history *h, FILE *out, fc_result *res)
         const fh_op *op = &h->ops[i];
         switch (op->kind) {
         case FH_WRITE:
-            check_write(&c, &acked, op);
+            check_write(&c, &grants, &acked, op);
             break;
         case FH_RENEW:
         case FH_UNLOCK:
@@ -362,6 +472,9 @@ long fc_check(fh_history *h, FILE *out, fc_result *res)
         case FH_MARK:
             if (strcmp(op->body, "heal") == 0)
                 check_heal(&c, op);
+            else if (strcmp(op->body, "holder_killed") == 0 ||
+                     strcmp(op->body, "holder_frozen") == 0)
+                check_takeover(&c, op);
             break;
         default:
             break;
@@ -372,5 +485,6 @@ long fc_check(fh_history *h, FILE *out, fc_result *res)
     check_windows(&c, &grants);
     series_free(&grants);
     series_free(&acked);
+    free(c.freezes);
     return res->hard;
 }

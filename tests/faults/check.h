@@ -5,15 +5,37 @@
  *   2. a grant that starts after another grant finished gets a larger token;
  *   3. accepted writes ordered by version have non-decreasing tokens; no version is reused;
  *   4. a write with a token below an acknowledged write that finished before it started is
- *      409 stale_token, never 200; a client frozen or robbed of its lease is not the owner;
+ *      409 stale_token, never 200; so is a late write of a client frozen or robbed of its
+ *      lease (flag after_pause or after_steal) once a grant with a larger token finished
+ *      before it started, even if that grant's holder has not written yet; and such a
+ *      client's renew and unlock are 409 not_owner;
  *   5. a read (during the run or final) returns the last write acknowledged before it started
  *      or a later one, whose outcome was acknowledged or unknown, never a refused write's
  *      bytes; its token never goes below an acknowledged one;
  *   6. a forged token gets 403 and moves nothing;
- *   7. lease windows of different owners do not overlap (reported only, never a failure);
+ *   7. lease windows of different owners do not overlap, from the clients' view: a window
+ *      runs from the end of a grant to its start + ttl_ms, extended by successful renews and
+ *      cut at the start of its successful unlock. Reported only, unless fc_options says
+ *      strict_leases (for scenarios in which Redis loses no data);
  *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
  *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
- *      first success comes within 5 s.
+ *      first success comes within 5 s; and a lost holder's lock is taken over (below).
+ *
+ * Marks the checker reads (kind mark, the event in the body):
+ *   heal            the fault is over: the first success must come within 5 s.
+ *   freeze, thaw    the gateway was frozen (SIGSTOP) between a freeze mark and the next thaw
+ *                   mark (or the end of the history if none follows). A request overlapping
+ *                   such a window may take wait_ms + 5 s plus the window's length, and may
+ *                   end without an answer because its client timed out: only invariant 8's
+ *                   latency bound is relaxed, never 1-7 or the 5xx rule.
+ *   holder_killed,  a lock holder (the mark's owner, on the mark's resource, with a lease of
+ *   holder_frozen   the mark's ttl_ms) was killed with SIGKILL, or frozen with SIGSTOP (and
+ *                   killed later), before the mark was written. The first lock request of
+ *                   another owner on that resource that starts after the mark, if its
+ *                   wait_ms reaches 1 s past the mark + ttl_ms (the dead holder's lease can
+ *                   last no longer, whatever its watchdog renewed before), must be granted
+ *                   (invariant 8; 503 and no answer excepted). Each grant counts as a
+ *                   takeover in fc_result.
  */
 #ifndef FG_FAULTS_CHECK_H
 #define FG_FAULTS_CHECK_H
@@ -24,15 +46,23 @@
 
 #define FC_INVARIANTS 9 /* index 1..8 used */
 
+typedef struct fc_options {
+    int strict_leases; /* invariant 7 is a hard violation, not only reported */
+} fc_options;
+
 typedef struct fc_result {
-    long violations[FC_INVARIANTS]; /* per invariant; 7 and 0 (notes) are soft */
-    long hard;                      /* all but 7 */
-    long fenced;                    /* after_pause/after_steal writes answered 409 stale_token */
+    long violations[FC_INVARIANTS]; /* per invariant; 0 (notes) and, unless strict, 7 are soft */
+    long hard;                      /* all but the soft ones */
+    long fenced;     /* after_pause/after_steal writes answered 409 stale_token */
+    long superseded; /* of those, the ones refused only because a newer grant had finished,
+                        with no acknowledged write of a larger token before them */
+    long takeovers;  /* locks of killed or frozen holders granted to the next owner */
     long ops;
 } fc_result;
 
 /* Checks h (its operations are reordered) and prints each violation to out (may be NULL),
- * naming the operations by client, kind and line. Fills res. Returns res->hard. */
-long fc_check(fh_history *h, FILE *out, fc_result *res);
+ * naming the operations by client, kind and line. opt may be NULL (every option off). Fills
+ * res. Returns res->hard. */
+long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res);
 
 #endif

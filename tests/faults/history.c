@@ -15,7 +15,9 @@ static const struct {
 } flag_names[] = {{"forged", FH_F_FORGED},
                   {"stale", FH_F_STALE},
                   {"after_pause", FH_F_AFTER_PAUSE},
-                  {"after_steal", FH_F_AFTER_STEAL}};
+                  {"after_steal", FH_F_AFTER_STEAL},
+                  {"watchdog", FH_F_WATCHDOG},
+                  {"herd", FH_F_HERD}};
 
 #define FLAG_COUNT (sizeof flag_names / sizeof flag_names[0])
 

@@ -12,7 +12,10 @@
  * write answered or a read's ETag. flags is "-" or a comma-separated list: forged (a write
  * with a token never issued), stale (a write with an older token of the same client),
  * after_pause, after_steal (an operation of a client that was frozen past its lease, or
- * whose lease was deleted under it). body is the bytes written or read, or "-".
+ * whose lease was deleted under it), watchdog (an operation of a holder whose lease a watchdog
+ * thread renews, or a renew of that watchdog), herd (a request of the thundering herd or of
+ * the holder it waits on). body is the bytes written or read, or "-"; for a mark, the event.
+ * A mark may name a resource, an owner and a ttl_ms too (the holder_killed mark, check.h).
  */
 #ifndef FG_FAULTS_HISTORY_H
 #define FG_FAULTS_HISTORY_H
@@ -38,7 +41,9 @@ enum {
     FH_F_FORGED = 1,
     FH_F_STALE = 2,
     FH_F_AFTER_PAUSE = 4,
-    FH_F_AFTER_STEAL = 8
+    FH_F_AFTER_STEAL = 8,
+    FH_F_WATCHDOG = 16,
+    FH_F_HERD = 32
 };
 
 typedef struct fh_op {

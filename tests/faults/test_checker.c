@@ -14,8 +14,9 @@
 
 #define MS 1000000LL
 
-/* Builds a history from lines (NULL-terminated) and checks it; fails on a malformed line. */
-static fc_result check_lines(const char *const *lines)
+/* Builds a history from lines (NULL-terminated) and checks it with opt (may be NULL); fails
+ * on a malformed line. */
+static fc_result check_lines_opt(const char *const *lines, const fc_options *opt)
 {
     fh_history h = {0};
     fc_result res;
@@ -26,9 +27,14 @@ static fc_result check_lines(const char *const *lines)
         op.line = i + 1;
         assert_int_equal(fh_append(&h, &op), 0);
     }
-    fc_check(&h, stdout, &res);
+    fc_check(&h, opt, stdout, &res);
     fh_free(&h);
     return res;
+}
+
+static fc_result check_lines(const char *const *lines)
+{
+    return check_lines_opt(lines, NULL);
 }
 
 /* A clean run: two grants in turn, their writes, a stale and a forged write refused, a
@@ -122,6 +128,170 @@ static void test_lost_lease_renew_not_409(void **state)
         "w0\tunlock\tr\t20\t30\t409\tnot_owner\t3\t0\tw0-1\t0\t0\tafter_steal\t-", NULL};
     fc_result res = check_lines(h);
     assert_int_equal(res.violations[4], 1);
+}
+
+/* The next holder (p, token 6) has locked but not written when the frozen client's late write
+ * with token 5 arrives: it must still be refused 409 stale_token (superseded). */
+static const char *const superseded_prefix[] = {
+    "w0\tlock\tr\t0\t10\t200\t-\t5\t0\tw0-1\t300\t0\t-\t-",
+    "p\tlock\tr\t20\t400\t200\t-\t6\t0\tp-1\t10000\t3300\t-\t-", NULL};
+
+static void test_superseded_late_write_accepted(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        superseded_prefix[0], superseded_prefix[1],
+        "w0\twrite\tr\t500\t510\t200\t-\t5\t1\tw0-1\t0\t0\tafter_pause\tw0:5", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[4], 1);
+    assert_int_equal(res.fenced, 0);
+}
+
+static void test_superseded_late_write_refused_wrongly(void **state)
+{
+    (void)state;
+    /* 403 is not the answer for a token that was issued: it must be 409 stale_token. */
+    const char *const h[] = {
+        superseded_prefix[0], superseded_prefix[1],
+        "w0\twrite\tr\t500\t510\t403\tunknown_token\t5\t0\tw0-1\t0\t0\tafter_pause\tw0:5",
+        NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[4], 1);
+}
+
+static void test_superseded_late_write_fenced(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        superseded_prefix[0], superseded_prefix[1],
+        "w0\twrite\tr\t500\t510\t409\tstale_token\t5\t0\tw0-1\t0\t0\tafter_pause\tw0:5",
+        "w0\trenew\tr\t520\t530\t409\tnot_owner\t5\t0\tw0-1\t300\t0\tafter_pause\t-",
+        "w0\tunlock\tr\t540\t550\t409\tnot_owner\t5\t0\tw0-1\t0\t0\tafter_pause\t-",
+        "p\twrite\tr\t560\t570\t200\t-\t6\t1\tp-1\t0\t0\t-\tp:6",
+        "p\tunlock\tr\t580\t590\t200\t-\t6\t0\tp-1\t0\t0\t-\t-", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.hard, 0);
+    assert_int_equal(res.fenced, 1);
+    assert_int_equal(res.superseded, 1);
+}
+
+static void test_superseded_needs_a_finished_grant(void **state)
+{
+    (void)state;
+    /* The newer grant had not finished when the late write started: either order is legal. */
+    const char *const h[] = {
+        superseded_prefix[0],
+        "p\tlock\tr\t20\t600\t200\t-\t6\t0\tp-1\t10000\t3300\t-\t-",
+        "w0\twrite\tr\t500\t510\t200\t-\t5\t1\tw0-1\t0\t0\tafter_pause\tw0:5", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.hard, 0);
+}
+
+/* A request in flight while the gateway was frozen for 4 s may take that much longer, and
+ * may end without an answer; one outside the window may not; nothing but latency is excused. */
+static void test_freeze_window_excuses_latency_only(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "runner\tmark\t-\t1000000000\t1000000000\t0\t-\t0\t0\t-\t0\t0\t-\tfreeze",
+        "runner\tmark\t-\t5000000000\t5000000000\t0\t-\t0\t0\t-\t0\t0\t-\tthaw",
+        /* 8.5 s for wait_ms 0, overlapping the freeze: excused (limit 5 s + 4 s) */
+        "w0\tlock\tr\t500000000\t9000000000\t200\t-\t1\t0\tw0-1\t300\t0\t-\t-",
+        /* no answer after 6 s, its client gave up during the freeze: excused */
+        "w1\tlock\tq\t900000000\t6900000000\t0\tcurl28\t0\t0\tw1-1\t300\t0\t-\t-",
+        /* 5.5 s, after the thaw: not excused */
+        "w2\tlock\tr2\t6000000000\t11500000000\t200\t-\t1\t0\tw2-1\t300\t0\t-\t-",
+        /* 9.5 s across the freeze: more than 5 s + 4 s */
+        "w3\tlock\tr3\t500000000\t10000000000\t200\t-\t1\t0\tw3-1\t300\t0\t-\t-",
+        /* a 500 during the freeze is never excused */
+        "w4\tlock\tr4\t2000000000\t2000000010\t500\tinternal\t0\t0\tw4-1\t300\t0\t-\t-",
+        NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[8], 3);
+}
+
+static void test_freeze_window_keeps_safety(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "runner\tmark\t-\t0\t0\t0\t-\t0\t0\t-\t0\t0\t-\tfreeze",
+        "w1\twrite\tr\t10\t20\t200\t-\t34\t1\tw1-1\t0\t0\t-\ta",
+        "w0\twrite\tr\t30\t40\t200\t-\t33\t2\tw0-1\t0\t0\t-\tb",
+        "w2\tlock\tr\t50\t60\t200\t-\t7\t0\tw2-1\t300\t0\t-\t-",
+        "w3\tlock\tr\t50\t60\t200\t-\t7\t0\tw3-1\t300\t0\t-\t-",
+        "runner\tmark\t-\t100\t100\t0\t-\t0\t0\t-\t0\t0\t-\tthaw", NULL};
+    fc_result res = check_lines(h);
+    assert_true(res.violations[4] > 0);
+    assert_true(res.violations[1] > 0);
+}
+
+/* wd-1 held r with a 1 s lease (renewed by its watchdog) and was killed at 2 s; p waits 4 s
+ * from 2.001 s, past the lease. */
+#define HOLDER_LINES                                                                    \
+    "wd\tlock\tr\t0\t10\t200\t-\t3\t0\twd-1\t1000\t5000\twatchdog\t-",               \
+        "wd\trenew\tr\t1000000000\t1000000010\t200\t-\t3\t0\twd-1\t1000\t0\twatchdog\t-", \
+        "p\tmark\tr\t2000000000\t2000000000\t0\t-\t0\t0\twd-1\t1000\t0\t-\tholder_killed"
+
+static void test_takeover_refused(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        HOLDER_LINES,
+        "p\tlock\tr\t2001000000\t6001000000\t409\tlocked\t0\t0\tp-1\t2000\t4000\t-\t-",
+        NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[8], 1);
+    assert_int_equal(res.takeovers, 0);
+}
+
+static void test_takeover_granted(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        HOLDER_LINES,
+        "p\tlock\tr\t2001000000\t3100000000\t200\t-\t4\t0\tp-1\t2000\t4000\t-\t-", NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(h, &strict);
+    assert_int_equal(res.hard, 0);
+    assert_int_equal(res.takeovers, 1);
+}
+
+static void test_takeover_inside_renewed_lease(void **state)
+{
+    (void)state;
+    /* Granted at 1.5 s, while the lease renewed at 1 s ran to 2 s: an overlap, hard when
+     * strict; and its token is not above the holder's. */
+    const char *const h[] = {
+        HOLDER_LINES,
+        "p\tlock\tr\t1100000000\t1500000000\t200\t-\t3\t0\tp-1\t2000\t4000\t-\t-", NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(h, &strict);
+    assert_int_equal(res.violations[7], 1);
+    assert_true(res.violations[1] > 0);
+    assert_true(res.hard >= 2);
+}
+
+static void test_takeover_wait_too_short_is_not_judged(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        HOLDER_LINES,
+        "p\tlock\tr\t2001000000\t2501000000\t409\tlocked\t0\t0\tp-1\t2000\t500\t-\t-",
+        NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.hard, 0);
+    assert_int_equal(res.takeovers, 0);
+}
+
+static void test_strict_leases_overlap_is_hard(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+                             "w1\tlock\tr\t20\t30\t200\t-\t2\t0\tw1-1\t1000\t0\t-\t-", NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(h, &strict);
+    assert_int_equal(res.violations[7], 1);
+    assert_int_equal(res.hard, 1);
 }
 
 static void test_final_read_older_than_last_ack(void **state)
@@ -224,7 +394,7 @@ static void test_format_parse_round_trip(void **state)
     op.status = 409;
     snprintf(op.error, sizeof op.error, "stale_token");
     op.token = 42;
-    op.flags = FH_F_AFTER_PAUSE | FH_F_STALE;
+    op.flags = FH_F_AFTER_PAUSE | FH_F_STALE | FH_F_WATCHDOG | FH_F_HERD;
     snprintf(op.body, sizeof op.body, "with\ttab");
     assert_true(fh_format(&op, line, sizeof line) > 0);
     assert_int_equal(fh_parse(line, &back), 0);
@@ -246,6 +416,17 @@ int main(void)
         cmocka_unit_test(test_stale_write_accepted_after_newer_ack),
         cmocka_unit_test(test_stale_write_concurrent_is_not_flagged),
         cmocka_unit_test(test_lost_lease_renew_not_409),
+        cmocka_unit_test(test_superseded_late_write_accepted),
+        cmocka_unit_test(test_superseded_late_write_refused_wrongly),
+        cmocka_unit_test(test_superseded_late_write_fenced),
+        cmocka_unit_test(test_superseded_needs_a_finished_grant),
+        cmocka_unit_test(test_freeze_window_excuses_latency_only),
+        cmocka_unit_test(test_freeze_window_keeps_safety),
+        cmocka_unit_test(test_takeover_refused),
+        cmocka_unit_test(test_takeover_granted),
+        cmocka_unit_test(test_takeover_inside_renewed_lease),
+        cmocka_unit_test(test_takeover_wait_too_short_is_not_judged),
+        cmocka_unit_test(test_strict_leases_overlap_is_hard),
         cmocka_unit_test(test_final_read_older_than_last_ack),
         cmocka_unit_test(test_read_of_refused_write),
         cmocka_unit_test(test_read_of_unknown_outcome_write_passes),
