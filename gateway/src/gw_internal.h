@@ -35,6 +35,10 @@
 #define GW_DEFAULT_TTL_MS 30000
 #define GW_MAX_WAIT_MS 60000
 #define GW_DRAIN_MS 10000                /* how long SIGTERM waits for in-flight requests */
+/* After a Redis call waits out its timeout (Redis stalled), the others fail fast (503) this
+ * long, then one probes (lk_breaker_new()): a stall costs each server thread one timeout,
+ * not one per request queued on it, which keeps every answer within wait_ms + 5 s. */
+#define GW_BREAKER_OPEN_MS 500
 #define GW_CONN_TIMEOUT_S 30             /* idle connection timeout */
 /* A request must be received in full (request line, headers and body) within this many
  * seconds of its start: the connection's accept for its first request, the request line for
@@ -174,6 +178,7 @@ typedef struct gw_metrics {
     atomic_ullong renew[GW_REN_COUNT];
     atomic_ullong write[GW_WR_COUNT];
     atomic_llong locks_held;              /* first acquisitions - releases to zero, here */
+    const lk_breaker *breaker;            /* the Redis stall breaker, for its counter */
     atomic_int redis_up;                  /* last observed state */
     atomic_ullong floor_corrections;      /* acquisitions whose counter was raised */
     atomic_ullong responses[GW_STATUS_COUNT];

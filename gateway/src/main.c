@@ -302,6 +302,9 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         return 1;
     }
     atomic_store(&server.metrics.redis_up, 1);
+    /* Shared by every server thread's Redis client; NULL (out of memory) just means none. */
+    server.lk_opts.breaker = lk_breaker_new(GW_BREAKER_OPEN_MS);
+    server.metrics.breaker = server.lk_opts.breaker;
     if (gw__server_start(&server, err, sizeof err) != 0) {
         fprintf(stderr, "fencegate: %s\n", err);
         store_close(server.st);
@@ -324,6 +327,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         _exit(0);
     }
     store_close(server.st);
+    lk_breaker_free(server.lk_opts.breaker); /* every client using it is closed by now */
     gw__log_event(cfg, "info", "stopped");
     return 0;
 }

@@ -155,6 +155,10 @@ char *gw__metrics_render(gw_metrics *m, size_t *len)
     header(&b, "fencegate_redis_up", "gauge",
            "1 when the last Redis call or probe succeeded, 0 when Redis was unreachable.");
     put(&b, "fencegate_redis_up %d\n", atomic_load(&m->redis_up));
+    header(&b, "fencegate_redis_fast_fails_total", "counter",
+           "Redis calls answered 503 without being sent, because Redis stalled past the "
+           "command timeout moments before (the stall breaker).");
+    put(&b, "fencegate_redis_fast_fails_total %lld\n", lk_breaker_fast_fails(m->breaker));
     header(&b, "fencegate_waiters", "gauge",
            "POST /lock requests parked here, waiting for a release (they hold no thread).");
     long long parked = atomic_load(&m->waiters_parked);

@@ -347,8 +347,26 @@ static lk_status load_script(lk_client *c, enum lk__script s)
     return LK_OK;
 }
 
+static lk_status eval_script(lk_client *c, enum lk__script script, int nkeys, int argc,
+                             const char **argv, redisReply **out);
+
 lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, const char **argv,
                    redisReply **out)
+{
+    int probe = 0;
+
+    *out = NULL;
+    if (lk__breaker_enter(c, &probe) != 0) {
+        return LK_EUNAVAILABLE;
+    }
+    int64_t start = lk__now_ms();
+    lk_status st = eval_script(c, script, nkeys, argc, argv, out);
+    lk__breaker_leave(c, probe, st, lk__now_ms() - start);
+    return st;
+}
+
+static lk_status eval_script(lk_client *c, enum lk__script script, int nkeys, int argc,
+                             const char **argv, redisReply **out)
 {
     const char *cmd[16];
     size_t lens[16];
@@ -511,7 +529,22 @@ char *lk_owner_id(const lk_client *c, char *buf)
     return buf;
 }
 
+static lk_status ping(lk_client *c);
+
 lk_status lk_ping(lk_client *c)
+{
+    int probe = 0;
+
+    if (lk__breaker_enter(c, &probe) != 0) {
+        return LK_EUNAVAILABLE;
+    }
+    int64_t start = lk__now_ms();
+    lk_status st = ping(c);
+    lk__breaker_leave(c, probe, st, lk__now_ms() - start);
+    return st;
+}
+
+static lk_status ping(lk_client *c)
 {
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};

@@ -133,4 +133,10 @@ void lk__watchdog_stop(lk_client *c);
 /* Monotonic milliseconds. */
 int64_t lk__now_ms(void);
 
+/* The stall breaker (breaker.c) around one call that talks to Redis. enter: 0 to go ahead
+ * (*probe set when this call is the breaker's probe), -1 when the call must fail fast (the
+ * reason is in c->err). leave: what the call returned and how long it took. */
+int lk__breaker_enter(lk_client *c, int *probe);
+void lk__breaker_leave(lk_client *c, int probe, lk_status st, int64_t elapsed_ms);
+
 #endif

@@ -162,6 +162,7 @@ static lk_status start(lk_client *c)
     /* The thread's connection needs no watchdog, replicas check or callback of its own. */
     opts.min_replicas = 0;
     opts.on_lost = NULL;
+    opts.breaker = NULL; /* renewals are few, and must keep trying through a stall */
     lk_status st = lk_client_open(&wd->conn, c->url, &opts);
     if (wd->conn == NULL) {
         free(wd);

@@ -188,6 +188,59 @@ static void test_slow_redis_times_out_then_recovers(void **state)
     lk_client_close(c);
 }
 
+/* Two handles share a breaker: once one waits out its timeout on a stalled Redis, the other
+ * fails fast without sending (its error says so, and the breaker counts it) instead of
+ * waiting out a timeout of its own; once Redis answers, a probe closes the breaker. */
+static void test_breaker_fails_fast_after_a_stall(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_options_init(&o);
+    o.command_timeout_ms = 200;
+    o.breaker = lk_breaker_new(3000);
+    assert_non_null(o.breaker);
+    lk_client *a = lk_test_open(&f->redis, &o);
+    lk_client *b = lk_test_open(&f->redis, &o);
+    lk_result r;
+    assert_lk(a, lk_ping(a), LK_OK);
+    assert_lk(b, lk_ping(b), LK_OK);
+
+    pid_t pid = fork();
+    if (pid == 0) {
+        th_redis_cmd(&f->redis, NULL, 0, "DEBUG SLEEP 1");
+        _exit(0);
+    }
+    int64_t deadline = th_now_ms() + 5000;
+    lk_status st;
+    /* PING until one waits out the timeout: the first failure is that stall (the breaker was
+     * closed), never a fast one. */
+    while ((st = lk_ping(a)) == LK_OK && th_now_ms() < deadline) {
+    }
+    assert_lk(a, st, LK_EUNAVAILABLE);
+    assert_int_equal(lk_breaker_fast_fails(o.breaker), 0);
+
+    assert_lk(b, lk_acquire(b, "breaker", "bob", 10000, 0, NULL, &r), LK_EUNAVAILABLE);
+    assert_non_null(strstr(lk_errstr(b), "failing fast"));
+    assert_int_equal(lk_breaker_fast_fails(o.breaker), 1);
+
+    int status = 0;
+    waitpid(pid, &status, 0);
+    deadline = th_now_ms() + 10000;
+    while ((st = lk_ping(b)) != LK_OK && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_lk(b, st, LK_OK);
+    /* Closed again: the other handle goes straight through. */
+    assert_lk(a, lk_ping(a), LK_OK);
+    long long fails = lk_breaker_fast_fails(o.breaker);
+    assert_lk(a, lk_acquire(a, "breaker.after", "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(a, lk_release(a, "breaker.after", "alice", NULL, &r), LK_RELEASED);
+    assert_int_equal(lk_breaker_fast_fails(o.breaker), fails);
+    lk_client_close(a);
+    lk_client_close(b);
+    lk_breaker_free(o.breaker);
+}
+
 static void test_redis_busy_script_is_unavailable(void **state)
 {
     lk_fixture *f = *state;
@@ -367,6 +420,7 @@ int main(void)
         cmocka_unit_test(test_wiped_redis_with_floor_stays_above),
         cmocka_unit_test(test_unreachable_redis_returns_unavailable),
         cmocka_unit_test(test_slow_redis_times_out_then_recovers),
+        cmocka_unit_test(test_breaker_fails_fast_after_a_stall),
         cmocka_unit_test(test_redis_busy_script_is_unavailable),
         cmocka_unit_test(test_sigpipe_never_kills),
         cmocka_unit_test(test_auth_and_db_url),

@@ -84,6 +84,22 @@ typedef struct lk_client lk_client;
  * the same lk_client: that handle belongs to another thread. */
 typedef void (*lk_lost_fn)(const char *resource, const char *owner, void *userdata);
 
+/* A stall breaker, shared by the handles of one process that talk to the same Redis (one
+ * handle per thread, say). When a call on any of them fails after waiting out its timeout
+ * (Redis stalled: DEBUG SLEEP, CLIENT PAUSE, a frozen server, a blackholed network), calls
+ * through all of them fail at once with LK_EUNAVAILABLE, sending nothing, for open_ms; then
+ * one call at a time goes through as a probe until one is answered. So a stall costs each
+ * thread one timeout, not one per queued call. Thread-safe. */
+typedef struct lk_breaker lk_breaker;
+
+/* Returns a breaker that fails fast for open_ms after a stall, or NULL (open_ms <= 0, or
+ * out of memory). Free it with lk_breaker_free() after every handle using it is closed. */
+LK_EXTERN lk_breaker *lk_breaker_new(int open_ms);
+LK_EXTERN void lk_breaker_free(lk_breaker *b);
+
+/* How many calls the breaker refused without sending them. 0 for NULL. */
+LK_EXTERN long long lk_breaker_fast_fails(const lk_breaker *b);
+
 typedef struct lk_options {
     int connect_timeout_ms;       /* default 2000 */
     int command_timeout_ms;       /* default 2000; a reply later than this is EUNAVAILABLE */
@@ -94,6 +110,8 @@ typedef struct lk_options {
                                    * must be > 0 and < command_timeout_ms (else EINVAL) */
     lk_lost_fn on_lost;           /* optional */
     void *on_lost_userdata;
+    lk_breaker *breaker;          /* optional, shared; see lk_breaker_new(). Not used by the
+                                   * watchdog's own connection. */
 } lk_options;
 
 /* Fills *opts with the defaults above. */
