@@ -1,0 +1,124 @@
+# Helpers for the scenarios in which Redis's data goes back in time under the running gateway
+# (aof_regression.sh, replica_stale.sh). Sourced by them. Not a scenario: it does not end in
+# .sh, so neither ctest nor scripts/faults.sh --full runs it.
+#
+# What they prove about each fault:
+#   1. the fault really took Redis back: a fence counter (fg:{R}:fence) of one of the run's
+#      resources is lower in the data Redis comes back with than it was just before the
+#      fault (fences, fell); otherwise the scenario would test nothing, and it fails;
+#   2. the gateway got past it: each counter that fell is lifted above its value from before
+#      the fault by the next grant (every acquisition passes a floor, gateway/src/locks.c),
+#      and fencegate_token_floor_corrections_total went up meanwhile (wait_lifted).
+# The checker then checks the history as in every scenario.
+
+# Redis servers a scenario starts besides run_scenario.sh's own (a probe, a replica), by PID.
+extra_pids=()
+
+# extra_forget PID: drops PID from extra_pids once it has been stopped.
+extra_forget() {
+    local keep=() p
+    for p in "${extra_pids[@]}"; do [ "$p" = "$1" ] || keep+=("$p"); done
+    extra_pids=("${keep[@]}")
+}
+
+# extra_stop PID: stops one of them by its PID (SIGKILL: what it holds no longer matters).
+extra_stop() {
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+    extra_forget "$1"
+}
+
+# keep_status RC: returns RC, so the next command sees it as $?.
+keep_status() { return "$1"; }
+
+# On exit: stop the extra servers (showing their logs' last lines if the run failed), then
+# run_scenario.sh's own cleanup, which reads the exit status from $? on entry; in both
+# branches below, $? is the status keep_status returned, and an "if" condition does not
+# trip set -e.
+regress_exit() {
+    local rc=$? p log
+    for p in "${extra_pids[@]}"; do extra_stop "$p"; done
+    if [ "$rc" -ne 0 ]; then
+        for log in "$tmp"/extra-*.log; do
+            [ -f "$log" ] || continue
+            echo "----- last lines of $log" >&2
+            tail -n 20 "$log" >&2
+        done
+    fi
+    if keep_status "$rc"; then cleanup; else cleanup; fi
+}
+
+# chain_cleanup: puts regress_exit in place of run_scenario.sh's EXIT trap. Called from
+# scenario_prestart, since the runner sets its trap after it sourced the scenario file.
+chain_cleanup() { trap regress_exit EXIT; }
+
+# extra_start NAME PORT DIR ARGS...: starts a redis-server of the scenario on PORT with its
+# data in DIR and its log in $tmp/extra-NAME.log, and waits until it answers PING. Sets
+# extra_pid.
+extra_start() {
+    local name=$1 port=$2 dir=$3
+    shift 3
+    mkdir -p "$dir"
+    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' \
+        --maxmemory-policy noeviction --enable-debug-command local "$@" \
+        --daemonize no --logfile "$tmp/extra-$name.log" &
+    extra_pid=$!
+    extra_pids+=("$extra_pid")
+    extra_up() { redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; }
+    wait_until "the $name redis-server answering PING" 10 extra_up
+}
+
+# fences PORT FILE: writes every fence counter of the Redis on PORT to FILE, one
+# "key value" line each, sorted by key.
+fences() {
+    local port=$1 file=$2 key
+    redis-cli -h 127.0.0.1 -p "$port" --scan --pattern 'fg:*:fence' | sort >"$file.keys"
+    : >"$file"
+    while read -r key; do
+        echo "$key $(redis-cli -h 127.0.0.1 -p "$port" get "$key")" >>"$file"
+    done <"$file.keys"
+    rm -f "$file.keys"
+}
+
+# fell BEFORE AFTER: the counters of the run's own resources (not the warm-up's) that are
+# lower in AFTER than in BEFORE, or missing from it, as "key before after" lines (files
+# written by fences).
+fell() {
+    awk -v run="{$scenario-$seed-" '
+        NR == FNR { after[$1] = $2; next }
+        index($1, run) > 0 && $2 + 0 > after[$1] + 0 { print $1, $2, after[$1] + 0 }' "$2" "$1"
+}
+
+# proof_fell BEFORE AFTER WHAT: fails unless some counter fell (point 1 above); says which.
+# Leaves the list in $tmp/fell.
+proof_fell() {
+    fell "$1" "$2" >"$tmp/fell"
+    [ -s "$tmp/fell" ] || fail "$3 took no fence counter back, so it tested nothing: \
+before $(tr '\n' ' ' <"$1"), after $(tr '\n' ' ' <"$2")"
+    say "$3 took fence counters back (key, before, after): $(paste -sd ';' "$tmp/fell")"
+}
+
+floor_corrections() {
+    curl -fsS --max-time 2 "$(gw_url)/metrics" |
+        awk '$1 == "fencegate_token_floor_corrections_total" { print $2 }'
+}
+
+# lifted: every counter listed in $tmp/fell is above its value from before the fault.
+lifted() {
+    local key was now
+    while read -r key was _; do
+        now=$(rcli get "$key" 2>/dev/null) || return 1
+        [[ $now =~ ^[0-9]+$ ]] && [ "$now" -gt "$was" ] || return 1
+    done <"$tmp/fell"
+}
+
+# wait_lifted CORRECTIONS: point 2 above. CORRECTIONS is the floor corrections counter read
+# before the fault. The workload takes each lock again within seconds, so 20 s is generous.
+wait_lifted() {
+    local now
+    wait_until "the gateway lifting the fallen fence counters above their old values" 20 lifted
+    now=$(floor_corrections)
+    [ "${now:-0}" -gt "$1" ] || fail "fencegate_token_floor_corrections_total did not go up \
+across the fault ($1, then ${now:-none})"
+    say "counters lifted; floor corrections $1 -> $now"
+}
