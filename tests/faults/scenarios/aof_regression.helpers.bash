@@ -98,6 +98,19 @@ before $(tr '\n' ' ' <"$1"), after $(tr '\n' ' ' <"$2")"
     say "$3 took fence counters back (key, before, after): $(paste -sd ';' "$tmp/fell")"
 }
 
+# write_ok_since LINE: some write recorded after history line LINE was acknowledged.
+write_ok_since() {
+    awk -F'\t' -v from="$1" 'NR > from && $2 == "write" && $6 == 200 { found = 1; exit }
+        END { exit !found }' "$hist"
+}
+
+# moved_past FILE: some counter of the run is above its value in FILE (read from the
+# gateway's Redis now).
+moved_past() {
+    fences "$rport" "$tmp/fences-now"
+    [ -n "$(fell "$tmp/fences-now" "$1")" ]
+}
+
 floor_corrections() {
     curl -fsS --max-time 2 "$(gw_url)/metrics" |
         awk '$1 == "fencegate_token_floor_corrections_total" { print $2 }'

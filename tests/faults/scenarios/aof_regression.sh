@@ -53,18 +53,6 @@ probe_load() {
     extra_stop "$extra_pid"
 }
 
-# write_ok_since LINE: some write recorded after history line LINE was acknowledged.
-write_ok_since() {
-    awk -F'\t' -v from="$1" 'NR > from && $2 == "write" && $6 == 200 { found = 1; exit }
-        END { exit !found }' "$hist"
-}
-
-# fence_moved FILE: some counter of the run is above its value in FILE.
-fence_moved() {
-    fences "$rport" "$tmp/fences-now"
-    [ -n "$(fell "$tmp/fences-now" "$1")" ]
-}
-
 # copy_old: the first half of an older AOF restored.
 #   1. Copy the AOF directory while Redis appends to it. With appendfsync always a file
 #      holds no more than Redis has acknowledged, so the copy is no newer than the counters
@@ -77,7 +65,7 @@ copy_old() {
     cp -a "$(aof_dir)" "$tmp/aof-old"
     fences "$rport" "$tmp/fences-copied"
     copied_at=$(lines)
-    wait_until "a grant past the copy" 30 fence_moved "$tmp/fences-copied"
+    wait_until "a grant past the copy" 30 moved_past "$tmp/fences-copied"
     wait_until "an acknowledged write past the copy" 30 write_ok_since "$copied_at"
 }
 
