@@ -924,6 +924,7 @@ static void test_metrics_never_carry_owners_or_names(void **state)
         "fencegate_release_total{outcome=\"released\"}", "fencegate_renew_total{outcome=\"renewed\"}",
         "fencegate_write_total{outcome=\"accepted\"}", "fencegate_write_total{outcome=\"stale\"}",
         "fencegate_locks_held ", "fencegate_redis_up 1", "fencegate_token_floor_corrections_total ",
+        "fencegate_redis_fast_fails_total 0",
         "fencegate_http_request_duration_seconds_bucket{method=\"POST\",route=\"/lock\",le=\"+Inf\"}",
         NULL};
     for (int i = 0; want[i] != NULL; i++) {
