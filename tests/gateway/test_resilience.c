@@ -1,7 +1,8 @@
 /*
  * The gateway when things go wrong, end to end with the real binary and a real redis-server:
  *   - it starts while Redis is down, says so on /readyz, answers 503 on lock calls, and
- *     works again when Redis comes back, without a restart; also when Redis dies under it;
+ *     works again when Redis comes back, without a restart; also when Redis dies under it,
+ *     or stalls (then the stall breaker answers 503 without waiting on Redis);
  *   - SIGTERM and SIGINT end a waiting request and exit 0;
  *   - tokens never go backwards when Redis loses its data, with or without a gateway
  *     restart in between (the storage ledger).
@@ -130,6 +131,18 @@ static void test_starts_without_redis_and_recovers(void **state)
     kill(redis->pid, SIGSTOP);
     expect(gw, "POST", "/lock", "{\"resource\":\"res.stopped\",\"ttl_ms\":1000}", 503,
            "backend_unavailable");
+    /* That call waited out the command timeout and tripped the stall breaker: the next
+     * ones fail fast for a moment (a call after the window probes, and trips it again). */
+    int64_t deadline = th_now_ms() + 15000;
+    int fast = 0;
+    while (!fast && th_now_ms() < deadline) {
+        expect(gw, "POST", "/lock", "{\"resource\":\"res.stopped\",\"ttl_ms\":1000}", 503,
+               "backend_unavailable");
+        gwt_get(gw, "/metrics", &r);
+        fast = strstr(r.body, "fencegate_redis_fast_fails_total 0\n") == NULL;
+        gwt_resp_free(&r);
+    }
+    assert_true(fast);
     kill(redis->pid, SIGCONT);
     wait_status(gw, "/readyz", 200);
 
