@@ -1,0 +1,52 @@
+# watchdog_kill: a lock kept alive by a watchdog, whose holder is killed (issue 7, the third
+# of the client-pause variants).
+#
+# What happens (fg_workload run ... watchdog), next to the usual workload, in rounds on a
+# resource of their own: a child process takes the lock with a 1 s lease and writes, and a
+# watchdog thread in it renews the lease with POST /renew every ttl/3 (like Redisson's
+# watchdog). After two renewals the workload's parent
+#   - in even rounds kills the child with SIGKILL while it runs (the watchdog dies with it),
+#     and writes a holder_killed mark;
+#   - in odd rounds freezes it with SIGSTOP (the watchdog freezes with it), writes a
+#     holder_frozen mark, and kills it with SIGKILL once the next lock was answered: it is
+#     never continued.
+# Then the parent asks for the lock with wait_ms = ttl + 3 s, writes and unlocks.
+#
+# What it expects (the checker, check.h):
+#   - that lock is granted, once per round (invariant 8, --expect-takeovers), with a token
+#     above every earlier one (invariant 2);
+#   - it is granted only after the dead holder's lease, as extended by its watchdog's last
+#     renewal, ran out: no lease windows of two owners overlap (--strict-leases, Redis loses
+#     nothing here);
+#   - the watchdog did keep the lock past its first lease: at least two successful renewals
+#     per round;
+#   - both kinds of rounds ran.
+
+faults=4
+[ "$length" = full ] && faults=10
+
+scenario_mode() { mode=(watchdog); }
+
+# parent_locks: how many times the parent asked for the lock after a lost holder.
+parent_locks() { awk -F'\t' '$1 == "p" && $2 == "lock"' "$hist" 2>/dev/null | wc -l; }
+
+# scenario_fault I: the workload runs the rounds on its own; wait until round I is over.
+scenario_fault() {
+    taken() { [ "$(parent_locks)" -ge "$1" ]; }
+    wait_until "watchdog round $1" 30 taken "$1"
+    mark heal
+}
+
+scenario_check() {
+    local killed frozen renewals
+    "$checker" --strict-leases --expect-takeovers "$faults" "$hist" | tail -n 2 \
+        || fail "the checker (strict leases, $faults takeovers of dead holders' locks)"
+    killed=$(awk -F'\t' '$2 == "mark" && $14 == "holder_killed"' "$hist" | wc -l)
+    frozen=$(awk -F'\t' '$2 == "mark" && $14 == "holder_frozen"' "$hist" | wc -l)
+    renewals=$(awk -F'\t' '$2 == "renew" && $13 ~ /watchdog/ && $6 == 200' "$hist" | wc -l)
+    [ "$killed" -ge 1 ] && [ "$frozen" -ge 1 ] \
+        || fail "$killed holders killed while running and $frozen frozen: both kinds must run"
+    [ "$renewals" -ge $((2 * (killed + frozen))) ] \
+        || fail "$renewals watchdog renewals for $((killed + frozen)) rounds, not 2 each"
+    say "$killed holders killed running, $frozen frozen then killed, $renewals watchdog renewals"
+}
