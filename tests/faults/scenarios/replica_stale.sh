@@ -14,13 +14,14 @@
 #      up and no sync is in progress, it holds B's stale copy (checked: the same fence
 #      counters as B), and REPLICAOF NO ONE promotes it. The gateway now talks to a master
 #      that has lost the grants and writes of step 3. Meanwhile it met a refused connection,
-#      then a read-only replica (-READONLY to its scripts) or one loading its data
-#      (-LOADING).
+#      maybe a replica loading its data (-LOADING), and a read-only replica (-READONLY to
+#      every script that writes), held so until a request meets it.
 # The new node's counters, read while it is still a replica (the gateway cannot write to
 # it), must be lower than A's from before the kill for at least one resource of the run, or
 # the fault took nothing back and the scenario fails (aof_regression.helpers.bash).
 #
-# Expected: the gateway answers 503 while Redis is gone or read-only, never 500, and succeeds
+# Expected: the gateway answers 503 while Redis is gone or read-only, never 500 (and never
+# 200 to a lock, renew or unlock while read-only: each needs a write), and succeeds
 # again within 5 s of the promotion (the "heal" mark); tokens keep growing across the
 # failover (every acquisition passes a floor, gateway/src/locks.c), so each counter that fell
 # is lifted above its old value and fencegate_token_floor_corrections_total goes up; the
@@ -53,6 +54,14 @@ scenario_prestart() {
     b_replicating=1
 }
 
+# refused_since_readonly: a request that started after the last "readonly" mark (its line
+# comes after the mark's, since it ended later) was answered 503.
+refused_since_readonly() {
+    awk -F'\t' '$2 == "mark" && $14 == "readonly" { from = $5; found = 0; next }
+        from != "" && $2 != "mark" && $6 == 503 && $4 >= from { found = 1 }
+        END { exit !found }' "$hist"
+}
+
 # promote_new_a: steps 4 and 5, once A is killed: the new node on A's port, synced from B,
 # then promoted.
 promote_new_a() {
@@ -66,6 +75,11 @@ promote_new_a() {
     fences "$bport" "$tmp/fences-b-now"
     cmp -s "$tmp/fences-loaded" "$tmp/fences-b-now" || fail "the new node's fence counters \
 ($(tr '\n' ' ' <"$tmp/fences-loaded")) are not B's ($(tr '\n' ' ' <"$tmp/fences-b-now"))"
+    # Kept read-only until a request that started after the "readonly" mark was answered
+    # 503, so the gateway surely met -READONLY (scenario_check checks the window).
+    mark readonly
+    wait_until "a request answered 503 by the read-only replica" 20 refused_since_readonly
+    mark readonly_end
     rcli replicaof no one >/dev/null
 }
 
@@ -91,4 +105,36 @@ scenario_fault() {
     proof_fell "$tmp/fences-before" "$tmp/fences-loaded" "fault $1"
     mark heal
     wait_lifted "$corrections"
+}
+
+# readonly_check: between each "readonly" mark and the next "readonly_end", no lock, renew or
+# unlock that started and ended there was answered 200 (each needs a write to Redis), and at
+# least one request was answered 503. Two passes: the marks first, since the clients'
+# lines may be appended out of order.
+readonly_check() {
+    awk -F'\t' '
+        NR == FNR && $2 == "mark" && $14 == "readonly" { from = $5 }
+        NR == FNR && $2 == "mark" && $14 == "readonly_end" { lo[++n] = from; hi[n] = $4 }
+        NR == FNR || $2 == "mark" { next }
+        {
+            for (i = 1; i <= n; i++) {
+                if ($4 < lo[i] || $5 > hi[i]) continue
+                if ($6 == 503) refused[i]++
+                if ($6 == 200 && ($2 == "lock" || $2 == "renew" || $2 == "unlock")) {
+                    print "answered 200 while Redis was a read-only replica: " $0; bad++
+                }
+            }
+        }
+        END {
+            for (i = 1; i <= n; i++) {
+                printf "read-only window %d: %d requests answered 503\n", i, refused[i]
+                if (refused[i] == 0) bad++
+            }
+            exit n == 0 || bad > 0
+        }' "$hist" "$hist"
+}
+
+scenario_check() {
+    readonly_check || fail "a read-only replica granted, renewed or released a lock, or no \
+request met it"
 }
