@@ -19,6 +19,7 @@
 #     again while the herd waited, and the herd's waiters were granted the lock too;
 #   - afterwards fencegate_waiters returns to 0 and the descriptors to their baseline
 #     (run_scenario.sh).
+# ctest: short
 
 faults=1
 herd_ms=10000

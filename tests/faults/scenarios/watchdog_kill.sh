@@ -21,6 +21,7 @@
 #   - the watchdog did keep the lock past its first lease: at least two successful renewals
 #     per round;
 #   - both kinds of rounds ran.
+# ctest: short
 
 faults=4
 [ "$length" = full ] && faults=10
