@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154 # $tmp, $rport, $seed...: set by run_scenario.sh
 # Helpers for the scenarios in which Redis's data goes back in time under the running gateway
 # (aof_regression.sh, replica_stale.sh). Sourced by them. Not a scenario: it does not end in
 # .sh, so neither ctest nor scripts/faults.sh --full runs it.
@@ -52,6 +53,8 @@ regress_exit() {
 # scenario_prestart, since the runner sets its trap after it sourced the scenario file.
 chain_cleanup() { trap regress_exit EXIT; }
 
+answers_ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
+
 # extra_start NAME PORT DIR ARGS...: starts a redis-server of the scenario on PORT with its
 # data in DIR and its log in $tmp/extra-NAME.log, and waits until it answers PING. Sets
 # extra_pid.
@@ -64,8 +67,7 @@ extra_start() {
         --daemonize no --logfile "$tmp/extra-$name.log" &
     extra_pid=$!
     extra_pids+=("$extra_pid")
-    extra_up() { redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null | grep -q PONG; }
-    wait_until "the $name redis-server answering PING" 10 extra_up
+    wait_until "the $name redis-server answering PING" 10 answers_ping "$port"
 }
 
 # fences PORT FILE: writes every fence counter of the Redis on PORT to FILE, one

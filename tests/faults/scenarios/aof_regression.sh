@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154 # $tmp, $rport, $seed...: set by run_scenario.sh
 # aof_regression: Redis comes back from its append-only file with older data than it had.
 # Sourced by run_scenario.sh (see README.md here).
 #
@@ -26,7 +27,7 @@
 # each fault the gateway answers 503, never 500, and succeeds again within 5 s of the heal.
 # ctest: short
 
-# shellcheck source=/dev/null
+# shellcheck source=SCRIPTDIR/aof_regression.helpers.bash
 source "$(dirname "${BASH_SOURCE[0]}")/aof_regression.helpers.bash"
 
 [ "$length" = short ] && faults=4 # two of each kind
@@ -120,6 +121,7 @@ scenario_fault() {
 
 scenario_check() {
     # Every even fault restarted Redis on a cut file: its own log must say it loaded one.
+    [ "$faults" -ge 2 ] || return 0
     grep -q "$loaded_anyway" "$tmp/redis/redis.log" \
         || fail "redis.log never says a truncated AOF was loaded"
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154 # $tmp, $rport, $seed...: set by run_scenario.sh
 # replica_stale: a replica with stale data is promoted in place of the gateway's Redis.
 # Sourced by run_scenario.sh (see README.md here).
 #
@@ -29,7 +30,7 @@
 # with the data can be granted again. B is stopped by its PID at the end, also on failure.
 # ctest: short
 
-# shellcheck source=/dev/null
+# shellcheck source=SCRIPTDIR/aof_regression.helpers.bash
 source "$(dirname "${BASH_SOURCE[0]}")/aof_regression.helpers.bash"
 
 # A full resync waits repl-diskless-sync-delay (5 s by default) for more replicas to join.
@@ -62,8 +63,8 @@ refused_since_readonly() {
         END { exit !found }' "$hist"
 }
 
-# promote_new_a: steps 4 and 5, once A is killed: the new node on A's port, synced from B,
-# then promoted.
+# promote_new_a: the rest of step 4 once A is killed: the new node on A's port, synced from
+# B, held read-only a moment, then promoted.
 promote_new_a() {
     local saved=("${persist[@]}")
     rm -rf "$tmp/redis/appendonlydir" # a new node: no data but what it syncs from B
@@ -83,6 +84,8 @@ promote_new_a() {
     rcli replicaof no one >/dev/null
 }
 
+# scenario_fault I: steps 1 to 4 of the file comment, then the proof that the counters went
+# back and that the gateway lifted them.
 scenario_fault() {
     local cut_at
     if [ "$b_replicating" = 0 ]; then
