@@ -1,4 +1,5 @@
-# shellcheck shell=bash disable=SC2154 # $tmp, $rport, $seed...: set by run_scenario.sh
+# shellcheck shell=bash disable=SC2154,SC2034
+# (SC2154: $tmp, $rport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
 # Helpers for the scenarios in which Redis's data goes back in time under the running gateway
 # (aof_regression.sh, replica_stale.sh). Sourced by them. Not a scenario: it does not end in
 # .sh, so neither ctest nor scripts/faults.sh --full runs it.
@@ -9,7 +10,8 @@
 #      fault (fences, fell); otherwise the scenario would test nothing, and it fails;
 #   2. the gateway got past it: each counter that fell is lifted above its value from before
 #      the fault by the next grant (every acquisition passes a floor, gateway/src/locks.c),
-#      and fencegate_token_floor_corrections_total went up meanwhile (wait_lifted).
+#      and fencegate_token_floor_corrections_total went up meanwhile (wait_lifted); also
+#      when the gateway was killed with Redis and lost what it remembered (gw_kill).
 # The checker then checks the history as in every scenario.
 
 # Redis servers a scenario starts besides run_scenario.sh's own (a probe, a replica), by PID.
@@ -111,6 +113,17 @@ write_ok_since() {
 moved_past() {
     fences "$rport" "$tmp/fences-now"
     [ -n "$(fell "$tmp/fences-now" "$1")" ]
+}
+
+# gw_kill: the gateway killed with SIGKILL along with Redis (gw_start brings it back), so
+# the floor cannot come from the tokens the process remembers (max_token) but only from what
+# is durable: storage's token ledger and the highest token written. The new process counts
+# its floor corrections from zero.
+gw_kill() {
+    kill -KILL "$gw_pid"
+    wait "$gw_pid" 2>/dev/null || true
+    gw_pid=""
+    corrections=0
 }
 
 floor_corrections() {

@@ -1,4 +1,5 @@
-# shellcheck shell=bash disable=SC2154 # $tmp, $rport, $seed...: set by run_scenario.sh
+# shellcheck shell=bash disable=SC2154,SC2034
+# (SC2154: $tmp, $rport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
 # aof_regression: Redis comes back from its append-only file with older data than it had.
 # Sourced by run_scenario.sh (see README.md here).
 #
@@ -14,6 +15,9 @@
 #         With aof-load-truncated yes (Debian's and upstream's default, given explicitly
 #         here) Redis logs a warning, drops the cut command (and the rest of its MULTI) and
 #         starts as if nothing happened; the scenario checks it did start that way.
+# In faults 3, 4, 7 and 8 the gateway is killed with SIGKILL together with Redis and
+# restarted after it, so only the floor's durable parts (storage's token ledger, the highest
+# token written) can keep the tokens growing.
 # After each kill a probe redis-server loads a copy of the AOF directory twice on a port of
 # its own, where the gateway cannot change it: as Redis left it, and as it will be restarted
 # on. At least one fence counter of the run must be lower in the second, or the fault took
@@ -30,7 +34,7 @@
 # shellcheck source=SCRIPTDIR/aof_regression.helpers.bash
 source "$(dirname "${BASH_SOURCE[0]}")/aof_regression.helpers.bash"
 
-[ "$length" = short ] && faults=4 # two of each kind
+[ "$length" = short ] && faults=4 # two of each kind, one of each with the gateway killed
 persist=(--appendonly yes --appendfsync always --aof-load-truncated yes)
 
 scenario_prestart() { chain_cleanup; }
@@ -103,9 +107,12 @@ in the fence write $k from the end)"
 # always: they hold all it acknowledged), so writes between a read and the kill cannot
 # blur the comparison.
 scenario_fault() {
+    local with_gw=0
+    if (((($1 - 1) % 4) >= 2)); then with_gw=1; fi # faults 3, 4, 7, 8
     if (($1 % 2 == 1)); then copy_old; else progress "$steps"; fi
     corrections=$(floor_corrections)
     redis_kill
+    if [ "$with_gw" = 1 ]; then gw_kill; fi
     probe_load "$(aof_dir)" "$tmp/fences-before"
     if (($1 % 2 == 1)); then restore_old "$1"; else truncate_last "$1"; fi
     probe_load "$(aof_dir)" "$tmp/fences-loaded"
@@ -115,6 +122,11 @@ scenario_fault() {
     fi
     proof_fell "$tmp/fences-before" "$tmp/fences-loaded" "fault $1"
     redis_start
+    if [ "$with_gw" = 1 ]; then
+        gw_start
+        check_sanitizers
+        say "fault $1: the gateway was killed with Redis and restarted"
+    fi
     mark heal
     wait_lifted "$corrections"
 }

@@ -1,4 +1,5 @@
-# shellcheck shell=bash disable=SC2154 # $tmp, $rport, $seed...: set by run_scenario.sh
+# shellcheck shell=bash disable=SC2154,SC2034
+# (SC2154: $tmp, $rport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
 # replica_stale: a replica with stale data is promoted in place of the gateway's Redis.
 # Sourced by run_scenario.sh (see README.md here).
 #
@@ -10,10 +11,12 @@
 #      moment, and nobody writes to it from then on.
 #   3. The workload goes on against A until a fence counter of the run is past B's copy and
 #      a write was acknowledged since (grants and writes that B does not have).
-#   4. The failover: A is killed with SIGKILL and a new redis-server with no data of its own
-#      is started on A's port as a replica of B; once its INFO replication says the link is
-#      up and no sync is in progress, it holds B's stale copy (checked: the same fence
-#      counters as B), and REPLICAOF NO ONE promotes it. The gateway now talks to a master
+#   4. The failover: A is killed with SIGKILL (in even faults the gateway too, restarted
+#      once the new node is up, so only the floor's durable parts, storage's token ledger
+#      and the highest token written, can keep the tokens growing) and a new redis-server
+#      with no data of its own is started on A's port as a replica of B; once its INFO
+#      replication says the link is up and no sync is in progress, it holds B's stale copy
+#      (checked: the same fence counters as B), and REPLICAOF NO ONE promotes it. The gateway now talks to a master
 #      that has lost the grants and writes of step 3. Meanwhile it met a refused connection,
 #      maybe a replica loading its data (-LOADING), and a read-only replica (-READONLY to
 #      every script that writes), held so until a request meets it.
@@ -35,6 +38,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/aof_regression.helpers.bash"
 
 # A full resync waits repl-diskless-sync-delay (5 s by default) for more replicas to join.
 persist=(--appendonly yes --appendfsync always --repl-diskless-sync-delay 0)
+[ "$length" = short ] && faults=4 # two with the gateway killed too
 
 bcli() { redis-cli -h 127.0.0.1 -p "$bport" "$@"; }
 
@@ -71,6 +75,10 @@ promote_new_a() {
     persist+=(--replicaof 127.0.0.1 "$bport")
     redis_start
     persist=("${saved[@]}")
+    if [ "$with_gw" = 1 ]; then
+        gw_start # it meets the replica first, too
+        check_sanitizers
+    fi
     wait_until "the new Redis on A's port synced from B" 20 synced rcli
     fences "$rport" "$tmp/fences-loaded"
     fences "$bport" "$tmp/fences-b-now"
@@ -103,7 +111,13 @@ scenario_fault() {
     corrections=$(floor_corrections)
     fences "$rport" "$tmp/fences-before"
     redis_kill
-    say "fault $1: A killed $(($(lines) - cut_at)) operations after B was cut loose"
+    with_gw=0
+    if (($1 % 2 == 0)); then
+        with_gw=1
+        gw_kill
+    fi
+    say "fault $1: A killed $(($(lines) - cut_at)) operations after B was cut loose\
+$([ "$with_gw" = 0 ] || echo ", and the gateway with it")"
     promote_new_a
     proof_fell "$tmp/fences-before" "$tmp/fences-loaded" "fault $1"
     mark heal
