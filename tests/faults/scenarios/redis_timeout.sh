@@ -28,9 +28,18 @@ scenario_setup() {
     rcli config set timeout 1 >/dev/null
 }
 
-# The gateway's connections that Redis counts as normal clients: all but our CLIENT LIST.
-gw_normal_clients() { rcli client list type normal | grep -vc 'cmd=client|list' || true; }
-no_idle_left() { [ "$(gw_normal_clients)" -eq 0 ]; }
+# The ids of the gateway's connections that Redis counts as normal clients (all but our
+# CLIENT LIST), one a line.
+gw_normal_ids() { rcli client list type normal | awk '!/cmd=client\|list/ { sub(/^id=/, "", $1); print $1 }'; }
+# idle_closed: none of the connections in $idle_ids is left: Redis closed them all. Later ones
+# (the subscriber reconnecting) do not count.
+idle_closed() { [ -z "$(comm -12 <(echo "$idle_ids") <(gw_normal_ids | sort))" ]; }
+# wait_idle_closed: until Redis has closed every normal connection the gateway has now.
+wait_idle_closed() {
+    idle_ids=$(gw_normal_ids | sort)
+    [ -n "$idle_ids" ] || fail "the gateway has no connection to Redis that could time out"
+    wait_until "Redis closing the gateway's idle connections (timeout 1)" 15 idle_closed
+}
 
 # kill_clients TYPE: CLIENT KILL TYPE TYPE; says how many Redis closed.
 kill_clients() {
@@ -52,10 +61,12 @@ scenario_fault() {
     # The pause between bursts: the clients stop, the gateway goes idle, and Redis closes
     # its connections after 1 s. How long this lasts is up to Redis's timeout check.
     kill -STOP -- "-$wl_pid"
-    wait_until "Redis closing the gateway's idle connections (timeout 1)" 15 no_idle_left
+    frozen_at=$("$workload" now)
+    wait_idle_closed
     kill -CONT -- "-$wl_pid"
     mark heal
-    say "fault $1: killed $normal normal and $pubsub pub/sub clients; the idle gateway connections timed out"
+    say "fault $1: killed $normal normal and $pubsub pub/sub clients; $(echo $idle_ids | wc -w) idle \
+gateway connections timed out while the workload was frozen for $(($("$workload" now) - frozen_at)) ms"
 }
 
 # metric NAME: the value of one line of the gateway's /metrics.
@@ -83,7 +94,7 @@ scenario_check() {
     kill_clients pubsub
     [ "$killed" -ge 1 ] || fail "CLIENT KILL TYPE pubsub found no subscriber to kill"
     wait_until "the gateway subscribing again after CLIENT KILL TYPE pubsub" 15 channel_subscribed
-    wait_until "Redis closing the gateway's idle connections (timeout 1)" 15 no_idle_left
+    wait_idle_closed
     code=$(post /unlock "" "$holder}" 8)
     [ "$code" = 200 ] || fail "the holder's unlock answered $code $(answer)"
     wait "$waiter_pid" || true
