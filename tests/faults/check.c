@@ -133,17 +133,37 @@ static int tolerated(const fh_op *op)
     return op->status == 0 || op->status == 503;
 }
 
-/* 1: one owner per (resource, token); 2: later grants get larger tokens. */
+static int by_resource_token_owner(const void *a, const void *b)
+{
+    const fh_op *x = *(const fh_op *const *)a;
+    const fh_op *y = *(const fh_op *const *)b;
+    int c = strcmp(x->resource, y->resource);
+    if (c != 0)
+        return c;
+    if (x->token != y->token)
+        return x->token < y->token ? -1 : 1;
+    return strcmp(x->owner, y->owner);
+}
+
+/* 1: one owner per (resource, token); 2: later grants get larger tokens. Sorted by resource,
+ * token and owner, two owners of one token are neighbours (a herd makes tens of thousands of
+ * grants on one resource: no pairwise loop). */
 static void check_grants(const ctx *c, const series *grants)
 {
-    for (size_t i = 1; i < grants->n; i++) {
-        for (size_t j = i; j-- > 0;) {
-            const fh_op *a = grants->ops[j], *b = grants->ops[i];
-            if (strcmp(a->resource, b->resource) != 0)
-                break;
-            if (a->token == b->token && strcmp(a->owner, b->owner) != 0)
+    const fh_op **by_token = calloc(grants->n + 1, sizeof *by_token);
+    if (by_token == NULL) {
+        fprintf(stderr, "checker: out of memory\n");
+        c->res->hard++;
+    } else {
+        memcpy(by_token, grants->ops, grants->n * sizeof *by_token);
+        qsort(by_token, grants->n, sizeof *by_token, by_resource_token_owner);
+        for (size_t i = 1; i < grants->n; i++) {
+            const fh_op *a = by_token[i - 1], *b = by_token[i];
+            if (strcmp(a->resource, b->resource) == 0 && a->token == b->token &&
+                strcmp(a->owner, b->owner) != 0)
                 violation(c, 1, "one token granted to two owners", a, b);
         }
+        free(by_token);
     }
     for (size_t i = 0; i < grants->n; i++) {
         const fh_op *g = grants->ops[i];
@@ -391,6 +411,13 @@ typedef struct window {
     int64_t from_ns, to_ns;
 } window;
 
+static int by_owner(const void *a, const void *b)
+{
+    const window *x = a, *y = b;
+    int c = strcmp(x->grant->resource, y->grant->resource);
+    return c != 0 ? c : strcmp(x->grant->owner, y->grant->owner);
+}
+
 static int by_start(const void *a, const void *b)
 {
     const window *x = a, *y = b;
@@ -411,14 +438,24 @@ static void check_windows(const ctx *c, const series *grants)
         w[i].from_ns = g->end_ns;
         w[i].to_ns = g->start_ns + g->ttl_ms * NS_PER_MS;
     }
+    /* Sorted by (resource, owner), so each renew or unlock finds its grants by bisection. */
+    qsort(w, grants->n, sizeof *w, by_owner);
     for (size_t j = 0; j < c->h->n; j++) {
         const fh_op *op = &c->h->ops[j];
         if (op->status != 200 || (op->kind != FH_RENEW && op->kind != FH_UNLOCK))
             continue;
-        for (size_t i = 0; i < grants->n; i++) {
-            if (strcmp(w[i].grant->owner, op->owner) != 0 ||
-                strcmp(w[i].grant->resource, op->resource) != 0)
-                continue;
+        size_t lo = 0, hi = grants->n; /* the first window not before op's (resource, owner) */
+        while (lo < hi) {
+            size_t mid = (lo + hi) / 2;
+            int d = strcmp(w[mid].grant->resource, op->resource);
+            if (d < 0 || (d == 0 && strcmp(w[mid].grant->owner, op->owner) < 0))
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        for (size_t i = lo; i < grants->n && strcmp(w[i].grant->owner, op->owner) == 0 &&
+                            strcmp(w[i].grant->resource, op->resource) == 0;
+             i++) {
             int64_t t = op->start_ns + (op->kind == FH_RENEW ? op->ttl_ms * NS_PER_MS : 0);
             if (op->kind == FH_RENEW && t > w[i].to_ns)
                 w[i].to_ns = t;
