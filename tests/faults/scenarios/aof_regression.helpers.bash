@@ -55,21 +55,38 @@ regress_exit() {
 # scenario_prestart, since the runner sets its trap after it sourced the scenario file.
 chain_cleanup() { trap regress_exit EXIT; }
 
-answers_ping() { redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG; }
+# serving PORT PID: the redis-server with process id PID answers PING on PORT; another
+# server that took the port meanwhile does not count.
+serving() {
+    redis-cli -h 127.0.0.1 -p "$1" info server 2>/dev/null | tr -d '\r' | grep -qx "process_id:$2" \
+        && redis-cli -h 127.0.0.1 -p "$1" ping 2>/dev/null | grep -q PONG
+}
 
-# extra_start NAME PORT DIR ARGS...: starts a redis-server of the scenario on PORT with its
+# extra_start NAME DIR ARGS...: starts a redis-server of the scenario on a free port with its
 # data in DIR and its log in $tmp/extra-NAME.log, and waits until it answers PING. Sets
-# extra_pid.
+# extra_port and extra_pid. A server that exits before it answers (its port was taken
+# between free_port and its bind) is started again on another port, twice at most.
 extra_start() {
-    local name=$1 port=$2 dir=$3
-    shift 3
+    local name=$1 dir=$2 attempt deadline
+    shift 2
     mkdir -p "$dir"
-    redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --save '' \
-        --maxmemory-policy noeviction --enable-debug-command local "$@" \
-        --daemonize no --logfile "$tmp/extra-$name.log" &
-    extra_pid=$!
-    extra_pids+=("$extra_pid")
-    wait_until "the $name redis-server answering PING" 10 answers_ping "$port"
+    for attempt in 1 2 3; do
+        extra_port=$(free_port)
+        redis-server --port "$extra_port" --bind 127.0.0.1 --dir "$dir" --save '' \
+            --maxmemory-policy noeviction --enable-debug-command local "$@" \
+            --daemonize no --logfile "$tmp/extra-$name.log" &
+        extra_pid=$!
+        extra_pids+=("$extra_pid")
+        deadline=$((SECONDS + 10))
+        while kill -0 "$extra_pid" 2>/dev/null; do
+            serving "$extra_port" "$extra_pid" && return 0
+            [ "$SECONDS" -lt "$deadline" ] || fail "the $name redis-server did not answer within 10 s"
+            sleep 0.05
+        done
+        extra_stop "$extra_pid"
+        say "the $name redis-server exited before answering (attempt $attempt)"
+    done
+    fail "the $name redis-server did not start (see $tmp/extra-$name.log)"
 }
 
 # fences PORT FILE: writes every fence counter of the Redis on PORT to FILE, one

@@ -48,13 +48,11 @@ aof_dir() { echo "$tmp/redis/appendonlydir"; }
 # own and writes its fence counters to FILE (fences). The probe's log is left in
 # $tmp/extra-probe.log until the next probe.
 probe_load() {
-    local port
     rm -rf "$tmp/probe" "$tmp/extra-probe.log"
     mkdir -p "$tmp/probe"
     cp -a "$1" "$tmp/probe/appendonlydir"
-    port=$(free_port)
-    extra_start probe "$port" "$tmp/probe" "${persist[@]}"
-    fences "$port" "$2"
+    extra_start probe "$tmp/probe" "${persist[@]}"
+    fences "$extra_port" "$2"
     extra_stop "$extra_pid"
 }
 

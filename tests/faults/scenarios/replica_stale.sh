@@ -53,9 +53,9 @@ synced() {
 # B starts as a replica of A, before the gateway, and is stopped on exit (regress_exit).
 scenario_prestart() {
     chain_cleanup
-    bport=$(free_port)
-    extra_start b "$bport" "$tmp/b" --appendonly no --repl-diskless-sync-delay 0 \
+    extra_start b "$tmp/b" --appendonly no --repl-diskless-sync-delay 0 \
         --replicaof 127.0.0.1 "$rport"
+    bport=$extra_port
     b_replicating=1
 }
 
