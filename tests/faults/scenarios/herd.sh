@@ -60,10 +60,14 @@ scenario_check() {
         $13 !~ /herd/ { next }
         $6 == 0 { print "no answer: " $0; bad++ }
         $1 == "hh" && $2 == "lock" && $6 == 200 { holder++ }
-        $1 != "hh" && $2 == "lock" { asked++; if ($6 == 200) granted++; else if ($6 == 409) late++ }
+        $1 != "hh" && $2 == "lock" {
+            asked++; if ($6 == 200) granted++; else if ($6 == 409) late++
+            d = ($5 - $4) / 1000000; sum += d; if (d > max) max = d
+        }
         END {
-            printf "herd: %d lock requests, %d granted, %d gave up (409); holder cycles %d\n",
-                asked, granted, late, holder
+            fmt = "herd: %d lock requests, %d granted, %d gave up (409), answered in %.0f ms"
+            fmt = fmt " on average, %.0f ms at most; holder cycles %d\n"
+            printf fmt, asked, granted, late, asked ? sum / asked : 0, max, holder
             exit bad > 0 || holder < 5 || granted < 100
         }' "$hist" || fail "a herd request without an answer, or the holder or the herd starved"
 }

@@ -50,4 +50,14 @@ scenario_check() {
     [ "$renewals" -ge $((2 * (killed + frozen))) ] \
         || fail "$renewals watchdog renewals for $((killed + frozen)) rounds, not 2 each"
     say "$killed holders killed running, $frozen frozen then killed, $renewals watchdog renewals"
+    # A figure, not asserted: how long after the dead holder's lease could have ended at the
+    # latest (its last successful renewal's answer + ttl) the next holder had the lock.
+    awk -F'\t' '
+        $2 == "renew" && $13 ~ /watchdog/ && $6 == 200 { until[$10] = $5 + $11 * 1000000 }
+        $2 == "mark" && $14 ~ /^holder_/ { dead = $10; wait = 1; next }
+        wait && $1 == "p" && $2 == "lock" && $6 == 200 {
+            d = ($5 - until[dead]) / 1000000; wait = 0; n++; sum += d; if (d > max) max = d
+        }
+        END { if (n) printf "takeover after the lease ran out: mean %.0f ms, max %.0f ms (%d)\n",
+                  sum / n, max, n }' "$hist"
 }
