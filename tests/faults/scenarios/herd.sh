@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
 # herd: a thundering herd, 200 waiters on one resource while a holder cycles every 50 ms
 # (issue 7).
 #

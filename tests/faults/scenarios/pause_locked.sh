@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
 # pause_locked: a client frozen with SIGSTOP past its lease, then SIGCONT, while the next
 # holder has locked but not yet written (issue 7, the second of the client-pause variants).
 #
@@ -31,10 +32,11 @@ scenario_mode() { mode=(pause_locked "$rport"); }
 # late_ops: how many late operations (after_pause) the history holds.
 late_ops() { awk -F'\t' '$2 != "mark" && $13 ~ /after_pause/' "$hist" 2>/dev/null | wc -l; }
 
+played() { [ "$(late_ops)" -ge $(($1 * 3)) ]; }
+
 # scenario_fault I: the workload makes the freezes on its own; wait until freeze I has played
 # out (its late write, renew and unlock recorded).
 scenario_fault() {
-    played() { [ "$(late_ops)" -ge $(($1 * 3)) ]; }
     wait_until "freeze $1 of worker 0 to play out" 30 played "$1"
     mark heal
 }

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
 # watchdog_kill: a lock kept alive by a watchdog, whose holder is killed (issue 7, the third
 # of the client-pause variants).
 #
@@ -31,9 +32,10 @@ scenario_mode() { mode=(watchdog); }
 # parent_locks: how many times the parent asked for the lock after a lost holder.
 parent_locks() { awk -F'\t' '$1 == "p" && $2 == "lock"' "$hist" 2>/dev/null | wc -l; }
 
+taken() { [ "$(parent_locks)" -ge "$1" ]; }
+
 # scenario_fault I: the workload runs the rounds on its own; wait until round I is over.
 scenario_fault() {
-    taken() { [ "$(parent_locks)" -ge "$1" ]; }
     wait_until "watchdog round $1" 30 taken "$1"
     mark heal
 }
@@ -45,8 +47,9 @@ scenario_check() {
     killed=$(awk -F'\t' '$2 == "mark" && $14 == "holder_killed"' "$hist" | wc -l)
     frozen=$(awk -F'\t' '$2 == "mark" && $14 == "holder_frozen"' "$hist" | wc -l)
     renewals=$(awk -F'\t' '$2 == "renew" && $13 ~ /watchdog/ && $6 == 200' "$hist" | wc -l)
-    [ "$killed" -ge 1 ] && [ "$frozen" -ge 1 ] \
-        || fail "$killed holders killed while running and $frozen frozen: both kinds must run"
+    if [ "$killed" -lt 1 ] || [ "$frozen" -lt 1 ]; then
+        fail "$killed holders killed while running and $frozen frozen: both kinds must run"
+    fi
     [ "$renewals" -ge $((2 * (killed + frozen))) ] \
         || fail "$renewals watchdog renewals for $((killed + frozen)) rounds, not 2 each"
     say "$killed holders killed running, $frozen frozen then killed, $renewals watchdog renewals"
