@@ -89,25 +89,24 @@ extra_start() {
     fail "the $name redis-server did not start (see $tmp/extra-$name.log)"
 }
 
-# fences PORT FILE: writes every fence counter of the Redis on PORT to FILE, one
-# "key value" line each, sorted by key.
+# fences PORT FILE: writes the fence counters of the run's resources (fg_workload's RESOURCES,
+# $scenario-$seed-0 to -2) in the Redis on PORT to FILE, one "key value" line each, the
+# value empty for a counter that does not exist. Fails on anything but numbers (an error).
 fences() {
-    local port=$1 file=$2 key
-    redis-cli -h 127.0.0.1 -p "$port" --scan --pattern 'fg:*:fence' | sort >"$file.keys"
-    : >"$file"
-    while read -r key; do
-        echo "$key $(redis-cli -h 127.0.0.1 -p "$port" get "$key")" >>"$file"
-    done <"$file.keys"
-    rm -f "$file.keys"
+    local keys=() r
+    for r in 0 1 2; do keys+=("fg:{$scenario-$seed-$r}:fence"); done
+    redis-cli -h 127.0.0.1 -p "$1" mget "${keys[@]}" >"$2.values" 2>&1 || true
+    paste -d ' ' <(printf '%s\n' "${keys[@]}") "$2.values" >"$2"
+    awk 'NF > 2 || $2 !~ /^[0-9]*$/ { bad = 1 } END { exit bad || NR != 3 }' "$2" \
+        || fail "reading the fence counters on port $1: $(tr '\n' ' ' <"$2.values")"
+    rm -f "$2.values"
 }
 
-# fell BEFORE AFTER: the counters of the run's own resources (not the warm-up's) that are
-# lower in AFTER than in BEFORE, or missing from it, as "key before after" lines (files
-# written by fences).
+# fell BEFORE AFTER: the counters that are lower in AFTER than in BEFORE, or missing from
+# it, as "key before after" lines (files written by fences).
 fell() {
-    awk -v run="{$scenario-$seed-" '
-        NR == FNR { after[$1] = $2; next }
-        index($1, run) > 0 && $2 + 0 > after[$1] + 0 { print $1, $2, after[$1] + 0 }' "$2" "$1"
+    awk 'NR == FNR { after[$1] = $2; next }
+        $2 + 0 > after[$1] + 0 { print $1, $2, after[$1] + 0 }' "$2" "$1"
 }
 
 # proof_fell BEFORE AFTER WHAT: fails unless some counter fell (point 1 above); says which.
