@@ -20,6 +20,7 @@
 # blackhole window (checked below from the history); the gateway's Redis connections, the
 # proxy's own connections and descriptors back to their baseline afterwards; the proxy
 # exits 0 on SIGTERM without a sanitizer report.
+# proxy_slow.sh reuses this file's proxy helpers (it sources it and replaces the faults).
 # ctest: short
 
 faults=4
@@ -29,6 +30,7 @@ steps=30
 
 proxy_bin=$(dirname "$workload")/fg_proxy
 proxy_port="" proxy_fd_base="" proxy_answer="" proxy_pid=""
+hold_s=3 # how long each fault lasts at least
 
 # proxy_cmd COMMAND: sends one command to the proxy and waits for its answer (in
 # $proxy_answer), which it sends once the command has taken effect.
@@ -56,7 +58,7 @@ proxy_stat() {
 }
 
 # alive PID: the process exists and is not a zombie waiting to be reaped.
-alive() { [ -r "/proc/$1/status" ] && ! grep -q '^State:[[:space:]]*Z' "/proc/$1/status"; }
+alive() { [ -r "/proc/$1/status" ] && ! grep -q "^State:[[:space:]]*Z" "/proc/$1/status" 2>/dev/null; }
 
 # Stops the proxy by its PID: SIGTERM, and SIGKILL if it is still running 5 s later. Sets
 # proxy_rc to its exit status. Used on every exit path (from the trap below).
@@ -133,7 +135,7 @@ since_mark() {
 }
 
 # fault_window MODE EVENT WHAT STATUS KIND MIN: puts the proxy in MODE, marks EVENT, and keeps
-# the fault for 3 s and then until MIN operations of KIND answered STATUS inside it; then
+# the fault for $hold_s s and then until MIN operations of KIND answered STATUS inside it; then
 # marks proxy_up, goes back to pass and marks heal.
 fault_window() {
     local mode=$1 event=$2 what=$3
@@ -144,7 +146,7 @@ fault_window() {
     fi
     mark "$event"
     window_from=$(mark_time "$event")
-    sleep 3 # the length of the fault, not a wait for anything
+    sleep "$hold_s" # the length of the fault, not a wait for anything
     wait_until "$what" 30 since_mark "$4" "$5" "$6"
     mark proxy_up
     proxy_cmd pass
