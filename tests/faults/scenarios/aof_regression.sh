@@ -7,7 +7,8 @@
 # manifest; appendfsync always) is killed with SIGKILL and restarted on data that is behind
 # what it had acknowledged, while the workload runs. The faults alternate:
 #   odd:  an older AOF restored. A copy of the AOF directory is taken while the workload
-#         runs; the workload then takes more grants and writes; Redis is killed, its AOF
+#         runs (in faults 3 and 7 right after a BGREWRITEAOF, so it has an RDB base with the
+#         data); the workload then takes more grants and writes; Redis is killed, its AOF
 #         directory replaced by the copy, and restarted.
 #   even: a truncated AOF. Redis is killed and its last incr file cut short in the middle of
 #         one of its last five writes to a fence counter (typically a few hundred to a few
@@ -56,7 +57,15 @@ probe_load() {
     extra_stop "$extra_pid"
 }
 
-# copy_old: the first half of an older AOF restored.
+# aof_rewritten: no AOF rewrite running or scheduled, and the base file is not the first.
+aof_rewritten() {
+    local info
+    info=$(rcli info persistence | tr -d '\r')
+    grep -qx 'aof_rewrite_in_progress:0' <<<"$info" && grep -qx 'aof_rewrite_scheduled:0' <<<"$info" \
+        && ! grep -q '^file appendonly.aof.1.base' "$(aof_dir)"/*.manifest
+}
+
+# copy_old I: the first half of an older AOF restored.
 #   1. Copy the AOF directory while Redis appends to it. With appendfsync always a file
 #      holds no more than Redis has acknowledged, so the copy is no newer than the counters
 #      read right after it; a command cut by the copy is dropped on load (aof-load-truncated).
@@ -64,6 +73,13 @@ probe_load() {
 #      was acknowledged since the copy (more grants and writes the copy does not have).
 copy_old() {
     progress "$steps"
+    if (($1 % 4 == 3)); then
+        # Faults 3 and 7 first rewrite the AOF, so the copy is a new base (an RDB holding the
+        # data so far) plus a short incr file, and the older files are gone from the manifest.
+        rcli bgrewriteaof >/dev/null
+        wait_until "the AOF rewrite" 20 aof_rewritten
+        say "fault $1: AOF rewritten: $(awk '$1 == "file" { printf "%s ", $2 }' "$(aof_dir)"/*.manifest)"
+    fi
     rm -rf "$tmp/aof-old"
     cp -a "$(aof_dir)" "$tmp/aof-old"
     fences "$rport" "$tmp/fences-copied"
@@ -107,7 +123,7 @@ in the fence write $k from the end)"
 scenario_fault() {
     local with_gw=0
     if (((($1 - 1) % 4) >= 2)); then with_gw=1; fi # faults 3, 4, 7, 8
-    if (($1 % 2 == 1)); then copy_old; else progress "$steps"; fi
+    if (($1 % 2 == 1)); then copy_old "$1"; else progress "$steps"; fi
     corrections=$(floor_corrections)
     redis_kill
     if [ "$with_gw" = 1 ]; then gw_kill; fi
