@@ -142,6 +142,7 @@ gw_kill() {
     corrections=0
 }
 
+# floor_corrections: the gateway's fencegate_token_floor_corrections_total now.
 floor_corrections() {
     curl -fsS --max-time 2 "$(gw_url)/metrics" |
         awk '$1 == "fencegate_token_floor_corrections_total" { print $2 }'
