@@ -9,7 +9,10 @@
  *   - the highest token that has written the resource: a lower one is stale, 409.
  * Before storage, a token below the last one issued is refused 409 stale_token too (with
  * superseded_by): its lease ended when the larger one was minted, so its holder is fenced
- * off as soon as the next holder has locked, not only once that holder has written.
+ * off as soon as the next holder has locked, not only once that holder has written. The
+ * floor lifts the counter (and base) past other resources' tokens at most acquisitions, so
+ * a superseded token is usually below base: it is known for what it is when it is one of
+ * the resource's last 16 tokens (lk_token_check); an older one is answered as below base.
  * Before that, the gateway checks the bottom of the resource's token run: its counter is
  * lifted to a floor now and then (a new resource, a lift past tokens of other resources, a
  * Redis that lost data), and the tokens below the lift (base) were never issued for it, or
@@ -129,7 +132,9 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
         return gw__send_error(req, MHD_HTTP_FORBIDDEN, "unknown_token",
                               json_pack("{s:s, s:I}", "resource", req->param, "token",
                                         (json_int_t)token),
-                              "token %llu was never issued for %s; nothing was changed",
+                              "token %llu is not one Redis knows was issued for %s (forged, "
+                              "of another resource, or lost with Redis's data); nothing was "
+                              "changed",
                               (unsigned long long)token, req->param);
     case STORE_TOO_LARGE:
         /* Counted with every other 413 of a PUT, in gw__metrics_observe(). */
@@ -159,6 +164,7 @@ enum MHD_Result gw__handle_resource_put(gw_request *req)
     uint64_t token = 0;
     const char *ctype = NULL;
     int64_t base = 0, last_issued = 0;
+    int recent = 0;
     store_write_result wr;
 
     if (gw__path_resource(req, &result) != 0 ||
@@ -167,16 +173,20 @@ enum MHD_Result gw__handle_resource_put(gw_request *req)
         return result;
     }
     lk_client *c = gw__client(srv);
-    lk_status lst = c != NULL ? lk_token_range(c, req->param, &base, &last_issued) : LK_ENOMEM;
+    lk_status lst = c != NULL ? lk_token_check(c, req->param, (int64_t)token, &base,
+                                               &last_issued, &recent)
+                              : LK_ENOMEM;
     atomic_store(&srv->metrics.redis_up, lst == LK_EUNAVAILABLE ? 0 : 1);
     if (lst != LK_OK) {
         count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
         return gw__send_lk_error(req, c, lst);
     }
     memset(&wr, 0, sizeof wr);
-    if (token <= (uint64_t)base) {
-        /* Below the run: refused either way; say stale when it is (highest only grows, so
-         * a concurrent write can only make this answer more true). */
+    if (token <= (uint64_t)base && !recent) {
+        /* Below the run and not among the resource's last 16 tokens: refused either way;
+         * say stale when it is (highest only grows, so a concurrent write can only make
+         * this answer more true). A recent token below the run was issued for this
+         * resource before a lift, and is answered as superseded below. */
         store_status hst = store_highest(srv->st, req->param, &wr.highest_token);
         if (hst != STORE_OK && hst != STORE_NOT_FOUND) {
             return answer_write(req, hst, token, &wr);

@@ -4,6 +4,8 @@
 -- KEYS[2]  fence counter fg:{R}:fence  never expires and is never deleted
 -- KEYS[3]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[4] is "0")
 -- KEYS[4]  lift point   fg:{R}:base   never expires and is never deleted
+-- KEYS[5]  recent tokens fg:{R}:recent the last 16 tokens minted, newest first (a list;
+--          never expires): token_range.lua tells a superseded token from a forged one
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
 -- ARGV[2]  lease in ms
 -- ARGV[3]  floor: the token handed out is always greater than this (decimal digits
@@ -83,6 +85,8 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
         raised = 1
     end
     token = redis.call('INCR', KEYS[2])
+    redis.call('LPUSH', KEYS[5], string.format('%d', token))
+    redis.call('LTRIM', KEYS[5], 0, 15)
     holds = 1
     redis.call('HSET', KEYS[1], '#token', string.format('%d', token), owner, 1)
     redis.call('PEXPIRE', KEYS[1], lease_ms)

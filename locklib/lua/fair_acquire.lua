@@ -6,6 +6,7 @@
 -- KEYS[4]  lift point     fg:{R}:base      never expires and is never deleted
 -- KEYS[5]  queue list     fg:{R}:queue     waiting owners, first come first
 -- KEYS[6]  deadlines zset fg:{R}:qtimeout  owner -> deadline, ms of Redis server time
+-- KEYS[7]  recent tokens  fg:{R}:recent    as in acquire.lua
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
 -- ARGV[2]  lease in ms
 -- ARGV[3]  floor: the token handed out is always greater than this (decimal digits
@@ -154,6 +155,8 @@ if not held and (not head or head == owner) then
         raised = 1
     end
     local token = redis.call('INCR', KEYS[2])
+    redis.call('LPUSH', KEYS[7], string.format('%d', token))
+    redis.call('LTRIM', KEYS[7], 0, 15)
     redis.call('HSET', KEYS[1], '#token', string.format('%d', token), owner, 1)
     redis.call('PEXPIRE', KEYS[1], lease_ms)
     leave_queue()

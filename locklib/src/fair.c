@@ -17,7 +17,7 @@ lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
                           int64_t wait_ms, lk_result *res)
 {
     char lock[LK__KEY_MAX], fence[LK__KEY_MAX], idem[LK__KEY_MAX], base[LK__KEY_MAX];
-    char queue[LK__KEY_MAX], qtimeout[LK__KEY_MAX];
+    char queue[LK__KEY_MAX], qtimeout[LK__KEY_MAX], recent[LK__KEY_MAX];
     char lease[24], floor_s[24], idem_ttl[24], wait[24];
     redisReply *reply = NULL;
     int watchdog = lease_ms == LK_LEASE_WATCHDOG;
@@ -36,14 +36,15 @@ lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
     lk__key(base, resource, "base");
     lk__key(queue, resource, "queue");
     lk__key(qtimeout, resource, "qtimeout");
+    lk__key(recent, resource, "recent");
     lk__idem_args(c, resource, idem_key, idem, idem_ttl);
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
     snprintf(floor_s, sizeof floor_s, "%" PRId64, floor);
     snprintf(wait, sizeof wait, "%" PRId64, wait_ms);
 
-    const char *argv[] = {lock,  fence,   idem,    base,     queue, qtimeout,
-                          owner, lease,   floor_s, idem_ttl, wait};
-    st = lk__eval(c, LK__FAIR_ACQUIRE, 6, 11, argv, &reply);
+    const char *argv[] = {lock,  fence, idem,    base,     queue, qtimeout, recent,
+                          owner, lease, floor_s, idem_ttl, wait};
+    st = lk__eval(c, LK__FAIR_ACQUIRE, 7, 12, argv, &reply);
     if (st != LK_OK) {
         return st;
     }

@@ -157,6 +157,7 @@ lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int6
                      int64_t floor, const char *idem_key, lk_result *res)
 {
     char lock[LK__KEY_MAX], fence[LK__KEY_MAX], idem[LK__KEY_MAX], base[LK__KEY_MAX];
+    char recent[LK__KEY_MAX];
     char lease[24], floor_s[24], idem_ttl[24];
     redisReply *reply = NULL;
     int watchdog = lease_ms == LK_LEASE_WATCHDOG;
@@ -170,12 +171,13 @@ lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int6
     lk__key(lock, resource, "lock");
     lk__key(fence, resource, "fence");
     lk__key(base, resource, "base");
+    lk__key(recent, resource, "recent");
     lk__idem_args(c, resource, idem_key, idem, idem_ttl);
     snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
     snprintf(floor_s, sizeof floor_s, "%" PRId64, floor);
 
-    const char *argv[] = {lock, fence, idem, base, owner, lease, floor_s, idem_ttl};
-    st = lk__eval(c, LK__ACQUIRE, 4, 8, argv, &reply);
+    const char *argv[] = {lock, fence, idem, base, recent, owner, lease, floor_s, idem_ttl};
+    st = lk__eval(c, LK__ACQUIRE, 5, 9, argv, &reply);
     if (st != LK_OK) {
         return st;
     }
@@ -319,26 +321,40 @@ lk_status lk_last_token(lk_client *c, const char *resource, int64_t *token)
     return st;
 }
 
-lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base, int64_t *last)
+lk_status lk_token_check(lk_client *c, const char *resource, int64_t token, int64_t *base,
+                         int64_t *last, int *recent)
 {
-    char fence[LK__KEY_MAX], base_key[LK__KEY_MAX];
+    char fence[LK__KEY_MAX], base_key[LK__KEY_MAX], recent_key[LK__KEY_MAX], token_s[24];
     redisReply *reply = NULL;
     lk_status st;
 
     *base = 0;
     *last = 0;
+    *recent = 0;
     if (!lk_valid_resource(resource)) {
         return lk__fail(c, LK_EINVAL, "invalid resource");
     }
+    if (token < 0 || token > LK_TOKEN_MAX) {
+        return lk__fail(c, LK_EINVAL, "token must be 0..2^53-1");
+    }
     lk__key(fence, resource, "fence");
     lk__key(base_key, resource, "base");
-    const char *argv[] = {fence, base_key};
-    st = lk__eval(c, LK__TOKEN_RANGE, 2, 2, argv, &reply);
+    lk__key(recent_key, resource, "recent");
+    snprintf(token_s, sizeof token_s, "%" PRId64, token);
+    const char *argv[] = {fence, base_key, recent_key, token_s};
+    st = lk__eval(c, LK__TOKEN_RANGE, 3, 4, argv, &reply);
     if (st != LK_OK) {
         return st;
     }
     *base = lk__int_at(reply, 0);
     *last = lk__int_at(reply, 1);
+    *recent = token > 0 && lk__int_at(reply, 2) == 1;
     freeReplyObject(reply);
     return LK_OK;
+}
+
+lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base, int64_t *last)
+{
+    int recent = 0;
+    return lk_token_check(c, resource, 0, base, last, &recent);
 }

@@ -597,6 +597,28 @@ static void test_superseded_token_is_refused_before_next_write(void **state)
     gwt_get(&s->gw, "/resources/api.sup", &r);
     assert_string_equal(r.body, "written by client 2");
     gwt_resp_free(&r);
+    gwt_post(&s->gw, "/unlock", "{\"resource\":\"api.sup\",\"owner\":\"client-2\"}", &r);
+    gwt_resp_free(&r);
+
+    /* Other resources take tokens in between, so the next grant's floor lifts the counter
+     * (and its base) past token3: still 409 superseded, not 403 never issued. */
+    long long token3 = lock_ok(&s->gw, "api.sup", "client-3", "", NULL, 0);
+    gwt_post(&s->gw, "/unlock", "{\"resource\":\"api.sup\",\"owner\":\"client-3\"}", &r);
+    gwt_resp_free(&r);
+    long long other = lock_ok(&s->gw, "api.sup-other", "client-9", "", NULL, 0);
+    long long token4 = lock_ok(&s->gw, "api.sup", "client-4", "", NULL, 0);
+    assert_true(token4 > other && other > token3);
+    char t3[32], t9[32];
+    snprintf(t3, sizeof t3, "%lld", token3);
+    snprintf(t9, sizeof t9, "%lld", other);
+    put_value(&s->gw, "api.sup", t3, "late write of client 3", &r);
+    gwt_assert_status(&r, 409, "stale_token");
+    assert_int_equal(gwt_int(&r, "superseded_by"), token4);
+    gwt_resp_free(&r);
+    /* A token of the other resource in between was never issued for this one. */
+    put_value(&s->gw, "api.sup", t9, "wrong resource", &r);
+    gwt_assert_status(&r, 403, "unknown_token");
+    gwt_resp_free(&r);
 }
 
 /* Kleppmann's figure: client 1's lease runs out while it is paused; client 2 locks with a

@@ -154,6 +154,55 @@ static void test_range_moves_with_a_later_lift(void **state)
     assert_lk(f->c, lk_release(f->c, res, "bob", NULL, &r), LK_RELEASED);
 }
 
+/* lk_token_check knows the resource's last 16 tokens, also those a later lift put below the
+ * base (superseded holders), and no token of another resource or older than those 16. */
+static void test_check_knows_recent_tokens_below_a_lift(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    int64_t base = -1, last = -1;
+    int recent = -1;
+    char res[64], other[64]; /* res_name() reuses one buffer */
+    snprintf(res, sizeof res, "%s", res_name("check-recent"));
+    snprintf(other, sizeof other, "%s", res_name("check-other"));
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t first = r.token;
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, other, "carol", 10000, 50, NULL, &r), LK_ACQUIRED);
+    int64_t foreign = r.token; /* 51: between the two tokens of res, as with the gateway */
+    assert_lk(f->c, lk_release(f->c, other, "carol", NULL, &r), LK_RELEASED);
+    /* The next holder's floor lifts the counter past the first token. */
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 100, NULL, &r), LK_ACQUIRED);
+    int64_t second = r.token;
+    assert_int_equal(second, 101);
+
+    assert_lk(f->c, lk_token_check(f->c, res, first, &base, &last, &recent), LK_OK);
+    assert_int_equal(base, 100);
+    assert_int_equal(last, second);
+    assert_int_equal(recent, 1); /* below the base, yet issued here: superseded */
+    assert_lk(f->c, lk_token_check(f->c, res, second, &base, &last, &recent), LK_OK);
+    assert_int_equal(recent, 1);
+    assert_lk(f->c, lk_token_check(f->c, res, foreign, &base, &last, &recent), LK_OK);
+    assert_int_equal(recent, 0); /* issued, but for another resource */
+    assert_lk(f->c, lk_token_check(f->c, res, 0, &base, &last, &recent), LK_OK);
+    assert_int_equal(recent, 0);
+    assert_lk(f->c, lk_release(f->c, res, "bob", NULL, &r), LK_RELEASED);
+
+    /* Only the last 16 are kept: after 16 more grants the first is forgotten. */
+    for (int i = 0; i < 16; i++) {
+        assert_lk(f->c, lk_acquire(f->c, res, "dave", 10000, 0, NULL, &r), LK_ACQUIRED);
+        assert_lk(f->c, lk_release(f->c, res, "dave", NULL, &r), LK_RELEASED);
+    }
+    assert_lk(f->c, lk_token_check(f->c, res, second, &base, &last, &recent), LK_OK);
+    assert_int_equal(recent, 0);
+    assert_lk(f->c, lk_token_check(f->c, res, last, &base, &last, &recent), LK_OK);
+    assert_int_equal(recent, 1);
+    assert_lk(f->c, lk_token_check(f->c, res, LK_TOKEN_MAX + 1, &base, &last, &recent),
+              LK_EINVAL);
+    assert_lk(f->c, lk_token_check(f->c, res, -1, &base, &last, &recent), LK_EINVAL);
+}
+
 /* A counter lost on its own (the base survived) is lifted to the base, so the range never
  * turns upside down and no token below the base is issued again. */
 static void test_counter_lost_alone_is_lifted_to_base(void **state)
@@ -276,7 +325,7 @@ static void test_non_integer_floor_refused_by_scripts(void **state)
     lk_fixture *f = *state;
     const char *bad[] = {"5.5", "0.25", "nan", "-nan", "inf", "1e300", "9007199254740990.5"};
     const char *res = res_name("float-floor");
-    char lock[256], fence[256], idem[256], base[256], queue[256], qtimeout[256];
+    char lock[256], fence[256], idem[256], base[256], queue[256], qtimeout[256], recent[256];
     lk_result r;
 
     snprintf(lock, sizeof lock, "fg:{%s}:lock", res);
@@ -285,9 +334,10 @@ static void test_non_integer_floor_refused_by_scripts(void **state)
     snprintf(base, sizeof base, "fg:{%s}:base", res);
     snprintf(queue, sizeof queue, "fg:{%s}:queue", res);
     snprintf(qtimeout, sizeof qtimeout, "fg:{%s}:qtimeout", res);
+    snprintf(recent, sizeof recent, "fg:{%s}:recent", res);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *plain[] = {lock, fence, idem, base, "alice", "10000", bad[i], "0"};
-        redisReply *reply = eval_file(f, "acquire", 4, 8, plain);
+        const char *plain[] = {lock, fence, idem, base, recent, "alice", "10000", bad[i], "0"};
+        redisReply *reply = eval_file(f, "acquire", 5, 9, plain);
         if (reply->type != REDIS_REPLY_ERROR) {
             print_error("acquire.lua took floor %s\n", bad[i]);
         }
@@ -295,21 +345,21 @@ static void test_non_integer_floor_refused_by_scripts(void **state)
         assert_non_null(strstr(reply->str, "invalid argument"));
         freeReplyObject(reply);
 
-        const char *fair[] = {lock, fence, idem, base, queue, qtimeout,
-                              "alice", "10000", bad[i], "0", "1000"};
-        reply = eval_file(f, "fair_acquire", 6, 11, fair);
+        const char *fair[] = {lock,    fence,   idem,   base, queue, qtimeout, recent,
+                              "alice", "10000", bad[i], "0",  "1000"};
+        reply = eval_file(f, "fair_acquire", 7, 12, fair);
         if (reply->type != REDIS_REPLY_ERROR) {
             print_error("fair_acquire.lua took floor %s\n", bad[i]);
         }
         assert_int_equal(reply->type, REDIS_REPLY_ERROR);
         assert_non_null(strstr(reply->str, "invalid argument"));
         freeReplyObject(reply);
-        assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS %s %s %s", lock, fence, base),
-                         0);
+        assert_int_equal(
+            th_redis_cmd(&f->redis, NULL, 0, "EXISTS %s %s %s %s", lock, fence, base, recent), 0);
     }
     /* An integer floor through the same path still works, and INCR keeps working after. */
-    const char *good[] = {lock, fence, idem, base, "alice", "10000", "5", "0"};
-    redisReply *reply = eval_file(f, "acquire", 4, 8, good);
+    const char *good[] = {lock, fence, idem, base, recent, "alice", "10000", "5", "0"};
+    redisReply *reply = eval_file(f, "acquire", 5, 9, good);
     assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
     assert_int_equal(reply->element[1]->integer, 6);
     freeReplyObject(reply);
@@ -339,6 +389,7 @@ int main(void)
         cmocka_unit_test(test_range_of_new_resource_with_floor),
         cmocka_unit_test(test_range_grows_without_lift),
         cmocka_unit_test(test_range_moves_with_a_later_lift),
+        cmocka_unit_test(test_check_knows_recent_tokens_below_a_lift),
         cmocka_unit_test(test_counter_lost_alone_is_lifted_to_base),
         cmocka_unit_test(test_range_after_flushall),
         cmocka_unit_test(test_range_validation),

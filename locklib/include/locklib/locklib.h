@@ -231,6 +231,14 @@ LK_EXTERN lk_status lk_last_token(lk_client *c, const char *resource, int64_t *t
 LK_EXTERN lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base,
                                    int64_t *last);
 
+/* lk_token_range() for a token in hand, in the same round trip: *recent is 1 when `token` is
+ * one of the last 16 tokens minted for the resource. A recent token at or below *base was
+ * issued for this resource before a lift (the gateway's floor lifts the counter past other
+ * resources' tokens at most acquisitions), so its holder was superseded, not a forger.
+ * token is 0..2^53-1 (0: *recent is 0). All three are 0 on error. Returns OK or an error. */
+LK_EXTERN lk_status lk_token_check(lk_client *c, const char *resource, int64_t token,
+                                   int64_t *base, int64_t *last, int *recent);
+
 /* 1 when the watchdog found this watched lock lost; it stays 1 until the owner releases or
  * re-acquires it. 0 otherwise, also for locks that are not watched. Thread-safe: any thread
  * may call it while the handle's own thread uses the handle, but not during or after
