@@ -35,10 +35,15 @@
 #define GW_DEFAULT_TTL_MS 30000
 #define GW_MAX_WAIT_MS 60000
 #define GW_DRAIN_MS 10000                /* how long SIGTERM waits for in-flight requests */
-/* After a Redis call waits out its timeout (Redis stalled), the others fail fast (503) this
- * long, then one probes (lk_breaker_new()): a stall costs each server thread one timeout,
- * not one per request queued on it, which keeps every answer within wait_ms + 5 s. */
+/* After a Redis call takes more than half its timeout (Redis stalled or crawling), the
+ * others fail fast (503) this long, then one probes (lk_breaker_new()): a stall costs each
+ * server thread about one timeout, not one per request queued on it, which keeps every
+ * answer within wait_ms + 5 s. */
 #define GW_BREAKER_OPEN_MS 500
+/* How long past its deadline (now + wait_ms) a lock attempt may wait for its resource's
+ * floor stripe lock before answering 503: bounds the queue of attempts on one resource
+ * behind a slow (not stalled) Redis. */
+#define GW_STRIPE_GRACE_MS 1000
 #define GW_CONN_TIMEOUT_S 30             /* idle connection timeout */
 /* A request must be received in full (request line, headers and body) within this many
  * seconds of its start: the connection's accept for its first request, the request line for

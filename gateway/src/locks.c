@@ -46,6 +46,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gw_internal.h"
 
@@ -177,23 +178,56 @@ static pthread_mutex_t *floor_stripe(gw_server *srv, const char *resource)
     return &srv->floor_mu[h % GW_FLOOR_STRIPES];
 }
 
+/* Why an attempt ended without asking Redis (attempt()'s *refused). */
+enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY };
+
+/* Takes the stripe lock, waiting no later than GW_STRIPE_GRACE_MS past the request's
+ * deadline. Every attempt holds it across one Redis round trip, so on a slow Redis (calls
+ * that take most of the command timeout without timing out, where the stall breaker does
+ * not trip) the attempts on one resource would queue one round trip each, unbounded. */
+static int stripe_lock(pthread_mutex_t *mu, const struct gw_lock_call *call)
+{
+    int64_t wait_ms = call->deadline_ms + GW_STRIPE_GRACE_MS - gw__now_us() / 1000;
+    struct timespec until;
+
+    if (pthread_mutex_trylock(mu) == 0) {
+        return 0;
+    }
+    clock_gettime(CLOCK_REALTIME, &until); /* pthread_mutex_timedlock's clock */
+    if (wait_ms < 0) {
+        wait_ms = 0;
+    }
+    until.tv_sec += (time_t)(wait_ms / 1000);
+    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    return pthread_mutex_timedlock(mu, &until) == 0 ? 0 : -1;
+}
+
 /* One acquire attempt, with its floor. The stripe lock spans the floor's computation and
  * max_token's update: without it, two acquisitions of one resource could both compute floor
  * f, the first mint f+1, Redis lose its data, and the second, lifting the empty counter to
- * f, mint f+1 again. *store_failed is set when the floor could not be read. */
+ * f, mint f+1 again. *refused says when Redis was not asked: the floor could not be read, or
+ * the stripe lock was not free in time (Redis is slow: 503). */
 static lk_status attempt(gw_server *srv, lk_client *c, struct gw_lock_call *call,
-                         lk_result *res, int *store_failed)
+                         lk_result *res, int *refused)
 {
     pthread_mutex_t *mu = floor_stripe(srv, call->resource);
     const char *idem = call->idem_key[0] != '\0' ? call->idem_key : NULL;
     int64_t floor = 0;
     lk_status st;
 
-    *store_failed = 0;
-    pthread_mutex_lock(mu);
+    *refused = ATTEMPT_ASKED;
+    if (stripe_lock(mu, call) != 0) {
+        *refused = ATTEMPT_STRIPE_BUSY;
+        memset(res, 0, sizeof *res);
+        return LK_EUNAVAILABLE;
+    }
     if (compute_floor(srv, call->resource, &floor) != STORE_OK) {
         pthread_mutex_unlock(mu);
-        *store_failed = 1;
+        *refused = ATTEMPT_STORE_FAILED;
         memset(res, 0, sizeof *res);
         return LK_EREDIS;
     }
@@ -312,7 +346,7 @@ static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call
 
 /* What an attempt answered, when the wait is over. */
 static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_lock_call *call,
-                                      lk_status st, const lk_result *res, int store_failed)
+                                      lk_status st, const lk_result *res, int refused)
 {
     gw_server *srv = req->srv;
     enum MHD_Result result = MHD_YES;
@@ -322,10 +356,16 @@ static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_l
     if (st != LK_ACQUIRED) {
         leave_fair_queue(req, call);
     }
-    if (store_failed) {
+    if (refused == ATTEMPT_STORE_FAILED) {
         count_acquire(req, GW_ACQ_unavailable);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not be read to fence the token");
+    }
+    if (refused == ATTEMPT_STRIPE_BUSY) {
+        count_acquire(req, GW_ACQ_unavailable);
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "the lock service (Redis) is answering slowly and earlier "
+                              "attempts on this resource are still running; try again");
     }
     if (st == LK_ACQUIRED) {
         if (cover_token(req, c, call, res, &result) != 0) {
@@ -359,7 +399,7 @@ static enum MHD_Result lock_attempts(gw_request *req, struct gw_lock_call *call,
     gw_server *srv = req->srv;
     lk_client *c = gw__client(srv);
     lk_result res;
-    int store_failed = 0;
+    int refused = ATTEMPT_ASKED;
 
     if (c == NULL) {
         gw__wait_end(srv->waitq, &call->waiter, -1);
@@ -372,11 +412,11 @@ static enum MHD_Result lock_attempts(gw_request *req, struct gw_lock_call *call,
         if (waiting && gw__wait_begin(srv->waitq, &call->waiter, call->resource) != 0) {
             waiting = 0;
         }
-        lk_status st = attempt(srv, c, call, &res, &store_failed);
+        lk_status st = attempt(srv, c, call, &res, &refused);
         note_redis(srv, st);
         int64_t left = call->deadline_ms - gw__now_us() / 1000;
         if (st != LK_HELD || !waiting || left <= 0) {
-            return answer_attempt(req, c, call, st, &res, store_failed);
+            return answer_attempt(req, c, call, st, &res, refused);
         }
         switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms,
                               res.ttl_ms >= 0 ? res.ttl_ms : -1)) {
@@ -387,7 +427,7 @@ static enum MHD_Result lock_attempts(gw_request *req, struct gw_lock_call *call,
         case GW_PARK_SHUTDOWN:
             return answer_stopped(req, call);
         case GW_PARK_NOMEM:
-            return answer_attempt(req, c, call, st, &res, store_failed);
+            return answer_attempt(req, c, call, st, &res, refused);
         }
     }
 }

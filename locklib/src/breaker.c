@@ -3,15 +3,18 @@
  *
  * Without it, a stalled Redis (DEBUG SLEEP, CLIENT PAUSE, SIGSTOP, a blackholed network)
  * costs every call on every handle a full command timeout, one after the other on each
- * thread: a request queued behind two others on a server thread waited three timeouts.
- * With it, the first call that waits out its timeout trips the breaker; for open_ms every
- * call through a handle sharing it fails at once with LK_EUNAVAILABLE (nothing is sent, so
- * nothing is ambiguous); then exactly one call at a time goes through as a probe while the
- * others still fail fast. A probe that stalls again re-opens the window; any other outcome
- * (a reply, an error reply, a refused connection, which is fast anyway) closes the breaker.
+ * thread: a request queued behind two others on a server thread waited three timeouts. A
+ * crawling one (a network delaying every call to just under the timeout) costs as much,
+ * without any call failing. With it, the first call that takes more than half the timeout
+ * trips the breaker; for open_ms every call through a handle sharing it fails at once with
+ * LK_EUNAVAILABLE (nothing is sent, so nothing is ambiguous); then exactly one call at a
+ * time goes through as a probe while the others still fail fast. A probe that is slow again
+ * re-opens the window; any other outcome (a quick reply, an error reply, a refused
+ * connection) closes the breaker. Half the timeout is far above any healthy call (well under
+ * a millisecond; an fsync-bound one a few), so a working Redis never trips it.
  *
- * A stall is "EUNAVAILABLE after at least 90% of the shorter timeout": it needs no
- * guessing from hiredis's error strings and also covers a connect or AUTH that hangs.
+ * "Slow" is measured, whatever the call returned: it needs no guessing from hiredis's error
+ * strings and also covers a connect or AUTH that hangs.
  * A thread killed mid-probe cannot happen (calls always return); a probe left by a process
  * that exits takes the breaker with it.
  */
@@ -81,7 +84,7 @@ void lk__breaker_leave(lk_client *c, int probe, lk_status st, int64_t elapsed_ms
     if (b == NULL) {
         return;
     }
-    if (st == LK_EUNAVAILABLE && elapsed_ms * 10 >= (int64_t)timeout * 9) {
+    if (elapsed_ms * 2 >= (int64_t)timeout) {
         atomic_store(&b->open_until, lk__now_ms() + b->open_ms);
         atomic_store(&b->tripped, 1);
     } else if (st != LK_EUNAVAILABLE || probe) {

@@ -85,11 +85,12 @@ typedef struct lk_client lk_client;
 typedef void (*lk_lost_fn)(const char *resource, const char *owner, void *userdata);
 
 /* A stall breaker, shared by the handles of one process that talk to the same Redis (one
- * handle per thread, say). When a call on any of them fails after waiting out its timeout
- * (Redis stalled: DEBUG SLEEP, CLIENT PAUSE, a frozen server, a blackholed network), calls
- * through all of them fail at once with LK_EUNAVAILABLE, sending nothing, for open_ms; then
- * one call at a time goes through as a probe until one is answered. So a stall costs each
- * thread one timeout, not one per queued call. Thread-safe. */
+ * handle per thread, say). When a call on any of them takes more than half its timeout,
+ * failed or not (Redis stalled or crawling: DEBUG SLEEP, CLIENT PAUSE, a frozen server, a
+ * blackholed or slow network), calls through all of them fail at once with
+ * LK_EUNAVAILABLE, sending nothing, for open_ms; then one call at a time goes through as a
+ * probe until one is answered quickly. So a stall costs each thread about one timeout, not
+ * one per queued call. Thread-safe. */
 typedef struct lk_breaker lk_breaker;
 
 /* Returns a breaker that fails fast for open_ms after a stall, or NULL (open_ms <= 0, or
