@@ -146,6 +146,8 @@ fault_window() {
     fi
     mark "$event"
     window_from=$(mark_time "$event")
+    # A file sourcing this one may add its own probe of the fault here.
+    if declare -F fault_probe >/dev/null; then fault_probe; fi
     sleep "$hold_s" # the length of the fault, not a wait for anything
     wait_until "$what" 30 since_mark "$4" "$5" "$6"
     mark proxy_up
