@@ -123,7 +123,8 @@ scenario_prestart() {
 
 # mark_time EVENT: the end time (ns) of the last mark EVENT in the history.
 mark_time() {
-    awk -F'\t' -v e="$1" '$2 == "mark" && $14 == e { t = $5 } END { print t + 0 }' "$hist"
+    # Printed as read: awk would print t + 0 as 1.08018e+13, some ms before the mark.
+    awk -F'\t' -v e="$1" '$2 == "mark" && $14 == e { t = $5 } END { print t == "" ? 0 : t }' "$hist"
 }
 
 # since_mark STATUS KIND MIN: at least MIN operations (of KIND, or any kind for "any")
