@@ -95,7 +95,7 @@ $code $(cat "$tmp/ops/kp-$1-after.body"): a ghost kept it"
     stale_write "kp-$1-w-holder" "$res" "kp-$1-holder" "$t_hold"
     say "kill $1: holder token $t_hold, $cut of 4 parked waiters cut; after the restart a fair \
 owner got token $token after $(($(cat "$tmp/ops/kp-$1-after.t1") - $(cat "$tmp/ops/kp-$1-after.t0"))) ms \
-of its $wait_ms ms wait ($((killed_at + KP_WAIT_MS - $(cat "$tmp/ops/kp-$1-after.t0"))) ms to the ghosts' deadline)"
+of its $wait_ms ms wait (the ghosts' deadlines at most $((killed_at + KP_WAIT_MS - $(cat "$tmp/ops/kp-$1-after.t0"))) ms away)"
 }
 
 scenario_fault() {

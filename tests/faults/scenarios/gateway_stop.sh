@@ -136,6 +136,8 @@ freeze_fault() {
     for w in "${all[@]}"; do
         case $w in long-*) wait_ms=8000 ;; *) wait_ms=2500 ;; esac
         record "stop-$1-$w" runner lock "$res" "stop-$1-$w" 500 "$wait_ms"
+    done
+    for w in "${all[@]}"; do
         code=$(code_of "stop-$1-$w")
         case $code:$w in
             200:*) token=$(field_of "stop-$1-$w" token)
