@@ -14,7 +14,11 @@
  * a millisecond; an fsync-bound one a few), so a working Redis never trips it.
  *
  * "Slow" is measured, whatever the call returned: it needs no guessing from hiredis's error
- * strings and also covers a connect or AUTH that hangs.
+ * strings and also covers a connect or AUTH that hangs. But a call also looks slow when this
+ * process was paused while Redis answered (SIGSTOP, a frozen container or VM, starvation):
+ * so a slow call that did get its reply is confirmed with a PING on the same connection,
+ * allowed a tenth of the timeout, before it counts (client.c). Only a Redis that is slow
+ * now trips the breaker; a process waking from a pause does not.
  * A thread killed mid-probe cannot happen (calls always return); a probe left by a process
  * that exits takes the breaker with it.
  */
@@ -74,17 +78,22 @@ int lk__breaker_enter(lk_client *c, int *probe)
     return -1;
 }
 
-void lk__breaker_leave(lk_client *c, int probe, lk_status st, int64_t elapsed_ms)
+int lk__breaker_slow(const lk_client *c, int64_t elapsed_ms)
 {
-    lk_breaker *b = c->opts.breaker;
     int timeout = c->opts.command_timeout_ms < c->opts.connect_timeout_ms
                       ? c->opts.command_timeout_ms
                       : c->opts.connect_timeout_ms;
+    return c->opts.breaker != NULL && elapsed_ms * 2 >= (int64_t)timeout;
+}
+
+void lk__breaker_leave(lk_client *c, int probe, lk_status st, int slow)
+{
+    lk_breaker *b = c->opts.breaker;
 
     if (b == NULL) {
         return;
     }
-    if (elapsed_ms * 2 >= (int64_t)timeout) {
+    if (slow) {
         atomic_store(&b->open_until, lk__now_ms() + b->open_ms);
         atomic_store(&b->tripped, 1);
     } else if (st != LK_EUNAVAILABLE || probe) {

@@ -350,6 +350,34 @@ static lk_status load_script(lk_client *c, enum lk__script s)
 static lk_status eval_script(lk_client *c, enum lk__script script, int nkeys, int argc,
                              const char **argv, redisReply **out);
 
+/* Was Redis slow, or was this process paused while Redis answered? A call that got its reply
+ * after more than half the timeout is confirmed with a PING allowed a tenth of the timeout
+ * (at least 50 ms): a quick PONG means the time went elsewhere (SIGSTOP, a frozen VM, CPU
+ * starvation) and the breaker must not trip. A PING that does not answer in time leaves the
+ * connection with a reply pending, so it is dropped; the next call reconnects. */
+static int redis_slow(lk_client *c, lk_status st, int64_t elapsed_ms)
+{
+    if (!lk__breaker_slow(c, elapsed_ms)) {
+        return 0;
+    }
+    if (st == LK_EUNAVAILABLE || c->ctx == NULL) {
+        return 1; /* it failed after waiting: nothing answered */
+    }
+    int quick_ms = c->opts.command_timeout_ms / 10 > 50 ? c->opts.command_timeout_ms / 10 : 50;
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    redisSetTimeout(c->ctx, ms_to_tv(quick_ms));
+    redisReply *reply = command_argv(c->ctx, 1, argv, lens);
+    int slow = reply == NULL;
+    freeReplyObject(reply);
+    if (slow) {
+        lk__drop_conn(c);
+    } else {
+        redisSetTimeout(c->ctx, ms_to_tv(c->opts.command_timeout_ms));
+    }
+    return slow;
+}
+
 lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, const char **argv,
                    redisReply **out)
 {
@@ -361,7 +389,7 @@ lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, co
     }
     int64_t start = lk__now_ms();
     lk_status st = eval_script(c, script, nkeys, argc, argv, out);
-    lk__breaker_leave(c, probe, st, lk__now_ms() - start);
+    lk__breaker_leave(c, probe, st, redis_slow(c, st, lk__now_ms() - start));
     return st;
 }
 
@@ -540,7 +568,7 @@ lk_status lk_ping(lk_client *c)
     }
     int64_t start = lk__now_ms();
     lk_status st = ping(c);
-    lk__breaker_leave(c, probe, st, lk__now_ms() - start);
+    lk__breaker_leave(c, probe, st, redis_slow(c, st, lk__now_ms() - start));
     return st;
 }
 

@@ -135,8 +135,10 @@ int64_t lk__now_ms(void);
 
 /* The stall breaker (breaker.c) around one call that talks to Redis. enter: 0 to go ahead
  * (*probe set when this call is the breaker's probe), -1 when the call must fail fast (the
- * reason is in c->err). leave: what the call returned and how long it took. */
+ * reason is in c->err). slow: whether a call that took elapsed_ms counts as slow (always 0
+ * without a breaker). leave: what the call returned and whether Redis was slow. */
 int lk__breaker_enter(lk_client *c, int *probe);
-void lk__breaker_leave(lk_client *c, int probe, lk_status st, int64_t elapsed_ms);
+int lk__breaker_slow(const lk_client *c, int64_t elapsed_ms);
+void lk__breaker_leave(lk_client *c, int probe, lk_status st, int slow);
 
 #endif

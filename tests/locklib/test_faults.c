@@ -2,6 +2,7 @@
  * floor, timeouts, an unreachable server, and writes to dead sockets. Real redis-server. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -241,6 +242,72 @@ static void test_breaker_fails_fast_after_a_stall(void **state)
     lk_breaker_free(o.breaker);
 }
 
+/* The next byte on fd within ms, or 0. */
+static char read_byte(int fd, int ms)
+{
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char b = 0;
+    if (poll(&p, 1, ms) != 1 || read(fd, &b, 1) != 1) {
+        return 0;
+    }
+    return b;
+}
+
+/* A process paused while Redis answered (SIGSTOP here; a frozen VM or container alike) sees
+ * a call that took long, but Redis was never slow: the breaker must not trip. A child loops
+ * on PING with a 200 ms timeout and reports each call that took over 100 ms ("slow-looking")
+ * and whether its breaker refused anything; the parent stops it for 300 ms at a time (the
+ * pause is the fault's length) until one call spanned a pause. */
+static void test_breaker_ignores_a_paused_process(void **state)
+{
+    lk_fixture *f = *state;
+    int to_parent[2];
+    assert_int_equal(pipe(to_parent), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(to_parent[0]);
+        lk_options o;
+        lk_options_init(&o);
+        o.command_timeout_ms = 200;
+        o.breaker = lk_breaker_new(60000);
+        lk_client *c = lk_test_open(&f->redis, &o);
+        int64_t stop_at = th_now_ms() + 30000;
+        while (th_now_ms() < stop_at) {
+            int64_t t0 = th_now_ms();
+            lk_status st = lk_ping(c);
+            int64_t took = th_now_ms() - t0;
+            /* 'F': refused or failed; 'S': a slow-looking call that was answered. */
+            if (st != LK_OK || lk_breaker_fast_fails(o.breaker) > 0) {
+                if (write(to_parent[1], "F", 1) != 1) {
+                    _exit(2);
+                }
+                _exit(1);
+            }
+            if (took > 100 && write(to_parent[1], "S", 1) != 1) {
+                _exit(2);
+            }
+        }
+        _exit(0);
+    }
+    close(to_parent[1]);
+    char got = 0;
+    int64_t deadline = th_now_ms() + 20000;
+    while (got != 'S' && got != 'F' && th_now_ms() < deadline) {
+        kill(pid, SIGSTOP);
+        th_nap_ms(300); /* the length of the pause, not a wait for anything */
+        kill(pid, SIGCONT);
+        got = read_byte(to_parent[0], 200);
+    }
+    /* One more look: a refusal right after the slow-looking call. */
+    if (got == 'S' && read_byte(to_parent[0], 300) == 'F') {
+        got = 'F';
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    close(to_parent[0]);
+    assert_int_equal(got, 'S');
+}
+
 static void test_redis_busy_script_is_unavailable(void **state)
 {
     lk_fixture *f = *state;
@@ -421,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_unreachable_redis_returns_unavailable),
         cmocka_unit_test(test_slow_redis_times_out_then_recovers),
         cmocka_unit_test(test_breaker_fails_fast_after_a_stall),
+        cmocka_unit_test(test_breaker_ignores_a_paused_process),
         cmocka_unit_test(test_redis_busy_script_is_unavailable),
         cmocka_unit_test(test_sigpipe_never_kills),
         cmocka_unit_test(test_auth_and_db_url),
