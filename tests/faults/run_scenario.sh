@@ -422,7 +422,7 @@ for ((i = 1; i <= faults; i++)); do
 done
 if [ "$scenario" = pause ] || [ "$scenario" = steal ]; then
     # Run until $faults freezes have played out: each records a late write, renew and unlock.
-    froze() { [ "$(grep -c 'after_' "$hist" 2>/dev/null || true)" -ge $((faults * 3)) ]; }
+    froze() { local n; n=$(grep -c 'after_' "$hist" 2>/dev/null || true); [ "${n:-0}" -ge $((faults * 3)) ]; }
     wait_until "$faults freezes of worker 0" "$limit_s" froze
 else
     progress "$steps"
