@@ -347,9 +347,6 @@ static lk_status load_script(lk_client *c, enum lk__script s)
     return LK_OK;
 }
 
-static lk_status eval_script(lk_client *c, enum lk__script script, int nkeys, int argc,
-                             const char **argv, redisReply **out);
-
 /* Was Redis slow, or was this process paused while Redis answered? A call that got its reply
  * after more than half the timeout is confirmed with a PING allowed a tenth of the timeout
  * (at least 50 ms): a quick PONG means the time went elsewhere (SIGSTOP, a frozen VM, CPU
@@ -378,68 +375,96 @@ static int redis_slow(lk_client *c, lk_status st, int64_t elapsed_ms)
     return slow;
 }
 
-lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, const char **argv,
-                   redisReply **out)
-{
-    int probe = 0;
+/* ---- Pipelines ------------------------------------------------------------------------
+ *
+ * lk__eval_many() writes every script call of a batch before it reads the first reply, so
+ * Redis runs the whole batch in one pass of its event loop and, under appendfsync always,
+ * one fsync covers all of it. Every single-call function goes through it too (n = 1).
+ *
+ * Failures, per item, in the order the replies are read:
+ *  - an array reply: the script ran; the item gets it.
+ *  - NOSCRIPT (the cache was flushed or Redis restarted since the SHA was loaded): the script
+ *    did not run. It is loaded again and the item sent again in a second round.
+ *  - another error reply (-BUSY, -OOM, -LOADING, ...): the script did not run; transient
+ *    errors give EUNAVAILABLE, the rest EREDIS.
+ *  - no reply (timeout, reset, EOF): this item and every later one of the batch get
+ *    EUNAVAILABLE: each may or may not have run. The connection is dropped, so a late reply
+ *    can never be read as the answer to a later call.
+ * The breaker sees the batch as one call. */
 
-    *out = NULL;
-    if (lk__breaker_enter(c, &probe) != 0) {
-        return LK_EUNAVAILABLE;
+enum { ITEM_DONE = 0, ITEM_SENT, ITEM_RESEND };
+
+/* Appends an item to the connection's output buffer (nothing is written yet). */
+static int append_item(lk_client *c, const lk__item *it)
+{
+    const char *cmd[LK__ARGV_MAX + 3];
+    size_t lens[LK__ARGV_MAX + 3];
+    char nkeys_str[8];
+
+    snprintf(nkeys_str, sizeof nkeys_str, "%d", it->nkeys);
+    cmd[0] = "EVALSHA";
+    cmd[1] = c->sha[it->script];
+    cmd[2] = nkeys_str;
+    for (int k = 0; k < it->argc; k++) {
+        cmd[3 + k] = it->argv[k];
     }
-    int64_t start = lk__now_ms();
-    lk_status st = eval_script(c, script, nkeys, argc, argv, out);
-    lk__breaker_leave(c, probe, st, redis_slow(c, st, lk__now_ms() - start));
-    return st;
+    for (int k = 0; k < it->argc + 3; k++) {
+        lens[k] = strlen(cmd[k]);
+    }
+    return redisAppendCommandArgv(c->ctx, it->argc + 3, cmd, lens);
 }
 
-static lk_status eval_script(lk_client *c, enum lk__script script, int nkeys, int argc,
-                             const char **argv, redisReply **out)
+/* Loads every script of `scripts` (a bit per enum lk__script) this connection lacks. */
+static lk_status load_missing(lk_client *c, unsigned scripts)
 {
-    const char *cmd[16];
-    size_t lens[16];
-    char nkeys_str[8];
-    lk_status st;
-
-    *out = NULL;
-    if (argc + 3 > 16) {
-        return lk__fail(c, LK_EINVAL, "too many script arguments");
-    }
-    st = ensure_conn(c);
-    if (st != LK_OK) {
-        return st;
-    }
-    snprintf(nkeys_str, sizeof nkeys_str, "%d", nkeys);
-    for (int attempt = 0; attempt < 2; attempt++) {
-        if (c->sha[script][0] == '\0') {
-            st = load_script(c, script);
+    for (int s = 0; s < LK__SCRIPT_COUNT; s++) {
+        if ((scripts & (1u << s)) && c->sha[s][0] == '\0') {
+            lk_status st = load_script(c, (enum lk__script)s);
             if (st != LK_OK) {
                 return st;
             }
         }
-        cmd[0] = "EVALSHA";
-        cmd[1] = c->sha[script];
-        cmd[2] = nkeys_str;
-        for (int i = 0; i < argc; i++) {
-            cmd[3 + i] = argv[i];
-        }
-        for (int i = 0; i < argc + 3; i++) {
-            lens[i] = strlen(cmd[i]);
-        }
-        redisReply *reply = command_argv(c->ctx, argc + 3, cmd, lens);
-        if (reply == NULL) {
-            return io_failure(c);
-        }
-        if (reply->type == REDIS_REPLY_ARRAY) {
-            *out = reply;
-            return LK_OK;
-        }
-        if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
-            /* The script cache was flushed or Redis restarted: the script did not run. */
-            freeReplyObject(reply);
-            c->sha[script][0] = '\0';
+    }
+    return LK_OK;
+}
+
+/* Reads the replies of the items marked ITEM_SENT, in the order they were appended. */
+static lk_status read_replies(lk_client *c, size_t n, unsigned char *state,
+                              unsigned char *script, lk__reply_fn done, void *ctx)
+{
+    lk_status worst = LK_OK;
+
+    for (size_t i = 0; i < n; i++) {
+        redisReply *reply = NULL;
+        if (state[i] != ITEM_SENT) {
             continue;
         }
+        if (c->ctx == NULL || redisGetReply(c->ctx, (void **)&reply) != REDIS_OK ||
+            reply == NULL) {
+            /* Every item still waiting may or may not have run. */
+            worst = lk__fail(c, LK_EUNAVAILABLE, "Redis connection failed: %s",
+                             c->ctx != NULL && c->ctx->errstr[0] ? c->ctx->errstr : "no reply");
+            lk__drop_conn(c);
+            for (size_t j = i; j < n; j++) {
+                if (state[j] == ITEM_SENT) {
+                    state[j] = ITEM_DONE;
+                    done(ctx, j, LK_EUNAVAILABLE, NULL);
+                }
+            }
+            return worst;
+        }
+        if (reply->type == REDIS_REPLY_ARRAY) {
+            state[i] = ITEM_DONE;
+            done(ctx, i, LK_OK, reply);
+            continue;
+        }
+        if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+            freeReplyObject(reply);
+            c->sha[script[i]][0] = '\0';
+            state[i] = ITEM_RESEND;
+            continue;
+        }
+        lk_status st;
         if (reply->type == REDIS_REPLY_ERROR) {
             st = lk__fail(c, transient_error(reply->str) ? LK_EUNAVAILABLE : LK_EREDIS,
                           "Redis error: %s", reply->str);
@@ -447,9 +472,145 @@ static lk_status eval_script(lk_client *c, enum lk__script script, int nkeys, in
             st = lk__fail(c, LK_EREDIS, "unexpected reply type %d from script", reply->type);
         }
         freeReplyObject(reply);
-        return st;
+        if (st == LK_EUNAVAILABLE) {
+            worst = st;
+        }
+        state[i] = ITEM_DONE;
+        done(ctx, i, st, NULL);
     }
-    return lk__fail(c, LK_EREDIS, "script cache keeps losing the script (NOSCRIPT twice)");
+    return worst;
+}
+
+/* One round: appends the items in `want` state, then reads their replies. */
+static lk_status run_round(lk_client *c, size_t n, unsigned char *state, unsigned char *script,
+                           unsigned char want, lk__build_fn build, lk__reply_fn done,
+                           void *ctx)
+{
+    size_t sent = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        lk__item it;
+        if (state[i] != want) {
+            continue;
+        }
+        if (build(ctx, i, &it) != 0) {
+            state[i] = ITEM_DONE; /* refused before sending; build() answered it */
+            continue;
+        }
+        script[i] = (unsigned char)it.script;
+        if (c->sha[it.script][0] == '\0') {
+            /* A script the caller did not declare: nothing of this item is queued. */
+            state[i] = ITEM_DONE;
+            done(ctx, i, lk__fail(c, LK_EREDIS, "script %d was not loaded", it.script), NULL);
+            continue;
+        }
+        if (append_item(c, &it) != REDIS_OK) {
+            /* Out of memory in hiredis's buffer, which leaves the context in error: nothing
+             * appended has been written yet, so nothing of this round ran. Every item of the
+             * round is answered ENOMEM and the connection dropped. */
+            lk_status st = lk__fail(c, LK_ENOMEM, "out of memory queuing a command; nothing "
+                                                  "of the batch was sent");
+            for (size_t j = 0; j < n; j++) {
+                if (state[j] == ITEM_SENT || (j >= i && state[j] == want)) {
+                    state[j] = ITEM_DONE;
+                    done(ctx, j, st, NULL);
+                }
+            }
+            lk__drop_conn(c);
+            return st;
+        }
+        state[i] = ITEM_SENT;
+        sent++;
+    }
+    if (sent == 0) {
+        return LK_OK;
+    }
+    return read_replies(c, n, state, script, done, ctx);
+}
+
+void lk__eval_many(lk_client *c, size_t n, unsigned scripts, lk__build_fn build,
+                   lk__reply_fn done, void *ctx)
+{
+    unsigned char *state = calloc(n > 0 ? n : 1, 2);
+    unsigned char *script = state + (n > 0 ? n : 1);
+    int probe = 0;
+    lk_status st;
+
+    if (state == NULL || lk__breaker_enter(c, &probe) != 0) {
+        st = state == NULL ? lk__fail(c, LK_ENOMEM, "out of memory") : LK_EUNAVAILABLE;
+        for (size_t i = 0; i < n; i++) {
+            done(ctx, i, st, NULL);
+        }
+        free(state);
+        return;
+    }
+    memset(state, ITEM_RESEND, n); /* round one sends everything */
+    int64_t start = lk__now_ms();
+    lk__sigpipe guard;
+    lk__sigpipe_block(&guard);
+    st = ensure_conn(c);
+    lk_status worst = st;
+    for (int round = 0; round < 2 && st == LK_OK; round++) {
+        /* A failed load leaves st: the items not yet answered get it below. */
+        st = load_missing(c, scripts);
+        if (st == LK_OK) {
+            lk_status r = run_round(c, n, state, script, ITEM_RESEND, build, done, ctx);
+            worst = r != LK_OK ? r : worst;
+            st = c->ctx != NULL ? LK_OK : r;
+        }
+        worst = st != LK_OK ? st : worst;
+    }
+    lk__sigpipe_restore(&guard);
+    for (size_t i = 0; i < n; i++) {
+        if (state[i] != ITEM_DONE) {
+            /* Not sent (no connection, a script that would not load), or answered NOSCRIPT
+             * twice: it did not run. */
+            done(ctx, i, st != LK_OK ? st : lk__fail(c, LK_EREDIS, "script cache keeps losing "
+                                                     "the script (NOSCRIPT twice)"),
+                 NULL);
+        }
+    }
+    lk__breaker_leave(c, probe, worst, redis_slow(c, worst, lk__now_ms() - start));
+    free(state);
+}
+
+/* lk__eval()'s single item. */
+typedef struct one_eval {
+    lk__item item;
+    lk_status st;
+    redisReply *reply;
+} one_eval;
+
+static int one_build(void *ctx, size_t i, lk__item *it)
+{
+    (void)i;
+    *it = ((one_eval *)ctx)->item;
+    return 0;
+}
+
+static void one_done(void *ctx, size_t i, lk_status st, redisReply *reply)
+{
+    one_eval *e = ctx;
+    (void)i;
+    e->st = st;
+    e->reply = reply;
+}
+
+lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, const char **argv,
+                   redisReply **out)
+{
+    one_eval e = {.item = {.script = script, .nkeys = nkeys, .argc = argc}, .st = LK_EREDIS};
+
+    *out = NULL;
+    if (argc > LK__ARGV_MAX) {
+        return lk__fail(c, LK_EINVAL, "too many script arguments");
+    }
+    for (int k = 0; k < argc; k++) {
+        e.item.argv[k] = argv[k];
+    }
+    lk__eval_many(c, 1, 1u << script, one_build, one_done, &e);
+    *out = e.reply;
+    return e.st;
 }
 
 long long lk__int_at(const redisReply *r, size_t i)

@@ -74,6 +74,30 @@ void lk__drop_conn(lk_client *c);
 lk_status lk__eval(lk_client *c, enum lk__script script, int nkeys, int argc, const char **argv,
                    redisReply **out);
 
+/* One script call of a pipeline: the script, its key count and its arguments (keys first),
+ * which may point into key[] and num[] (storage for the builder) or anywhere that outlives
+ * the lk__eval_many() call. */
+#define LK__ARGV_MAX 13
+typedef struct lk__item {
+    enum lk__script script;
+    int nkeys, argc;
+    const char *argv[LK__ARGV_MAX];
+    char key[7][LK__KEY_MAX];
+    char num[4][24];
+} lk__item;
+/* Fills item i. Returns 0, or -1 when it must not be sent: it has then been answered
+ * (done() is not called for it). Called again for an item sent a second time. */
+typedef int (*lk__build_fn)(void *ctx, size_t i, lk__item *it);
+/* Item i's outcome, exactly once per item not refused by build(): LK_OK with the script's
+ * array reply (the callee frees it), or an error status with reply NULL and the reason in
+ * c->err. */
+typedef void (*lk__reply_fn)(void *ctx, size_t i, lk_status st, redisReply *reply);
+/* Runs n script calls as one pipeline (client.c, "Pipelines"), with the breaker, the SIGPIPE
+ * guard, reconnection and NOSCRIPT handling of a single call. `scripts` has a bit (1 << s)
+ * for every script the items use: they are loaded before anything is sent. */
+void lk__eval_many(lk_client *c, size_t n, unsigned scripts, lk__build_fn build,
+                   lk__reply_fn done, void *ctx);
+
 /* Reads integer element i of an array reply, 0 when absent or not an integer. */
 long long lk__int_at(const redisReply *r, size_t i);
 

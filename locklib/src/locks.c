@@ -1,5 +1,6 @@
 /*
- * acquire, release, renew, status and the token range: argument checks, then one script each.
+ * Status and the token range (one script each), and the pieces calls.c shares with them:
+ * argument checks, replicas, the acquired answer.
  *
  * Every user value reaches Redis only as a script argument or inside a key name built from
  * a validated name; nothing is ever spliced into script text.
@@ -153,140 +154,6 @@ lk_status lk__check_token(lk_client *c, int64_t token, const char *what)
     return LK_OK;
 }
 
-lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
-                     int64_t floor, const char *idem_key, lk_result *res)
-{
-    char lock[LK__KEY_MAX], fence[LK__KEY_MAX], idem[LK__KEY_MAX], base[LK__KEY_MAX];
-    char recent[LK__KEY_MAX];
-    char lease[24], floor_s[24], idem_ttl[24];
-    redisReply *reply = NULL;
-    int watchdog = lease_ms == LK_LEASE_WATCHDOG;
-    lk_status st;
-
-    lk__result_init(res);
-    st = lk__acquire_args(c, resource, owner, &lease_ms, floor, idem_key);
-    if (st != LK_OK) {
-        return st;
-    }
-    lk__key(lock, resource, "lock");
-    lk__key(fence, resource, "fence");
-    lk__key(base, resource, "base");
-    lk__key(recent, resource, "recent");
-    lk__idem_args(c, resource, idem_key, idem, idem_ttl);
-    snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-    snprintf(floor_s, sizeof floor_s, "%" PRId64, floor);
-
-    const char *argv[] = {lock, fence, idem, base, recent, owner, lease, floor_s, idem_ttl};
-    st = lk__eval(c, LK__ACQUIRE, 5, 9, argv, &reply);
-    if (st != LK_OK) {
-        return st;
-    }
-    long long code = lk__int_at(reply, 0);
-    if (code == 1) {
-        st = lk__read_acquired(c, reply, res);
-    } else if (code == 0) {
-        res->ttl_ms = lk__int_at(reply, 1);
-        st = LK_HELD;
-    } else {
-        st = lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
-    }
-    freeReplyObject(reply);
-    if (st == LK_ACQUIRED) {
-        st = lk__acquired(c, resource, owner, watchdog, res);
-    }
-    return st;
-}
-
-lk_status lk_release(lk_client *c, const char *resource, const char *owner,
-                     const char *idem_key, lk_result *res)
-{
-    char lock[LK__KEY_MAX], idem[LK__KEY_MAX], channel[LK__KEY_MAX], idem_ttl[24];
-    redisReply *reply = NULL;
-    lk_status st;
-
-    lk__result_init(res);
-    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !lk__valid_idem(idem_key)) {
-        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
-    }
-    lk__key(lock, resource, "lock");
-    lk_channel_name(resource, channel, sizeof channel);
-    lk__idem_args(c, resource, idem_key, idem, idem_ttl);
-
-    const char *argv[] = {lock, idem, owner, idem_ttl, channel};
-    /* A renewal answered NOT_OWNER from here on is this release, not a loss (watchdog.c). */
-    lk__watch_releasing(c, resource, owner, 1);
-    st = lk__eval(c, LK__RELEASE, 2, 5, argv, &reply);
-    if (st != LK_OK) {
-        lk__watch_releasing(c, resource, owner, 0);
-        return st;
-    }
-    long long code = lk__int_at(reply, 0);
-    res->holds = lk__int_at(reply, 1);
-    res->replayed = (int)lk__int_at(reply, 2);
-    freeReplyObject(reply);
-    switch (code) {
-    case 1:
-        if (res->replayed) {
-            /* A retry of a release that already happened: the lock may have been taken
-             * again since, with a watch of its own, which this must not remove. */
-            lk__watch_releasing(c, resource, owner, 0);
-        } else {
-            lk__watch_remove(c, resource, owner);
-        }
-        return LK_RELEASED;
-    case 2:
-        lk__watch_releasing(c, resource, owner, 0);
-        return LK_STILL_HELD;
-    case 0:
-        /* Not held (expired, deleted, or reported lost): nothing is left to renew. */
-        lk__watch_remove(c, resource, owner);
-        return LK_NOT_OWNER;
-    default:
-        lk__watch_releasing(c, resource, owner, 0);
-        return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
-    }
-}
-
-lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
-                   const char *idem_key, lk_result *res)
-{
-    char lock[LK__KEY_MAX], idem[LK__KEY_MAX], lease[24], idem_ttl[24];
-    redisReply *reply = NULL;
-    lk_status st;
-
-    lk__result_init(res);
-    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !lk__valid_idem(idem_key)) {
-        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
-    }
-    if (!lk__valid_lease(lease_ms)) {
-        return lk__fail(c, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
-                        LK_LEASE_MAX_MS);
-    }
-    lk__key(lock, resource, "lock");
-    lk__idem_args(c, resource, idem_key, idem, idem_ttl);
-    snprintf(lease, sizeof lease, "%" PRId64, lease_ms);
-
-    const char *argv[] = {lock, idem, owner, lease, idem_ttl};
-    st = lk__eval(c, LK__RENEW, 2, 5, argv, &reply);
-    if (st != LK_OK) {
-        return st;
-    }
-    long long code = lk__int_at(reply, 0);
-    res->token = lk__int_at(reply, 1);
-    res->replayed = (int)lk__int_at(reply, 2);
-    /* The lease granted: on a replay, the first answer's, whatever this retry asked for. */
-    res->ttl_ms = lk__int_at(reply, 3);
-    freeReplyObject(reply);
-    if (code == 1) {
-        st = lk__check_token(c, res->token, "renew");
-        return st == LK_OK ? LK_RENEWED : st;
-    }
-    if (code == 0) {
-        return LK_NOT_OWNER;
-    }
-    return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
-}
-
 lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info)
 {
     char lock[LK__KEY_MAX], fence[LK__KEY_MAX];
@@ -319,38 +186,6 @@ lk_status lk_last_token(lk_client *c, const char *resource, int64_t *token)
     lk_status st = lk_lock_status(c, resource, &info);
     *token = st == LK_OK ? info.last_token : 0;
     return st;
-}
-
-lk_status lk_token_check(lk_client *c, const char *resource, int64_t token, int64_t *base,
-                         int64_t *last, int *recent)
-{
-    char fence[LK__KEY_MAX], base_key[LK__KEY_MAX], recent_key[LK__KEY_MAX], token_s[24];
-    redisReply *reply = NULL;
-    lk_status st;
-
-    *base = 0;
-    *last = 0;
-    *recent = 0;
-    if (!lk_valid_resource(resource)) {
-        return lk__fail(c, LK_EINVAL, "invalid resource");
-    }
-    if (token < 0 || token > LK_TOKEN_MAX) {
-        return lk__fail(c, LK_EINVAL, "token must be 0..2^53-1");
-    }
-    lk__key(fence, resource, "fence");
-    lk__key(base_key, resource, "base");
-    lk__key(recent_key, resource, "recent");
-    snprintf(token_s, sizeof token_s, "%" PRId64, token);
-    const char *argv[] = {fence, base_key, recent_key, token_s};
-    st = lk__eval(c, LK__TOKEN_RANGE, 3, 4, argv, &reply);
-    if (st != LK_OK) {
-        return st;
-    }
-    *base = lk__int_at(reply, 0);
-    *last = lk__int_at(reply, 1);
-    *recent = token > 0 && lk__int_at(reply, 2) == 1;
-    freeReplyObject(reply);
-    return LK_OK;
 }
 
 lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base, int64_t *last)

@@ -7,6 +7,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -56,6 +59,27 @@ static inline const char *res_name(const char *tag)
     static int n = 0;
     snprintf(buf, sizeof buf, "t%d.%s", ++n, tag);
     return buf;
+}
+
+/* Blocks the fixture's Redis for 1 s with DEBUG SLEEP 1, sent from a forked child over a
+ * connection of its own, so the caller's calls meet a stalled server meanwhile. Returns the
+ * child's PID; the caller reaps it with lk_test_reap() once it is done with the stall. */
+static inline pid_t lk_test_debug_sleep(const th_redis *r)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        th_redis_cmd(r, NULL, 0, "DEBUG SLEEP 1");
+        _exit(0);
+    }
+    return pid;
+}
+
+/* Waits for the child pid of lk_test_debug_sleep(): Redis answers again once it has ended. */
+static inline void lk_test_reap(pid_t pid)
+{
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
 }
 
 static inline int lk_group_setup_aof(void **state, int appendonly)

@@ -162,11 +162,7 @@ static void test_slow_redis_times_out_then_recovers(void **state)
     assert_lk(c, lk_ping(c), LK_OK);
 
     /* DEBUG SLEEP blocks Redis for 1 s on another connection; ours times out. */
-    pid_t pid = fork();
-    if (pid == 0) {
-        th_redis_cmd(&f->redis, NULL, 0, "DEBUG SLEEP 1");
-        _exit(0);
-    }
+    pid_t pid = lk_test_debug_sleep(&f->redis);
     int64_t deadline = th_now_ms() + 5000;
     lk_status st;
     while ((st = lk_acquire(c, "slow", "alice", 10000, 0, NULL, &r)) != LK_EUNAVAILABLE &&
@@ -176,8 +172,7 @@ static void test_slow_redis_times_out_then_recovers(void **state)
         }
     }
     assert_lk(c, st, LK_EUNAVAILABLE);
-    int status = 0;
-    waitpid(pid, &status, 0);
+    lk_test_reap(pid);
     /* Redis is responsive again: the next calls reconnect. The timed-out acquire may or may
      * not have run, which is why retries carry idempotency keys. */
     deadline = th_now_ms() + 5000;
@@ -206,11 +201,7 @@ static void test_breaker_fails_fast_after_a_stall(void **state)
     assert_lk(a, lk_ping(a), LK_OK);
     assert_lk(b, lk_ping(b), LK_OK);
 
-    pid_t pid = fork();
-    if (pid == 0) {
-        th_redis_cmd(&f->redis, NULL, 0, "DEBUG SLEEP 1");
-        _exit(0);
-    }
+    pid_t pid = lk_test_debug_sleep(&f->redis);
     int64_t deadline = th_now_ms() + 5000;
     lk_status st;
     /* PING until one waits out the timeout: the first failure is that stall (the breaker was
@@ -224,8 +215,7 @@ static void test_breaker_fails_fast_after_a_stall(void **state)
     assert_non_null(strstr(lk_errstr(b), "failing fast"));
     assert_int_equal(lk_breaker_fast_fails(o.breaker), 1);
 
-    int status = 0;
-    waitpid(pid, &status, 0);
+    lk_test_reap(pid);
     deadline = th_now_ms() + 10000;
     while ((st = lk_ping(b)) != LK_OK && th_now_ms() < deadline) {
         th_nap_ms(20);

@@ -206,6 +206,47 @@ LK_EXTERN lk_status lk_release(lk_client *c, const char *resource, const char *o
 LK_EXTERN lk_status lk_renew(lk_client *c, const char *resource, const char *owner,
                              int64_t lease_ms, const char *idem_key, lk_result *res);
 
+/* ---- Pipelined calls ------------------------------------------------------------------ */
+
+typedef enum lk_call_kind {
+    LK_CALL_ACQUIRE,       /* lk_acquire() */
+    LK_CALL_ACQUIRE_FAIR,  /* lk_acquire_fair() */
+    LK_CALL_RELEASE,       /* lk_release() */
+    LK_CALL_RENEW,         /* lk_renew() */
+    LK_CALL_TOKEN_CHECK    /* lk_token_check() */
+} lk_call_kind;
+
+/* One call of lk_call_many(): the arguments of the function its kind names (owner and
+ * idem_key unused by TOKEN_CHECK), and its outcome. */
+typedef struct lk_call {
+    lk_call_kind kind;
+    const char *resource;
+    const char *owner;
+    const char *idem_key;  /* NULL for none */
+    int64_t lease_ms;      /* ACQUIRE, ACQUIRE_FAIR (LK_LEASE_WATCHDOG allowed), RENEW */
+    int64_t floor;         /* ACQUIRE, ACQUIRE_FAIR */
+    int64_t wait_ms;       /* ACQUIRE_FAIR */
+    int64_t token;         /* TOKEN_CHECK: the token in hand */
+    lk_status status;      /* out: what the function would have returned */
+    lk_result res;         /* out */
+    int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */
+    int recent;            /* out, TOKEN_CHECK */
+    char err[256];         /* out: the reason, when status is not an outcome, else "" */
+} lk_call;
+
+/* Runs n calls on c's one connection as a pipeline: every script call is written before the
+ * first reply is read, so Redis runs them all in one pass of its event loop and, under
+ * appendfsync always, one fsync covers the lot. Each call gets exactly the status and
+ * result the single-call function would have given (lk_acquire() etc. are this with n = 1).
+ * Calls are sent in array order, except that a call answered NOSCRIPT (the script cache was
+ * flushed) is sent again after the others: a caller that needs two calls on one resource
+ * in order sends them in two batches. When the connection fails mid-batch every call whose
+ * reply had not been read gets EUNAVAILABLE: it may or may not have run, as with a single
+ * call. With min_replicas the calls run one at a time (each acquisition's WAIT on its own
+ * connection). Each call's reason is in its err; lk_errstr(c) afterwards is the last reason
+ * set by any of them. */
+LK_EXTERN void lk_call_many(lk_client *c, lk_call *const *calls, size_t n);
+
 typedef struct lk_lock_info {
     int locked;
     int64_t token;       /* locked: the holder's token */

@@ -1,0 +1,217 @@
+/* locklib: lk_call_many(), calls pipelined on one connection, against a real redis-server
+ * started by the group setup: each call's answer is the one its single-call function would
+ * give, in array order, through a flushed script cache and a stalled Redis. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lk_test.h"
+
+static int group_setup(void **state)
+{
+    return lk_group_setup_aof(state, 0);
+}
+
+static lk_call make(lk_call_kind kind, const char *resource, const char *owner)
+{
+    lk_call c = {.kind = kind, .resource = resource, .owner = owner, .lease_ms = 10000};
+    return c;
+}
+
+#define assert_call(call, want)                                                            \
+    do {                                                                                   \
+        if ((call).status != (want)) {                                                     \
+            print_error("%s:%d: %s got %s, want %s (%s)\n", __FILE__, __LINE__,            \
+                        (call).resource, lk_status_name((call).status),                    \
+                        lk_status_name(want), (call).err);                                 \
+            fail();                                                                        \
+        }                                                                                  \
+    } while (0)
+
+/* One batch that acquires, collides, renews, releases and re-acquires one resource, and
+ * touches two others, with an invalid call in the middle: every call gets its own answer,
+ * in order, and the invalid one stops nothing. */
+static void test_call_many_answers_each_call_in_order(void **state)
+{
+    lk_fixture *f = *state;
+    char a[64], b[64], q[64];
+    snprintf(a, sizeof a, "%s", res_name("many-a"));
+    snprintf(b, sizeof b, "%s", res_name("many-b"));
+    snprintf(q, sizeof q, "%s", res_name("many-q"));
+    lk_call calls[] = {
+        make(LK_CALL_ACQUIRE, a, "alice"),  make(LK_CALL_ACQUIRE, a, "bob"),
+        make(LK_CALL_RENEW, a, "alice"),    make(LK_CALL_ACQUIRE, "bad name", "carol"),
+        make(LK_CALL_ACQUIRE, b, "carol"),  make(LK_CALL_RELEASE, a, "alice"),
+        make(LK_CALL_ACQUIRE, a, "bob"),    make(LK_CALL_ACQUIRE_FAIR, q, "dave"),
+        make(LK_CALL_ACQUIRE_FAIR, q, "erin"),
+    };
+    size_t n = sizeof calls / sizeof calls[0];
+    lk_call *ptrs[sizeof calls / sizeof calls[0]];
+    calls[7].wait_ms = calls[8].wait_ms = 5000;
+    for (size_t i = 0; i < n; i++) {
+        ptrs[i] = &calls[i];
+    }
+    lk_call_many(f->c, ptrs, n);
+
+    assert_call(calls[0], LK_ACQUIRED);
+    assert_call(calls[1], LK_HELD);
+    assert_true(calls[1].res.ttl_ms > 0);
+    assert_call(calls[2], LK_RENEWED);
+    assert_int_equal(calls[2].res.token, calls[0].res.token);
+    assert_call(calls[3], LK_EINVAL);
+    assert_non_null(strstr(calls[3].err, "invalid resource"));
+    assert_call(calls[4], LK_ACQUIRED);
+    assert_call(calls[5], LK_RELEASED);
+    assert_call(calls[6], LK_ACQUIRED);
+    assert_true(calls[6].res.token > calls[0].res.token);
+    assert_call(calls[7], LK_ACQUIRED);
+    assert_call(calls[8], LK_HELD);
+    assert_int_equal(calls[8].res.queue_pos, 0);
+    for (size_t i = 0; i < n; i++) {
+        if (calls[i].status < LK_EINVAL) {
+            assert_string_equal(calls[i].err, "");
+        }
+    }
+
+    /* What Redis holds agrees with the answers. */
+    lk_lock_info info;
+    assert_lk(f->c, lk_lock_status(f->c, a, &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_int_equal(info.token, calls[6].res.token);
+    lk_result r;
+    assert_lk(f->c, lk_release(f->c, a, "alice", NULL, &r), LK_NOT_OWNER);
+    assert_lk(f->c, lk_release(f->c, a, "bob", NULL, &r), LK_RELEASED);
+}
+
+/* After SCRIPT FLUSH every call of a batch answers NOSCRIPT: each is sent again once the
+ * scripts are loaded, and each runs exactly once. */
+static void test_call_many_survives_a_flushed_script_cache(void **state)
+{
+    lk_fixture *f = *state;
+    char names[4][64];
+    lk_call calls[4];
+    lk_call *ptrs[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(names[i], sizeof names[i], "%s", res_name("flushed"));
+        calls[i] = make(LK_CALL_ACQUIRE, names[i], "alice");
+        ptrs[i] = &calls[i];
+    }
+    th_redis_cmd(&f->redis, NULL, 0, "SCRIPT FLUSH");
+    lk_call_many(f->c, ptrs, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_call(calls[i], LK_ACQUIRED);
+        assert_int_equal(calls[i].res.holds, 1); /* ran once, not twice */
+        calls[i].kind = LK_CALL_RELEASE;
+    }
+    th_redis_cmd(&f->redis, NULL, 0, "SCRIPT FLUSH");
+    lk_call_many(f->c, ptrs, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_call(calls[i], LK_RELEASED);
+    }
+}
+
+/* Redis stalls (CLIENT PAUSE) past the command timeout with a batch in flight: every call
+ * gets EUNAVAILABLE (each may have run), the connection is replaced, and retries with the
+ * same idempotency keys act once. */
+static void test_call_many_stall_is_unavailable_and_retry_replays(void **state)
+{
+    lk_fixture *f = *state;
+    char names[3][64], keys[3][32];
+    lk_call calls[3];
+    lk_call *ptrs[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(names[i], sizeof names[i], "%s", res_name("stalled"));
+        snprintf(keys[i], sizeof keys[i], "key-%d", i);
+        calls[i] = make(LK_CALL_ACQUIRE, names[i], "alice");
+        calls[i].idem_key = keys[i];
+        ptrs[i] = &calls[i];
+    }
+    /* Pauses every client but this command's own connection for 2 s; the timeout is 1 s. */
+    th_redis_cmd(&f->redis, NULL, 0, "CLIENT PAUSE 2000 ALL");
+    lk_call_many(f->c, ptrs, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_call(calls[i], LK_EUNAVAILABLE);
+        assert_true(calls[i].err[0] != '\0');
+    }
+    th_redis_cmd(&f->redis, NULL, 0, "CLIENT UNPAUSE");
+
+    /* Whether the paused scripts ran depends on when Redis noticed the dropped connection;
+     * either way a retry on a new connection acts once: one hold each. */
+    int64_t deadline = th_now_ms() + 10000;
+    do {
+        lk_call_many(f->c, ptrs, 3);
+    } while (calls[0].status == LK_EUNAVAILABLE && th_now_ms() < deadline &&
+             (th_nap_ms(20), 1));
+    for (int i = 0; i < 3; i++) {
+        assert_call(calls[i], LK_ACQUIRED);
+        assert_int_equal(calls[i].res.holds, 1);
+    }
+}
+
+/* Every call refused before sending (bad names, a bad lease, an unknown kind) is answered
+ * EINVAL with a reason, and nothing reaches Redis. */
+static void test_call_many_refuses_bad_calls(void **state)
+{
+    lk_fixture *f = *state;
+    lk_call calls[] = {
+        make(LK_CALL_ACQUIRE, "ok-name", "bad owner"),
+        make(LK_CALL_RENEW, "ok-name", "alice"),
+        make(LK_CALL_RELEASE, "", "alice"),
+        make((lk_call_kind)99, "ok-name", "alice"),
+    };
+    lk_call *ptrs[4];
+    calls[1].lease_ms = 0;
+    for (int i = 0; i < 4; i++) {
+        ptrs[i] = &calls[i];
+    }
+    lk_call_many(f->c, ptrs, 4);
+    for (int i = 0; i < 4; i++) {
+        assert_call(calls[i], LK_EINVAL);
+        assert_true(calls[i].err[0] != '\0');
+    }
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{ok-name}:lock"), 0);
+    lk_call_many(f->c, ptrs, 0); /* an empty batch is a no-op */
+}
+
+/* With min_replicas and no replica, each acquisition of a batch is answered as lk_acquire()
+ * would: EREPLICAS, and rolled back, every one (each WAIT on its own live connection). */
+static void test_call_many_with_replicas_rolls_each_back(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_options_init(&o);
+    o.min_replicas = 1;
+    o.replica_timeout_ms = 50;
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1000;
+    lk_client *c = lk_test_open(&f->redis, &o);
+    char names[3][64];
+    lk_call calls[3];
+    lk_call *ptrs[3];
+    for (int i = 0; i < 3; i++) {
+        snprintf(names[i], sizeof names[i], "%s", res_name("replicas"));
+        calls[i] = make(LK_CALL_ACQUIRE, names[i], "alice");
+        ptrs[i] = &calls[i];
+    }
+    lk_call_many(c, ptrs, 3);
+    for (int i = 0; i < 3; i++) {
+        lk_lock_info info;
+        assert_call(calls[i], LK_EREPLICAS);
+        assert_non_null(strstr(calls[i].err, "rolled back"));
+        assert_lk(f->c, lk_lock_status(f->c, names[i], &info), LK_OK);
+        assert_int_equal(info.locked, 0);
+    }
+    lk_client_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_call_many_answers_each_call_in_order),
+        cmocka_unit_test(test_call_many_survives_a_flushed_script_cache),
+        cmocka_unit_test(test_call_many_stall_is_unavailable_and_retry_replays),
+        cmocka_unit_test(test_call_many_refuses_bad_calls),
+        cmocka_unit_test(test_call_many_with_replicas_rolls_each_back),
+    };
+    return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
+}
