@@ -27,15 +27,9 @@
 
 #include "store_private.h"
 
+/* A write in the group-commit queue: the caller's request, answered in place. */
 struct store__wreq {
-    const char *resource;
-    uint64_t token;
-    const void *data;
-    size_t len;
-    const char *content_type;
-    uint64_t last_issued;
-    store_status st;
-    store_write_result res;
+    store_write_req *r;
     int done;
     store__wreq *next;
 };
@@ -44,57 +38,57 @@ struct store__wreq {
  * new record. Returns the MDB error of the put (0 when nothing failed). */
 static int apply(store *s, MDB_txn *txn, store__wreq *w)
 {
-    MDB_val key = {strlen(w->resource), (void *)w->resource};
+    MDB_val key = {strlen(w->r->resource), (void *)w->r->resource};
     MDB_val val;
     store__record rec;
     int rc = mdb_get(txn, s->resources, &key, &val);
 
-    memset(&w->res, 0, sizeof w->res);
+    memset(&w->r->res, 0, sizeof w->r->res);
     if (rc == MDB_NOTFOUND) {
         memset(&rec, 0, sizeof rec);
     } else if (rc != 0) {
-        w->st = store__mdb_status(rc);
+        w->r->status = store__mdb_status(rc);
         return 0;
     } else if (store__record_decode(val.mv_data, val.mv_size, &rec) != 0) {
-        w->st = STORE_EIO; /* never overwrite a record we cannot read */
+        w->r->status = STORE_EIO; /* never overwrite a record we cannot read */
         return 0;
     }
-    w->res.highest_token = rec.highest_token;
+    w->r->res.highest_token = rec.highest_token;
     /* Stale first: a token below one that has written is refused as stale whatever the
      * issuer says now. After Redis lost its counter, last_issued reads low and a real old
      * token would otherwise be called never issued (403) where its holder needs to hear
      * that it was fenced off (409). A forged token below the high-water mark is refused
      * just the same; it moves nothing either way. */
-    if (w->token < rec.highest_token) {
-        w->st = STORE_STALE;
+    if (w->r->token < rec.highest_token) {
+        w->r->status = STORE_STALE;
         return 0;
     }
-    if (w->token > w->last_issued) {
+    if (w->r->token > w->r->last_issued) {
         /* A forged or mistyped token must not raise the high-water mark and lock out the
          * real holders. */
-        w->st = STORE_UNKNOWN_TOKEN;
+        w->r->status = STORE_UNKNOWN_TOKEN;
         return 0;
     }
-    rec.highest_token = w->token;
-    rec.token = w->token;
+    rec.highest_token = w->r->token;
+    rec.token = w->r->token;
     rec.version++;
     rec.written_at_ms = store__wall_ms();
     rec.deleted = 0;
-    rec.data = w->data;
-    rec.len = w->len;
+    rec.data = w->r->data;
+    rec.len = w->r->len;
     snprintf(rec.content_type, sizeof rec.content_type, "%s",
-             w->content_type != NULL ? w->content_type : "");
+             w->r->content_type != NULL ? w->r->content_type : "");
     /* MDB_RESERVE: LMDB hands us the space in the page, we encode straight into it. */
     val.mv_size = store__record_size(&rec);
     rc = mdb_put(txn, s->resources, &key, &val, MDB_RESERVE);
     if (rc != 0) {
-        w->st = store__mdb_status(rc);
+        w->r->status = store__mdb_status(rc);
         return rc;
     }
     store__record_encode(&rec, val.mv_data);
-    w->st = STORE_ACCEPTED;
-    w->res.highest_token = rec.highest_token;
-    w->res.version = rec.version;
+    w->r->status = STORE_ACCEPTED;
+    w->r->res.highest_token = rec.highest_token;
+    w->r->res.version = rec.version;
     return 0;
 }
 
@@ -109,12 +103,12 @@ static int run_txn(store *s, store__wreq *first, store__wreq *end)
 
     for (store__wreq *w = first; w != end; w = w->next) {
         if (rc != 0) {
-            w->st = store__mdb_status(rc);
+            w->r->status = store__mdb_status(rc);
             continue;
         }
         rc = apply(s, txn, w);
         count++;
-        accepted |= w->st == STORE_ACCEPTED;
+        accepted |= w->r->status == STORE_ACCEPTED;
     }
     if (txn == NULL) {
         return rc;
@@ -133,8 +127,8 @@ static int run_txn(store *s, store__wreq *first, store__wreq *end)
          * a highest token that an earlier request of this very transaction put, and that
          * is now not on disk. */
         for (store__wreq *w = first; w != end; w = w->next) {
-            w->st = store__mdb_status(rc);
-            memset(&w->res, 0, sizeof w->res);
+            w->r->status = store__mdb_status(rc);
+            memset(&w->r->res, 0, sizeof w->r->res);
         }
         return rc;
     }
@@ -174,20 +168,21 @@ static store_status validate(store *s, const char *resource, uint64_t token, con
     return STORE_OK;
 }
 
-/* Queues w and waits until a batch holding it has run: either the batch of another leader,
- * or the one this thread leads. */
-static void write_grouped(store *s, store__wreq *w)
+/* Queues the chain first..last (linked through next) and waits until a batch holding it has
+ * run: either the batch of another leader, or the one this thread leads. The chain is
+ * queued in one piece and a leader takes the whole queue, so it all runs in one batch. */
+static void write_grouped(store *s, store__wreq *first, store__wreq *last)
 {
     pthread_mutex_lock(&s->mu);
     if (s->queue_tail != NULL) {
-        s->queue_tail->next = w;
+        s->queue_tail->next = first;
     } else {
-        s->queue = w;
+        s->queue = first;
     }
-    s->queue_tail = w;
-    /* Not done and nobody leading means w is still queued: the batch of the last leader
-     * was taken before w arrived. */
-    while (!w->done) {
+    s->queue_tail = last;
+    /* Not done and nobody leading means the chain is still queued: the batch of the last
+     * leader was taken before it arrived. */
+    while (!last->done) {
         if (s->leading) {
             pthread_cond_wait(&s->done_cv, &s->mu);
             continue;
@@ -211,8 +206,8 @@ static void write_grouped(store *s, store__wreq *w)
     pthread_mutex_unlock(&s->mu);
 }
 
-/* One transaction per write, serialised: the benchmark's baseline without group commit. */
-static void write_alone(store *s, store__wreq *w)
+/* One transaction per call, serialised: the benchmark's baseline without group commit. */
+static void write_alone(store *s, store__wreq *first)
 {
     pthread_mutex_lock(&s->mu);
     while (s->leading) {
@@ -220,43 +215,58 @@ static void write_alone(store *s, store__wreq *w)
     }
     s->leading = 1;
     pthread_mutex_unlock(&s->mu);
-    run_batch(s, w);
+    run_batch(s, first);
     pthread_mutex_lock(&s->mu);
     s->leading = 0;
     pthread_cond_broadcast(&s->done_cv);
     pthread_mutex_unlock(&s->mu);
 }
 
+void store_write_many(store *s, store_write_req *const *reqs, size_t n)
+{
+    store__wreq *w = calloc(n > 0 ? n : 1, sizeof *w);
+    store__wreq *first = NULL, *last = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        store_write_req *r = reqs[i];
+        memset(&r->res, 0, sizeof r->res);
+        r->status = w == NULL ? STORE_ENOMEM
+                              : validate(s, r->resource, r->token, r->data, r->len,
+                                         r->content_type);
+        if (r->status != STORE_OK) {
+            continue;
+        }
+        w[i].r = r;
+        if (last != NULL) {
+            last->next = &w[i];
+        } else {
+            first = &w[i];
+        }
+        last = &w[i];
+    }
+    if (first != NULL) { /* each queued write is answered in its own store_write_req */
+        store__call_begin(s);
+        if (s->opts.group_commit) {
+            write_grouped(s, first, last);
+        } else {
+            write_alone(s, first);
+        }
+        store__call_end(s);
+    }
+    free(w);
+}
+
 store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
                          size_t len, const char *content_type, uint64_t last_issued,
                          store_write_result *res)
 {
-    store__wreq w;
+    store_write_req r = {.resource = resource, .token = token, .data = data, .len = len,
+                         .content_type = content_type, .last_issued = last_issued};
+    store_write_req *one[1] = {&r};
 
+    store_write_many(s, one, 1);
     if (res != NULL) {
-        memset(res, 0, sizeof *res);
+        *res = r.res;
     }
-    store_status st = validate(s, resource, token, data, len, content_type);
-    if (st != STORE_OK) {
-        return st;
-    }
-    memset(&w, 0, sizeof w);
-    w.resource = resource;
-    w.token = token;
-    w.data = data;
-    w.len = len;
-    w.content_type = content_type;
-    w.last_issued = last_issued;
-
-    store__call_begin(s);
-    if (s->opts.group_commit) {
-        write_grouped(s, &w);
-    } else {
-        write_alone(s, &w);
-    }
-    store__call_end(s);
-    if (res != NULL) {
-        *res = w.res;
-    }
-    return w.st;
+    return r.status;
 }

@@ -163,6 +163,49 @@ static void test_lone_writer_commits_alone(void **state)
     assert_int_equal(before.commits, after.commits);
 }
 
+/* store_write_many: every write answered as store_write() would, in array order (a later
+ * write of one resource sees an earlier one), and the accepted ones in one commit. */
+static void test_write_many_is_one_commit_in_order(void **state)
+{
+    st_fixture *f = *state;
+    store_stats before, after;
+    store_write_req w[] = {
+        {.resource = "many-a", .token = 5, .data = "a5", .len = 2, .last_issued = 9},
+        {.resource = "many-a", .token = 4, .data = "a4", .len = 2, .last_issued = 9},
+        {.resource = "many-b", .token = 3, .data = "b3", .len = 2, .last_issued = 9},
+        {.resource = "many-c", .token = 10, .data = "c", .len = 1, .last_issued = 9},
+        {.resource = "bad name", .token = 1, .data = "x", .len = 1, .last_issued = 9},
+        {.resource = "many-a", .token = 7, .data = "a7", .len = 2, .last_issued = 9},
+    };
+    store_write_req *reqs[6];
+    for (int i = 0; i < 6; i++) {
+        reqs[i] = &w[i];
+    }
+    store_get_stats(f->s, &before);
+    store_write_many(f->s, reqs, 6);
+    store_get_stats(f->s, &after);
+
+    assert_st(w[0].status, STORE_ACCEPTED);
+    assert_int_equal(w[0].res.version, 1);
+    assert_st(w[1].status, STORE_STALE); /* below 5, written just before in this batch */
+    assert_int_equal(w[1].res.highest_token, 5);
+    assert_st(w[2].status, STORE_ACCEPTED);
+    assert_st(w[3].status, STORE_UNKNOWN_TOKEN); /* above the last issued: moves nothing */
+    assert_st(w[4].status, STORE_INVALID);
+    assert_st(w[5].status, STORE_ACCEPTED);
+    assert_int_equal(w[5].res.version, 2);
+    assert_int_equal(after.commits - before.commits, 1);
+    assert_int_equal(after.writes - before.writes, 5); /* the invalid one never got in */
+
+    store_value v;
+    assert_st(store_read(f->s, "many-a", &v), STORE_OK);
+    assert_int_equal(v.token, 7);
+    assert_memory_equal(v.data, "a7", 2);
+    store_value_free(&v);
+    assert_st(store_read(f->s, "many-c", &v), STORE_NOT_FOUND);
+    store_write_many(f->s, reqs, 0); /* an empty batch is a no-op */
+}
+
 #define BIG_BYTES (300 * 1024) /* more than the whole map below: never fits */
 
 typedef struct full_arg {
@@ -240,6 +283,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sixteen_writers, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_lone_writer_commits_alone, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_write_many_is_one_commit_in_order, st_setup,
+                                        st_teardown),
         cmocka_unit_test(test_full_map_under_concurrency),
     };
     return cmocka_run_group_tests_name("storage_concurrency", tests, NULL, NULL);

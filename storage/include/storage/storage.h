@@ -90,6 +90,25 @@ store_status store_write(store *s, const char *resource, uint64_t token, const v
                          size_t len, const char *content_type, uint64_t last_issued,
                          store_write_result *res);
 
+/* One write of store_write_many(): store_write()'s arguments, and its answer. */
+typedef struct store_write_req {
+    const char *resource;
+    uint64_t token;
+    const void *data;
+    size_t len;
+    const char *content_type;
+    uint64_t last_issued;
+    store_status status;      /* out: what store_write() would have returned */
+    store_write_result res;   /* out */
+} store_write_req;
+
+/* store_write() for n writes at once: each is checked and answered exactly as store_write()
+ * would, in array order (a later write to a resource sees an earlier one), and all that are
+ * accepted commit together with one fsync, with whatever other writers are queued. For a
+ * caller that collects writes itself (the gateway's writer thread), so that one thread
+ * fills a group commit. */
+void store_write_many(store *s, store_write_req *const *reqs, size_t n);
+
 typedef struct store_value {
     void *data;               /* malloc'd; free with store_value_free() */
     size_t len;
