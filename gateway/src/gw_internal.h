@@ -2,10 +2,16 @@
  * Declarations shared between the gateway's own files (the gateway-core library and
  * main.c). Never installed.
  *
- * Threads: libmicrohttpd runs an epoll thread pool. Every pool thread handles whole
- * requests and owns its own lk_client (gw__client()), because a hiredis context is not
- * thread-safe. The store is shared: storage is thread-safe and batches writers. Counters in
- * gw_metrics are atomics. Nothing else is shared between threads after start-up.
+ * Threads: libmicrohttpd runs an epoll thread pool that parses requests and answers them.
+ * Locks, unlocks, renewals and token checks go to the Redis pipeline and token-checked
+ * writes to the storage writer (pipe.c): the request is suspended meanwhile, so pool
+ * threads do not wait for those Redis calls or commits. What still runs on a pool thread:
+ * rare Redis calls (/metrics, /readyz, GET /locks, leaving a fair queue, giving back a hold
+ * nobody will use) on its own lk_client (gw__client(), a hiredis context is not
+ * thread-safe), and the token ledger's cover, a small LMDB commit once per block of
+ * tokens. The store is shared:
+ * storage is thread-safe. Counters in gw_metrics are atomics. The floor stripes and the
+ * pipelines' queues have their own mutexes.
  */
 #ifndef GATEWAY_GW_INTERNAL_H
 #define GATEWAY_GW_INTERNAL_H
@@ -192,6 +198,9 @@ typedef struct gw_metrics {
     atomic_int subscriber_up;             /* the release subscriber is connected */
     atomic_ullong deadline_closed;        /* connections closed for missing their request
                                            * deadline (server.c) */
+    /* The pipelines (pipe.c), [0] Redis, [1] storage: batches sent and jobs in them. */
+    atomic_ullong pipe_batches[2];
+    atomic_ullong pipe_jobs[2];
     /* Latency histogram per route (+1 for unmatched), cumulative at output time. */
     atomic_ullong latency_bucket[GW_R_COUNT + 1][GW_LATENCY_BUCKETS + 1];
     atomic_ullong latency_sum_us[GW_R_COUNT + 1];
@@ -258,8 +267,9 @@ void gw__waitq_stop(gw_waitq *wq);
  * memory. */
 int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource);
 /* Gives the waiter its place at the end of its resource's queue now, if it has none (a fair
- * waiter calls it right after its HELD answer, under the floor stripe lock, so that its local
- * place follows its place in the Redis queue). No-op without a reference. */
+ * waiter's attempt calls it on the pipeline thread right after its HELD answer, while its
+ * stripe is still busy, so that its local place follows its place in the Redis queue).
+ * No-op without a reference. */
 void gw__wait_place(gw_waitq *wq, gw_waiter *w);
 /* After the attempt that ends the wait (or from request completion): leaves the queue, drops
  * the reference, and passes on a wake the waiter never used. granted_ttl_ms is the lease of
@@ -274,11 +284,51 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
 /* 0 when the client of conn has closed its side, 1 otherwise. */
 int gw__conn_alive(struct MHD_Connection *conn);
 
+/* ---- Pipelines (pipe.c) ----------------------------------------------------------- */
+
+/* Redis pipeline threads, each with its own connection and one batch in flight. */
+#define GW_PIPE_THREADS 2
+
+typedef struct gw_pipe gw_pipe;
+typedef struct gw_job gw_job;
+
+/* One call for a pipeline: `call` for the Redis pipeline, `write` for the storage writer,
+ * both owned by the submitter, which keeps the job alive until done has run (conn's request
+ * owns it: a suspended request cannot complete). */
+struct gw_job {
+    gw_job *next;                   /* the pipeline's queue */
+    lk_call *call;                  /* in: the call; out: status, result and reason */
+    store_write_req *write;         /* in: the write; out: its answer */
+    struct MHD_Connection *conn;    /* resumed after done, unless done returns 0 */
+    /* On the pipeline thread, before the resume; may be NULL. Returns 1; 0 would mean it
+     * handed the request on to someone who resumes it (then the job may be gone). */
+    int (*done)(gw_job *job);
+    void *arg;                      /* for done */
+};
+
+/* Starts the Redis pipeline (srv->pipe; Redis may be down: each batch reconnects) and the
+ * storage writer (srv->writer). Returns 0 or -1 with err. */
+int gw__pipes_start(struct gw_server *srv, char *err, size_t errlen);
+/* Queues a job. The caller has suspended job->conn first. Never blocks on Redis or disk. */
+void gw__pipe_submit(gw_pipe *p, gw_job *job);
+/* Runs every queued job, then stops the threads. Only after every request has completed. */
+void gw__pipe_stop(gw_pipe *p);
+
 /* ---- Server state --------------------------------------------------------------- */
 
 #define GW_FLOOR_STRIPES 1024
 
 struct gw_lock_call;
+struct gw_owner_call;
+struct gw_write_call;
+
+/* Acquisitions of the resources of one stripe run one at a time, from computing the floor
+ * until the token is counted in max_token (locks.c). The mutex guards only this state. */
+typedef struct gw_stripe {
+    pthread_mutex_t mu;
+    int busy;                            /* an acquisition is in the pipeline */
+    struct gw_lock_call *first, *last;   /* acquisitions waiting for it, in arrival order */
+} gw_stripe;
 
 typedef struct gw_server {
     const gw_config *cfg;
@@ -294,9 +344,9 @@ typedef struct gw_server {
     gw_metrics metrics;
     struct MHD_Daemon *daemon;
     gw_waitq *waitq;
-    /* One acquisition per stripe of resources at a time, from computing its floor until the
-     * token is counted in max_token: see gateway/src/locks.c. */
-    pthread_mutex_t floor_mu[GW_FLOOR_STRIPES];
+    gw_stripe stripes[GW_FLOOR_STRIPES];
+    gw_pipe *pipe;                /* Redis calls (pipe.c) */
+    gw_pipe *writer;              /* token-checked writes (pipe.c) */
     struct gw_conns *conns;       /* open connections and their request deadlines (server.c) */
 } gw_server;
 
@@ -320,6 +370,8 @@ typedef struct gw_request {
     size_t body_max;
     int body_too_large;           /* over body_max: the rest is discarded, the answer 413 */
     struct gw_lock_call *lock;    /* POST /lock: its arguments and waiter (locks.c) */
+    struct gw_owner_call *owner_call; /* POST /unlock and /renew in the pipeline (owner_calls.c) */
+    struct gw_write_call *write_call; /* PUT /resources/{r} in the pipelines (resources.c) */
     int answered;                 /* a response was queued */
     int status;                   /* the status of that response, for log and metrics */
 } gw_request;
@@ -358,8 +410,11 @@ enum MHD_Result gw__send_error(gw_request *req, unsigned int status, const char 
 /* Queues an already built response (the reference is released). */
 enum MHD_Result gw__queue(gw_request *req, unsigned int status, struct MHD_Response *resp);
 
-/* Maps a locklib error status to an HTTP error answer. */
-enum MHD_Result gw__send_lk_error(gw_request *req, lk_client *c, lk_status st);
+/* Records whether Redis answered (fencegate_redis_up) from a call's status. */
+void gw__note_redis(gw_server *srv, lk_status st);
+/* Maps a locklib error status to an HTTP error answer; why (for the log) is the call's
+ * reason, lk_errstr() or lk_call.err. */
+enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st);
 
 /* Counts the request headers named `name` (case-insensitive); *value gets the last one. */
 int gw__header_count(struct MHD_Connection *conn, const char *name, const char **value);
@@ -413,6 +468,10 @@ enum MHD_Result gw__handle_lock(gw_request *req);
 /* From request completion: ends the wait of a /lock and undoes an acquisition whose answer
  * did not reach the client. Frees req->lock. */
 void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe);
+/* From request completion: frees the state of an /unlock or /renew. */
+void gw__owner_call_completed(gw_request *req);
+/* From request completion: frees the state of a PUT /resources/{r}. */
+void gw__write_call_completed(gw_request *req);
 enum MHD_Result gw__handle_unlock(gw_request *req);
 enum MHD_Result gw__handle_renew(gw_request *req);
 enum MHD_Result gw__handle_lock_status(gw_request *req);

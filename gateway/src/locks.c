@@ -1,5 +1,5 @@
 /*
- * POST /lock, POST /unlock, POST /renew and GET /locks/{resource}.
+ * POST /lock and GET /locks/{resource} (POST /unlock and /renew: owner_calls.c).
  *
  * Token safety. Every acquisition passes locklib a floor, and the token it mints is always
  * above it:
@@ -19,8 +19,9 @@
  * re-enters it (holds + 1, same token). Sending an Idempotency-Key makes the retry replay the
  * first answer instead.
  *
- * The floor is computed again before every attempt, under a per-resource stripe lock that
- * is held until the new token is counted in max_token (see attempt()).
+ * The floor is computed again before every attempt, and the attempts of one stripe of
+ * resources run one at a time until the new token is counted in max_token (see "Attempts
+ * in the pipeline").
  *
  * Waiting (wait_ms > 0). An attempt that finds the lock held parks the request in
  * waiters.c: the connection is suspended and no thread is held. A release message, the
@@ -33,8 +34,9 @@
  * may barge past the fair queue, as Java's tryLock does on a fair lock.
  *
  * A client that hangs up never keeps a lock: a parked waiter is dropped when its socket
- * reports the hang-up; a woken one looks at its socket before and right after the attempt
- * and gives a fresh hold back if the client is gone; and if the answer cannot be delivered
+ * reports the hang-up; a woken one looks at its socket before its attempt, and every
+ * attempt looks again when its answer is in (it was suspended meanwhile) and gives a fresh
+ * hold back if the client is gone; and if the answer cannot be delivered
  * (MHD reports an error at completion), gw__lock_completed() gives the hold back. A client
  * that closes after the answer was written got its lock, as one that crashed after reading
  * it: the lease ends it.
@@ -61,15 +63,22 @@ struct gw_lock_call {
     int64_t ttl_ms;
     int64_t wait_ms;
     int64_t deadline_ms;                 /* monotonic */
-    int fair;
-    int fair_queued;                     /* may have an entry in the fair queue */
-    int acquired;                        /* answered 200 with a hold this call added */
-    int counted;                         /* its outcome is counted in acquire_total */
+    /* Flags in bytes, not ints: a parked waiter should stay under 4 KiB in all. */
+    unsigned char fair;
+    unsigned char fair_queued;           /* may have an entry in the fair queue */
+    unsigned char acquired;              /* answered 200 with a hold this call added */
+    unsigned char counted;               /* its outcome is counted in acquire_total */
+    unsigned char last;                  /* the deadline's wake: one last attempt, no park */
+    unsigned char waiting;               /* this attempt may park when the lock is held */
+    unsigned char in_flight;             /* an attempt is out: resumed when it is answered */
+    unsigned char refused;               /* why it was answered without Redis (ATTEMPT_*) */
+    struct gw_lock_call *stripe_next;    /* waiting for its stripe (gw_stripe) */
+    struct gw_attempt *attempt;          /* the call in the pipeline, NULL when refused */
     gw_waiter waiter;
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };
 
-static void note_redis(gw_server *srv, lk_status st)
+void gw__note_redis(gw_server *srv, lk_status st)
 {
     atomic_store(&srv->metrics.redis_up, st == LK_EUNAVAILABLE ? 0 : 1);
 }
@@ -169,102 +178,205 @@ static void raise_max_token(gw_server *srv, int64_t token)
     }
 }
 
-static pthread_mutex_t *floor_stripe(gw_server *srv, const char *resource)
+static gw_stripe *stripe_of(gw_server *srv, const char *resource)
 {
     uint32_t h = 2166136261u; /* FNV-1a */
     for (const unsigned char *p = (const unsigned char *)resource; *p != '\0'; p++) {
         h = (h ^ *p) * 16777619u;
     }
-    return &srv->floor_mu[h % GW_FLOOR_STRIPES];
+    return &srv->stripes[h % GW_FLOOR_STRIPES];
 }
 
-/* Why an attempt ended without asking Redis (attempt()'s *refused). */
-enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY };
+/* Why an attempt was answered without asking Redis (gw_lock_call.refused). */
+enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY, ATTEMPT_NOMEM };
 
-/* Takes the stripe lock, waiting no later than GW_STRIPE_GRACE_MS past the request's
- * deadline. Every attempt holds it across one Redis round trip, so on a slow Redis (calls
- * that take most of the command timeout without timing out, where the stall breaker does
- * not trip) the attempts on one resource would queue one round trip each, unbounded. */
-static int stripe_lock(pthread_mutex_t *mu, const struct gw_lock_call *call)
+/*
+ * Attempts in the pipeline. An attempt suspends its connection and enters its resource's
+ * stripe (stripe_enter). When no acquisition of the stripe is out, it computes its floor and
+ * goes to the Redis pipeline at once; else it queues behind, and the one before it sends it
+ * on when its answer is in (attempt_answered, on a pipeline thread), after counting its
+ * token in max_token. So the floor of every acquisition covers the token of every earlier
+ * one on its stripe, also when Redis lost its data between the two: without that, both
+ * could compute floor f, the first mint f+1, Redis lose its data, and the second, lifting
+ * the empty counter to f, mint f+1 again.
+ *
+ * An attempt that waited for its stripe past its deadline + GW_STRIPE_GRACE_MS is answered
+ * 503 without asking Redis: on a slow Redis (calls that take most of the command timeout
+ * without timing out, where the breaker does not trip) the attempts on one resource would
+ * otherwise queue one round trip each, unbounded. One whose floor cannot be read is answered
+ * 503 too. Either way the stripe passes on to the next. Every attempt is answered: its
+ * connection is resumed exactly once, and the handler runs again (lock_answered).
+ *
+ * The Redis call (gw_attempt) exists only from leaving the stripe's queue until the answer:
+ * thousands of waiters queued on one resource carry none, and parked waiters none either.
+ * Calls are recycled through a free list of at most ATTEMPTS_KEPT, so their churn does not
+ * fragment the heap under parked waiters (tests/bench/handoff_bench, memory per waiter).
+ */
+typedef struct gw_attempt {
+    gw_job job;                          /* job.next links the free list */
+    lk_call call;
+    gw_server *srv;
+    struct gw_lock_call *lc;
+} gw_attempt;
+
+#define ATTEMPTS_KEPT 1024
+static pthread_mutex_t attempts_mu = PTHREAD_MUTEX_INITIALIZER;
+static gw_job *attempts_free;
+static size_t attempts_kept;
+
+static gw_attempt *attempt_new(void)
 {
-    int64_t wait_ms = call->deadline_ms + GW_STRIPE_GRACE_MS - gw__now_us() / 1000;
-    struct timespec until;
-
-    if (pthread_mutex_trylock(mu) == 0) {
-        return 0;
+    pthread_mutex_lock(&attempts_mu);
+    gw_job *job = attempts_free;
+    if (job != NULL) {
+        attempts_free = job->next;
+        attempts_kept--;
     }
-    clock_gettime(CLOCK_REALTIME, &until); /* pthread_mutex_timedlock's clock */
-    if (wait_ms < 0) {
-        wait_ms = 0;
+    pthread_mutex_unlock(&attempts_mu);
+    gw_attempt *at = job != NULL ? job->arg : calloc(1, sizeof *at);
+    if (at != NULL) {
+        memset(at, 0, sizeof *at);
     }
-    until.tv_sec += (time_t)(wait_ms / 1000);
-    until.tv_nsec += (long)(wait_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
-    return pthread_mutex_timedlock(mu, &until) == 0 ? 0 : -1;
+    return at;
 }
 
-/* One acquire attempt, with its floor. The stripe lock spans the floor's computation and
- * max_token's update: without it, two acquisitions of one resource could both compute floor
- * f, the first mint f+1, Redis lose its data, and the second, lifting the empty counter to
- * f, mint f+1 again. *refused says when Redis was not asked: the floor could not be read, or
- * the stripe lock was not free in time (Redis is slow: 503). */
-static lk_status attempt(gw_server *srv, lk_client *c, struct gw_lock_call *call,
-                         lk_result *res, int *refused)
+static void attempt_free(gw_attempt *at)
 {
-    pthread_mutex_t *mu = floor_stripe(srv, call->resource);
-    const char *idem = call->idem_key[0] != '\0' ? call->idem_key : NULL;
-    int64_t floor = 0;
-    lk_status st;
+    if (at == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&attempts_mu);
+    if (attempts_kept < ATTEMPTS_KEPT) {
+        at->job.arg = at;
+        at->job.next = attempts_free;
+        attempts_free = &at->job;
+        attempts_kept++;
+        at = NULL;
+    }
+    pthread_mutex_unlock(&attempts_mu);
+    free(at);
+}
 
-    *refused = ATTEMPT_ASKED;
-    if (stripe_lock(mu, call) != 0) {
-        *refused = ATTEMPT_STRIPE_BUSY;
-        memset(res, 0, sizeof *res);
-        return LK_EUNAVAILABLE;
-    }
-    if (compute_floor(srv, call->resource, &floor) != STORE_OK) {
-        pthread_mutex_unlock(mu);
-        *refused = ATTEMPT_STORE_FAILED;
-        memset(res, 0, sizeof *res);
-        return LK_EREDIS;
-    }
-    if (call->fair) {
-        int64_t left = call->deadline_ms - gw__now_us() / 1000;
-        call->fair_queued = 1;
-        st = lk_acquire_fair(c, call->resource, call->owner, call->ttl_ms, floor, idem,
-                             left > 0 ? left : 0, res);
-        if (st == LK_HELD) {
-            /* Queued in Redis just now: take the local place while attempts on this resource
-             * are still serialised by the stripe lock, so both orders agree. */
-            gw__wait_place(srv->waitq, &call->waiter);
+static void stripe_send(gw_server *srv, struct gw_lock_call *lc);
+
+/* The next attempt of the stripe, or NULL after marking it free. */
+static struct gw_lock_call *stripe_pass(gw_stripe *s)
+{
+    pthread_mutex_lock(&s->mu);
+    struct gw_lock_call *next = s->first;
+    if (next != NULL) {
+        s->first = next->stripe_next;
+        if (s->first == NULL) {
+            s->last = NULL;
         }
+        next->stripe_next = NULL;
     } else {
-        st = lk_acquire(c, call->resource, call->owner, call->ttl_ms, floor, idem, res);
+        s->busy = 0;
     }
-    if (st == LK_ACQUIRED) {
-        call->fair_queued = 0; /* the script took it off the queue */
-        raise_max_token(srv, res->token);
+    pthread_mutex_unlock(&s->mu);
+    return next;
+}
+
+/* On a pipeline thread, before the connection is resumed. */
+static int attempt_answered(gw_job *job)
+{
+    gw_attempt *at = job->arg;
+    gw_server *srv = at->srv;
+    struct gw_lock_call *lc = at->lc;
+
+    if (at->call.status == LK_ACQUIRED) {
+        lc->fair_queued = 0; /* the script took it off the queue */
+        raise_max_token(srv, at->call.res.token);
+    } else if (at->call.status == LK_HELD && lc->fair) {
+        /* Queued in Redis just now: take the local place while attempts on this resource
+         * are still serialised by the stripe, so both orders agree. */
+        gw__wait_place(srv->waitq, &lc->waiter);
     }
-    pthread_mutex_unlock(mu);
-    return st;
+    struct gw_lock_call *next = stripe_pass(stripe_of(srv, lc->resource));
+    if (next != NULL) {
+        stripe_send(srv, next);
+    }
+    return 1;
+}
+
+/* Sends lc's attempt, which holds its stripe, to the pipeline; or answers it without Redis
+ * and passes the stripe on, until one is sent or the stripe is free. */
+static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
+{
+    while (lc != NULL) {
+        int64_t now_ms = gw__now_us() / 1000;
+        int64_t floor = 0;
+        gw_attempt *at = NULL;
+        if (now_ms > lc->deadline_ms + GW_STRIPE_GRACE_MS) {
+            lc->refused = ATTEMPT_STRIPE_BUSY;
+        } else if (compute_floor(srv, lc->resource, &floor) != STORE_OK) {
+            lc->refused = ATTEMPT_STORE_FAILED;
+        } else if ((at = attempt_new()) == NULL) {
+            lc->refused = ATTEMPT_NOMEM;
+        } else {
+            at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
+            at->call.resource = lc->resource;
+            at->call.owner = lc->owner;
+            at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
+            at->call.lease_ms = lc->ttl_ms;
+            at->call.floor = floor;
+            if (lc->fair) {
+                int64_t left = lc->deadline_ms - now_ms;
+                at->call.wait_ms = left > 0 ? left : 0;
+                lc->fair_queued = 1;
+            }
+            at->job.call = &at->call;
+            at->job.conn = lc->waiter.conn;
+            at->job.done = attempt_answered;
+            at->job.arg = at;
+            at->srv = srv;
+            at->lc = lc;
+            lc->attempt = at;
+            gw__pipe_submit(srv->pipe, &at->job);
+            return;
+        }
+        struct MHD_Connection *conn = lc->waiter.conn;
+        struct gw_lock_call *next = stripe_pass(stripe_of(srv, lc->resource));
+        MHD_resume_connection(conn); /* lc may be freed from here on */
+        lc = next;
+    }
+}
+
+/* Starts an attempt: its connection is suspended until it is answered. */
+static void stripe_enter(gw_server *srv, struct gw_lock_call *lc)
+{
+    gw_stripe *s = stripe_of(srv, lc->resource);
+
+    pthread_mutex_lock(&s->mu);
+    if (s->busy) {
+        if (s->last != NULL) {
+            s->last->stripe_next = lc;
+        } else {
+            s->first = lc;
+        }
+        s->last = lc;
+        pthread_mutex_unlock(&s->mu);
+        return;
+    }
+    s->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    stripe_send(srv, lc);
 }
 
 /* Makes the ledger cover a token before it is handed out, also for a replayed answer: the
  * first answer's cover may have failed (that hold was given back, but its idempotency record
  * stayed). Costs nothing when the token is under the durable ceiling already. On failure the
  * hold just taken is given back and 503 is queued; returns -1. */
-static int cover_token(gw_request *req, lk_client *c, const struct gw_lock_call *call,
-                       const lk_result *res, enum MHD_Result *result)
+static int cover_token(gw_request *req, const struct gw_lock_call *call, const lk_result *res,
+                       enum MHD_Result *result)
 {
     store_status st = store_ledger_cover(req->srv->st, (uint64_t)res->token);
     if (st == STORE_OK) {
         return 0;
     }
     lk_result ignored;
-    if (!res->replayed) {
+    lk_client *c = gw__client(req->srv);
+    if (!res->replayed && c != NULL) {
         /* If this release fails too (Redis gone), the hold expires with its lease. */
         lk_release(c, call->resource, call->owner, NULL, &ignored);
     }
@@ -292,7 +404,7 @@ static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *cal
     if (res->floor_raised) {
         atomic_fetch_add(&srv->metrics.floor_corrections, 1);
     }
-    call->acquired = !res->replayed;
+    call->acquired = (unsigned char)!res->replayed;
     /* The lease is the one granted: a replay reports the first answer's, not this retry's. */
     return gw__send_json(req, MHD_HTTP_OK,
                          json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->resource,
@@ -345,8 +457,8 @@ static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call
 }
 
 /* What an attempt answered, when the wait is over. */
-static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_lock_call *call,
-                                      lk_status st, const lk_result *res, int refused)
+static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call,
+                                      lk_status st, const lk_result *res, const char *why)
 {
     gw_server *srv = req->srv;
     enum MHD_Result result = MHD_YES;
@@ -356,27 +468,36 @@ static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_l
     if (st != LK_ACQUIRED) {
         leave_fair_queue(req, call);
     }
-    if (refused == ATTEMPT_STORE_FAILED) {
+    if (call->refused == ATTEMPT_STORE_FAILED) {
         count_acquire(req, GW_ACQ_unavailable);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not be read to fence the token");
     }
-    if (refused == ATTEMPT_STRIPE_BUSY) {
+    if (call->refused == ATTEMPT_NOMEM) {
+        count_acquire(req, GW_ACQ_error);
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "the gateway is out of memory; the lock was not taken");
+    }
+    if (call->refused == ATTEMPT_STRIPE_BUSY) {
         count_acquire(req, GW_ACQ_unavailable);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "the lock service (Redis) is answering slowly and earlier "
                               "attempts on this resource are still running; try again");
     }
     if (st == LK_ACQUIRED) {
-        if (cover_token(req, c, call, res, &result) != 0) {
+        if (cover_token(req, call, res, &result) != 0) {
             return result;
         }
-        /* Only a request that waited can have been left by its client meanwhile without
-         * MHD noticing (a suspended connection is not watched by MHD). */
-        if (!res->replayed && call->waiter.parked_before && !gw__conn_alive(req->conn)) {
+        /* Every attempt is suspended while it waits for its stripe and for Redis, and MHD
+         * does not watch a suspended connection: its client may have hung up meanwhile. An
+         * answer written to a closed socket may still complete "OK", so look now. */
+        if (!res->replayed && !gw__conn_alive(req->conn)) {
             /* The client hung up while the lock was taken: nobody will use this hold. */
             lk_result ignored;
-            lk_release(c, call->resource, call->owner, NULL, &ignored); /* else: lease expires */
+            lk_client *c = gw__client(srv);
+            if (c != NULL) {
+                lk_release(c, call->resource, call->owner, NULL, &ignored); /* else: lease */
+            }
             count_acquire(req, GW_ACQ_abandoned);
             return MHD_NO;
         }
@@ -389,47 +510,69 @@ static enum MHD_Result answer_attempt(gw_request *req, lk_client *c, struct gw_l
                        : st == LK_EIDEMPOTENCY   ? GW_ACQ_idempotency_conflict
                        : st == LK_EINVAL         ? GW_ACQ_invalid
                                                  : GW_ACQ_error);
-    return gw__send_lk_error(req, c, st);
+    return gw__send_lk_error(req, why, st);
 }
 
-/* Attempts the lock; while it is held and wait time is left, parks the request (see
- * waiters.c) and returns without an answer. Called on the first pass and on every wake. */
-static enum MHD_Result lock_attempts(gw_request *req, struct gw_lock_call *call, int last)
+/* Starts an attempt of the lock through the pipeline (see "Attempts in the pipeline"):
+ * suspends the connection and returns; lock_answered() goes on when the answer is in.
+ * Called on the first pass, on every wake, and again when a release came during an
+ * attempt. */
+static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
 {
     gw_server *srv = req->srv;
-    lk_client *c = gw__client(srv);
-    lk_result res;
-    int refused = ATTEMPT_ASKED;
 
-    if (c == NULL) {
-        gw__wait_end(srv->waitq, &call->waiter, -1);
-        count_acquire(req, GW_ACQ_error);
-        return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
-                              "cannot create a Redis client");
+    call->waiting = (unsigned char)(call->wait_ms > 0 && !call->last);
+    if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->resource) != 0) {
+        call->waiting = 0;
     }
-    for (;;) {
-        int waiting = call->wait_ms > 0 && !last;
-        if (waiting && gw__wait_begin(srv->waitq, &call->waiter, call->resource) != 0) {
-            waiting = 0;
-        }
-        lk_status st = attempt(srv, c, call, &res, &refused);
-        note_redis(srv, st);
-        int64_t left = call->deadline_ms - gw__now_us() / 1000;
-        if (st != LK_HELD || !waiting || left <= 0) {
-            return answer_attempt(req, c, call, st, &res, refused);
-        }
-        switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms,
-                              res.ttl_ms >= 0 ? res.ttl_ms : -1)) {
-        case GW_PARKED:
-            return MHD_YES;
-        case GW_PARK_RETRY:
-            continue;
-        case GW_PARK_SHUTDOWN:
-            return answer_stopped(req, call);
-        case GW_PARK_NOMEM:
-            return answer_attempt(req, c, call, st, &res, refused);
-        }
+    call->refused = ATTEMPT_ASKED;
+    call->attempt = NULL;
+    call->waiter.conn = req->conn; /* the same connection it parks, if it does */
+    call->in_flight = 1;
+    MHD_suspend_connection(req->conn);
+    stripe_enter(srv, call);
+    return MHD_YES;
+}
+
+/* The handler runs again once the attempt is answered: answer it, or park the request while
+ * the lock is held and wait time is left (see waiters.c). */
+static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
+{
+    gw_server *srv = req->srv;
+    gw_attempt *at = call->attempt;
+    lk_result res;
+    lk_status st;
+    char why[sizeof at->call.err];
+
+    call->in_flight = 0;
+    call->attempt = NULL;
+    memset(&res, 0, sizeof res);
+    why[0] = '\0';
+    if (at != NULL) {
+        st = at->call.status;
+        res = at->call.res;
+        snprintf(why, sizeof why, "%s", at->call.err);
+        attempt_free(at);
+        gw__note_redis(srv, st);
+    } else {
+        st = call->refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
     }
+    int64_t left = call->deadline_ms - gw__now_us() / 1000;
+    if (st != LK_HELD || !call->waiting || left <= 0) {
+        return answer_attempt(req, call, st, &res, why);
+    }
+    switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms,
+                          res.ttl_ms >= 0 ? res.ttl_ms : -1)) {
+    case GW_PARKED:
+        return MHD_YES;
+    case GW_PARK_RETRY:
+        return lock_attempt(req, call);
+    case GW_PARK_SHUTDOWN:
+        return answer_stopped(req, call);
+    case GW_PARK_NOMEM:
+        break;
+    }
+    return answer_attempt(req, call, st, &res, why);
 }
 
 /* The handler runs again after a parked request is resumed: act on why it was woken. */
@@ -454,7 +597,8 @@ static enum MHD_Result lock_resumed(gw_request *req, struct gw_lock_call *call)
         count_acquire(req, GW_ACQ_abandoned);
         return MHD_NO;
     }
-    return lock_attempts(req, call, reason == GW_WAKE_DEADLINE);
+    call->last = (unsigned char)(reason == GW_WAKE_DEADLINE);
+    return lock_attempt(req, call);
 }
 
 enum MHD_Result gw__handle_lock(gw_request *req)
@@ -464,7 +608,8 @@ enum MHD_Result gw__handle_lock(gw_request *req)
     enum MHD_Result result = MHD_YES;
 
     if (req->lock != NULL) {
-        return lock_resumed(req, req->lock);
+        return req->lock->in_flight ? lock_answered(req, req->lock)
+                                    : lock_resumed(req, req->lock);
     }
     if (gw__parse_object(req, &root, &result) != 0 || gw__lock_args(req, root, &a, &result) != 0) {
         count_acquire(req, GW_ACQ_invalid);
@@ -487,7 +632,7 @@ enum MHD_Result gw__handle_lock(gw_request *req)
     call->idem_key = call->text + rlen + olen;
     call->ttl_ms = a.ttl_ms;
     call->wait_ms = a.wait_ms;
-    call->fair = a.fair;
+    call->fair = (unsigned char)a.fair;
     call->deadline_ms = gw__now_us() / 1000 + a.wait_ms;
     call->waiter.fd = -1;
     call->waiter.timer.idx = GW_TIMER_OFF;
@@ -496,7 +641,7 @@ enum MHD_Result gw__handle_lock(gw_request *req)
     free(req->body); /* a parked waiter keeps only what it needs */
     req->body = NULL;
     req->body_len = req->body_cap = 0;
-    return lock_attempts(req, call, 0);
+    return lock_attempt(req, call);
 }
 
 void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
@@ -527,141 +672,6 @@ void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     req->lock = NULL;
 }
 
-int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
-                   enum MHD_Result *result)
-{
-    memset(a, 0, sizeof *a);
-    if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
-        gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
-        (renew && gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS,
-                                LK_LEASE_MAX_MS, &a->ttl_ms, result) != 0) ||
-        gw__idempotency_key(req, &a->idem_key, result) != 0) {
-        return -1;
-    }
-    return 0;
-}
-
-/* Reads {"resource", "owner"} (both required), ttl_ms when renewing, and the
- * Idempotency-Key, then runs lk_renew (renew) or lk_release on this thread's client.
- * Returns 0 with *st and *res, or -1 after queuing the 400. *root is the caller's to free. */
-static int owner_call(gw_request *req, json_t **root, lock_args *a, int renew, lk_client **c,
-                      lk_status *st, lk_result *res, enum MHD_Result *result)
-{
-    memset(a, 0, sizeof *a);
-    memset(res, 0, sizeof *res);
-    if (gw__parse_object(req, root, result) != 0 ||
-        gw__owner_args(req, *root, renew, a, result) != 0) {
-        return -1;
-    }
-    *c = gw__client(req->srv);
-    if (*c == NULL) {
-        *st = LK_ENOMEM;
-    } else if (renew) {
-        *st = lk_renew(*c, a->resource, a->owner, a->ttl_ms, a->idem_key, res);
-    } else {
-        *st = lk_release(*c, a->resource, a->owner, a->idem_key, res);
-    }
-    note_redis(req->srv, *st);
-    return 0;
-}
-
-static enum MHD_Result not_owner(gw_request *req, const char *resource)
-{
-    return gw__send_error(req, MHD_HTTP_CONFLICT, "not_owner",
-                          json_pack("{s:s}", "resource", resource),
-                          "this owner does not hold %s (it expired or belongs to someone else)",
-                          resource);
-}
-
-static gw_release_outcome release_outcome(lk_status st, const lk_result *res)
-{
-    if ((st == LK_RELEASED || st == LK_STILL_HELD) && res->replayed) {
-        return GW_REL_replayed;
-    }
-    switch (st) {
-    case LK_RELEASED: return GW_REL_released;
-    case LK_STILL_HELD: return GW_REL_still_held;
-    case LK_NOT_OWNER: return GW_REL_not_owner;
-    case LK_EUNAVAILABLE: return GW_REL_unavailable;
-    case LK_EIDEMPOTENCY: return GW_REL_idempotency_conflict;
-    case LK_EINVAL: return GW_REL_invalid;
-    default: return GW_REL_error;
-    }
-}
-
-static gw_renew_outcome renew_outcome(lk_status st, const lk_result *res)
-{
-    switch (st) {
-    case LK_RENEWED: return res->replayed ? GW_REN_replayed : GW_REN_renewed;
-    case LK_NOT_OWNER: return GW_REN_not_owner;
-    case LK_EUNAVAILABLE: return GW_REN_unavailable;
-    case LK_EIDEMPOTENCY: return GW_REN_idempotency_conflict;
-    case LK_EINVAL: return GW_REN_invalid;
-    default: return GW_REN_error;
-    }
-}
-
-/* The 200 answers: {"resource", "released", "holds"} for /unlock and
- * {"resource", "token", "ttl_ms"} for /renew. */
-static enum MHD_Result answer_owner_call(gw_request *req, const lock_args *a, int renew,
-                                         lk_status st, const lk_result *res)
-{
-    if (renew) {
-        return gw__send_json(req, MHD_HTTP_OK,
-                             json_pack("{s:s, s:I, s:I}", "resource", a->resource, "token",
-                                       (json_int_t)res->token, "ttl_ms",
-                                       /* a replay reports the lease first granted */
-                                       (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : a->ttl_ms)));
-    }
-    int released = st == LK_RELEASED;
-    if (released && !res->replayed) {
-        atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
-    }
-    return gw__send_json(req, MHD_HTTP_OK,
-                         json_pack("{s:s, s:b, s:I}", "resource", a->resource, "released",
-                                   released, "holds", (json_int_t)(released ? 0 : res->holds)));
-}
-
-/* POST /unlock (renew 0) and POST /renew (renew 1): the same input, the same errors. */
-static enum MHD_Result handle_owner_call(gw_request *req, int renew)
-{
-    gw_metrics *m = &req->srv->metrics;
-    json_t *root = NULL;
-    lock_args a;
-    lk_result res;
-    lk_client *c = NULL;
-    lk_status st = LK_EINVAL;
-    enum MHD_Result result = MHD_YES;
-
-    int parsed = owner_call(req, &root, &a, renew, &c, &st, &res, &result) == 0;
-    if (renew) {
-        atomic_fetch_add(&m->renew[parsed ? renew_outcome(st, &res) : GW_REN_invalid], 1);
-    } else {
-        atomic_fetch_add(&m->release[parsed ? release_outcome(st, &res) : GW_REL_invalid], 1);
-    }
-    if (!parsed) {
-        /* the 400 is queued */
-    } else if (st == LK_RENEWED || st == LK_RELEASED || st == LK_STILL_HELD) {
-        result = answer_owner_call(req, &a, renew, st, &res);
-    } else if (st == LK_NOT_OWNER) {
-        result = not_owner(req, a.resource);
-    } else {
-        result = gw__send_lk_error(req, c, st);
-    }
-    json_decref(root);
-    return result;
-}
-
-enum MHD_Result gw__handle_unlock(gw_request *req)
-{
-    return handle_owner_call(req, 0);
-}
-
-enum MHD_Result gw__handle_renew(gw_request *req)
-{
-    return handle_owner_call(req, 1);
-}
-
 enum MHD_Result gw__handle_lock_status(gw_request *req)
 {
     lk_lock_info info;
@@ -672,9 +682,9 @@ enum MHD_Result gw__handle_lock_status(gw_request *req)
     }
     lk_client *c = gw__client(req->srv);
     lk_status st = c != NULL ? lk_lock_status(c, req->param, &info) : LK_ENOMEM;
-    note_redis(req->srv, st);
+    gw__note_redis(req->srv, st);
     if (st != LK_OK) {
-        return gw__send_lk_error(req, c, st);
+        return gw__send_lk_error(req, c != NULL ? lk_errstr(c) : NULL, st);
     }
     if (!info.locked) {
         return gw__send_json(req, MHD_HTTP_OK,

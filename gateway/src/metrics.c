@@ -175,6 +175,21 @@ char *gw__metrics_render(gw_metrics *m, size_t *len)
            "deadline (a slow or trickling client).");
     put(&b, "fencegate_request_deadline_closed_total %llu\n",
         atomic_load(&m->deadline_closed));
+    static const char *const pipelines[2] = {"redis", "storage"};
+    header(&b, "fencegate_pipeline_batches_total", "counter",
+           "Batches sent by the pipelines: Redis script calls sent as one pipeline, "
+           "token-checked writes checked in one transaction (one fsync when any is "
+           "accepted).");
+    for (int i = 0; i < 2; i++) {
+        put(&b, "fencegate_pipeline_batches_total{pipeline=\"%s\"} %llu\n", pipelines[i],
+            atomic_load(&m->pipe_batches[i]));
+    }
+    header(&b, "fencegate_pipeline_jobs_total", "counter",
+           "Calls and writes carried by those batches (jobs / batches is the mean batch).");
+    for (int i = 0; i < 2; i++) {
+        put(&b, "fencegate_pipeline_jobs_total{pipeline=\"%s\"} %llu\n", pipelines[i],
+            atomic_load(&m->pipe_jobs[i]));
+    }
     header(&b, "fencegate_token_floor_corrections_total", "counter",
            "Acquisitions that lifted the resource's Redis token counter to the floor the "
            "gateway passes (the durable ledger floor, the largest token this process handed "

@@ -27,6 +27,7 @@
  * one.
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "gw_internal.h"
@@ -157,32 +158,40 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
     }
 }
 
-enum MHD_Result gw__handle_resource_put(gw_request *req)
+/* A PUT in the pipelines: the token check goes to the Redis pipeline, then the write to the
+ * storage writer (pipe.c), with the connection suspended each time; the handler runs again
+ * after each. Freed at request completion. */
+struct gw_write_call {
+    int stage;                 /* 1: token check out; 2: write out */
+    uint64_t token;
+    const char *ctype;         /* in libmicrohttpd's connection memory, like req->param */
+    lk_call call;
+    store_write_req w;
+    gw_job job;
+};
+
+void gw__write_call_completed(gw_request *req)
+{
+    free(req->write_call);
+    req->write_call = NULL;
+}
+
+/* After the token check: refuses the write, or sends it to the storage writer. */
+static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
 {
     gw_server *srv = req->srv;
-    enum MHD_Result result = MHD_YES;
-    uint64_t token = 0;
-    const char *ctype = NULL;
-    int64_t base = 0, last_issued = 0;
-    int recent = 0;
+    uint64_t token = wc->token;
+    lk_status lst = wc->call.status;
+    int64_t base = wc->call.base, last_issued = wc->call.last;
     store_write_result wr;
 
-    if (gw__path_resource(req, &result) != 0 ||
-        read_write_headers(req, &token, &ctype, &result) != 0) {
-        count_write(srv, GW_WR_invalid);
-        return result;
-    }
-    lk_client *c = gw__client(srv);
-    lk_status lst = c != NULL ? lk_token_check(c, req->param, (int64_t)token, &base,
-                                               &last_issued, &recent)
-                              : LK_ENOMEM;
     atomic_store(&srv->metrics.redis_up, lst == LK_EUNAVAILABLE ? 0 : 1);
     if (lst != LK_OK) {
         count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
-        return gw__send_lk_error(req, c, lst);
+        return gw__send_lk_error(req, wc->call.err, lst);
     }
     memset(&wr, 0, sizeof wr);
-    if (token <= (uint64_t)base && !recent) {
+    if (token <= (uint64_t)base && !wc->call.recent) {
         /* Below the run and not among the resource's last 16 tokens: refused either way;
          * say stale when it is (highest only grows, so a concurrent write can only make
          * this answer more true). A recent token below the run was issued for this
@@ -213,9 +222,51 @@ enum MHD_Result gw__handle_resource_put(gw_request *req)
                               "lease ended; nothing was changed",
                               (unsigned long long)token, (unsigned long long)last_issued);
     }
-    store_status st = store_write(srv->st, req->param, token, req->body != NULL ? req->body : "",
-                                  req->body_len, ctype, (uint64_t)last_issued, &wr);
-    return answer_write(req, st, token, &wr);
+    wc->w.resource = req->param;
+    wc->w.token = token;
+    wc->w.data = req->body != NULL ? req->body : "";
+    wc->w.len = req->body_len;
+    wc->w.content_type = wc->ctype;
+    wc->w.last_issued = (uint64_t)last_issued;
+    wc->job.call = NULL;
+    wc->job.write = &wc->w;
+    wc->stage = 2;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(srv->writer, &wc->job);
+    return MHD_YES;
+}
+
+enum MHD_Result gw__handle_resource_put(gw_request *req)
+{
+    gw_server *srv = req->srv;
+    struct gw_write_call *wc = req->write_call;
+    enum MHD_Result result = MHD_YES;
+
+    if (wc != NULL && wc->stage == 1) {
+        return write_checked(req, wc);
+    }
+    if (wc != NULL) {
+        return answer_write(req, wc->w.status, wc->token, &wc->w.res);
+    }
+    wc = calloc(1, sizeof *wc);
+    if (wc == NULL) {
+        return MHD_NO; /* MHD closes the connection */
+    }
+    req->write_call = wc;
+    if (gw__path_resource(req, &result) != 0 ||
+        read_write_headers(req, &wc->token, &wc->ctype, &result) != 0) {
+        count_write(srv, GW_WR_invalid);
+        return result;
+    }
+    wc->call.kind = LK_CALL_TOKEN_CHECK;
+    wc->call.resource = req->param;
+    wc->call.token = (int64_t)wc->token;
+    wc->job.call = &wc->call;
+    wc->job.conn = req->conn;
+    wc->stage = 1;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(srv->pipe, &wc->job);
+    return MHD_YES;
 }
 
 enum MHD_Result gw__handle_resource_get(gw_request *req)

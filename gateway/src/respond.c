@@ -96,7 +96,7 @@ enum MHD_Result gw__send_error(gw_request *req, unsigned int status, const char 
     return gw__queue(req, status, resp);
 }
 
-enum MHD_Result gw__send_lk_error(gw_request *req, lk_client *c, lk_status st)
+enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st)
 {
     switch (st) {
     case LK_EINVAL:
@@ -109,9 +109,10 @@ enum MHD_Result gw__send_lk_error(gw_request *req, lk_client *c, lk_status st)
     case LK_EUNAVAILABLE:
     case LK_EREPLICAS:
     case LK_EREDIS:
+    case LK_ENOMEM:
         /* The reason goes to the log, not to the client: it may describe our deployment. */
         gw__log_event(req->srv->cfg, "warn", "redis: %s: %s", lk_status_name(st),
-                      c != NULL ? lk_errstr(c) : "no client");
+                      why != NULL ? why : "no client");
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "the lock service (Redis) is unavailable: %s; try again",
                               lk_status_str(st));

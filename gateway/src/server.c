@@ -603,6 +603,8 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
     gw__lock_completed(req, toe);
+    gw__owner_call_completed(req);
+    gw__write_call_completed(req);
     request_free(req);
     *req_cls = NULL;
     atomic_fetch_sub(&srv->inflight, 1);
@@ -616,6 +618,16 @@ static size_t no_unescape(void *cls, struct MHD_Connection *conn, char *s)
     (void)cls;
     (void)conn;
     return strlen(s);
+}
+
+/* The waiters' thread, then the pipelines' (a waiter's attempt may be in one). */
+static void stop_threads(gw_server *srv)
+{
+    gw__waitq_stop(srv->waitq);
+    srv->waitq = NULL;
+    gw__pipe_stop(srv->pipe);
+    gw__pipe_stop(srv->writer);
+    srv->pipe = srv->writer = NULL;
 }
 
 int gw__server_start(gw_server *srv, char *err, size_t errlen)
@@ -632,9 +644,15 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         flags |= MHD_USE_IPv6;
     }
     for (int i = 0; i < GW_FLOOR_STRIPES; i++) {
-        pthread_mutex_init(&srv->floor_mu[i], NULL);
+        pthread_mutex_init(&srv->stripes[i].mu, NULL);
+    }
+    if (gw__pipes_start(srv, err, errlen) != 0) {
+        return -1;
     }
     if (gw__waitq_start(srv, err, errlen) != 0) {
+        gw__pipe_stop(srv->pipe);
+        gw__pipe_stop(srv->writer);
+        srv->pipe = srv->writer = NULL;
         return -1;
     }
     uint16_t port = addr.ss_family == AF_INET6
@@ -643,8 +661,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     srv->conns = calloc(1, sizeof *srv->conns);
     if (srv->conns == NULL) {
         snprintf(err, errlen, "out of memory");
-        gw__waitq_stop(srv->waitq);
-        srv->waitq = NULL;
+        stop_threads(srv);
         return -1;
     }
     pthread_mutex_init(&srv->conns->mu, NULL);
@@ -662,8 +679,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "cannot serve on %s (address in use or not permitted?)",
                  srv->cfg->listen);
         conns_free(srv);
-        gw__waitq_stop(srv->waitq);
-        srv->waitq = NULL;
+        stop_threads(srv);
         return -1;
     }
     if (pthread_create(&srv->conns->reaper, NULL, reaper_main, srv->conns) != 0) {
@@ -671,8 +687,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         MHD_stop_daemon(srv->daemon);
         srv->daemon = NULL;
         conns_free(srv);
-        gw__waitq_stop(srv->waitq);
-        srv->waitq = NULL;
+        stop_threads(srv);
         return -1;
     }
     srv->conns->reaper_started = 1;
@@ -686,8 +701,8 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
  *   3. wait until no request is in flight, up to drain_ms;
  *   4. the request deadline reaper stops; MHD_stop_daemon() closes idle keep-alive
  *      connections and joins the pool threads,
- *      whose exit closes their lk_clients; then the waiters' thread stops. No connection is
- *      suspended by then (MHD forbids stopping with one). */
+ *      whose exit closes their lk_clients; then the waiters' thread stops, then the Redis
+ *      pipeline's. No connection is suspended by then (MHD forbids stopping with one). */
 int gw__server_stop(gw_server *srv, int drain_ms)
 {
     atomic_store(&srv->shutting_down, 1);
@@ -708,7 +723,6 @@ int gw__server_stop(gw_server *srv, int drain_ms)
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
     conns_free(srv);
-    gw__waitq_stop(srv->waitq);
-    srv->waitq = NULL;
+    stop_threads(srv);
     return 0;
 }

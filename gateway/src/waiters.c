@@ -14,8 +14,8 @@
  * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
  * resource's queue from its first HELD answer until its wait ends, woken or not, so waking
  * "the first parked waiter" follows arrival order. A fair waiter takes its place while its
- * first attempt still holds the resource's floor stripe lock (locks.c), so the local order
- * of fair waiters is their order in the Redis queue.
+ * first attempt's answer is in and its resource's floor stripe is still busy (locks.c), so
+ * the local order of fair waiters is their order in the Redis queue.
  *
  * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll; a
  * short-lived thread reconnects the subscriber when it is down, so a slow connect never
@@ -31,7 +31,7 @@
  *
  * Missed wake-ups. A release between a waiter's attempt and its parking would wake nobody.
  * Each resource therefore counts the events that may have freed it (its epoch: release
- * messages and subscription confirmations). A waiter records the epoch before its attempt
+ * messages, subscription confirmations and its expiry timer firing). A waiter records the epoch before its attempt
  * and parks only if it has not moved; otherwise it tries again at once. A new subscription
  * (or a resubscription after the subscriber connection dropped, when messages were lost)
  * wakes one waiter when Redis confirms it. If the subscriber is down, the expiry timer and
@@ -416,6 +416,10 @@ static void fire_timers(gw_waitq *wq)
         timer_cancel(wq, t);
         if (t->kind == TIMER_EXPIRY) {
             gw_wres *r = (gw_wres *)((char *)t - offsetof(gw_wres, expiry));
+            /* A lease running out may free the lock as a release does: a waiter whose
+             * attempt is out now (not parked, so wake_one passes it by) must look again
+             * rather than park on a hint that is already over. */
+            r->epoch++;
             wake_one(wq, r, GW_WAKE_EXPIRY);
         } else {
             gw_waiter *w = (gw_waiter *)((char *)t - offsetof(gw_waiter, timer));

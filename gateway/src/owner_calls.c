@@ -1,0 +1,181 @@
+/*
+ * POST /unlock and POST /renew: the same input ({"resource", "owner"}, ttl_ms when renewing,
+ * the Idempotency-Key header), the same errors. The first pass of the handler parses the
+ * body and sends the call to the Redis pipeline (pipe.c) with the connection suspended; the
+ * pass after the resume answers.
+ *
+ * A 503 means the outcome is unknown (Redis did not answer in time, or the connection
+ * dropped after the script was sent): the hold may or may not have been released or renewed.
+ * A retry with the same Idempotency-Key replays the first answer instead of acting twice.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_internal.h"
+
+typedef gw_lock_args lock_args; /* see gw_internal.h */
+
+int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
+                   enum MHD_Result *result)
+{
+    memset(a, 0, sizeof *a);
+    if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+        gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
+        (renew && gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS,
+                                LK_LEASE_MAX_MS, &a->ttl_ms, result) != 0) ||
+        gw__idempotency_key(req, &a->idem_key, result) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* An /unlock or /renew in the pipeline: its parsed body (the names point into it) and its
+ * call. Freed at request completion. */
+struct gw_owner_call {
+    json_t *root;
+    lock_args a;
+    int renew;
+    lk_call call;
+    gw_job job;
+};
+
+void gw__owner_call_completed(gw_request *req)
+{
+    if (req->owner_call != NULL) {
+        json_decref(req->owner_call->root);
+        free(req->owner_call);
+        req->owner_call = NULL;
+    }
+}
+
+/* Reads {"resource", "owner"} (both required), ttl_ms when renewing, and the
+ * Idempotency-Key, then sends lk_renew (renew) or lk_release to the pipeline with the
+ * connection suspended. Returns 0, or -1 after queuing the 400 (or, without memory, with
+ * *result MHD_NO). */
+static int owner_call_start(gw_request *req, int renew, enum MHD_Result *result)
+{
+    struct gw_owner_call *oc = calloc(1, sizeof *oc);
+    if (oc == NULL) {
+        *result = MHD_NO; /* MHD closes the connection */
+        return -1;
+    }
+    req->owner_call = oc; /* freed at completion, whatever happens next */
+    oc->renew = renew;
+    if (gw__parse_object(req, &oc->root, result) != 0 ||
+        gw__owner_args(req, oc->root, renew, &oc->a, result) != 0) {
+        return -1;
+    }
+    oc->call.kind = renew ? LK_CALL_RENEW : LK_CALL_RELEASE;
+    oc->call.resource = oc->a.resource;
+    oc->call.owner = oc->a.owner;
+    oc->call.idem_key = oc->a.idem_key;
+    oc->call.lease_ms = oc->a.ttl_ms;
+    oc->job.call = &oc->call;
+    oc->job.conn = req->conn;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(req->srv->pipe, &oc->job);
+    *result = MHD_YES;
+    return 0;
+}
+
+static enum MHD_Result not_owner(gw_request *req, const char *resource)
+{
+    return gw__send_error(req, MHD_HTTP_CONFLICT, "not_owner",
+                          json_pack("{s:s}", "resource", resource),
+                          "this owner does not hold %s (it expired or belongs to someone else)",
+                          resource);
+}
+
+static gw_release_outcome release_outcome(lk_status st, const lk_result *res)
+{
+    if ((st == LK_RELEASED || st == LK_STILL_HELD) && res->replayed) {
+        return GW_REL_replayed;
+    }
+    switch (st) {
+    case LK_RELEASED: return GW_REL_released;
+    case LK_STILL_HELD: return GW_REL_still_held;
+    case LK_NOT_OWNER: return GW_REL_not_owner;
+    case LK_EUNAVAILABLE: return GW_REL_unavailable;
+    case LK_EIDEMPOTENCY: return GW_REL_idempotency_conflict;
+    case LK_EINVAL: return GW_REL_invalid;
+    default: return GW_REL_error;
+    }
+}
+
+static gw_renew_outcome renew_outcome(lk_status st, const lk_result *res)
+{
+    switch (st) {
+    case LK_RENEWED: return res->replayed ? GW_REN_replayed : GW_REN_renewed;
+    case LK_NOT_OWNER: return GW_REN_not_owner;
+    case LK_EUNAVAILABLE: return GW_REN_unavailable;
+    case LK_EIDEMPOTENCY: return GW_REN_idempotency_conflict;
+    case LK_EINVAL: return GW_REN_invalid;
+    default: return GW_REN_error;
+    }
+}
+
+/* The 200 answers: {"resource", "released", "holds"} for /unlock and
+ * {"resource", "token", "ttl_ms"} for /renew. */
+static enum MHD_Result answer_owner_call(gw_request *req, const lock_args *a, int renew,
+                                         lk_status st, const lk_result *res)
+{
+    if (renew) {
+        return gw__send_json(req, MHD_HTTP_OK,
+                             json_pack("{s:s, s:I, s:I}", "resource", a->resource, "token",
+                                       (json_int_t)res->token, "ttl_ms",
+                                       /* a replay reports the lease first granted */
+                                       (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : a->ttl_ms)));
+    }
+    int released = st == LK_RELEASED;
+    if (released && !res->replayed) {
+        atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
+    }
+    return gw__send_json(req, MHD_HTTP_OK,
+                         json_pack("{s:s, s:b, s:I}", "resource", a->resource, "released",
+                                   released, "holds", (json_int_t)(released ? 0 : res->holds)));
+}
+
+/* POST /unlock (renew 0) and POST /renew (renew 1): the same input, the same errors. The
+ * first pass parses and sends the call; the pass after the resume answers. */
+static enum MHD_Result handle_owner_call(gw_request *req, int renew)
+{
+    gw_metrics *m = &req->srv->metrics;
+    struct gw_owner_call *oc = req->owner_call;
+    enum MHD_Result result = MHD_YES;
+
+    if (oc == NULL) {
+        if (owner_call_start(req, renew, &result) != 0) {
+            if (renew) {
+                atomic_fetch_add(&m->renew[GW_REN_invalid], 1);
+            } else {
+                atomic_fetch_add(&m->release[GW_REL_invalid], 1);
+            }
+        }
+        return result;
+    }
+    lk_status st = oc->call.status;
+    const lk_result *res = &oc->call.res;
+    gw__note_redis(req->srv, st);
+    if (renew) {
+        atomic_fetch_add(&m->renew[renew_outcome(st, res)], 1);
+    } else {
+        atomic_fetch_add(&m->release[release_outcome(st, res)], 1);
+    }
+    if (st == LK_RENEWED || st == LK_RELEASED || st == LK_STILL_HELD) {
+        return answer_owner_call(req, &oc->a, renew, st, res);
+    }
+    if (st == LK_NOT_OWNER) {
+        return not_owner(req, oc->a.resource);
+    }
+    return gw__send_lk_error(req, oc->call.err, st);
+}
+
+enum MHD_Result gw__handle_unlock(gw_request *req)
+{
+    return handle_owner_call(req, 0);
+}
+
+enum MHD_Result gw__handle_renew(gw_request *req)
+{
+    return handle_owner_call(req, 1);
+}

@@ -1,0 +1,230 @@
+/*
+ * Pipelines: the Redis pipeline and the storage writer. A request's handler suspends its
+ * connection and submits a job; a pipeline thread takes whatever jobs are queued, runs them
+ * as one batch, runs each job's completion, and resumes each connection; the handler then
+ * runs again and answers.
+ *
+ * The Redis pipeline runs every acquire, release, renew and token check of every server
+ * thread: GW_PIPE_THREADS threads, each with its own connection, send each batch as one
+ * pipeline (lk_call_many()). Under appendfsync always Redis fsyncs once per pass of its
+ * event loop, so its throughput comes from commands in flight; server threads that each
+ * waited for one reply kept at most one command each in flight. Here a batch carries every
+ * request waiting, no server thread sleeps on Redis, and with two threads one batch is sent
+ * while the other waits for its fsync.
+ *
+ * The storage writer runs every token-checked write: one thread hands each batch to
+ * store_write_many(), which commits it with one fsync. Server threads that each waited in
+ * store_write() filled a group commit with at most one write each.
+ *
+ * Failures: a Redis batch whose connection fails answers each job EUNAVAILABLE
+ * (lk_call_many: the outcome of each is unknown) and the next batch reconnects; while the
+ * breaker (lk_breaker, shared with the server threads' clients) is open, every job fails
+ * fast. A failed commit answers every write of it with the error, and nothing of it is
+ * acknowledged (storage.h). A job is always completed, so no connection stays suspended: at
+ * shutdown the threads drain their queue before they exit, and the server stops them only
+ * after every request has completed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "gw_internal.h"
+
+/* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
+#define GW_PIPE_BATCH 256
+
+/* A kind of pipeline: what each thread keeps, and how it runs a batch. */
+typedef struct pipe_kind {
+    int metric;                          /* index in gw_metrics.pipe_batches */
+    void *(*open)(gw_server *srv);
+    void (*close)(void *state);
+    void (*run)(gw_server *srv, void *state, gw_job **jobs, size_t n);
+} pipe_kind;
+
+struct gw_pipe {
+    gw_server *srv;
+    const pipe_kind *kind;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gw_job *head, *tail;
+    int stopping;
+    int started;
+    pthread_t threads[GW_PIPE_THREADS];
+};
+
+void gw__pipe_submit(gw_pipe *p, gw_job *job)
+{
+    job->next = NULL;
+    pthread_mutex_lock(&p->mu);
+    if (p->tail != NULL) {
+        p->tail->next = job;
+    } else {
+        p->head = job;
+    }
+    p->tail = job;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Takes up to GW_PIPE_BATCH jobs; 0 when stopping and nothing is left. */
+static size_t take_batch(gw_pipe *p, gw_job **batch)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&p->mu);
+    while (p->head == NULL && !p->stopping) {
+        pthread_cond_wait(&p->cv, &p->mu);
+    }
+    while (p->head != NULL && n < GW_PIPE_BATCH) {
+        batch[n++] = p->head;
+        p->head = p->head->next;
+    }
+    if (p->head == NULL) {
+        p->tail = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static void *pipe_main(void *arg)
+{
+    gw_pipe *p = arg;
+    gw_job *batch[GW_PIPE_BATCH];
+    void *state = p->kind->open(p->srv);
+    size_t n;
+
+    while ((n = take_batch(p, batch)) > 0) {
+        if (state == NULL) {
+            state = p->kind->open(p->srv); /* out of memory last time: try again */
+        }
+        atomic_fetch_add(&p->srv->metrics.pipe_batches[p->kind->metric], 1);
+        atomic_fetch_add(&p->srv->metrics.pipe_jobs[p->kind->metric], n);
+        p->kind->run(p->srv, state, batch, n);
+        for (size_t i = 0; i < n; i++) {
+            /* Read before done(): once resumed, or handed on, the request may complete and
+             * free the job. */
+            struct MHD_Connection *conn = batch[i]->conn;
+            int resume = batch[i]->done != NULL ? batch[i]->done(batch[i]) : 1;
+            if (resume && conn != NULL) {
+                MHD_resume_connection(conn);
+            }
+        }
+    }
+    p->kind->close(state);
+    return NULL;
+}
+
+/* ---- The Redis pipeline ------------------------------------------------------------- */
+
+static void *redis_open(gw_server *srv)
+{
+    lk_client *c = NULL;
+    /* EUNAVAILABLE still gives a handle: every batch tries to connect again. */
+    lk_client_open(&c, srv->cfg->redis_url, &srv->lk_opts);
+    return c;
+}
+
+static void redis_close(void *state)
+{
+    lk_client_close(state);
+}
+
+static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    lk_call *calls[GW_PIPE_BATCH];
+    (void)srv;
+    for (size_t i = 0; i < n; i++) {
+        calls[i] = jobs[i]->call;
+    }
+    if (state != NULL) {
+        lk_call_many(state, calls, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        calls[i]->status = LK_ENOMEM;
+        snprintf(calls[i]->err, sizeof calls[i]->err, "cannot create a Redis client");
+    }
+}
+
+static const pipe_kind redis_kind = {0, redis_open, redis_close, redis_run};
+
+/* ---- The storage writer ------------------------------------------------------------- */
+
+static void *store_open_state(gw_server *srv)
+{
+    (void)srv;
+    return NULL;
+}
+
+static void store_close_state(void *state)
+{
+    (void)state;
+}
+
+static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    store_write_req *writes[GW_PIPE_BATCH];
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        writes[i] = jobs[i]->write;
+    }
+    store_write_many(srv->st, writes, n);
+}
+
+static const pipe_kind store_kind = {1, store_open_state, store_close_state, store_run};
+
+/* ---- Start and stop ------------------------------------------------------------------- */
+
+static gw_pipe *pipe_start(gw_server *srv, const pipe_kind *kind, int threads, char *err,
+                           size_t errlen)
+{
+    gw_pipe *p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    p->srv = srv;
+    p->kind = kind;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    for (int i = 0; i < threads; i++) {
+        if (pthread_create(&p->threads[i], NULL, pipe_main, p) != 0) {
+            snprintf(err, errlen, "cannot start the pipeline threads");
+            gw__pipe_stop(p);
+            return NULL;
+        }
+        p->started++;
+    }
+    return p;
+}
+
+int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
+{
+    srv->pipe = pipe_start(srv, &redis_kind, GW_PIPE_THREADS, err, errlen);
+    if (srv->pipe == NULL) {
+        return -1;
+    }
+    srv->writer = pipe_start(srv, &store_kind, 1, err, errlen);
+    if (srv->writer == NULL) {
+        gw__pipe_stop(srv->pipe);
+        srv->pipe = NULL;
+        return -1;
+    }
+    return 0;
+}
+
+void gw__pipe_stop(gw_pipe *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->started; i++) {
+        pthread_join(p->threads[i], NULL);
+    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}

@@ -1,0 +1,300 @@
+/*
+ * Many clients at once, end to end against the real fencegate and redis-server: the Redis
+ * pipeline and the storage writer (gateway/src/pipe.c) batch their requests, and each must
+ * still get its own, correct answer. Client threads start together behind a barrier so that
+ * their requests share batches.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gw_test.h"
+#include "harness.h"
+
+#define CLIENTS 32
+
+typedef struct conc_state {
+    th_redis redis;
+    gwt_proc gw;
+} conc_state;
+
+static int group_setup(void **state)
+{
+    conc_state *s = calloc(1, sizeof *s);
+    th_redis_start(&s->redis, 1, NULL); /* appendfsync always: the slow, batched case */
+    gwt_start(&s->gw, s->redis.url, NULL, NULL);
+    *state = s;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    conc_state *s = *state;
+    int rc = gwt_stop(&s->gw);
+    th_redis_stop(&s->redis);
+    free(s);
+    return rc == 0 ? 0 : -1; /* a sanitizer report or a failed shutdown fails the group */
+}
+
+typedef struct client {
+    const gwt_proc *gw;
+    pthread_barrier_t *start;
+    char path[64];
+    char body[256];
+    const char *header;          /* one extra "Name: value" header, or NULL */
+    gwt_resp r;
+} client;
+
+static void *client_main(void *arg)
+{
+    client *c = arg;
+    const char *headers[2] = {c->header, NULL};
+    pthread_barrier_wait(c->start);
+    gwt_http(c->gw, c->path[0] == '/' && strncmp(c->path, "/resources/", 11) == 0 ? "PUT"
+                                                                                 : "POST",
+             c->path, headers, c->body, strlen(c->body), 0, &c->r);
+    return NULL;
+}
+
+/* Runs n clients at once and waits for all of them. */
+static void run_clients(client *c, int n)
+{
+    pthread_t t[CLIENTS];
+    pthread_barrier_t start;
+    pthread_barrier_init(&start, NULL, (unsigned)n);
+    for (int i = 0; i < n; i++) {
+        c[i].start = &start;
+        assert_int_equal(pthread_create(&t[i], NULL, client_main, &c[i]), 0);
+    }
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+    }
+    pthread_barrier_destroy(&start);
+}
+
+/* Asserts that GET path answers 200 with the value "<prefix><n>". */
+static void assert_value(const gwt_proc *gw, const char *path, const char *prefix, int n)
+{
+    gwt_resp r;
+    char want[64];
+    gwt_get(gw, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    snprintf(want, sizeof want, "%s%d", prefix, n);
+    assert_int_equal(r.len, strlen(want));
+    assert_memory_equal(r.body, want, r.len);
+    gwt_resp_free(&r);
+}
+
+/* The value of the metric line starting with `name` (with its labels), or -1. */
+static long long metric(const gwt_proc *gw, const char *name)
+{
+    gwt_resp r;
+    long long v = -1;
+    gwt_get(gw, "/metrics", &r);
+    gwt_assert_status(&r, 200, NULL);
+    for (const char *p = r.body; p != NULL && *p != '\0'; p = strchr(p, '\n')) {
+        p += *p == '\n';
+        if (strncmp(p, name, strlen(name)) == 0 && p[strlen(name)] == ' ') {
+            v = strtoll(p + strlen(name) + 1, NULL, 10);
+            break;
+        }
+    }
+    gwt_resp_free(&r);
+    return v;
+}
+
+/* 32 clients lock 32 resources at once: all get the lock, with 32 different owners; then
+ * 32 token-checked writes at once are all accepted (version 1), and 32 unlocks release. */
+static void test_many_resources_at_once_each_get_their_answer(void **state)
+{
+    conc_state *s = *state;
+    client c[CLIENTS];
+    char owner[CLIENTS][64], token[CLIENTS][48];
+    long long tokens[CLIENTS];
+
+    long long batches = metric(&s->gw, "fencegate_pipeline_batches_total{pipeline=\"redis\"}");
+    long long jobs = metric(&s->gw, "fencegate_pipeline_jobs_total{pipeline=\"redis\"}");
+    long long wbatches = metric(&s->gw, "fencegate_pipeline_batches_total{pipeline=\"storage\"}");
+    long long wjobs = metric(&s->gw, "fencegate_pipeline_jobs_total{pipeline=\"storage\"}");
+    assert_true(batches >= 0 && jobs >= 0 && wbatches >= 0 && wjobs >= 0);
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < CLIENTS; i++) {
+        c[i].gw = &s->gw;
+        snprintf(c[i].path, sizeof c[i].path, "/lock");
+        snprintf(c[i].body, sizeof c[i].body, "{\"resource\":\"conc.r%d\",\"ttl_ms\":30000}", i);
+    }
+    run_clients(c, CLIENTS);
+    for (int i = 0; i < CLIENTS; i++) {
+        gwt_assert_status(&c[i].r, 200, NULL);
+        tokens[i] = gwt_int(&c[i].r, "token");
+        snprintf(owner[i], sizeof owner[i], "%s", gwt_str(&c[i].r, "owner"));
+        assert_true(tokens[i] > 0); /* tokens are per resource: equal ones may differ in it */
+        for (int j = 0; j < i; j++) {
+            assert_string_not_equal(owner[j], owner[i]);
+        }
+        char want[32];
+        snprintf(want, sizeof want, "conc.r%d", i);
+        assert_string_equal(gwt_str(&c[i].r, "resource"), want);
+        gwt_resp_free(&c[i].r);
+    }
+
+    for (int i = 0; i < CLIENTS; i++) {
+        snprintf(c[i].path, sizeof c[i].path, "/resources/conc.r%d", i);
+        snprintf(c[i].body, sizeof c[i].body, "value of %d", i);
+        snprintf(token[i], sizeof token[i], "Fencing-Token: %lld", tokens[i]);
+        c[i].header = token[i];
+    }
+    run_clients(c, CLIENTS);
+    for (int i = 0; i < CLIENTS; i++) {
+        gwt_assert_status(&c[i].r, 200, NULL);
+        assert_int_equal(gwt_int(&c[i].r, "token"), tokens[i]);
+        assert_int_equal(gwt_int(&c[i].r, "version"), 1);
+        gwt_resp_free(&c[i].r);
+        assert_value(&s->gw, c[i].path, "value of ", i);
+    }
+
+    for (int i = 0; i < CLIENTS; i++) {
+        snprintf(c[i].path, sizeof c[i].path, "/unlock");
+        snprintf(c[i].body, sizeof c[i].body, "{\"resource\":\"conc.r%d\",\"owner\":\"%s\"}", i,
+                 owner[i]);
+        c[i].header = NULL;
+    }
+    run_clients(c, CLIENTS);
+    for (int i = 0; i < CLIENTS; i++) {
+        gwt_assert_status(&c[i].r, 200, NULL);
+        assert_true(json_is_true(json_object_get(c[i].r.json, "released")));
+        gwt_resp_free(&c[i].r);
+    }
+
+    /* 96 Redis calls (32 locks, token checks and unlocks) and 32 writes went through the
+     * pipelines, and requests that arrived together shared batches. */
+    long long batches_now =
+        metric(&s->gw, "fencegate_pipeline_batches_total{pipeline=\"redis\"}") - batches;
+    long long jobs_now = metric(&s->gw, "fencegate_pipeline_jobs_total{pipeline=\"redis\"}") - jobs;
+    long long wbatches_now =
+        metric(&s->gw, "fencegate_pipeline_batches_total{pipeline=\"storage\"}") - wbatches;
+    long long wjobs_now =
+        metric(&s->gw, "fencegate_pipeline_jobs_total{pipeline=\"storage\"}") - wjobs;
+    print_message("redis: %lld calls in %lld batches; storage: %lld writes in %lld batches\n",
+                  jobs_now, batches_now, wjobs_now, wbatches_now);
+    assert_int_equal(jobs_now, 3 * CLIENTS);
+    assert_true(batches_now < jobs_now);
+    assert_int_equal(wjobs_now, CLIENTS);
+    assert_true(wbatches_now < wjobs_now);
+}
+
+/* 32 clients try one free resource at once, without waiting: their attempts queue on the
+ * resource's stripe and run one after the other, so exactly one gets it and 31 hear 409
+ * locked. Then 31 writes with a forged token race the winner's: only the winner's lands. */
+static void test_one_resource_at_once_has_one_winner(void **state)
+{
+    conc_state *s = *state;
+    client c[CLIENTS];
+    int winners = 0, winner = -1;
+
+    memset(c, 0, sizeof c);
+    for (int i = 0; i < CLIENTS; i++) {
+        c[i].gw = &s->gw;
+        snprintf(c[i].path, sizeof c[i].path, "/lock");
+        snprintf(c[i].body, sizeof c[i].body,
+                 "{\"resource\":\"conc.one\",\"owner\":\"o%d\",\"ttl_ms\":30000}", i);
+    }
+    run_clients(c, CLIENTS);
+    for (int i = 0; i < CLIENTS; i++) {
+        if (c[i].r.status == 200) {
+            winners++;
+            winner = i;
+        } else {
+            gwt_assert_status(&c[i].r, 409, "locked");
+        }
+    }
+    assert_int_equal(winners, 1);
+    long long token = gwt_int(&c[winner].r, "token");
+    for (int i = 0; i < CLIENTS; i++) {
+        gwt_resp_free(&c[i].r);
+    }
+
+    /* A token above the last issued is forged: 403, and it moves nothing. */
+    char good[48], forged[48];
+    snprintf(good, sizeof good, "Fencing-Token: %lld", token);
+    snprintf(forged, sizeof forged, "Fencing-Token: %lld", token + 1000);
+    for (int i = 0; i < CLIENTS; i++) {
+        snprintf(c[i].path, sizeof c[i].path, "/resources/conc.one");
+        snprintf(c[i].body, sizeof c[i].body, "write %d", i);
+        c[i].header = i == winner ? good : forged;
+    }
+    run_clients(c, CLIENTS);
+    for (int i = 0; i < CLIENTS; i++) {
+        gwt_assert_status(&c[i].r, i == winner ? 200 : 403, i == winner ? NULL : "unknown_token");
+        gwt_resp_free(&c[i].r);
+    }
+    assert_value(&s->gw, "/resources/conc.one", "write ", winner);
+}
+
+/* Sends a whole POST /lock on a raw socket and closes it without reading the answer. */
+static void lock_and_hang_up(const gwt_proc *gw, const char *body)
+{
+    char req[512];
+    struct sockaddr_in addr;
+    int n = snprintf(req, sizeof req,
+                     "POST /lock HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     strlen(body), body);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)gw->port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(send(fd, req, (size_t)n, 0), n);
+    close(fd);
+}
+
+/* A client that hangs up while its (non-waiting) /lock is in the pipeline keeps no lock: the
+ * attempt is suspended meanwhile, unseen by libmicrohttpd, and an answer written to the
+ * closed socket can still complete "OK", so the gateway looks at the socket when the answer
+ * is in and gives the hold back. Redis is paused (CLIENT PAUSE) so that the hang-up surely
+ * comes first; the 60 s lease would otherwise keep the lock for the whole test. */
+static void test_hang_up_during_attempt_keeps_no_lock(void **state)
+{
+    conc_state *s = *state;
+    long long abandoned =
+        metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}");
+
+    th_redis_cmd(&s->redis, NULL, 0, "CLIENT PAUSE 700 WRITE");
+    lock_and_hang_up(&s->gw, "{\"resource\":\"conc.gone\",\"owner\":\"gone\",\"ttl_ms\":60000}");
+    int64_t deadline = th_now_ms() + 10000;
+    while (metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}") == abandoned &&
+           th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_int_equal(metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}"),
+                     abandoned + 1);
+    gwt_resp r;
+    gwt_get(&s->gw, "/locks/conc.gone", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    gwt_resp_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_many_resources_at_once_each_get_their_answer),
+        cmocka_unit_test(test_one_resource_at_once_has_one_winner),
+        cmocka_unit_test(test_hang_up_during_attempt_keeps_no_lock),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
