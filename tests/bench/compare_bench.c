@@ -400,13 +400,20 @@ static void target(const char *what, int known, const char *shown, int met)
     printf("  %-58s %-24s %s\n", what, shown, !known ? "no figure" : met ? "met" : "missed");
 }
 
+/* A row a target may use: measured, with no failed request. A row whose requests failed
+ * (a broken script call, say) gives "no figure", never a ratio that reads as met. */
+static const row *clean(const row *r)
+{
+    return r != NULL && r->r.failures == 0 && r->r.rate > 0 ? r : NULL;
+}
+
 static void print_targets(const bench *b, const pass_stats *ps)
 {
     const char *aof = ps->aof;
-    const row *gw = find(b, aof, K_GW, 64), *raw = find(b, aof, K_RAW, 64);
-    const row *etcd = find(b, aof, K_ETCD, 64), *gwc = find(b, aof, K_GWC, 64);
-    const row *etcdc = find(b, aof, K_ETCDC, 64), *w1 = find(b, aof, K_PUT, 1);
-    const row *w64 = find(b, aof, K_PUT, 64);
+    const row *gw = clean(find(b, aof, K_GW, 64)), *raw = clean(find(b, aof, K_RAW, 64));
+    const row *etcd = clean(find(b, aof, K_ETCD, 64)), *gwc = clean(find(b, aof, K_GWC, 64));
+    const row *etcdc = clean(find(b, aof, K_ETCDC, 64)), *w1 = clean(find(b, aof, K_PUT, 1));
+    const row *w64 = clean(find(b, aof, K_PUT, 64));
     char shown[64];
     double x;
 

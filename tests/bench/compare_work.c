@@ -242,8 +242,8 @@ static int raw_next(void *vctx, int conn, void *vstate, char *buf, size_t cap,
 {
     const cw_ctx *ctx = vctx;
     cw_state *st = vstate;
-    char resource[96], owner[40], lock[128], fence[128], idem[128], base[128], channel[128];
-    char lease[16];
+    char resource[96], owner[40], lock[128], fence[128], idem[128], base[128], recent[128];
+    char channel[128], lease[16];
 
     /* The keys of lk__key()/lk_channel_name() and the arguments of lk_acquire/lk_release
      * without an idempotency key: the idem key is declared but unused, its TTL "0". */
@@ -255,10 +255,11 @@ static int raw_next(void *vctx, int conn, void *vstate, char *buf, size_t cap,
         *starts_unit = 1;
         snprintf(fence, sizeof fence, "fg:{%s}:fence", resource);
         snprintf(base, sizeof base, "fg:{%s}:base", resource);
+        snprintf(recent, sizeof recent, "fg:{%s}:recent", resource);
         snprintf(lease, sizeof lease, "%d", CW_LEASE_MS);
-        const char *argv[] = {"EVALSHA", ctx->sha_acquire, "4", lock, fence, idem, base,
-                              owner, lease, "0", "0"};
-        return resp_command(buf, cap, 11, argv);
+        const char *argv[] = {"EVALSHA", ctx->sha_acquire, "5", lock, fence, idem, base,
+                              recent, owner, lease, "0", "0"};
+        return resp_command(buf, cap, 12, argv);
     }
     snprintf(channel, sizeof channel, "fg:{%s}:released", resource);
     const char *argv[] = {"EVALSHA", ctx->sha_release, "2", lock, idem, owner, "0", channel};
