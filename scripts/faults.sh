@@ -8,7 +8,7 @@
 # few minutes at most. --full runs each scenario longer with more faults (10 gateway kills,
 # 5 Redis kills, 5 total losses, 40 script flushes, 5 each of DEBUG SLEEP, CLIENT PAUSE, -BUSY,
 # SIGSTOP of Redis and the ambiguous unlock retry, 3 -OOM episodes) through
-# tests/faults/run_scenario.sh.
+# tests/faults/run_scenario.sh, then every libFuzzer target for 60 s (scripts/fuzz.sh).
 # BUILD_DIR defaults to build; pass build-asan (configured with -DFENCEGATE_SANITIZE=ON) to
 # run the gateway under ASan and UBSan. Exits non-zero on the first failing scenario.
 set -euo pipefail
@@ -43,3 +43,11 @@ for scenario in pause steal gateway_kill redis_kill redis_auth redis_loss script
         "$dir/tests/faults/fg_workload" "$dir/tests/faults/fg_checker"
 done
 echo "=== all fault scenarios passed (full)"
+# The full suite also fuzzes every libFuzzer target for 60 s (clang-14, its own
+# build-fuzz/ tree); FG_FAULTS_FUZZ_S changes the time, 0 skips it.
+fuzz_s=${FG_FAULTS_FUZZ_S:-60}
+if [ "$fuzz_s" != 0 ]; then
+    echo "=== fuzzing every target for $fuzz_s s"
+    bash scripts/fuzz.sh "$fuzz_s"
+fi
+echo "=== the full suite passed"

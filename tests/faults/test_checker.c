@@ -294,6 +294,22 @@ static void test_strict_leases_overlap_is_hard(void **state)
     assert_int_equal(res.hard, 1);
 }
 
+/* An unlock answered 503 (Redis died after running it) may have released the lock: a grant
+ * to another owner after it started is no overlap, even when strict (a grant before it is,
+ * test_strict_leases_overlap_is_hard). */
+static void test_unlock_503_ends_the_window(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+                             "w0\tunlock\tr\t20\t40\t503\tbackend_unavailable\t1\t0\tw0-1\t0"
+                             "\t0\t-\t-",
+                             "w1\tlock\tr\t30\t50\t200\t-\t2\t0\tw1-1\t1000\t0\t-\t-", NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(h, &strict);
+    assert_int_equal(res.violations[7], 0);
+    assert_int_equal(res.hard, 0);
+}
+
 static void test_final_read_older_than_last_ack(void **state)
 {
     (void)state;
@@ -427,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_takeover_inside_renewed_lease),
         cmocka_unit_test(test_takeover_wait_too_short_is_not_judged),
         cmocka_unit_test(test_strict_leases_overlap_is_hard),
+        cmocka_unit_test(test_unlock_503_ends_the_window),
         cmocka_unit_test(test_final_read_older_than_last_ack),
         cmocka_unit_test(test_read_of_refused_write),
         cmocka_unit_test(test_read_of_unknown_outcome_write_passes),

@@ -41,6 +41,7 @@
  *                        with a herd_done mark.
  * In pause, pause_locked and steal the late write must be 409 stale_token and the renew and
  * unlock 409 not_owner (the checker's invariant 4).
+ * This file holds the clients' behaviour; their requests and history lines are wl_client.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -60,12 +61,10 @@
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 
-#include "history.h"
+#include "wl_client.h"
 
-#define RESOURCES 3
 #define WORKERS 4
 #define CONTENDERS 2
-#define CURL_GRACE_MS 6000        /* a request may take wait_ms + 5 s; we give up 1 s later */
 #define FORGED_TOKEN 4000000000000000LL
 #define LOCKED_HOLD_MS 15000 /* pause_locked: the next holder's lease, past the late ops */
 #define LOCKED_LATE_MS 10000 /* pause_locked: how long it waits for them */
@@ -75,56 +74,6 @@
 #define HERD_TTL_MS 1000     /* herd: the lease of a waiter that got the lock */
 #define HERD_HOLD_MS 50      /* herd: how long the holder keeps the lock each time */
 
-typedef enum run_mode {
-    MODE_NONE,
-    MODE_PAUSE,
-    MODE_PAUSE_LOCKED,
-    MODE_STEAL,
-    MODE_WATCHDOG,
-    MODE_HERD
-} run_mode;
-
-typedef struct conf {
-    const char *url;
-    const char *prefix;
-    long ops;         /* lock attempts per process */
-    int64_t deadline; /* CLOCK_MONOTONIC ns */
-    run_mode mode;
-    int redis_port;
-    const char *redis_password;
-    long herd_waiters;
-    int64_t herd_deadline; /* CLOCK_MONOTONIC ns, set when the run starts */
-    char stop_path[512];   /* the run ends early once this file exists */
-} conf;
-
-typedef struct client {
-    char name[16];
-    CURL *curl;
-    int fd;
-    uint64_t rng;
-    long seq;
-    long long last_token[RESOURCES]; /* contenders: the last token granted, for stale writes */
-} client;
-
-typedef struct reply {
-    char body[4096];
-    size_t len;
-    long long header_token;
-    long long etag;
-} reply;
-
-static uint64_t next_rand(client *c)
-{
-    c->rng ^= c->rng << 13;
-    c->rng ^= c->rng >> 7;
-    c->rng ^= c->rng << 17;
-    return c->rng;
-}
-
-static long rand_between(client *c, long lo, long hi)
-{
-    return lo + (long)(next_rand(c) % (uint64_t)(hi - lo + 1));
-}
 
 /* True while the run should go on: within its limits and no stop file yet. */
 static int running(const conf *cf, long i)
@@ -132,233 +81,9 @@ static int running(const conf *cf, long i)
     return i < cf->ops && fh_now_ns() < cf->deadline && access(cf->stop_path, F_OK) != 0;
 }
 
-/* After an operation that got no answer or a 503, a short pause, so a client does not burn
- * its operation budget against a gateway or Redis that is down. A backoff, not a wait for
- * anything. */
-static void back_off(const fh_op *op)
-{
-    struct timespec nap = {0, 20 * 1000000};
-    if (op->status == 0 || op->status == 503)
-        nanosleep(&nap, NULL);
-}
-
 static void resource_name(const conf *cf, int r, char *buf, size_t len)
 {
     snprintf(buf, len, "%s-%d", cf->prefix, r);
-}
-
-static size_t on_body(char *data, size_t size, size_t n, void *arg)
-{
-    reply *rp = arg;
-    size_t len = size * n;
-    size_t room = sizeof rp->body - 1 - rp->len;
-    memcpy(rp->body + rp->len, data, len < room ? len : room);
-    rp->len += len < room ? len : room;
-    rp->body[rp->len] = '\0';
-    return len;
-}
-
-static size_t on_header(char *data, size_t size, size_t n, void *arg)
-{
-    reply *rp = arg;
-    size_t len = size * n;
-    char line[256];
-    snprintf(line, sizeof line, "%.*s", (int)(len < 255 ? len : 255), data);
-    if (strncasecmp(line, "Fencing-Token:", 14) == 0)
-        rp->header_token = strtoll(line + 14, NULL, 10);
-    else if (strncasecmp(line, "ETag:", 5) == 0)
-        rp->etag = strtoll(line + 5 + strspn(line + 5, " \""), NULL, 10);
-    return len;
-}
-
-static void append_line(int fd, const fh_op *op)
-{
-    char line[2048];
-    int n = fh_format(op, line, sizeof line);
-    if (n > 0 && write(fd, line, (size_t)n) != n)
-        perror("fg_workload: history write");
-}
-
-/* Sets curl up for one request of op (its time limit is op's wait_ms + CURL_GRACE_MS) into
- * rp. body, if not NULL, must stay valid until the transfer is over. Returns the header
- * list, which the caller frees with curl_slist_free_all() after the transfer. */
-static struct curl_slist *http_setup(CURL *curl, const conf *cf, const fh_op *op,
-                                     const char *method, const char *path, const char *body,
-                                     long long token, reply *rp)
-{
-    char url[512], hdr[64];
-    struct curl_slist *headers = NULL;
-
-    memset(rp, 0, sizeof *rp);
-    snprintf(url, sizeof url, "%s%s", cf->url, path);
-    curl_easy_reset(curl);
-    curl_easy_setopt(curl, CURLOPT_URL, url);
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS, 2000L);
-    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, op->wait_ms + CURL_GRACE_MS);
-    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, on_body);
-    curl_easy_setopt(curl, CURLOPT_WRITEDATA, rp);
-    curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, on_header);
-    curl_easy_setopt(curl, CURLOPT_HEADERDATA, rp);
-    if (body != NULL) {
-        headers = curl_slist_append(headers, token > 0 ? "Content-Type: text/plain"
-                                                       : "Content-Type: application/json");
-        curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
-    }
-    if (token > 0) {
-        snprintf(hdr, sizeof hdr, "Fencing-Token: %lld", token);
-        headers = curl_slist_append(headers, hdr);
-    }
-    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-    return headers;
-}
-
-/* Fills op's status and error from the outcome rc of its transfer on curl. */
-static void http_result(CURL *curl, CURLcode rc, fh_op *op)
-{
-    if (rc != CURLE_OK) {
-        op->status = 0;
-        snprintf(op->error, sizeof op->error, "curl%d", (int)rc);
-        return;
-    }
-    long status = 0;
-    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
-    op->status = (int)status;
-}
-
-/* One HTTP request; fills op's times, status and error, and the reply. */
-static void http(client *c, const conf *cf, fh_op *op, const char *method, const char *path,
-                 const char *body, long long token, reply *rp)
-{
-    struct curl_slist *headers = http_setup(c->curl, cf, op, method, path, body, token, rp);
-    op->start_ns = fh_now_ns();
-    CURLcode rc = curl_easy_perform(c->curl);
-    op->end_ns = fh_now_ns();
-    curl_slist_free_all(headers);
-    http_result(c->curl, rc, op);
-}
-
-/* Reads error, token and version out of a JSON answer into op. */
-static void parse_json(const reply *rp, fh_op *op, int keep_token)
-{
-    json_error_t err;
-    json_t *root = json_loadb(rp->body, rp->len, 0, &err);
-    if (root == NULL)
-        return;
-    json_t *v = json_object_get(root, "error");
-    if (json_is_string(v))
-        snprintf(op->error, sizeof op->error, "%s", json_string_value(v));
-    v = json_object_get(root, "token");
-    if (json_is_integer(v) && !keep_token)
-        op->token = json_integer_value(v);
-    v = json_object_get(root, "version");
-    if (json_is_integer(v))
-        op->version = json_integer_value(v);
-    json_decref(root);
-}
-
-static void op_init(fh_op *op, client *c, fh_kind kind, const char *resource, unsigned flags)
-{
-    memset(op, 0, sizeof *op);
-    snprintf(op->client, sizeof op->client, "%s", c->name);
-    snprintf(op->resource, sizeof op->resource, "%s", resource);
-    op->kind = kind;
-    op->flags = flags;
-}
-
-/* Fills op for a POST /lock of resource by a new owner of c's, and its JSON body. */
-static void lock_op(fh_op *op, client *c, const char *resource, long ttl_ms, long wait_ms,
-                    unsigned flags, char *body, size_t len)
-{
-    op_init(op, c, FH_LOCK, resource, flags);
-    snprintf(op->owner, sizeof op->owner, "%s-%d-%ld", c->name, (int)getpid(), ++c->seq);
-    op->ttl_ms = ttl_ms;
-    op->wait_ms = wait_ms;
-    snprintf(body, len, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%ld,\"wait_ms\":%ld}",
-             resource, op->owner, ttl_ms, wait_ms);
-}
-
-/* Fills op for a POST /renew or /unlock (kind) of grant's lock, and its JSON body. */
-static void owner_op(fh_op *op, client *c, fh_kind kind, const fh_op *grant, unsigned flags,
-                     char *body, size_t len)
-{
-    op_init(op, c, kind, grant->resource, flags);
-    snprintf(op->owner, sizeof op->owner, "%s", grant->owner);
-    op->token = grant->token;
-    op->ttl_ms = kind == FH_RENEW ? grant->ttl_ms : 0;
-    if (kind == FH_RENEW)
-        snprintf(body, len, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%ld}",
-                 grant->resource, grant->owner, grant->ttl_ms);
-    else
-        snprintf(body, len, "{\"resource\":\"%s\",\"owner\":\"%s\"}", grant->resource,
-                 grant->owner);
-}
-
-static const char *owner_path(fh_kind kind)
-{
-    return kind == FH_RENEW ? "/renew" : "/unlock";
-}
-
-static fh_op do_lock(client *c, const conf *cf, const char *resource, long ttl_ms,
-                     long wait_ms, unsigned flags)
-{
-    fh_op op;
-    reply rp;
-    char body[512];
-    lock_op(&op, c, resource, ttl_ms, wait_ms, flags, body, sizeof body);
-    http(c, cf, &op, "POST", "/lock", body, 0, &rp);
-    parse_json(&rp, &op, 0);
-    append_line(c->fd, &op);
-    return op;
-}
-
-static fh_op do_owner_call(client *c, const conf *cf, fh_kind kind, const fh_op *grant,
-                           unsigned flags)
-{
-    fh_op op;
-    reply rp;
-    char body[512];
-    owner_op(&op, c, kind, grant, flags, body, sizeof body);
-    http(c, cf, &op, "POST", owner_path(kind), body, 0, &rp);
-    parse_json(&rp, &op, kind != FH_RENEW);
-    append_line(c->fd, &op);
-    return op;
-}
-
-static fh_op do_write(client *c, const conf *cf, const char *resource, long long token,
-                      const char *owner, unsigned flags)
-{
-    fh_op op;
-    reply rp;
-    char path[256];
-    op_init(&op, c, FH_WRITE, resource, flags);
-    snprintf(op.owner, sizeof op.owner, "%s", owner);
-    op.token = token;
-    snprintf(op.body, sizeof op.body, "%s:%d:%ld:%lld", c->name, (int)getpid(), ++c->seq, token);
-    snprintf(path, sizeof path, "/resources/%s", resource);
-    http(c, cf, &op, "PUT", path, op.body, token, &rp);
-    parse_json(&rp, &op, 1);
-    append_line(c->fd, &op);
-    return op;
-}
-
-static void do_read(client *c, const conf *cf, const char *resource, fh_kind kind)
-{
-    fh_op op;
-    reply rp;
-    char path[256];
-    op_init(&op, c, kind, resource, 0);
-    snprintf(path, sizeof path, "/resources/%s", resource);
-    http(c, cf, &op, "GET", path, NULL, 0, &rp);
-    if (op.status == 200) {
-        op.token = rp.header_token;
-        op.version = rp.etag;
-        snprintf(op.body, sizeof op.body, "%.*s", (int)sizeof op.body - 1, rp.body);
-    } else {
-        parse_json(&rp, &op, 0);
-    }
-    append_line(c->fd, &op);
 }
 
 /* Worker 0 in pause mode: tells the parent what it holds, then freezes itself. */
@@ -383,13 +108,13 @@ static void worker(client *c, const conf *cf, int report_fd, int done_fd)
     long grants = 0;
     for (long i = 0; running(cf, i); i++) {
         int own = report_fd >= 0 && cf->mode == MODE_PAUSE_LOCKED && i % 4 == 1;
-        resource_name(cf, (int)rand_between(c, 0, RESOURCES - 1), resource, sizeof resource);
+        resource_name(cf, (int)wl_rand_between(c, 0, RESOURCES - 1), resource, sizeof resource);
         if (own)
             snprintf(resource, sizeof resource, "%s-pl", cf->prefix);
-        fh_op g = do_lock(c, cf, resource, rand_between(c, 300, 2000), rand_between(c, 0, 1500),
+        fh_op g = wl_lock(c, cf, resource, wl_rand_between(c, 300, 2000), wl_rand_between(c, 0, 1500),
                           0);
         if (g.status != 200) {
-            back_off(&g);
+            wl_back_off(&g);
             continue;
         }
         unsigned flags = 0;
@@ -397,13 +122,13 @@ static void worker(client *c, const conf *cf, int report_fd, int done_fd)
             freeze(report_fd, &g);
             flags = cf->mode == MODE_STEAL ? FH_F_AFTER_STEAL : FH_F_AFTER_PAUSE;
         }
-        fh_op w = do_write(c, cf, resource, g.token, g.owner, flags);
-        back_off(&w);
-        if (flags != 0 || rand_between(c, 0, 2) == 0)
-            do_owner_call(c, cf, FH_RENEW, &g, flags);
-        if (rand_between(c, 0, 3) == 0)
-            do_read(c, cf, resource, FH_READ);
-        do_owner_call(c, cf, FH_UNLOCK, &g, flags);
+        fh_op w = wl_write(c, cf, resource, g.token, g.owner, flags);
+        wl_back_off(&w);
+        if (flags != 0 || wl_rand_between(c, 0, 2) == 0)
+            wl_owner_call(c, cf, FH_RENEW, &g, flags);
+        if (wl_rand_between(c, 0, 3) == 0)
+            wl_read(c, cf, resource, FH_READ);
+        wl_owner_call(c, cf, FH_UNLOCK, &g, flags);
         if (flags != 0 && done_fd >= 0 && write(done_fd, "d", 1) != 1)
             _exit(3);
     }
@@ -413,25 +138,25 @@ static void contender(client *c, const conf *cf)
 {
     char resource[128];
     for (long i = 0; running(cf, i); i++) {
-        int r = (int)rand_between(c, 0, RESOURCES - 1);
-        long action = rand_between(c, 0, 99);
+        int r = (int)wl_rand_between(c, 0, RESOURCES - 1);
+        long action = wl_rand_between(c, 0, 99);
         resource_name(cf, r, resource, sizeof resource);
         if (action < 50) {
-            fh_op g = do_lock(c, cf, resource, rand_between(c, 300, 2000),
-                              rand_between(c, 0, 1500), 0);
-            back_off(&g);
+            fh_op g = wl_lock(c, cf, resource, wl_rand_between(c, 300, 2000),
+                              wl_rand_between(c, 0, 1500), 0);
+            wl_back_off(&g);
             if (g.status == 200) {
                 c->last_token[r] = g.token;
-                if (rand_between(c, 0, 1) == 0) /* else its lease runs out */
-                    do_owner_call(c, cf, FH_UNLOCK, &g, 0);
+                if (wl_rand_between(c, 0, 1) == 0) /* else its lease runs out */
+                    wl_owner_call(c, cf, FH_UNLOCK, &g, 0);
             }
         } else if (action < 65) {
-            do_write(c, cf, resource, FORGED_TOKEN + rand_between(c, 0, 1000000), "forger",
+            wl_write(c, cf, resource, FORGED_TOKEN + wl_rand_between(c, 0, 1000000), "forger",
                      FH_F_FORGED);
         } else if (action < 80 && c->last_token[r] > 0) {
-            do_write(c, cf, resource, c->last_token[r], "stale", FH_F_STALE);
+            wl_write(c, cf, resource, c->last_token[r], "stale", FH_F_STALE);
         } else {
-            do_read(c, cf, resource, FH_READ);
+            wl_read(c, cf, resource, FH_READ);
         }
     }
 }
@@ -495,7 +220,7 @@ static int next_holder(client *p, const conf *cf, const pause_pipes *pp, pid_t p
     if (cf->mode == MODE_STEAL)
         steal(cf, resource, (*steals)++ % 2 == 0);
     int locked = cf->mode == MODE_PAUSE_LOCKED;
-    fh_op g = do_lock(p, cf, resource, locked ? LOCKED_HOLD_MS : 5000,
+    fh_op g = wl_lock(p, cf, resource, locked ? LOCKED_HOLD_MS : 5000,
                       cf->mode == MODE_STEAL ? 3000 : ttl_ms + 3000, 0);
     int rc = 0;
     if (locked) {
@@ -508,42 +233,9 @@ static int next_holder(client *p, const conf *cf, const pause_pipes *pp, pid_t p
     }
     if (g.status != 200)
         return rc;
-    do_write(p, cf, resource, g.token, g.owner, 0);
-    do_owner_call(p, cf, FH_UNLOCK, &g, 0);
+    wl_write(p, cf, resource, g.token, g.owner, 0);
+    wl_owner_call(p, cf, FH_UNLOCK, &g, 0);
     return rc;
-}
-
-static int open_history(const char *path)
-{
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0)
-        fprintf(stderr, "fg_workload: %s: %s\n", path, strerror(errno));
-    return fd;
-}
-
-static int client_init(client *c, const char *name, int fd, uint64_t seed)
-{
-    memset(c, 0, sizeof *c);
-    snprintf(c->name, sizeof c->name, "%s", name);
-    c->fd = fd;
-    c->rng = seed * 2654435761u + 88172645463325252ull;
-    c->curl = curl_easy_init();
-    return c->curl != NULL ? 0 : -1;
-}
-
-/* Appends a mark (event) that names a resource, an owner and its ttl_ms to fd. */
-static void holder_mark(int fd, const char *resource, const char *owner, long ttl_ms,
-                        const char *event)
-{
-    fh_op op = {0};
-    snprintf(op.client, sizeof op.client, "p");
-    op.kind = FH_MARK;
-    snprintf(op.resource, sizeof op.resource, "%s", resource);
-    snprintf(op.owner, sizeof op.owner, "%s", owner);
-    op.ttl_ms = ttl_ms;
-    op.start_ns = op.end_ns = fh_now_ns();
-    snprintf(op.body, sizeof op.body, "%s", event);
-    append_line(fd, &op);
 }
 
 /* --- watchdog mode ----------------------------------------------------------------------- */
@@ -566,7 +258,7 @@ static void *watchdog(void *arg)
     long renewed = 0;
     for (;;) {
         nanosleep(&period, NULL); /* the watchdog's schedule, not a wait for anything */
-        fh_op r = do_owner_call(&a->c, a->cf, FH_RENEW, &a->grant, FH_F_WATCHDOG);
+        fh_op r = wl_owner_call(&a->c, a->cf, FH_RENEW, &a->grant, FH_F_WATCHDOG);
         if (r.status != 200 || ++renewed != WD_RENEWS)
             continue;
         int n = snprintf(msg, sizeof msg, "%s %lld\n", a->grant.owner, a->grant.token);
@@ -586,14 +278,14 @@ static void watchdog_holder(const conf *cf, int fd, const char *resource, int re
     pthread_t thread;
     struct timespec bound = {30, 0};
 
-    if (client_init(&c, "wd", fd, seed) != 0 || client_init(&a.c, "wd", fd, seed + 1) != 0)
+    if (wl_client_init(&c, "wd", fd, seed) != 0 || wl_client_init(&a.c, "wd", fd, seed + 1) != 0)
         _exit(1);
     a.cf = cf;
     a.ready_fd = ready_fd;
-    a.grant = do_lock(&c, cf, resource, WD_TTL_MS, 5000, FH_F_WATCHDOG);
+    a.grant = wl_lock(&c, cf, resource, WD_TTL_MS, 5000, FH_F_WATCHDOG);
     if (a.grant.status != 200)
         _exit(4);
-    do_write(&c, cf, resource, a.grant.token, a.grant.owner, FH_F_WATCHDOG);
+    wl_write(&c, cf, resource, a.grant.token, a.grant.owner, FH_F_WATCHDOG);
     if (pthread_create(&thread, NULL, watchdog, &a) != 0)
         _exit(1);
     nanosleep(&bound, NULL);
@@ -638,15 +330,15 @@ static int watchdog_round(client *p, const conf *cf, long round, uint64_t seed)
                 frozen ? "stopped" : "killed");
         return -1;
     }
-    holder_mark(p->fd, resource, owner, WD_TTL_MS, frozen ? "holder_frozen" : "holder_killed");
-    fh_op g = do_lock(p, cf, resource, 2000, WD_TTL_MS + 3000, 0);
+    wl_holder_mark(p->fd, resource, owner, WD_TTL_MS, frozen ? "holder_frozen" : "holder_killed");
+    fh_op g = wl_lock(p, cf, resource, 2000, WD_TTL_MS + 3000, 0);
     if (frozen) {
         kill(pid, SIGKILL);
         waitpid(pid, &st, 0);
     }
     if (g.status == 200) {
-        do_write(p, cf, resource, g.token, g.owner, 0);
-        do_owner_call(p, cf, FH_UNLOCK, &g, 0);
+        wl_write(p, cf, resource, g.token, g.owner, 0);
+        wl_owner_call(p, cf, FH_UNLOCK, &g, 0);
     }
     return 0;
 }
@@ -679,16 +371,16 @@ static int herd_next(CURLM *m, herd_slot *s, const conf *cf)
     char resource[128];
     if (s->op.kind == FH_LOCK && s->op.status == 200) {
         s->grant = s->op;
-        owner_op(&s->op, &s->c, FH_UNLOCK, &s->grant, FH_F_HERD, s->body, sizeof s->body);
+        wl_owner_op(&s->op, &s->c, FH_UNLOCK, &s->grant, FH_F_HERD, s->body, sizeof s->body);
     } else if (herd_going(cf)) {
         snprintf(resource, sizeof resource, "%s-herd", cf->prefix);
-        lock_op(&s->op, &s->c, resource, HERD_TTL_MS, rand_between(&s->c, 1000, 4000), FH_F_HERD,
+        wl_lock_op(&s->op, &s->c, resource, HERD_TTL_MS, wl_rand_between(&s->c, 1000, 4000), FH_F_HERD,
                 s->body, sizeof s->body);
     } else {
         return 0;
     }
-    const char *path = s->op.kind == FH_LOCK ? "/lock" : owner_path(s->op.kind);
-    s->headers = http_setup(s->c.curl, cf, &s->op, "POST", path, s->body, 0, &s->rp);
+    const char *path = s->op.kind == FH_LOCK ? "/lock" : wl_owner_path(s->op.kind);
+    s->headers = wl_http_setup(s->c.curl, cf, &s->op, "POST", path, s->body, 0, &s->rp);
     curl_easy_setopt(s->c.curl, CURLOPT_PRIVATE, s);
     s->op.start_ns = fh_now_ns();
     return curl_multi_add_handle(m, s->c.curl) == CURLM_OK;
@@ -700,9 +392,9 @@ static void herd_done(herd_slot *s, CURLcode rc, herd_counts *n)
     s->op.end_ns = fh_now_ns();
     curl_slist_free_all(s->headers);
     s->headers = NULL;
-    http_result(s->c.curl, rc, &s->op);
-    parse_json(&s->rp, &s->op, s->op.kind != FH_LOCK);
-    append_line(s->c.fd, &s->op);
+    wl_http_result(s->c.curl, rc, &s->op);
+    wl_parse_json(&s->rp, &s->op, s->op.kind != FH_LOCK);
+    wl_append_line(s->c.fd, &s->op);
     if (s->op.kind != FH_LOCK)
         return;
     if (s->op.status == 200)
@@ -753,7 +445,7 @@ static int herd(const conf *cf, int fd, uint64_t seed)
     for (long i = 0; i < cf->herd_waiters; i++) {
         char name[16];
         snprintf(name, sizeof name, "hw%d", (int)(i % 100000));
-        if (client_init(&slots[i].c, name, fd, seed + (uint64_t)i) != 0)
+        if (wl_client_init(&slots[i].c, name, fd, seed + (uint64_t)i) != 0)
             goto out;
         active += herd_next(m, &slots[i], cf);
     }
@@ -774,7 +466,7 @@ static int herd(const conf *cf, int fd, uint64_t seed)
     fprintf(stderr, "fg_workload: herd of %ld: %ld grants, %ld refused (409), %ld 503, %ld "
                     "unanswered\n", cf->herd_waiters, n.grants, n.refused, n.unavailable,
             n.unanswered);
-    holder_mark(fd, "-", "-", 0, "herd_done");
+    wl_holder_mark(fd, "-", "-", 0, "herd_done");
     rc = 0;
 out:
     for (long i = 0; slots != NULL && i < cf->herd_waiters; i++)
@@ -794,12 +486,12 @@ static void herd_holder(client *c, const conf *cf)
     struct timespec hold = {0, HERD_HOLD_MS * 1000000L};
     snprintf(resource, sizeof resource, "%s-herd", cf->prefix);
     while (herd_going(cf)) {
-        fh_op g = do_lock(c, cf, resource, 2000, 5000, FH_F_HERD);
-        back_off(&g);
+        fh_op g = wl_lock(c, cf, resource, 2000, 5000, FH_F_HERD);
+        wl_back_off(&g);
         if (g.status != 200)
             continue;
         nanosleep(&hold, NULL); /* what the holder does with its lock: keep it 50 ms */
-        do_owner_call(c, cf, FH_UNLOCK, &g, FH_F_HERD);
+        wl_owner_call(c, cf, FH_UNLOCK, &g, FH_F_HERD);
     }
 }
 
@@ -818,7 +510,7 @@ static void client_main(const conf *cf, int i, int fd, const pause_pipes *pp, ui
         snprintf(name, sizeof name, "c%d", i - WORKERS);
     else
         snprintf(name, sizeof name, "hh");
-    if (client_init(&c, name, fd, seed + (uint64_t)i + 1) != 0)
+    if (wl_client_init(&c, name, fd, seed + (uint64_t)i + 1) != 0)
         _exit(1);
     if (i < WORKERS)
         worker(&c, cf, i == 0 ? pp->report[1] : -1, i == 0 ? pp->done[1] : -1);
@@ -836,7 +528,7 @@ static int run(const conf *cf, const char *history, uint64_t seed)
 {
     pid_t pids[WORKERS + CONTENDERS + 2];
     pause_pipes pp = {{-1, -1}, {-1, -1}};
-    int fd = open_history(history);
+    int fd = wl_open_history(history);
     int pausing = cf->mode == MODE_PAUSE || cf->mode == MODE_PAUSE_LOCKED || cf->mode == MODE_STEAL;
     int clients = WORKERS + CONTENDERS + (cf->mode == MODE_HERD ? 2 : 0);
     long steals = 0, stops = 0, rounds = 0;
@@ -855,7 +547,7 @@ static int run(const conf *cf, const char *history, uint64_t seed)
         if (pids[i] == 0)
             client_main(cf, i, fd, &pp, seed);
     }
-    if (client_init(&p, "p", fd, seed) != 0)
+    if (wl_client_init(&p, "p", fd, seed) != 0)
         return 1;
     int left = clients, failed = 0;
     int64_t kill_at = cf->deadline + 30 * 1000000000LL;
@@ -904,12 +596,12 @@ static int final_reads(const conf *cf, const char *history)
 {
     client c;
     char resource[128];
-    int fd = open_history(history);
-    if (fd < 0 || client_init(&c, "final", fd, 1) != 0)
+    int fd = wl_open_history(history);
+    if (fd < 0 || wl_client_init(&c, "final", fd, 1) != 0)
         return 1;
     for (int r = 0; r < RESOURCES; r++) {
         resource_name(cf, r, resource, sizeof resource);
-        do_read(&c, cf, resource, FH_FINAL);
+        wl_read(&c, cf, resource, FH_FINAL);
     }
     curl_easy_cleanup(c.curl);
     close(fd);
@@ -919,14 +611,14 @@ static int final_reads(const conf *cf, const char *history)
 static int mark(const char *history, const char *event)
 {
     fh_op op = {0};
-    int fd = open_history(history);
+    int fd = wl_open_history(history);
     if (fd < 0)
         return 1;
     snprintf(op.client, sizeof op.client, "runner");
     op.kind = FH_MARK;
     op.start_ns = op.end_ns = fh_now_ns();
     snprintf(op.body, sizeof op.body, "%s", event);
-    append_line(fd, &op);
+    wl_append_line(fd, &op);
     close(fd);
     return 0;
 }

@@ -31,6 +31,7 @@
 # its owner already gave up, and a lease lost with the data can be granted again); during
 # each fault the gateway answers 503, never 500, and succeeds again within 5 s of the heal.
 # ctest: short
+# data-loss
 
 # shellcheck source=SCRIPTDIR/aof_regression.helpers.bash
 source "$(dirname "${BASH_SOURCE[0]}")/aof_regression.helpers.bash"

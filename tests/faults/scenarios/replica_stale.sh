@@ -33,6 +33,7 @@
 # checker's invariants 1-6 and 8 hold, 7 (overlapping leases) is only reported: a lease lost
 # with the data can be granted again. B is stopped by its PID at the end, also on failure.
 # ctest: short
+# data-loss
 
 # shellcheck source=SCRIPTDIR/aof_regression.helpers.bash
 source "$(dirname "${BASH_SOURCE[0]}")/aof_regression.helpers.bash"
