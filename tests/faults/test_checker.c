@@ -294,6 +294,39 @@ static void test_strict_leases_overlap_is_hard(void **state)
     assert_int_equal(res.hard, 1);
 }
 
+/* c1's lock was granted while its process was frozen (redis_timeout stops the whole
+ * workload) and answered 3.1 s after it asked, past its 1 s lease: from c1's view it never held
+ * the lock, so w2's grant in between overlaps nothing, even when strict (CI saw this history
+ * flagged before empty windows were skipped). */
+static void test_grant_answered_past_its_lease_is_no_window(void **state)
+{
+    (void)state;
+    const char *const h[] = {"c1\tlock\tr\t0\t3100000000\t200\t-\t1\t0\tc1-1\t1000\t3000\t-\t-",
+                             "w2\tlock\tr\t3000000000\t3050000000\t200\t-\t2\t0\tw2-1\t1000\t0"
+                             "\t-\t-",
+                             NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(h, &strict);
+    assert_int_equal(res.violations[7], 0);
+    assert_int_equal(res.hard, 0);
+}
+
+/* w0 holds r for 1 s, then re-enters with a 1 ms lease; w1's grant at 0.1 s overlaps the first
+ * window although its neighbour in start order (w0's short one) has ended. */
+static void test_overlap_with_a_window_before_the_previous(void **state)
+{
+    (void)state;
+    const char *const h[] = {"w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+                             "w0\tlock\tr\t20\t30\t200\t-\t1\t0\tw0-1\t1\t0\t-\t-",
+                             "w1\tlock\tr\t100000000\t110000000\t200\t-\t2\t0\tw1-1\t1000\t0"
+                             "\t-\t-",
+                             NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(h, &strict);
+    assert_int_equal(res.violations[7], 1);
+    assert_int_equal(res.hard, 1);
+}
+
 /* An unlock answered 503 (Redis died after running it) may have released the lock: a grant
  * to another owner after it started is no overlap, even when strict (a grant before it is,
  * test_strict_leases_overlap_is_hard). */
@@ -443,6 +476,8 @@ int main(void)
         cmocka_unit_test(test_takeover_inside_renewed_lease),
         cmocka_unit_test(test_takeover_wait_too_short_is_not_judged),
         cmocka_unit_test(test_strict_leases_overlap_is_hard),
+        cmocka_unit_test(test_grant_answered_past_its_lease_is_no_window),
+        cmocka_unit_test(test_overlap_with_a_window_before_the_previous),
         cmocka_unit_test(test_unlock_503_ends_the_window),
         cmocka_unit_test(test_final_read_older_than_last_ack),
         cmocka_unit_test(test_read_of_refused_write),
