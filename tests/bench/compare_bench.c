@@ -433,6 +433,21 @@ static void print_targets(const bench *b, const pass_stats *ps)
     x = gwc && etcdc && etcdc->r.rate > 0 ? gwc->r.rate / etcdc->r.rate : 0;
     snprintf(shown, sizeof shown, "%.2fx (need >= 10x)", x);
     target("contended pairs at 64 clients vs etcd contended", gwc && etcdc, shown, x >= 10);
+    /* What any gateway could reach against these two etcd targets, from this run's own
+     * rows. Uncontended: no gateway in front of Redis beats locklib's scripts sent straight
+     * to it. Contended: hand-offs on one resource form a chain, each waiting for the one
+     * before, and each needs at least one durable Redis write (a grant that Redis may forget
+     * can be granted again). The raw row at 1 connection is that chain with two fsync'd
+     * scripts per pair and no HTTP, so a gateway granting inside the release script (one
+     * script per hand-off) could at most double it. */
+    const row *raw1 = clean(find(b, aof, K_RAW, 1));
+    if (raw && etcd)
+        printf("  %-62s %.2fx etcd\n", "ceiling, uncontended: raw Redis scripts at 64 conns",
+               raw->r.rate / etcd->r.rate);
+    if (raw1 && etcdc)
+        printf("  %-62s %.0f/s = %.2fx etcd\n",
+               "ceiling, contended: 2 x raw pairs at 1 conn (1 script/hand-off)",
+               2 * raw1->r.rate, 2 * raw1->r.rate / etcdc->r.rate);
     x = ps->hwm_kb / 1024.0;
     snprintf(shown, sizeof shown, "%.1f MB (need < 50 MB)", x);
     target("gateway peak RSS (VmHWM) after 256 conns", ps->hwm_kb > 0, shown, x < 50);
