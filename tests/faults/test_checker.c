@@ -311,20 +311,22 @@ static void test_grant_answered_past_its_lease_is_no_window(void **state)
     assert_int_equal(res.hard, 0);
 }
 
-/* w0 holds r for 1 s, then re-enters with a 1 ms lease; w1's grant at 0.1 s overlaps the first
- * window although its neighbour in start order (w0's short one) has ended. */
+/* w0 holds r for 1 s; w1's grant at 0.1 s (a 1 ms lease) and w2's at 0.2 s both overlap it.
+ * In start order w2's neighbour is w1, whose lease had ended: only a comparison with every
+ * earlier window finds the second overlap. */
 static void test_overlap_with_a_window_before_the_previous(void **state)
 {
     (void)state;
     const char *const h[] = {"w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
-                             "w0\tlock\tr\t20\t30\t200\t-\t1\t0\tw0-1\t1\t0\t-\t-",
-                             "w1\tlock\tr\t100000000\t110000000\t200\t-\t2\t0\tw1-1\t1000\t0"
+                             "w1\tlock\tr\t100000000\t100000010\t200\t-\t2\t0\tw1-1\t1\t0"
+                             "\t-\t-",
+                             "w2\tlock\tr\t200000000\t200000010\t200\t-\t3\t0\tw2-1\t1000\t0"
                              "\t-\t-",
                              NULL};
     fc_options strict = {1};
     fc_result res = check_lines_opt(h, &strict);
-    assert_int_equal(res.violations[7], 1);
-    assert_int_equal(res.hard, 1);
+    assert_int_equal(res.violations[7], 2);
+    assert_int_equal(res.hard, 2);
 }
 
 /* An unlock answered 503 (Redis died after running it) may have released the lock: a grant
