@@ -11,6 +11,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FENCEGATE_SKIP_NODE_TOOLS=1 bash scripts/install-deps.sh --bench >&2
+# --perf-dir records the gateway with perf (Debian's linux-perf); without it the profile would
+# be silently missing, so refuse up front.
+if [[ " $* " == *" --perf-dir "* ]] && ! command -v perf >/dev/null; then
+    echo "run-compare.sh: --perf-dir needs perf on PATH (Debian: apt-get install linux-perf)" >&2
+    exit 2
+fi
 build="${FENCEGATE_BUILD_DIR:-build-bench}"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$build" --target compare_bench fencegate bench_null_server -j"$(nproc)" >&2
