@@ -652,6 +652,23 @@ void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     }
     gw__wait_end(req->srv->waitq, &call->waiter, -1);
     leave_fair_queue(req, call);
+    gw_attempt *at = call->attempt;
+    if (at != NULL) {
+        /* The answer came in, but when the pipeline resumed the connection libmicrohttpd
+         * found the client gone and ended the request without running the handler again
+         * (lock_answered), so nobody looked at the answer. A hold it took would stay for
+         * its whole lease: give it back (if that release fails, Redis gone, the lease ends
+         * it). A replayed answer took nothing. */
+        if (at->call.status == LK_ACQUIRED && !at->call.res.replayed) {
+            lk_client *c = gw__client(req->srv);
+            lk_result ignored;
+            if (c != NULL) {
+                lk_release(c, call->resource, call->owner, NULL, &ignored);
+            }
+        }
+        call->attempt = NULL;
+        attempt_free(at);
+    }
     if (call->acquired && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         /* The answer never reached the client (it disconnected as the lock was taken):
          * give the hold back, so no lock stays held for a client that is gone. */
