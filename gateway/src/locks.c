@@ -363,6 +363,16 @@ static void stripe_enter(gw_server *srv, struct gw_lock_call *lc)
     stripe_send(srv, lc);
 }
 
+/* Gives back a hold taken for a client that will never use it, on the server thread's own
+ * connection. If the release fails (Redis gone), the hold ends with its lease. */
+static lk_status give_back(gw_server *srv, const struct gw_lock_call *call)
+{
+    lk_result ignored;
+    lk_client *c = gw__client(srv);
+    return c != NULL ? lk_release(c, call->resource, call->owner, NULL, &ignored)
+                     : LK_EUNAVAILABLE;
+}
+
 /* Makes the ledger cover a token before it is handed out, also for a replayed answer: the
  * first answer's cover may have failed (that hold was given back, but its idempotency record
  * stayed). Costs nothing when the token is under the durable ceiling already. On failure the
@@ -374,11 +384,8 @@ static int cover_token(gw_request *req, const struct gw_lock_call *call, const l
     if (st == STORE_OK) {
         return 0;
     }
-    lk_result ignored;
-    lk_client *c = gw__client(req->srv);
-    if (!res->replayed && c != NULL) {
-        /* If this release fails too (Redis gone), the hold expires with its lease. */
-        lk_release(c, call->resource, call->owner, NULL, &ignored);
+    if (!res->replayed) {
+        give_back(req->srv, call);
     }
     gw__log_event(req->srv->cfg, "error", "token ledger: %s", store_status_str(st));
     count_acquire(req, GW_ACQ_error);
@@ -493,11 +500,7 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
          * answer written to a closed socket may still complete "OK", so look now. */
         if (!res->replayed && !gw__conn_alive(req->conn)) {
             /* The client hung up while the lock was taken: nobody will use this hold. */
-            lk_result ignored;
-            lk_client *c = gw__client(srv);
-            if (c != NULL) {
-                lk_release(c, call->resource, call->owner, NULL, &ignored); /* else: lease */
-            }
+            give_back(srv, call);
             count_acquire(req, GW_ACQ_abandoned);
             return MHD_NO;
         }
@@ -660,11 +663,7 @@ void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
          * its whole lease: give it back (if that release fails, Redis gone, the lease ends
          * it). A replayed answer took nothing. */
         if (at->call.status == LK_ACQUIRED && !at->call.res.replayed) {
-            lk_client *c = gw__client(req->srv);
-            lk_result ignored;
-            if (c != NULL) {
-                lk_release(c, call->resource, call->owner, NULL, &ignored);
-            }
+            give_back(req->srv, call);
         }
         call->attempt = NULL;
         attempt_free(at);
@@ -672,13 +671,8 @@ void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (call->acquired && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
         /* The answer never reached the client (it disconnected as the lock was taken):
          * give the hold back, so no lock stays held for a client that is gone. */
-        lk_client *c = gw__client(req->srv);
-        lk_result ignored;
-        if (c != NULL) {
-            lk_status st = lk_release(c, call->resource, call->owner, NULL, &ignored);
-            if (st == LK_RELEASED) {
-                atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
-            }
+        if (give_back(req->srv, call) == LK_RELEASED) {
+            atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
         }
     }
     if (!call->counted) {
