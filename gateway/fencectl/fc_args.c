@@ -102,21 +102,6 @@ int fc__parse_duration(const char *text, int64_t *ms)
     return 0;
 }
 
-int fc__valid_name(const char *s, int max)
-{
-    int n = 0;
-
-    for (; s[n] != '\0'; n++) {
-        char ch = s[n];
-        int ok = (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
-                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' || ch == '-';
-        if (!ok || n >= max) {
-            return 0;
-        }
-    }
-    return n > 0;
-}
-
 /* A decimal integer in [min, max] with nothing after it. Returns 0 or -1. */
 static int parse_int(const char *text, int64_t min, int64_t max, int64_t *out)
 {
@@ -184,16 +169,16 @@ static int apply_value(const flag_def *f, const char *value, fc_options *o, char
         o->conflict_exit_code = (int)n;
         return 0;
     case F_TOKEN:
-        if (parse_int(value, 1, FC_TOKEN_MAX, &o->token) != 0) {
+        if (parse_int(value, 1, FG_TOKEN_MAX, &o->token) != 0) {
             snprintf(err, errlen, "%s must be a positive integer below 2^53", f->name);
             return -1;
         }
         return 0;
     case F_OWNER:
         /* The value is a capability: never echo it. */
-        if (!fc__valid_name(value, 128)) {
-            snprintf(err, errlen, "%s must be 1 to 128 characters of [A-Za-z0-9._:-]",
-                     f->name);
+        if (!fg_valid_name(value, FG_OWNER_MAX)) {
+            snprintf(err, errlen, "%s must be 1 to %d characters of " FG_NAME_CHARS, f->name,
+                     FG_OWNER_MAX);
             return -1;
         }
         o->owner = value;
@@ -279,9 +264,9 @@ static int parse_operand(char *const *argv, int i, fc_options *o, char *err, siz
         return 0;
     }
     if (o->resource == NULL) {
-        if (!fc__valid_name(arg, 200)) {
-            snprintf(err, errlen, "resource '%.40s' must be 1 to 200 characters of "
-                     "[A-Za-z0-9._:-]", arg);
+        if (!fg_valid_name(arg, FG_RESOURCE_MAX)) {
+            snprintf(err, errlen, "resource '%.40s' must be 1 to %d characters of " FG_NAME_CHARS,
+                     arg, FG_RESOURCE_MAX);
             return -1;
         }
         o->resource = arg;

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <fencegate/limits.h>
+
 /* Exit codes, also listed in the --help text (fc__help). */
 #define FC_EXIT_OK 0
 #define FC_EXIT_CONFLICT 1     /* 409: locked (see --conflict-exit-code), not_owner, stale */
@@ -26,7 +28,6 @@
 #define FC_TTL_MIN_MS 100        /* the gateway's range for ttl_ms */
 #define FC_TTL_MAX_MS 3600000
 #define FC_WAIT_MAX_MS 3600000   /* longer than the gateway's 60 s: fencectl waits in slices */
-#define FC_TOKEN_MAX 9007199254740991LL /* 2^53 - 1, the gateway's bound */
 
 typedef enum fc_command {
     FC_CMD_NONE = 0,
@@ -62,9 +63,6 @@ typedef struct fc_options {
  * is empty, has no unit or another one, is negative, or exceeds a day. */
 int fc__parse_duration(const char *text, int64_t *ms);
 
-/* 1 when s is 1 to max bytes of [A-Za-z0-9._:-], the gateway's rule for resources
- * (max 200) and owners (max 128). */
-int fc__valid_name(const char *s, int max);
 
 /* Parses argv (argv[0] is the program) into *o, filling defaults first. argv must outlive
  * *o. Returns 0, or -1 with a one-line reason (no "fencectl:" prefix, no newline) in err

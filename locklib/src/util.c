@@ -39,32 +39,14 @@ const char *lk_version(void)
     return LOCKLIB_VERSION;
 }
 
-static int valid_name(const char *s, size_t max)
-{
-    size_t n = 0;
-
-    if (s == NULL) {
-        return 0;
-    }
-    for (; s[n] != '\0'; n++) {
-        unsigned char ch = (unsigned char)s[n];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' || ch == '-';
-        if (!ok || n >= max) {
-            return 0;
-        }
-    }
-    return n >= 1;
-}
-
 int lk_valid_resource(const char *s)
 {
-    return valid_name(s, LK_RESOURCE_MAX);
+    return fg_valid_name(s, LK_RESOURCE_MAX);
 }
 
 int lk_valid_owner(const char *s)
 {
-    return valid_name(s, LK_OWNER_MAX);
+    return fg_valid_name(s, LK_OWNER_MAX);
 }
 
 int lk__valid_lease(int64_t lease_ms)

@@ -89,23 +89,6 @@ int store__record_decode(const unsigned char *buf, size_t len, store__record *re
     return 0;
 }
 
-int store__valid_name(const char *s)
-{
-    size_t n = 0;
-    if (s == NULL) {
-        return 0;
-    }
-    for (; s[n] != '\0'; n++) {
-        unsigned char ch = (unsigned char)s[n];
-        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
-                 (ch >= '0' && ch <= '9') || ch == '.' || ch == '_' || ch == ':' || ch == '-';
-        if (!ok || n >= 200) {
-            return 0;
-        }
-    }
-    return n >= 1;
-}
-
 int store__valid_content_type(const char *s)
 {
     size_t n = 0;

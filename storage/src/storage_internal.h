@@ -5,6 +5,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <fencegate/limits.h>
+
 #include "storage/storage.h"
 
 /* One resource's record as it is kept in LMDB (record.c encodes and decodes it). */
@@ -30,8 +32,11 @@ void store__record_encode(const store__record *rec, unsigned char *buf);
  * corrupt bytes are reported, never trusted. */
 int store__record_decode(const unsigned char *buf, size_t len, store__record *rec);
 
-/* 1 when s is a valid resource name (1..200 bytes of [A-Za-z0-9._:-]). */
-int store__valid_name(const char *s);
+/* 1 when s is a valid resource name (fencegate/limits.h: 1..200 bytes of [A-Za-z0-9._:-]). */
+static inline int store__valid_name(const char *s)
+{
+    return fg_valid_name(s, FG_RESOURCE_MAX);
+}
 
 /* 1 when s is NULL or 0..255 bytes of printable ASCII. */
 int store__valid_content_type(const char *s);
@@ -40,7 +45,7 @@ int store__valid_content_type(const char *s);
  * no flag weakens the synchronous commit. Returns 0 or an LMDB error code. */
 int store__env_flags(store *s, unsigned int *flags);
 
-#define STORE__TOKEN_LIMIT 9007199254740992ULL /* 2^53: tokens are below it */
-#define STORE__TOKEN_MAX (STORE__TOKEN_LIMIT - 1) /* the largest token, as in locklib */
+#define STORE__TOKEN_MAX ((uint64_t)FG_TOKEN_MAX)      /* the largest token */
+#define STORE__TOKEN_LIMIT (STORE__TOKEN_MAX + 1)       /* 2^53: tokens are below it */
 
 #endif

@@ -43,15 +43,15 @@ static void test_names(void **state)
     char long_name[202];
     (void)state;
 
-    assert_true(fc__valid_name("orders.eu-1:a_b", 200));
-    assert_false(fc__valid_name("", 200));
-    assert_false(fc__valid_name("a/b", 200));
-    assert_false(fc__valid_name("a b", 200));
+    assert_true(fg_valid_name("orders.eu-1:a_b", 200));
+    assert_false(fg_valid_name("", 200));
+    assert_false(fg_valid_name("a/b", 200));
+    assert_false(fg_valid_name("a b", 200));
     memset(long_name, 'a', 201);
     long_name[201] = '\0';
-    assert_false(fc__valid_name(long_name, 200));
+    assert_false(fg_valid_name(long_name, 200));
     long_name[200] = '\0';
-    assert_true(fc__valid_name(long_name, 200));
+    assert_true(fg_valid_name(long_name, 200));
 }
 
 /* Parses a NULL-terminated argv (without the program name). The argv array is static

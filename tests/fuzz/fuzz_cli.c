@@ -128,8 +128,8 @@ static void check_fencectl(int argc, char **argv)
     fuzz_check(o.wait_ms >= 0 && o.wait_ms <= FC_WAIT_MAX_MS, "wait in range");
     fuzz_check(o.kill_grace_ms >= 0 && o.kill_grace_ms <= DAY_MS, "kill grace in range");
     fuzz_check(o.conflict_exit_code >= 0 && o.conflict_exit_code <= 255, "exit code in range");
-    fuzz_check(o.token >= 0 && o.token <= FC_TOKEN_MAX, "token in range");
-    fuzz_check(o.owner == NULL || fc__valid_name(o.owner, 128), "owner is valid");
+    fuzz_check(o.token >= 0 && o.token <= FG_TOKEN_MAX, "token in range");
+    fuzz_check(o.owner == NULL || fg_valid_name(o.owner, 128), "owner is valid");
     if (o.command != NULL) {
         fuzz_check(o.command >= argv + 1 && o.command <= argv + argc, "COMMAND is inside argv");
     }

@@ -6,7 +6,7 @@
 #
 # Checks, in order:
 #   1. the installed files: both binaries, locklib's shared (with its SONAME) and static
-#      libraries, its header, locklib.pc, both man pages, the systemd unit and its
+#      libraries, its header and fencegate/limits.h, locklib.pc, both man pages, the systemd unit and its
 #      sysusers.d entry;
 #   2. one version everywhere: --version of both binaries, locklib.pc, the library file name;
 #   3. the shared library exports only the public lk_ API (hidden visibility);
@@ -44,7 +44,7 @@ export PKG_CONFIG_PATH
 libdir=$(pkg-config --variable=libdir locklib)
 [ "$(cd "$libdir" && pwd)" = "$(cd "$(dirname "$pc")/.." && pwd)" ] \
     || fail "locklib.pc's libdir $libdir is not where the .pc file was installed"
-for f in bin/fencegate bin/fencectl include/locklib/locklib.h \
+for f in bin/fencegate bin/fencectl include/locklib/locklib.h include/fencegate/limits.h \
     share/man/man1/fencegate.1 share/man/man1/fencectl.1 \
     lib/systemd/system/fencegate.service lib/sysusers.d/fencegate.conf; do
     [ -e "$prefix/$f" ] || fail "$f was not installed"

@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <fencegate/limits.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -61,12 +63,13 @@ LK_EXTERN const char *lk_status_str(lk_status st);
 /* The version, "MAJOR.MINOR.PATCH", from the CMake project. */
 LK_EXTERN const char *lk_version(void);
 
-/* Limits checked before Redis sees anything. */
-#define LK_RESOURCE_MAX 200    /* bytes of [A-Za-z0-9._:-] */
-#define LK_OWNER_MAX 128       /* bytes of the same set, also for idempotency keys */
+/* Limits checked before Redis sees anything. Names and tokens follow fencegate/limits.h,
+ * which storage enforces too. */
+#define LK_RESOURCE_MAX FG_RESOURCE_MAX /* bytes of [A-Za-z0-9._:-] */
+#define LK_OWNER_MAX FG_OWNER_MAX       /* bytes of the same set, also for idempotency keys */
 #define LK_LEASE_MIN_MS 100
 #define LK_LEASE_MAX_MS 3600000
-#define LK_TOKEN_MAX 9007199254740991LL /* 2^53 - 1: Lua numbers are doubles */
+#define LK_TOKEN_MAX FG_TOKEN_MAX       /* 2^53 - 1: Lua numbers are doubles */
 #define LK_WAIT_MAX_MS 3600000 /* lk_acquire_fair(): the longest wait a queue entry covers */
 
 /* Lease value for lk_acquire(): take the lock with the watchdog lease and keep it renewed. */
