@@ -11,198 +11,17 @@
  * the main thread ever receives them. SIGPIPE is ignored; a client that goes away must not
  * kill the process.
  */
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "gw_internal.h"
 
-/* In the data directory: the secret that keys owners derived from an Idempotency-Key. */
-#define OWNER_SECRET_FILE "owner-secret"
-#define OWNER_SECRET_LEN 16
-
 static gw_server server;
-
-/* Reads exactly len bytes. Returns 0, or -1 with errno (0 for a short file). */
-static int read_all(int fd, unsigned char *buf, size_t len)
-{
-    size_t got = 0;
-    while (got < len) {
-        ssize_t n = read(fd, buf + got, len - got);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n <= 0) {
-            if (n == 0) {
-                errno = 0;
-            }
-            return -1;
-        }
-        got += (size_t)n;
-    }
-    return 0;
-}
-
-static int write_all(int fd, const unsigned char *buf, size_t len)
-{
-    size_t done = 0;
-    while (done < len) {
-        ssize_t n = write(fd, buf + done, len - done);
-        if (n < 0 && errno == EINTR) {
-            continue;
-        }
-        if (n < 0) {
-            return -1;
-        }
-        done += (size_t)n;
-    }
-    return 0;
-}
-
-/* Reads the secret from path into secret. Returns 1 when read, 0 when the file does not
- * exist, or -1 with err when it cannot be read or is not exactly OWNER_SECRET_LEN bytes of
- * which not all are zero (a zeroed block is what a torn write leaves, never a random key).
- * Messages name the file relative to the data directory, which the caller names. */
-static int read_owner_secret(const char *path, uuid_t secret, char *err, size_t errlen)
-{
-    unsigned char buf[OWNER_SECRET_LEN];
-    struct stat sb;
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-
-    if (fd < 0 && errno == ENOENT) {
-        return 0;
-    }
-    if (fd < 0) {
-        snprintf(err, errlen, "cannot open %s: %s", OWNER_SECRET_FILE, strerror(errno));
-        return -1;
-    }
-    int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == OWNER_SECRET_LEN &&
-             read_all(fd, buf, sizeof buf) == 0;
-    close(fd);
-    unsigned char any = 0;
-    for (size_t i = 0; ok && i < sizeof buf; i++) {
-        any |= buf[i];
-    }
-    if (!ok || any == 0) {
-        snprintf(err, errlen, "%s is malformed: it must be a regular file of %d random bytes. "
-                 "Restore it from a backup, or delete it to make a new one (then owners derived "
-                 "from Idempotency-Keys sent before this restart change)", OWNER_SECRET_FILE,
-                 OWNER_SECRET_LEN);
-        return -1;
-    }
-    memcpy(secret, buf, OWNER_SECRET_LEN);
-    return 1;
-}
-
-/* Creates the secret file with new random bytes, as an atomic file replace:
- *   1. getrandom() the bytes;
- *   2. remove a temp file a crash may have left, then create it with O_CREAT|O_EXCL, 0600;
- *   3. write and fsync it, so its bytes are on disk before its name is;
- *   4. rename it into place and fsync the directory, so the name is on disk too.
- * A crash at any step leaves either no secret file or a complete one. Returns 0 or -1 with
- * err (the temp file is removed). */
-static int create_owner_secret(const char *dir, const char *path, uuid_t secret, char *err,
-                               size_t errlen)
-{
-    char tmp[PATH_MAX];
-    unsigned char buf[OWNER_SECRET_LEN];
-    const char *step = "get random bytes for";
-    const char *file = OWNER_SECRET_FILE; /* for the message */
-    int fd = -1, dfd = -1, rc = -1;
-
-    int len = snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (len < 0 || (size_t)len >= sizeof tmp) {
-        snprintf(err, errlen, "the data directory's path is too long");
-        return -1;
-    }
-    ssize_t n = getrandom(buf, sizeof buf, 0);
-    if (n != (ssize_t)sizeof buf) {
-        if (n >= 0) {
-            errno = EIO; /* cannot happen for 16 bytes, but never use a partly random key */
-        }
-        goto out;
-    }
-    step = "remove the leftover";
-    file = OWNER_SECRET_FILE ".tmp";
-    if (unlink(tmp) != 0 && errno != ENOENT) {
-        goto out;
-    }
-    step = "create";
-    fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0) {
-        goto out;
-    }
-    step = "write";
-    if (write_all(fd, buf, sizeof buf) != 0) {
-        goto out;
-    }
-    step = "fsync";
-    if (fsync(fd) != 0) {
-        goto out;
-    }
-    step = "close";
-    int closed = close(fd);
-    fd = -1;
-    if (closed != 0) {
-        goto out;
-    }
-    step = "rename into place";
-    if (rename(tmp, path) != 0) {
-        goto out;
-    }
-    step = "fsync";
-    file = "the data directory";
-    dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd < 0 || fsync(dfd) != 0) {
-        goto out;
-    }
-    memcpy(secret, buf, OWNER_SECRET_LEN);
-    rc = 0;
-out:
-    if (rc != 0) {
-        snprintf(err, errlen, "cannot %s %s: %s", step, file, strerror(errno));
-    }
-    if (fd >= 0) {
-        close(fd);
-    }
-    if (dfd >= 0) {
-        close(dfd);
-    }
-    if (rc != 0) {
-        unlink(tmp);
-    }
-    return rc;
-}
-
-/* Loads the owner secret from the data directory, creating it on the first start. It keys
- * the owner a /lock without one derives from its Idempotency-Key (generate_owner in locks.c),
- * so it must outlive the process: a retry that reaches the gateway after a restart then
- * derives the same owner and replays the first answer, instead of a 422. store_open() has
- * created dir already. Returns 0 or -1 with err. */
-static int load_owner_secret(const char *dir, uuid_t secret, char *err, size_t errlen)
-{
-    char path[PATH_MAX];
-
-    int len = snprintf(path, sizeof path, "%s/%s", dir, OWNER_SECRET_FILE);
-    if (len < 0 || (size_t)len >= sizeof path) {
-        snprintf(err, errlen, "the data directory's path is too long");
-        return -1;
-    }
-    int found = read_owner_secret(path, secret, err, errlen);
-    if (found != 0) {
-        return found > 0 ? 0 : -1;
-    }
-    return create_owner_secret(dir, path, secret, err, errlen);
-}
 
 /* Opens a Redis client once, to check the URL and report whether Redis answers. Redis being
  * down is not fatal: the gateway starts and /readyz reports it. Returns 0, or -1 for a URL
@@ -296,7 +115,12 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
                 err);
         return 1;
     }
-    if (load_owner_secret(cfg->data_dir, server.owner_secret, err, sizeof err) != 0) {
+    /* The secret keys the owner a /lock without one derives from its Idempotency-Key
+     * (generate_owner in locks.c), so it must outlive the process: a retry that reaches the
+     * gateway after a restart then derives the same owner and replays the first answer,
+     * instead of a 422. The store keeps it (store_secret()). */
+    sst = store_secret(server.st, server.owner_secret, err, sizeof err);
+    if (sst != STORE_OK) {
         fprintf(stderr, "fencegate: --data %s: %s\n", cfg->data_dir, err);
         store_close(server.st);
         return 1;

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -27,6 +28,7 @@
 #include "store_private.h"
 
 #define LEDGER_KEY "ledger.ceiling"
+#define SECRET_KEY "owner.secret"
 #define LOCK_FILE "fencegate.lock"
 
 static const char *const status_names[] = {
@@ -680,6 +682,132 @@ store_status store_ledger_cover(store *s, uint64_t token)
         }
     }
     pthread_mutex_unlock(&s->ledger_mu);
+    store__call_end(s);
+    return st;
+}
+
+/* 1 when the n bytes of p are not all zero. */
+static int any_nonzero(const unsigned char *p, size_t n)
+{
+    unsigned char any = 0;
+    for (size_t i = 0; i < n; i++) {
+        any |= p[i];
+    }
+    return any != 0;
+}
+
+/* Reads DIR/STORE_LEGACY_SECRET_FILE into out. Returns 1 when read, 0 when there is no such
+ * file, or -1 with err when it cannot be read or is malformed. */
+static int read_legacy_secret(const char *dir, unsigned char *out, char *err, size_t errlen)
+{
+    char path[4096];
+    struct stat sb;
+    size_t got = 0;
+
+    int len = snprintf(path, sizeof path, "%s/%s", dir, STORE_LEGACY_SECRET_FILE);
+    if (len < 0 || (size_t)len >= sizeof path) {
+        snprintf(err, errlen, "the data directory's path is too long");
+        return -1;
+    }
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0 && errno == ENOENT) {
+        return 0;
+    }
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot open %s: %s", STORE_LEGACY_SECRET_FILE, strerror(errno));
+        return -1;
+    }
+    int ok = fstat(fd, &sb) == 0 && S_ISREG(sb.st_mode) && sb.st_size == STORE_SECRET_LEN;
+    while (ok && got < STORE_SECRET_LEN) {
+        ssize_t n = read(fd, out + got, STORE_SECRET_LEN - got);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        ok = n > 0;
+        got += n > 0 ? (size_t)n : 0;
+    }
+    close(fd);
+    if (!ok || !any_nonzero(out, STORE_SECRET_LEN)) {
+        snprintf(err, errlen, "%s is malformed: it must be a regular file of %d random bytes. "
+                 "Restore it from a backup, or delete it to make a new one (then owners derived "
+                 "from Idempotency-Keys sent before this restart change)",
+                 STORE_LEGACY_SECRET_FILE, STORE_SECRET_LEN);
+        return -1;
+    }
+    return 1;
+}
+
+/* One write transaction reads the secret and, when there is none, puts the imported or new
+ * one: LMDB's single writer makes the check and the put atomic, so two callers can never
+ * make two secrets. The commit is synchronous (the environment has no NOSYNC flag), so the
+ * bytes are durable before anyone derives an owner from them. */
+store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,
+                          size_t errlen)
+{
+    char scratch[8];
+    MDB_txn *txn = NULL;
+    MDB_val key = {sizeof SECRET_KEY - 1, (void *)SECRET_KEY};
+    MDB_val val;
+    unsigned char made[STORE_SECRET_LEN];
+    store_status st = STORE_OK;
+
+    if (err == NULL) {
+        err = scratch;
+        errlen = sizeof scratch;
+    }
+    store__call_begin(s);
+    int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot begin a transaction: %s", mdb_strerror(rc));
+        st = store__mdb_status(rc);
+        goto out;
+    }
+    rc = mdb_get(txn, s->meta, &key, &val);
+    if (rc == 0) {
+        if (val.mv_size != STORE_SECRET_LEN || !any_nonzero(val.mv_data, val.mv_size)) {
+            snprintf(err, errlen, "the store's owner secret is malformed (%zu bytes)",
+                     val.mv_size);
+            st = STORE_INVALID;
+        } else {
+            memcpy(out, val.mv_data, STORE_SECRET_LEN);
+        }
+        mdb_txn_abort(txn);
+        goto out;
+    }
+    if (rc != MDB_NOTFOUND) {
+        mdb_txn_abort(txn);
+        snprintf(err, errlen, "cannot read the owner secret: %s", mdb_strerror(rc));
+        st = store__mdb_status(rc);
+        goto out;
+    }
+    int found = read_legacy_secret(s->opts.dir, made, err, errlen);
+    if (found < 0) {
+        mdb_txn_abort(txn);
+        st = STORE_INVALID;
+        goto out;
+    }
+    if (found == 0 && (getrandom(made, sizeof made, 0) != (ssize_t)sizeof made ||
+                       !any_nonzero(made, sizeof made))) {
+        mdb_txn_abort(txn); /* never use a partly random key */
+        snprintf(err, errlen, "cannot get random bytes for the owner secret");
+        st = STORE_EIO;
+        goto out;
+    }
+    val.mv_size = sizeof made;
+    val.mv_data = made;
+    rc = mdb_put(txn, s->meta, &key, &val, 0);
+    if (rc == 0) {
+        rc = mdb_txn_commit(txn);
+    } else {
+        mdb_txn_abort(txn);
+    }
+    if (rc != 0) {
+        snprintf(err, errlen, "cannot store the owner secret: %s", mdb_strerror(rc));
+        st = store__mdb_status(rc);
+        goto out;
+    }
+    memcpy(out, made, STORE_SECRET_LEN);
+out:
     store__call_end(s);
     return st;
 }

@@ -238,6 +238,70 @@ static void test_reopen_keeps_everything(void **state)
 
 /* A lost fsync cannot be seen by reading data back in the same boot, so check the cause:
  * none of the LMDB flags that skip or defer the sync of a commit is set. */
+/* The secret is made once, durable, and the same after a reopen; another store has its own. */
+static void test_secret_survives_reopen(void **state)
+{
+    st_fixture *f = *state;
+    st_fixture g;
+    unsigned char a[STORE_SECRET_LEN], b[STORE_SECRET_LEN], c[STORE_SECRET_LEN];
+    unsigned char zero[STORE_SECRET_LEN] = {0};
+    char err[256];
+
+    assert_st(store_secret(f->s, a, err, sizeof err), STORE_OK);
+    assert_memory_not_equal(a, zero, sizeof a);
+    assert_st(store_secret(f->s, b, err, sizeof err), STORE_OK);
+    assert_memory_equal(a, b, sizeof a);
+    store_close(f->s);
+    st_open(f);
+    memset(b, 0, sizeof b);
+    assert_st(store_secret(f->s, b, NULL, 0), STORE_OK);
+    assert_memory_equal(a, b, sizeof a);
+
+    st_open_tiny(&g, "stsecret", (size_t)1 << 20);
+    assert_st(store_secret(g.s, c, err, sizeof err), STORE_OK);
+    assert_memory_not_equal(a, c, sizeof a);
+    st_close_tiny(&g);
+}
+
+/* Writes n bytes of content into DIR/owner-secret, the file the secret lived in before. */
+static void put_legacy_secret(const char *dir, const void *content, size_t n)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s", dir, STORE_LEGACY_SECRET_FILE);
+    FILE *fp = fopen(path, "wb");
+    assert_non_null(fp);
+    assert_int_equal(fwrite(content, 1, n, fp), n);
+    assert_int_equal(fclose(fp), 0);
+}
+
+/* A data directory from before the secret moved into the store keeps its secret: the file is
+ * imported once, and then the store's copy wins even if the file changes. A malformed file
+ * is refused, naming the file, and nothing is stored. */
+static void test_secret_imports_the_legacy_file(void **state)
+{
+    st_fixture *f = *state;
+    st_fixture g;
+    const unsigned char old[STORE_SECRET_LEN] = "0123456789abcdef";
+    unsigned char got[STORE_SECRET_LEN];
+    char err[512];
+
+    put_legacy_secret(f->dir, old, sizeof old);
+    assert_st(store_secret(f->s, got, err, sizeof err), STORE_OK);
+    assert_memory_equal(got, old, sizeof old);
+    put_legacy_secret(f->dir, "fedcba9876543210", STORE_SECRET_LEN);
+    assert_st(store_secret(f->s, got, err, sizeof err), STORE_OK);
+    assert_memory_equal(got, old, sizeof old);
+
+    st_open_tiny(&g, "stsecretbad", (size_t)1 << 20);
+    put_legacy_secret(g.dir, "short", 5);
+    assert_st(store_secret(g.s, got, err, sizeof err), STORE_INVALID);
+    assert_non_null(strstr(err, STORE_LEGACY_SECRET_FILE));
+    assert_non_null(strstr(err, "malformed"));
+    put_legacy_secret(g.dir, "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0", STORE_SECRET_LEN);
+    assert_st(store_secret(g.s, got, err, sizeof err), STORE_INVALID);
+    st_close_tiny(&g);
+}
+
 static void test_commits_sync_to_disk(void **state)
 {
     st_fixture *f = *state;
@@ -327,6 +391,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_list_paged, st_setup, st_teardown),
         cmocka_unit_test(test_full_map_is_recoverable),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_secret_survives_reopen, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_secret_imports_the_legacy_file, st_setup,
+                                        st_teardown),
         cmocka_unit_test_setup_teardown(test_commits_sync_to_disk, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_second_process_cannot_open, st_setup, st_teardown),
         cmocka_unit_test(test_status_strings),

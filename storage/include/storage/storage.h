@@ -157,6 +157,23 @@ uint64_t store_ledger_floor(store *s);
  * INVALID for a token >= 2^53. The ceiling stops at 2^53 - 1, the largest token. */
 store_status store_ledger_cover(store *s, uint64_t token);
 
+/* The store's secret: STORE_SECRET_LEN random bytes from the kernel, made on the first call
+ * for a store and durable before they are returned; every later call, in this process or
+ * after any restart, returns the same bytes. The gateway keys the owners it derives from an
+ * Idempotency-Key with it, so that a retry after a restart derives the same owner. It lives
+ * in the store because the store owns the data directory.
+ * A data directory written before the secret moved into the store holds it in the file
+ * STORE_LEGACY_SECRET_FILE; while the store has none, that file is imported (and then no
+ * longer read). It must be a regular file of exactly STORE_SECRET_LEN bytes, not all zero
+ * (a zeroed block is what a torn write leaves): otherwise INVALID, with err naming the file
+ * and what to do. EIO when the secret cannot be made durable, INVALID for a malformed stored
+ * one (never replaced: a new secret would silently change every derived owner). err may be
+ * NULL. */
+#define STORE_SECRET_LEN 16
+#define STORE_LEGACY_SECRET_FILE "owner-secret"
+store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,
+                          size_t errlen);
+
 typedef struct store_stats {
     uint64_t commits;         /* durable write transactions of accepted writes */
     uint64_t writes;          /* write requests that reached a transaction */
