@@ -2,6 +2,8 @@
 # Installs every Debian package fencegate needs to build, run and test, and nothing
 # that is already there. Idempotent: a second run makes no change and needs no network.
 # Used by the README's two commands, .ci/run and docker/Dockerfile.
+# With --run first, it installs only what scripts/run.sh needs to build and start the
+# gateway (see run_only_pkgs), no test tools and no npm checkers.
 # Extra Debian package names may be given as arguments. With --fuzz first, it also installs
 # what scripts/fuzz.sh needs (clang-14 and libFuzzer); with --bench (after --fuzz, if both),
 # what tests/bench/run-compare.sh needs (etcd). The default install is unchanged.
@@ -25,6 +27,22 @@ build_pkgs=(build-essential cmake pkg-config git
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
 # procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite.
 tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates strace iproute2)
+# run_only_pkgs: with --run, keeps of the lists above only what building the binaries
+# (cmake -DFENCEGATE_TESTS=OFF) and scripts/run.sh need: the build packages less the test
+# framework, plus Redis (redis-cli waits for it) and curl for the first request.
+run_only_pkgs() {
+    local p kept=()
+    for p in "${build_pkgs[@]}"; do
+        [ "$p" = libcmocka-dev ] || kept+=("$p")
+    done
+    build_pkgs=("${kept[@]}")
+    tool_pkgs=(redis-server redis-tools curl)
+    FENCEGATE_SKIP_NODE_TOOLS=1
+}
+if [ "${1:-}" = "--run" ]; then
+    shift
+    run_only_pkgs
+fi
 # Only with --fuzz: the compiler and runtime of the libFuzzer targets in tests/fuzz/.
 fuzz_pkgs=()
 if [ "${1:-}" = "--fuzz" ]; then
