@@ -78,24 +78,75 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
+# keep_services_off before|after PACKAGE...: Debian's server packages enable their system
+# service when installed (redis-server on 6379, etcd on 2379, postgresql with a "main"
+# cluster on 5432), to start at every boot. fencegate uses none of them: run.sh and the tests
+# start their own servers on free ports. For the packages being installed:
+#   before: for postgresql*, a createcluster.d drop-in with create_main_cluster = false, so
+#           no cluster is created (cleanup removes it after the install);
+#   after:  their units are disabled (and stopped, when systemd runs), which also disables
+#           their SysV init links; without systemctl, deb-systemd-helper and update-rc.d do it.
+# Services of packages that were already installed are left as they are.
+# FENCEGATE_DEPS_ROOT prefixes the paths it changes (tests/scripts/install_deps_test.sh).
+keep_services_off() {
+    local phase=$1 p unit units=() pg=0
+    local root=${FENCEGATE_DEPS_ROOT:-}
+    local dropin=$root/etc/postgresql-common/createcluster.d/fencegate-no-main-cluster.conf
+    shift
+    for p in "$@"; do
+        case "$p" in
+            redis-server) units+=(redis-server) ;;
+            etcd-server) units+=(etcd) ;;
+            postgresql | postgresql-[0-9]*) units+=(postgresql); pg=1 ;;
+        esac
+    done
+    if [ "$phase" = before ]; then
+        if [ "$pg" -eq 1 ] && [ ! -e "$dropin" ]; then
+            $SUDO mkdir -p "${dropin%/*}"
+            echo 'create_main_cluster = false' | $SUDO tee "$dropin" >/dev/null
+            made_dropin=$dropin
+        fi
+        return 0
+    fi
+    for unit in ${units[@]+"${units[@]}"}; do
+        echo "install-deps: disabling the system service $unit (fencegate starts its own)"
+        if command -v systemctl >/dev/null 2>&1; then
+            if [ -z "$root" ] && [ -d /run/systemd/system ]; then
+                $SUDO systemctl disable --now --quiet "$unit.service"
+            else
+                $SUDO systemctl ${root:+"--root=$root"} disable --quiet "$unit.service"
+            fi
+        else
+            $SUDO deb-systemd-helper disable "$unit.service"
+            if [ -x "/etc/init.d/$unit" ]; then $SUDO update-rc.d "$unit" disable; fi
+        fi
+    done
+}
+
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 # Debian's redis-server package would start a system Redis on 6379 from its postinst.
 # fencegate never uses that one (tests start their own), so keep services from starting
 # during the install when no policy exists yet.
-policy=/usr/sbin/policy-rc.d
+policy=${FENCEGATE_DEPS_ROOT:-}/usr/sbin/policy-rc.d
 made_policy=0
 if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
     $SUDO chmod +x "$policy"
     made_policy=1
 fi
-cleanup() { if [ "$made_policy" -eq 1 ]; then $SUDO rm -f "$policy"; fi; }
+made_dropin=""
+cleanup() {
+    if [ "$made_policy" -eq 1 ]; then $SUDO rm -f "$policy"; fi
+    if [ -n "$made_dropin" ]; then $SUDO rm -f "$made_dropin"; fi
+}
 trap cleanup EXIT
 
 $SUDO apt-get update -q
+keep_services_off before "${missing[@]}"
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+keep_services_off after "${missing[@]}"
 cleanup
-made_policy=0
+made_policy=0 made_dropin=""
 install_node_tools
 echo "install-deps: done"
