@@ -8,6 +8,7 @@
 # Prints every request and answer. Exits non-zero if any step's outcome is wrong.
 #
 # Usage: scripts/demo.sh [URL]   (URL defaults to $FENCEGATE_URL, then http://127.0.0.1:8080)
+# FENCEGATE_DEMO_RESOURCE names the resource (default: gc-pause-TIME-PID, new each run).
 # With FENCEGATE_AUTH_TOKEN set, every request sends `Authorization: Bearer $FENCEGATE_AUTH_TOKEN`.
 # Needs only curl and jq.
 set -euo pipefail
@@ -21,8 +22,9 @@ done
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 
-# A resource name no earlier run used: tokens and values start fresh.
-resource="gc-pause-$(date +%s)-$$"
+# A resource name no earlier run used: tokens and values start fresh. FENCEGATE_DEMO_RESOURCE
+# names it instead (scripts/transcripts.sh does, against a fresh Redis, for a stable README).
+resource=${FENCEGATE_DEMO_RESOURCE:-gc-pause-$(date +%s)-$$}
 lease_ms=500
 
 auth=()

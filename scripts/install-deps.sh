@@ -2,6 +2,8 @@
 # Installs every Debian package fencegate needs to build, run and test, and nothing
 # that is already there. Idempotent: a second run makes no change and needs no network.
 # Used by the README's two commands, .ci/run and docker/Dockerfile.
+# With --run first, it installs only what scripts/run.sh needs to build and start the
+# gateway (see run_only_pkgs), no test tools and no npm checkers.
 # Extra Debian package names may be given as arguments. With --fuzz first, it also installs
 # what scripts/fuzz.sh needs (clang-14 and libFuzzer); with --bench (after --fuzz, if both),
 # what tests/bench/run-compare.sh needs (etcd). The default install is unchanged.
@@ -25,6 +27,22 @@ build_pkgs=(build-essential cmake pkg-config git
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
 # procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite.
 tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates strace iproute2)
+# run_only_pkgs: with --run, keeps of the lists above only what building the binaries
+# (cmake -DFENCEGATE_TESTS=OFF) and scripts/run.sh need: the build packages less the test
+# framework, plus Redis (redis-cli waits for it) and curl for the first request.
+run_only_pkgs() {
+    local p kept=()
+    for p in "${build_pkgs[@]}"; do
+        [ "$p" = libcmocka-dev ] || kept+=("$p")
+    done
+    build_pkgs=("${kept[@]}")
+    tool_pkgs=(redis-server redis-tools curl)
+    FENCEGATE_SKIP_NODE_TOOLS=1
+}
+if [ "${1:-}" = "--run" ]; then
+    shift
+    run_only_pkgs
+fi
 # Only with --fuzz: the compiler and runtime of the libFuzzer targets in tests/fuzz/.
 fuzz_pkgs=()
 if [ "${1:-}" = "--fuzz" ]; then
@@ -60,24 +78,75 @@ if [ "$(id -u)" -ne 0 ]; then
     fi
 fi
 
+# keep_services_off before|after PACKAGE...: Debian's server packages enable their system
+# service when installed (redis-server on 6379, etcd on 2379, postgresql with a "main"
+# cluster on 5432), to start at every boot. fencegate uses none of them: run.sh and the tests
+# start their own servers on free ports. For the packages being installed:
+#   before: for postgresql*, a createcluster.d drop-in with create_main_cluster = false, so
+#           no cluster is created (cleanup removes it after the install);
+#   after:  their units are disabled (and stopped, when systemd runs), which also disables
+#           their SysV init links; without systemctl, deb-systemd-helper and update-rc.d do it.
+# Services of packages that were already installed are left as they are.
+# FENCEGATE_DEPS_ROOT prefixes the paths it changes (tests/scripts/install_deps_test.sh).
+keep_services_off() {
+    local phase=$1 p unit units=() pg=0
+    local root=${FENCEGATE_DEPS_ROOT:-}
+    local dropin=$root/etc/postgresql-common/createcluster.d/fencegate-no-main-cluster.conf
+    shift
+    for p in "$@"; do
+        case "$p" in
+            redis-server) units+=(redis-server) ;;
+            etcd-server) units+=(etcd) ;;
+            postgresql | postgresql-[0-9]*) units+=(postgresql); pg=1 ;;
+        esac
+    done
+    if [ "$phase" = before ]; then
+        if [ "$pg" -eq 1 ] && [ ! -e "$dropin" ]; then
+            $SUDO mkdir -p "${dropin%/*}"
+            echo 'create_main_cluster = false' | $SUDO tee "$dropin" >/dev/null
+            made_dropin=$dropin
+        fi
+        return 0
+    fi
+    for unit in ${units[@]+"${units[@]}"}; do
+        echo "install-deps: disabling the system service $unit (fencegate starts its own)"
+        if command -v systemctl >/dev/null 2>&1; then
+            if [ -z "$root" ] && [ -d /run/systemd/system ]; then
+                $SUDO systemctl disable --now --quiet "$unit.service"
+            else
+                $SUDO systemctl ${root:+"--root=$root"} disable --quiet "$unit.service"
+            fi
+        else
+            $SUDO deb-systemd-helper disable "$unit.service"
+            if [ -x "/etc/init.d/$unit" ]; then $SUDO update-rc.d "$unit" disable; fi
+        fi
+    done
+}
+
 echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 # Debian's redis-server package would start a system Redis on 6379 from its postinst.
 # fencegate never uses that one (tests start their own), so keep services from starting
 # during the install when no policy exists yet.
-policy=/usr/sbin/policy-rc.d
+policy=${FENCEGATE_DEPS_ROOT:-}/usr/sbin/policy-rc.d
 made_policy=0
 if [ ! -e "$policy" ]; then
     printf '#!/bin/sh\nexit 101\n' | $SUDO tee "$policy" >/dev/null
     $SUDO chmod +x "$policy"
     made_policy=1
 fi
-cleanup() { if [ "$made_policy" -eq 1 ]; then $SUDO rm -f "$policy"; fi; }
+made_dropin=""
+cleanup() {
+    if [ "$made_policy" -eq 1 ]; then $SUDO rm -f "$policy"; fi
+    if [ -n "$made_dropin" ]; then $SUDO rm -f "$made_dropin"; fi
+}
 trap cleanup EXIT
 
 $SUDO apt-get update -q
+keep_services_off before "${missing[@]}"
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+keep_services_off after "${missing[@]}"
 cleanup
-made_policy=0
+made_policy=0 made_dropin=""
 install_node_tools
 echo "install-deps: done"

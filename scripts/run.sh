@@ -3,16 +3,19 @@
 #
 #   scripts/run.sh [REDIS_URL] [fencegate flags...]
 #
-# 1. installs the Debian packages that are missing (scripts/install-deps.sh);
-# 2. builds (cmake -S . -B build && cmake --build build);
+# 1. installs the Debian packages that running needs and are missing
+#    (scripts/install-deps.sh --run: no test framework, no npm checkers);
+# 2. builds the binaries only, optimised (CMakeLists.txt defaults to Release), in build-run/
+#    (or $FENCEGATE_BUILD_DIR), a tree scripts/test.sh never touches:
+#    cmake -S . -B build-run -DFENCEGATE_TESTS=OFF && cmake --build build-run;
 # 3. unless a Redis URL is given (first argument, --redis among the flags, or FENCEGATE_REDIS),
 #    starts a private redis-server from Debian's package: AOF on with appendfsync always,
 #    maxmemory-policy noeviction, data in ./data/redis. It listens on loopback only,
 #    127.0.0.1, on a free port: $FENCEGATE_REDIS_PORT if set, else the first port from 6390 up
 #    that nothing answers on (never 6379, so it cannot collide with a system Redis).
-# 4. runs build/gateway/fencegate in the foreground on 127.0.0.1:8080 with --data ./data/gateway
-#    (unless --listen/--data or FENCEGATE_LISTEN/FENCEGATE_DATA say otherwise); every other
-#    argument goes to fencegate as it is.
+# 4. runs build-run/gateway/fencegate in the foreground on 127.0.0.1:8080 with
+#    --data ./data/gateway (unless --listen/--data or FENCEGATE_LISTEN/FENCEGATE_DATA say
+#    otherwise); every other argument goes to fencegate as it is.
 #
 # Ctrl-C (or SIGTERM to this script) stops the gateway gracefully, then the Redis it started,
 # by PID. The exit status is the gateway's.
@@ -39,10 +42,12 @@ done
 if [ -z "$redis_url" ] && [ -n "${FENCEGATE_REDIS:-}" ]; then redis_url=$FENCEGATE_REDIS; fi
 
 # --- install and build -------------------------------------------------------------------------
-bash scripts/install-deps.sh
-# FENCEGATE_BUILD_DIR picks another build tree (default: build, as the README says).
-build=${FENCEGATE_BUILD_DIR:-build}
-cmake -S . -B "$build"
+bash scripts/install-deps.sh --run
+# FENCEGATE_BUILD_DIR picks another build tree (default: build-run, as the README says). The
+# test command builds in build/ and build-asan/ with tests; sharing a tree, each would
+# reconfigure and rebuild what the other left.
+build=${FENCEGATE_BUILD_DIR:-build-run}
+cmake -S . -B "$build" -DFENCEGATE_TESTS=OFF
 cmake --build "$build" -j "$(nproc 2>/dev/null || echo 2)"
 gateway="$(cd "$build" && pwd)/gateway/fencegate"
 [ -x "$gateway" ] || die "the build did not produce $gateway"

@@ -28,7 +28,8 @@ typedef enum flag_kind {
     F_CONFLICT,
     F_OWNER,
     F_TOKEN,
-    F_CONTENT_TYPE
+    F_CONTENT_TYPE,
+    F_ALLOW_EMPTY
 } flag_kind;
 
 #define ON(cmd) (1u << (cmd))
@@ -56,6 +57,7 @@ static const flag_def flags[] = {
     {"--owner", F_OWNER, 1, ON(FC_CMD_UNLOCK) | ON(FC_CMD_RENEW)},
     {"--token", F_TOKEN, 1, ON(FC_CMD_WRITE)},
     {"--content-type", F_CONTENT_TYPE, 1, ON(FC_CMD_WRITE)},
+    {"--allow-empty", F_ALLOW_EMPTY, 0, ON(FC_CMD_WRITE)},
 };
 
 static const char *const command_names[] = {
@@ -224,6 +226,7 @@ static int parse_flag(int argc, char *const *argv, int *i, fc_options *o, char *
         o->help |= f->kind == F_HELP;
         o->version |= f->kind == F_VERSION;
         o->verbose |= f->kind == F_VERBOSE;
+        o->allow_empty |= f->kind == F_ALLOW_EMPTY;
         return 0;
     }
     const char *value = eq != NULL ? eq + 1 : NULL;

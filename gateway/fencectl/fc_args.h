@@ -14,7 +14,8 @@
 /* Exit codes, also listed in the --help text (fc__help). */
 #define FC_EXIT_OK 0
 #define FC_EXIT_CONFLICT 1     /* 409: locked (see --conflict-exit-code), not_owner, stale */
-#define FC_EXIT_USAGE 2        /* bad flags, unreadable --auth-token-file, stdin errors */
+#define FC_EXIT_USAGE 2        /* bad flags, unreadable --auth-token-file, stdin errors,
+                                * write: empty stdin without --allow-empty */
 #define FC_EXIT_LOCK_LOST 3    /* lock: the lock was lost while COMMAND ran */
 #define FC_EXIT_REFUSED 4      /* any other 4xx: invalid, unauthorized, unknown token, 404 */
 #define FC_EXIT_UNAVAILABLE 5  /* no answer, a timeout, 503 or another 5xx after retries */
@@ -54,6 +55,7 @@ typedef struct fc_options {
     int64_t wait_ms;          /* lock */
     int64_t kill_grace_ms;    /* lock */
     int64_t token;            /* write */
+    int allow_empty;          /* write: --allow-empty, store an empty stdin */
     int conflict_exit_code;   /* lock */
     char *const *command;     /* lock: COMMAND and its ARGS, NULL-terminated (inside argv) */
 } fc_options;

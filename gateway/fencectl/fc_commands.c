@@ -148,6 +148,15 @@ int fc__cmd_write(fc_client *c, const fc_options *o)
     if (slurp_stdin(c, &data, &len) != 0) {
         return FC_EXIT_USAGE;
     }
+    /* In `make-report | fencectl write ...` a producer that fails before printing leaves
+     * stdin empty, and the pipeline's status is fencectl's: storing "" there would replace
+     * the last good value and report success. An empty value must be asked for. */
+    if (len == 0 && !o->allow_empty) {
+        fprintf(stderr, "fencectl: %s: stdin is empty; nothing was written (pass --allow-empty "
+                        "to store an empty value)\n", c->what);
+        free(data);
+        return FC_EXIT_USAGE;
+    }
     snprintf(path, sizeof path, "/resources/%s", o->resource);
     snprintf(token_text, sizeof token_text, "%lld", (long long)o->token);
     /* Not resent after a lost answer: if the first write went through and a newer token

@@ -7,9 +7,12 @@
 #define GLOBAL_OPTIONS                                                                       \
     "Options of every command:\n"                                                            \
     "  --url URL               the gateway (default $FENCEGATE_URL, else " FC_DEFAULT_URL ")\n" \
-    "  --auth-token-file FILE  send 'Authorization: Bearer <the file's first line>'\n"       \
-    "                          (default $FENCEGATE_AUTH_TOKEN_FILE); the token is never\n"   \
-    "                          printed\n"                                                    \
+    "  --auth-token-file FILE  send 'Authorization: Bearer TOKEN' (default\n"                \
+    "                          $FENCEGATE_AUTH_TOKEN_FILE). TOKEN is the file's first\n"     \
+    "                          line (up to the first CR or LF; the rest of the file is\n"    \
+    "                          ignored) without leading or trailing spaces and tabs; it\n"   \
+    "                          must be non-empty printable ASCII without spaces, within\n"   \
+    "                          the first 4096 bytes. It is never printed.\n"                 \
     "  --verbose, -v           progress on stderr\n"                                         \
     "  --help, -h              this text\n"                                                  \
     "  --version               the version\n"
@@ -21,7 +24,8 @@
     "  0  done\n"                                                                            \
     "  1  conflict: the lock is held by another owner (lock: see --conflict-exit-code),\n"   \
     "     this owner does not hold the lock (not_owner), or the token is stale\n"            \
-    "  2  usage: a bad option or value, an unreadable --auth-token-file or stdin\n"          \
+    "  2  usage: a bad option or value, an unreadable --auth-token-file or stdin,\n"         \
+    "     or (write) an empty stdin without --allow-empty\n"                                 \
     "  4  refused by the gateway: invalid request, 401 unauthorized, 403 unknown token,\n"   \
     "     404 not found, 413 too large\n"                                                    \
     "  5  the gateway did not answer, timed out, or answered 503 or another 5xx\n"           \
@@ -38,7 +42,7 @@ static const char help_overview[] =
     "  unlock RESOURCE --owner OWNER      release a lock taken with OWNER\n"
     "  renew RESOURCE --owner OWNER [--ttl 30s]\n"
     "                                     reset the lease of a lock taken with OWNER\n"
-    "  write RESOURCE --token N [--content-type T] < FILE\n"
+    "  write RESOURCE --token N [--content-type T] [--allow-empty] < FILE\n"
     "                                     store stdin if N is the newest token\n"
     "  read RESOURCE                      the stored bytes, to stdout\n"
     "  status RESOURCE                    the lock's state as JSON, to stdout\n"
@@ -94,11 +98,20 @@ static const char help_renew[] =
     "\n" GLOBAL_OPTIONS "\n" DURATIONS "\n" EXIT_CODES;
 
 static const char help_write[] =
-    "Usage: fencectl write RESOURCE --token N [--content-type TYPE] [OPTIONS] < FILE\n"
+    "Usage: fencectl write RESOURCE --token N [--content-type TYPE] [--allow-empty]\n"
+    "                      [OPTIONS] < FILE\n"
     "\n"
     "Stores stdin as the value of RESOURCE if N is a token issued for RESOURCE and no newer\n"
     "token has written it, and prints the gateway's answer {\"resource\", \"token\",\n"
     "\"highest_token\", \"version\"} as JSON. A stale token exits 1, an unknown one 4.\n"
+    "\n"
+    "An empty stdin is refused (exit 2, nothing sent): it is what a producer that failed\n"
+    "leaves in 'producer | fencectl write'. Write the producer's output to a file first\n"
+    "and run fencectl only if it succeeded ('producer > out && fencectl write ... < out').\n"
+    "\n"
+    "Options:\n"
+    "  --content-type TYPE     the value's Content-Type (default application/octet-stream)\n"
+    "  --allow-empty           store an empty stdin as an empty value\n"
     "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
 
 static const char help_read[] =

@@ -65,8 +65,11 @@ int fc__random_id(char *buf)
     return 0;
 }
 
-/* Reads the bearer token: the file's first line without surrounding blanks. Returns a
- * malloc'd "Authorization: Bearer <token>" or NULL with err. */
+/* Reads the bearer token: the file's first line (up to the first CR or LF) without leading
+ * or trailing spaces and tabs; the rest of the file is ignored. The token must be printable
+ * ASCII without spaces, and the first line must end within the first TOKEN_FILE_MAX bytes.
+ * (fencegate reads its own --auth-token-file differently: the whole file, less trailing
+ * white space.) Returns a malloc'd "Authorization: Bearer <token>" or NULL with err. */
 static char *read_auth_header(const char *path, char *err, size_t errlen)
 {
     char buf[TOKEN_FILE_MAX + 1];
@@ -79,7 +82,15 @@ static char *read_auth_header(const char *path, char *err, size_t errlen)
     size_t n = fread(buf, 1, TOKEN_FILE_MAX, f);
     fclose(f);
     buf[n] = '\0';
-    buf[strcspn(buf, "\r\n")] = '\0';
+    size_t line = strcspn(buf, "\r\n");
+    if (n == TOKEN_FILE_MAX && line == n) {
+        /* Cutting the line here would send a different token than the file holds. */
+        memset(buf, 0, sizeof buf);
+        snprintf(err, errlen, "--auth-token-file %s: its first line is not shorter than %d bytes",
+                 path, TOKEN_FILE_MAX);
+        return NULL;
+    }
+    buf[line] = '\0';
     char *start = buf;
     while (*start == ' ' || *start == '\t') {
         start++;

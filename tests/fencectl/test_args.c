@@ -101,6 +101,35 @@ static void test_lock_line(void **state)
     assert_string_equal(o.command[1], "--ttl");
 }
 
+/* --allow-empty is write's only: off unless given, and refused by the other commands. */
+static void test_allow_empty(void **state)
+{
+    fc_options o;
+    char err[256];
+    (void)state;
+
+    const char *const plain[] = {"write", "r", "--token", "3", NULL};
+    assert_int_equal(parse(plain, &o, err, sizeof err), 0);
+    assert_int_equal(o.allow_empty, 0);
+
+    const char *const allowed[] = {"write", "r", "--allow-empty", "--token", "3", NULL};
+    assert_int_equal(parse(allowed, &o, err, sizeof err), 0);
+    assert_int_equal(o.cmd, FC_CMD_WRITE);
+    assert_int_equal(o.allow_empty, 1);
+    assert_int_equal(o.token, 3);
+
+    const char *const valued[] = {"write", "r", "--token", "3", "--allow-empty=1", NULL};
+    assert_int_equal(parse(valued, &o, err, sizeof err), -1);
+    assert_string_equal(err, "--allow-empty takes no value");
+
+    const char *const on_read[] = {"read", "r", "--allow-empty", NULL};
+    assert_int_equal(parse(on_read, &o, err, sizeof err), -1);
+    assert_string_equal(err, "--allow-empty is not an option of read");
+
+    assert_non_null(strstr(fc__help(FC_CMD_WRITE), "--allow-empty"));
+    assert_non_null(strstr(fc__help(FC_CMD_NONE), "--allow-empty"));
+}
+
 /* Each bad line fails with a reason containing the given words. */
 static void test_bad_lines(void **state)
 {
@@ -171,6 +200,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_lock_line),
         cmocka_unit_test(test_bad_lines),
+        cmocka_unit_test(test_allow_empty),
         cmocka_unit_test(test_help_and_version),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

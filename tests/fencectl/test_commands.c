@@ -238,6 +238,66 @@ static void test_not_owner_and_missing(void **state)
     assert_true(fct_contains(r.err, "(404 "));
 }
 
+/* GET /resources/{resource}: asserts the status and, for 200, the stored bytes. */
+static void assert_stored(const cmd_state *s, const char *resource, int status,
+                          const char *value)
+{
+    char path[256];
+    gwt_resp resp;
+
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    gwt_get(&s->gw, path, &resp);
+    gwt_assert_status(&resp, status, NULL);
+    if (status == 200) {
+        assert_int_equal(resp.len, strlen(value));
+        assert_memory_equal(resp.body, value, resp.len);
+    }
+    gwt_resp_free(&resp);
+}
+
+/* An empty stdin is what `producer | fencectl write` sees when the producer fails before
+ * printing: it is refused (exit 2, nothing sent, the last good value kept) unless
+ * --allow-empty asks for an empty value. */
+static void test_write_refuses_empty(void **state)
+{
+    cmd_state *s = *state;
+    char in[300], token_text[32], script[1024];
+    fct_run r;
+
+    long long token = take(&s->gw, "cmd.empty", "erin");
+    snprintf(token_text, sizeof token_text, "%lld", token);
+    snprintf(in, sizeof in, "%s/empty.in", s->dir);
+    fct_write(in, "good", 4);
+    const char *const write[] = {"write", "cmd.empty", "--token", token_text, NULL};
+    run(s, &r, &s->gw, in, write);
+    fct_assert_exit(&r, 0);
+    assert_stored(s, "cmd.empty", 200, "good");
+
+    /* stdin is /dev/null. */
+    run(s, &r, &s->gw, NULL, write);
+    fct_assert_exit(&r, 2);
+    char *err = fct_slurp(r.err, NULL);
+    assert_string_equal(err, "fencectl: write cmd.empty: stdin is empty; nothing was written "
+                             "(pass --allow-empty to store an empty value)\n");
+    free(err);
+    assert_stored(s, "cmd.empty", 200, "good");
+
+    /* The README's trap: a producer that fails in a pipeline. The pipeline's status is
+     * fencectl's, so it must not be 0. */
+    snprintf(script, sizeof script, "false | %s write cmd.empty --token %s", FENCECTL_BIN,
+             token_text);
+    const char *const piped[] = {"lock", "cmd.empty.pipe", "--", "sh", "-c", script, NULL};
+    run(s, &r, &s->gw, NULL, piped);
+    fct_assert_exit(&r, 2);
+    assert_stored(s, "cmd.empty", 200, "good");
+
+    const char *const allowed[] = {"write", "cmd.empty", "--token", token_text, "--allow-empty",
+                                   NULL};
+    run(s, &r, &s->gw, NULL, allowed);
+    fct_assert_exit(&r, 0);
+    assert_stored(s, "cmd.empty", 200, "");
+}
+
 /* Neither stream of the run mentions the secret. */
 static void assert_secret_hidden(const fct_run *r)
 {
@@ -277,6 +337,23 @@ static void test_auth_token_file(void **state)
     fct_assert_exit(&r, 0);
     assert_true(fct_contains(r.err, "released"));
     assert_secret_hidden(&r);
+
+    /* The token is the first line without surrounding spaces and tabs; the rest of the
+     * file is ignored (fencectl --help says so). */
+    gwt_write_file(token_file, " \t" SECRET " \t\r\nnot part of the token\n");
+    run(s, &r, &gw, NULL, flag);
+    fct_assert_exit(&r, 0);
+    assert_secret_hidden(&r);
+
+    /* A first line too long to read whole is refused, not cut into another token. */
+    char long_line[4200];
+    memset(long_line, 'a', sizeof long_line - 2);
+    long_line[sizeof long_line - 2] = '\n';
+    long_line[sizeof long_line - 1] = '\0';
+    gwt_write_file(token_file, long_line);
+    run(s, &r, &gw, NULL, flag);
+    fct_assert_exit(&r, 2);
+    assert_true(fct_contains(r.err, "its first line is not shorter than 4096 bytes"));
 
     gwt_write_file(token_file, "wrong-token\n");
     fct_exec(&r, s->dir, gw.url, NULL, env, lock);
@@ -353,6 +430,7 @@ int main(void)
         cmocka_unit_test(test_lock_then_write_with_token),
         cmocka_unit_test(test_stale_and_unknown_tokens),
         cmocka_unit_test(test_not_owner_and_missing),
+        cmocka_unit_test(test_write_refuses_empty),
         cmocka_unit_test(test_auth_token_file),
         cmocka_unit_test(test_url_flag),
         cmocka_unit_test(test_help_version_usage),
