@@ -24,7 +24,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "gw_internal.h"
+#include "config.h"
+#include "log.h"
+#include "request.h"
+#include "routes.h"
+#include "server.h"
 
 /* In the data directory: the secret that keys owners derived from an Idempotency-Key. */
 #define OWNER_SECRET_FILE "owner-secret"

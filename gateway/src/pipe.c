@@ -27,7 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
+#include "pipe.h"
+#include "request.h"
 
 /* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
 #define GW_PIPE_BATCH 256
