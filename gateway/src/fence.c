@@ -58,8 +58,6 @@
  * or unknown), the safe direction. If Redis cannot be asked, the operation refuses the write
  * with 503: without the counter a forged token cannot be told from a real one.
  */
-#include <string.h>
-
 #include "fence.h"
 
 void gw__fence_init(gw_fence *f, store *st)

@@ -47,12 +47,10 @@
  * appear only in the /lock answer to the caller who asked, never in a log line, /locks or
  * /metrics.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-#include <stddef.h>
 
 #include "args.h"
 #include "fence.h"
@@ -422,8 +420,8 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     return MHD_YES;
 }
 
-/* The handler runs again once the attempt is answered: answer it, or park the request while
- * the lock is held and wait time is left (see waiters.c). */
+/* ATTEMPTING, resumed once the attempt is answered: answer it, or park the request while the
+ * lock is held and wait time is left (see waiters.c). */
 static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
 {
     gw_server *srv = req->srv;
@@ -548,7 +546,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     gw_attempt *at = call->attempt;
     if (at != NULL) {
         /* The answer came in, but when the pipeline resumed the connection libmicrohttpd
-         * found the client gone and ended the request without running the handler again
+         * found the client gone and ended the request without resuming the operation
          * (lock_answered), so nobody looked at the answer. A hold it took would stay for
          * its whole lease: give it back (if that release fails, Redis gone, the lease ends
          * it). A replayed answer took nothing. */

@@ -1,6 +1,6 @@
 /*
  * Building answers and reading request input: the single error helper, JSON responses, and
- * the field checks shared by the handlers. Every error body is {"error": "<code>",
+ * the field checks shared by the operations. Every error body is {"error": "<code>",
  * "message": "..."} and is built by gw__error_response().
  */
 #include <stdarg.h>

@@ -29,7 +29,7 @@ typedef enum gw_waiter_state {
     GW_WAITER_PARKING,            /* queued; its thread is suspending the connection */
     GW_WAITER_SUSPENDED,          /* queued and suspended */
     GW_WAITER_WAKE_PENDING,       /* woken while PARKING: its thread resumes it */
-    GW_WAITER_WOKEN               /* resumed; the handler runs again */
+    GW_WAITER_WOKEN               /* resumed; its operation runs again */
 } gw_waiter_state;
 
 /* The waiting part of a /lock request. Zero-initialised; owned by its request. */
