@@ -2,8 +2,9 @@
  * Fencing: the one place where the two halves of a fencing token meet, Redis minting it
  * (locklib) and storage checking it (the token ledger and each resource's highest token).
  * Nothing here speaks HTTP; the operations call it at four points of a token's life:
- *   1. gw__fence_enter() / gw__fence_floor(): before an acquisition is sent, its floor;
- *   2. gw__fence_leave(): when its answer is in (a pipeline thread), count the token;
+ *   1. gw__fence_enter(): before an acquisition is sent, its turn and its floor;
+ *   2. gw__fence_leave(): when its answer is in (a pipeline thread), count the token and
+ *      pass the turn on;
  *   3. gw__fence_cover(): before the token leaves the process, make the ledger cover it;
  *   4. gw__fence_verdict(): when a write brings a token back, judge it.
  *
@@ -80,28 +81,8 @@ static gw_stripe *stripe_of(gw_fence *f, const char *resource)
     return &f->stripes[h % GW_FLOOR_STRIPES];
 }
 
-int gw__fence_enter(gw_fence *f, const char *resource, gw_fence_turn *t)
-{
-    gw_stripe *s = stripe_of(f, resource);
-
-    t->next = NULL;
-    pthread_mutex_lock(&s->mu);
-    if (s->busy) {
-        if (s->last != NULL) {
-            s->last->next = t;
-        } else {
-            s->first = t;
-        }
-        s->last = t;
-        pthread_mutex_unlock(&s->mu);
-        return 0;
-    }
-    s->busy = 1;
-    pthread_mutex_unlock(&s->mu);
-    return 1;
-}
-
-store_status gw__fence_floor(gw_fence *f, const char *resource, int64_t *floor)
+/* The floor for an acquisition of `resource` (see the file comment). */
+static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
 {
     uint64_t highest = 0;
     store_status st = store_highest(f->st, resource, &highest);
@@ -120,9 +101,38 @@ store_status gw__fence_floor(gw_fence *f, const char *resource, int64_t *floor)
     return STORE_OK;
 }
 
-gw_fence_turn *gw__fence_leave(gw_fence *f, const char *resource, int64_t minted)
+/* t holds its stripe now: its floor, computed under the turn. */
+static void granted(gw_fence *f, gw_fence_turn *t)
 {
-    gw_stripe *s = stripe_of(f, resource);
+    t->floor = 0;
+    t->floor_status = floor_of(f, t->resource, &t->floor);
+}
+
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t)
+{
+    gw_stripe *s = stripe_of(f, t->resource);
+
+    t->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->busy) {
+        if (s->last != NULL) {
+            s->last->next = t;
+        } else {
+            s->first = t;
+        }
+        s->last = t;
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
+    s->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    granted(f, t);
+    return 1;
+}
+
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted)
+{
+    gw_stripe *s = stripe_of(f, t->resource);
 
     /* Counted before the stripe passes on: the next floor must cover this token. */
     long long seen = atomic_load(&f->max_token);
@@ -140,6 +150,9 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, const char *resource, int64_t minted
         s->busy = 0;
     }
     pthread_mutex_unlock(&s->mu);
+    if (next != NULL) {
+        granted(f, next);
+    }
     return next;
 }
 

@@ -16,9 +16,15 @@
 #define GW_FLOOR_STRIPES 1024
 
 /* A place in a stripe's line of acquisitions; embedded in the caller's state, which stays
- * alive while it is queued. */
+ * alive from gw__fence_enter() until its gw__fence_leave(). */
 typedef struct gw_fence_turn {
     struct gw_fence_turn *next;
+    const char *resource;                /* in: what it acquires */
+    /* Out, once the turn is granted: the floor to pass locklib, computed while the turn is
+     * held. floor_status is STORE_OK, or the storage error that kept the floor from being
+     * read: then no acquisition may be sent (the token could not be fenced). */
+    int64_t floor;
+    store_status floor_status;
 } gw_fence_turn;
 
 /* Acquisitions of the resources of one stripe run one at a time, from computing the floor
@@ -38,20 +44,16 @@ typedef struct gw_fence {
 /* Sets up f over the open store st (not owned). */
 void gw__fence_init(gw_fence *f, store *st);
 
-/* Asks for the stripe of `resource` for an acquisition. Returns 1 when the caller holds it
- * now, or 0 when t was queued: gw__fence_leave() of the acquisition before it returns t,
- * which then holds it. Never blocks beyond the stripe's mutex. */
-int gw__fence_enter(gw_fence *f, const char *resource, gw_fence_turn *t);
+/* Asks for the turn of t->resource's stripe for an acquisition. Returns 1 when t holds it
+ * now, with its floor; or 0 when t was queued: the gw__fence_leave() of the turn before it
+ * returns t, which then holds it, with its floor. Never blocks beyond the stripe's mutex and
+ * the floor's storage read. */
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t);
 
-/* The floor to pass locklib for an acquisition of `resource`, computed by the caller while
- * it holds the stripe. Returns STORE_OK, or the storage error (then no acquisition may be
- * sent: the token could not be fenced). */
-store_status gw__fence_floor(gw_fence *f, const char *resource, int64_t *floor);
-
-/* Ends the stripe's acquisition: counts minted (the token of an ACQUIRED answer, 0 when
- * none) in max_token, then passes the stripe on. Returns the next turn, which holds the
- * stripe now, or NULL when the stripe is free. */
-gw_fence_turn *gw__fence_leave(gw_fence *f, const char *resource, int64_t minted);
+/* Ends t's turn: counts minted (the token of an ACQUIRED answer, 0 when none) in max_token,
+ * then passes the stripe on. Returns the next turn, which holds the stripe now, with its
+ * floor; or NULL when the stripe is free. */
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted);
 
 /* Before a token leaves this process (also a replayed one): makes the ledger's durable
  * ceiling cover it. STORE_OK, or an error: then the token must not be handed out. */

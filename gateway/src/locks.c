@@ -113,10 +113,11 @@ enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY, ATTEMPT_NOMEM }
 
 /*
  * Attempts in the pipeline. An attempt suspends its connection and asks for its resource's
- * turn (gw__fence_enter). When no acquisition of the stripe is out, it takes its floor and
- * goes to the Redis pipeline at once; else it queues behind, and the one before it sends it
- * on when its answer is in (attempt_answered, on a pipeline thread), after the fence counted
- * its token (gw__fence_leave). Why the turns: fence.c, "Concurrent acquisitions".
+ * turn (gw__fence_enter). When no acquisition of the stripe is out, it gets the turn with its
+ * floor and goes to the Redis pipeline at once; else it queues behind, and the one before it
+ * sends it on when its answer is in (attempt_answered, on a pipeline thread): the fence
+ * counts that token, then grants the next turn with its floor (gw__fence_leave). Why the
+ * turns: fence.c, "Concurrent acquisitions".
  *
  * An attempt that waited for its stripe past its deadline + GW_STRIPE_GRACE_MS is answered
  * 503 without asking Redis: on a slow Redis (calls that take most of the command timeout
@@ -194,7 +195,7 @@ static int attempt_answered(gw_job *job)
          * are still serialised by the stripe, so both orders agree. */
         gw__wait_place(srv->waitq, &lc->waiter);
     }
-    struct gw_lock_call *next = call_of_turn(gw__fence_leave(&srv->fence, lc->resource, minted));
+    struct gw_lock_call *next = call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, minted));
     if (next != NULL) {
         stripe_send(srv, next);
     }
@@ -207,11 +208,10 @@ static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
 {
     while (lc != NULL) {
         int64_t now_ms = gw__now_ms();
-        int64_t floor = 0;
         gw_attempt *at = NULL;
         if (now_ms > lc->deadline_ms + GW_STRIPE_GRACE_MS) {
             lc->refused = ATTEMPT_STRIPE_BUSY;
-        } else if (gw__fence_floor(&srv->fence, lc->resource, &floor) != STORE_OK) {
+        } else if (lc->turn.floor_status != STORE_OK) {
             lc->refused = ATTEMPT_STORE_FAILED;
         } else if ((at = attempt_new()) == NULL) {
             lc->refused = ATTEMPT_NOMEM;
@@ -221,7 +221,7 @@ static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
             at->call.owner = lc->owner;
             at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
             at->call.lease_ms = lc->ttl_ms;
-            at->call.floor = floor;
+            at->call.floor = lc->turn.floor;
             if (lc->fair) {
                 int64_t left = lc->deadline_ms - now_ms;
                 at->call.wait_ms = left > 0 ? left : 0;
@@ -238,7 +238,7 @@ static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
             return;
         }
         struct MHD_Connection *conn = lc->waiter.conn;
-        struct gw_lock_call *next = call_of_turn(gw__fence_leave(&srv->fence, lc->resource, 0));
+        struct gw_lock_call *next = call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, 0));
         MHD_resume_connection(conn); /* lc may be freed from here on */
         lc = next;
     }
@@ -414,7 +414,8 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     call->waiter.conn = req->conn; /* the same connection it parks, if it does */
     call->stage = LOCK_ATTEMPTING;
     MHD_suspend_connection(req->conn);
-    if (gw__fence_enter(&srv->fence, call->resource, &call->turn)) {
+    call->turn.resource = call->resource;
+    if (gw__fence_enter(&srv->fence, &call->turn)) {
         stripe_send(srv, call); /* else the attempt before it on its stripe sends it */
     }
     return MHD_YES;
