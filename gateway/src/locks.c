@@ -414,7 +414,6 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     call->waiter.conn = req->conn; /* the same connection it parks, if it does */
     call->stage = LOCK_ATTEMPTING;
     MHD_suspend_connection(req->conn);
-    call->turn.resource = call->resource;
     if (gw__fence_enter(&srv->fence, &call->turn)) {
         stripe_send(srv, call); /* else the attempt before it on its stripe sends it */
     }
@@ -462,7 +461,7 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     return answer_attempt(req, call, st, &res, why);
 }
 
-/* The operation runs again after a parked request is resumed: act on why it was woken. */
+/* PARKED, resumed by waiters.c: act on why it was woken. */
 static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
 {
     gw_waiter *w = &call->waiter;
@@ -522,6 +521,7 @@ static enum MHD_Result lock_start(gw_request *req)
     call->resource = call->text;
     call->owner = call->text + rlen;
     call->idem_key = call->text + rlen + olen;
+    call->turn.resource = call->resource;
     call->ttl_ms = a.ttl_ms;
     call->wait_ms = a.wait_ms;
     call->fair = (unsigned char)a.fair;
