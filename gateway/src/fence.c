@@ -102,13 +102,13 @@ static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
 }
 
 /* t holds its stripe now: its floor, computed under the turn. */
-static void granted(gw_fence *f, gw_fence_turn *t)
+static void granted(gw_fence *f, const gw_fence_turn *t, gw_floor *floor)
 {
-    t->floor = 0;
-    t->floor_status = floor_of(f, t->resource, &t->floor);
+    floor->floor = 0;
+    floor->status = floor_of(f, t->resource, &floor->floor);
 }
 
-int gw__fence_enter(gw_fence *f, gw_fence_turn *t)
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
 {
     gw_stripe *s = stripe_of(f, t->resource);
 
@@ -126,11 +126,12 @@ int gw__fence_enter(gw_fence *f, gw_fence_turn *t)
     }
     s->busy = 1;
     pthread_mutex_unlock(&s->mu);
-    granted(f, t);
+    granted(f, t, floor);
     return 1;
 }
 
-gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted)
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
+                               gw_floor *next_floor)
 {
     gw_stripe *s = stripe_of(f, t->resource);
 
@@ -151,7 +152,7 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted)
     }
     pthread_mutex_unlock(&s->mu);
     if (next != NULL) {
-        granted(f, next);
+        granted(f, next, next_floor);
     }
     return next;
 }

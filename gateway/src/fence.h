@@ -19,13 +19,16 @@
  * alive from gw__fence_enter() until its gw__fence_leave(). */
 typedef struct gw_fence_turn {
     struct gw_fence_turn *next;
-    const char *resource;                /* in: what it acquires */
-    /* Out, once the turn is granted: the floor to pass locklib, computed while the turn is
-     * held. floor_status is STORE_OK, or the storage error that kept the floor from being
-     * read: then no acquisition may be sent (the token could not be fenced). */
-    int64_t floor;
-    store_status floor_status;
+    const char *resource;                /* what it acquires */
 } gw_fence_turn;
+
+/* What a granted turn may pass locklib, computed while the turn is held. status is
+ * STORE_OK, or the storage error that kept the floor from being read: then no acquisition
+ * may be sent (its token could not be fenced). */
+typedef struct gw_floor {
+    int64_t floor;
+    store_status status;
+} gw_floor;
 
 /* Acquisitions of the resources of one stripe run one at a time, from computing the floor
  * until the token is counted in max_token. The mutex guards only this state. */
@@ -45,15 +48,16 @@ typedef struct gw_fence {
 void gw__fence_init(gw_fence *f, store *st);
 
 /* Asks for the turn of t->resource's stripe for an acquisition. Returns 1 when t holds it
- * now, with its floor; or 0 when t was queued: the gw__fence_leave() of the turn before it
- * returns t, which then holds it, with its floor. Never blocks beyond the stripe's mutex and
- * the floor's storage read. */
-int gw__fence_enter(gw_fence *f, gw_fence_turn *t);
+ * now, with its floor in *floor; or 0 when t was queued: the gw__fence_leave() of the turn
+ * before it returns t, which then holds it, with its floor. Never blocks beyond the
+ * stripe's mutex and the floor's storage read. */
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor);
 
 /* Ends t's turn: counts minted (the token of an ACQUIRED answer, 0 when none) in max_token,
  * then passes the stripe on. Returns the next turn, which holds the stripe now, with its
- * floor; or NULL when the stripe is free. */
-gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted);
+ * floor in *next_floor; or NULL when the stripe is free. */
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
+                               gw_floor *next_floor);
 
 /* Before a token leaves this process (also a replayed one): makes the ledger's durable
  * ceiling cover it. STORE_OK, or an error: then the token must not be handed out. */

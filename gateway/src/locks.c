@@ -71,7 +71,7 @@ typedef enum lock_stage {
 /* A POST /lock in progress: its arguments, copied out of the body (which is freed, since a
  * parked waiter should cost little memory), and its waiter. Freed at request completion. */
 struct gw_lock_call {
-    const char *resource;                /* these three point into text[] */
+    /* The resource is turn.resource; it, owner and idem_key point into text[]. */
     const char *owner;
     const char *idem_key;                /* "" for none */
     int64_t ttl_ms;
@@ -176,7 +176,7 @@ static void attempt_free(gw_attempt *at)
     free(at);
 }
 
-static void stripe_send(gw_server *srv, struct gw_lock_call *lc);
+static void stripe_send(gw_server *srv, struct gw_lock_call *lc, gw_floor floor);
 
 /* On a pipeline thread, before the connection is resumed. */
 static int attempt_answered(gw_job *job)
@@ -195,33 +195,35 @@ static int attempt_answered(gw_job *job)
          * are still serialised by the stripe, so both orders agree. */
         gw__wait_place(srv->waitq, &lc->waiter);
     }
-    struct gw_lock_call *next = call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, minted));
+    gw_floor floor;
+    struct gw_lock_call *next =
+        call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, minted, &floor));
     if (next != NULL) {
-        stripe_send(srv, next);
+        stripe_send(srv, next, floor);
     }
     return 1;
 }
 
-/* Sends lc's attempt, which holds its stripe, to the pipeline; or answers it without Redis
- * and passes the stripe on, until one is sent or the stripe is free. */
-static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
+/* Sends lc's attempt, which holds its stripe with floor, to the pipeline; or answers it
+ * without Redis and passes the stripe on, until one is sent or the stripe is free. */
+static void stripe_send(gw_server *srv, struct gw_lock_call *lc, gw_floor floor)
 {
     while (lc != NULL) {
         int64_t now_ms = gw__now_ms();
         gw_attempt *at = NULL;
         if (now_ms > lc->deadline_ms + GW_STRIPE_GRACE_MS) {
             lc->refused = ATTEMPT_STRIPE_BUSY;
-        } else if (lc->turn.floor_status != STORE_OK) {
+        } else if (floor.status != STORE_OK) {
             lc->refused = ATTEMPT_STORE_FAILED;
         } else if ((at = attempt_new()) == NULL) {
             lc->refused = ATTEMPT_NOMEM;
         } else {
             at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
-            at->call.resource = lc->resource;
+            at->call.resource = lc->turn.resource;
             at->call.owner = lc->owner;
             at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
             at->call.lease_ms = lc->ttl_ms;
-            at->call.floor = lc->turn.floor;
+            at->call.floor = floor.floor;
             if (lc->fair) {
                 int64_t left = lc->deadline_ms - now_ms;
                 at->call.wait_ms = left > 0 ? left : 0;
@@ -238,7 +240,8 @@ static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
             return;
         }
         struct MHD_Connection *conn = lc->waiter.conn;
-        struct gw_lock_call *next = call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, 0));
+        struct gw_lock_call *next =
+            call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, 0, &floor));
         MHD_resume_connection(conn); /* lc may be freed from here on */
         lc = next;
     }
@@ -250,7 +253,7 @@ static lk_status give_back(gw_server *srv, const struct gw_lock_call *call)
 {
     lk_result ignored;
     lk_client *c = gw__client(srv);
-    return c != NULL ? lk_release(c, call->resource, call->owner, NULL, &ignored)
+    return c != NULL ? lk_release(c, call->turn.resource, call->owner, NULL, &ignored)
                      : LK_EUNAVAILABLE;
 }
 
@@ -295,7 +298,7 @@ static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *cal
     call->acquired = (unsigned char)!res->replayed;
     /* The lease is the one granted: a replay reports the first answer's, not this retry's. */
     return gw__send_json(req, MHD_HTTP_OK,
-                         json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->resource,
+                         json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->turn.resource,
                                    "owner", call->owner, "token", (json_int_t)res->token,
                                    "holds", (json_int_t)res->holds, "ttl_ms",
                                    (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms)));
@@ -311,9 +314,9 @@ static enum MHD_Result answer_locked(gw_request *req, const struct gw_lock_call 
     snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
     struct MHD_Response *resp = gw__error_response(
         "locked",
-        json_pack("{s:s, s:I}", "resource", call->resource, "retry_after_ms",
+        json_pack("{s:s, s:I}", "resource", call->turn.resource, "retry_after_ms",
                   (json_int_t)retry_ms),
-        "%s is held by another owner", call->resource);
+        "%s is held by another owner", call->turn.resource);
     if (resp != NULL) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
     }
@@ -331,7 +334,7 @@ static void leave_fair_queue(gw_request *req, struct gw_lock_call *call)
     call->fair_queued = 0;
     c = gw__client(req->srv);
     if (c != NULL) {
-        lk_fair_cancel(c, call->resource, call->owner);
+        lk_fair_cancel(c, call->turn.resource, call->owner);
     }
 }
 
@@ -406,7 +409,7 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     gw_server *srv = req->srv;
 
     call->waiting = (unsigned char)(call->wait_ms > 0 && !call->last);
-    if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->resource) != 0) {
+    if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
     call->refused = ATTEMPT_ASKED;
@@ -414,8 +417,9 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     call->waiter.conn = req->conn; /* the same connection it parks, if it does */
     call->stage = LOCK_ATTEMPTING;
     MHD_suspend_connection(req->conn);
-    if (gw__fence_enter(&srv->fence, &call->turn)) {
-        stripe_send(srv, call); /* else the attempt before it on its stripe sends it */
+    gw_floor floor;
+    if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
+        stripe_send(srv, call, floor); /* else the attempt before it on its stripe sends it */
     }
     return MHD_YES;
 }
@@ -518,10 +522,9 @@ static enum MHD_Result lock_start(gw_request *req)
     memcpy(call->text, a.resource, rlen);
     memcpy(call->text + rlen, a.owner, olen);
     memcpy(call->text + rlen + olen, idem, ilen);
-    call->resource = call->text;
     call->owner = call->text + rlen;
     call->idem_key = call->text + rlen + olen;
-    call->turn.resource = call->resource;
+    call->turn.resource = call->text;
     call->ttl_ms = a.ttl_ms;
     call->wait_ms = a.wait_ms;
     call->fair = (unsigned char)a.fair;
