@@ -14,7 +14,7 @@
  * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
  * resource's queue from its first HELD answer until its wait ends, woken or not, so waking
  * "the first parked waiter" follows arrival order. A fair waiter takes its place while its
- * first attempt's answer is in and its resource's floor stripe is still busy (locks.c), so
+ * first attempt's answer is in and its resource's floor stripe is still busy (fence.c), so
  * the local order of fair waiters is their order in the Redis queue.
  *
  * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll; a
