@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
+#include "storage/storage.h"
+
+#include "config.h"
 
 enum opt_kind { OPT_STRING, OPT_SIZE, OPT_INT, OPT_LOG_FORMAT, OPT_FLAG };
 

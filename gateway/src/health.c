@@ -9,18 +9,20 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
+#include "health.h"
+#include "redis_client.h"
+#include "respond.h"
 
 /* A valid resource name nobody needs to own: reading its highest token exercises a read
  * transaction and nothing else. */
 #define READY_PROBE_RESOURCE "_fencegate.readyz"
 
-enum MHD_Result gw__handle_healthz(gw_request *req)
+static enum MHD_Result healthz(gw_request *req)
 {
     return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
 }
 
-enum MHD_Result gw__handle_readyz(gw_request *req)
+static enum MHD_Result readyz(gw_request *req)
 {
     gw_server *srv = req->srv;
     lk_client *c = gw__client(srv);
@@ -45,7 +47,7 @@ enum MHD_Result gw__handle_readyz(gw_request *req)
                           "%s unavailable", failed);
 }
 
-enum MHD_Result gw__handle_metrics(gw_request *req)
+static enum MHD_Result metrics(gw_request *req)
 {
     size_t len = 0;
     lk_client *c = gw__client(req->srv);
@@ -66,3 +68,7 @@ enum MHD_Result gw__handle_metrics(gw_request *req)
                             "text/plain; version=0.0.4; charset=utf-8");
     return gw__queue(req, MHD_HTTP_OK, resp);
 }
+
+const gw_op gw__op_healthz = {healthz, NULL, NULL};
+const gw_op gw__op_readyz = {readyz, NULL, NULL};
+const gw_op gw__op_metrics = {metrics, NULL, NULL};

@@ -1,16 +1,18 @@
 /*
  * POST /lock and GET /locks/{resource} (POST /unlock and /renew: owner_calls.c).
  *
- * Token safety. Every acquisition passes locklib a floor, and the token it mints is always
- * above it:
- *     floor = max(store_ledger_floor()   -- >= every token any earlier process handed out,
- *                 srv->max_token          -- the largest token this process handed out,
- *                 store_highest(resource) -- the highest token that has written it).
- * So a Redis that lost its counter (restart without AOF, failover, FLUSHALL) cannot hand out
- * a token twice, even combined with a gateway restart. Before a freshly minted token leaves
- * this process, store_ledger_cover() makes the ledger's durable ceiling cover it; if that
- * fails the hold is released again and the client gets 503, so no token is ever handed out
- * that a later process could reissue.
+ * The operation, and what resumes it (each stage is lock_stage, in the call's state):
+ *   start       parse the body, copy what the wait needs, start an attempt -> ATTEMPTING;
+ *   ATTEMPTING  resumed by the pipeline when the attempt is answered (lock_answered):
+ *               answer, park while the lock is held and time is left -> PARKED, or try
+ *               again at once;
+ *   PARKED      resumed by waiters.c (lock_woken): act on why it was woken, usually by
+ *               attempting again -> ATTEMPTING;
+ *   completed   end the wait, give back a hold whose answer did not reach the client.
+ *
+ * Fencing is fence.c's: an attempt takes its resource's turn and floor there, its token is
+ * counted there when its answer is in, and the ledger covers the token there before it is
+ * answered. If that cover fails the hold is released again and the client gets 503.
  *
  * A 503 does not always mean "not taken": when Redis accepted the acquire script but its
  * answer came too late (a stalled Redis, a dropped connection), the lock may be held by the
@@ -20,13 +22,13 @@
  * first answer instead.
  *
  * The floor is computed again before every attempt, and the attempts of one stripe of
- * resources run one at a time until the new token is counted in max_token (see "Attempts
- * in the pipeline").
+ * resources run one at a time until the new token is counted (fence.c, "Concurrent
+ * acquisitions").
  *
  * Waiting (wait_ms > 0). An attempt that finds the lock held parks the request in
  * waiters.c: the connection is suspended and no thread is held. A release message, the
  * holder's lease running out, the waiter's deadline, its client hanging up or shutdown
- * resume it, and the handler runs again (lock_resumed): it attempts again and parks again
+ * resume it, and the operation runs again (lock_woken): it attempts again and parks again
  * (keeping its place in the queue), or answers. The deadline's wake makes one last attempt, then 409.
  * "fair": true uses the FIFO queue in Redis (lk_acquire_fair); a fair waiter that gives up,
  * hangs up or is stopped leaves the queue (lk_fair_cancel), and one that vanished without
@@ -37,7 +39,7 @@
  * reports the hang-up; a woken one looks at its socket before its attempt, and every
  * attempt looks again when its answer is in (it was suspended meanwhile) and gives a fresh
  * hold back if the client is gone; and if the answer cannot be delivered
- * (MHD reports an error at completion), gw__lock_completed() gives the hold back. A client
+ * (MHD reports an error at completion), lock_completed() gives the hold back. A client
  * that closes after the answer was written got its lock, as one that crashed after reading
  * it: the lease ends it.
  *
@@ -45,19 +47,31 @@
  * appear only in the /lock answer to the caller who asked, never in a log line, /locks or
  * /metrics.
  */
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include "gw_internal.h"
+#include "args.h"
+#include "fence.h"
+#include "locks.h"
+#include "log.h"
+#include "pipe.h"
+#include "redis_client.h"
+#include "respond.h"
+#include "util.h"
+#include "waiters.h"
 
-typedef gw_lock_args lock_args; /* see gw_internal.h */
+/* What resumes a /lock whose connection is suspended. */
+typedef enum lock_stage {
+    LOCK_ATTEMPTING,     /* its attempt is in the fence's line or the pipeline */
+    LOCK_PARKED          /* parked in waiters.c */
+} lock_stage;
 
 /* A POST /lock in progress: its arguments, copied out of the body (which is freed, since a
  * parked waiter should cost little memory), and its waiter. Freed at request completion. */
 struct gw_lock_call {
-    const char *resource;                /* these three point into text[] */
+    /* The resource is turn.resource; it, owner and idem_key point into text[]. */
     const char *owner;
     const char *idem_key;                /* "" for none */
     int64_t ttl_ms;
@@ -70,142 +84,47 @@ struct gw_lock_call {
     unsigned char counted;               /* its outcome is counted in acquire_total */
     unsigned char last;                  /* the deadline's wake: one last attempt, no park */
     unsigned char waiting;               /* this attempt may park when the lock is held */
-    unsigned char in_flight;             /* an attempt is out: resumed when it is answered */
+    unsigned char stage;                 /* lock_stage: what resumes it */
     unsigned char refused;               /* why it was answered without Redis (ATTEMPT_*) */
-    struct gw_lock_call *stripe_next;    /* waiting for its stripe (gw_stripe) */
+    gw_fence_turn turn;                  /* its place in its stripe's line (fence.c) */
     struct gw_attempt *attempt;          /* the call in the pipeline, NULL when refused */
     gw_waiter waiter;
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };
 
-void gw__note_redis(gw_server *srv, lk_status st)
-{
-    atomic_store(&srv->metrics.redis_up, st == LK_EUNAVAILABLE ? 0 : 1);
-}
-
 /* Counts the outcome of a /lock request: exactly one per request. */
 static void count_acquire(gw_request *req, gw_acquire_outcome o)
 {
+    struct gw_lock_call *call = req->op_state;
     atomic_fetch_add(&req->srv->metrics.acquire[o], 1);
-    if (req->lock != NULL) {
-        req->lock->counted = 1;
+    if (call != NULL) {
+        call->counted = 1;
     }
 }
 
-/* The owner for a /lock without one. Without an Idempotency-Key it is 128 fresh random bits.
- * With a key it is derived from (resource, key) under the gateway's random secret (kept in
- * the data directory, so it survives restarts), so a retried request gets the same owner
- * and locklib replays the first answer instead of refusing the key. Nobody without the
- * secret can compute it. */
-static void generate_owner(gw_server *srv, lock_args *a)
+static struct gw_lock_call *call_of_turn(gw_fence_turn *t)
 {
-    if (a->idem_key == NULL) {
-        lk_random_id(a->owner_buf);
-    } else {
-        char name[LK_RESOURCE_MAX + LK_OWNER_MAX + 2];
-        uuid_t derived;
-        int n = snprintf(name, sizeof name, "%s\n%s", a->resource, a->idem_key);
-        uuid_generate_sha1(derived, srv->owner_secret, name, (size_t)n);
-        for (int i = 0; i < 16; i++) {
-            snprintf(a->owner_buf + 2 * i, 3, "%02x", derived[i]);
-        }
-    }
-    a->owner = a->owner_buf;
-    a->owner_generated = 1;
-}
-
-/* Reads an optional boolean field (false when absent). Returns 0, or -1 after queuing the
- * 400. */
-static int field_bool(gw_request *req, json_t *root, const char *field, int *out,
-                      enum MHD_Result *result)
-{
-    json_t *v = json_object_get(root, field);
-    *out = 0;
-    if (v == NULL) {
-        return 0;
-    }
-    if (!json_is_boolean(v)) {
-        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "field '%s' must be true or false", field);
-        return -1;
-    }
-    *out = json_is_true(v);
-    return 0;
-}
-
-int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *result)
-{
-    memset(a, 0, sizeof *a);
-    if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
-        gw__field_name(req, root, "owner", 0, &a->owner, result) != 0 ||
-        gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS, LK_LEASE_MAX_MS,
-                      &a->ttl_ms, result) != 0 ||
-        gw__field_int(req, root, "wait_ms", 0, 0, GW_MAX_WAIT_MS, &a->wait_ms, result) != 0 ||
-        field_bool(req, root, "fair", &a->fair, result) != 0 ||
-        gw__idempotency_key(req, &a->idem_key, result) != 0) {
-        return -1;
-    }
-    if (a->owner == NULL) {
-        generate_owner(req->srv, a);
-    }
-    return 0;
-}
-
-/* The floor for an acquisition of `resource` (see the file comment). */
-static store_status compute_floor(gw_server *srv, const char *resource, int64_t *floor)
-{
-    uint64_t highest = 0;
-    store_status st = store_highest(srv->st, resource, &highest);
-    if (st != STORE_OK) {
-        return st;
-    }
-    uint64_t f = store_ledger_floor(srv->st);
-    uint64_t mine = (uint64_t)atomic_load(&srv->max_token);
-    if (mine > f) {
-        f = mine;
-    }
-    if (highest > f) {
-        f = highest;
-    }
-    *floor = (int64_t)f;
-    return STORE_OK;
-}
-
-static void raise_max_token(gw_server *srv, int64_t token)
-{
-    long long seen = atomic_load(&srv->max_token);
-    while (token > seen && !atomic_compare_exchange_weak(&srv->max_token, &seen, token)) {
-    }
-}
-
-static gw_stripe *stripe_of(gw_server *srv, const char *resource)
-{
-    uint32_t h = 2166136261u; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)resource; *p != '\0'; p++) {
-        h = (h ^ *p) * 16777619u;
-    }
-    return &srv->stripes[h % GW_FLOOR_STRIPES];
+    return t != NULL ? (struct gw_lock_call *)((char *)t - offsetof(struct gw_lock_call, turn))
+                     : NULL;
 }
 
 /* Why an attempt was answered without asking Redis (gw_lock_call.refused). */
 enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY, ATTEMPT_NOMEM };
 
 /*
- * Attempts in the pipeline. An attempt suspends its connection and enters its resource's
- * stripe (stripe_enter). When no acquisition of the stripe is out, it computes its floor and
- * goes to the Redis pipeline at once; else it queues behind, and the one before it sends it
- * on when its answer is in (attempt_answered, on a pipeline thread), after counting its
- * token in max_token. So the floor of every acquisition covers the token of every earlier
- * one on its stripe, also when Redis lost its data between the two: without that, both
- * could compute floor f, the first mint f+1, Redis lose its data, and the second, lifting
- * the empty counter to f, mint f+1 again.
+ * Attempts in the pipeline. An attempt suspends its connection and asks for its resource's
+ * turn (gw__fence_enter). When no acquisition of the stripe is out, it gets the turn with its
+ * floor and goes to the Redis pipeline at once; else it queues behind, and the one before it
+ * sends it on when its answer is in (attempt_answered, on a pipeline thread): the fence
+ * counts that token, then grants the next turn with its floor (gw__fence_leave). Why the
+ * turns: fence.c, "Concurrent acquisitions".
  *
  * An attempt that waited for its stripe past its deadline + GW_STRIPE_GRACE_MS is answered
  * 503 without asking Redis: on a slow Redis (calls that take most of the command timeout
  * without timing out, where the breaker does not trip) the attempts on one resource would
  * otherwise queue one round trip each, unbounded. One whose floor cannot be read is answered
  * 503 too. Either way the stripe passes on to the next. Every attempt is answered: its
- * connection is resumed exactly once, and the handler runs again (lock_answered).
+ * connection is resumed exactly once, and the operation runs again (lock_answered).
  *
  * The Redis call (gw_attempt) exists only from leaving the stripe's queue until the answer:
  * thousands of waiters queued on one resource carry none, and parked waiters none either.
@@ -257,25 +176,7 @@ static void attempt_free(gw_attempt *at)
     free(at);
 }
 
-static void stripe_send(gw_server *srv, struct gw_lock_call *lc);
-
-/* The next attempt of the stripe, or NULL after marking it free. */
-static struct gw_lock_call *stripe_pass(gw_stripe *s)
-{
-    pthread_mutex_lock(&s->mu);
-    struct gw_lock_call *next = s->first;
-    if (next != NULL) {
-        s->first = next->stripe_next;
-        if (s->first == NULL) {
-            s->last = NULL;
-        }
-        next->stripe_next = NULL;
-    } else {
-        s->busy = 0;
-    }
-    pthread_mutex_unlock(&s->mu);
-    return next;
-}
+static void stripe_send(gw_server *srv, struct gw_lock_call *lc, gw_floor floor);
 
 /* On a pipeline thread, before the connection is resumed. */
 static int attempt_answered(gw_job *job)
@@ -284,42 +185,45 @@ static int attempt_answered(gw_job *job)
     gw_server *srv = at->srv;
     struct gw_lock_call *lc = at->lc;
 
+    int64_t minted = 0;
+
     if (at->call.status == LK_ACQUIRED) {
         lc->fair_queued = 0; /* the script took it off the queue */
-        raise_max_token(srv, at->call.res.token);
+        minted = at->call.res.token;
     } else if (at->call.status == LK_HELD && lc->fair) {
         /* Queued in Redis just now: take the local place while attempts on this resource
          * are still serialised by the stripe, so both orders agree. */
         gw__wait_place(srv->waitq, &lc->waiter);
     }
-    struct gw_lock_call *next = stripe_pass(stripe_of(srv, lc->resource));
+    gw_floor floor;
+    struct gw_lock_call *next =
+        call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, minted, &floor));
     if (next != NULL) {
-        stripe_send(srv, next);
+        stripe_send(srv, next, floor);
     }
     return 1;
 }
 
-/* Sends lc's attempt, which holds its stripe, to the pipeline; or answers it without Redis
- * and passes the stripe on, until one is sent or the stripe is free. */
-static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
+/* Sends lc's attempt, which holds its stripe with floor, to the pipeline; or answers it
+ * without Redis and passes the stripe on, until one is sent or the stripe is free. */
+static void stripe_send(gw_server *srv, struct gw_lock_call *lc, gw_floor floor)
 {
     while (lc != NULL) {
-        int64_t now_ms = gw__now_us() / 1000;
-        int64_t floor = 0;
+        int64_t now_ms = gw__now_ms();
         gw_attempt *at = NULL;
         if (now_ms > lc->deadline_ms + GW_STRIPE_GRACE_MS) {
             lc->refused = ATTEMPT_STRIPE_BUSY;
-        } else if (compute_floor(srv, lc->resource, &floor) != STORE_OK) {
+        } else if (floor.status != STORE_OK) {
             lc->refused = ATTEMPT_STORE_FAILED;
         } else if ((at = attempt_new()) == NULL) {
             lc->refused = ATTEMPT_NOMEM;
         } else {
             at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
-            at->call.resource = lc->resource;
+            at->call.resource = lc->turn.resource;
             at->call.owner = lc->owner;
             at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
             at->call.lease_ms = lc->ttl_ms;
-            at->call.floor = floor;
+            at->call.floor = floor.floor;
             if (lc->fair) {
                 int64_t left = lc->deadline_ms - now_ms;
                 at->call.wait_ms = left > 0 ? left : 0;
@@ -336,31 +240,11 @@ static void stripe_send(gw_server *srv, struct gw_lock_call *lc)
             return;
         }
         struct MHD_Connection *conn = lc->waiter.conn;
-        struct gw_lock_call *next = stripe_pass(stripe_of(srv, lc->resource));
+        struct gw_lock_call *next =
+            call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, 0, &floor));
         MHD_resume_connection(conn); /* lc may be freed from here on */
         lc = next;
     }
-}
-
-/* Starts an attempt: its connection is suspended until it is answered. */
-static void stripe_enter(gw_server *srv, struct gw_lock_call *lc)
-{
-    gw_stripe *s = stripe_of(srv, lc->resource);
-
-    pthread_mutex_lock(&s->mu);
-    if (s->busy) {
-        if (s->last != NULL) {
-            s->last->stripe_next = lc;
-        } else {
-            s->first = lc;
-        }
-        s->last = lc;
-        pthread_mutex_unlock(&s->mu);
-        return;
-    }
-    s->busy = 1;
-    pthread_mutex_unlock(&s->mu);
-    stripe_send(srv, lc);
 }
 
 /* Gives back a hold taken for a client that will never use it, on the server thread's own
@@ -369,7 +253,7 @@ static lk_status give_back(gw_server *srv, const struct gw_lock_call *call)
 {
     lk_result ignored;
     lk_client *c = gw__client(srv);
-    return c != NULL ? lk_release(c, call->resource, call->owner, NULL, &ignored)
+    return c != NULL ? lk_release(c, call->turn.resource, call->owner, NULL, &ignored)
                      : LK_EUNAVAILABLE;
 }
 
@@ -380,7 +264,7 @@ static lk_status give_back(gw_server *srv, const struct gw_lock_call *call)
 static int cover_token(gw_request *req, const struct gw_lock_call *call, const lk_result *res,
                        enum MHD_Result *result)
 {
-    store_status st = store_ledger_cover(req->srv->st, (uint64_t)res->token);
+    store_status st = gw__fence_cover(&req->srv->fence, res->token);
     if (st == STORE_OK) {
         return 0;
     }
@@ -414,7 +298,7 @@ static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *cal
     call->acquired = (unsigned char)!res->replayed;
     /* The lease is the one granted: a replay reports the first answer's, not this retry's. */
     return gw__send_json(req, MHD_HTTP_OK,
-                         json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->resource,
+                         json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->turn.resource,
                                    "owner", call->owner, "token", (json_int_t)res->token,
                                    "holds", (json_int_t)res->holds, "ttl_ms",
                                    (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms)));
@@ -430,9 +314,9 @@ static enum MHD_Result answer_locked(gw_request *req, const struct gw_lock_call 
     snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
     struct MHD_Response *resp = gw__error_response(
         "locked",
-        json_pack("{s:s, s:I}", "resource", call->resource, "retry_after_ms",
+        json_pack("{s:s, s:I}", "resource", call->turn.resource, "retry_after_ms",
                   (json_int_t)retry_ms),
-        "%s is held by another owner", call->resource);
+        "%s is held by another owner", call->turn.resource);
     if (resp != NULL) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
     }
@@ -450,7 +334,7 @@ static void leave_fair_queue(gw_request *req, struct gw_lock_call *call)
     call->fair_queued = 0;
     c = gw__client(req->srv);
     if (c != NULL) {
-        lk_fair_cancel(c, call->resource, call->owner);
+        lk_fair_cancel(c, call->turn.resource, call->owner);
     }
 }
 
@@ -525,20 +409,23 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     gw_server *srv = req->srv;
 
     call->waiting = (unsigned char)(call->wait_ms > 0 && !call->last);
-    if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->resource) != 0) {
+    if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
     call->refused = ATTEMPT_ASKED;
     call->attempt = NULL;
     call->waiter.conn = req->conn; /* the same connection it parks, if it does */
-    call->in_flight = 1;
+    call->stage = LOCK_ATTEMPTING;
     MHD_suspend_connection(req->conn);
-    stripe_enter(srv, call);
+    gw_floor floor;
+    if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
+        stripe_send(srv, call, floor); /* else the attempt before it on its stripe sends it */
+    }
     return MHD_YES;
 }
 
-/* The handler runs again once the attempt is answered: answer it, or park the request while
- * the lock is held and wait time is left (see waiters.c). */
+/* ATTEMPTING, resumed once the attempt is answered: answer it, or park the request while the
+ * lock is held and wait time is left (see waiters.c). */
 static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
 {
     gw_server *srv = req->srv;
@@ -547,7 +434,6 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     lk_status st;
     char why[sizeof at->call.err];
 
-    call->in_flight = 0;
     call->attempt = NULL;
     memset(&res, 0, sizeof res);
     why[0] = '\0';
@@ -560,10 +446,11 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     } else {
         st = call->refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
     }
-    int64_t left = call->deadline_ms - gw__now_us() / 1000;
+    int64_t left = call->deadline_ms - gw__now_ms();
     if (st != LK_HELD || !call->waiting || left <= 0) {
         return answer_attempt(req, call, st, &res, why);
     }
+    call->stage = LOCK_PARKED; /* what resumes it now, unless it is answered below */
     switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms,
                           res.ttl_ms >= 0 ? res.ttl_ms : -1)) {
     case GW_PARKED:
@@ -578,8 +465,8 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     return answer_attempt(req, call, st, &res, why);
 }
 
-/* The handler runs again after a parked request is resumed: act on why it was woken. */
-static enum MHD_Result lock_resumed(gw_request *req, struct gw_lock_call *call)
+/* PARKED, resumed by waiters.c: act on why it was woken. */
+static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
 {
     gw_waiter *w = &call->waiter;
     gw_wake reason = w->reason;
@@ -604,16 +491,21 @@ static enum MHD_Result lock_resumed(gw_request *req, struct gw_lock_call *call)
     return lock_attempt(req, call);
 }
 
-enum MHD_Result gw__handle_lock(gw_request *req)
+/* GW_OP_STARTED: the suspended connection was resumed, by the pipeline (an attempt was
+ * answered) or by waiters.c (a parked request was woken). */
+static enum MHD_Result lock_resumed(gw_request *req)
+{
+    struct gw_lock_call *call = req->op_state;
+    return call->stage == LOCK_ATTEMPTING ? lock_answered(req, call) : lock_woken(req, call);
+}
+
+/* The body is in: parse it, keep what the wait needs, and start the first attempt. */
+static enum MHD_Result lock_start(gw_request *req)
 {
     json_t *root = NULL;
-    lock_args a;
+    gw_lock_args a;
     enum MHD_Result result = MHD_YES;
 
-    if (req->lock != NULL) {
-        return req->lock->in_flight ? lock_answered(req, req->lock)
-                                    : lock_resumed(req, req->lock);
-    }
     if (gw__parse_object(req, &root, &result) != 0 || gw__lock_args(req, root, &a, &result) != 0) {
         count_acquire(req, GW_ACQ_invalid);
         json_decref(root);
@@ -630,16 +522,16 @@ enum MHD_Result gw__handle_lock(gw_request *req)
     memcpy(call->text, a.resource, rlen);
     memcpy(call->text + rlen, a.owner, olen);
     memcpy(call->text + rlen + olen, idem, ilen);
-    call->resource = call->text;
     call->owner = call->text + rlen;
     call->idem_key = call->text + rlen + olen;
+    call->turn.resource = call->text;
     call->ttl_ms = a.ttl_ms;
     call->wait_ms = a.wait_ms;
     call->fair = (unsigned char)a.fair;
-    call->deadline_ms = gw__now_us() / 1000 + a.wait_ms;
+    call->deadline_ms = gw__now_ms() + a.wait_ms;
     call->waiter.fd = -1;
     call->waiter.timer.idx = GW_TIMER_OFF;
-    req->lock = call;
+    req->op_state = call;
     json_decref(root);
     free(req->body); /* a parked waiter keeps only what it needs */
     req->body = NULL;
@@ -647,18 +539,18 @@ enum MHD_Result gw__handle_lock(gw_request *req)
     return lock_attempt(req, call);
 }
 
-void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
+/* From request completion: ends the wait and undoes an acquisition whose answer did not
+ * reach the client. Frees the call. */
+static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
 {
-    struct gw_lock_call *call = req->lock;
-    if (call == NULL) {
-        return;
-    }
+    struct gw_lock_call *call = req->op_state;
+
     gw__wait_end(req->srv->waitq, &call->waiter, -1);
     leave_fair_queue(req, call);
     gw_attempt *at = call->attempt;
     if (at != NULL) {
         /* The answer came in, but when the pipeline resumed the connection libmicrohttpd
-         * found the client gone and ended the request without running the handler again
+         * found the client gone and ended the request without resuming the operation
          * (lock_answered), so nobody looked at the answer. A hold it took would stay for
          * its whole lease: give it back (if that release fails, Redis gone, the lease ends
          * it). A replayed answer took nothing. */
@@ -680,10 +572,12 @@ void gw__lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
         count_acquire(req, GW_ACQ_abandoned);
     }
     free(call);
-    req->lock = NULL;
+    req->op_state = NULL;
 }
 
-enum MHD_Result gw__handle_lock_status(gw_request *req)
+const gw_op gw__op_lock = {lock_start, lock_resumed, lock_completed};
+
+static enum MHD_Result lock_status(gw_request *req)
 {
     lk_lock_info info;
     enum MHD_Result result = MHD_YES;
@@ -709,3 +603,5 @@ enum MHD_Result gw__handle_lock_status(gw_request *req)
                                    (json_int_t)info.holds, "ttl_ms", (json_int_t)info.ttl_ms,
                                    "last_token", (json_int_t)info.last_token));
 }
+
+const gw_op gw__op_lock_status = {lock_status, NULL, NULL};

@@ -13,7 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "gw_internal.h"
+#include "log.h"
+#include "util.h"
 
 static void timestamp(char *buf, size_t len)
 {
@@ -45,7 +46,8 @@ static void emit(const char *line, int len)
     }
 }
 
-void gw__log_request(const gw_request *req, int64_t micros, enum MHD_RequestTerminationCode toe)
+void gw__log_request(const gw_config *cfg, const char *method, const char *url, int status,
+                     int64_t micros, enum MHD_RequestTerminationCode toe)
 {
     char ts[40];
     char line[512];
@@ -54,17 +56,17 @@ void gw__log_request(const gw_request *req, int64_t micros, enum MHD_RequestTerm
     int n = 0;
 
     timestamp(ts, sizeof ts);
-    gw__printable(path, sizeof path, req->url);
-    if (req->srv->cfg->log_json) {
+    gw__printable(path, sizeof path, url);
+    if (cfg->log_json) {
         n = snprintf(line, sizeof line,
                      "{\"ts\":\"%s\",\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,"
                      "\"duration_us\":%lld%s%s%s}\n",
-                     ts, req->method, path, req->status, (long long)micros,
+                     ts, method, path, status, (long long)micros,
                      end != NULL ? ",\"ended\":\"" : "", end != NULL ? end : "",
                      end != NULL ? "\"" : "");
     } else {
-        n = snprintf(line, sizeof line, "%s %s %s %d %lldus%s%s\n", ts, req->method, path,
-                     req->status, (long long)micros, end != NULL ? " ended=" : "",
+        n = snprintf(line, sizeof line, "%s %s %s %d %lldus%s%s\n", ts, method, path,
+                     status, (long long)micros, end != NULL ? " ended=" : "",
                      end != NULL ? end : "");
     }
     emit(line, n < (int)sizeof line ? n : (int)sizeof line - 1);

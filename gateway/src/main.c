@@ -19,7 +19,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "gw_internal.h"
+#include "config.h"
+#include "log.h"
+#include "request.h"
+#include "routes.h"
+#include "server.h"
 
 static gw_server server;
 

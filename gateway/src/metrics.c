@@ -11,7 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
+#include <microhttpd.h>
+
+#include "metrics.h"
 
 static const double bucket_le[GW_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                      0.025,  0.05,  0.1,    0.25,  0.5,

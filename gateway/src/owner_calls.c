@@ -1,8 +1,8 @@
 /*
  * POST /unlock and POST /renew: the same input ({"resource", "owner"}, ttl_ms when renewing,
- * the Idempotency-Key header), the same errors. The first pass of the handler parses the
- * body and sends the call to the Redis pipeline (pipe.c) with the connection suspended; the
- * pass after the resume answers.
+ * the Idempotency-Key header), the same errors. The operation has one stage: start parses
+ * the body and sends the call to the Redis pipeline (pipe.c) with the connection suspended;
+ * resumed answers; completed frees the call.
  *
  * A 503 means the outcome is unknown (Redis did not answer in time, or the connection
  * dropped after the script was sent): the hold may or may not have been released or renewed.
@@ -11,55 +11,42 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
-
-typedef gw_lock_args lock_args; /* see gw_internal.h */
-
-int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
-                   enum MHD_Result *result)
-{
-    memset(a, 0, sizeof *a);
-    if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
-        gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
-        (renew && gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS,
-                                LK_LEASE_MAX_MS, &a->ttl_ms, result) != 0) ||
-        gw__idempotency_key(req, &a->idem_key, result) != 0) {
-        return -1;
-    }
-    return 0;
-}
+#include "args.h"
+#include "owner_calls.h"
+#include "pipe.h"
+#include "respond.h"
 
 /* An /unlock or /renew in the pipeline: its parsed body (the names point into it) and its
  * call. Freed at request completion. */
 struct gw_owner_call {
     json_t *root;
-    lock_args a;
+    gw_lock_args a;
     int renew;
     lk_call call;
     gw_job job;
 };
 
-void gw__owner_call_completed(gw_request *req)
+static void owner_call_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
 {
-    if (req->owner_call != NULL) {
-        json_decref(req->owner_call->root);
-        free(req->owner_call);
-        req->owner_call = NULL;
-    }
+    struct gw_owner_call *oc = req->op_state;
+    (void)toe;
+    json_decref(oc->root);
+    free(oc);
+    req->op_state = NULL;
 }
 
 /* Reads {"resource", "owner"} (both required), ttl_ms when renewing, and the
  * Idempotency-Key, then sends lk_renew (renew) or lk_release to the pipeline with the
  * connection suspended. Returns 0, or -1 after queuing the 400 (or, without memory, with
  * *result MHD_NO). */
-static int owner_call_start(gw_request *req, int renew, enum MHD_Result *result)
+static int send_owner_call(gw_request *req, int renew, enum MHD_Result *result)
 {
     struct gw_owner_call *oc = calloc(1, sizeof *oc);
     if (oc == NULL) {
         *result = MHD_NO; /* MHD closes the connection */
         return -1;
     }
-    req->owner_call = oc; /* freed at completion, whatever happens next */
+    req->op_state = oc; /* freed at completion, whatever happens next */
     oc->renew = renew;
     if (gw__parse_object(req, &oc->root, result) != 0 ||
         gw__owner_args(req, oc->root, renew, &oc->a, result) != 0) {
@@ -116,7 +103,7 @@ static gw_renew_outcome renew_outcome(lk_status st, const lk_result *res)
 
 /* The 200 answers: {"resource", "released", "holds"} for /unlock and
  * {"resource", "token", "ttl_ms"} for /renew. */
-static enum MHD_Result answer_owner_call(gw_request *req, const lock_args *a, int renew,
+static enum MHD_Result answer_owner_call(gw_request *req, const gw_lock_args *a, int renew,
                                          lk_status st, const lk_result *res)
 {
     if (renew) {
@@ -135,26 +122,31 @@ static enum MHD_Result answer_owner_call(gw_request *req, const lock_args *a, in
                                    released, "holds", (json_int_t)(released ? 0 : res->holds)));
 }
 
-/* POST /unlock (renew 0) and POST /renew (renew 1): the same input, the same errors. The
- * first pass parses and sends the call; the pass after the resume answers. */
-static enum MHD_Result handle_owner_call(gw_request *req, int renew)
+/* start: parses and sends the call. Counts a refused one as invalid. */
+static enum MHD_Result owner_call_begin(gw_request *req, int renew)
 {
     gw_metrics *m = &req->srv->metrics;
-    struct gw_owner_call *oc = req->owner_call;
     enum MHD_Result result = MHD_YES;
 
-    if (oc == NULL) {
-        if (owner_call_start(req, renew, &result) != 0) {
-            if (renew) {
-                atomic_fetch_add(&m->renew[GW_REN_invalid], 1);
-            } else {
-                atomic_fetch_add(&m->release[GW_REL_invalid], 1);
-            }
+    if (send_owner_call(req, renew, &result) != 0) {
+        if (renew) {
+            atomic_fetch_add(&m->renew[GW_REN_invalid], 1);
+        } else {
+            atomic_fetch_add(&m->release[GW_REL_invalid], 1);
         }
-        return result;
     }
+    return result;
+}
+
+/* resumed: the pipeline answered the call. */
+static enum MHD_Result owner_call_answered(gw_request *req)
+{
+    gw_metrics *m = &req->srv->metrics;
+    struct gw_owner_call *oc = req->op_state;
+    int renew = oc->renew;
     lk_status st = oc->call.status;
     const lk_result *res = &oc->call.res;
+
     gw__note_redis(req->srv, st);
     if (renew) {
         atomic_fetch_add(&m->renew[renew_outcome(st, res)], 1);
@@ -170,12 +162,15 @@ static enum MHD_Result handle_owner_call(gw_request *req, int renew)
     return gw__send_lk_error(req, oc->call.err, st);
 }
 
-enum MHD_Result gw__handle_unlock(gw_request *req)
+static enum MHD_Result unlock_start(gw_request *req)
 {
-    return handle_owner_call(req, 0);
+    return owner_call_begin(req, 0);
 }
 
-enum MHD_Result gw__handle_renew(gw_request *req)
+static enum MHD_Result renew_start(gw_request *req)
 {
-    return handle_owner_call(req, 1);
+    return owner_call_begin(req, 1);
 }
+
+const gw_op gw__op_unlock = {unlock_start, owner_call_answered, owner_call_completed};
+const gw_op gw__op_renew = {renew_start, owner_call_answered, owner_call_completed};

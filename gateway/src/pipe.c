@@ -1,8 +1,8 @@
 /*
- * Pipelines: the Redis pipeline and the storage writer. A request's handler suspends its
+ * Pipelines: the Redis pipeline and the storage writer. A request's operation suspends its
  * connection and submits a job; a pipeline thread takes whatever jobs are queued, runs them
- * as one batch, runs each job's completion, and resumes each connection; the handler then
- * runs again and answers.
+ * as one batch, runs each job's completion, and resumes each connection; the request's
+ * operation then runs again and answers.
  *
  * The Redis pipeline runs every acquire, release, renew and token check of every server
  * thread: GW_PIPE_THREADS threads, each with its own connection, send each batch as one
@@ -27,7 +27,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
+#include "pipe.h"
+#include "request.h"
 
 /* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
 #define GW_PIPE_BATCH 256

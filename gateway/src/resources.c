@@ -1,36 +1,29 @@
 /*
  * PUT /resources/{resource} and GET /resources/{resource}: token-checked writes and reads.
  *
- * A write carries `Fencing-Token: <decimal>`. Storage checks it, atomically with the write,
- * against two numbers:
- *   - the last token issued for the resource, read from Redis just before: a larger token
- *     was never issued (forged, or from another deployment), 403 unknown_token, and nothing
- *     moves, so a forged huge token can never lock the real holders out;
- *   - the highest token that has written the resource: a lower one is stale, 409.
- * Before storage, a token below the last one issued is refused 409 stale_token too (with
- * superseded_by): its lease ended when the larger one was minted, so its holder is fenced
- * off as soon as the next holder has locked, not only once that holder has written. The
- * floor lifts the counter (and base) past other resources' tokens at most acquisitions, so
- * a superseded token is usually below base: it is known for what it is when it is one of
- * the resource's last 16 tokens (lk_token_check); an older one is answered as below base.
- * Before that, the gateway checks the bottom of the resource's token run: its counter is
- * lifted to a floor now and then (a new resource, a lift past tokens of other resources, a
- * Redis that lost data), and the tokens below the lift (base) were never issued for it, or
- * were issued to holders whose locks were gone before the lift. Such a token is refused:
- * 409 stale_token when it is below the highest token that has written (as it would be
- * anyway), else 403 unknown_token. Refusing a token of a lock that is gone is always safe.
- * If Redis lost its counter, the last issued token reads low until the next acquisition
- * lifts it above the ledger floor; until then a write with an older token is refused: 409
- * stale_token when it is below the highest token that has written (storage checks that
- * first), else 403 unknown_token, which is the safe direction. If Redis is unreachable the
- * write is refused with 503: without the counter we cannot tell a forged token from a real
+ * A write carries `Fencing-Token: <decimal>`. The operation's stages (write_stage):
+ *   start      read the path and the headers, send the token check (LK_CALL_TOKEN_CHECK) to
+ *              the Redis pipeline -> CHECKING;
+ *   CHECKING   resumed with the check's answer: the fence's verdict on the token
+ *              (gw__fence_verdict, fence.c) refuses it, or the write goes to the storage
+ *              writer -> STORING;
+ *   STORING    resumed with storage's answer, which checked the token again atomically
+ *              with the write: answer it;
+ *   completed  free the call.
+ * Why a token is refused, and why refusing is safe: fence.c. If Redis is unreachable the
+ * write is refused with 503: without the counter a forged token cannot be told from a real
  * one.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
+#include "fence.h"
+#include "log.h"
+#include "pipe.h"
+#include "resources.h"
+#include "respond.h"
+#include "util.h"
 
 #define DEFAULT_CONTENT_TYPE "application/octet-stream"
 
@@ -158,11 +151,17 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
     }
 }
 
+/* What resumes a PUT whose connection is suspended. */
+typedef enum write_stage {
+    WRITE_CHECKING,            /* the token check is in the Redis pipeline */
+    WRITE_STORING              /* the write is in the storage writer */
+} write_stage;
+
 /* A PUT in the pipelines: the token check goes to the Redis pipeline, then the write to the
- * storage writer (pipe.c), with the connection suspended each time; the handler runs again
- * after each. Freed at request completion. */
+ * storage writer (pipe.c), with the connection suspended each time; the operation is
+ * resumed after each. Freed at request completion. */
 struct gw_write_call {
-    int stage;                 /* 1: token check out; 2: write out */
+    write_stage stage;
     uint64_t token;
     const char *ctype;         /* in libmicrohttpd's connection memory, like req->param */
     lk_call call;
@@ -170,48 +169,38 @@ struct gw_write_call {
     gw_job job;
 };
 
-void gw__write_call_completed(gw_request *req)
+static void write_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
 {
-    free(req->write_call);
-    req->write_call = NULL;
+    (void)toe;
+    free(req->op_state);
+    req->op_state = NULL;
 }
 
-/* After the token check: refuses the write, or sends it to the storage writer. */
+/* CHECKING: the token check is in; refuses the write, or sends it to the storage writer. */
 static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
 {
     gw_server *srv = req->srv;
     uint64_t token = wc->token;
     lk_status lst = wc->call.status;
-    int64_t base = wc->call.base, last_issued = wc->call.last;
+    int64_t last_issued = wc->call.last;
+    store_status hst = STORE_OK;
     store_write_result wr;
 
-    atomic_store(&srv->metrics.redis_up, lst == LK_EUNAVAILABLE ? 0 : 1);
+    gw__note_redis(srv, lst);
     if (lst != LK_OK) {
         count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
         return gw__send_lk_error(req, wc->call.err, lst);
     }
     memset(&wr, 0, sizeof wr);
-    if (token <= (uint64_t)base && !wc->call.recent) {
-        /* Below the run and not among the resource's last 16 tokens: refused either way;
-         * say stale when it is (highest only grows, so a concurrent write can only make
-         * this answer more true). A recent token below the run was issued for this
-         * resource before a lift, and is answered as superseded below. */
-        store_status hst = store_highest(srv->st, req->param, &wr.highest_token);
-        if (hst != STORE_OK && hst != STORE_NOT_FOUND) {
-            return answer_write(req, hst, token, &wr);
-        }
-        return answer_write(req, token < wr.highest_token ? STORE_STALE : STORE_UNKNOWN_TOKEN,
-                            token, &wr);
-    }
-    if (token < (uint64_t)last_issued) {
-        /* Superseded: a larger token was minted since, and tokens are minted only when the
-         * lock is free, so this token's lease is over (released, expired or removed). Its
-         * holder is fenced off now, before the next holder's first write, not only after
-         * it. The next holder reads the counter too, so it is never refused by this. */
-        store_status hst = store_highest(srv->st, req->param, &wr.highest_token);
-        if (hst != STORE_OK && hst != STORE_NOT_FOUND) {
-            return answer_write(req, hst, token, &wr);
-        }
+    switch (gw__fence_verdict(&srv->fence, req->param, token, &wc->call, &wr.highest_token,
+                              &hst)) {
+    case GW_VERDICT_STORE_FAILED:
+        return answer_write(req, hst, token, &wr);
+    case GW_VERDICT_STALE:
+        return answer_write(req, STORE_STALE, token, &wr);
+    case GW_VERDICT_UNKNOWN:
+        return answer_write(req, STORE_UNKNOWN_TOKEN, token, &wr);
+    case GW_VERDICT_SUPERSEDED:
         count_write(srv, GW_WR_stale);
         return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
                               json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
@@ -221,6 +210,8 @@ static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
                               "token %llu was superseded by token %llu, issued after its "
                               "lease ended; nothing was changed",
                               (unsigned long long)token, (unsigned long long)last_issued);
+    case GW_VERDICT_WRITE:
+        break;
     }
     wc->w.resource = req->param;
     wc->w.token = token;
@@ -230,29 +221,35 @@ static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
     wc->w.last_issued = (uint64_t)last_issued;
     wc->job.call = NULL;
     wc->job.write = &wc->w;
-    wc->stage = 2;
+    wc->stage = WRITE_STORING;
     MHD_suspend_connection(req->conn);
     gw__pipe_submit(srv->writer, &wc->job);
     return MHD_YES;
 }
 
-enum MHD_Result gw__handle_resource_put(gw_request *req)
+/* GW_OP_STARTED: a pipeline answered. */
+static enum MHD_Result write_resumed(gw_request *req)
 {
-    gw_server *srv = req->srv;
-    struct gw_write_call *wc = req->write_call;
-    enum MHD_Result result = MHD_YES;
+    struct gw_write_call *wc = req->op_state;
 
-    if (wc != NULL && wc->stage == 1) {
+    if (wc->stage == WRITE_CHECKING) {
         return write_checked(req, wc);
     }
-    if (wc != NULL) {
-        return answer_write(req, wc->w.status, wc->token, &wc->w.res);
-    }
+    return answer_write(req, wc->w.status, wc->token, &wc->w.res);
+}
+
+/* The body is in: check the path and headers, and send the token check. */
+static enum MHD_Result write_start(gw_request *req)
+{
+    gw_server *srv = req->srv;
+    struct gw_write_call *wc = NULL;
+    enum MHD_Result result = MHD_YES;
+
     wc = calloc(1, sizeof *wc);
     if (wc == NULL) {
         return MHD_NO; /* MHD closes the connection */
     }
-    req->write_call = wc;
+    req->op_state = wc;
     if (gw__path_resource(req, &result) != 0 ||
         read_write_headers(req, &wc->token, &wc->ctype, &result) != 0) {
         count_write(srv, GW_WR_invalid);
@@ -263,13 +260,13 @@ enum MHD_Result gw__handle_resource_put(gw_request *req)
     wc->call.token = (int64_t)wc->token;
     wc->job.call = &wc->call;
     wc->job.conn = req->conn;
-    wc->stage = 1;
+    wc->stage = WRITE_CHECKING;
     MHD_suspend_connection(req->conn);
     gw__pipe_submit(srv->pipe, &wc->job);
     return MHD_YES;
 }
 
-enum MHD_Result gw__handle_resource_get(gw_request *req)
+static enum MHD_Result resource_get(gw_request *req)
 {
     enum MHD_Result result = MHD_YES;
     store_value v;
@@ -306,3 +303,6 @@ enum MHD_Result gw__handle_resource_get(gw_request *req)
     store_value_free(&v);
     return gw__queue(req, MHD_HTTP_OK, resp);
 }
+
+const gw_op gw__op_resource_put = {write_start, write_resumed, write_completed};
+const gw_op gw__op_resource_get = {resource_get, NULL, NULL};

@@ -1,6 +1,6 @@
 /*
  * Building answers and reading request input: the single error helper, JSON responses, and
- * the field checks shared by the handlers. Every error body is {"error": "<code>",
+ * the field checks shared by the operations. Every error body is {"error": "<code>",
  * "message": "..."} and is built by gw__error_response().
  */
 #include <stdarg.h>
@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gw_internal.h"
+#include "log.h"
+#include "respond.h"
+#include "util.h"
 
 static struct MHD_Response *json_response(json_t *body)
 {
@@ -94,6 +96,11 @@ enum MHD_Result gw__send_error(gw_request *req, unsigned int status, const char 
     struct MHD_Response *resp = build_error(code, extra, fmt, ap);
     va_end(ap);
     return gw__queue(req, status, resp);
+}
+
+void gw__note_redis(gw_server *srv, lk_status st)
+{
+    atomic_store(&srv->metrics.redis_up, st == LK_EUNAVAILABLE ? 0 : 1);
 }
 
 enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st)

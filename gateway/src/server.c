@@ -1,7 +1,17 @@
 /*
- * The HTTP server: libmicrohttpd with epoll and an internal thread pool, the route table,
- * the access handler that streams and caps request bodies, authentication, and graceful
- * shutdown.
+ * The HTTP server and router: libmicrohttpd with epoll and an internal thread pool, the
+ * access handler that routes, authenticates, streams and caps request bodies and drives each
+ * request through its operation (gw_op, request.h), request deadlines, and graceful shutdown.
+ *
+ * A request's life cycle, every step here:
+ *   1. first call: route it (routes.c), refuse what can be refused before the body (framing,
+ *      auth, 404/405, a declared length over the cap); its operation is the route's;
+ *   2. while the body streams in: append it, up to the cap (413 past it);
+ *   3. the last call (GW_OP_RECEIVING): op->start; the request is now GW_OP_STARTED;
+ *   4. every later call (the operation suspended the connection and something resumed it):
+ *      op->resumed;
+ *   5. completion (NOTIFY_COMPLETED): log line, metrics, then op->completed when the
+ *      operation has state.
  *
  * What happens when things go wrong:
  *   - Redis restarts or disappears: each pool thread's lk_client reports EUNAVAILABLE within
@@ -29,148 +39,25 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "gw_internal.h"
+#include "health.h"
+#include "locks.h"
+#include "log.h"
+#include "owner_calls.h"
+#include "pipe.h"
+#include "resources.h"
+#include "respond.h"
+#include "server.h"
+#include "util.h"
+#include "waiters.h"
 
-const gw_route gw__routes[GW_R_COUNT] = {
-    {"POST", "/lock", GW_R_LOCK},
-    {"POST", "/unlock", GW_R_UNLOCK},
-    {"POST", "/renew", GW_R_RENEW},
-    {"GET", "/locks/{resource}", GW_R_LOCK_STATUS},
-    {"GET", "/resources/{resource}", GW_R_RESOURCE_GET},
-    {"PUT", "/resources/{resource}", GW_R_RESOURCE_PUT},
-    {"GET", "/healthz", GW_R_HEALTHZ},
-    {"GET", "/readyz", GW_R_READYZ},
-    {"GET", "/metrics", GW_R_METRICS},
+/* Each route's operation, in the order of gw_route_id. */
+static const gw_op *const ops[GW_R_COUNT] = {
+    &gw__op_lock,         &gw__op_unlock,       &gw__op_renew,
+    &gw__op_lock_status,  &gw__op_resource_get, &gw__op_resource_put,
+    &gw__op_healthz,      &gw__op_readyz,       &gw__op_metrics,
 };
-
-typedef enum MHD_Result (*gw_handler)(gw_request *req);
-
-static const gw_handler handlers[GW_R_COUNT] = {
-    gw__handle_lock,         gw__handle_unlock,       gw__handle_renew,
-    gw__handle_lock_status,  gw__handle_resource_get, gw__handle_resource_put,
-    gw__handle_healthz,      gw__handle_readyz,       gw__handle_metrics,
-};
-
-int64_t gw__now_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-/* Matches path against a template. A template ending in "{resource}" matches any
- * non-empty remainder after its prefix; *param points at that remainder. */
-static int path_matches(const char *tmpl, const char *path, const char **param)
-{
-    const char *brace = strchr(tmpl, '{');
-
-    if (brace == NULL) {
-        *param = "";
-        return strcmp(tmpl, path) == 0;
-    }
-    size_t prefix = (size_t)(brace - tmpl);
-    if (strncmp(tmpl, path, prefix) != 0 || path[prefix] == '\0') {
-        return 0;
-    }
-    *param = path + prefix;
-    return 1;
-}
-
-int gw__route_match(const char *method, const char *path, const gw_route **route,
-                    const char **param, char *allow, size_t allowlen)
-{
-    size_t used = 0;
-    int path_known = 0;
-
-    *route = NULL;
-    *param = "";
-    if (allowlen > 0) {
-        allow[0] = '\0';
-    }
-    for (int i = 0; i < GW_R_COUNT; i++) {
-        const char *p = NULL;
-        if (!path_matches(gw__routes[i].path, path, &p)) {
-            continue;
-        }
-        if (strcmp(gw__routes[i].method, method) == 0) {
-            *route = &gw__routes[i];
-            *param = p;
-            return 200;
-        }
-        path_known = 1;
-        int n = snprintf(allow + used, allowlen - used, "%s%s", used > 0 ? ", " : "",
-                         gw__routes[i].method);
-        if (n > 0 && (size_t)n < allowlen - used) {
-            used += (size_t)n;
-        }
-    }
-    return path_known ? 405 : 404;
-}
-
-/* ---- One lk_client per pool thread ------------------------------------------------ */
-
-static pthread_key_t client_key;
-static pthread_once_t client_once = PTHREAD_ONCE_INIT;
-
-static void client_destroy(void *p)
-{
-    lk_client_close(p);
-}
-
-static void client_key_init(void)
-{
-    pthread_key_create(&client_key, client_destroy);
-}
-
-lk_client *gw__client(gw_server *srv)
-{
-    lk_client *c = NULL;
-
-    pthread_once(&client_once, client_key_init);
-    c = pthread_getspecific(client_key);
-    if (c != NULL) {
-        return c;
-    }
-    /* EUNAVAILABLE still gives a handle: Redis being down now is not fatal, every later
-     * call on this handle tries to connect again. */
-    lk_status st = lk_client_open(&c, srv->cfg->redis_url, &srv->lk_opts);
-    if (c == NULL) {
-        gw__log_event(srv->cfg, "error", "cannot create a Redis client: %s", lk_status_str(st));
-        return NULL;
-    }
-    pthread_setspecific(client_key, c);
-    return c;
-}
 
 /* ---- Headers and authentication ---------------------------------------------------- */
-
-typedef struct header_count {
-    const char *name;
-    const char *value;
-    int n;
-} header_count;
-
-static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
-                                    const char *value)
-{
-    header_count *hc = cls;
-    (void)kind;
-    if (key != NULL && strcasecmp(key, hc->name) == 0) {
-        hc->n++;
-        hc->value = value;
-    }
-    return MHD_YES;
-}
-
-int gw__header_count(struct MHD_Connection *conn, const char *name, const char **value)
-{
-    header_count hc = {name, NULL, 0};
-    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &hc);
-    if (value != NULL) {
-        *value = hc.value;
-    }
-    return hc.n;
-}
 
 /* Compares in time that depends only on the lengths, never on where the bytes differ. */
 static int token_equal(const char *given, size_t given_len, const char *want, size_t want_len)
@@ -383,16 +270,6 @@ static void conns_free(gw_server *srv)
 
 /* ---- Per-request state and the access handler ------------------------------------- */
 
-void gw__printable(char *dst, size_t len, const char *src)
-{
-    size_t i = 0;
-    for (; src[i] != '\0' && i + 1 < len; i++) {
-        unsigned char ch = (unsigned char)src[i];
-        dst[i] = (ch >= 0x21 && ch <= 0x7e && ch != '"' && ch != '\\') ? (char)ch : '?';
-    }
-    dst[i] = '\0';
-}
-
 static gw_request *request_new(gw_server *srv, struct MHD_Connection *conn, const char *url,
                                const char *method)
 {
@@ -525,6 +402,7 @@ static int request_start(gw_request *req, const char *url, const char *method,
     size_t plen = strlen(param);
     req->param_too_long = plen > LK_RESOURCE_MAX;
     req->param = param;
+    req->op = ops[req->route->id];
     req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
                                                           : GW_JSON_BODY_MAX;
 
@@ -581,7 +459,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         return gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,
                               "the request body is over %zu bytes", req->body_max);
     }
-    return handlers[req->route->id](req);
+    if (req->stage == GW_OP_RECEIVING) {
+        req->stage = GW_OP_STARTED;
+        return req->op->start(req);
+    }
+    /* Only a connection its operation suspended is called again once its body is in. */
+    return req->op->resumed(req);
 }
 
 static void request_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
@@ -599,12 +482,12 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
         return;
     }
     int64_t micros = gw__now_us() - req->start_us;
-    gw__log_request(req, micros, toe);
+    gw__log_request(srv->cfg, req->method, req->url, req->status, micros, toe);
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
-    gw__lock_completed(req, toe);
-    gw__owner_call_completed(req);
-    gw__write_call_completed(req);
+    if (req->op_state != NULL) {
+        req->op->completed(req, toe);
+    }
     request_free(req);
     *req_cls = NULL;
     atomic_fetch_sub(&srv->inflight, 1);
@@ -643,9 +526,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     if (addr.ss_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
     }
-    for (int i = 0; i < GW_FLOOR_STRIPES; i++) {
-        pthread_mutex_init(&srv->stripes[i].mu, NULL);
-    }
+    gw__fence_init(&srv->fence, srv->st);
     if (gw__pipes_start(srv, err, errlen) != 0) {
         return -1;
     }

@@ -14,7 +14,7 @@
  * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
  * resource's queue from its first HELD answer until its wait ends, woken or not, so waking
  * "the first parked waiter" follows arrival order. A fair waiter takes its place while its
- * first attempt's answer is in and its resource's floor stripe is still busy (locks.c), so
+ * first attempt's answer is in and its resource's floor stripe is still busy (fence.c), so
  * the local order of fair waiters is their order in the Redis queue.
  *
  * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll; a
@@ -50,7 +50,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "gw_internal.h"
+#include "log.h"
+#include "request.h"
+#include "util.h"
+#include "waiters.h"
 
 #define WQ_BUCKETS 4096
 #define WQ_EVENTS 64
@@ -102,11 +105,6 @@ struct gw_waitq {
     int stop;
     pthread_t thread;
 };
-
-static int64_t now_ms(void)
-{
-    return gw__now_us() / 1000;
-}
 
 static void signal_waitd(gw_waitq *wq)
 {
@@ -410,7 +408,7 @@ static void on_sub_event(const char *resource, int event, void *userdata)
 
 static void fire_timers(gw_waitq *wq)
 {
-    int64_t now = now_ms();
+    int64_t now = gw__now_ms();
     while (wq->heap_len > 0 && wq->heap[0]->at <= now) {
         gw_timer *t = wq->heap[0];
         timer_cancel(wq, t);
@@ -477,7 +475,7 @@ static void sub_lost(gw_waitq *wq)
      * belong to another connection now, so it is not touched. */
     wq->sub_fd = -1;
     atomic_store(&wq->srv->metrics.subscriber_up, 0);
-    wq->reconnect_at_ms = now_ms() + wq->reconnect_backoff_ms;
+    wq->reconnect_at_ms = gw__now_ms() + wq->reconnect_backoff_ms;
     /* Every subscription is gone with the connection; renew them all on reconnect. */
     for (size_t b = 0; b < WQ_BUCKETS; b++) {
         for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
@@ -502,7 +500,7 @@ static void *reconnect_main(void *arg)
         if (wq->reconnect_backoff_ms > WQ_RECONNECT_MAX_MS) {
             wq->reconnect_backoff_ms = WQ_RECONNECT_MAX_MS;
         }
-        wq->reconnect_at_ms = now_ms() + wq->reconnect_backoff_ms;
+        wq->reconnect_at_ms = gw__now_ms() + wq->reconnect_backoff_ms;
     } else {
         struct epoll_event ev = {.events = EPOLLIN, .data.ptr = wq};
         wq->sub_fd = lk_sub_fd(wq->sub);
@@ -524,7 +522,7 @@ static void *reconnect_main(void *arg)
 /* Starts a reconnect when the subscriber is down and its back-off has passed. Under mu. */
 static void sub_reconnect(gw_waitq *wq)
 {
-    if (wq->sub_fd >= 0 || wq->reconnecting || wq->stop || now_ms() < wq->reconnect_at_ms) {
+    if (wq->sub_fd >= 0 || wq->reconnecting || wq->stop || gw__now_ms() < wq->reconnect_at_ms) {
         return;
     }
     if (wq->reconnect_joinable) {
@@ -532,7 +530,7 @@ static void sub_reconnect(gw_waitq *wq)
         wq->reconnect_joinable = 0;
     }
     if (pthread_create(&wq->reconnect_thread, NULL, reconnect_main, wq) != 0) {
-        wq->reconnect_at_ms = now_ms() + WQ_RECONNECT_MAX_MS; /* try again later */
+        wq->reconnect_at_ms = gw__now_ms() + WQ_RECONNECT_MAX_MS; /* try again later */
         return;
     }
     wq->reconnecting = 1;
@@ -541,7 +539,7 @@ static void sub_reconnect(gw_waitq *wq)
 
 static int next_timeout_ms(gw_waitq *wq)
 {
-    int64_t now = now_ms();
+    int64_t now = gw__now_ms();
     int64_t at = wq->heap_len > 0 ? wq->heap[0]->at : now + 60000;
     if (wq->sub_fd < 0 && !wq->reconnecting && wq->reconnect_at_ms < at) {
         at = wq->reconnect_at_ms;
@@ -754,7 +752,7 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms)
     if (granted_ttl_ms >= 0 && w->res->head != NULL) {
         /* This waiter took the lock: the others now wait for its lease, which nobody else
          * has seen (no attempt since), and whose end publishes nothing. */
-        expiry_at(wq, w->res, now_ms() + granted_ttl_ms + 1);
+        expiry_at(wq, w->res, gw__now_ms() + granted_ttl_ms + 1);
     }
     if (w->wake_unused) {
         /* Woken by a release or an expiry it never acted on: the next waiter gets it. */
@@ -789,7 +787,7 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
     }
     if (hint_ms >= 0) {
         /* +1: PTTL rounds down, and a lock with 0.4 ms left reports 0. */
-        expiry_at(wq, r, now_ms() + hint_ms + 1);
+        expiry_at(wq, r, gw__now_ms() + hint_ms + 1);
     }
     w->conn = conn;
     w->state = GW_WAITER_PARKING;

@@ -336,7 +336,7 @@ redis_clients() { rcli client list | grep -vc 'cmd=client' || true; }
 redis_client_base=$(redis_clients)
 # gw_start gives --threads 4: a connection per server thread opened on its first rare call
 # (/metrics, /readyz, GET /locks, a give-back), the subscriber, and the Redis pipeline's two
-# (GW_PIPE_THREADS in gateway/src/gw_internal.h), which carry every lock, unlock, renew and
+# (GW_PIPE_THREADS in gateway/src/pipe.h), which carry every lock, unlock, renew and
 # token check.
 redis_client_max=$((4 + 1 + 2))
 [ "$redis_client_base" -le "$redis_client_max" ] || redis_client_max=$redis_client_base

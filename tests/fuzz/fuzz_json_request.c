@@ -28,7 +28,8 @@
 #include <strings.h>
 
 #include "fuzz.h"
-#include "gw_internal.h"
+#include "args.h"
+#include "respond.h"
 
 #define MAX_HEADERS 8
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "gw_internal.h"
+#include "resources.h"
 
 #define TOKEN_MAX 9007199254740991ULL /* 2^53 - 1 */
 

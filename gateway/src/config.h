@@ -1,0 +1,81 @@
+/*
+ * The gateway's configuration (config.c): limits, timeouts and the parsed flags. Bottom layer:
+ * includes nothing of the gateway.
+ */
+#ifndef GATEWAY_CONFIG_H
+#define GATEWAY_CONFIG_H
+
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/socket.h>
+
+#ifndef FENCEGATE_VERSION
+#define FENCEGATE_VERSION "0.0.0"
+#endif
+
+#define GW_JSON_BODY_MAX (16 * 1024)     /* JSON request bodies over this are a 413 */
+#define GW_DEFAULT_TTL_MS 30000
+#define GW_MAX_WAIT_MS 60000
+#define GW_DRAIN_MS 10000                /* how long SIGTERM waits for in-flight requests */
+/* After a Redis call takes more than half its timeout (Redis stalled or crawling), the
+ * others fail fast (503) this long, then one probes (lk_breaker_new()): a stall costs each
+ * server thread about one timeout, not one per request queued on it, which keeps every
+ * answer within wait_ms + 5 s. */
+#define GW_BREAKER_OPEN_MS 500
+/* How long past its deadline (now + wait_ms) a lock attempt may wait for its resource's
+ * floor stripe lock before answering 503: bounds the queue of attempts on one resource
+ * behind a slow (not stalled) Redis. */
+#define GW_STRIPE_GRACE_MS 1000
+#define GW_CONN_TIMEOUT_S 30             /* idle connection timeout */
+/* A request must be received in full (request line, headers and body) within this many
+ * seconds of its start: the connection's accept for its first request, the request line for
+ * a later one on a kept-alive connection. The idle timeout above restarts with every byte, so
+ * alone it does not stop a client trickling a byte a second (server.c, "Request deadlines"). */
+#define GW_REQUEST_DEADLINE_S 10
+/* libmicrohttpd's memory pool per connection: the request line and headers and the answer's
+ * headers live in it (bodies are streamed into our own buffers). Its default, 32 KiB, is all
+ * touched once a keep-alive connection has served a request, so 10,000 parked waiters would
+ * cost 320 MiB. At 3 KiB a parked waiter costs under 4 KiB in all (tests/bench/handoff_bench)
+ * and a request may carry about 2.5 KiB of request line and headers; libmicrohttpd refuses a
+ * larger one with 431 (its own short HTML body, not our JSON: it answers before we see it). */
+#define GW_CONN_MEMORY (3 * 1024)
+
+typedef struct gw_config {
+    char listen[256];            /* HOST:PORT or [V6]:PORT */
+    char redis_url[1024];
+    char data_dir[1024];
+    char auth_token_file[1024];  /* "" when auth is off */
+    size_t max_value_bytes;
+    size_t map_size;             /* LMDB map size in bytes (--map-size) */
+    int threads;
+    int max_connections;
+    int log_json;                /* 1: --log-format json */
+    /* What to do instead of serving. */
+    int help;
+    int version;
+    int routes;
+    int check_config;
+} gw_config;
+
+/* Fills cfg from the environment (FENCEGATE_*), then from argv (flags override env).
+ * Returns 0, or -1 with a message naming the bad flag, variable or value in err (one line of
+ * printable ASCII): the caller prints it and exits 2. Never exits by itself, so fuzzers can
+ * call it. */
+int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Prints the --help text (every flag with its environment variable) to f. */
+void gw__config_usage(FILE *f, const char *argv0);
+
+/* Reads the bearer token from the auth token file into buf (trailing whitespace stripped).
+ * Returns its length, or -1 with a reason in err when the file is unreadable, empty or
+ * longer than len - 1 bytes. */
+long gw__config_read_token(const char *path, char *buf, size_t len, char *err, size_t errlen);
+
+/* Resolves cfg->listen into *addr. Returns 0 or -1 with err. */
+int gw__config_listen_addr(const char *listen, struct sockaddr_storage *addr, char *err,
+                          size_t errlen);
+
+/* Copies a Redis URL without its user:password part into out, for logs. */
+void gw__config_redact_url(const char *url, char *out, size_t outlen);
+
+#endif

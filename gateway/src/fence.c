@@ -1,0 +1,193 @@
+/*
+ * Fencing: the one place where the two halves of a fencing token meet, Redis minting it
+ * (locklib) and storage checking it (the token ledger and each resource's highest token).
+ * Nothing here speaks HTTP; the operations call it at four points of a token's life:
+ *   1. gw__fence_enter(): before an acquisition is sent, its turn and its floor;
+ *   2. gw__fence_leave(): when its answer is in (a pipeline thread), count the token and
+ *      pass the turn on;
+ *   3. gw__fence_cover(): before the token leaves the process, make the ledger cover it;
+ *   4. gw__fence_verdict(): when a write brings a token back, judge it.
+ *
+ * The properties, for one resource:
+ *   P1  no token is handed out twice;
+ *   P2  a later grant gets a larger token (a re-entry or a replay is the same grant and
+ *       repeats its token);
+ *   P3  the store never accepts a lower token than one it has accepted.
+ *
+ * Why they hold. Redis mints a token by incrementing the resource's counter, and the acquire
+ * script first lifts the counter to the floor it is passed, so a minted token is always
+ * greater than the floor (locklib.h). Every acquisition is passed
+ *     floor = max(store_ledger_floor()    -- >= every token any earlier process handed out,
+ *                 max_token               -- the largest token this process handed out,
+ *                 store_highest(resource) -- the highest token that has written it).
+ *   - Redis alone: the counter only grows, so its tokens are distinct and increasing.
+ *   - Redis loses data (a restart without AOF, a failover to a replica that lagged,
+ *     FLUSHALL): the counter reads low or is gone. The floor still lies above every token
+ *     handed out: by this process, through max_token; by an earlier process, through the
+ *     ledger. A token leaves this process only after store_ledger_cover() made the ledger's
+ *     durable ceiling cover it (point 3; if that fails the hold is given back and the client
+ *     gets 503), and a store that opens raises the ceiling by a step and reports the old
+ *     ceiling as its floor, so the floor of the next process is above every token any
+ *     earlier one handed out, also after a crash between minting and answering.
+ *   - Concurrent acquisitions: max_token covers a token only once it is counted, so two
+ *     acquisitions of one resource could both compute floor f, the first mint f+1, Redis
+ *     lose its data, and the second, lifting the empty counter to f, mint f+1 again. The
+ *     acquisitions of one stripe of resources therefore run one at a time, from computing
+ *     the floor (point 1) until the token is counted (point 2, before the stripe passes on):
+ *     the floor of every acquisition covers the token of every earlier one on its stripe.
+ * Together: every token minted for a resource is greater than every token handed out for it
+ * before, whatever Redis lost, which is P1 and P2. This needs one ledger for every gateway
+ * that mints for a Redis (one data directory: the store refuses a second opener); a ledger
+ * shared by several gateways is what changes here next.
+ *
+ * P3 is storage's: a write is one atomic check-and-write against the resource's highest
+ * token, which refuses a lower token (STALE) and a token above the last one Redis issued
+ * (UNKNOWN_TOKEN, so a forged huge token cannot lock the real holders out). The verdict
+ * (point 4) only refuses earlier, never accepts more:
+ *   - a token below the last one issued is superseded (409 stale_token with superseded_by):
+ *     tokens are minted only while the lock is free, so its lease is over, and its holder is
+ *     fenced off as soon as the next holder has locked, not only once that holder has
+ *     written. The floor lifts the counter (and base) past other resources' tokens at most
+ *     acquisitions, so a superseded token is usually below base: it is known for what it is
+ *     when it is one of the resource's last 16 tokens (lk_token_check);
+ *   - a token at or below the bottom of the resource's run (base) that is not recent was
+ *     never issued for it, or belonged to a holder whose lock was gone before the lift: it is
+ *     refused, stale when it is below the highest token that has written (as storage would
+ *     say), else unknown. Refusing a token of a lock that is gone is always safe.
+ * If Redis lost its counter, the last issued token reads low until the next acquisition
+ * lifts it above the ledger floor; until then a write with an older token is refused (stale
+ * or unknown), the safe direction. If Redis cannot be asked, the operation refuses the write
+ * with 503: without the counter a forged token cannot be told from a real one.
+ */
+#include "fence.h"
+
+void gw__fence_init(gw_fence *f, store *st)
+{
+    f->st = st;
+    atomic_store(&f->max_token, 0);
+    for (int i = 0; i < GW_FLOOR_STRIPES; i++) {
+        pthread_mutex_init(&f->stripes[i].mu, NULL);
+        f->stripes[i].busy = 0;
+        f->stripes[i].first = f->stripes[i].last = NULL;
+    }
+}
+
+static gw_stripe *stripe_of(gw_fence *f, const char *resource)
+{
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)resource; *p != '\0'; p++) {
+        h = (h ^ *p) * 16777619u;
+    }
+    return &f->stripes[h % GW_FLOOR_STRIPES];
+}
+
+/* The floor for an acquisition of `resource` (see the file comment). */
+static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
+{
+    uint64_t highest = 0;
+    store_status st = store_highest(f->st, resource, &highest);
+    if (st != STORE_OK) {
+        return st;
+    }
+    uint64_t fl = store_ledger_floor(f->st);
+    uint64_t mine = (uint64_t)atomic_load(&f->max_token);
+    if (mine > fl) {
+        fl = mine;
+    }
+    if (highest > fl) {
+        fl = highest;
+    }
+    *floor = (int64_t)fl;
+    return STORE_OK;
+}
+
+/* t holds its stripe now: its floor, computed under the turn. */
+static void granted(gw_fence *f, const gw_fence_turn *t, gw_floor *floor)
+{
+    floor->floor = 0;
+    floor->status = floor_of(f, t->resource, &floor->floor);
+}
+
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
+{
+    gw_stripe *s = stripe_of(f, t->resource);
+
+    t->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->busy) {
+        if (s->last != NULL) {
+            s->last->next = t;
+        } else {
+            s->first = t;
+        }
+        s->last = t;
+        pthread_mutex_unlock(&s->mu);
+        return 0;
+    }
+    s->busy = 1;
+    pthread_mutex_unlock(&s->mu);
+    granted(f, t, floor);
+    return 1;
+}
+
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
+                               gw_floor *next_floor)
+{
+    gw_stripe *s = stripe_of(f, t->resource);
+
+    /* Counted before the stripe passes on: the next floor must cover this token. */
+    long long seen = atomic_load(&f->max_token);
+    while (minted > seen && !atomic_compare_exchange_weak(&f->max_token, &seen, minted)) {
+    }
+    pthread_mutex_lock(&s->mu);
+    gw_fence_turn *next = s->first;
+    if (next != NULL) {
+        s->first = next->next;
+        if (s->first == NULL) {
+            s->last = NULL;
+        }
+        next->next = NULL;
+    } else {
+        s->busy = 0;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (next != NULL) {
+        granted(f, next, next_floor);
+    }
+    return next;
+}
+
+store_status gw__fence_cover(gw_fence *f, int64_t token)
+{
+    /* Costs nothing when the token is under the durable ceiling already. */
+    return store_ledger_cover(f->st, (uint64_t)token);
+}
+
+gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,
+                             const lk_call *check, uint64_t *highest, store_status *st)
+{
+    uint64_t base = (uint64_t)check->base, last_issued = (uint64_t)check->last;
+
+    if (token <= base && !check->recent) {
+        /* Below the run and not among the resource's last 16 tokens: refused either way;
+         * say stale when it is (highest only grows, so a concurrent write can only make
+         * this answer more true). A recent token below the run was issued for this
+         * resource before a lift, and is judged superseded below. */
+        *st = store_highest(f->st, resource, highest);
+        if (*st != STORE_OK && *st != STORE_NOT_FOUND) {
+            return GW_VERDICT_STORE_FAILED;
+        }
+        return token < *highest ? GW_VERDICT_STALE : GW_VERDICT_UNKNOWN;
+    }
+    if (token < last_issued) {
+        /* Superseded: a larger token was minted since, and tokens are minted only when the
+         * lock is free, so this token's lease is over (released, expired or removed). The
+         * next holder reads the counter too, so it is never refused by this. */
+        *st = store_highest(f->st, resource, highest);
+        if (*st != STORE_OK && *st != STORE_NOT_FOUND) {
+            return GW_VERDICT_STORE_FAILED;
+        }
+        return GW_VERDICT_SUPERSEDED;
+    }
+    return GW_VERDICT_WRITE;
+}

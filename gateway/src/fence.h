@@ -1,0 +1,83 @@
+/*
+ * Fencing tokens (fence.c): the floor of an acquisition, what happens when a token is minted,
+ * and the verdict on a write's token. Goes through storage.h and locklib.h only: no HTTP, no
+ * libmicrohttpd, no thread of its own. The argument for why tokens are safe is in fence.c.
+ */
+#ifndef GATEWAY_FENCE_H
+#define GATEWAY_FENCE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "locklib/locklib.h"
+#include "storage/storage.h"
+
+#define GW_FLOOR_STRIPES 1024
+
+/* A place in a stripe's line of acquisitions; embedded in the caller's state, which stays
+ * alive from gw__fence_enter() until its gw__fence_leave(). */
+typedef struct gw_fence_turn {
+    struct gw_fence_turn *next;
+    const char *resource;                /* what it acquires */
+} gw_fence_turn;
+
+/* What a granted turn may pass locklib, computed while the turn is held. status is
+ * STORE_OK, or the storage error that kept the floor from being read: then no acquisition
+ * may be sent (its token could not be fenced). */
+typedef struct gw_floor {
+    int64_t floor;
+    store_status status;
+} gw_floor;
+
+/* Acquisitions of the resources of one stripe run one at a time, from computing the floor
+ * until the token is counted in max_token. The mutex guards only this state. */
+typedef struct gw_stripe {
+    pthread_mutex_t mu;
+    int busy;                            /* an acquisition holds the stripe */
+    gw_fence_turn *first, *last;         /* acquisitions waiting for it, in arrival order */
+} gw_stripe;
+
+typedef struct gw_fence {
+    store *st;                           /* the ledger and each resource's highest token */
+    atomic_llong max_token;              /* the largest token this process has handed out */
+    gw_stripe stripes[GW_FLOOR_STRIPES];
+} gw_fence;
+
+/* Sets up f over the open store st (not owned). */
+void gw__fence_init(gw_fence *f, store *st);
+
+/* Asks for the turn of t->resource's stripe for an acquisition. Returns 1 when t holds it
+ * now, with its floor in *floor; or 0 when t was queued: the gw__fence_leave() of the turn
+ * before it returns t, which then holds it, with its floor. Never blocks beyond the
+ * stripe's mutex and the floor's storage read. */
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor);
+
+/* Ends t's turn: counts minted (the token of an ACQUIRED answer, 0 when none) in max_token,
+ * then passes the stripe on. Returns the next turn, which holds the stripe now, with its
+ * floor in *next_floor; or NULL when the stripe is free. */
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
+                               gw_floor *next_floor);
+
+/* Before a token leaves this process (also a replayed one): makes the ledger's durable
+ * ceiling cover it. STORE_OK, or an error: then the token must not be handed out. */
+store_status gw__fence_cover(gw_fence *f, int64_t token);
+
+/* The verdict on a write's token, before storage sees it. */
+typedef enum gw_verdict {
+    GW_VERDICT_WRITE,        /* go on: storage checks it again, atomically with the write */
+    GW_VERDICT_STALE,        /* below the highest token that has written the resource */
+    GW_VERDICT_UNKNOWN,      /* never issued for the resource (or long superseded) */
+    GW_VERDICT_SUPERSEDED,   /* a larger token was minted since: its lease is over */
+    GW_VERDICT_STORE_FAILED  /* storage could not be read */
+} gw_verdict;
+
+/* Judges `token` for a write of `resource` from check, an LK_CALL_TOKEN_CHECK for it that
+ * answered LK_OK (its base, last and recent). *highest gets the highest token that has
+ * written the resource when the verdict needed it (it is left alone for WRITE); *st the
+ * storage error for STORE_FAILED. For WRITE, the write goes to storage with last_issued =
+ * check->last. */
+gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,
+                             const lk_call *check, uint64_t *highest, store_status *st);
+
+#endif

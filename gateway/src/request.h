@@ -1,0 +1,108 @@
+/*
+ * The state every layer above the bottom one sees: the server (gw_server), a request
+ * (gw_request) and the operation that serves it (gw_op). Types only; no functions.
+ *
+ * Threads: libmicrohttpd runs an epoll thread pool that parses requests and answers them.
+ * Locks, unlocks, renewals and token checks go to the Redis pipeline and token-checked
+ * writes to the storage writer (pipe.c): the request is suspended meanwhile, so pool
+ * threads do not wait for those Redis calls or commits. What still runs on a pool thread:
+ * rare Redis calls (/metrics, /readyz, GET /locks, leaving a fair queue, giving back a hold
+ * nobody will use) on its own lk_client (gw__client(), a hiredis context is not
+ * thread-safe), and the token ledger's cover, a small LMDB commit once per block of
+ * tokens. The store is shared: storage is thread-safe. Counters in gw_metrics are atomics.
+ * The fence's stripes and the pipelines' queues have their own mutexes.
+ */
+#ifndef GATEWAY_REQUEST_H
+#define GATEWAY_REQUEST_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+#include <uuid/uuid.h>
+
+#include "locklib/locklib.h"
+#include "storage/storage.h"
+
+#include "config.h"
+#include "fence.h"
+#include "metrics.h"
+#include "routes.h"
+
+/* Opaque here, defined by the layer that owns them (pipe.h, waiters.h). */
+typedef struct gw_pipe gw_pipe;
+typedef struct gw_waitq gw_waitq;
+
+typedef struct gw_server {
+    const gw_config *cfg;
+    store *st;
+    lk_options lk_opts;
+    char auth_token[512];
+    size_t auth_token_len;
+    int auth_on;
+    uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */
+    atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
+    atomic_long inflight;         /* requests between their first call and completion */
+    gw_metrics metrics;
+    struct MHD_Daemon *daemon;
+    gw_waitq *waitq;
+    gw_fence fence;               /* the floor stripes, max_token, the ledger (fence.c) */
+    gw_pipe *pipe;                /* Redis calls (pipe.c) */
+    gw_pipe *writer;              /* token-checked writes (pipe.c) */
+    struct gw_conns *conns;       /* open connections and their request deadlines (server.c) */
+} gw_server;
+
+typedef struct gw_request gw_request;
+
+/*
+ * An endpoint's operation. server.c drives every request through one, the way libuv drives
+ * a uv_req_t through its callbacks, so no operation has to guess why it runs:
+ *   start      the request is in (routed, authenticated, its body received under its cap):
+ *              called once. It answers, or suspends the connection (a pipeline job, a park)
+ *              and returns MHD_YES without an answer;
+ *   resumed    a connection it suspended was resumed: called once per resume. An operation
+ *              that suspends at more than one point keeps its own stage in its state;
+ *   completed  the request ended, answered or not (toe says how): called once when the
+ *              operation has state (req->op_state != NULL). It frees that state.
+ * An operation that never suspends has no resumed; one without state no completed.
+ */
+typedef struct gw_op {
+    enum MHD_Result (*start)(gw_request *req);
+    enum MHD_Result (*resumed)(gw_request *req);
+    void (*completed)(gw_request *req, enum MHD_RequestTerminationCode toe);
+} gw_op;
+
+/* Where a request is in its operation's life cycle; moved by server.c only. */
+typedef enum gw_op_stage {
+    GW_OP_RECEIVING = 0,          /* routed; its body is streaming in */
+    GW_OP_STARTED,                /* start has run: every later call is a resume */
+} gw_op_stage;
+
+/* Per-request state, created on the first call of the access handler and freed in the
+ * NOTIFY_COMPLETED callback. */
+struct gw_request {
+    gw_server *srv;
+    struct MHD_Connection *conn;
+    const gw_route *route;        /* NULL when no route matched */
+    const gw_op *op;              /* the route's operation, NULL when no route matched */
+    gw_op_stage stage;
+    void *op_state;               /* the operation's own state, freed by op->completed */
+    char method[16];
+    /* The raw request path and its {resource} part point into libmicrohttpd's connection
+     * memory, valid until the request completes (also while it is suspended). Print them
+     * through gw__printable(): they are client bytes. */
+    const char *url;
+    const char *param;            /* "" when the route has no {resource} */
+    int param_too_long;           /* longer than any valid name: invalid */
+    int64_t start_us;
+    char *body;                   /* malloc'd, NUL-terminated */
+    size_t body_len;
+    size_t body_cap;
+    size_t body_max;
+    int body_too_large;           /* over body_max: the rest is discarded, the answer 413 */
+    int answered;                 /* a response was queued */
+    int status;                   /* the status of that response, for log and metrics */
+};
+
+#endif

@@ -1,0 +1,87 @@
+/*
+ * Parked waiters (waiters.c): a /lock that found the lock held waits here, its connection
+ * suspended, until a release, the holder's expiry, its deadline, a hang-up or shutdown wakes
+ * it. The state machine and why a wake-up cannot be missed are in waiters.c.
+ */
+#ifndef GATEWAY_WAITERS_H
+#define GATEWAY_WAITERS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <microhttpd.h>
+
+#include "metrics.h"
+
+struct gw_server;
+typedef struct gw_waitq gw_waitq;
+typedef struct gw_wres gw_wres;
+
+#define GW_TIMER_OFF ((size_t)-1)
+typedef struct gw_timer {
+    int64_t at;                   /* monotonic ms */
+    size_t idx;                   /* position in the heap, GW_TIMER_OFF when not armed */
+    int kind;
+} gw_timer;
+
+typedef enum gw_waiter_state {
+    GW_WAITER_IDLE = 0,           /* attempting, or never parked */
+    GW_WAITER_PARKING,            /* queued; its thread is suspending the connection */
+    GW_WAITER_SUSPENDED,          /* queued and suspended */
+    GW_WAITER_WAKE_PENDING,       /* woken while PARKING: its thread resumes it */
+    GW_WAITER_WOKEN               /* resumed; its operation runs again */
+} gw_waiter_state;
+
+/* The waiting part of a /lock request. Zero-initialised; owned by its request. */
+typedef struct gw_waiter {
+    struct gw_waiter *prev, *next; /* in its resource's queue */
+    gw_wres *res;                 /* the entry it holds a reference on, NULL when none */
+    struct MHD_Connection *conn;
+    int fd;                       /* watched for hang-ups while suspended, else -1 */
+    gw_timer timer;               /* its deadline while parked */
+    gw_waiter_state state;
+    gw_wake reason;               /* why it was last woken */
+    uint64_t epoch;               /* its resource's epoch when the attempt began */
+    int queued;
+    int parked_before;            /* has been parked (suspended) at least once */
+    int wake_unused;              /* woken by a release/expiry and not yet attempted */
+} gw_waiter;
+
+typedef enum gw_park {
+    GW_PARKED,                    /* suspended: return MHD_YES without a response */
+    GW_PARK_RETRY,                /* a release came during the attempt: attempt again now */
+    GW_PARK_SHUTDOWN,             /* shutting down: answer 503 */
+    GW_PARK_NOMEM                 /* answer 503 */
+} gw_park;
+
+/* Starts the waiters' thread and its Redis subscriber (Redis may be down: it reconnects).
+ * Sets srv->waitq. Returns 0 or -1 with err. */
+int gw__waitq_start(struct gw_server *srv, char *err, size_t errlen);
+/* Wakes every parked waiter with GW_WAKE_SHUTDOWN, and every later park answers
+ * GW_PARK_SHUTDOWN. Returns at once. */
+void gw__waitq_shutdown(gw_waitq *wq);
+/* Stops the thread and frees everything. Only after every request has completed. */
+void gw__waitq_stop(gw_waitq *wq);
+/* Before each attempt of a waiting /lock: takes a reference on the resource's entry (the
+ * first one subscribes to its channel) and records its epoch. Returns 0, or -1 without
+ * memory. */
+int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource);
+/* Gives the waiter its place at the end of its resource's queue now, if it has none (a fair
+ * waiter's attempt calls it on the pipeline thread right after its HELD answer, while its
+ * stripe is still busy, so that its local place follows its place in the Redis queue).
+ * No-op without a reference. */
+void gw__wait_place(gw_waitq *wq, gw_waiter *w);
+/* After the attempt that ends the wait (or from request completion): leaves the queue, drops
+ * the reference, and passes on a wake the waiter never used. granted_ttl_ms is the lease of
+ * the lock this waiter just took (the others then wait for it), or -1. No-op without a
+ * reference. */
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms);
+/* After an attempt answered HELD with time left: parks the waiter and suspends conn (the
+ * caller is the access handler of conn). deadline_ms is monotonic; hint_ms is the holder's
+ * remaining lease (-1 unknown). */
+gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
+                      int64_t deadline_ms, int64_t hint_ms);
+/* 0 when the client of conn has closed its side, 1 otherwise. */
+int gw__conn_alive(struct MHD_Connection *conn);
+
+#endif
