@@ -269,13 +269,18 @@ int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result)
     return 0;
 }
 
+/* The name rules of fencegate/limits.h, in words, for the 400 answers. */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define RESOURCE_RULE "1 to " STR(FG_RESOURCE_MAX) " characters of " FG_NAME_CHARS
+#define OWNER_RULE "1 to " STR(FG_OWNER_MAX) " characters of " FG_NAME_CHARS
+
 int gw__field_name(gw_request *req, json_t *root, const char *field, int required,
                    const char **out, enum MHD_Result *result)
 {
     json_t *v = json_object_get(root, field);
     int is_resource = strcmp(field, "resource") == 0;
-    const char *rule = is_resource ? "1 to 200 bytes of [A-Za-z0-9._:-]"
-                                   : "1 to 128 bytes of [A-Za-z0-9._:-]";
+    const char *rule = is_resource ? RESOURCE_RULE : OWNER_RULE;
 
     *out = NULL;
     if (v == NULL) {
@@ -340,8 +345,7 @@ int gw__idempotency_key(gw_request *req, const char **key, enum MHD_Result *resu
     }
     if (n > 1 || !lk_valid_owner(value)) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "Idempotency-Key must appear once and be 1 to 128 characters "
-                                 "of [A-Za-z0-9._:-]");
+                                 "Idempotency-Key must appear once and be " OWNER_RULE);
         return -1;
     }
     *key = value;
@@ -353,8 +357,8 @@ int gw__path_resource(gw_request *req, enum MHD_Result *result)
     /* The path is not percent-decoded (see no_unescape in server.c), so '%' fails here. */
     if (req->param_too_long || !lk_valid_resource(req->param)) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "resource in the path must be 1 to 200 bytes of "
-                                 "[A-Za-z0-9._:-], not percent-encoded");
+                                 "resource in the path must be " RESOURCE_RULE
+                                 ", not percent-encoded");
         return -1;
     }
     return 0;
