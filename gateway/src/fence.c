@@ -1,12 +1,12 @@
 /*
  * Fencing: the one place where the two halves of a fencing token meet, Redis minting it
  * (locklib) and storage checking it (the token ledger and each resource's highest token).
- * Nothing here speaks HTTP; the operations call it at four points of a token's life:
+ * Nothing here speaks HTTP; it meets a token at three points of its life:
  *   1. gw__fence_enter(): before an acquisition is sent, its turn and its floor;
- *   2. gw__fence_leave(): when its answer is in (a pipeline thread), count the token and
- *      pass the turn on;
- *   3. gw__fence_cover(): before the token leaves the process, make the ledger cover it;
- *   4. gw__fence_verdict(): when a write brings a token back, judge it.
+ *   2. gw__fence_answered(): when its answer is in (on the pipeline thread), make the ledger
+ *      cover the token before it leaves the process, count it, and pass the turn on (an
+ *      acquisition refused before it was sent leaves with gw__fence_leave());
+ *   3. gw__fence_verdict(): when a write brings a token back, judge it.
  *
  * The properties, for one resource:
  *   P1  no token is handed out twice;
@@ -25,7 +25,7 @@
  *     FLUSHALL): the counter reads low or is gone. The floor still lies above every token
  *     handed out: by this process, through max_token; by an earlier process, through the
  *     ledger. A token leaves this process only after store_ledger_cover() made the ledger's
- *     durable ceiling cover it (point 3; if that fails the hold is given back and the client
+ *     durable ceiling cover it (point 2; if that fails the hold is given back and the client
  *     gets 503), and a store that opens raises the ceiling by a step and reports the old
  *     ceiling as its floor, so the floor of the next process is above every token any
  *     earlier one handed out, also after a crash between minting and answering.
@@ -61,9 +61,11 @@
  */
 #include "fence.h"
 
-void gw__fence_init(gw_fence *f, store *st)
+void gw__fence_init(gw_fence *f, store *st, const gw_fence_ops *ops, void *owner)
 {
     f->st = st;
+    f->ops = ops;
+    f->owner = owner;
     atomic_store(&f->max_token, 0);
     for (int i = 0; i < GW_FLOOR_STRIPES; i++) {
         pthread_mutex_init(&f->stripes[i].mu, NULL);
@@ -157,10 +159,30 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
     return next;
 }
 
-store_status gw__fence_cover(gw_fence *f, int64_t token)
+int gw__fence_answered(gw_job *job)
 {
-    /* Costs nothing when the token is under the durable ceiling already. */
-    return store_ledger_cover(f->st, (uint64_t)token);
+    gw_fence_turn *t = job->arg;
+    gw_fence *f = job->ctx;
+    const lk_call *call = job->call;
+    int64_t minted = 0;
+
+    t->cover = STORE_OK;
+    if (call->status == LK_ACQUIRED) {
+        /* Also a replayed answer: the first answer's cover may have failed (that hold was
+         * given back, but its idempotency record stayed). Costs nothing when the token is
+         * under the durable ceiling already; raising it is one small commit per block of
+         * tokens, on this thread, before the stripe passes on. */
+        minted = call->res.token;
+        t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
+    } else if (call->status == LK_HELD && f->ops->held != NULL) {
+        f->ops->held(f, t);
+    }
+    gw_floor floor;
+    gw_fence_turn *next = gw__fence_leave(f, t, minted, &floor);
+    if (next != NULL) {
+        f->ops->send(f, next, floor);
+    }
+    return 1;
 }
 
 gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,

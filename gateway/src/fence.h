@@ -13,13 +13,20 @@
 #include "locklib/locklib.h"
 #include "storage/storage.h"
 
+#include "job.h"
+
 #define GW_FLOOR_STRIPES 1024
 
 /* A place in a stripe's line of acquisitions; embedded in the caller's state, which stays
- * alive from gw__fence_enter() until its gw__fence_leave(). */
+ * alive from gw__fence_enter() until its turn has ended (gw__fence_answered() or
+ * gw__fence_leave()). */
 typedef struct gw_fence_turn {
     struct gw_fence_turn *next;
     const char *resource;                /* what it acquires */
+    unsigned char refused;               /* for the caller: why it was not sent, or 0 */
+    unsigned char cover;                 /* out (store_status): the ledger's cover of the
+                                          * token an ACQUIRED answer brought, STORE_OK when
+                                          * covered or when there was no token */
 } gw_fence_turn;
 
 /* What a granted turn may pass locklib, computed while the turn is held. status is
@@ -38,14 +45,29 @@ typedef struct gw_stripe {
     gw_fence_turn *first, *last;         /* acquisitions waiting for it, in arrival order */
 } gw_stripe;
 
-typedef struct gw_fence {
+typedef struct gw_fence gw_fence;
+
+/* What the fence calls back in the owner of the turns (locks.c), set once. */
+typedef struct gw_fence_ops {
+    /* t holds its stripe with floor: send its attempt to the Redis pipeline as a job with
+     * done = gw__fence_answered, arg = t and ctx = the fence, or answer it without Redis
+     * and pass the stripe on (gw__fence_leave). */
+    void (*send)(gw_fence *f, gw_fence_turn *t, gw_floor floor);
+    /* On the pipeline thread: t's attempt was answered HELD, and t still holds its stripe.
+     * May be NULL. */
+    void (*held)(gw_fence *f, gw_fence_turn *t);
+} gw_fence_ops;
+
+struct gw_fence {
     store *st;                           /* the ledger and each resource's highest token */
+    const gw_fence_ops *ops;
+    void *owner;                         /* for ops: the server */
     atomic_llong max_token;              /* the largest token this process has handed out */
     gw_stripe stripes[GW_FLOOR_STRIPES];
-} gw_fence;
+};
 
-/* Sets up f over the open store st (not owned). */
-void gw__fence_init(gw_fence *f, store *st);
+/* Sets up f over the open store st (not owned), calling back ops with owner. */
+void gw__fence_init(gw_fence *f, store *st, const gw_fence_ops *ops, void *owner);
 
 /* Asks for the turn of t->resource's stripe for an acquisition. Returns 1 when t holds it
  * now, with its floor in *floor; or 0 when t was queued: the gw__fence_leave() of the turn
@@ -59,9 +81,12 @@ int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor);
 gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
                                gw_floor *next_floor);
 
-/* Before a token leaves this process (also a replayed one): makes the ledger's durable
- * ceiling cover it. STORE_OK, or an error: then the token must not be handed out. */
-store_status gw__fence_cover(gw_fence *f, int64_t token);
+/* The done of an attempt's job, on the pipeline thread (job->arg the turn, job->ctx the
+ * fence): an ACQUIRED answer's token (also a replayed one) is covered by the ledger's
+ * durable ceiling, the outcome in turn->cover (not STORE_OK: the token must not be handed
+ * out), and counted; a HELD answer calls ops->held; then the stripe passes on, and the next
+ * turn is sent (ops->send). Returns 1: the pipeline resumes the attempt's connection. */
+int gw__fence_answered(gw_job *job);
 
 /* The verdict on a write's token, before storage sees it. */
 typedef enum gw_verdict {

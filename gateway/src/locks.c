@@ -10,9 +10,10 @@
  *               attempting again -> ATTEMPTING;
  *   completed   end the wait, give back a hold whose answer did not reach the client.
  *
- * Fencing is fence.c's: an attempt takes its resource's turn and floor there, its token is
- * counted there when its answer is in, and the ledger covers the token there before it is
- * answered. If that cover fails the hold is released again and the client gets 503.
+ * Fencing is fence.c's: an attempt takes its resource's turn and floor there, and when its
+ * answer is in (on the pipeline thread) the fence makes the ledger cover the token, counts
+ * it and passes the turn on. If that cover failed the hold is released again and the client
+ * gets 503.
  *
  * A 503 does not always mean "not taken": when Redis accepted the acquire script but its
  * answer came too late (a stalled Redis, a dropped connection), the lock may be held by the
@@ -75,9 +76,9 @@ struct gw_lock_call {
     const char *owner;
     const char *idem_key;                /* "" for none */
     int64_t ttl_ms;
-    int64_t wait_ms;
     int64_t deadline_ms;                 /* monotonic */
     /* Flags in bytes, not ints: a parked waiter should stay under 4 KiB in all. */
+    unsigned char wants_wait;            /* wait_ms > 0 */
     unsigned char fair;
     unsigned char fair_queued;           /* may have an entry in the fair queue */
     unsigned char acquired;              /* answered 200 with a hold this call added */
@@ -85,8 +86,9 @@ struct gw_lock_call {
     unsigned char last;                  /* the deadline's wake: one last attempt, no park */
     unsigned char waiting;               /* this attempt may park when the lock is held */
     unsigned char stage;                 /* lock_stage: what resumes it */
-    unsigned char refused;               /* why it was answered without Redis (ATTEMPT_*) */
-    gw_fence_turn turn;                  /* its place in its stripe's line (fence.c) */
+    gw_fence_turn turn;                  /* its place in its stripe's line (fence.c); its
+                                          * refused says why it was answered without Redis
+                                          * (ATTEMPT_*) */
     struct gw_attempt *attempt;          /* the call in the pipeline, NULL when refused */
     gw_waiter waiter;
     char text[];                         /* resource, owner and key, each NUL-terminated */
@@ -108,16 +110,16 @@ static struct gw_lock_call *call_of_turn(gw_fence_turn *t)
                      : NULL;
 }
 
-/* Why an attempt was answered without asking Redis (gw_lock_call.refused). */
+/* Why an attempt was answered without asking Redis (gw_lock_call.turn.refused). */
 enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY, ATTEMPT_NOMEM };
 
 /*
  * Attempts in the pipeline. An attempt suspends its connection and asks for its resource's
  * turn (gw__fence_enter). When no acquisition of the stripe is out, it gets the turn with its
- * floor and goes to the Redis pipeline at once; else it queues behind, and the one before it
- * sends it on when its answer is in (attempt_answered, on a pipeline thread): the fence
- * counts that token, then grants the next turn with its floor (gw__fence_leave). Why the
- * turns: fence.c, "Concurrent acquisitions".
+ * floor and goes to the Redis pipeline at once (stripe_send); else it queues behind, and when
+ * the answer of the one before it is in, the fence (gw__fence_answered, on a pipeline thread)
+ * covers and counts that token, then grants the next turn with its floor and sends it through
+ * gw__lock_fence_ops. Why the turns: fence.c, "Concurrent acquisitions".
  *
  * An attempt that waited for its stripe past its deadline + GW_STRIPE_GRACE_MS is answered
  * 503 without asking Redis: on a slow Redis (calls that take most of the command timeout
@@ -134,8 +136,6 @@ enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY, ATTEMPT_NOMEM }
 typedef struct gw_attempt {
     gw_job job;                          /* job.next links the free list */
     lk_call call;
-    gw_server *srv;
-    struct gw_lock_call *lc;
 } gw_attempt;
 
 #define ATTEMPTS_KEPT 1024
@@ -176,47 +176,23 @@ static void attempt_free(gw_attempt *at)
     free(at);
 }
 
-static void stripe_send(gw_server *srv, struct gw_lock_call *lc, gw_floor floor);
-
-/* On a pipeline thread, before the connection is resumed. */
-static int attempt_answered(gw_job *job)
+/* gw__lock_fence_ops.send: sends the attempt of t, which holds its stripe with floor, to the
+ * pipeline; or answers it without Redis and passes the stripe on, until one is sent or the
+ * stripe is free. */
+static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
 {
-    gw_attempt *at = job->arg;
-    gw_server *srv = at->srv;
-    struct gw_lock_call *lc = at->lc;
+    gw_server *srv = f->owner;
+    struct gw_lock_call *lc = call_of_turn(t);
 
-    int64_t minted = 0;
-
-    if (at->call.status == LK_ACQUIRED) {
-        lc->fair_queued = 0; /* the script took it off the queue */
-        minted = at->call.res.token;
-    } else if (at->call.status == LK_HELD && lc->fair) {
-        /* Queued in Redis just now: take the local place while attempts on this resource
-         * are still serialised by the stripe, so both orders agree. */
-        gw__wait_place(srv->waitq, &lc->waiter);
-    }
-    gw_floor floor;
-    struct gw_lock_call *next =
-        call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, minted, &floor));
-    if (next != NULL) {
-        stripe_send(srv, next, floor);
-    }
-    return 1;
-}
-
-/* Sends lc's attempt, which holds its stripe with floor, to the pipeline; or answers it
- * without Redis and passes the stripe on, until one is sent or the stripe is free. */
-static void stripe_send(gw_server *srv, struct gw_lock_call *lc, gw_floor floor)
-{
     while (lc != NULL) {
         int64_t now_ms = gw__now_ms();
         gw_attempt *at = NULL;
         if (now_ms > lc->deadline_ms + GW_STRIPE_GRACE_MS) {
-            lc->refused = ATTEMPT_STRIPE_BUSY;
+            lc->turn.refused = ATTEMPT_STRIPE_BUSY;
         } else if (floor.status != STORE_OK) {
-            lc->refused = ATTEMPT_STORE_FAILED;
+            lc->turn.refused = ATTEMPT_STORE_FAILED;
         } else if ((at = attempt_new()) == NULL) {
-            lc->refused = ATTEMPT_NOMEM;
+            lc->turn.refused = ATTEMPT_NOMEM;
         } else {
             at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
             at->call.resource = lc->turn.resource;
@@ -231,21 +207,35 @@ static void stripe_send(gw_server *srv, struct gw_lock_call *lc, gw_floor floor)
             }
             at->job.call = &at->call;
             at->job.conn = lc->waiter.conn;
-            at->job.done = attempt_answered;
-            at->job.arg = at;
-            at->srv = srv;
-            at->lc = lc;
+            at->job.done = gw__fence_answered;
+            at->job.arg = &lc->turn;
+            at->job.ctx = f;
             lc->attempt = at;
             gw__pipe_submit(srv->pipe, &at->job);
             return;
         }
         struct MHD_Connection *conn = lc->waiter.conn;
         struct gw_lock_call *next =
-            call_of_turn(gw__fence_leave(&srv->fence, &lc->turn, 0, &floor));
+            call_of_turn(gw__fence_leave(f, &lc->turn, 0, &floor));
         MHD_resume_connection(conn); /* lc may be freed from here on */
         lc = next;
     }
 }
+
+/* gw__lock_fence_ops.held, on the pipeline thread: a fair waiter was queued in Redis just
+ * now; it takes its local place while attempts on this resource are still serialised by
+ * the stripe, so both orders agree. */
+static void attempt_held(gw_fence *f, gw_fence_turn *t)
+{
+    gw_server *srv = f->owner;
+    struct gw_lock_call *lc = call_of_turn(t);
+
+    if (lc->fair) {
+        gw__wait_place(srv->waitq, &lc->waiter);
+    }
+}
+
+const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held};
 
 /* Gives back a hold taken for a client that will never use it, on the server thread's own
  * connection. If the release fails (Redis gone), the hold ends with its lease. */
@@ -257,26 +247,20 @@ static lk_status give_back(gw_server *srv, const struct gw_lock_call *call)
                      : LK_EUNAVAILABLE;
 }
 
-/* Makes the ledger cover a token before it is handed out, also for a replayed answer: the
- * first answer's cover may have failed (that hold was given back, but its idempotency record
- * stayed). Costs nothing when the token is under the durable ceiling already. On failure the
- * hold just taken is given back and 503 is queued; returns -1. */
-static int cover_token(gw_request *req, const struct gw_lock_call *call, const lk_result *res,
-                       enum MHD_Result *result)
+/* The ledger could not cover the token (gw__fence_answered): it must not be handed out.
+ * The hold just taken is given back (a replayed answer took none) and 503 is queued. */
+static enum MHD_Result answer_uncovered(gw_request *req, const struct gw_lock_call *call,
+                                        const lk_result *res)
 {
-    store_status st = gw__fence_cover(&req->srv->fence, res->token);
-    if (st == STORE_OK) {
-        return 0;
-    }
     if (!res->replayed) {
         give_back(req->srv, call);
     }
-    gw__log_event(req->srv->cfg, "error", "token ledger: %s", store_status_str(st));
+    gw__log_event(req->srv->cfg, "error", "token ledger: %s",
+                  store_status_str((store_status)call->turn.cover));
     count_acquire(req, GW_ACQ_error);
-    *result = gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
-                             "storage could not record the fencing token; the lock was not "
-                             "taken");
-    return -1;
+    return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                          "storage could not record the fencing token; the lock was not "
+                          "taken");
 }
 
 static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *call,
@@ -352,32 +336,31 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
                                       lk_status st, const lk_result *res, const char *why)
 {
     gw_server *srv = req->srv;
-    enum MHD_Result result = MHD_YES;
 
     gw__wait_end(srv->waitq, &call->waiter,
                  st == LK_ACQUIRED ? (res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms) : -1);
     if (st != LK_ACQUIRED) {
         leave_fair_queue(req, call);
     }
-    if (call->refused == ATTEMPT_STORE_FAILED) {
+    if (call->turn.refused == ATTEMPT_STORE_FAILED) {
         count_acquire(req, GW_ACQ_unavailable);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not be read to fence the token");
     }
-    if (call->refused == ATTEMPT_NOMEM) {
+    if (call->turn.refused == ATTEMPT_NOMEM) {
         count_acquire(req, GW_ACQ_error);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "the gateway is out of memory; the lock was not taken");
     }
-    if (call->refused == ATTEMPT_STRIPE_BUSY) {
+    if (call->turn.refused == ATTEMPT_STRIPE_BUSY) {
         count_acquire(req, GW_ACQ_unavailable);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "the lock service (Redis) is answering slowly and earlier "
                               "attempts on this resource are still running; try again");
     }
     if (st == LK_ACQUIRED) {
-        if (cover_token(req, call, res, &result) != 0) {
-            return result;
+        if (call->turn.cover != STORE_OK) {
+            return answer_uncovered(req, call, res);
         }
         /* Every attempt is suspended while it waits for its stripe and for Redis, and MHD
          * does not watch a suspended connection: its client may have hung up meanwhile. An
@@ -408,18 +391,19 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
 {
     gw_server *srv = req->srv;
 
-    call->waiting = (unsigned char)(call->wait_ms > 0 && !call->last);
+    call->waiting = (unsigned char)(call->wants_wait && !call->last);
     if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
-    call->refused = ATTEMPT_ASKED;
+    call->turn.refused = ATTEMPT_ASKED;
+    call->turn.cover = STORE_OK;
     call->attempt = NULL;
     call->waiter.conn = req->conn; /* the same connection it parks, if it does */
     call->stage = LOCK_ATTEMPTING;
     MHD_suspend_connection(req->conn);
     gw_floor floor;
     if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
-        stripe_send(srv, call, floor); /* else the attempt before it on its stripe sends it */
+        stripe_send(&srv->fence, &call->turn, floor); /* else the fence sends it in turn */
     }
     return MHD_YES;
 }
@@ -439,12 +423,15 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     why[0] = '\0';
     if (at != NULL) {
         st = at->call.status;
+        if (st == LK_ACQUIRED) {
+            call->fair_queued = 0; /* the script took it off the queue */
+        }
         res = at->call.res;
         snprintf(why, sizeof why, "%s", at->call.err);
         attempt_free(at);
         gw__note_redis(srv, st);
     } else {
-        st = call->refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
+        st = call->turn.refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
     }
     int64_t left = call->deadline_ms - gw__now_ms();
     if (st != LK_HELD || !call->waiting || left <= 0) {
@@ -526,7 +513,7 @@ static enum MHD_Result lock_start(gw_request *req)
     call->idem_key = call->text + rlen + olen;
     call->turn.resource = call->text;
     call->ttl_ms = a.ttl_ms;
-    call->wait_ms = a.wait_ms;
+    call->wants_wait = (unsigned char)(a.wait_ms > 0);
     call->fair = (unsigned char)a.fair;
     call->deadline_ms = gw__now_ms() + a.wait_ms;
     call->waiter.fd = -1;
@@ -545,9 +532,13 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
 {
     struct gw_lock_call *call = req->op_state;
 
+    gw_attempt *at = call->attempt;
+
+    if (at != NULL && at->call.status == LK_ACQUIRED) {
+        call->fair_queued = 0; /* the script took it off the queue */
+    }
     gw__wait_end(req->srv->waitq, &call->waiter, -1);
     leave_fair_queue(req, call);
-    gw_attempt *at = call->attempt;
     if (at != NULL) {
         /* The answer came in, but when the pipeline resumed the connection libmicrohttpd
          * found the client gone and ended the request without resuming the operation

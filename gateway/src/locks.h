@@ -8,5 +8,8 @@
 
 extern const gw_op gw__op_lock;
 extern const gw_op gw__op_lock_status;
+/* How the fence sends /lock attempts and tells them a HELD answer (fence.h), for
+ * gw__fence_init(). */
+extern const gw_fence_ops gw__lock_fence_ops;
 
 #endif

@@ -11,27 +11,14 @@
 #include "locklib/locklib.h"
 #include "storage/storage.h"
 
+#include "job.h"
+
 struct gw_server;
 
 /* Redis pipeline threads, each with its own connection and one batch in flight. */
 #define GW_PIPE_THREADS 2
 
 typedef struct gw_pipe gw_pipe;
-typedef struct gw_job gw_job;
-
-/* One call for a pipeline: `call` for the Redis pipeline, `write` for the storage writer,
- * both owned by the submitter, which keeps the job alive until done has run (conn's request
- * owns it: a suspended request cannot complete). */
-struct gw_job {
-    gw_job *next;                   /* the pipeline's queue */
-    lk_call *call;                  /* in: the call; out: status, result and reason */
-    store_write_req *write;         /* in: the write; out: its answer */
-    struct MHD_Connection *conn;    /* resumed after done, unless done returns 0 */
-    /* On the pipeline thread, before the resume; may be NULL. Returns 1; 0 would mean it
-     * handed the request on to someone who resumes it (then the job may be gone). */
-    int (*done)(gw_job *job);
-    void *arg;                      /* for done */
-};
 
 /* Starts the Redis pipeline (srv->pipe; Redis may be down: each batch reconnects) and the
  * storage writer (srv->writer). Returns 0 or -1 with err. */

@@ -8,8 +8,9 @@
  * threads do not wait for those Redis calls or commits. What still runs on a pool thread:
  * rare Redis calls (/metrics, /readyz, GET /locks, leaving a fair queue, giving back a hold
  * nobody will use) on its own lk_client (gw__client(), a hiredis context is not
- * thread-safe), and the token ledger's cover, a small LMDB commit once per block of
- * tokens. The store is shared: storage is thread-safe. Counters in gw_metrics are atomics.
+ * thread-safe). The token ledger's cover, a small LMDB commit once per block of tokens, runs
+ * on the pipeline thread that got the token (gw__fence_answered). The store is shared:
+ * storage is thread-safe. Counters in gw_metrics are atomics.
  * The fence's stripes and the pipelines' queues have their own mutexes.
  */
 #ifndef GATEWAY_REQUEST_H

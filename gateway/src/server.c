@@ -526,7 +526,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     if (addr.ss_family == AF_INET6) {
         flags |= MHD_USE_IPv6;
     }
-    gw__fence_init(&srv->fence, srv->st);
+    gw__fence_init(&srv->fence, srv->st, &gw__lock_fence_ops, srv);
     if (gw__pipes_start(srv, err, errlen) != 0) {
         return -1;
     }

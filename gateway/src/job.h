@@ -1,0 +1,31 @@
+/*
+ * A job for a pipeline (pipe.c): one call, who resumes what when it is answered. Types only,
+ * so that the layers that make jobs and the one that answers them (fence.c's
+ * gw__fence_answered) need not include each other.
+ */
+#ifndef GATEWAY_JOB_H
+#define GATEWAY_JOB_H
+
+#include <microhttpd.h>
+
+#include "locklib/locklib.h"
+#include "storage/storage.h"
+
+typedef struct gw_job gw_job;
+
+/* One call for a pipeline: `call` for the Redis pipeline, `write` for the storage writer,
+ * both owned by the submitter, which keeps the job alive until done has run (conn's request
+ * owns it: a suspended request cannot complete). */
+struct gw_job {
+    gw_job *next;                   /* the pipeline's queue */
+    lk_call *call;                  /* in: the call; out: status, result and reason */
+    store_write_req *write;         /* in: the write; out: its answer */
+    struct MHD_Connection *conn;    /* resumed after done, unless done returns 0 */
+    /* On the pipeline thread, before the resume; may be NULL. Returns 1; 0 would mean it
+     * handed the request on to someone who resumes it (then the job may be gone). */
+    int (*done)(gw_job *job);
+    void *arg;                      /* for done */
+    void *ctx;                      /* for done */
+};
+
+#endif
