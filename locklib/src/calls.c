@@ -65,7 +65,7 @@ static int build_acquire(lk_client *c, lk_call *call, lk__item *it)
     static const char *const queued[] = {"lock", "fence", "", "base", "queue", "qtimeout",
                                          "recent"};
     const char *const *suffix = fair ? queued : plain;
-    it->script = fair ? LK__FAIR_ACQUIRE : LK__ACQUIRE;
+    it->script = fair ? LK__SCRIPT_FAIR_ACQUIRE : LK__SCRIPT_ACQUIRE;
     it->nkeys = fair ? 7 : 5;
     for (int k = 0; k < it->nkeys; k++) {
         if (k != 2) {
@@ -101,7 +101,7 @@ static int build_owner_call(lk_client *c, lk_call *call, lk__item *it)
         return refuse(c, call, lk__fail(c, LK_EINVAL, "lease must be %d..%d ms",
                                         LK_LEASE_MIN_MS, LK_LEASE_MAX_MS));
     }
-    it->script = renew ? LK__RENEW : LK__RELEASE;
+    it->script = renew ? LK__SCRIPT_RENEW : LK__SCRIPT_RELEASE;
     it->nkeys = 2;
     it->argc = 5;
     lk__key(it->key[0], call->resource, "lock");
@@ -134,7 +134,7 @@ static int build_token_check(lk_client *c, lk_call *call, lk__item *it)
         return refuse(c, call, lk__fail(c, LK_EINVAL, "token must be 0..2^53-1"));
     }
     static const char *const suffix[] = {"fence", "base", "recent"};
-    it->script = LK__TOKEN_RANGE;
+    it->script = LK__SCRIPT_TOKEN_RANGE;
     it->nkeys = 3;
     it->argc = 4;
     for (int k = 0; k < 3; k++) {
@@ -277,8 +277,8 @@ void lk_call_many(lk_client *c, lk_call *const *calls, size_t n)
     }
     unsigned scripts = 0;
     for (size_t i = 0; i < n; i++) {
-        static const enum lk__script script_of[] = {LK__ACQUIRE, LK__FAIR_ACQUIRE, LK__RELEASE,
-                                                    LK__RENEW, LK__TOKEN_RANGE};
+        static const enum lk__script script_of[] = {LK__SCRIPT_ACQUIRE, LK__SCRIPT_FAIR_ACQUIRE, LK__SCRIPT_RELEASE,
+                                                    LK__SCRIPT_RENEW, LK__SCRIPT_TOKEN_RANGE};
         if ((unsigned)calls[i]->kind < sizeof script_of / sizeof script_of[0]) {
             scripts |= 1u << script_of[calls[i]->kind];
         }

@@ -24,37 +24,10 @@
 
 #include "locklib_internal.h"
 
-extern const char lk__lua_acquire[], lk__lua_release[], lk__lua_renew[], lk__lua_status[];
-extern const size_t lk__lua_acquire_len, lk__lua_release_len, lk__lua_renew_len,
-    lk__lua_status_len;
-
 static const char *script_text(enum lk__script s, size_t *len)
 {
-    switch (s) {
-    case LK__ACQUIRE:
-        *len = lk__lua_acquire_len;
-        return lk__lua_acquire;
-    case LK__RELEASE:
-        *len = lk__lua_release_len;
-        return lk__lua_release;
-    case LK__RENEW:
-        *len = lk__lua_renew_len;
-        return lk__lua_renew;
-    case LK__TOKEN_RANGE:
-        *len = lk__lua_token_range_len;
-        return lk__lua_token_range;
-    case LK__FAIR_ACQUIRE:
-        *len = lk__lua_fair_acquire_len;
-        return lk__lua_fair_acquire;
-    case LK__FAIR_CANCEL:
-        *len = lk__lua_fair_cancel_len;
-        return lk__lua_fair_cancel;
-    case LK__STATUS:
-    case LK__SCRIPT_COUNT:
-        break;
-    }
-    *len = lk__lua_status_len;
-    return lk__lua_status;
+    *len = lk__scripts[s].len;
+    return lk__scripts[s].text;
 }
 
 int64_t lk__now_ms(void)

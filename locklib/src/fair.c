@@ -27,7 +27,7 @@ lk_status lk_fair_cancel(lk_client *c, const char *resource, const char *owner)
     lk_channel_name(resource, channel, sizeof channel);
 
     const char *argv[] = {lock, queue, qtimeout, owner, channel};
-    st = lk__eval(c, LK__FAIR_CANCEL, 3, 5, argv, &reply);
+    st = lk__eval(c, LK__SCRIPT_FAIR_CANCEL, 3, 5, argv, &reply);
     if (st != LK_OK) {
         return st;
     }

@@ -12,18 +12,7 @@
 #include "locklib/locklib.h"
 
 /* The embedded scripts (generated from lua/ at build time). */
-enum lk__script {
-    LK__ACQUIRE,
-    LK__RELEASE,
-    LK__RENEW,
-    LK__STATUS,
-    LK__TOKEN_RANGE,
-    LK__FAIR_ACQUIRE,
-    LK__FAIR_CANCEL,
-    LK__SCRIPT_COUNT
-};
-extern const char lk__lua_token_range[], lk__lua_fair_acquire[], lk__lua_fair_cancel[];
-extern const size_t lk__lua_token_range_len, lk__lua_fair_acquire_len, lk__lua_fair_cancel_len;
+#include "script_table.h"
 
 typedef struct lk__watchdog lk__watchdog;
 

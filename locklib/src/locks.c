@@ -167,7 +167,7 @@ lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info)
     lk__key(lock, resource, "lock");
     lk__key(fence, resource, "fence");
     const char *argv[] = {lock, fence};
-    st = lk__eval(c, LK__STATUS, 2, 2, argv, &reply);
+    st = lk__eval(c, LK__SCRIPT_STATUS, 2, 2, argv, &reply);
     if (st != LK_OK) {
         return st;
     }

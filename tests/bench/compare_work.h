@@ -17,7 +17,7 @@
 typedef struct cw_ctx {
     char tag[32];        /* unique per phase, part of every name */
     int contended;       /* 1: every connection on one name */
-    char sha_acquire[41];/* raw Redis: SHA1 of locklib/lua/acquire.lua as loaded */
+    char sha_acquire[41];/* raw Redis: SHA1 of the generated acquire.lua */
     char sha_release[41];
 } cw_ctx;
 
