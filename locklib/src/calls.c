@@ -164,21 +164,36 @@ static lk_status decode_renew(lk_call *call, const redisReply *reply, char *err)
 
 /* ---- token_range.lua, status.lua, fair_cancel.lua ------------------------------------- */
 
+/* Starts cmd on script with the keys fg:{resource}:<suffix> of the NULL-terminated list,
+ * once the resource (and, with_owner, the owner) is found valid. */
+static lk_status start_with_keys(const lk_call *call, int with_owner, lk__cmd *cmd, char *err,
+                                 enum lk__script script, const char *const *suffix)
+{
+    if (!lk_valid_resource(call->resource) || (with_owner && !lk_valid_owner(call->owner))) {
+        return lk__errf(err, LK_EINVAL, "%s",
+                        with_owner ? "invalid resource or owner" : "invalid resource");
+    }
+    lk__cmd_start(cmd, script, call->resource);
+    for (; *suffix != NULL; suffix++) {
+        lk__cmd_key(cmd, *suffix);
+    }
+    return LK_OK;
+}
+
 /* KEYS fence, base, recent; ARGV token. */
 static lk_status build_token_check(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                    char *err)
 {
+    static const char *const keys[] = {"fence", "base", "recent", NULL};
+    lk_status st = start_with_keys(call, 0, cmd, err, LK__SCRIPT_TOKEN_RANGE, keys);
+
     (void)opts;
-    if (!lk_valid_resource(call->resource)) {
-        return lk__errf(err, LK_EINVAL, "invalid resource");
+    if (st != LK_OK) {
+        return st;
     }
     if (call->token < 0 || call->token > LK_TOKEN_MAX) {
         return lk__errf(err, LK_EINVAL, "token must be 0..2^53-1");
     }
-    lk__cmd_start(cmd, LK__SCRIPT_TOKEN_RANGE, call->resource);
-    lk__cmd_key(cmd, "fence");
-    lk__cmd_key(cmd, "base");
-    lk__cmd_key(cmd, "recent");
     lk__cmd_num(cmd, call->token);
     return LK_OK;
 }
@@ -196,14 +211,9 @@ static lk_status decode_token_check(lk_call *call, const redisReply *reply, char
 static lk_status build_status(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                               char *err)
 {
+    static const char *const keys[] = {"lock", "fence", NULL};
     (void)opts;
-    if (!lk_valid_resource(call->resource)) {
-        return lk__errf(err, LK_EINVAL, "invalid resource");
-    }
-    lk__cmd_start(cmd, LK__SCRIPT_STATUS, call->resource);
-    lk__cmd_key(cmd, "lock");
-    lk__cmd_key(cmd, "fence");
-    return LK_OK;
+    return start_with_keys(call, 0, cmd, err, LK__SCRIPT_STATUS, keys);
 }
 
 /* {locked, token, holds, pttl_ms, last_token}. */
@@ -222,14 +232,13 @@ static lk_status decode_status(lk_call *call, const redisReply *reply, char *err
 static lk_status build_fair_cancel(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                    char *err)
 {
+    static const char *const keys[] = {"lock", "queue", "qtimeout", NULL};
+    lk_status st = start_with_keys(call, 1, cmd, err, LK__SCRIPT_FAIR_CANCEL, keys);
+
     (void)opts;
-    if (!lk_valid_resource(call->resource) || !lk_valid_owner(call->owner)) {
-        return lk__errf(err, LK_EINVAL, "invalid resource or owner");
+    if (st != LK_OK) {
+        return st;
     }
-    lk__cmd_start(cmd, LK__SCRIPT_FAIR_CANCEL, call->resource);
-    lk__cmd_key(cmd, "lock");
-    lk__cmd_key(cmd, "queue");
-    lk__cmd_key(cmd, "qtimeout");
     lk__cmd_arg(cmd, call->owner);
     lk__cmd_channel(cmd);
     return LK_OK;

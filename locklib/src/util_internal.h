@@ -3,16 +3,22 @@
  * locklib's own. Names and key names, error text, the clock, the SIGPIPE guard and reading
  * integers out of a reply. Never installed.
  *
- * The layers of locklib/src, each including only the headers of the layers below it
- * (bash scripts/layers.sh locklib/src checks it, calls included):
- *   util                      this file
- *   breaker, script           the stall breaker; a built script call (lk__cmd)
- *   calls, transport          building and decoding each call kind; sending built calls
- *   run                       calls over a transport: build, send, decode
- *   watchdog                  renews watched locks on its own transport
- *   client                    the handle: URL, options, open and close, ping
- *   locks                     the public calls: lk_acquire ... lk_call_many
- *   wait, sub                 waiting for a release
+ * The layers of locklib/src, bottom first. A file includes the headers of its own layer's
+ * module and of layers below, and calls only into those (bash scripts/layers.sh
+ * locklib/src checks both):
+ *   util        this file
+ *   breaker     the stall breaker          script    a built script call (lk__cmd) and the
+ *                                                    generated table of scripts
+ *   calls       each call kind's {build, decode}, knowing no connection
+ *   transport   sending built calls to Redis and handing back one reply each (the seam for
+ *               Cluster, Sentinel and Redlock, described in transport_internal.h)
+ *   run         calls over a transport: build, send, decode
+ *   watchdog    renews watched locks through run, on its own transport
+ *   client      the handle: URL, options, open and close, errors, ping
+ *   locks       the public calls, lk_acquire ... lk_call_many: run, then the watchdog's
+ *               bookkeeping and WAIT for replicas
+ *   sub         release notifications for event loops
+ *   wait        lk_acquire_wait(): locks and a subscriber connection
  */
 #ifndef LOCKLIB_UTIL_INTERNAL_H
 #define LOCKLIB_UTIL_INTERNAL_H
