@@ -27,8 +27,9 @@
 -- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
 --
 -- Prelude: idem.lua mint.lua
--- The build prepends these (from lua/prelude/) to this file, so this file alone is not the
--- whole script: `redis-cli --eval` wants the generated build/locklib/lua/acquire.lua.
+-- The build prepends these (from lua/prelude/) to this file, so this file alone is not
+-- the whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/acquire.lua instead.
 
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])

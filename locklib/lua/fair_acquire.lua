@@ -48,8 +48,9 @@
 -- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
 --
 -- Prelude: idem.lua mint.lua
--- The build prepends these (from lua/prelude/) to this file, so this file alone is not the
--- whole script: `redis-cli --eval` wants the generated build/locklib/lua/fair_acquire.lua.
+-- The build prepends these (from lua/prelude/) to this file, so this file alone is not
+-- the whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/fair_acquire.lua instead.
 
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])

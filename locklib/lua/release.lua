@@ -13,8 +13,9 @@
 -- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
 --
 -- Prelude: idem.lua
--- The build prepends it (from lua/prelude/) to this file, so this file alone is not the
--- whole script: `redis-cli --eval` wants the generated build/locklib/lua/release.lua.
+-- The build prepends it (from lua/prelude/) to this file, so this file alone is not
+-- the whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/release.lua instead.
 
 local owner = ARGV[1]
 local idem_ms = tonumber(ARGV[2])

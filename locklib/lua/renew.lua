@@ -13,8 +13,9 @@
 --                                         operation
 --
 -- Prelude: idem.lua
--- The build prepends it (from lua/prelude/) to this file, so this file alone is not the
--- whole script: `redis-cli --eval` wants the generated build/locklib/lua/renew.lua.
+-- The build prepends it (from lua/prelude/) to this file, so this file alone is not
+-- the whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/renew.lua instead.
 
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])

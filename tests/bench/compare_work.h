@@ -33,7 +33,7 @@ void cw_gateway_pairs(lg_workload *w, cw_ctx *ctx);
 void cw_gateway_writes(lg_workload *w, cw_ctx *ctx);
 
 /* Redis: EVALSHA of locklib's acquire and release scripts with the keys and arguments
- * lk_acquire and lk_release pass (locklib/src/locks.c), no idempotency key, floor 0. */
+ * lk_acquire and lk_release pass (locklib/src/calls.c), no idempotency key, floor 0. */
 void cw_raw_pairs(lg_workload *w, cw_ctx *ctx);
 
 /* etcd v3 HTTP API: one lease per connection, then lock + unlock pairs under it. */
