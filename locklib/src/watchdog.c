@@ -91,6 +91,7 @@ static void renew_one(lk__watchdog *wd, watch *w, int64_t now)
 {
     char resource[LK_RESOURCE_MAX + 1];
     char owner[LK_OWNER_MAX + 1];
+
     memcpy(resource, w->resource, sizeof resource);
     memcpy(owner, w->owner, sizeof owner);
     /* Not removed while unlocked: only this thread frees watches (in sweep). */
