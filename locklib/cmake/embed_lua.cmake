@@ -1,15 +1,34 @@
-# Turns one Lua script into a C file holding it as a byte array. Run at build time:
-#   cmake -DIN=acquire.lua -DOUT=acquire_lua.c -DNAME=acquire -P embed_lua.cmake
-# The generated file is never edited by hand.
-file(READ "${IN}" hex HEX)
-string(LENGTH "${hex}" hexlen)
-math(EXPR len "${hexlen} / 2")
+# Builds one Redis script from lua/NAME.lua and the preludes its header names, at build time:
+#   cmake -DIN=lua/acquire.lua -DPRELUDE_DIR=lua/prelude -DOUT_LUA=acquire.lua
+#         -DOUT_INC=acquire.lua.inc -P embed_lua.cmake
+#
+# A script that shares code with others names it in its header, on one line:
+#   -- Prelude: idem.lua mint.lua
+# The generated script is those files of PRELUDE_DIR, in that order, then the script itself
+# (OUT_LUA: what `redis-cli --eval` and the tests run), and OUT_INC holds the same bytes as a
+# C initializer list, ending in a NUL, for the script table (script_table.c). Nobody edits
+# the generated files.
+file(READ "${IN}" body)
+set(text "")
+if(body MATCHES "\n-- Prelude:([^\n]*)\n")
+    string(REGEX MATCHALL "[A-Za-z0-9_]+\\.lua" preludes "${CMAKE_MATCH_1}")
+    foreach(p IN LISTS preludes)
+        if(NOT EXISTS "${PRELUDE_DIR}/${p}")
+            message(FATAL_ERROR "${IN} names the prelude ${p}, which ${PRELUDE_DIR} lacks")
+        endif()
+        file(READ "${PRELUDE_DIR}/${p}" ptext)
+        string(APPEND text "${ptext}\n")
+    endforeach()
+endif()
+string(APPEND text "${body}")
+file(WRITE "${OUT_LUA}" "${text}")
+
+file(READ "${OUT_LUA}" hex HEX)
+if(hex MATCHES "^(..)*[89a-f].")
+    message(FATAL_ERROR "${OUT_LUA} is not ASCII")
+endif()
 string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n    "
+string(REGEX REPLACE "(0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,0x..,)" "\\1\n"
        bytes "${bytes}")
-file(WRITE "${OUT}" "/* Generated from ${IN} by embed_lua.cmake. Do not edit. */\n"
-     "#include <stddef.h>\n"
-     "extern const char lk__lua_${NAME}[];\n"
-     "extern const size_t lk__lua_${NAME}_len;\n"
-     "const char lk__lua_${NAME}[] = {\n    ${bytes}0x00};\n"
-     "const size_t lk__lua_${NAME}_len = ${len};\n")
+file(WRITE "${OUT_INC}" "/* Generated from ${IN} by embed_lua.cmake. Do not edit. */\n"
+     "${bytes}0x00\n")

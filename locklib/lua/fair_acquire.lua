@@ -30,7 +30,7 @@
 --      checked, which is all that fairness needs.
 --   3. The holder re-enters as in acquire.lua, whatever the queue holds.
 --   4. A free lock goes to this owner when the queue is empty or this owner is its head:
---      the token is minted exactly as in acquire.lua (floor, base, INCR, TOKEN_MAX) and the
+--      the token is minted by prelude/mint.lua, the code acquire.lua runs too, and the
 --      owner leaves the queue.
 --   5. Otherwise the owner is appended to the queue unless already in it, its deadline is
 --      set to now + wait, and both queue keys expire just after the last deadline, so they
@@ -46,13 +46,17 @@
 -- Time comes from redis TIME. Redis 7 replicates a script's effects, not the script, so
 -- replicas and the AOF store the deadlines the primary computed.
 -- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
+--
+-- Prelude: idem.lua mint.lua
+-- The build prepends these (from lua/prelude/) to this file, so this file alone is not
+-- the whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/fair_acquire.lua instead.
 
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
-local floor = tonumber(ARGV[3])
+local floor = mint_floor(ARGV[3])
 local idem_ms = tonumber(ARGV[4])
 local wait_ms = tonumber(ARGV[5])
-local TOKEN_MAX = 9007199254740991
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
@@ -60,25 +64,17 @@ if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
         not string.match(owner, '^[%w%.:_%-]+$') then
     return redis.error_reply('fencegate: invalid owner')
 end
--- The floor must be plain decimal digits: a fraction, an exponent or NaN would otherwise
--- reach the counter and the base (the lift) through string.format('%d').
-if not string.match(ARGV[3] or '', '^%d+$') then
-    floor = nil
-end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 then
     return redis.error_reply('fencegate: invalid argument')
 end
 
 -- 1. Replay.
-if idem_ms > 0 then
-    local rec = redis.call('HMGET', KEYS[3], 'op', 'owner', 'token', 'holds', 'lease')
-    if rec[1] then
-        if rec[1] ~= 'acquire' or rec[2] ~= owner then
-            return {-1, 0, -1}
-        end
-        return {1, tonumber(rec[3]), tonumber(rec[4]), tonumber(rec[5]) or lease_ms, 0, 1, -1}
-    end
+local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms)
+if rec == false then
+    return {-1, 0, -1}
+elseif rec then
+    return {1, rec[1], rec[2], rec[3], 0, 1, -1}
 end
 
 -- Redis before 7 must be told to replicate effects before a write follows TIME.
@@ -114,53 +110,24 @@ local function leave_queue()
     redis.call('ZREM', KEYS[6], owner)
 end
 
-local function record(token, holds)
-    if idem_ms > 0 then
-        redis.call('HSET', KEYS[3], 'op', 'acquire', 'owner', owner,
-            'token', string.format('%d', token), 'holds', holds,
-            'lease', string.format('%d', lease_ms))
-        redis.call('PEXPIRE', KEYS[3], idem_ms)
-    end
-end
-
 local held = redis.call('EXISTS', KEYS[1]) == 1
 
 -- 3. Reentry.
 if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
-    local holds = redis.call('HINCRBY', KEYS[1], owner, 1)
-    local token = tonumber(redis.call('HGET', KEYS[1], '#token'))
-    redis.call('PEXPIRE', KEYS[1], lease_ms)
+    local holds, token = reenter(KEYS[1], owner, lease_ms)
     leave_queue()
-    record(token, holds)
+    acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
     return {1, token, holds, lease_ms, 0, 0, -1}
 end
 
--- 4. This owner's turn: mint as acquire.lua does (keep the two in step).
+-- 4. This owner's turn: mint (prelude/mint.lua).
 if not held and (not head or head == owner) then
-    local raised = 0
-    local current = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-    local lift = floor
-    local base = tonumber(redis.call('GET', KEYS[4]) or '0') or 0
-    if base > lift then
-        lift = base
-    end
-    -- Check before writing anything: INCR past 2^53 - 1 would stay in the counter (a script
-    -- error does not roll back), and status would report a token never issued.
-    if current >= TOKEN_MAX or lift >= TOKEN_MAX then
+    local token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[7], owner, floor, lease_ms)
+    if token == nil then
         return redis.error_reply('fencegate: token space exhausted')
     end
-    if current < lift then
-        redis.call('SET', KEYS[2], string.format('%d', lift))
-        redis.call('SET', KEYS[4], string.format('%d', lift))
-        raised = 1
-    end
-    local token = redis.call('INCR', KEYS[2])
-    redis.call('LPUSH', KEYS[7], string.format('%d', token))
-    redis.call('LTRIM', KEYS[7], 0, 15)
-    redis.call('HSET', KEYS[1], '#token', string.format('%d', token), owner, 1)
-    redis.call('PEXPIRE', KEYS[1], lease_ms)
     leave_queue()
-    record(token, 1)
+    acquire_record(KEYS[3], idem_ms, owner, token, 1, lease_ms)
     return {1, token, 1, lease_ms, raised, 0, -1}
 end
 

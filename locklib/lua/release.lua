@@ -11,6 +11,11 @@
 --          {0, 0, 0}             not the owner (expired, or someone else's): nothing changes
 --          {-1, 0, 0}            the idempotency key was used by another owner or operation
 -- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
+--
+-- Prelude: idem.lua
+-- The build prepends it (from lua/prelude/) to this file, so this file alone is not
+-- the whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/release.lua instead.
 
 local owner = ARGV[1]
 local idem_ms = tonumber(ARGV[2])
@@ -23,14 +28,11 @@ if idem_ms == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
-if idem_ms > 0 then
-    local rec = redis.call('HMGET', KEYS[2], 'op', 'owner', 'status', 'holds')
-    if rec[1] then
-        if rec[1] ~= 'release' or rec[2] ~= owner then
-            return {-1, 0, 0}
-        end
-        return {tonumber(rec[3]), tonumber(rec[4]), 1}
-    end
+local rec = idem_replay(KEYS[2], idem_ms, 'release', owner, 'status', 'holds')
+if rec == false then
+    return {-1, 0, 0}
+elseif rec then
+    return {tonumber(rec[1]), tonumber(rec[2]), 1}
 end
 
 if redis.call('HEXISTS', KEYS[1], owner) == 0 then
@@ -45,8 +47,5 @@ if holds <= 0 then
     redis.call('PUBLISH', ARGV[3], 'released')
 end
 
-if idem_ms > 0 then
-    redis.call('HSET', KEYS[2], 'op', 'release', 'owner', owner, 'status', status, 'holds', holds)
-    redis.call('PEXPIRE', KEYS[2], idem_ms)
-end
+idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)
 return {status, holds, 0}

@@ -11,6 +11,11 @@
 --          {0, 0, 0, 0}                   not the owner: nothing changes
 --          {-1, 0, 0, 0}                  the idempotency key was used by another owner or
 --                                         operation
+--
+-- Prelude: idem.lua
+-- The build prepends it (from lua/prelude/) to this file, so this file alone is not
+-- the whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/renew.lua instead.
 
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
@@ -24,15 +29,12 @@ if lease_ms == nil or lease_ms < 1 or idem_ms == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
-if idem_ms > 0 then
-    local rec = redis.call('HMGET', KEYS[2], 'op', 'owner', 'token', 'lease')
-    if rec[1] then
-        if rec[1] ~= 'renew' or rec[2] ~= owner then
-            return {-1, 0, 0, 0}
-        end
-        -- Records written before the lease was stored fall back to this call's lease.
-        return {1, tonumber(rec[3]), 1, tonumber(rec[4]) or lease_ms}
-    end
+local rec = idem_replay(KEYS[2], idem_ms, 'renew', owner, 'token', 'lease')
+if rec == false then
+    return {-1, 0, 0, 0}
+elseif rec then
+    -- Records written before the lease was stored fall back to this call's lease.
+    return {1, tonumber(rec[1]), 1, tonumber(rec[2]) or lease_ms}
 end
 
 if redis.call('HEXISTS', KEYS[1], owner) == 0 then
@@ -41,9 +43,5 @@ end
 redis.call('PEXPIRE', KEYS[1], lease_ms)
 local token = tonumber(redis.call('HGET', KEYS[1], '#token'))
 
-if idem_ms > 0 then
-    redis.call('HSET', KEYS[2], 'op', 'renew', 'owner', owner,
-        'token', string.format('%d', token), 'lease', string.format('%d', lease_ms))
-    redis.call('PEXPIRE', KEYS[2], idem_ms)
-end
+idem_record(KEYS[2], idem_ms, 'renew', owner, 'token', token, 'lease', lease_ms)
 return {1, token, 0, lease_ms}

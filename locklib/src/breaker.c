@@ -17,7 +17,7 @@
  * strings and also covers a connect or AUTH that hangs. But a call also looks slow when this
  * process was paused while Redis answered (SIGSTOP, a frozen container or VM, starvation):
  * so a slow call that did get its reply is confirmed with a PING on the same connection,
- * allowed a tenth of the timeout, before it counts (client.c). Only a Redis that is slow
+ * allowed a tenth of the timeout, before it counts (transport.c). Only a Redis that is slow
  * now trips the breaker; a process waking from a pause does not.
  * A thread killed mid-probe cannot happen (calls always return); a probe left by a process
  * that exits takes the breaker with it.
@@ -25,7 +25,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 
-#include "locklib_internal.h"
+#include "breaker_internal.h"
 
 struct lk_breaker {
     int open_ms;
@@ -57,10 +57,8 @@ long long lk_breaker_fast_fails(const lk_breaker *b)
     return b != NULL ? atomic_load(&((lk_breaker *)b)->fast_fails) : 0;
 }
 
-int lk__breaker_enter(lk_client *c, int *probe)
+int lk__breaker_enter(lk_breaker *b, int *probe, char *err)
 {
-    lk_breaker *b = c->opts.breaker;
-
     *probe = 0;
     if (b == NULL || !atomic_load(&b->tripped)) {
         return 0;
@@ -72,24 +70,22 @@ int lk__breaker_enter(lk_client *c, int *probe)
         return 0;
     }
     atomic_fetch_add(&b->fast_fails, 1);
-    lk__fail(c, LK_EUNAVAILABLE,
+    lk__errf(err, LK_EUNAVAILABLE,
              "Redis stalled past the command timeout moments ago; failing fast until it "
              "answers again");
     return -1;
 }
 
-int lk__breaker_slow(const lk_client *c, int64_t elapsed_ms)
+int lk__breaker_slow(const lk_breaker *b, int connect_timeout_ms, int command_timeout_ms,
+                     int64_t elapsed_ms)
 {
-    int timeout = c->opts.command_timeout_ms < c->opts.connect_timeout_ms
-                      ? c->opts.command_timeout_ms
-                      : c->opts.connect_timeout_ms;
-    return c->opts.breaker != NULL && elapsed_ms * 2 >= (int64_t)timeout;
+    int timeout = command_timeout_ms < connect_timeout_ms ? command_timeout_ms
+                                                          : connect_timeout_ms;
+    return b != NULL && elapsed_ms * 2 >= (int64_t)timeout;
 }
 
-void lk__breaker_leave(lk_client *c, int probe, lk_status st, int slow)
+void lk__breaker_leave(lk_breaker *b, int probe, lk_status st, int slow)
 {
-    lk_breaker *b = c->opts.breaker;
-
     if (b == NULL) {
         return;
     }

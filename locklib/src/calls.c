@@ -1,173 +1,90 @@
 /*
- * acquire, fair acquire, release, renew and the token check: argument checks, one script
- * call each, and the decoding of its answer, run singly (lk_acquire() and the rest) or many at once as one
- * pipeline (lk_call_many(), on lk__eval_many() in client.c).
+ * The call kinds as data: one {build, decode} pair per kind (calls_internal.h).
  *
  * Every user value reaches Redis only as a script argument or inside a key name built from
- * a validated name; nothing is ever spliced into script text.
+ * a validated name; nothing is ever spliced into script text. Every key of a call is
+ * fg:{resource}:..., so a call touches one hash slot.
  *
- * A call's work happens in three steps: build() checks its arguments and fills the script
- * call; decode() reads the answer; finish() runs after the whole pipeline has been read,
- * because it may need the connection itself (WAIT for min_replicas, the watchdog, undoing
- * a hold whose watchdog could not start).
+ * What happens around a call (the watchdog's bookkeeping, WAIT for replicas, sending it at
+ * all) is not here: locks.c and run.c do it. So a decode may run on a reply that a Redlock
+ * combiner chose among several, and a build may be sent to whichever node owns the slot.
  */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "locklib_internal.h"
+#include "calls_internal.h"
 
-typedef struct many {
-    lk_client *c;
-    lk_call *const *calls;
-} many;
+static const char idem_used[] = "idempotency key was used by another request";
 
-/* Records a status and, for a status that is not an outcome, the client's reason. */
-static void settle(lk_client *c, lk_call *call, lk_status st)
-{
-    call->status = st;
-    if (st >= LK_EINVAL) {
-        snprintf(call->err, sizeof call->err, "%s", c->err);
-    }
-}
-
-static int refuse(lk_client *c, lk_call *call, lk_status st)
-{
-    settle(c, call, st);
-    return -1;
-}
-
-static int valid_names(lk_client *c, const lk_call *call)
+/* The resource, owner and idempotency key of a call that names all three. */
+static lk_status check_names(const lk_call *call, char *err)
 {
     if (!lk_valid_resource(call->resource) || !lk_valid_owner(call->owner) ||
         !lk__valid_idem(call->idem_key)) {
-        lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
-        return 0;
+        return lk__errf(err, LK_EINVAL, "invalid resource, owner or idempotency key");
     }
-    return 1;
+    return LK_OK;
 }
+
+/* The idempotency record key and retention ("0" and an unused key without idem_key). */
+static void idem_args(const lk_options *opts, const lk_call *call, lk__cmd *cmd, int64_t *ttl)
+{
+    lk__cmd_idem_key(cmd, call->idem_key);
+    *ttl = call->idem_key != NULL ? opts->idempotency_ttl_ms : 0;
+}
+
+/* ---- acquire.lua, fair_acquire.lua ---------------------------------------------------- */
 
 /* KEYS lock, fence, idem, base, [queue, qtimeout,] recent; ARGV owner, lease, floor,
- * idem_ttl[, wait]: acquire.lua and fair_acquire.lua. */
-static int build_acquire(lk_client *c, lk_call *call, lk__item *it)
+ * idem_ttl[, wait]. */
+static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
+                               char *err)
 {
     int fair = call->kind == LK_CALL_ACQUIRE_FAIR;
-    int64_t lease_ms = call->lease_ms;
-    lk_status st = lk__acquire_args(c, call->resource, call->owner, &lease_ms, call->floor,
-                                    call->idem_key);
+    int64_t lease_ms = call->lease_ms == LK_LEASE_WATCHDOG ? opts->watchdog_lease_ms
+                                                           : call->lease_ms;
+    int64_t idem_ttl = 0;
+    lk_status st = check_names(call, err);
+
     if (st != LK_OK) {
-        return refuse(c, call, st);
+        return st;
+    }
+    if (!lk__valid_lease(lease_ms)) {
+        return lk__errf(err, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
+                        LK_LEASE_MAX_MS);
+    }
+    if (call->floor < 0 || call->floor >= LK_TOKEN_MAX) {
+        return lk__errf(err, LK_EINVAL, "floor must be 0..2^53-2");
     }
     if (fair && (call->wait_ms < 0 || call->wait_ms > LK_WAIT_MAX_MS)) {
-        return refuse(c, call, lk__fail(c, LK_EINVAL, "wait must be 0..%d ms", LK_WAIT_MAX_MS));
+        return lk__errf(err, LK_EINVAL, "wait must be 0..%d ms", LK_WAIT_MAX_MS);
     }
-    static const char *const plain[] = {"lock", "fence", "", "base", "recent"};
-    static const char *const queued[] = {"lock", "fence", "", "base", "queue", "qtimeout",
-                                         "recent"};
-    const char *const *suffix = fair ? queued : plain;
-    it->script = fair ? LK__FAIR_ACQUIRE : LK__ACQUIRE;
-    it->nkeys = fair ? 7 : 5;
-    for (int k = 0; k < it->nkeys; k++) {
-        if (k != 2) {
-            lk__key(it->key[k], call->resource, suffix[k]);
-        }
-        it->argv[k] = it->key[k];
-    }
-    lk__idem_args(c, call->resource, call->idem_key, it->key[2], it->num[2]);
-    snprintf(it->num[0], sizeof it->num[0], "%" PRId64, lease_ms);
-    snprintf(it->num[1], sizeof it->num[1], "%" PRId64, call->floor);
-    snprintf(it->num[3], sizeof it->num[3], "%" PRId64, call->wait_ms);
-    int a = it->nkeys;
-    it->argv[a++] = call->owner;
-    it->argv[a++] = it->num[0];
-    it->argv[a++] = it->num[1];
-    it->argv[a++] = it->num[2];
+    lk__cmd_start(cmd, fair ? LK__SCRIPT_FAIR_ACQUIRE : LK__SCRIPT_ACQUIRE, call->resource);
+    lk__cmd_key(cmd, "lock");
+    lk__cmd_key(cmd, "fence");
+    idem_args(opts, call, cmd, &idem_ttl);
+    lk__cmd_key(cmd, "base");
     if (fair) {
-        it->argv[a++] = it->num[3];
+        lk__cmd_key(cmd, "queue");
+        lk__cmd_key(cmd, "qtimeout");
     }
-    it->argc = a;
-    return 0;
+    lk__cmd_key(cmd, "recent");
+    lk__cmd_arg(cmd, call->owner);
+    lk__cmd_num(cmd, lease_ms);
+    lk__cmd_num(cmd, call->floor);
+    lk__cmd_num(cmd, idem_ttl);
+    if (fair) {
+        lk__cmd_num(cmd, call->wait_ms);
+    }
+    return LK_OK;
 }
 
-/* KEYS lock, idem; ARGV owner, idem_ttl, channel (release.lua) or owner, lease, idem_ttl
- * (renew.lua). */
-static int build_owner_call(lk_client *c, lk_call *call, lk__item *it)
-{
-    int renew = call->kind == LK_CALL_RENEW;
-    if (!valid_names(c, call)) {
-        return refuse(c, call, LK_EINVAL);
-    }
-    if (renew && !lk__valid_lease(call->lease_ms)) {
-        return refuse(c, call, lk__fail(c, LK_EINVAL, "lease must be %d..%d ms",
-                                        LK_LEASE_MIN_MS, LK_LEASE_MAX_MS));
-    }
-    it->script = renew ? LK__RENEW : LK__RELEASE;
-    it->nkeys = 2;
-    it->argc = 5;
-    lk__key(it->key[0], call->resource, "lock");
-    lk__idem_args(c, call->resource, call->idem_key, it->key[1], it->num[1]);
-    it->argv[0] = it->key[0];
-    it->argv[1] = it->key[1];
-    it->argv[2] = call->owner;
-    if (renew) {
-        snprintf(it->num[0], sizeof it->num[0], "%" PRId64, call->lease_ms);
-        it->argv[3] = it->num[0];
-        it->argv[4] = it->num[1];
-    } else {
-        lk_channel_name(call->resource, it->key[2], sizeof it->key[2]);
-        it->argv[3] = it->num[1];
-        it->argv[4] = it->key[2];
-        /* A renewal answered NOT_OWNER from here on is this release, not a loss
-         * (watchdog.c). */
-        lk__watch_releasing(c, call->resource, call->owner, 1);
-    }
-    return 0;
-}
-
-/* KEYS fence, base, recent; ARGV token (token_range.lua). */
-static int build_token_check(lk_client *c, lk_call *call, lk__item *it)
-{
-    if (!lk_valid_resource(call->resource)) {
-        return refuse(c, call, lk__fail(c, LK_EINVAL, "invalid resource"));
-    }
-    if (call->token < 0 || call->token > LK_TOKEN_MAX) {
-        return refuse(c, call, lk__fail(c, LK_EINVAL, "token must be 0..2^53-1"));
-    }
-    static const char *const suffix[] = {"fence", "base", "recent"};
-    it->script = LK__TOKEN_RANGE;
-    it->nkeys = 3;
-    it->argc = 4;
-    for (int k = 0; k < 3; k++) {
-        lk__key(it->key[k], call->resource, suffix[k]);
-        it->argv[k] = it->key[k];
-    }
-    snprintf(it->num[0], sizeof it->num[0], "%" PRId64, call->token);
-    it->argv[3] = it->num[0];
-    return 0;
-}
-
-static int build(void *ctx, size_t i, lk__item *it)
-{
-    many *m = ctx;
-    lk_call *call = m->calls[i];
-    switch (call->kind) {
-    case LK_CALL_ACQUIRE:
-    case LK_CALL_ACQUIRE_FAIR:
-        return build_acquire(m->c, call, it);
-    case LK_CALL_RELEASE:
-    case LK_CALL_RENEW:
-        return build_owner_call(m->c, call, it);
-    case LK_CALL_TOKEN_CHECK:
-        return build_token_check(m->c, call, it);
-    }
-    return refuse(m->c, call, lk__fail(m->c, LK_EINVAL, "unknown call kind %d", (int)call->kind));
-}
-
-static lk_status decode_acquire(lk_client *c, lk_call *call, const redisReply *reply)
+static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *err)
 {
     long long code = lk__int_at(reply, 0);
     if (code == 1) {
-        return lk__read_acquired(c, reply, &call->res);
+        return lk__read_acquired(err, reply, &call->res);
     }
     if (code == 0) {
         call->res.ttl_ms = lk__int_at(reply, 1);
@@ -176,38 +93,59 @@ static lk_status decode_acquire(lk_client *c, lk_call *call, const redisReply *r
         }
         return LK_HELD;
     }
-    return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
+    return lk__errf(err, LK_EIDEMPOTENCY, "%s", idem_used);
 }
 
-static lk_status decode_release(lk_client *c, lk_call *call, const redisReply *reply)
+/* ---- release.lua, renew.lua ----------------------------------------------------------- */
+
+/* KEYS lock, idem; ARGV owner, idem_ttl, channel (release.lua) or owner, lease, idem_ttl
+ * (renew.lua). */
+static lk_status build_owner_call(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
+                                  char *err)
+{
+    int renew = call->kind == LK_CALL_RENEW;
+    int64_t idem_ttl = 0;
+    lk_status st = check_names(call, err);
+
+    if (st != LK_OK) {
+        return st;
+    }
+    if (renew && !lk__valid_lease(call->lease_ms)) {
+        return lk__errf(err, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
+                        LK_LEASE_MAX_MS);
+    }
+    lk__cmd_start(cmd, renew ? LK__SCRIPT_RENEW : LK__SCRIPT_RELEASE, call->resource);
+    lk__cmd_key(cmd, "lock");
+    idem_args(opts, call, cmd, &idem_ttl);
+    lk__cmd_arg(cmd, call->owner);
+    if (renew) {
+        lk__cmd_num(cmd, call->lease_ms);
+        lk__cmd_num(cmd, idem_ttl);
+    } else {
+        lk__cmd_num(cmd, idem_ttl);
+        lk__cmd_channel(cmd);
+    }
+    return LK_OK;
+}
+
+static lk_status decode_release(lk_call *call, const redisReply *reply, char *err)
 {
     long long code = lk__int_at(reply, 0);
     call->res.holds = lk__int_at(reply, 1);
     call->res.replayed = (int)lk__int_at(reply, 2);
     switch (code) {
     case 1:
-        if (call->res.replayed) {
-            /* A retry of a release that already happened: the lock may have been taken
-             * again since, with a watch of its own, which this must not remove. */
-            lk__watch_releasing(c, call->resource, call->owner, 0);
-        } else {
-            lk__watch_remove(c, call->resource, call->owner);
-        }
         return LK_RELEASED;
     case 2:
-        lk__watch_releasing(c, call->resource, call->owner, 0);
         return LK_STILL_HELD;
     case 0:
-        /* Not held (expired, deleted, or reported lost): nothing is left to renew. */
-        lk__watch_remove(c, call->resource, call->owner);
         return LK_NOT_OWNER;
     default:
-        lk__watch_releasing(c, call->resource, call->owner, 0);
-        return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
+        return lk__errf(err, LK_EIDEMPOTENCY, "%s", idem_used);
     }
 }
 
-static lk_status decode_renew(lk_client *c, lk_call *call, const redisReply *reply)
+static lk_status decode_renew(lk_call *call, const redisReply *reply, char *err)
 {
     long long code = lk__int_at(reply, 0);
     call->res.token = lk__int_at(reply, 1);
@@ -215,138 +153,154 @@ static lk_status decode_renew(lk_client *c, lk_call *call, const redisReply *rep
     /* The lease granted: on a replay, the first answer's, whatever this retry asked for. */
     call->res.ttl_ms = lk__int_at(reply, 3);
     if (code == 1) {
-        lk_status st = lk__check_token(c, call->res.token, "renew");
+        lk_status st = lk__check_token(err, call->res.token, "renew");
         return st == LK_OK ? LK_RENEWED : st;
     }
     if (code == 0) {
         return LK_NOT_OWNER;
     }
-    return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");
+    return lk__errf(err, LK_EIDEMPOTENCY, "%s", idem_used);
 }
 
-static void done(void *ctx, size_t i, lk_status st, redisReply *reply)
-{
-    many *m = ctx;
-    lk_call *call = m->calls[i];
+/* ---- token_range.lua, status.lua, fair_cancel.lua ------------------------------------- */
 
-    if (st == LK_OK) {
-        switch (call->kind) {
-        case LK_CALL_ACQUIRE:
-        case LK_CALL_ACQUIRE_FAIR:
-            st = decode_acquire(m->c, call, reply);
-            break;
-        case LK_CALL_RELEASE:
-            st = decode_release(m->c, call, reply);
-            break;
-        case LK_CALL_RENEW:
-            st = decode_renew(m->c, call, reply);
-            break;
-        case LK_CALL_TOKEN_CHECK:
-            call->base = lk__int_at(reply, 0);
-            call->last = lk__int_at(reply, 1);
-            call->recent = call->token > 0 && lk__int_at(reply, 2) == 1;
-            break;
-        }
-    } else if (call->kind == LK_CALL_RELEASE) {
-        lk__watch_releasing(m->c, call->resource, call->owner, 0);
+/* Starts cmd on script with the keys fg:{resource}:<suffix> of the NULL-terminated list,
+ * once the resource (and, with_owner, the owner) is found valid. */
+static lk_status start_with_keys(const lk_call *call, int with_owner, lk__cmd *cmd, char *err,
+                                 enum lk__script script, const char *const *suffix)
+{
+    if (!lk_valid_resource(call->resource) || (with_owner && !lk_valid_owner(call->owner))) {
+        return lk__errf(err, LK_EINVAL, "%s",
+                        with_owner ? "invalid resource or owner" : "invalid resource");
     }
-    freeReplyObject(reply);
-    settle(m->c, call, st);
-}
-
-void lk_call_many(lk_client *c, lk_call *const *calls, size_t n)
-{
-    many m = {c, calls};
-
-    if (c->opts.min_replicas > 0 && n > 1) {
-        /* Each acquisition's WAIT must run on the connection that carried it, before any
-         * later call of the batch can drop it, and a rollback's reconnect must not give a
-         * later call a WAIT with nothing to wait for: with replicas, one call at a time. */
-        for (size_t i = 0; i < n; i++) {
-            lk_call_many(c, &calls[i], 1);
-        }
-        return;
+    lk__cmd_start(cmd, script, call->resource);
+    for (; *suffix != NULL; suffix++) {
+        lk__cmd_key(cmd, *suffix);
     }
+    return LK_OK;
+}
 
-    for (size_t i = 0; i < n; i++) {
-        lk__result_init(&calls[i]->res);
-        calls[i]->status = LK_EREDIS;
-        calls[i]->err[0] = '\0';
-        calls[i]->base = calls[i]->last = 0;
-        calls[i]->recent = 0;
+/* KEYS fence, base, recent; ARGV token. */
+static lk_status build_token_check(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
+                                   char *err)
+{
+    static const char *const keys[] = {"fence", "base", "recent", NULL};
+    lk_status st = start_with_keys(call, 0, cmd, err, LK__SCRIPT_TOKEN_RANGE, keys);
+
+    (void)opts;
+    if (st != LK_OK) {
+        return st;
     }
-    unsigned scripts = 0;
-    for (size_t i = 0; i < n; i++) {
-        static const enum lk__script script_of[] = {LK__ACQUIRE, LK__FAIR_ACQUIRE, LK__RELEASE,
-                                                    LK__RENEW, LK__TOKEN_RANGE};
-        if ((unsigned)calls[i]->kind < sizeof script_of / sizeof script_of[0]) {
-            scripts |= 1u << script_of[calls[i]->kind];
-        }
+    if (call->token < 0 || call->token > LK_TOKEN_MAX) {
+        return lk__errf(err, LK_EINVAL, "token must be 0..2^53-1");
     }
-    lk__eval_many(c, n, scripts, build, done, &m);
-    for (size_t i = 0; i < n; i++) {
-        lk_call *call = calls[i];
-        if (call->status == LK_ACQUIRED) {
-            settle(c, call, lk__acquired(c, call->resource, call->owner,
-                                         call->lease_ms == LK_LEASE_WATCHDOG, &call->res));
-        }
+    lk__cmd_num(cmd, call->token);
+    return LK_OK;
+}
+
+static lk_status decode_token_check(lk_call *call, const redisReply *reply, char *err)
+{
+    (void)err;
+    call->base = lk__int_at(reply, 0);
+    call->last = lk__int_at(reply, 1);
+    call->recent = call->token > 0 && lk__int_at(reply, 2) == 1;
+    return LK_OK;
+}
+
+/* KEYS lock, fence. */
+static lk_status build_status(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
+                              char *err)
+{
+    static const char *const keys[] = {"lock", "fence", NULL};
+    (void)opts;
+    return start_with_keys(call, 0, cmd, err, LK__SCRIPT_STATUS, keys);
+}
+
+/* {locked, token, holds, pttl_ms, last_token}. */
+static lk_status decode_status(lk_call *call, const redisReply *reply, char *err)
+{
+    (void)err;
+    call->recent = (int)lk__int_at(reply, 0);
+    call->res.token = lk__int_at(reply, 1);
+    call->res.holds = lk__int_at(reply, 2);
+    call->res.ttl_ms = lk__int_at(reply, 3);
+    call->last = lk__int_at(reply, 4);
+    return LK_OK;
+}
+
+/* KEYS lock, queue, qtimeout; ARGV owner, channel. */
+static lk_status build_fair_cancel(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
+                                   char *err)
+{
+    static const char *const keys[] = {"lock", "queue", "qtimeout", NULL};
+    lk_status st = start_with_keys(call, 1, cmd, err, LK__SCRIPT_FAIR_CANCEL, keys);
+
+    (void)opts;
+    if (st != LK_OK) {
+        return st;
     }
+    lk__cmd_arg(cmd, call->owner);
+    lk__cmd_channel(cmd);
+    return LK_OK;
 }
 
-/* One call: the status, with its reason left in c->err for lk_errstr(). */
-static lk_status call_one(lk_client *c, lk_call *call, lk_result *res)
+/* {1} or {0}: whether it was queued does not change what the caller does next. */
+static lk_status decode_fair_cancel(lk_call *call, const redisReply *reply, char *err)
 {
-    lk_call *one[1] = {call};
-    lk_call_many(c, one, 1);
-    *res = call->res;
-    if (call->status >= LK_EINVAL) {
-        snprintf(c->err, sizeof c->err, "%s", call->err);
+    (void)call;
+    (void)reply;
+    (void)err;
+    return LK_OK;
+}
+
+static const lk__call_kind kinds[LK__CALL_KINDS] = {
+    [LK_CALL_ACQUIRE] = {build_acquire, decode_acquire},
+    [LK_CALL_ACQUIRE_FAIR] = {build_acquire, decode_acquire},
+    [LK_CALL_RELEASE] = {build_owner_call, decode_release},
+    [LK_CALL_RENEW] = {build_owner_call, decode_renew},
+    [LK_CALL_TOKEN_CHECK] = {build_token_check, decode_token_check},
+    [LK__CALL_STATUS] = {build_status, decode_status},
+    [LK__CALL_FAIR_CANCEL] = {build_fair_cancel, decode_fair_cancel},
+};
+
+const lk__call_kind *lk__call_kind_of(lk_call_kind kind)
+{
+    return (unsigned)kind < LK__CALL_KINDS ? &kinds[kind] : NULL;
+}
+
+void lk__result_init(lk_result *res)
+{
+    memset(res, 0, sizeof *res);
+    res->queue_pos = -1;
+}
+
+void lk__call_reset(lk_call *call)
+{
+    lk__result_init(&call->res);
+    call->status = LK_EREDIS;
+    call->err[0] = '\0';
+    call->base = call->last = 0;
+    call->recent = 0;
+}
+
+lk_status lk__read_acquired(char *err, const redisReply *reply, lk_result *res)
+{
+    res->token = lk__int_at(reply, 1);
+    res->holds = lk__int_at(reply, 2);
+    res->ttl_ms = lk__int_at(reply, 3);
+    res->floor_raised = (int)lk__int_at(reply, 4);
+    res->replayed = (int)lk__int_at(reply, 5);
+    return lk__check_token(err, res->token, "acquire") == LK_OK ? LK_ACQUIRED : LK_EREDIS;
+}
+
+lk_status lk__check_token(char *err, int64_t token, const char *what)
+{
+    /* A lock hash without its '#token' field (written by another client, or damaged) ends
+     * the script's answer at the nil token: {1}. The hold may have been counted, but a token
+     * that was never minted must not reach a writer; the lease ends that hold. */
+    if (token < 1 || token > LK_TOKEN_MAX) {
+        return lk__errf(err, LK_EREDIS, "the %s script answered without a valid token (%" PRId64
+                        "): the lock's hash in Redis holds none", what, token);
     }
-    return call->status;
-}
-
-lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
-                     int64_t floor, const char *idem_key, lk_result *res)
-{
-    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = resource, .owner = owner,
-                    .idem_key = idem_key, .lease_ms = lease_ms, .floor = floor};
-    return call_one(c, &call, res);
-}
-
-lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
-                          int64_t lease_ms, int64_t floor, const char *idem_key,
-                          int64_t wait_ms, lk_result *res)
-{
-    lk_call call = {.kind = LK_CALL_ACQUIRE_FAIR, .resource = resource, .owner = owner,
-                    .idem_key = idem_key, .lease_ms = lease_ms, .floor = floor,
-                    .wait_ms = wait_ms};
-    return call_one(c, &call, res);
-}
-
-lk_status lk_release(lk_client *c, const char *resource, const char *owner,
-                     const char *idem_key, lk_result *res)
-{
-    lk_call call = {.kind = LK_CALL_RELEASE, .resource = resource, .owner = owner,
-                    .idem_key = idem_key};
-    return call_one(c, &call, res);
-}
-
-lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
-                   const char *idem_key, lk_result *res)
-{
-    lk_call call = {.kind = LK_CALL_RENEW, .resource = resource, .owner = owner,
-                    .idem_key = idem_key, .lease_ms = lease_ms};
-    return call_one(c, &call, res);
-}
-
-lk_status lk_token_check(lk_client *c, const char *resource, int64_t token, int64_t *base,
-                         int64_t *last, int *recent)
-{
-    lk_call call = {.kind = LK_CALL_TOKEN_CHECK, .resource = resource, .token = token};
-    lk_result ignored;
-    lk_status st = call_one(c, &call, &ignored);
-    *base = call.base;
-    *last = call.last;
-    *recent = call.recent;
-    return st;
+    return LK_OK;
 }

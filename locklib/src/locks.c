@@ -1,38 +1,27 @@
 /*
- * Status and the token range (one script each), and the pieces calls.c shares with them:
- * argument checks, replicas, the acquired answer.
+ * The public calls: lk_acquire, lk_acquire_fair, lk_release, lk_renew, lk_token_check and
+ * the rest, all of them lk_call_many() with n = 1, and lk_call_many() itself.
  *
- * Every user value reaches Redis only as a script argument or inside a key name built from
- * a validated name; nothing is ever spliced into script text.
+ * A call's work happens in four steps: its kind builds the script call (calls.c); the
+ * transport carries it (transport.c); its kind decodes the reply; then this file does what
+ * needs the handle itself, after the whole batch has been read: the watchdog's bookkeeping
+ * around a release, and after an acquisition WAIT for min_replicas (undone on failure) and
+ * the watchdog (undone when it cannot start).
  */
-#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "locklib_internal.h"
+#include "client_internal.h"
+#include "run_internal.h"
+#include "watchdog_internal.h"
 
-int lk__valid_idem(const char *idem_key)
+/* Records a status and, for a status that is not an outcome, the client's reason. */
+static void settle(lk_client *c, lk_call *call, lk_status st)
 {
-    return idem_key == NULL || lk_valid_owner(idem_key);
-}
-
-void lk__idem_args(const lk_client *c, const char *resource, const char *idem_key, char *key,
-                   char *ttl)
-{
-    if (idem_key != NULL) {
-        lk__idem_key(key, resource, idem_key);
-        snprintf(ttl, 24, "%" PRId64, c->opts.idempotency_ttl_ms);
-    } else {
-        /* Unused by the script, but every key a script may touch is declared. */
-        lk__key(key, resource, "idem:");
-        snprintf(ttl, 24, "0");
+    call->status = st;
+    if (st >= LK_EINVAL) {
+        snprintf(call->err, sizeof call->err, "%s", c->err);
     }
-}
-
-void lk__result_init(lk_result *res)
-{
-    memset(res, 0, sizeof *res);
-    res->queue_pos = -1;
 }
 
 /* Undoes one hold after too few replicas acknowledged it. Returns EREPLICAS when the hold
@@ -60,38 +49,26 @@ static lk_status roll_back(lk_client *c, const char *resource, const char *owner
 
 /* With min_replicas set: WAIT for the replicas. If too few acknowledge, the acquisition is
  * undone (one hold released) so a failover cannot promote a replica that never saw it.
- * Returns OK, EREPLICAS (rolled back) or EUNAVAILABLE (the rollback failed). */
+ * Returns OK, EREPLICAS (rolled back) or EUNAVAILABLE (the rollback failed, or the
+ * connection was gone before WAIT). */
 static lk_status check_replicas(lk_client *c, const char *resource, const char *owner)
 {
-    char n[16];
-    char timeout[16];
-    snprintf(n, sizeof n, "%d", c->opts.min_replicas);
-    snprintf(timeout, sizeof timeout, "%d", c->opts.replica_timeout_ms);
-    const char *argv[3] = {"WAIT", n, timeout};
-    size_t lens[3] = {4, strlen(n), strlen(timeout)};
-    lk__sigpipe guard;
-
-    if (c->ctx == NULL) {
-        return lk__fail(c, LK_EUNAVAILABLE, "connection lost before WAIT");
+    long long acked = 0;
+    lk_status st = lk__transport_wait(&c->tp, c->opts.min_replicas, c->opts.replica_timeout_ms,
+                                      &acked);
+    if (st != LK_OK) {
+        return st;
     }
-    lk__sigpipe_block(&guard);
-    redisReply *reply = redisCommandArgv(c->ctx, 3, argv, lens);
-    lk__sigpipe_restore(&guard);
-    if (reply == NULL) {
-        /* A timeout or I/O error leaves the context in an error state in which hiredis
-         * refuses every command, the rollback's included: roll back on a new connection. */
-        lk__drop_conn(c);
-    }
-    long long acked = (reply != NULL && reply->type == REDIS_REPLY_INTEGER) ? reply->integer : 0;
-    freeReplyObject(reply);
     if (acked >= c->opts.min_replicas) {
         return LK_OK;
     }
     return roll_back(c, resource, owner, acked);
 }
 
-lk_status lk__acquired(lk_client *c, const char *resource, const char *owner, int watchdog,
-                       const lk_result *res)
+/* What follows a successful acquisition script: WAIT for min_replicas (rolled back on
+ * failure) and the watchdog when `watchdog`. Returns ACQUIRED or the error. */
+static lk_status acquired(lk_client *c, const char *resource, const char *owner, int watchdog,
+                          const lk_result *res)
 {
     lk_status st;
 
@@ -113,70 +90,155 @@ lk_status lk__acquired(lk_client *c, const char *resource, const char *owner, in
     return LK_ACQUIRED;
 }
 
-lk_status lk__acquire_args(lk_client *c, const char *resource, const char *owner,
-                           int64_t *lease_ms, int64_t floor, const char *idem_key)
+/* A release whose watch, if any, the watchdog must know about: one with valid names. */
+static int watched_release(const lk_call *call)
 {
-    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || !lk__valid_idem(idem_key)) {
-        return lk__fail(c, LK_EINVAL, "invalid resource, owner or idempotency key");
-    }
-    if (*lease_ms == LK_LEASE_WATCHDOG) {
-        *lease_ms = c->opts.watchdog_lease_ms;
-    }
-    if (!lk__valid_lease(*lease_ms)) {
-        return lk__fail(c, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
-                        LK_LEASE_MAX_MS);
-    }
-    if (floor < 0 || floor >= LK_TOKEN_MAX) {
-        return lk__fail(c, LK_EINVAL, "floor must be 0..2^53-2");
-    }
-    return LK_OK;
+    return call->kind == LK_CALL_RELEASE && lk_valid_resource(call->resource) &&
+           lk_valid_owner(call->owner);
 }
 
-lk_status lk__read_acquired(lk_client *c, const redisReply *reply, lk_result *res)
+/* After a release: the watch ends when the lock is gone, else renewals resume. */
+static void release_settled(lk_client *c, const lk_call *call)
 {
-    res->token = lk__int_at(reply, 1);
-    res->holds = lk__int_at(reply, 2);
-    res->ttl_ms = lk__int_at(reply, 3);
-    res->floor_raised = (int)lk__int_at(reply, 4);
-    res->replayed = (int)lk__int_at(reply, 5);
-    return lk__check_token(c, res->token, "acquire") == LK_OK ? LK_ACQUIRED : LK_EREDIS;
+    /* Released for real, or not held (expired, deleted, or reported lost): nothing is left
+     * to renew. A replayed release already happened: the lock may have been taken again
+     * since, with a watch of its own, which this must not remove. */
+    if ((call->status == LK_RELEASED && !call->res.replayed) ||
+        call->status == LK_NOT_OWNER) {
+        lk__watch_remove(c, call->resource, call->owner);
+    } else {
+        lk__watch_releasing(c, call->resource, call->owner, 0);
+    }
 }
 
-lk_status lk__check_token(lk_client *c, int64_t token, const char *what)
+/* lk_call_many() for kinds up to last_kind. */
+static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kind last_kind)
 {
-    /* A lock hash without its '#token' field (written by another client, or damaged) ends
-     * the script's answer at the nil token: {1}. The hold may have been counted, but a token
-     * that was never minted must not reach a writer; the lease ends that hold. */
-    if (token < 1 || token > LK_TOKEN_MAX) {
-        return lk__fail(c, LK_EREDIS, "the %s script answered without a valid token (%" PRId64
-                        "): the lock's hash in Redis holds none", what, token);
+    if (c->opts.min_replicas > 0 && n > 1) {
+        /* Each acquisition's WAIT must run on the connection that carried it, before any
+         * later call of the batch can drop it, and a rollback's reconnect must not give a
+         * later call a WAIT with nothing to wait for: with replicas, one call at a time. */
+        for (size_t i = 0; i < n; i++) {
+            call_many(c, &calls[i], 1, last_kind);
+        }
+        return;
     }
-    return LK_OK;
+    for (size_t i = 0; i < n; i++) {
+        if (watched_release(calls[i])) {
+            /* A renewal answered NOT_OWNER from here on is this release, not a loss. */
+            lk__watch_releasing(c, calls[i]->resource, calls[i]->owner, 1);
+        }
+    }
+    lk__run(&c->tp, &c->opts, calls, n, last_kind);
+    for (size_t i = 0; i < n; i++) {
+        lk_call *call = calls[i];
+        if (call->status >= LK_EINVAL) {
+            snprintf(c->err, sizeof c->err, "%s", call->err);
+        }
+        if (watched_release(call)) {
+            release_settled(c, call);
+        }
+        if (call->status == LK_ACQUIRED) {
+            settle(c, call, acquired(c, call->resource, call->owner,
+                                     call->lease_ms == LK_LEASE_WATCHDOG, &call->res));
+        }
+    }
+}
+
+void lk_call_many(lk_client *c, lk_call *const *calls, size_t n)
+{
+    call_many(c, calls, n, LK_CALL_TOKEN_CHECK);
+}
+
+/* One call of any kind: the status, with its reason left in c->err for lk_errstr(). */
+static lk_status call_one(lk_client *c, lk_call *call, lk_result *res)
+{
+    lk_call *one[1] = {call};
+    call_many(c, one, 1, LK__CALL_FAIR_CANCEL);
+    if (res != NULL) {
+        *res = call->res;
+    }
+    if (call->status >= LK_EINVAL) {
+        snprintf(c->err, sizeof c->err, "%s", call->err);
+    }
+    return call->status;
+}
+
+lk_status lk_acquire(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
+                     int64_t floor, const char *idem_key, lk_result *res)
+{
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = resource, .owner = owner,
+                    .idem_key = idem_key, .lease_ms = lease_ms, .floor = floor};
+    return call_one(c, &call, res);
+}
+
+lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
+                          int64_t lease_ms, int64_t floor, const char *idem_key,
+                          int64_t wait_ms, lk_result *res)
+{
+    lk_call call = {.kind = LK_CALL_ACQUIRE_FAIR, .resource = resource, .owner = owner,
+                    .idem_key = idem_key, .lease_ms = lease_ms, .floor = floor,
+                    .wait_ms = wait_ms};
+    return call_one(c, &call, res);
+}
+
+/* The fair queue lives next to the lock, with the same hash tag: fg:{R}:queue lists waiting
+ * owners in arrival order and fg:{R}:qtimeout holds each one's deadline. fair_acquire.lua
+ * explains the rules. Waiting itself is the caller's business (the gateway parks its
+ * waiters), so nothing here blocks. */
+lk_status lk_fair_cancel(lk_client *c, const char *resource, const char *owner)
+{
+    lk_call call = {.kind = LK__CALL_FAIR_CANCEL, .resource = resource, .owner = owner};
+    return call_one(c, &call, NULL);
+}
+
+lk_status lk_release(lk_client *c, const char *resource, const char *owner,
+                     const char *idem_key, lk_result *res)
+{
+    lk_call call = {.kind = LK_CALL_RELEASE, .resource = resource, .owner = owner,
+                    .idem_key = idem_key};
+    return call_one(c, &call, res);
+}
+
+lk_status lk_renew(lk_client *c, const char *resource, const char *owner, int64_t lease_ms,
+                   const char *idem_key, lk_result *res)
+{
+    lk_call call = {.kind = LK_CALL_RENEW, .resource = resource, .owner = owner,
+                    .idem_key = idem_key, .lease_ms = lease_ms};
+    return call_one(c, &call, res);
+}
+
+lk_status lk_token_check(lk_client *c, const char *resource, int64_t token, int64_t *base,
+                         int64_t *last, int *recent)
+{
+    lk_call call = {.kind = LK_CALL_TOKEN_CHECK, .resource = resource, .token = token};
+    lk_status st = call_one(c, &call, NULL);
+    *base = call.base;
+    *last = call.last;
+    *recent = call.recent;
+    return st;
+}
+
+lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base, int64_t *last)
+{
+    int recent = 0;
+    return lk_token_check(c, resource, 0, base, last, &recent);
 }
 
 lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info)
 {
-    char lock[LK__KEY_MAX], fence[LK__KEY_MAX];
-    redisReply *reply = NULL;
-    lk_status st;
+    lk_call call = {.kind = LK__CALL_STATUS, .resource = resource};
+    lk_status st = call_one(c, &call, NULL);
 
     memset(info, 0, sizeof *info);
-    if (!lk_valid_resource(resource)) {
-        return lk__fail(c, LK_EINVAL, "invalid resource");
-    }
-    lk__key(lock, resource, "lock");
-    lk__key(fence, resource, "fence");
-    const char *argv[] = {lock, fence};
-    st = lk__eval(c, LK__STATUS, 2, 2, argv, &reply);
     if (st != LK_OK) {
         return st;
     }
-    info->locked = (int)lk__int_at(reply, 0);
-    info->token = lk__int_at(reply, 1);
-    info->holds = lk__int_at(reply, 2);
-    info->ttl_ms = lk__int_at(reply, 3);
-    info->last_token = lk__int_at(reply, 4);
-    freeReplyObject(reply);
+    info->locked = call.recent;
+    info->token = call.res.token;
+    info->holds = call.res.holds;
+    info->ttl_ms = call.res.ttl_ms;
+    info->last_token = call.last;
     return LK_OK;
 }
 
@@ -186,10 +248,4 @@ lk_status lk_last_token(lk_client *c, const char *resource, int64_t *token)
     lk_status st = lk_lock_status(c, resource, &info);
     *token = st == LK_OK ? info.last_token : 0;
     return st;
-}
-
-lk_status lk_token_range(lk_client *c, const char *resource, int64_t *base, int64_t *last)
-{
-    int recent = 0;
-    return lk_token_check(c, resource, 0, base, last, &recent);
 }

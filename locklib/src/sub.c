@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "locklib_internal.h"
+#include "sub_internal.h"
 
 struct lk_sub {
     lk_client *c;          /* connection settings and the error text; never connected */
@@ -74,7 +74,7 @@ lk_status lk_sub_reconnect(lk_sub *s)
     if (s->ctx != NULL) {
         return LK_OK;
     }
-    s->ctx = lk__connect(s->c);
+    s->ctx = lk__connect(&s->c->tp.node, s->c->err);
     return s->ctx != NULL ? LK_OK : LK_EUNAVAILABLE;
 }
 

@@ -1,10 +1,14 @@
-/* Status strings, name validation, key names and ids. */
+/* Status strings, name validation, key names, ids, error text, the clock and the SIGPIPE
+ * guard: the bottom layer (util_internal.h). */
+#include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
+#include <time.h>
 
 #include <uuid/uuid.h>
 
-#include "locklib_internal.h"
+#include "util_internal.h"
 
 static const char *const status_names[] = {
 #define LK_X_NAME(name, msg) #name,
@@ -49,13 +53,17 @@ int lk_valid_owner(const char *s)
     return fg_valid_name(s, LK_OWNER_MAX);
 }
 
+int lk__valid_idem(const char *idem_key)
+{
+    return idem_key == NULL || lk_valid_owner(idem_key);
+}
+
 int lk__valid_lease(int64_t lease_ms)
 {
     return lease_ms >= LK_LEASE_MIN_MS && lease_ms <= LK_LEASE_MAX_MS;
 }
 
-/* All keys of one resource share the hash tag {resource}, so every script touches one
- * Redis Cluster slot. Valid names contain no braces, so the tag is always well formed. */
+/* Valid names contain no braces, so the tag is always well formed. */
 void lk__key(char *buf, const char *resource, const char *suffix)
 {
     snprintf(buf, LK__KEY_MAX, "fg:{%s}:%s", resource, suffix);
@@ -93,4 +101,69 @@ char *lk_random_id(char *buf)
     }
     buf[32] = '\0';
     return buf;
+}
+
+lk_status lk__verrf(char *err, lk_status st, const char *fmt, va_list ap)
+{
+    if (err != NULL) {
+        vsnprintf(err, LK__ERR_LEN, fmt, ap);
+    }
+    return st;
+}
+
+lk_status lk__errf(char *err, lk_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    lk__verrf(err, st, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+long long lk__int_at(const redisReply *r, size_t i)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || i >= r->elements ||
+        r->element[i]->type != REDIS_REPLY_INTEGER) {
+        return 0;
+    }
+    return r->element[i]->integer;
+}
+
+int64_t lk__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void lk__sigpipe_block(lk__sigpipe *g)
+{
+    sigset_t pipe_set;
+    sigset_t pending;
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_set, &g->old);
+    sigpending(&pending);
+    g->was_pending = sigismember(&pending, SIGPIPE);
+}
+
+void lk__sigpipe_restore(lk__sigpipe *g)
+{
+    sigset_t pipe_set;
+    sigset_t pending;
+    struct timespec zero = {0, 0};
+
+    sigemptyset(&pipe_set);
+    sigaddset(&pipe_set, SIGPIPE);
+    /* Swallow only a SIGPIPE that our own writes raised; one that was already pending
+     * belongs to the application. */
+    if (!g->was_pending) {
+        sigpending(&pending);
+        if (sigismember(&pending, SIGPIPE)) {
+            while (sigtimedwait(&pipe_set, NULL, &zero) < 0 && errno == EINTR) {
+            }
+        }
+    }
+    pthread_sigmask(SIG_SETMASK, &g->old, NULL);
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "locklib_internal.h"
+#include "client_internal.h"
 
 static void sub_drop(lk_client *c)
 {
@@ -43,7 +43,7 @@ static int sub_subscribe(lk_client *c, const char *channel)
         sub_drop(c);
     }
     if (c->sub == NULL) {
-        c->sub = lk__connect(c);
+        c->sub = lk__connect(&c->tp.node, c->err);
         if (c->sub == NULL) {
             return -1;
         }

@@ -1,8 +1,11 @@
 /*
  * The watchdog: keeps LK_LEASE_WATCHDOG locks alive for C embedders, like Redisson's.
  *
- * One thread per handle, started by the first watchdog acquisition, with its own lk_client
- * (hiredis contexts are not thread-safe). Every watched lock is renewed every lease/3.
+ * One thread per handle, started by the first watchdog acquisition, with its own transport
+ * (hiredis contexts are not thread-safe) to the handle's server, without a breaker:
+ * renewals are few, and must keep trying through a stall. A renewal is an LK_CALL_RENEW run
+ * by lk__run(), the code lk_renew() runs, below the public calls (so locks.c may call in
+ * here without a circle). Every watched lock is renewed every lease/3.
  * A watch ends when:
  *   - the holder releases the lock to zero, or finds it not held (lk_release removes it);
  *   - the handle is closed (the thread stops; the lease then simply runs out);
@@ -19,10 +22,13 @@
  * lk_watch_lost() may run on any thread: c->wd is an atomic pointer published once the
  * watchdog is ready, and only lk_client_close() frees it.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
-#include "locklib_internal.h"
+#include "run_internal.h"
+#include "watchdog_internal.h"
 
 typedef struct watch {
     char resource[LK_RESOURCE_MAX + 1];
@@ -41,7 +47,9 @@ struct lk__watchdog {
     pthread_cond_t cv;
     int stop;
     watch *list;
-    lk_client *conn;       /* the thread's own connection */
+    lk__transport tp;      /* the thread's own connection */
+    char err[LK__ERR_LEN]; /* tp's reasons, read by nobody */
+    lk_options opts;       /* the handle's, for building the renewals */
     int64_t lease_ms;
     lk_lost_fn on_lost;
     void *userdata;
@@ -83,13 +91,16 @@ static void renew_one(lk__watchdog *wd, watch *w, int64_t now)
 {
     char resource[LK_RESOURCE_MAX + 1];
     char owner[LK_OWNER_MAX + 1];
-    lk_result res;
 
     memcpy(resource, w->resource, sizeof resource);
     memcpy(owner, w->owner, sizeof owner);
     /* Not removed while unlocked: only this thread frees watches (in sweep). */
     pthread_mutex_unlock(&wd->mu);
-    lk_status st = lk_renew(wd->conn, resource, owner, wd->lease_ms, NULL, &res);
+    lk_call call = {.kind = LK_CALL_RENEW, .resource = resource, .owner = owner,
+                    .lease_ms = wd->lease_ms};
+    lk_call *one[1] = {&call};
+    lk__run(&wd->tp, &wd->opts, one, 1, LK_CALL_RENEW);
+    lk_status st = call.status;
     pthread_mutex_lock(&wd->mu);
     now = lk__now_ms();
     if (w->removed || w->releasing) {
@@ -154,20 +165,15 @@ static lk_status start(lk_client *c)
 {
     lk__watchdog *wd = calloc(1, sizeof *wd);
     pthread_condattr_t attr;
-    lk_options opts = c->opts;
 
     if (wd == NULL) {
         return LK_ENOMEM;
     }
-    /* The thread's connection needs no watchdog, replicas check or callback of its own. */
-    opts.min_replicas = 0;
-    opts.on_lost = NULL;
-    opts.breaker = NULL; /* renewals are few, and must keep trying through a stall */
-    lk_status st = lk_client_open(&wd->conn, c->url, &opts);
-    if (wd->conn == NULL) {
-        free(wd);
-        return st;
-    }
+    lk__transport_init(&wd->tp, &c->tp.node, NULL, wd->err);
+    /* Connected now, as the handle's own connection is; a failure is retried by the
+     * renewals. */
+    (void)lk__transport_connect(&wd->tp);
+    wd->opts = c->opts;
     wd->lease_ms = c->opts.watchdog_lease_ms;
     wd->on_lost = c->opts.on_lost;
     wd->userdata = c->opts.on_lost_userdata;
@@ -177,7 +183,7 @@ static lk_status start(lk_client *c)
     pthread_cond_init(&wd->cv, &attr);
     pthread_condattr_destroy(&attr);
     if (pthread_create(&wd->thread, NULL, run, wd) != 0) {
-        lk_client_close(wd->conn);
+        lk__transport_free(&wd->tp);
         pthread_cond_destroy(&wd->cv);
         pthread_mutex_destroy(&wd->mu);
         free(wd);
@@ -220,7 +226,11 @@ lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner)
     return LK_OK;
 }
 
-void lk__watch_releasing(lk_client *c, const char *resource, const char *owner, int releasing)
+enum { MARK_SETTLED, MARK_RELEASING, MARK_REMOVED };
+
+/* Marks the watch of (resource, owner), if any, and wakes the thread: a watch no longer
+ * releasing may have been skipped and must be looked at again. */
+static void mark(lk_client *c, const char *resource, const char *owner, int how)
 {
     lk__watchdog *wd = c->wd;
     if (wd == NULL) {
@@ -228,27 +238,23 @@ void lk__watch_releasing(lk_client *c, const char *resource, const char *owner, 
     }
     pthread_mutex_lock(&wd->mu);
     watch *w = find(wd, resource, owner);
-    if (w != NULL) {
-        w->releasing = releasing;
+    if (w != NULL && how == MARK_REMOVED) {
+        w->removed = 1;
+    } else if (w != NULL) {
+        w->releasing = how == MARK_RELEASING;
     }
-    /* Cleared: the thread may have skipped this watch and must look at it again. */
     pthread_cond_signal(&wd->cv);
     pthread_mutex_unlock(&wd->mu);
 }
 
+void lk__watch_releasing(lk_client *c, const char *resource, const char *owner, int releasing)
+{
+    mark(c, resource, owner, releasing ? MARK_RELEASING : MARK_SETTLED);
+}
+
 void lk__watch_remove(lk_client *c, const char *resource, const char *owner)
 {
-    lk__watchdog *wd = c->wd;
-    if (wd == NULL) {
-        return;
-    }
-    pthread_mutex_lock(&wd->mu);
-    watch *w = find(wd, resource, owner);
-    if (w != NULL) {
-        w->removed = 1;
-    }
-    pthread_cond_signal(&wd->cv);
-    pthread_mutex_unlock(&wd->mu);
+    mark(c, resource, owner, MARK_REMOVED);
 }
 
 int lk_watch_lost(lk_client *c, const char *resource, const char *owner)
@@ -282,7 +288,7 @@ void lk__watchdog_stop(lk_client *c)
         free(w);
         w = next;
     }
-    lk_client_close(wd->conn);
+    lk__transport_free(&wd->tp);
     pthread_cond_destroy(&wd->cv);
     pthread_mutex_destroy(&wd->mu);
     free(wd);

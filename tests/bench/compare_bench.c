@@ -40,7 +40,7 @@
 #define NULL_SERVER_BIN "bench_null_server"
 #endif
 #ifndef LOCKLIB_LUA_DIR
-#define LOCKLIB_LUA_DIR "locklib/lua"
+#define LOCKLIB_LUA_DIR "build/locklib/generated/lua"
 #endif
 
 #define MAX_ROWS 64
@@ -269,7 +269,7 @@ static int start_gateway(bench *b, const char *aof)
     return 0;
 }
 
-/* SCRIPT LOADs locklib/lua/NAME.lua into b->redis; the SHA1 goes to sha (41 bytes). */
+/* SCRIPT LOADs the generated NAME.lua (preludes + body) into b->redis; the SHA1 goes to sha (41 bytes). */
 static int load_script(bench *b, const char *name, char *sha)
 {
     char path[512], out[128];

@@ -17,7 +17,7 @@
 typedef struct cw_ctx {
     char tag[32];        /* unique per phase, part of every name */
     int contended;       /* 1: every connection on one name */
-    char sha_acquire[41];/* raw Redis: SHA1 of locklib/lua/acquire.lua as loaded */
+    char sha_acquire[41];/* raw Redis: SHA1 of the generated acquire.lua */
     char sha_release[41];
 } cw_ctx;
 
@@ -33,7 +33,7 @@ void cw_gateway_pairs(lg_workload *w, cw_ctx *ctx);
 void cw_gateway_writes(lg_workload *w, cw_ctx *ctx);
 
 /* Redis: EVALSHA of locklib's acquire and release scripts with the keys and arguments
- * lk_acquire and lk_release pass (locklib/src/locks.c), no idempotency key, floor 0. */
+ * lk_acquire and lk_release pass (locklib/src/calls.c), no idempotency key, floor 0. */
 void cw_raw_pairs(lg_workload *w, cw_ctx *ctx);
 
 /* etcd v3 HTTP API: one lease per connection, then lock + unlock pairs under it. */

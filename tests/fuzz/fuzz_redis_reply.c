@@ -29,7 +29,8 @@
 #include <unistd.h>
 
 #include "fuzz.h"
-#include "locklib_internal.h"
+#include "calls_internal.h"
+#include "sub_internal.h"
 
 #define MAX_REPLIES 64
 #define MAX_MULTIBULK 4096
@@ -82,7 +83,7 @@ static void check_int_at(lk_client *c, const redisReply *r)
 
     lk_result res;
     lk__result_init(&res);
-    lk_status st = lk__read_acquired(c, r, &res);
+    lk_status st = lk__read_acquired(c->err, r, &res);
     fuzz_check(res.token == lk__int_at(r, 1) && res.holds == lk__int_at(r, 2) &&
                    res.ttl_ms == lk__int_at(r, 3) && res.queue_pos == -1,
                "lk__read_acquired reads {1, token, holds, ttl_ms, ...}");
@@ -173,9 +174,9 @@ static void call_with_answers(lk_client *c, uint8_t op, const uint8_t *p, size_t
     redisContext *ctx = redisConnectFd(sv[0]);
     fuzz_check(ctx != NULL && ctx->err == 0, "redisConnectFd");
     fuzz_check(redisReaderFeed(ctx->reader, (const char *)p, n) == REDIS_OK, "feed");
-    c->ctx = ctx;
+    c->tp.ctx = ctx;
     for (int s = 0; s < LK__SCRIPT_COUNT; s++) {
-        snprintf(c->sha[s], sizeof c->sha[s], "%s",
+        snprintf(c->tp.sha[s], sizeof c->tp.sha[s], "%s",
                  (op & 0x08) ? "0123456789abcdef0123456789abcdef01234567" : "");
     }
     c->err[0] = '\0';
@@ -232,9 +233,9 @@ static void call_with_answers(lk_client *c, uint8_t op, const uint8_t *p, size_t
     if (st == LK_RENEWED) {
         fuzz_check(res.token >= 1 && res.token <= LK_TOKEN_MAX, "RENEWED: token in 1..2^53-1");
     }
-    if (c->ctx != NULL) {
-        redisFree(c->ctx); /* closes sv[0] */
-        c->ctx = NULL;
+    if (c->tp.ctx != NULL) {
+        redisFree(c->tp.ctx); /* closes sv[0] */
+        c->tp.ctx = NULL;
     }
     close(sv[1]);
 }

@@ -344,8 +344,8 @@ static void test_non_fair_barges(void **state)
     assert_lk(f->c, lk_release(f->c, res, "B", NULL, &r), LK_RELEASED);
 }
 
-/* Runs a script file from the source tree straight through EVAL, bypassing the C checks,
- * the way an operator with redis-cli could. Returns the reply (caller frees). */
+/* Runs a generated script (build/locklib/generated/lua: preludes + body) through EVAL,
+ * bypassing the C checks, the way an operator with redis-cli could. Returns the reply (caller frees). */
 static redisReply *eval_file(const lk_fixture *f, const char *name, int argc, const char **args)
 {
     char path[512];

@@ -327,8 +327,8 @@ static void test_validation(void **state)
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{x}:lock"), 0);
 }
 
-/* Runs a script file from the source tree straight through EVAL, bypassing the C checks,
- * the way an operator with redis-cli could. */
+/* Runs a generated script (build/locklib/generated/lua: preludes + body) through EVAL,
+ * bypassing the C checks, the way an operator with redis-cli could. */
 static void eval_script_file(lk_fixture *f, const char *name, char *out, size_t outlen,
                              const char *fmt_args, const char *a1, const char *a2,
                              const char *a3, const char *a4, const char *a5, const char *a6,

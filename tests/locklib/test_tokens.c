@@ -277,7 +277,7 @@ static void test_exhausted_counter_is_left_unchanged(void **state)
     assert_range(f, res, 0, LK_TOKEN_MAX);
 }
 
-/* Runs a script file from the source tree with EVAL on a plain hiredis connection, as an
+/* Runs a generated script (preludes + body) with EVAL on a plain hiredis connection, as an
  * operator with redis-cli could, bypassing the C checks. argv holds the keys, then the
  * arguments. Returns the reply; the caller frees it. */
 static redisReply *eval_file(lk_fixture *f, const char *name, int nkeys, int argc,

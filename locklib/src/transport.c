@@ -1,0 +1,513 @@
+/*
+ * The single-node transport (transport_internal.h, where the seam and the failure handling
+ * are described): one connection, pipelined script calls, NOSCRIPT reloads, reconnects and
+ * the breaker around each batch.
+ */
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "transport_internal.h"
+
+static struct timeval ms_to_tv(int ms)
+{
+    struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
+    return tv;
+}
+
+/* Runs one command on ctx with the SIGPIPE guard. Returns the reply or NULL. */
+static redisReply *command_argv(redisContext *ctx, int argc, const char **argv,
+                                const size_t *lens)
+{
+    lk__sigpipe guard;
+    lk__sigpipe_block(&guard);
+    redisReply *reply = redisCommandArgv(ctx, argc, argv, lens);
+    lk__sigpipe_restore(&guard);
+    return reply;
+}
+
+redisContext *lk__connect(const lk__node *node, char *err)
+{
+    struct timeval connect_tv = ms_to_tv(node->connect_timeout_ms);
+    redisContext *ctx = NULL;
+    redisReply *reply = NULL;
+
+    if (node->unix_path[0] != '\0') {
+        ctx = redisConnectUnixWithTimeout(node->unix_path, connect_tv);
+    } else {
+        ctx = redisConnectWithTimeout(node->host, node->port, connect_tv);
+    }
+    if (ctx == NULL) {
+        lk__errf(err, LK_ENOMEM, "cannot allocate a Redis context");
+        return NULL;
+    }
+    if (ctx->err) {
+        lk__errf(err, LK_EUNAVAILABLE, "cannot connect to Redis: %s", ctx->errstr);
+        goto fail;
+    }
+    redisSetTimeout(ctx, ms_to_tv(node->command_timeout_ms));
+    if (node->unix_path[0] == '\0') {
+        redisEnableKeepAlive(ctx);
+    }
+    if (node->password[0] != '\0') {
+        const char *argv[3] = {"AUTH", node->user, node->password};
+        size_t lens[3] = {4, strlen(node->user), strlen(node->password)};
+        int argc = 3;
+        if (node->user[0] == '\0') {
+            argv[1] = node->password;
+            lens[1] = lens[2];
+            argc = 2;
+        }
+        reply = command_argv(ctx, argc, argv, lens);
+        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+            /* The password itself is never copied into the message. */
+            lk__errf(err, LK_EUNAVAILABLE, "Redis AUTH failed: %s",
+                     reply != NULL ? reply->str : ctx->errstr);
+            goto fail;
+        }
+        freeReplyObject(reply);
+        reply = NULL;
+    }
+    if (node->db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", node->db);
+        const char *argv[2] = {"SELECT", db};
+        size_t lens[2] = {6, strlen(db)};
+        reply = command_argv(ctx, 2, argv, lens);
+        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
+            lk__errf(err, LK_EUNAVAILABLE, "Redis SELECT failed: %s",
+                     reply != NULL ? reply->str : ctx->errstr);
+            goto fail;
+        }
+        freeReplyObject(reply);
+    }
+    return ctx;
+fail:
+    freeReplyObject(reply);
+    redisFree(ctx);
+    return NULL;
+}
+
+/* 1 when the idle connection is still usable: no EOF, no error, no unread bytes. A Redis
+ * that restarted since the last call shows up here as EOF, before anything is sent. */
+int lk__idle_alive(redisContext *ctx)
+{
+    struct pollfd pfd = {ctx->fd, POLLIN, 0};
+    char byte;
+    int n = poll(&pfd, 1, 0);
+
+    if (n == 0) {
+        return 1;
+    }
+    if (n < 0) {
+        return errno == EINTR;
+    }
+    if (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) {
+        return 0;
+    }
+    /* Readable while idle: either EOF (0) or bytes we never asked for; both mean the
+     * stream cannot be trusted. */
+    (void)recv(ctx->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    return 0;
+}
+
+void lk__transport_init(lk__transport *t, const lk__node *node, lk_breaker *breaker,
+                        char *err)
+{
+    memset(t, 0, sizeof *t);
+    t->node = *node;
+    t->breaker = breaker;
+    t->err = err;
+}
+
+void lk__transport_drop(lk__transport *t)
+{
+    if (t->ctx != NULL) {
+        redisFree(t->ctx);
+        t->ctx = NULL;
+    }
+    memset(t->sha, 0, sizeof t->sha);
+}
+
+void lk__transport_free(lk__transport *t)
+{
+    lk__transport_drop(t);
+    /* The password is a capability: do not leave it in freed memory. */
+    memset(t->node.password, 0, sizeof t->node.password);
+}
+
+lk_status lk__transport_connect(lk__transport *t)
+{
+    /* hiredis refuses every command on a context whose err is set (a timed-out reply, say),
+     * so such a context is as dead as a closed socket. */
+    if (t->ctx != NULL && (t->ctx->err != 0 || !lk__idle_alive(t->ctx))) {
+        lk__transport_drop(t);
+    }
+    if (t->ctx == NULL) {
+        t->ctx = lk__connect(&t->node, t->err);
+        if (t->ctx == NULL) {
+            return LK_EUNAVAILABLE;
+        }
+    }
+    return LK_OK;
+}
+
+/* Error replies that describe the server's state rather than our request: the command did
+ * not run, and a later retry can succeed. */
+static int transient_error(const char *msg)
+{
+    static const char *const prefixes[] = {"LOADING", "BUSY", "OOM", "MASTERDOWN", "READONLY",
+                                           "NOREPLICAS", "TRYAGAIN", "CLUSTERDOWN", "NOAUTH",
+                                           "NOPERM", "MISCONF"};
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0]; i++) {
+        if (strncmp(msg, prefixes[i], strlen(prefixes[i])) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A reply that is NULL (I/O error or timeout) leaves the connection unusable. */
+static lk_status io_failure(lk__transport *t)
+{
+    lk_status st = lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
+                            t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
+    lk__transport_drop(t);
+    return st;
+}
+
+static lk_status load_script(lk__transport *t, enum lk__script s)
+{
+    const char *argv[3] = {"SCRIPT", "LOAD", lk__scripts[s].text};
+    size_t lens[3] = {6, 4, lk__scripts[s].len};
+    redisReply *reply = command_argv(t->ctx, 3, argv, lens);
+
+    if (reply == NULL) {
+        return io_failure(t);
+    }
+    if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
+        lk_status st = lk__errf(t->err, transient_error(reply->str ? reply->str : "") ?
+                                            LK_EUNAVAILABLE : LK_EREDIS,
+                                "SCRIPT LOAD %s failed: %s", lk__scripts[s].name,
+                                reply->str ? reply->str : "?");
+        freeReplyObject(reply);
+        return st;
+    }
+    memcpy(t->sha[s], reply->str, 41);
+    freeReplyObject(reply);
+    return LK_OK;
+}
+
+/* Was Redis slow, or was this process paused while Redis answered? A call that got its reply
+ * after more than half the timeout is confirmed with a PING allowed a tenth of the timeout
+ * (at least 50 ms): a quick PONG means the time went elsewhere (SIGSTOP, a frozen VM, CPU
+ * starvation) and the breaker must not trip. A PING that does not answer in time leaves the
+ * connection with a reply pending, so it is dropped; the next call reconnects. */
+static int redis_slow(lk__transport *t, lk_status st, int64_t elapsed_ms)
+{
+    if (!lk__breaker_slow(t->breaker, t->node.connect_timeout_ms, t->node.command_timeout_ms,
+                          elapsed_ms)) {
+        return 0;
+    }
+    if (st == LK_EUNAVAILABLE || t->ctx == NULL) {
+        return 1; /* it failed after waiting: nothing answered */
+    }
+    int timeout_ms = t->node.command_timeout_ms;
+    int quick_ms = timeout_ms / 10 > 50 ? timeout_ms / 10 : 50;
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    redisSetTimeout(t->ctx, ms_to_tv(quick_ms));
+    redisReply *reply = command_argv(t->ctx, 1, argv, lens);
+    int slow = reply == NULL;
+    freeReplyObject(reply);
+    if (slow) {
+        lk__transport_drop(t);
+    } else {
+        redisSetTimeout(t->ctx, ms_to_tv(timeout_ms));
+    }
+    return slow;
+}
+
+/* ---- Pipelines ------------------------------------------------------------------------
+ *
+ * lk__transport_run() writes every script call of a batch before it reads the first reply,
+ * so Redis runs the whole batch in one pass of its event loop and, under appendfsync always,
+ * one fsync covers all of it. Every single call goes through it too (n = 1).
+ *
+ * Failures, per call, in the order the replies are read:
+ *  - an array reply: the script ran; the call gets it.
+ *  - NOSCRIPT (the cache was flushed or Redis restarted since the SHA was loaded): the script
+ *    did not run. It is loaded again and the call sent again in a second round.
+ *  - another error reply (-BUSY, -OOM, -LOADING, ...): the script did not run; transient
+ *    errors give EUNAVAILABLE, the rest EREDIS.
+ *  - no reply (timeout, reset, EOF): this call and every later one of the batch get
+ *    EUNAVAILABLE: each may or may not have run. The connection is dropped, so a late reply
+ *    can never be read as the answer to a later call.
+ * The breaker sees the batch as one call. */
+
+enum { ITEM_DONE = 0, ITEM_SENT, ITEM_RESEND };
+
+/* One batch on its way: the calls, where each stands, and whom to tell. */
+typedef struct batch {
+    size_t n;
+    const lk__cmd *const *cmds;
+    unsigned char *state;
+    lk__reply_fn done;
+    void *ctx;
+} batch;
+
+/* Answers call i, which has not been answered yet. */
+static void answer(batch *b, size_t i, lk_status st, redisReply *reply)
+{
+    b->state[i] = ITEM_DONE;
+    b->done(b->ctx, i, st, reply);
+}
+
+/* Appends a call to the connection's output buffer (nothing is written yet). */
+static int append_cmd(lk__transport *t, const lk__cmd *cmd)
+{
+    const char *argv[LK__ARGV_MAX + 3];
+    size_t lens[LK__ARGV_MAX + 3];
+    char nkeys_str[8];
+
+    snprintf(nkeys_str, sizeof nkeys_str, "%d", cmd->nkeys);
+    argv[0] = "EVALSHA";
+    argv[1] = t->sha[cmd->script];
+    argv[2] = nkeys_str;
+    for (int k = 0; k < cmd->argc; k++) {
+        argv[3 + k] = cmd->argv[k];
+    }
+    for (int k = 0; k < cmd->argc + 3; k++) {
+        lens[k] = strlen(argv[k]);
+    }
+    return redisAppendCommandArgv(t->ctx, cmd->argc + 3, argv, lens);
+}
+
+/* Loads every script the unanswered calls use that this connection lacks. */
+static lk_status load_missing(lk__transport *t, const batch *b)
+{
+    for (size_t i = 0; i < b->n; i++) {
+        enum lk__script s = b->cmds[i]->script;
+        if (b->state[i] != ITEM_DONE && t->sha[s][0] == '\0') {
+            lk_status st = load_script(t, s);
+            if (st != LK_OK) {
+                return st;
+            }
+        }
+    }
+    return LK_OK;
+}
+
+/* Reads the reply of call i, which was sent. Returns EUNAVAILABLE when there is none: the
+ * connection is then dropped. */
+static lk_status read_reply(lk__transport *t, batch *b, size_t i)
+{
+    redisReply *reply = NULL;
+
+    if (t->ctx == NULL || redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
+        lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
+                 t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
+        lk__transport_drop(t);
+        return LK_EUNAVAILABLE;
+    }
+    if (reply->type == REDIS_REPLY_ARRAY) {
+        answer(b, i, LK_OK, reply);
+        return LK_OK;
+    }
+    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+        freeReplyObject(reply);
+        t->sha[b->cmds[i]->script][0] = '\0';
+        b->state[i] = ITEM_RESEND;
+        return LK_OK;
+    }
+    lk_status st;
+    if (reply->type == REDIS_REPLY_ERROR) {
+        st = lk__errf(t->err, transient_error(reply->str) ? LK_EUNAVAILABLE : LK_EREDIS,
+                      "Redis error: %s", reply->str);
+    } else {
+        st = lk__errf(t->err, LK_EREDIS, "unexpected reply type %d from script", reply->type);
+    }
+    freeReplyObject(reply);
+    answer(b, i, st, NULL);
+    return st == LK_EUNAVAILABLE ? st : LK_OK;
+}
+
+/* Reads the replies of the calls marked ITEM_SENT, in the order they were appended. */
+static lk_status read_replies(lk__transport *t, batch *b)
+{
+    lk_status worst = LK_OK;
+
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->state[i] != ITEM_SENT) {
+            continue;
+        }
+        lk_status st = read_reply(t, b, i);
+        if (st == LK_EUNAVAILABLE && t->ctx == NULL) {
+            /* No reply: every call still waiting may or may not have run. */
+            for (size_t j = i; j < b->n; j++) {
+                if (b->state[j] == ITEM_SENT) {
+                    answer(b, j, LK_EUNAVAILABLE, NULL);
+                }
+            }
+            return st;
+        }
+        worst = st != LK_OK ? st : worst;
+    }
+    return worst;
+}
+
+/* One round: appends the calls marked ITEM_RESEND, then reads their replies. */
+static lk_status run_round(lk__transport *t, batch *b)
+{
+    size_t sent = 0;
+
+    for (size_t i = 0; i < b->n; i++) {
+        const lk__cmd *cmd = b->cmds[i];
+        if (b->state[i] != ITEM_RESEND) {
+            continue;
+        }
+        if (t->sha[cmd->script][0] == '\0') {
+            /* Cannot happen (load_missing() loaded it); nothing of this call is queued. */
+            answer(b, i, lk__errf(t->err, LK_EREDIS, "script %s was not loaded",
+                                  lk__scripts[cmd->script].name), NULL);
+            continue;
+        }
+        if (append_cmd(t, cmd) != REDIS_OK) {
+            /* Out of memory in hiredis's buffer, which leaves the context in error: nothing
+             * appended has been written yet, so nothing of this round ran. Every call of the
+             * round is answered ENOMEM and the connection dropped. */
+            lk_status st = lk__errf(t->err, LK_ENOMEM, "out of memory queuing a command; "
+                                                       "nothing of the batch was sent");
+            for (size_t j = 0; j < b->n; j++) {
+                if (b->state[j] == ITEM_SENT || (j >= i && b->state[j] == ITEM_RESEND)) {
+                    answer(b, j, st, NULL);
+                }
+            }
+            lk__transport_drop(t);
+            return st;
+        }
+        b->state[i] = ITEM_SENT;
+        sent++;
+    }
+    if (sent == 0) {
+        return LK_OK;
+    }
+    return read_replies(t, b);
+}
+
+void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
+                       lk__reply_fn done, void *ctx)
+{
+    batch b = {n, cmds, calloc(n > 0 ? n : 1, 1), done, ctx};
+    int probe = 0;
+    lk_status st;
+
+    if (b.state == NULL) {
+        st = lk__errf(t->err, LK_ENOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+            done(ctx, i, st, NULL);
+        }
+        return;
+    }
+    if (lk__breaker_enter(t->breaker, &probe, t->err) != 0) {
+        for (size_t i = 0; i < n; i++) {
+            done(ctx, i, LK_EUNAVAILABLE, NULL);
+        }
+        free(b.state);
+        return;
+    }
+    memset(b.state, ITEM_RESEND, n); /* round one sends everything */
+    int64_t start = lk__now_ms();
+    lk__sigpipe guard;
+    lk__sigpipe_block(&guard);
+    st = lk__transport_connect(t);
+    lk_status worst = st;
+    for (int round = 0; round < 2 && st == LK_OK; round++) {
+        /* A failed load leaves st: the calls not yet answered get it below. */
+        st = load_missing(t, &b);
+        if (st == LK_OK) {
+            lk_status r = run_round(t, &b);
+            worst = r != LK_OK ? r : worst;
+            st = t->ctx != NULL ? LK_OK : r;
+        }
+        worst = st != LK_OK ? st : worst;
+    }
+    lk__sigpipe_restore(&guard);
+    for (size_t i = 0; i < n; i++) {
+        if (b.state[i] != ITEM_DONE) {
+            /* Not sent (no connection, a script that would not load), or answered NOSCRIPT
+             * twice: it did not run. */
+            answer(&b, i, st != LK_OK ? st : lk__errf(t->err, LK_EREDIS, "script cache keeps "
+                                                      "losing the script (NOSCRIPT twice)"),
+                   NULL);
+        }
+    }
+    lk__breaker_leave(t->breaker, probe, worst, redis_slow(t, worst, lk__now_ms() - start));
+    free(b.state);
+}
+
+lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, long long *acked)
+{
+    char n[16];
+    char timeout[16];
+    snprintf(n, sizeof n, "%d", replicas);
+    snprintf(timeout, sizeof timeout, "%d", timeout_ms);
+    const char *argv[3] = {"WAIT", n, timeout};
+    size_t lens[3] = {4, strlen(n), strlen(timeout)};
+
+    *acked = 0;
+    if (t->ctx == NULL) {
+        return lk__errf(t->err, LK_EUNAVAILABLE, "connection lost before WAIT");
+    }
+    redisReply *reply = command_argv(t->ctx, 3, argv, lens);
+    if (reply == NULL) {
+        /* A timeout or I/O error leaves the context in an error state in which hiredis
+         * refuses every command, the rollback's included: roll back on a new connection. */
+        lk__transport_drop(t);
+    }
+    if (reply != NULL && reply->type == REDIS_REPLY_INTEGER) {
+        *acked = reply->integer;
+    }
+    freeReplyObject(reply);
+    return LK_OK;
+}
+
+static lk_status ping(lk__transport *t)
+{
+    const char *argv[1] = {"PING"};
+    size_t lens[1] = {4};
+    lk_status st = lk__transport_connect(t);
+    redisReply *reply = NULL;
+
+    if (st != LK_OK) {
+        return st;
+    }
+    reply = command_argv(t->ctx, 1, argv, lens);
+    if (reply == NULL) {
+        return io_failure(t);
+    }
+    if (reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "PONG") == 0) {
+        st = LK_OK;
+    } else {
+        st = lk__errf(t->err, LK_EUNAVAILABLE, "PING answered %s",
+                      reply->str != NULL ? reply->str : "?");
+    }
+    freeReplyObject(reply);
+    return st;
+}
+
+lk_status lk__transport_ping(lk__transport *t)
+{
+    int probe = 0;
+
+    if (lk__breaker_enter(t->breaker, &probe, t->err) != 0) {
+        return LK_EUNAVAILABLE;
+    }
+    int64_t start = lk__now_ms();
+    lk_status st = ping(t);
+    lk__breaker_leave(t->breaker, probe, st, redis_slow(t, st, lk__now_ms() - start));
+    return st;
+}

@@ -1,0 +1,108 @@
+/*
+ * The transport: which connection a built call (lk__cmd) is sent on, and how its reply
+ * comes back. Building a call and decoding its reply (calls.c) know nothing of it; a
+ * transport knows nothing of what a call means.
+ *
+ * The seam is lk__transport_run(): a batch of built calls in, exactly one outcome per call
+ * out (done(): the script's array reply, or an error status with the reason in t->err at
+ * the time of the callback). Whatever happens on the wire, every call is answered once, and
+ * a call answered EUNAVAILABLE may or may not have run. Each call carries its routing key
+ * (cmd->route, the resource whose hash tag {route} every key shares), so the implementations
+ * the next issues need fit behind the same function:
+ *   - Redis Cluster: group the batch by the slot of route (CRC16 of the tag), run each group
+ *     as one pipeline on the node that owns the slot (the single-node code below, per node),
+ *     hand each reply back under its call's index. MOVED/ASK is, like NOSCRIPT, "did not
+ *     run": refresh the slot map and send that call again in the next round.
+ *   - Sentinel: the single-node transport whose connect step first asks the sentinels for
+ *     the current master; -READONLY (a demoted master) drops the connection so the next
+ *     round resolves the master again.
+ *   - Redlock: send every call of the batch to N single-node transports at once; a combiner
+ *     per call kind turns the N replies of one call into the one reply handed back (a
+ *     majority of acquisitions, the largest token), so decode still sees one reply.
+ * None of those exists yet: today there is one node and one connection (struct below).
+ *
+ * Failure handling of the single node, in order of how often it happens:
+ *  - Redis restarted or the connection dropped between calls: before sending, a dead socket
+ *    (EOF or stray bytes) is noticed with a zero-timeout poll, and the batch reconnects
+ *    first. Nothing was sent, so nothing is ambiguous.
+ *  - The connection dies, or a reply is later than command_timeout_ms, after a command was
+ *    sent: that call and every later one of the batch get LK_EUNAVAILABLE and the
+ *    connection is dropped; the next batch reconnects. Callers that retry pass the same
+ *    idempotency key, so a retry replays the first answer instead of acting twice.
+ *  - A restarted Redis has an empty script cache: EVALSHA answers NOSCRIPT (the script did
+ *    not run), and the script is loaded again and the call re-sent once.
+ *  - Redis busy, loading, out of memory (noeviction), read-only replica: LK_EUNAVAILABLE,
+ *    nothing changed.
+ *  - Redis stalls: the breaker (breaker.c) makes the following batches fail fast.
+ * Layer: above util, breaker and script. Never installed.
+ */
+#ifndef LOCKLIB_TRANSPORT_INTERNAL_H
+#define LOCKLIB_TRANSPORT_INTERNAL_H
+
+#include "breaker_internal.h"
+#include "script_internal.h"
+#include "util_internal.h"
+
+/* One Redis server and how to log in to it. */
+typedef struct lk__node {
+    char host[256];
+    int port;
+    char unix_path[108];
+    char user[128];
+    char password[256];
+    int db;
+    int connect_timeout_ms;
+    int command_timeout_ms;
+} lk__node;
+
+/* The single-node transport: one connection, the SHA of each script loaded on it. */
+typedef struct lk__transport {
+    lk__node node;
+    lk_breaker *breaker;               /* NULL for none */
+    redisContext *ctx;                 /* NULL while disconnected */
+    char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */
+    char *err;                         /* the reason of the last error, LK__ERR_LEN bytes;
+                                        * the owner's buffer */
+} lk__transport;
+
+/* Sets up t for node (copied) without connecting; err is where reasons go. */
+void lk__transport_init(lk__transport *t, const lk__node *node, lk_breaker *breaker,
+                        char *err);
+
+/* Connects now if not connected. Returns OK or EUNAVAILABLE/ENOMEM with the reason. */
+lk_status lk__transport_connect(lk__transport *t);
+
+/* Frees the connection (the next batch reconnects) and forgets the loaded scripts. */
+void lk__transport_drop(lk__transport *t);
+
+/* Drops the connection and wipes the password: t is unusable until initialised again. */
+void lk__transport_free(lk__transport *t);
+
+/* One call's outcome, exactly once per call: LK_OK with the script's array reply (the
+ * callee frees it with freeReplyObject()), or an error status with reply NULL and the
+ * reason in the transport's err. */
+typedef void (*lk__reply_fn)(void *ctx, size_t i, lk_status st, redisReply *reply);
+
+/* Runs the n built calls of cmds (none NULL) as one batch, with the breaker, the SIGPIPE
+ * guard, reconnection and NOSCRIPT handling, and calls done() once for each, in an order
+ * that is the order of cmds except that a call sent again after NOSCRIPT comes later. */
+void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
+                       lk__reply_fn done, void *ctx);
+
+/* WAIT for `replicas` replicas, at most timeout_ms, on the connection that carried the last
+ * batch. Returns EUNAVAILABLE (with the reason) when that connection is gone, else OK with
+ * *acked the number that acknowledged: 0 when WAIT failed, and the connection is then
+ * dropped (a late answer would be read as the next call's). */
+lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, long long *acked);
+
+/* PING through the breaker. Returns OK or EUNAVAILABLE with the reason. */
+lk_status lk__transport_ping(lk__transport *t);
+
+/* Opens a new connection to node with its timeouts, AUTH and SELECT (for a subscriber).
+ * Returns NULL with the reason in err on failure. */
+redisContext *lk__connect(const lk__node *node, char *err);
+
+/* 1 when an idle connection has no EOF, error or unread bytes. */
+int lk__idle_alive(redisContext *ctx);
+
+#endif
