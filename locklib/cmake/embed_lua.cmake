@@ -1,6 +1,6 @@
 # Builds one Redis script from lua/NAME.lua and the preludes its header names, at build time:
 #   cmake -DIN=lua/acquire.lua -DPRELUDE_DIR=lua/prelude -DOUT_LUA=acquire.lua
-#         -DOUT_INC=acquire.lua.inc -P embed_lua.cmake
+#         -DOUT_INC=acquire.lua.inc -DLIMITS_H=fencegate/limits.h -P embed_lua.cmake
 #
 # A script that shares code with others names it in its header, on one line:
 #   -- Prelude: idem.lua mint.lua
@@ -21,6 +21,17 @@ if(body MATCHES "\n-- Prelude:([^\n]*)\n")
     endforeach()
 endif()
 string(APPEND text "${body}")
+# The limits of fencegate/limits.h (LIMITS_H), by name: @FG_TOKEN_MAX@ and so on.
+file(READ "${LIMITS_H}" limits)
+foreach(name FG_TOKEN_MAX FG_OWNER_MAX FG_RESOURCE_MAX)
+    if(NOT limits MATCHES "#define ${name} ([0-9]+)")
+        message(FATAL_ERROR "${LIMITS_H} defines no ${name}")
+    endif()
+    string(REPLACE "@${name}@" "${CMAKE_MATCH_1}" text "${text}")
+endforeach()
+if(text MATCHES "@FG_[A-Z_]+@")
+    message(FATAL_ERROR "${IN}: ${CMAKE_MATCH_0} is no limit of ${LIMITS_H}")
+endif()
 file(WRITE "${OUT_LUA}" "${text}")
 
 file(READ "${OUT_LUA}" hex HEX)

@@ -26,7 +26,7 @@
 -- The fair queue of fair_acquire.lua is ignored on purpose: a non-fair acquisition may
 -- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
 --
--- Prelude: idem.lua mint.lua
+-- Prelude: limits.lua idem.lua mint.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/acquire.lua instead.
@@ -36,8 +36,7 @@ local lease_ms = tonumber(ARGV[2])
 local floor = mint_floor(ARGV[3])
 local idem_ms = tonumber(ARGV[4])
 
-if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
-        not string.match(owner, '^[%w%.:_%-]+$') then
+if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or

@@ -47,7 +47,7 @@
 -- replicas and the AOF store the deadlines the primary computed.
 -- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
 --
--- Prelude: idem.lua mint.lua
+-- Prelude: limits.lua idem.lua mint.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/fair_acquire.lua instead.
@@ -60,8 +60,7 @@ local wait_ms = tonumber(ARGV[5])
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
-if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
-        not string.match(owner, '^[%w%.:_%-]+$') then
+if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or

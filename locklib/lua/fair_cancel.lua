@@ -11,11 +11,15 @@
 -- When the owner was first in line and the lock is free, "released" is published on the
 -- channel: the next waiter may now take the lock and would otherwise sleep until its retry
 -- hint.
+--
+-- Prelude: limits.lua
+-- The build prepends it (from lua/prelude/) to this file, so this file alone is not the
+-- whole script: `redis-cli --eval` of it fails; run the generated
+-- build/locklib/generated/lua/fair_cancel.lua instead.
 
 local owner = ARGV[1]
 
-if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
-        not string.match(owner, '^[%w%.:_%-]+$') then
+if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 

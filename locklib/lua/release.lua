@@ -12,16 +12,15 @@
 --          {-1, 0, 0}            the idempotency key was used by another owner or operation
 -- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
 --
--- Prelude: idem.lua
--- The build prepends it (from lua/prelude/) to this file, so this file alone is not
+-- Prelude: limits.lua idem.lua
+-- The build prepends them (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/release.lua instead.
 
 local owner = ARGV[1]
 local idem_ms = tonumber(ARGV[2])
 
-if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
-        not string.match(owner, '^[%w%.:_%-]+$') then
+if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if idem_ms == nil then

@@ -12,8 +12,8 @@
 --          {-1, 0, 0, 0}                  the idempotency key was used by another owner or
 --                                         operation
 --
--- Prelude: idem.lua
--- The build prepends it (from lua/prelude/) to this file, so this file alone is not
+-- Prelude: limits.lua idem.lua
+-- The build prepends them (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/renew.lua instead.
 
@@ -21,8 +21,7 @@ local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local idem_ms = tonumber(ARGV[3])
 
-if type(owner) ~= 'string' or #owner < 1 or #owner > 128 or
-        not string.match(owner, '^[%w%.:_%-]+$') then
+if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or idem_ms == nil then

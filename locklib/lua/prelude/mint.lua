@@ -1,6 +1,7 @@
 -- prelude/mint.lua: taking a lock and minting its fencing token, shared by acquire.lua and
 -- fair_acquire.lua so the two can never drift. Not a script of its own: the build prepends
--- it to each script whose header names it (locklib/cmake/embed_lua.cmake). Uses idem.lua.
+-- it to each script whose header names it (locklib/cmake/embed_lua.cmake). Uses idem.lua and
+-- limits.lua.
 --
 -- The token rule: a first acquisition mints token = INCR(fence) after lifting the counter to
 -- the floor, so a counter lost with Redis data can never hand out a token at or below the
@@ -8,9 +9,7 @@
 -- the resource since then are exactly (base, fence], and a token at or below base was never
 -- issued in this run (a lift only happens while nobody holds the lock). A counter found
 -- below base (lost on its own) is lifted to base as well, so base <= fence always holds.
--- Every token is below TOKEN_MAX = 2^53 - 1: Lua numbers are doubles.
-
-local TOKEN_MAX = 9007199254740991
+-- Every token is below TOKEN_MAX (limits.lua, which comes first).
 
 -- The floor as a number, or nil unless it is plain decimal digits: a fraction, an exponent
 -- or NaN would otherwise reach the counter and the base (the lift) through
