@@ -197,6 +197,7 @@ typedef struct lost_poller {
     lk_client *c;
     int stop;
     long polls;
+    int saw_lost;
 } lost_poller;
 
 static void *poll_lost(void *p)
@@ -204,9 +205,10 @@ static void *poll_lost(void *p)
     lost_poller *a = p;
     while (!__atomic_load_n(&a->stop, __ATOMIC_SEQ_CST)) {
         if (lk_watch_lost(a->c, "wd-tsafe", "alice") != 0) {
+            __atomic_store_n(&a->saw_lost, 1, __ATOMIC_SEQ_CST);
             break;
         }
-        a->polls++;
+        __atomic_add_fetch(&a->polls, 1, __ATOMIC_SEQ_CST);
     }
     return NULL;
 }
@@ -218,13 +220,20 @@ static void test_watch_lost_from_another_thread(void **state)
 {
     lk_fixture *f = *state;
     lk_client *c = open_with_lease(&f->redis, 300, NULL, NULL);
-    lost_poller a = {c, 0, 0};
+    lost_poller a = {c, 0, 0, 0};
     pthread_t t;
     lk_result r;
 
     lk_status acquired[20], released[20];
 
     pthread_create(&t, NULL, poll_lost, &a);
+    /* The poller must be running before the owner's thread starts, or on a busy machine the
+     * 20 rounds can end before it is first scheduled and nothing runs concurrently. */
+    int64_t deadline = th_now_ms() + 5000;
+    while (__atomic_load_n(&a.polls, __ATOMIC_SEQ_CST) == 0 &&
+           !__atomic_load_n(&a.saw_lost, __ATOMIC_SEQ_CST) && th_now_ms() < deadline) {
+        th_nap_ms(1);
+    }
     for (int i = 0; i < 20; i++) {
         acquired[i] = lk_acquire(c, "wd-tsafe", "alice", LK_LEASE_WATCHDOG, 0, NULL, &r);
         released[i] = lk_release(c, "wd-tsafe", "alice", NULL, &r);
@@ -236,6 +245,7 @@ static void test_watch_lost_from_another_thread(void **state)
         assert_lk(c, released[i], LK_RELEASED);
     }
     assert_true(a.polls > 0);
+    assert_false(a.saw_lost); /* a lock released by its owner is never reported lost */
     lk_client_close(c);
 }
 
