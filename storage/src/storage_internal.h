@@ -46,6 +46,9 @@ int store__valid_content_type(const char *s);
  * NULL data with a length, or a bad content type; TOO_LARGE over max_value_bytes; else OK. */
 store_status store__validate_write(const store_write_req *r, size_t max_value_bytes);
 
+/* Wall clock (CLOCK_REALTIME) in ms, for written_at_ms. */
+int64_t store__wall_ms(void);
+
 /* The LMDB environment flags of an open store (mdb_env_get_flags), so a test can check that
  * no flag weakens the synchronous commit. Returns 0 or an LMDB error code. */
 int store__env_flags(store *s, unsigned int *flags);

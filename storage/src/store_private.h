@@ -49,7 +49,5 @@ store_status store__mdb_status(int rc);
 void store__call_begin(store__lmdb *s);
 void store__call_end(store__lmdb *s);
 
-/* Wall clock in ms, for written_at_ms. */
-int64_t store__wall_ms(void);
 
 #endif
