@@ -153,7 +153,9 @@ static inline int st_main(int argc, char **argv, const char *name, const struct 
     struct CMUnitTest *all = calloc(ncommon + nextra + 1, sizeof *all);
     char full[128];
 
-    memcpy(all, common, ncommon * sizeof *all);
+    if (ncommon > 0) {
+        memcpy(all, common, ncommon * sizeof *all);
+    }
     if (nextra > 0) {
         memcpy(all + ncommon, pg ? pg_only : lmdb_only, nextra * sizeof *all);
     }
