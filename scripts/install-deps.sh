@@ -21,10 +21,13 @@ install_node_tools() {
 # Build and runtime libraries (found by CMake through pkg-config).
 build_pkgs=(build-essential cmake pkg-config git
     libhiredis-dev libmicrohttpd-dev libjansson-dev uuid-dev liblmdb-dev
-    libcurl4-openssl-dev libcmocka-dev)
+    libcurl4-openssl-dev libcmocka-dev libpq-dev)
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
-# procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite.
-tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates strace iproute2)
+# procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite,
+# and PostgreSQL 15, whose server the storage tests start in a temp dir of their own
+# (initdb and postgres from /usr/lib/postgresql/15/bin).
+tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates strace iproute2
+    postgresql-15)
 # Only with --fuzz: the compiler and runtime of the libFuzzer targets in tests/fuzz/.
 fuzz_pkgs=()
 if [ "${1:-}" = "--fuzz" ]; then
@@ -74,6 +77,16 @@ if [ ! -e "$policy" ]; then
 fi
 cleanup() { if [ "$made_policy" -eq 1 ]; then $SUDO rm -f "$policy"; fi; }
 trap cleanup EXIT
+
+# Debian's postgresql-15 would also create a system cluster ("main", port 5432) from its
+# postinst, enabled to start at boot. The tests never use one, so tell postgresql-common not
+# to create it: a drop-in read by pg_createcluster (createcluster.conf itself is a conffile,
+# so it is not touched). A cluster that existed before this script ran is left as it was.
+if [[ " ${missing[*]} " == *" postgresql-15 "* ]]; then
+    $SUDO mkdir -p /etc/postgresql-common/createcluster.d
+    printf '# fencegate: its tests start their own PostgreSQL; no system cluster.\ncreate_main_cluster = false\n' \
+        | $SUDO tee /etc/postgresql-common/createcluster.d/fencegate.conf >/dev/null
+fi
 
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
