@@ -306,6 +306,7 @@ store__pgconn *store__pg_get(store__pg *p, char *err, size_t errlen)
         c->conn = NULL;
     }
     if (c->conn == NULL) {
+        c->prepared = 0; /* prepared statements live and die with their session */
         c->conn = connect_db(p, err, errlen);
         if (c->conn == NULL) {
             store__pg_put(p, c, 1);

@@ -114,14 +114,15 @@ static void fail_op(store__pgop *op, store_status st)
     }
 }
 
-/* Queues op's statement in the pipeline. 0, or -1 when libpq refused it. */
+/* Queues op's statement in the pipeline (prepared once per session: parsing and planning
+ * the statements cost more than running them). 0, or -1 when libpq refused it. */
 static int send_op(PGconn *conn, store__pgop *op)
 {
     char token[24], now[24];
     snprintf(token, sizeof token, "%llu", (unsigned long long)op->token);
     if (op->kind == OP_GRANT) {
         const char *const vals[] = {op->resource, token};
-        return PQsendQueryParams(conn, GRANT_SQL, 2, NULL, vals, NULL, NULL, 0) ? 0 : -1;
+        return PQsendQueryPrepared(conn, "fg_grant", 2, vals, NULL, NULL, 0) ? 0 : -1;
     }
     const store_write_req *w = op->w;
     snprintf(now, sizeof now, "%lld", (long long)store__wall_ms());
@@ -131,7 +132,7 @@ static int send_op(PGconn *conn, store__pgop *op)
                                 w->token <= w->last_issued ? "t" : "f", now};
     const int lens[] = {0, 0, (int)w->len, 0, 0, 0};
     const int fmts[] = {0, 0, 1, 0, 0, 0};
-    return PQsendQueryParams(conn, WRITE_SQL, 6, NULL, vals, lens, fmts, 0) ? 0 : -1;
+    return PQsendQueryPrepared(conn, "fg_write", 6, vals, lens, fmts, 0) ? 0 : -1;
 }
 
 /* Reads op's answer from its result row (not yet final: the commit decides). */
@@ -196,23 +197,33 @@ static store__pgrc failed(const PGresult *res, char *sqlstate)
 }
 
 /*
- * Runs ops[0..n) as one pipelined transaction on conn. In this order:
- *  1. Send BEGIN, every statement, COMMIT and a Sync, and flush.
- *  2. Read each statement's row (provisional answers), then COMMIT's result and the Sync.
+ * Runs ops[0..n) as one pipelined transaction on c. In this order:
+ *  1. Send the two statements' Parse if this session has not yet, BEGIN, every statement,
+ *     COMMIT and a Sync, and flush.
+ *  2. Read the Parse results, each statement's row (provisional answers), then COMMIT's
+ *     result and the Sync.
  *  3. Leave pipeline mode; roll back if an error left the transaction open.
  * Returns OK only when COMMIT succeeded; otherwise RETRY/SQL (sqlstate set) or LOST.
  */
-static store__pgrc run_pipeline(store__pg *p, PGconn *conn, store__pgop **ops, size_t n,
+static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__pgop **ops, size_t n,
                                 char *sqlstate)
 {
+    PGconn *conn = c->conn;
     int64_t deadline = store__pg_now_ms() + p->timeout_ms;
     store__pgrc rc = STORE__PG_OK;
     int lost = 0;
     PGresult *res = NULL;
+    size_t prepares = c->prepared ? 0 : 2;
 
     sqlstate[0] = '\0';
-    if (!PQenterPipelineMode(conn) ||
-        !PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
+    if (!PQenterPipelineMode(conn)) {
+        return STORE__PG_LOST;
+    }
+    if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 6, NULL) ||
+                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 2, NULL))) {
+        return STORE__PG_LOST;
+    }
+    if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
         return STORE__PG_LOST;
     }
     for (size_t i = 0; i < n; i++) {
@@ -224,6 +235,15 @@ static store__pgrc run_pipeline(store__pg *p, PGconn *conn, store__pgop **ops, s
         !PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
         return STORE__PG_LOST;
     }
+    for (size_t i = 0; i < prepares && !lost; i++) {
+        res = query_result(conn, deadline, &lost);
+        if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR) {
+            rc = failed(res, sqlstate);
+        }
+        PQclear(res);
+    }
+    /* Named statements outlive a rolled-back transaction: once parsed, never again. */
+    c->prepared = c->prepared || (!lost && rc == STORE__PG_OK);
     for (size_t i = 0; i <= n + 1 && !lost; i++) { /* BEGIN, the n statements, COMMIT */
         res = query_result(conn, deadline, &lost);
         if (res == NULL) {
@@ -321,7 +341,7 @@ static void run_ops(store__pg *p, store__pgop **ops, size_t n)
             rc = STORE__PG_LOST;
             break;
         }
-        rc = run_pipeline(p, c->conn, ops, n, sqlstate);
+        rc = run_pipeline(p, c, ops, n, sqlstate);
         if (rc == STORE__PG_OK) {
             for (size_t i = 0; i < n; i++) {
                 fix_stale_highest(p, c, ops[i]);

@@ -13,6 +13,7 @@
 /* One pooled connection slot; conn is NULL until (re)connected. */
 typedef struct store__pgconn {
     PGconn *conn;
+    int prepared;              /* pg_commit.c's statements are prepared on conn */
     struct store__pgconn *next;
 } store__pgconn;
 
