@@ -293,7 +293,11 @@ static void fix_stale_highest(store__pg *p, store__pgconn *c, store__pgop *op)
     store_status st = grant ? op->status : op->w->status;
 
     /* A refused write needs highest > token, a refused grant highest >= token. */
-    if (st != STORE_STALE || c->conn == NULL || *highest > op->token - (grant ? 1 : 0)) {
+    if (st != STORE_STALE || *highest > op->token - (grant ? 1 : 0)) {
+        return;
+    }
+    if (c->conn == NULL) {
+        fail_op(op, STORE_EIO); /* an earlier re-read lost the connection */
         return;
     }
     const char *const vals[] = {op->resource};

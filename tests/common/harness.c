@@ -452,7 +452,16 @@ void th_pg_start(th_pg *pg)
     memset(pg, 0, sizeof *pg);
     pg_find_bindir(pg);
     th_tempdir(pg->dir, sizeof pg->dir, "pg");
-    snprintf(pg->password, sizeof pg->password, "pw-%08x", (unsigned)th_free_port() * 2654435761u);
+    /* A password no text of the test would contain by chance, so a test can look for it. */
+    unsigned char rnd[8] = {0};
+    int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (rfd < 0 || read(rfd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
+        fprintf(stderr, "harness: cannot read /dev/urandom\n");
+        exit(1);
+    }
+    close(rfd);
+    snprintf(pg->password, sizeof pg->password, "pw%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
+             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
     snprintf(pwfile, sizeof pwfile, "%s/pwfile", pg->dir);
     FILE *f = fopen(pwfile, "w");
     if (f == NULL || fprintf(f, "%s\n", pg->password) < 0 || fclose(f) != 0) {

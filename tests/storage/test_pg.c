@@ -2,6 +2,7 @@
  * many threads, two stores (two gateways) on one database, concurrent schema migration, the
  * password kept out of every text, and a database that crashes and comes back while the
  * store stays open. A real PostgreSQL started by the group setup. */
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -297,6 +298,49 @@ static void test_password_never_shown(void **state)
     assert_null(s);
 }
 
+/* One request of a batch fails in the server (here a constraint only the server checks,
+ * the one way a real server can be made to fail one statement): the pipeline aborts the
+ * transaction, and the others are replayed alone, each answered as if it had been alone. */
+static void test_one_failing_statement_spares_the_batch(void **state)
+{
+    st_fixture *f = *state;
+    PGconn *conn = PQconnectdb(f->url);
+    assert_int_equal(PQstatus(conn), CONNECTION_OK);
+    PGresult *res = PQexec(conn, "ALTER TABLE fencegate_resources ADD CONSTRAINT fg_poison "
+                                 "CHECK (resource <> 'poison')");
+    assert_int_equal(PQresultStatus(res), PGRES_COMMAND_OK);
+    PQclear(res);
+    PQfinish(conn);
+
+    store_write_req w[] = {
+        {.resource = "ok-a", .token = 1, .data = "a1", .len = 2, .last_issued = 5},
+        {.resource = "poison", .token = 1, .data = "p", .len = 1, .last_issued = 5},
+        {.resource = "ok-b", .token = 2, .data = "b", .len = 1, .last_issued = 5},
+        {.resource = "ok-a", .token = 2, .data = "a2", .len = 2, .last_issued = 5},
+        {.resource = "ok-b", .token = 1, .data = "b1", .len = 2, .last_issued = 5},
+    };
+    store_write_req *reqs[5];
+    for (int i = 0; i < 5; i++) {
+        reqs[i] = &w[i];
+    }
+    store_write_many(f->s, reqs, 5);
+    assert_st(w[0].status, STORE_ACCEPTED);
+    assert_int_equal(w[0].res.version, 1);
+    assert_st(w[1].status, STORE_EIO);
+    assert_st(w[2].status, STORE_ACCEPTED);
+    assert_st(w[3].status, STORE_ACCEPTED);
+    assert_int_equal(w[3].res.version, 2);
+    assert_st(w[4].status, STORE_STALE);
+    assert_int_equal(w[4].res.highest_token, 2);
+    uint64_t hi = 9;
+    assert_st(store_highest(f->s, "poison", &hi), STORE_OK);
+    assert_int_equal(hi, 0);
+    store_value v;
+    assert_st(store_read(f->s, "ok-a", &v), STORE_OK);
+    assert_memory_equal(v.data, "a2", 2);
+    store_value_free(&v);
+}
+
 /* Writes until ACCEPTED or the deadline: the database is coming back. */
 static store_status write_until_back(store *s, const char *name, uint64_t token)
 {
@@ -311,6 +355,66 @@ static store_status write_until_back(store *s, const char *name, uint64_t token)
         th_nap_ms(50);
     }
     return st;
+}
+
+/* Sends sig to the postmaster and every process it started: the whole server. */
+static void signal_server(pid_t postmaster, int sig)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e = NULL;
+    assert_non_null(d);
+    kill(postmaster, sig);
+    while ((e = readdir(d)) != NULL) {
+        char path[300];
+        int pid = 0, ppid = 0;
+        char comm[256];
+        char st = 0;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *fp = fopen(path, "r");
+        if (fp == NULL) {
+            continue;
+        }
+        if (fscanf(fp, "%d %255s %c %d", &pid, comm, &st, &ppid) == 4 && ppid == postmaster) {
+            kill(pid, sig);
+        }
+        fclose(fp);
+    }
+    closedir(d);
+}
+
+/* A frozen server (every process stopped, its sockets still open: nothing ever answers and
+ * TCP does not notice) makes calls answer EIO within about timeout_ms, not hang. */
+static void test_frozen_database_is_bounded(void **state)
+{
+    st_fixture *f = *state;
+    store *s = NULL;
+    store_options o;
+    store_write_result res;
+    char err[512];
+    uint64_t hi = 0;
+
+    store_options_init(&o);
+    o.url = f->url;
+    o.timeout_ms = 1000;
+    assert_st(store_open(&s, &o, err, sizeof err), STORE_OK);
+    assert_st(store_write(s, "frozen", 1, "x", 1, NULL, 1, &res), STORE_ACCEPTED);
+    signal_server(st_pg->pid, SIGSTOP);
+    int64_t start = th_now_ms();
+    store_status w = store_write(s, "frozen", 2, "y", 1, NULL, 2, &res);
+    int64_t t_write = th_now_ms() - start;
+    start = th_now_ms();
+    store_status g = store_grant(s, "frozen", 2, &hi);
+    int64_t t_grant = th_now_ms() - start;
+    signal_server(st_pg->pid, SIGCONT);
+    print_message("frozen: write %s in %lld ms, grant %s in %lld ms\n", store_status_name(w),
+                  (long long)t_write, store_status_name(g), (long long)t_grant);
+    assert_st(w, STORE_EIO);
+    assert_st(g, STORE_EIO);
+    /* 1 s for the round trip; a reconnect waits for libpq's connect_timeout (2 s at least). */
+    assert_true(t_write < 4000);
+    assert_true(t_grant < 4000);
+    assert_st(write_until_back(s, "frozen", 3), STORE_ACCEPTED);
+    store_close(s);
 }
 
 /* Every call answers EIO within a bound while the database is down. */
@@ -378,6 +482,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_socket_url, st_setup, st_teardown),
         cmocka_unit_test(test_concurrent_migration),
         cmocka_unit_test_setup_teardown(test_password_never_shown, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_one_failing_statement_spares_the_batch, st_setup,
+                                        st_teardown),
+        cmocka_unit_test_setup_teardown(test_frozen_database_is_bounded, st_setup, st_teardown),
         /* Last: it stops the server the others share. */
         cmocka_unit_test_setup_teardown(test_restart_and_crash, st_setup, st_teardown),
     };
