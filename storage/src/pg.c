@@ -78,8 +78,11 @@ void store__pg_scrub(const store__pg *p, const char *msg, char *err, size_t errl
 
 store_status store__pg_sqlstate_status(const char *sqlstate)
 {
-    if (sqlstate != NULL && strncmp(sqlstate, "53", 2) == 0) {
-        return STORE_FULL; /* 53100 disk full, 53200 out of memory, 53300 too many conns */
+    if (sqlstate != NULL && strcmp(sqlstate, "53100") == 0) {
+        return STORE_FULL; /* disk_full: nothing was written */
+    }
+    if (sqlstate != NULL && strcmp(sqlstate, "53200") == 0) {
+        return STORE_ENOMEM; /* the server's out_of_memory */
     }
     if (sqlstate != NULL && strcmp(sqlstate, "54000") == 0) {
         return STORE_TOO_LARGE;

@@ -88,8 +88,8 @@ PGresult *store__pg_exec(store__pg *p, store__pgconn *c, const char *sql, int np
                          const char *const *values, const int *lengths, const int *formats,
                          int binary_result, store__pgrc *rc, char *sqlstate);
 
-/* Maps a failed statement's SQLSTATE to a status: 53100 (disk full) and 53xxx resource
- * errors FULL, 54000 (too large) TOO_LARGE, anything else EIO. */
+/* Maps a failed statement's SQLSTATE to a status: 53100 (disk full) FULL, 53200 (out of
+ * memory) ENOMEM, 54000 (too large) TOO_LARGE, anything else EIO. */
 store_status store__pg_sqlstate_status(const char *sqlstate);
 
 /* Copies msg into err (errlen bytes) with every occurrence of the password replaced by ***. */

@@ -7,7 +7,9 @@
 #                     connections, and sets FG_PG_PID (the postmaster), FG_PG_PORT,
 #                     FG_PG_SOCKDIR, FG_PG_PASSWORD and FG_PG_URL (TCP, with the password).
 #                     A missing initdb fails loudly: it is never a skip.
-#   fg_pg_restart     starts it again on the same port and data (after fg_pg_kill/stop).
+#   fg_pg_restart     starts it again on the same port and data (after fg_pg_kill/stop);
+#                     fails at once (returns 1) while a killed server's backends still hold
+#                     its shared memory: call it in a loop with a deadline.
 #   fg_pg_kill        SIGKILL the postmaster (a crash; its backends exit on their own).
 #   fg_pg_stop        stops it by PID (SIGTERM: smart shutdown, then SIGQUIT, SIGKILL).
 #   fg_pg_psql SQL    runs SQL as the superuser over the socket.
@@ -54,13 +56,19 @@ fg_pg_free_port() {
 }
 
 fg_pg_spawn() {
-    local deadline
+    local deadline starter
     fg_pg_as "$FG_PG_BIN/postgres" -D "$FG_PG_DIR/data" -p "$FG_PG_PORT" -k "$FG_PG_SOCKDIR" \
         -c listen_addresses=127.0.0.1 -c fsync=on -c synchronous_commit=on \
         >>"$FG_PG_DIR/postgres.log" 2>&1 &
+    starter=$! # runuser (or postgres itself): it exits when the postmaster does
     deadline=$((SECONDS + 30))
     FG_PG_PID=
     until fg_pg_as "$FG_PG_BIN/pg_isready" -q -h "$FG_PG_SOCKDIR" -p "$FG_PG_PORT"; do
+        if ! kill -0 "$starter" 2>/dev/null; then
+            echo "FAIL: postgres exited at start; its log:" >&2
+            tail -n 5 "$FG_PG_DIR/postgres.log" >&2 || true
+            return 1
+        fi
         if [ $SECONDS -ge $deadline ]; then
             echo "FAIL: postgres did not accept connections in 30 s; its log:" >&2
             tail -n 30 "$FG_PG_DIR/postgres.log" >&2 || true
