@@ -196,88 +196,107 @@ static store__pgrc failed(const PGresult *res, char *sqlstate)
                                                                              : STORE__PG_SQL;
 }
 
-/*
- * Runs ops[0..n) as one pipelined transaction on c. In this order:
- *  1. Send the two statements' Parse if this session has not yet, BEGIN, every statement,
- *     COMMIT and a Sync, and flush.
- *  2. Read the Parse results, each statement's row (provisional answers), then COMMIT's
- *     result and the Sync.
- *  3. Leave pipeline mode; roll back if an error left the transaction open.
- * Returns OK only when COMMIT succeeded; otherwise RETRY/SQL (sqlstate set) or LOST.
- */
-static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__pgop **ops, size_t n,
-                                char *sqlstate)
+/* Step 1 of run_pipeline: sends the two statements' Parse when this session has not yet
+ * (prepares 2), BEGIN, every statement, COMMIT and a Sync, and flushes. 0, or -1 when the
+ * connection failed. */
+static int send_pipeline(PGconn *conn, store__pgop **ops, size_t n, size_t prepares,
+                         int64_t deadline)
 {
-    PGconn *conn = c->conn;
-    int64_t deadline = store__pg_now_ms() + p->timeout_ms;
-    store__pgrc rc = STORE__PG_OK;
-    int lost = 0;
-    PGresult *res = NULL;
-    size_t prepares = c->prepared ? 0 : 2;
-
-    sqlstate[0] = '\0';
     if (!PQenterPipelineMode(conn)) {
-        return STORE__PG_LOST;
+        return -1;
     }
     if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 6, NULL) ||
                          !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 2, NULL))) {
-        return STORE__PG_LOST;
+        return -1;
     }
     if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
-        return STORE__PG_LOST;
+        return -1;
     }
     for (size_t i = 0; i < n; i++) {
         if (send_op(conn, ops[i]) != 0) {
-            return STORE__PG_LOST;
+            return -1;
         }
     }
     if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
         !PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
-        return STORE__PG_LOST;
+        return -1;
     }
-    for (size_t i = 0; i < prepares && !lost; i++) {
-        res = query_result(conn, deadline, &lost);
-        if (res != NULL && PQresultStatus(res) == PGRES_FATAL_ERROR) {
-            rc = failed(res, sqlstate);
-        }
-        PQclear(res);
-    }
-    /* Named statements outlive a rolled-back transaction: once parsed, never again. */
-    c->prepared = c->prepared || (!lost && rc == STORE__PG_OK);
-    for (size_t i = 0; i <= n + 1 && !lost; i++) { /* BEGIN, the n statements, COMMIT */
-        res = query_result(conn, deadline, &lost);
+    return 0;
+}
+
+/* Step 2: reads the `count` query results in order; the one at index i in [first, first + n)
+ * is ops[i - first]'s row. The first failure sets rc (and sqlstate); queries after it answer
+ * PIPELINE_ABORTED. Sets *lost on a lost connection or timeout. */
+static store__pgrc read_results(PGconn *conn, store__pgop **ops, size_t n, size_t first,
+                                size_t count, int64_t deadline, char *sqlstate,
+                                store__pgrc rc, int *lost)
+{
+    for (size_t i = 0; i < count && !*lost; i++) {
+        PGresult *res = query_result(conn, deadline, lost);
         if (res == NULL) {
             break;
         }
         ExecStatusType es = PQresultStatus(res);
         if (es == PGRES_FATAL_ERROR) {
-            rc = failed(res, sqlstate);
+            rc = rc == STORE__PG_OK ? failed(res, sqlstate) : rc;
         } else if (es == PGRES_PIPELINE_ABORTED) {
             rc = rc == STORE__PG_OK ? STORE__PG_SQL : rc;
-        } else if (i >= 1 && i <= n && es == PGRES_TUPLES_OK) {
-            take_row(ops[i - 1], res);
+        } else if (i >= first && i < first + n && es == PGRES_TUPLES_OK) {
+            take_row(ops[i - first], res);
         }
         PQclear(res);
     }
-    res = lost ? NULL : store__pg_next(conn, deadline, &lost);
-    if (res == NULL || PQresultStatus(res) != PGRES_PIPELINE_SYNC) {
-        PQclear(res);
-        return STORE__PG_LOST;
-    }
+    return rc;
+}
+
+/* Step 3: reads the Sync, leaves pipeline mode and rolls back a transaction an error left
+ * open (aborted until ROLLBACK). 0, or -1 when the connection failed. */
+static int finish_pipeline(PGconn *conn, int64_t deadline)
+{
+    int lost = 0;
+    PGresult *res = store__pg_next(conn, deadline, &lost);
+    int ok = res != NULL && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
     PQclear(res);
-    if (!PQexitPipelineMode(conn)) {
-        return STORE__PG_LOST;
+    if (!ok || !PQexitPipelineMode(conn)) {
+        return -1;
     }
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
-        /* An error inside the block leaves it aborted until ROLLBACK. */
-        int ok = PQsendQuery(conn, "ROLLBACK") && store__pg_flush(conn, deadline) == 0;
+        ok = PQsendQuery(conn, "ROLLBACK") && store__pg_flush(conn, deadline) == 0;
         while (ok && (res = store__pg_next(conn, deadline, &lost)) != NULL) {
             ok = PQresultStatus(res) == PGRES_COMMAND_OK;
             PQclear(res);
         }
-        if (!ok || lost) {
-            return STORE__PG_LOST;
-        }
+    }
+    return ok && !lost ? 0 : -1;
+}
+
+/*
+ * Runs ops[0..n) as one pipelined transaction on c, in the three steps above. Every op first
+ * gets EIO, replaced by its row's answer, so none is left unanswered. Returns OK only when
+ * COMMIT succeeded; otherwise RETRY/SQL (sqlstate set) or LOST (drop the connection).
+ */
+static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__pgop **ops, size_t n,
+                                char *sqlstate)
+{
+    int64_t deadline = store__pg_now_ms() + p->timeout_ms;
+    size_t prepares = c->prepared ? 0 : 2;
+    int lost = 0;
+
+    sqlstate[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        fail_op(ops[i], STORE_EIO);
+    }
+    if (send_pipeline(c->conn, ops, n, prepares, deadline) != 0) {
+        return STORE__PG_LOST;
+    }
+    store__pgrc rc = read_results(c->conn, ops, 0, 0, prepares, deadline, sqlstate,
+                                  STORE__PG_OK, &lost);
+    /* Named statements outlive a rolled-back transaction: once parsed, never again. */
+    c->prepared = c->prepared || (!lost && rc == STORE__PG_OK);
+    /* BEGIN, the n statements (indexes 1..n), COMMIT. */
+    rc = read_results(c->conn, ops, n, 1, n + 2, deadline, sqlstate, rc, &lost);
+    if (lost || finish_pipeline(c->conn, deadline) != 0) {
+        return STORE__PG_LOST;
     }
     return rc;
 }
