@@ -402,7 +402,8 @@ static void lmdb_close(void *impl)
 
 /* Reads and decodes resource's record inside txn. NOT_FOUND when there is none, EIO when its
  * bytes do not decode (a corrupt record is reported, never trusted). */
-static store_status get_record(store__lmdb *s, MDB_txn *txn, const char *resource, store__record *rec)
+static store_status get_record(store__lmdb *s, MDB_txn *txn, const char *resource,
+                               store__record *rec)
 {
     MDB_val key = {strlen(resource), (void *)resource};
     MDB_val val;

@@ -17,8 +17,10 @@
  *
  * Threads: one `store` per process, shared by every thread. All calls are thread-safe.
  * Concurrent writers are batched into one transaction (group commit) in both backends.
- * PostgreSQL unreachable, restarting or killed: calls answer EIO within a bounded time
- * (store_options.timeout_ms), and the store reconnects by itself on a later call.
+ * PostgreSQL unreachable, restarting, killed or frozen: calls answer EIO within a bounded
+ * time (store_options.timeout_ms per round trip; a reconnect waits libpq's connect_timeout,
+ * at least 2 s), and the store reconnects by itself on a later call. EIO is also the answer
+ * for "the database is unavailable": the caller maps it to 503 either way.
  */
 #ifndef STORAGE_STORAGE_H
 #define STORAGE_STORAGE_H
@@ -37,7 +39,7 @@ extern "C" {
     X(UNKNOWN_TOKEN, "token was never issued for this resource")                         \
     X(NOT_FOUND, "resource not found")                                                   \
     X(TOO_LARGE, "value is larger than the configured maximum")                          \
-    X(FULL, "the store is full (LMDB map size reached, or PostgreSQL's disk is full)")                                 \
+    X(FULL, "the store is full (LMDB map size reached, or PostgreSQL's disk full)")     \
     X(INVALID, "invalid argument")                                                       \
     X(BUSY, "the data directory is in use by another store (another process)")           \
     X(EIO, "storage I/O error")                                                          \
@@ -190,10 +192,10 @@ uint64_t store_ledger_floor(store *s);
 /* Makes sure the durable ceiling is >= token before the caller hands the token out,
  * raising it by the step (one fsync) when needed. OK, or EIO when it could not be made
  * durable (I/O error, disk full, full map): then the token must not be handed out.
- * INVALID for a token >= 2^53. The ceiling stops at 2^53 - 1, the largest token. */
-store_status store_ledger_cover(store *s, uint64_t token);
-/* PostgreSQL: a no-op answering OK (INVALID for a token >= 2^53): store_grant() makes each
+ * INVALID for a token >= 2^53. The ceiling stops at 2^53 - 1, the largest token.
+ * PostgreSQL: a no-op answering OK (INVALID for a token >= 2^53): store_grant() makes each
  * grant durable instead. */
+store_status store_ledger_cover(store *s, uint64_t token);
 
 /* Records, before the caller hands it out, that `token` is granted for `resource`.
  * PostgreSQL: durably and atomically (one statement, group-committed with other grants and
@@ -216,12 +218,12 @@ store_status store_grant(store *s, const char *resource, uint64_t token, uint64_
  * in the store because the store owns the data directory.
  * A data directory written before the secret moved into the store holds it in the file
  * STORE_LEGACY_SECRET_FILE; while the store has none, that file is imported (and then no
- * longer read). PostgreSQL: one row shared by every store on the database, made once even
- * when several gateways ask at the same moment; there is no file to import. It must be a regular file of exactly STORE_SECRET_LEN bytes, not all zero
+ * longer read). It must be a regular file of exactly STORE_SECRET_LEN bytes, not all zero
  * (a zeroed block is what a torn write leaves): otherwise INVALID, with err naming the file
- * and what to do. EIO when the secret cannot be made durable, INVALID for a malformed stored
- * one (never replaced: a new secret would silently change every derived owner). err may be
- * NULL. */
+ * and what to do. PostgreSQL: one row shared by every store on the database, made once even
+ * when several gateways ask at the same moment; there is no file to import.
+ * EIO when the secret cannot be made durable, INVALID for a malformed stored one (never
+ * replaced: a new secret would silently change every derived owner). err may be NULL. */
 #define STORE_SECRET_LEN 16
 #define STORE_LEGACY_SECRET_FILE "owner-secret"
 store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,
