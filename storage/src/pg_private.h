@@ -1,5 +1,5 @@
-/* The PostgreSQL backend's state and its connection layer, shared by pg.c, pg_commit.c and
- * pg_schema.c. Never installed. */
+/* The PostgreSQL backend's state and its connection layer (pg_conn.c), shared by pg.c,
+ * pg_commit.c and pg_schema.c. Never installed. */
 #ifndef STORAGE_PG_PRIVATE_H
 #define STORAGE_PG_PRIVATE_H
 
