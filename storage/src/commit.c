@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "backend.h"
 #include "store_private.h"
 
 /* A write in the group-commit queue: the caller's request, answered in place. */
@@ -36,7 +37,7 @@ struct store__wreq {
 
 /* Checks one request against the transaction's current state and, when accepted, puts the
  * new record. Returns the MDB error of the put (0 when nothing failed). */
-static int apply(store *s, MDB_txn *txn, store__wreq *w)
+static int apply(store__lmdb *s, MDB_txn *txn, store__wreq *w)
 {
     MDB_val key = {strlen(w->r->resource), (void *)w->r->resource};
     MDB_val val;
@@ -94,7 +95,7 @@ static int apply(store *s, MDB_txn *txn, store__wreq *w)
 
 /* Runs the requests [first, end) of a batch list in one write transaction. Returns the MDB
  * error that ended it, 0 when it committed (or had nothing to commit). */
-static int run_txn(store *s, store__wreq *first, store__wreq *end)
+static int run_txn(store__lmdb *s, store__wreq *first, store__wreq *end)
 {
     MDB_txn *txn = NULL;
     uint64_t count = 0;
@@ -144,7 +145,7 @@ static int run_txn(store *s, store__wreq *first, store__wreq *end)
  * dirty pages for one transaction), the aborted transaction left the store unchanged, and
  * each request is replayed in a transaction of its own, so only those that really do not fit
  * answer FULL. Any other failure has already been given to every request of the batch. */
-static void run_batch(store *s, store__wreq *batch)
+static void run_batch(store__lmdb *s, store__wreq *batch)
 {
     int rc = run_txn(s, batch, NULL);
     if (rc != MDB_MAP_FULL && rc != MDB_TXN_FULL) {
@@ -155,23 +156,10 @@ static void run_batch(store *s, store__wreq *batch)
     }
 }
 
-static store_status validate(store *s, const char *resource, uint64_t token, const void *data,
-                             size_t len, const char *content_type)
-{
-    if (!store__valid_name(resource) || token == 0 || token >= STORE__TOKEN_LIMIT ||
-        (data == NULL && len > 0) || !store__valid_content_type(content_type)) {
-        return STORE_INVALID;
-    }
-    if (len > s->opts.max_value_bytes) {
-        return STORE_TOO_LARGE;
-    }
-    return STORE_OK;
-}
-
 /* Queues the chain first..last (linked through next) and waits until a batch holding it has
  * run: either the batch of another leader, or the one this thread leads. The chain is
  * queued in one piece and a leader takes the whole queue, so it all runs in one batch. */
-static void write_grouped(store *s, store__wreq *first, store__wreq *last)
+static void write_grouped(store__lmdb *s, store__wreq *first, store__wreq *last)
 {
     pthread_mutex_lock(&s->mu);
     if (s->queue_tail != NULL) {
@@ -207,7 +195,7 @@ static void write_grouped(store *s, store__wreq *first, store__wreq *last)
 }
 
 /* One transaction per call, serialised: the benchmark's baseline without group commit. */
-static void write_alone(store *s, store__wreq *first)
+static void write_alone(store__lmdb *s, store__wreq *first)
 {
     pthread_mutex_lock(&s->mu);
     while (s->leading) {
@@ -222,8 +210,9 @@ static void write_alone(store *s, store__wreq *first)
     pthread_mutex_unlock(&s->mu);
 }
 
-void store_write_many(store *s, store_write_req *const *reqs, size_t n)
+void store__lmdb_write_many(void *impl, store_write_req *const *reqs, size_t n)
 {
+    store__lmdb *s = impl;
     store__wreq *w = calloc(n > 0 ? n : 1, sizeof *w);
     store__wreq *first = NULL, *last = NULL;
 
@@ -231,8 +220,7 @@ void store_write_many(store *s, store_write_req *const *reqs, size_t n)
         store_write_req *r = reqs[i];
         memset(&r->res, 0, sizeof r->res);
         r->status = w == NULL ? STORE_ENOMEM
-                              : validate(s, r->resource, r->token, r->data, r->len,
-                                         r->content_type);
+                              : store__validate_write(r, s->opts.max_value_bytes);
         if (r->status != STORE_OK) {
             continue;
         }
@@ -254,19 +242,4 @@ void store_write_many(store *s, store_write_req *const *reqs, size_t n)
         store__call_end(s);
     }
     free(w);
-}
-
-store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
-                         size_t len, const char *content_type, uint64_t last_issued,
-                         store_write_result *res)
-{
-    store_write_req r = {.resource = resource, .token = token, .data = data, .len = len,
-                         .content_type = content_type, .last_issued = last_issued};
-    store_write_req *one[1] = {&r};
-
-    store_write_many(s, one, 1);
-    if (res != NULL) {
-        *res = r.res;
-    }
-    return r.status;
 }

@@ -41,6 +41,14 @@ static inline int store__valid_name(const char *s)
 /* 1 when s is NULL or 0..255 bytes of printable ASCII. */
 int store__valid_content_type(const char *s);
 
+/* The checks every write passes before any backend sees it, in store_write()'s order after
+ * the token comparisons it cannot make alone: INVALID for a bad name, a token of 0 or >= 2^53,
+ * NULL data with a length, or a bad content type; TOO_LARGE over max_value_bytes; else OK. */
+store_status store__validate_write(const store_write_req *r, size_t max_value_bytes);
+
+/* Wall clock (CLOCK_REALTIME) in ms, for written_at_ms. */
+int64_t store__wall_ms(void);
+
 /* The LMDB environment flags of an open store (mdb_env_get_flags), so a test can check that
  * no flag weakens the synchronous commit. Returns 0 or an LMDB error code. */
 int store__env_flags(store *s, unsigned int *flags);

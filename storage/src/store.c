@@ -25,33 +25,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "backend.h"
 #include "store_private.h"
 
 #define LEDGER_KEY "ledger.ceiling"
 #define SECRET_KEY "owner.secret"
 #define LOCK_FILE "fencegate.lock"
-
-static const char *const status_names[] = {
-#define STORE_X_NAME(name, msg) #name,
-    STORE_STATUS_MAP(STORE_X_NAME)
-#undef STORE_X_NAME
-};
-
-static const char *const status_msgs[] = {
-#define STORE_X_MSG(name, msg) msg,
-    STORE_STATUS_MAP(STORE_X_MSG)
-#undef STORE_X_MSG
-};
-
-const char *store_status_name(store_status st)
-{
-    return (unsigned)st < STORE_STATUS_COUNT ? status_names[st] : "UNKNOWN";
-}
-
-const char *store_status_str(store_status st)
-{
-    return (unsigned)st < STORE_STATUS_COUNT ? status_msgs[st] : "unknown status";
-}
 
 store_status store__mdb_status(int rc)
 {
@@ -74,15 +53,6 @@ int64_t store__wall_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-void store_options_init(store_options *opts)
-{
-    memset(opts, 0, sizeof *opts);
-    opts->map_size = (size_t)1 << 30;
-    opts->max_value_bytes = (size_t)1 << 20;
-    opts->group_commit = 1;
-    opts->ledger_step = (uint64_t)1 << 20;
 }
 
 /* fsyncs directory dir, so the entries created in it survive a power loss. Returns 0, or -1
@@ -160,7 +130,7 @@ static int make_dir(const char *dir)
  * refused too, and no close() of another descriptor drops it. O_CLOEXEC keeps it out of
  * programs the process executes. Returns 0, EWOULDBLOCK when the lock is held, or another
  * errno value. */
-static int lock_data_dir(store *s, const char *dir)
+static int lock_data_dir(store__lmdb *s, const char *dir)
 {
     char path[4096 + sizeof LOCK_FILE + 1];
     int n = snprintf(path, sizeof path, "%s/%s", dir, LOCK_FILE);
@@ -191,7 +161,7 @@ static uint64_t get_u64_val(const MDB_val *v)
 }
 
 /* Writes ceiling R durably in its own transaction. */
-static int put_ceiling(store *s, uint64_t ceiling)
+static int put_ceiling(store__lmdb *s, uint64_t ceiling)
 {
     MDB_txn *txn = NULL;
     unsigned char buf[8];
@@ -223,7 +193,7 @@ static uint64_t raised_ceiling(uint64_t ceiling, uint64_t step)
 
 /* Opens the two databases and raises the ledger: R := min(R_prev + step, the largest token),
  * durable before the store is usable. */
-static int open_dbs_and_ledger(store *s)
+static int open_dbs_and_ledger(store__lmdb *s)
 {
     MDB_txn *txn = NULL;
     MDB_val key = {sizeof LEDGER_KEY - 1, (void *)LEDGER_KEY};
@@ -271,7 +241,7 @@ static int open_dbs_and_ledger(store *s)
 /* Creates, configures and opens s's LMDB environment in s->opts.dir, then makes the new
  * files' directory entries durable. Returns 0, or an LMDB/errno code with *what naming the
  * step that failed. s->env is left for the caller to close on error. */
-static int open_env(store *s, const char **what)
+static int open_env(store__lmdb *s, const char **what)
 {
     int rc = mdb_env_create(&s->env);
     if (rc == 0) {
@@ -312,9 +282,9 @@ static int open_env(store *s, const char **what)
  *  5. Open the databases and durably raise the ledger's ceiling.
  * On error everything taken so far is released, the environment before the lock.
  */
-store_status store_open(store **out, const store_options *opts, char *err, size_t errlen)
+store_status store__lmdb_open(void **out, const store_options *opts, char *err, size_t errlen)
 {
-    store *s = NULL;
+    store__lmdb *s = NULL;
     int rc = 0;
     const char *what = NULL;
     store_status st = STORE_EIO;
@@ -388,14 +358,14 @@ fail:
     return st;
 }
 
-void store__call_begin(store *s)
+void store__call_begin(store__lmdb *s)
 {
     pthread_mutex_lock(&s->calls_mu);
     s->calls++;
     pthread_mutex_unlock(&s->calls_mu);
 }
 
-void store__call_end(store *s)
+void store__call_end(store__lmdb *s)
 {
     /* The count and the wake-up are under one mutex, so store_close() cannot free the store
      * between them. */
@@ -406,8 +376,9 @@ void store__call_end(store *s)
     pthread_mutex_unlock(&s->calls_mu);
 }
 
-void store_close(store *s)
+static void lmdb_close(void *impl)
 {
+    store__lmdb *s = impl;
     if (s == NULL) {
         return;
     }
@@ -431,7 +402,8 @@ void store_close(store *s)
 
 /* Reads and decodes resource's record inside txn. NOT_FOUND when there is none, EIO when its
  * bytes do not decode (a corrupt record is reported, never trusted). */
-static store_status get_record(store *s, MDB_txn *txn, const char *resource, store__record *rec)
+static store_status get_record(store__lmdb *s, MDB_txn *txn, const char *resource,
+                               store__record *rec)
 {
     MDB_val key = {strlen(resource), (void *)resource};
     MDB_val val;
@@ -442,8 +414,9 @@ static store_status get_record(store *s, MDB_txn *txn, const char *resource, sto
     return store__record_decode(val.mv_data, val.mv_size, rec) == 0 ? STORE_OK : STORE_EIO;
 }
 
-store_status store_read(store *s, const char *resource, store_value *v)
+static store_status lmdb_read(void *impl, const char *resource, store_value *v)
 {
+    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
 
@@ -481,17 +454,9 @@ store_status store_read(store *s, const char *resource, store_value *v)
     return st;
 }
 
-void store_value_free(store_value *v)
+static store_status lmdb_highest(void *impl, const char *resource, uint64_t *highest)
 {
-    if (v != NULL) {
-        free(v->data);
-        v->data = NULL;
-        v->len = 0;
-    }
-}
-
-store_status store_highest(store *s, const char *resource, uint64_t *highest)
-{
+    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
 
@@ -517,9 +482,10 @@ store_status store_highest(store *s, const char *resource, uint64_t *highest)
     return st;
 }
 
-store_status store_list(store *s, const char *after, store_entry *entries, size_t max,
+static store_status lmdb_list(void *impl, const char *after, store_entry *entries, size_t max,
                         size_t *n)
 {
+    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     MDB_cursor *cur = NULL;
     MDB_val key = {0, NULL};
@@ -579,8 +545,9 @@ store_status store_list(store *s, const char *after, store_entry *entries, size_
     return st;
 }
 
-store_status store_delete(store *s, const char *resource)
+static store_status lmdb_delete(void *impl, const char *resource)
 {
+    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
     unsigned char *buf = NULL;
@@ -650,13 +617,15 @@ store_status store_delete(store *s, const char *resource)
  *    ledger_mu. It stops at the largest token (2^53 - 1); once there, the token space is
  *    used up and locklib refuses to hand out more, so nothing above R is ever handed out.
  */
-uint64_t store_ledger_floor(store *s)
+static uint64_t lmdb_ledger_floor(void *impl)
 {
+    store__lmdb *s = impl;
     return s->floor;
 }
 
-store_status store_ledger_cover(store *s, uint64_t token)
+static store_status lmdb_ledger_cover(void *impl, uint64_t token)
 {
+    store__lmdb *s = impl;
     /* Checked first: such a token can never be covered, and a ceiling above the largest
      * token would make every later open fail. */
     if (token > STORE__TOKEN_MAX) {
@@ -741,9 +710,10 @@ static int read_legacy_secret(const char *dir, unsigned char *out, char *err, si
  * one: LMDB's single writer makes the check and the put atomic, so two callers can never
  * make two secrets. The commit is synchronous (the environment has no NOSYNC flag), so the
  * bytes are durable before anyone derives an owner from them. */
-store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,
+static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN], char *err,
                           size_t errlen)
 {
+    store__lmdb *s = impl;
     char scratch[8];
     MDB_txn *txn = NULL;
     MDB_val key = {sizeof SECRET_KEY - 1, (void *)SECRET_KEY};
@@ -812,14 +782,46 @@ out:
     return st;
 }
 
-int store__env_flags(store *s, unsigned int *flags)
+/* LMDB has no per-resource grant state: one process owns the data directory, and the
+ * gateway's in-process floor keeps its own tokens unique; covering the token by the durable
+ * ceiling keeps it above the floor of every later process. A per-grant fsync would cost every
+ * /lock one. */
+static store_status lmdb_grant(void *impl, const char *resource, uint64_t token,
+                               uint64_t *highest)
+{
+    store__lmdb *s = impl;
+    (void)resource;
+    if (token <= s->floor) {
+        *highest = s->floor;
+        return STORE_STALE;
+    }
+    return lmdb_ledger_cover(impl, token);
+}
+
+int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags)
 {
     return mdb_env_get_flags(s->env, flags);
 }
 
-void store_get_stats(store *s, store_stats *out)
+static void lmdb_get_stats(void *impl, store_stats *out)
 {
+    store__lmdb *s = impl;
     out->commits = atomic_load(&s->commits);
     out->writes = atomic_load(&s->writes);
     out->max_batch = atomic_load(&s->max_batch);
 }
+
+const store__ops store__lmdb_ops = {
+    .name = "lmdb",
+    .close = lmdb_close,
+    .write_many = store__lmdb_write_many,
+    .read = lmdb_read,
+    .highest = lmdb_highest,
+    .list = lmdb_list,
+    .del = lmdb_delete,
+    .ledger_floor = lmdb_ledger_floor,
+    .ledger_cover = lmdb_ledger_cover,
+    .grant = lmdb_grant,
+    .secret = lmdb_secret,
+    .get_stats = lmdb_get_stats,
+};

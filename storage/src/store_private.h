@@ -10,8 +10,9 @@
 #include "storage_internal.h"
 
 typedef struct store__wreq store__wreq;
+typedef struct store__lmdb store__lmdb;
 
-struct store {
+struct store__lmdb {
     MDB_env *env;
     MDB_dbi resources;          /* resource name -> store__record */
     MDB_dbi meta;               /* "ledger.ceiling" -> u64 */
@@ -45,10 +46,8 @@ store_status store__mdb_status(int rc);
 
 /* Every public call that uses the environment brackets itself with these, so that
  * store_close() waits for calls in flight before it closes the environment. */
-void store__call_begin(store *s);
-void store__call_end(store *s);
+void store__call_begin(store__lmdb *s);
+void store__call_end(store__lmdb *s);
 
-/* Wall clock in ms, for written_at_ms. */
-int64_t store__wall_ms(void);
 
 #endif

@@ -1,10 +1,14 @@
 /*
  * storage_bench: durable token-checked writes per second at 1, 16 and 64 concurrent
- * writers, with and without group commit, beside the raw write+fdatasync rate of the same
- * disk measured in the same run, before and after the rows (the disk drifts; compare the
- * ratios only when the two raw figures agree). Prints a table; asserts nothing.
+ * writers, with and without group commit, on LMDB and on PostgreSQL side by side in one run,
+ * beside the raw write+fdatasync rate of the same disk measured in the same run, before and
+ * after the rows (the disk drifts; compare the ratios only when the two raw figures agree).
+ * Prints a table; asserts nothing.
  *
  *   build/tests/storage/storage_bench [seconds-per-row, default 2] [dir, default $TMPDIR]
+ *
+ * PostgreSQL: a private server started for the run (like the tests), on the same disk as
+ * $TMPDIR, or the database of FENCEGATE_BENCH_PG_URL when set (the table never prints it).
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -45,6 +49,7 @@ static double raw_fdatasync_rate(const char *dir)
 
 typedef struct run {
     store *s;
+    const char *prefix;
     int id;
     int64_t end_ms;
     _Atomic long *count;
@@ -53,11 +58,11 @@ typedef struct run {
 static void *writer(void *p)
 {
     run *r = p;
-    char name[32];
+    char name[64];
     char value[256];
     store_write_result res;
     memset(value, 'v', sizeof value);
-    snprintf(name, sizeof name, "bench-%d", r->id);
+    snprintf(name, sizeof name, "%s-%d", r->prefix, r->id);
     for (uint64_t token = 1; th_now_ms() < r->end_ms; token++) {
         if (store_write(r->s, name, token, value, sizeof value, "application/octet-stream",
                         token, &res) == STORE_ACCEPTED) {
@@ -67,16 +72,24 @@ static void *writer(void *p)
     return NULL;
 }
 
-static double store_rate(const char *dir, int writers, int group_commit, double *batch)
+/* Writes per second with `writers` threads for one row. url NULL: LMDB in a fresh sub
+ * directory of dir; otherwise that PostgreSQL database, with resource names of this row
+ * only, so rows never see each other's tokens. */
+static double store_rate(const char *dir, const char *url, int writers, int group_commit,
+                         double *batch)
 {
-    char sub[512];
+    char sub[512], prefix[64];
     snprintf(sub, sizeof sub, "%s/gc%d-w%d", dir, group_commit, writers);
+    snprintf(prefix, sizeof prefix, "bench-%d-gc%d-w%d", (int)getpid(), group_commit, writers);
     store_options o;
     store_options_init(&o);
+    o.url = url;
     o.dir = sub;
     o.group_commit = group_commit;
     store *s = NULL;
-    if (store_open(&s, &o, NULL, 0) != STORE_OK) {
+    char err[512];
+    if (store_open(&s, &o, err, sizeof err) != STORE_OK) {
+        fprintf(stderr, "storage_bench: store_open: %s\n", err);
         return 0;
     }
     _Atomic long count = 0;
@@ -84,7 +97,7 @@ static double store_rate(const char *dir, int writers, int group_commit, double 
     run r[64];
     int64_t start = th_now_ms();
     for (int i = 0; i < writers; i++) {
-        r[i] = (run){s, i, start + row_ms, &count};
+        r[i] = (run){s, prefix, i, start + row_ms, &count};
         pthread_create(&t[i], NULL, writer, &r[i]);
     }
     for (int i = 0; i < writers; i++) {
@@ -95,7 +108,9 @@ static double store_rate(const char *dir, int writers, int group_commit, double 
     store_get_stats(s, &st);
     *batch = st.commits ? (double)st.writes / (double)st.commits : 0;
     store_close(s);
-    th_rmtree(sub);
+    if (url == NULL) {
+        th_rmtree(sub);
+    }
     return atomic_load(&count) / secs;
 }
 
@@ -118,16 +133,37 @@ int main(int argc, char **argv)
            dir);
     double raw = raw_fdatasync_rate(dir);
     printf("%-34s %12.0f /s\n", "raw write+fdatasync (same disk)", raw);
-    printf("%-14s %-8s %12s %10s %14s\n", "group commit", "writers", "writes/s", "per-commit",
-           "vs raw fsync");
+    th_pg pg;
+    char url[512];
+    const char *given = getenv("FENCEGATE_BENCH_PG_URL");
+    if (given != NULL && given[0] != '\0') {
+        snprintf(url, sizeof url, "%s", given);
+        pg.pid = 0;
+    } else {
+        th_pg_start(&pg);
+        th_pg_url(&pg, "postgres", url, sizeof url);
+    }
+    printf("%-11s %-13s %-8s %12s %10s %14s\n", "backend", "group commit", "writers",
+           "writes/s", "per-commit", "vs raw fsync");
     int counts[] = {1, 16, 64};
+    double pg_rate[2][3] = {{0}};
     for (int gc = 0; gc <= 1; gc++) {
         for (int i = 0; i < 3; i++) {
-            double batch = 0;
-            double rate = store_rate(dir, counts[i], gc, &batch);
-            printf("%-14s %-8d %12.0f %10.1f %13.2fx\n", gc ? "on" : "off", counts[i], rate,
-                   batch, raw > 0 ? rate / raw : 0);
+            for (int b = 0; b <= 1; b++) { /* the two backends side by side, row by row */
+                double batch = 0;
+                double rate = store_rate(dir, b ? url : NULL, counts[i], gc, &batch);
+                if (b) {
+                    pg_rate[gc][i] = rate;
+                }
+                printf("%-11s %-13s %-8d %12.0f %10.1f %13.2fx\n", b ? "postgresql" : "lmdb",
+                       gc ? "on" : "off", counts[i], rate, batch, raw > 0 ? rate / raw : 0);
+            }
         }
+    }
+    printf("postgresql, group commit on: 64 writers / 1 writer = %.1fx (target >= 5x)\n",
+           pg_rate[1][0] > 0 ? pg_rate[1][2] / pg_rate[1][0] : 0);
+    if (pg.pid > 0) {
+        th_pg_stop(&pg);
     }
     printf("%-34s %12.0f /s\n", "raw write+fdatasync, after the rows", raw_fdatasync_rate(dir));
     th_rmtree(dir);

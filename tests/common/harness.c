@@ -1,5 +1,6 @@
-/* nftw() is an XSI function. */
+/* nftw() is an XSI function; setgroups() a BSD one. */
 #define _XOPEN_SOURCE 700
+#define _DEFAULT_SOURCE
 
 #include "harness.h"
 
@@ -18,7 +19,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grp.h>
+#include <pwd.h>
+
 #include <hiredis/hiredis.h>
+#include <libpq-fe.h>
 
 int64_t th_now_ms(void)
 {
@@ -340,4 +345,242 @@ out:
         redisFree(ctx);
     }
     return result;
+}
+
+/* Finds the directory holding initdb: Debian keeps it off PATH. Exits when there is none. */
+static void pg_find_bindir(th_pg *pg)
+{
+    const char *fixed = "/usr/lib/postgresql/15/bin";
+    char path[512];
+
+    snprintf(path, sizeof path, "%s/initdb", fixed);
+    if (access(path, X_OK) == 0) {
+        snprintf(pg->bindir, sizeof pg->bindir, "%s", fixed);
+        return;
+    }
+    FILE *p = popen("pg_config --bindir 2>/dev/null", "r");
+    if (p != NULL) {
+        if (fgets(pg->bindir, sizeof pg->bindir, p) != NULL) {
+            pg->bindir[strcspn(pg->bindir, "\n")] = '\0';
+        }
+        pclose(p);
+    }
+    snprintf(path, sizeof path, "%s/initdb", pg->bindir);
+    if (pg->bindir[0] == '\0' || access(path, X_OK) != 0) {
+        fprintf(stderr, "harness: initdb not found in %s or `pg_config --bindir`. Install "
+                        "postgresql-15 with scripts/install-deps.sh; tests never skip without "
+                        "it.\n", fixed);
+        exit(1);
+    }
+}
+
+/* In a forked child: become the postgres user when root (initdb and postgres refuse root),
+ * send output to DIR/<log>, and exec argv. Never returns. */
+static void pg_exec_child(const th_pg *pg, const char *log, char *const argv[])
+{
+    char path[400];
+    snprintf(path, sizeof path, "%s/%s", pg->dir, log);
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+        dup2(fd, STDOUT_FILENO);
+        dup2(fd, STDERR_FILENO);
+        close(fd);
+    }
+    if (geteuid() == 0) {
+        struct passwd *pw = getpwnam("postgres");
+        if (pw == NULL || setgroups(0, NULL) != 0 || setgid(pw->pw_gid) != 0 ||
+            setuid(pw->pw_uid) != 0) {
+            fprintf(stderr, "harness: cannot become the postgres user\n");
+            _exit(126);
+        }
+    }
+    execv(argv[0], argv);
+    fprintf(stderr, "harness: cannot run %s: %s\n", argv[0], strerror(errno));
+    _exit(127);
+}
+
+static int pg_accepts(const th_pg *pg)
+{
+    char conninfo[512];
+    snprintf(conninfo, sizeof conninfo,
+             "host=%s port=%d dbname=postgres user=postgres connect_timeout=2", pg->dir,
+             pg->port);
+    return PQping(conninfo) == PQPING_OK;
+}
+
+/* Starts the postmaster and waits until it accepts connections. 0, or -1 when it exited
+ * first (its port was taken, or old backends still hold its shared memory). */
+static int pg_spawn(th_pg *pg)
+{
+    char bin[400], data[300], port[16];
+    snprintf(bin, sizeof bin, "%s/postgres", pg->bindir);
+    snprintf(data, sizeof data, "%s/data", pg->dir);
+    snprintf(port, sizeof port, "%d", pg->port);
+    char *const argv[] = {bin, "-D", data, "-p", port, "-k", pg->dir,
+                          "-c", "listen_addresses=127.0.0.1", "-c", "fsync=on",
+                          "-c", "synchronous_commit=on", "-c", "max_connections=200", NULL};
+    pid_t pid = fork();
+    if (pid < 0) {
+        fprintf(stderr, "harness: fork: %s\n", strerror(errno));
+        exit(1);
+    }
+    if (pid == 0) {
+        pg_exec_child(pg, "postgres.log", argv);
+    }
+    pg->pid = pid;
+    int64_t deadline = th_now_ms() + 30000;
+    while (!pg_accepts(pg)) {
+        if (waitpid(pid, NULL, WNOHANG) == pid) {
+            pg->pid = 0;
+            return -1;
+        }
+        if (th_now_ms() > deadline) {
+            fprintf(stderr, "harness: postgres on port %d did not accept connections in 30 s; "
+                            "see %s/postgres.log\n", pg->port, pg->dir);
+            kill(pid, SIGKILL);
+            waitpid(pid, NULL, 0);
+            exit(1);
+        }
+        th_nap_ms(20);
+    }
+    return 0;
+}
+
+void th_pg_start(th_pg *pg)
+{
+    char bin[400], data[300], pwfile[300];
+    memset(pg, 0, sizeof *pg);
+    pg_find_bindir(pg);
+    th_tempdir(pg->dir, sizeof pg->dir, "pg");
+    /* A password no text of the test would contain by chance, so a test can look for it. */
+    unsigned char rnd[8] = {0};
+    int rfd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+    if (rfd < 0 || read(rfd, rnd, sizeof rnd) != (ssize_t)sizeof rnd) {
+        fprintf(stderr, "harness: cannot read /dev/urandom\n");
+        exit(1);
+    }
+    close(rfd);
+    snprintf(pg->password, sizeof pg->password, "pw%02x%02x%02x%02x%02x%02x%02x%02x", rnd[0],
+             rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    snprintf(pwfile, sizeof pwfile, "%s/pwfile", pg->dir);
+    FILE *f = fopen(pwfile, "w");
+    if (f == NULL || fprintf(f, "%s\n", pg->password) < 0 || fclose(f) != 0) {
+        fprintf(stderr, "harness: cannot write %s\n", pwfile);
+        exit(1);
+    }
+    if (geteuid() == 0) {
+        struct passwd *pw = getpwnam("postgres");
+        if (pw == NULL || chown(pg->dir, pw->pw_uid, pw->pw_gid) != 0 ||
+            chown(pwfile, pw->pw_uid, pw->pw_gid) != 0) {
+            fprintf(stderr, "harness: running as root, but cannot hand %s to the postgres "
+                            "user (initdb refuses root)\n", pg->dir);
+            exit(1);
+        }
+    }
+    snprintf(bin, sizeof bin, "%s/initdb", pg->bindir);
+    snprintf(data, sizeof data, "%s/data", pg->dir);
+    char pwopt[320];
+    snprintf(pwopt, sizeof pwopt, "--pwfile=%s", pwfile);
+    char *const argv[] = {bin, "-D", data, "-U", "postgres", pwopt, "--auth-local=trust",
+                          "--auth-host=scram-sha-256", "-E", "UTF8", "--no-instructions",
+                          NULL};
+    pid_t pid = fork();
+    if (pid == 0) {
+        pg_exec_child(pg, "initdb.log", argv);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) ||
+        WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "harness: initdb failed; see %s/initdb.log\n", pg->dir);
+        exit(1);
+    }
+    for (int attempt = 0; attempt < 5; attempt++) {
+        pg->port = th_free_port();
+        if (pg->port > 0 && pg_spawn(pg) == 0) {
+            return;
+        }
+    }
+    fprintf(stderr, "harness: could not start postgres on a free port; see %s/postgres.log\n",
+            pg->dir);
+    exit(1);
+}
+
+void th_pg_restart(th_pg *pg)
+{
+    /* After a crash the old backends notice the postmaster is gone and exit, releasing its
+     * shared memory; until then a new postmaster refuses to start. */
+    int64_t deadline = th_now_ms() + 30000;
+    while (pg_spawn(pg) != 0) {
+        if (th_now_ms() > deadline) {
+            fprintf(stderr, "harness: postgres could not restart on port %d; see "
+                            "%s/postgres.log\n", pg->port, pg->dir);
+            exit(1);
+        }
+        th_nap_ms(50);
+    }
+}
+
+void th_pg_kill(th_pg *pg)
+{
+    if (pg->pid > 0) {
+        kill(pg->pid, SIGKILL);
+        waitpid(pg->pid, NULL, 0);
+        pg->pid = 0;
+    }
+}
+
+void th_pg_stop_immediate(th_pg *pg)
+{
+    if (pg->pid > 0) {
+        kill(pg->pid, SIGQUIT);
+        waitpid(pg->pid, NULL, 0);
+        pg->pid = 0;
+    }
+}
+
+void th_pg_stop(th_pg *pg)
+{
+    if (pg->pid > 0) {
+        /* SIGINT: fast shutdown, which ends the sessions still connected. */
+        kill(pg->pid, SIGINT);
+        int64_t deadline = th_now_ms() + 10000;
+        while (waitpid(pg->pid, NULL, WNOHANG) == 0) {
+            if (th_now_ms() > deadline) {
+                kill(pg->pid, SIGKILL);
+                waitpid(pg->pid, NULL, 0);
+                break;
+            }
+            th_nap_ms(10);
+        }
+        pg->pid = 0;
+    }
+    th_rmtree(pg->dir);
+}
+
+void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len)
+{
+    snprintf(buf, len, "postgresql://postgres:%s@127.0.0.1:%d/%s", pg->password, pg->port, db);
+}
+
+int th_pg_exec(const th_pg *pg, const char *sql)
+{
+    char conninfo[512];
+    snprintf(conninfo, sizeof conninfo,
+             "host=%s port=%d dbname=postgres user=postgres connect_timeout=5", pg->dir,
+             pg->port);
+    PGconn *conn = PQconnectdb(conninfo);
+    int rc = -1;
+    if (PQstatus(conn) != CONNECTION_OK) {
+        fprintf(stderr, "harness: psql connect: %s", PQerrorMessage(conn));
+    } else {
+        PGresult *res = PQexec(conn, sql);
+        ExecStatusType es = PQresultStatus(res);
+        rc = es == PGRES_COMMAND_OK || es == PGRES_TUPLES_OK ? 0 : -1;
+        if (rc != 0) {
+            fprintf(stderr, "harness: %s: %s", sql, PQresultErrorMessage(res));
+        }
+        PQclear(res);
+    }
+    PQfinish(conn);
+    return rc;
 }

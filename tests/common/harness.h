@@ -6,6 +6,7 @@
 #ifndef FG_TEST_HARNESS_H
 #define FG_TEST_HARNESS_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -54,5 +55,42 @@ void th_redis_stop(th_redis *r);
  * -1 on error; the string reply, if any, is copied into out (outlen bytes, may be NULL).
  * For test setup and inspection only. */
 long long th_redis_cmd(const th_redis *r, char *out, size_t outlen, const char *fmt, ...);
+
+/* A real PostgreSQL 15 server: initdb into a private temp dir (as the postgres user when the
+ * tests run as root, since initdb refuses root), the postmaster started directly (pid is its
+ * own, not a wrapper's) on a free loopback port with its Unix socket in the temp dir. The
+ * superuser "postgres" authenticates with `password` over TCP (scram-sha-256) and without one
+ * over the socket. */
+typedef struct th_pg {
+    pid_t pid;            /* the postmaster */
+    int port;
+    char dir[256];        /* temp dir: data/, the socket, postgres.log */
+    char bindir[256];     /* where initdb and postgres are */
+    char password[64];
+} th_pg;
+
+/* initdb and start. Fails the process loudly (exit 1 with a message) when initdb is missing
+ * (looked for in /usr/lib/postgresql/15/bin, then `pg_config --bindir`) or the server does
+ * not accept connections within 30 s. */
+void th_pg_start(th_pg *pg);
+
+/* Starts it again on the same port and data (after th_pg_kill or th_pg_crash). */
+void th_pg_restart(th_pg *pg);
+
+/* SIGKILL the postmaster and reap it: a crash. Its backends exit by themselves. */
+void th_pg_kill(th_pg *pg);
+
+/* SIGQUIT the postmaster (pg_ctl stop -m immediate) and reap it. */
+void th_pg_stop_immediate(th_pg *pg);
+
+/* SIGTERM, wait up to 10 s, SIGKILL if needed, remove the temp dir. */
+void th_pg_stop(th_pg *pg);
+
+/* Writes postgresql://postgres:<password>@127.0.0.1:<port>/<db> into buf. */
+void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len);
+
+/* Runs sql as the superuser in database "postgres" over the socket. Returns 0, or -1 after
+ * printing the server's error. */
+int th_pg_exec(const th_pg *pg, const char *sql);
 
 #endif

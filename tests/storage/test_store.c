@@ -1,5 +1,6 @@
-/* storage: every branch of the token-checked write, reads, limits, listing and tombstones,
- * on a real LMDB environment in a temp dir. */
+/* storage: every branch of the token-checked write, reads, limits, listing, tombstones and
+ * grants, on a real LMDB environment in a temp dir, or (argument "pg") on a real PostgreSQL:
+ * the same cases, and the ones only one backend has. */
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -377,9 +378,108 @@ static void test_status_strings(void **state)
     assert_non_null(strstr(err, "/proc/no-such-place/fg"));
 }
 
-int main(void)
+/* store_grant: both backends refuse a token at or below what they must stay above, and
+ * answer the highest to mint above. PostgreSQL keeps it per resource; LMDB has one floor. */
+static void test_grant(void **state)
 {
-    const struct CMUnitTest tests[] = {
+    st_fixture *f = *state;
+    uint64_t hi = 99;
+
+    assert_st(store_grant(f->s, "bad/name", 5, &hi), STORE_INVALID);
+    assert_int_equal(hi, 0);
+    assert_st(store_grant(f->s, "g", 0, &hi), STORE_INVALID);
+    assert_st(store_grant(f->s, "g", 9007199254740992ULL, &hi), STORE_INVALID);
+    uint64_t floor = store_ledger_floor(f->s);
+    assert_st(store_grant(f->s, "g", floor + 5, &hi), STORE_OK);
+    assert_int_equal(hi, 0);
+    assert_st(store_grant(f->s, "g", floor + 6, &hi), STORE_OK);
+    if (st_is_pg()) {
+        assert_int_equal(floor, 0);
+        assert_st(store_ledger_cover(f->s, 12345), STORE_OK);
+        assert_st(store_ledger_cover(f->s, 9007199254740992ULL), STORE_INVALID);
+        /* Per resource: at or below the recorded highest is refused, whoever asks. */
+        assert_st(store_grant(f->s, "g", 6, &hi), STORE_STALE);
+        assert_int_equal(hi, 6);
+        assert_st(store_grant(f->s, "g", 2, &hi), STORE_STALE);
+        assert_int_equal(hi, 6);
+        assert_st(store_grant(f->s, "g", 7, &hi), STORE_OK);
+        assert_st(store_grant(f->s, "other", 1, &hi), STORE_OK);
+        /* Durable: a reopened store still refuses it. */
+        store_close(f->s);
+        st_open(f);
+        assert_st(store_grant(f->s, "g", 7, &hi), STORE_STALE);
+        assert_int_equal(hi, 7);
+    } else {
+        /* One floor for every resource: tokens above it are the gateway's to keep unique. */
+        assert_st(store_grant(f->s, "g", floor + 5, &hi), STORE_OK);
+        if (floor > 0) {
+            assert_st(store_grant(f->s, "g", floor, &hi), STORE_STALE);
+            assert_int_equal(hi, floor);
+        }
+        /* The ceiling covers what was granted: a reopened store's floor is above it. */
+        assert_st(store_grant(f->s, "g", floor + 5000, &hi), STORE_OK);
+        store_close(f->s);
+        st_open(f);
+        uint64_t floor2 = store_ledger_floor(f->s);
+        assert_true(floor2 >= floor + 5000);
+        assert_st(store_grant(f->s, "x", floor2, &hi), STORE_STALE);
+        assert_int_equal(hi, floor2);
+    }
+}
+
+/* store_describe names the backend and where it is, never the password. */
+static void test_describe(void **state)
+{
+    st_fixture *f = *state;
+    char d[512], small[12];
+
+    store_describe(f->s, d, sizeof d);
+    if (st_is_pg()) {
+        char want[300];
+        snprintf(want, sizeof want, "postgresql://postgres@127.0.0.1:%d/%s", st_pg->port, f->db);
+        assert_string_equal(d, want);
+        assert_null(strstr(d, st_pg->password));
+    } else {
+        char want[300];
+        snprintf(want, sizeof want, "lmdb:%s", f->dir);
+        assert_string_equal(d, want);
+    }
+    assert_ptr_equal(store_describe(f->s, small, sizeof small), small);
+    assert_int_equal(strlen(small), sizeof small - 1);
+}
+
+/* The URL picks the backend: "lmdb:/path" overrides dir, an unknown scheme is refused
+ * without being repeated. */
+static void test_url_selects_lmdb(void **state)
+{
+    (void)state;
+    char dir[256], url[300], d[300], err[256];
+    store *s = NULL;
+    store_options o;
+
+    th_tempdir(dir, sizeof dir, "sturl");
+    store_options_init(&o);
+    o.dir = "/proc/not-this-one";
+    snprintf(url, sizeof url, "lmdb:%s", dir);
+    o.url = url;
+    assert_st(store_open(&s, &o, err, sizeof err), STORE_OK);
+    assert_string_equal(store_describe(s, d, sizeof d), url);
+    store_close(s);
+    o.url = "lmdb:";
+    o.dir = dir;
+    assert_st(store_open(&s, &o, err, sizeof err), STORE_OK);
+    assert_string_equal(store_describe(s, d, sizeof d), url);
+    store_close(s);
+    o.url = "mysql://root:hunter2@db/x";
+    assert_st(store_open(&s, &o, err, sizeof err), STORE_INVALID);
+    assert_null(s);
+    assert_null(strstr(err, "hunter2"));
+    th_rmtree(dir);
+}
+
+int main(int argc, char **argv)
+{
+    const struct CMUnitTest common[] = {
         cmocka_unit_test_setup_teardown(test_accept_equal_higher_and_stale, st_setup,
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_stale_wins_over_unknown_when_counter_is_low,
@@ -389,14 +489,21 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_limits_and_invalid, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_delete_keeps_tombstone, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_list_paged, st_setup, st_teardown),
-        cmocka_unit_test(test_full_map_is_recoverable),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_grant, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_describe, st_setup, st_teardown),
+        cmocka_unit_test(test_url_selects_lmdb),
+        cmocka_unit_test(test_status_strings),
+    };
+    /* Map size, env flags, the data dir's lock and its legacy secret file are LMDB's. */
+    const struct CMUnitTest lmdb_only[] = {
+        cmocka_unit_test(test_full_map_is_recoverable),
         cmocka_unit_test_setup_teardown(test_secret_survives_reopen, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_secret_imports_the_legacy_file, st_setup,
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_commits_sync_to_disk, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_second_process_cannot_open, st_setup, st_teardown),
-        cmocka_unit_test(test_status_strings),
     };
-    return cmocka_run_group_tests_name("storage_store", tests, NULL, NULL);
+    return st_main(argc, argv, "storage_store", common, ST_COUNT(common), lmdb_only,
+                   ST_COUNT(lmdb_only), NULL, 0);
 }

@@ -1,15 +1,26 @@
 /*
- * storage: the durable, token-checked resource store of fencegate (LMDB), and the token
- * ledger that keeps fencing tokens from ever being handed out twice.
+ * storage: the durable, token-checked resource store of fencegate, and the token ledger that
+ * keeps fencing tokens from ever being handed out twice.
  *
  * For each resource the store keeps the highest token that has written it, the value
  * (bytes), its content type, a version that increments with every accepted write, and the
  * last-write time. A write is one atomic check-and-write against the highest token.
- * Nothing is acknowledged before it is on disk.
+ * Nothing is acknowledged before it is durable.
+ *
+ * Two backends sit behind this one header, chosen by store_options.url; the caller never
+ * needs to know which one runs:
+ *  - LMDB (the default): a data directory on local disk. One store per data directory at a
+ *    time; store_open() enforces it with a lock, so one process owns its ledger.
+ *  - PostgreSQL (postgres:// or postgresql:// URL): one database shared by any number of
+ *    stores in any number of processes (several gateways). Every write and grant is one
+ *    atomic statement checked by the database, committed with synchronous_commit on.
  *
  * Threads: one `store` per process, shared by every thread. All calls are thread-safe.
- * Processes: one store per data directory at a time; store_open() enforces it with a lock.
- * Concurrent writers are batched into one LMDB write transaction (group commit).
+ * Concurrent writers are batched into one transaction (group commit) in both backends.
+ * PostgreSQL unreachable, restarting, killed or frozen: calls answer EIO within a bounded
+ * time (store_options.timeout_ms per round trip; a reconnect waits libpq's connect_timeout,
+ * at least 2 s), and the store reconnects by itself on a later call. EIO is also the answer
+ * for "the database is unavailable": the caller maps it to 503 either way.
  */
 #ifndef STORAGE_STORAGE_H
 #define STORAGE_STORAGE_H
@@ -28,7 +39,7 @@ extern "C" {
     X(UNKNOWN_TOKEN, "token was never issued for this resource")                         \
     X(NOT_FOUND, "resource not found")                                                   \
     X(TOO_LARGE, "value is larger than the configured maximum")                          \
-    X(FULL, "the store is full (LMDB map size reached)")                                 \
+    X(FULL, "the store is full (LMDB map size reached, or PostgreSQL's disk full)")     \
     X(INVALID, "invalid argument")                                                       \
     X(BUSY, "the data directory is in use by another store (another process)")           \
     X(EIO, "storage I/O error")                                                          \
@@ -49,27 +60,51 @@ const char *store_status_str(store_status st);
 typedef struct store store;
 
 typedef struct store_options {
-    const char *dir;          /* data directory, created if missing (required) */
+    /* Which backend, and where:
+     *   NULL, "" or "lmdb:"     LMDB in dir;
+     *   "lmdb:/path"            LMDB in /path (overrides dir);
+     *   "postgres://..." or "postgresql://..."
+     *                           PostgreSQL, the URI as libpq reads it, e.g.
+     *                           postgresql://user:pw@host:5432/db or
+     *                           postgresql:///db?host=/path/to/socket/dir.
+     * Anything else is INVALID. The string is copied; it may hold a password, which no
+     * description or error text of the store ever shows. */
+    const char *url;
+    const char *dir;          /* LMDB data directory, created if missing (required for LMDB) */
     size_t map_size;          /* LMDB map size in bytes, default 1 GiB */
     size_t max_value_bytes;   /* default 1 MiB */
     int group_commit;         /* 1 (default): batch concurrent writers into one commit */
     uint64_t ledger_step;     /* how far the token ceiling is raised at a time, default 2^20 */
+    int timeout_ms;           /* PostgreSQL: bound on connecting and on each call's round
+                               * trips (then EIO), default 5000 */
+    int pool_size;            /* PostgreSQL: connections kept open, default 8 */
 } store_options;
 
-/* Fills *opts with the defaults (dir stays NULL). */
+/* Fills *opts with the defaults (url and dir stay NULL). */
 void store_options_init(store_options *opts);
 
-/* Opens (creating if needed) the store in opts->dir and raises the token ledger's ceiling
+/* Opens the store opts->url selects (see store_options).
+ * LMDB: opens (creating if needed) the data directory and raises the token ledger's ceiling
  * durably (see store_ledger_floor). BUSY when another store, in this process or another,
  * has the directory open: two stores would each raise their own ledger floor and could hand
- * out a token twice. On error *out is NULL and err (errlen bytes, may be NULL) says why.
- * Close with store_close(), which releases the directory. */
+ * out a token twice. Close with store_close(), which releases the directory.
+ * PostgreSQL: connects, and creates or migrates the schema (versioned, in one transaction
+ * under an advisory lock, so gateways starting together migrate once). EIO when the
+ * database cannot be reached, INVALID for a malformed URL or a schema newer than this code.
+ * On error *out is NULL and err (errlen bytes, may be NULL) says why, never with the
+ * password. */
 store_status store_open(store **out, const store_options *opts, char *err, size_t errlen);
 
 /* Waits for in-flight calls (writes, reads, deletes, ledger raises), closes the environment
- * and frees the store. No call may start once store_close() has been called. NULL is a
- * no-op. */
+ * (or the database connections) and frees the store. No call may start once store_close()
+ * has been called. NULL is a no-op. */
 void store_close(store *s);
+
+/* Writes a printable description of the backend into buf (len bytes, always
+ * NUL-terminated, truncated if needed), for /readyz and logs: "lmdb:/data/dir" or
+ * "postgresql://user@host:port/db" (a Unix socket as "postgresql://user@/db?host=/dir").
+ * Never the password. Returns buf. */
+const char *store_describe(store *s, char *buf, size_t len);
 
 typedef struct store_write_result {
     uint64_t highest_token;   /* after the call: the highest token that has written */
@@ -145,17 +180,36 @@ store_status store_list(store *s, const char *after, store_entry *entries, size_
  * write again. NOT_FOUND when there is nothing to delete. Durable before it returns. */
 store_status store_delete(store *s, const char *resource);
 
-/* The token ledger. At open the store durably raised its ceiling R to R_prev + step; the
- * floor is R_prev, which is >= every token any earlier process handed out. The gateway
+/* The token ledger. LMDB: at open the store durably raised its ceiling R to R_prev + step;
+ * the floor is R_prev, which is >= every token any earlier process handed out. The gateway
  * passes acquisitions a floor of max(store_ledger_floor, the largest token this process has
- * handed out, store_highest(resource)). */
+ * handed out, store_highest(resource)).
+ * PostgreSQL: always 0. Several processes share the database, so no floor fixed at open
+ * could cover the tokens the others hand out later; store_grant() checks each grant per
+ * resource against every process's instead. */
 uint64_t store_ledger_floor(store *s);
 
 /* Makes sure the durable ceiling is >= token before the caller hands the token out,
  * raising it by the step (one fsync) when needed. OK, or EIO when it could not be made
  * durable (I/O error, disk full, full map): then the token must not be handed out.
- * INVALID for a token >= 2^53. The ceiling stops at 2^53 - 1, the largest token. */
+ * INVALID for a token >= 2^53. The ceiling stops at 2^53 - 1, the largest token.
+ * PostgreSQL: a no-op answering OK (INVALID for a token >= 2^53): store_grant() makes each
+ * grant durable instead. */
 store_status store_ledger_cover(store *s, uint64_t token);
+
+/* Records, before the caller hands it out, that `token` is granted for `resource`.
+ * PostgreSQL: durably and atomically (one statement, group-committed with other grants and
+ * writes), OK only when token is strictly larger than every token recorded for that
+ * resource before, by any process sharing the database; otherwise STALE with *highest = the
+ * recorded highest (mint again above it), and nothing changes.
+ * LMDB (one process per data directory): no per-resource state. OK when token >
+ * store_ledger_floor(s), after making the durable ceiling cover it (store_ledger_cover; one
+ * fsync only when the ceiling moves, not one per grant); STALE with *highest = the floor
+ * otherwise. The gateway's own in-process floor keeps its tokens unique above that.
+ * Both: INVALID for a bad name or a token of 0 or >= 2^53; EIO (or FULL) when the grant
+ * could not be made durable: then the token must not be handed out. *highest is 0 except on
+ * STALE. */
+store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest);
 
 /* The store's secret: STORE_SECRET_LEN random bytes from the kernel, made on the first call
  * for a store and durable before they are returned; every later call, in this process or
@@ -166,9 +220,10 @@ store_status store_ledger_cover(store *s, uint64_t token);
  * STORE_LEGACY_SECRET_FILE; while the store has none, that file is imported (and then no
  * longer read). It must be a regular file of exactly STORE_SECRET_LEN bytes, not all zero
  * (a zeroed block is what a torn write leaves): otherwise INVALID, with err naming the file
- * and what to do. EIO when the secret cannot be made durable, INVALID for a malformed stored
- * one (never replaced: a new secret would silently change every derived owner). err may be
- * NULL. */
+ * and what to do. PostgreSQL: one row shared by every store on the database, made once even
+ * when several gateways ask at the same moment; there is no file to import.
+ * EIO when the secret cannot be made durable, INVALID for a malformed stored one (never
+ * replaced: a new secret would silently change every derived owner). err may be NULL. */
 #define STORE_SECRET_LEN 16
 #define STORE_LEGACY_SECRET_FILE "owner-secret"
 store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,

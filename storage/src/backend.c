@@ -1,0 +1,262 @@
+/*
+ * storage.h's public functions: choosing the backend from the URL, the checks both backends
+ * make alike, and the call through the chosen backend's table (backend.h).
+ *
+ * The checks live here, before any backend sees a request, so that both backends answer a
+ * bad name, token, size or content type with the same status in the same order as
+ * store_write() documents; what needs the stored state (STALE, UNKNOWN_TOKEN, FULL, EIO)
+ * is the backend's.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+
+#define LMDB_SCHEME "lmdb:"
+
+struct store {
+    const store__ops *ops;
+    void *impl;
+    char desc[512]; /* store_describe(): never holds a password */
+};
+
+static const char *const status_names[] = {
+#define STORE_X_NAME(name, msg) #name,
+    STORE_STATUS_MAP(STORE_X_NAME)
+#undef STORE_X_NAME
+};
+
+static const char *const status_msgs[] = {
+#define STORE_X_MSG(name, msg) msg,
+    STORE_STATUS_MAP(STORE_X_MSG)
+#undef STORE_X_MSG
+};
+
+const char *store_status_name(store_status st)
+{
+    return (unsigned)st < STORE_STATUS_COUNT ? status_names[st] : "UNKNOWN";
+}
+
+const char *store_status_str(store_status st)
+{
+    return (unsigned)st < STORE_STATUS_COUNT ? status_msgs[st] : "unknown status";
+}
+
+void store_options_init(store_options *opts)
+{
+    memset(opts, 0, sizeof *opts);
+    opts->map_size = (size_t)1 << 30;
+    opts->max_value_bytes = (size_t)1 << 20;
+    opts->group_commit = 1;
+    opts->ledger_step = (uint64_t)1 << 20;
+    opts->timeout_ms = 5000;
+    opts->pool_size = 8;
+}
+
+/* 1 when url names PostgreSQL: the two URI prefixes libpq accepts. */
+static int is_pg_url(const char *url)
+{
+    return strncmp(url, "postgres://", strlen("postgres://")) == 0 ||
+           strncmp(url, "postgresql://", strlen("postgresql://")) == 0;
+}
+
+static void set_err(char *err, size_t errlen, const char *msg)
+{
+    if (err != NULL && errlen > 0) {
+        snprintf(err, errlen, "%s", msg);
+    }
+}
+
+/* Opens the LMDB backend in opts->dir, or in the path of an "lmdb:/path" URL. */
+static store_status open_lmdb(store *s, const store_options *opts, char *err, size_t errlen)
+{
+    store_options o = *opts;
+    const char *url = opts->url != NULL ? opts->url : "";
+
+    if (strncmp(url, LMDB_SCHEME, strlen(LMDB_SCHEME)) == 0 &&
+        url[strlen(LMDB_SCHEME)] != '\0') {
+        o.dir = url + strlen(LMDB_SCHEME);
+    }
+    s->ops = &store__lmdb_ops;
+    snprintf(s->desc, sizeof s->desc, LMDB_SCHEME "%s", o.dir != NULL ? o.dir : "");
+    return store__lmdb_open(&s->impl, &o, err, errlen);
+}
+
+store_status store_open(store **out, const store_options *opts, char *err, size_t errlen)
+{
+    store_status st = STORE_OK;
+    const char *url = NULL;
+
+    *out = NULL;
+    if (opts == NULL) {
+        set_err(err, errlen, "invalid store options");
+        return STORE_INVALID;
+    }
+    url = opts->url != NULL ? opts->url : "";
+    if (url[0] != '\0' && strncmp(url, LMDB_SCHEME, strlen(LMDB_SCHEME)) != 0 &&
+        !is_pg_url(url)) {
+        /* Not echoed: a mistyped PostgreSQL URL may still hold a password. */
+        set_err(err, errlen, "store URL: unknown scheme (use lmdb:[/dir], postgres:// or "
+                             "postgresql://)");
+        return STORE_INVALID;
+    }
+    store *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        set_err(err, errlen, "out of memory");
+        return STORE_ENOMEM;
+    }
+    if (is_pg_url(url)) {
+        s->ops = &store__pg_ops;
+        st = store__pg_open(&s->impl, url, opts, s->desc, sizeof s->desc, err, errlen);
+    } else {
+        st = open_lmdb(s, opts, err, errlen);
+    }
+    if (st != STORE_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return STORE_OK;
+}
+
+void store_close(store *s)
+{
+    if (s == NULL) {
+        return;
+    }
+    s->ops->close(s->impl);
+    free(s);
+}
+
+const char *store_describe(store *s, char *buf, size_t len)
+{
+    if (buf != NULL && len > 0) {
+        snprintf(buf, len, "%s", s->desc);
+    }
+    return buf;
+}
+
+void store_write_many(store *s, store_write_req *const *reqs, size_t n)
+{
+    store_write_req **valid = calloc(n > 0 ? n : 1, sizeof *valid);
+    size_t nvalid = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        store_write_req *r = reqs[i];
+        memset(&r->res, 0, sizeof r->res);
+        r->status = valid == NULL ? STORE_ENOMEM : store__validate_write(r, SIZE_MAX);
+        if (r->status == STORE_OK) {
+            valid[nvalid++] = r;
+        }
+    }
+    /* The backend checks the size against its own max_value_bytes (TOO_LARGE). */
+    if (nvalid > 0) {
+        s->ops->write_many(s->impl, valid, nvalid);
+    }
+    free(valid);
+}
+
+store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
+                         size_t len, const char *content_type, uint64_t last_issued,
+                         store_write_result *res)
+{
+    store_write_req r = {.resource = resource, .token = token, .data = data, .len = len,
+                         .content_type = content_type, .last_issued = last_issued};
+    store_write_req *one[1] = {&r};
+
+    store_write_many(s, one, 1);
+    if (res != NULL) {
+        *res = r.res;
+    }
+    return r.status;
+}
+
+store_status store_read(store *s, const char *resource, store_value *v)
+{
+    memset(v, 0, sizeof *v);
+    if (!store__valid_name(resource)) {
+        return STORE_INVALID;
+    }
+    return s->ops->read(s->impl, resource, v);
+}
+
+void store_value_free(store_value *v)
+{
+    if (v != NULL) {
+        free(v->data);
+        v->data = NULL;
+        v->len = 0;
+    }
+}
+
+store_status store_highest(store *s, const char *resource, uint64_t *highest)
+{
+    *highest = 0;
+    if (!store__valid_name(resource)) {
+        return STORE_INVALID;
+    }
+    return s->ops->highest(s->impl, resource, highest);
+}
+
+store_status store_list(store *s, const char *after, store_entry *entries, size_t max,
+                        size_t *n)
+{
+    *n = 0;
+    if (after != NULL && after[0] != '\0' && !store__valid_name(after)) {
+        return STORE_INVALID;
+    }
+    if (max == 0) {
+        return STORE_OK;
+    }
+    return s->ops->list(s->impl, after, entries, max, n);
+}
+
+store_status store_delete(store *s, const char *resource)
+{
+    if (!store__valid_name(resource)) {
+        return STORE_INVALID;
+    }
+    return s->ops->del(s->impl, resource);
+}
+
+uint64_t store_ledger_floor(store *s)
+{
+    return s->ops->ledger_floor(s->impl);
+}
+
+store_status store_ledger_cover(store *s, uint64_t token)
+{
+    if (token > STORE__TOKEN_MAX) {
+        return STORE_INVALID;
+    }
+    return s->ops->ledger_cover(s->impl, token);
+}
+
+store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest)
+{
+    *highest = 0;
+    if (!store__valid_name(resource) || token == 0 || token > STORE__TOKEN_MAX) {
+        return STORE_INVALID;
+    }
+    return s->ops->grant(s->impl, resource, token, highest);
+}
+
+store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,
+                          size_t errlen)
+{
+    return s->ops->secret(s->impl, out, err, errlen);
+}
+
+void store_get_stats(store *s, store_stats *out)
+{
+    s->ops->get_stats(s->impl, out);
+}
+
+int store__env_flags(store *s, unsigned int *flags)
+{
+    if (s->ops != &store__lmdb_ops) {
+        return -1;
+    }
+    return store__lmdb_env_flags(s->impl, flags);
+}

@@ -1,0 +1,519 @@
+/*
+ * PostgreSQL: token-checked writes and grants, group-committed.
+ *
+ * The queue. Writers (store_write, store_write_many) and granters (store_grant) queue their
+ * requests and wait. Whoever finds no batch in progress leads: it takes the whole queue and
+ * runs it as one transaction on one connection in libpq pipeline mode, all statements sent
+ * at once: BEGIN, one statement per request, COMMIT, Sync. One round trip and one WAL flush
+ * serve the batch; requests that arrive meanwhile form the next one. A lone request leads a
+ * batch of one at once: nobody waits for company, there is no timer. (The queue is the one
+ * of commit.c for LMDB.)
+ *
+ * Each request is one statement, so the check and the change are atomic in the database
+ * whatever other gateways do:
+ *  - a write is INSERT ... ON CONFLICT (resource) DO UPDATE ... WHERE r.highest_token <=
+ *    excluded.token RETURNING: the row is written only when no higher token has written it,
+ *    and only for a token at or below last_issued (checked by the client, passed as a
+ *    boolean); a CTE reads the highest in the same statement for the STALE answer when no
+ *    row came back;
+ *  - a grant is INSERT ... ON CONFLICT (resource) DO UPDATE SET token = excluded.token
+ *    WHERE ledger.token < excluded.token RETURNING: granted only above every recorded token.
+ * Inside the transaction each statement sees the ones before it (READ COMMITTED takes a new
+ * snapshot per statement), so two requests for one resource in one batch are ordered like two
+ * transactions. The statements are sent sorted by (table, resource, arrival): the order per
+ * resource is kept, and two gateways' batches lock rows in the same order, so they do not
+ * deadlock each other.
+ *
+ * Answers come only after COMMIT returned (synchronous_commit is on for every session): the
+ * WAL of the batch is flushed, so nothing acknowledged can be lost, and no half-written value
+ * is ever visible (a transaction is all or nothing). If anything fails:
+ *  - 40001/40P01 (serialization failure, deadlock): the whole batch runs again (bounded);
+ *  - one statement fails (the pipeline answers PIPELINE_ABORTED for every later one up to
+ *    the Sync, and the transaction rolls back): each request is replayed in a transaction of
+ *    its own, so one bad request does not fail its neighbours;
+ *  - the connection is lost or the deadline passes (database down, restarting, killed):
+ *    every request of the batch answers EIO (a COMMIT whose answer was lost may or may not
+ *    have happened; it was not acknowledged, so either is allowed), the connection is
+ *    dropped and the next call connects again.
+ *
+ * The STALE answer's highest comes from the statement's snapshot, which may predate a
+ * commit of another gateway that the conflict check waited for. Highest tokens only grow, so
+ * when it reads below the refused token the answer re-reads it after the commit.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pg_private.h"
+
+#define MAX_ATTEMPTS 5
+
+enum { OP_WRITE, OP_GRANT };
+
+/* A write or a grant in the group-commit queue, answered in place. */
+struct store__pgop {
+    int kind;
+    store_write_req *w;      /* OP_WRITE: the caller's request and answer */
+    const char *resource;
+    uint64_t token;
+    store_status status;     /* OP_GRANT: the answer */
+    uint64_t highest;        /* OP_GRANT: the recorded highest on STALE */
+    size_t seq;              /* arrival order within the batch */
+    int done;
+    store__pgop *next;
+};
+
+static const char WRITE_SQL[] =
+    "WITH up AS ("
+    " INSERT INTO fencegate_resources AS r"
+    "  (resource, highest_token, token, value, content_type, version, written_at_ms, deleted)"
+    " SELECT $1::text, $2::bigint, $2::bigint, $3::bytea, $4::text, 1, $6::bigint, false"
+    "  WHERE $5::boolean"
+    " ON CONFLICT (resource) DO UPDATE SET highest_token = excluded.token,"
+    "  token = excluded.token, value = excluded.value, content_type = excluded.content_type,"
+    "  version = r.version + 1, written_at_ms = excluded.written_at_ms, deleted = false"
+    "  WHERE r.highest_token <= excluded.token"
+    " RETURNING r.version, r.highest_token)"
+    " SELECT true, version, highest_token FROM up"
+    " UNION ALL SELECT false, 0, coalesce((SELECT highest_token FROM fencegate_resources"
+    "  WHERE resource = $1::text), 0) WHERE NOT EXISTS (SELECT 1 FROM up)";
+
+static const char GRANT_SQL[] =
+    "WITH g AS ("
+    " INSERT INTO fencegate_ledger AS l (resource, token) VALUES ($1::text, $2::bigint)"
+    " ON CONFLICT (resource) DO UPDATE SET token = excluded.token"
+    "  WHERE l.token < excluded.token"
+    " RETURNING l.token)"
+    " SELECT true, token FROM g"
+    " UNION ALL SELECT false, coalesce((SELECT token FROM fencegate_ledger"
+    "  WHERE resource = $1::text), 0) WHERE NOT EXISTS (SELECT 1 FROM g)";
+
+/* Sending order: writes before grants, then by resource in byte order, then arrival. */
+static int by_lock_order(const void *x, const void *y)
+{
+    const store__pgop *a = *(store__pgop *const *)x, *b = *(store__pgop *const *)y;
+    if (a->kind != b->kind) {
+        return a->kind - b->kind;
+    }
+    int c = strcmp(a->resource, b->resource);
+    if (c != 0) {
+        return c;
+    }
+    return a->seq < b->seq ? -1 : a->seq > b->seq;
+}
+
+/* Sets the answer of op to st (a failure: nothing of it happened). */
+static void fail_op(store__pgop *op, store_status st)
+{
+    if (op->kind == OP_WRITE) {
+        op->w->status = st;
+        memset(&op->w->res, 0, sizeof op->w->res);
+    } else {
+        op->status = st;
+        op->highest = 0;
+    }
+}
+
+/* Queues op's statement in the pipeline (prepared once per session: parsing and planning
+ * the statements cost more than running them). 0, or -1 when libpq refused it. */
+static int send_op(PGconn *conn, store__pgop *op)
+{
+    char token[24], now[24];
+    snprintf(token, sizeof token, "%llu", (unsigned long long)op->token);
+    if (op->kind == OP_GRANT) {
+        const char *const vals[] = {op->resource, token};
+        return PQsendQueryPrepared(conn, "fg_grant", 2, vals, NULL, NULL, 0) ? 0 : -1;
+    }
+    const store_write_req *w = op->w;
+    snprintf(now, sizeof now, "%lld", (long long)store__wall_ms());
+    /* User bytes only ever travel as parameters; the value as binary bytea. */
+    const char *const vals[] = {w->resource, token, w->data != NULL ? w->data : "",
+                                w->content_type != NULL ? w->content_type : "",
+                                w->token <= w->last_issued ? "t" : "f", now};
+    const int lens[] = {0, 0, (int)w->len, 0, 0, 0};
+    const int fmts[] = {0, 0, 1, 0, 0, 0};
+    return PQsendQueryPrepared(conn, "fg_write", 6, vals, lens, fmts, 0) ? 0 : -1;
+}
+
+/* Reads op's answer from its result row (not yet final: the commit decides). */
+static void take_row(store__pgop *op, const PGresult *res)
+{
+    int hit = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
+    if (op->kind == OP_GRANT) {
+        uint64_t recorded = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
+        op->status = hit ? STORE_OK : STORE_STALE;
+        op->highest = hit ? 0 : recorded;
+        return;
+    }
+    store_write_req *w = op->w;
+    uint64_t version = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
+    uint64_t highest = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 2), NULL, 10) : 0;
+    memset(&w->res, 0, sizeof w->res);
+    w->res.highest_token = highest;
+    if (hit) {
+        w->status = STORE_ACCEPTED;
+        w->res.version = version;
+    } else if (w->token <= w->last_issued || w->token < highest) {
+        /* Fenced by the WHERE, or below the highest although never issued: stale first. */
+        w->status = STORE_STALE;
+    } else {
+        w->status = STORE_UNKNOWN_TOKEN;
+    }
+}
+
+/* The results of one pipelined query: the first non-NULL result (caller PQclear()s) up to
+ * the NULL that ends it. NULL with *lost set on a lost connection or timeout. */
+static PGresult *query_result(PGconn *conn, int64_t deadline, int *lost)
+{
+    PGresult *first = NULL;
+    for (;;) {
+        PGresult *res = store__pg_next(conn, deadline, lost);
+        if (res == NULL) {
+            break;
+        }
+        if (first == NULL) {
+            first = res;
+        } else {
+            PQclear(res);
+        }
+    }
+    if (*lost) {
+        PQclear(first);
+        return NULL;
+    }
+    return first;
+}
+
+/* Records the SQLSTATE of a failed result into sqlstate (the first failure wins) and
+ * returns the matching round-trip code. */
+static store__pgrc failed(const PGresult *res, char *sqlstate)
+{
+    const char *state = res != NULL ? PQresultErrorField(res, PG_DIAG_SQLSTATE) : NULL;
+    if (sqlstate[0] == '\0') {
+        snprintf(sqlstate, 6, "%s", state != NULL ? state : "XX000");
+    }
+    return strcmp(sqlstate, "40001") == 0 || strcmp(sqlstate, "40P01") == 0 ? STORE__PG_RETRY
+                                                                             : STORE__PG_SQL;
+}
+
+/* Step 1 of run_pipeline: sends the two statements' Parse when this session has not yet
+ * (prepares 2), BEGIN, every statement, COMMIT and a Sync, and flushes. 0, or -1 when the
+ * connection failed. */
+static int send_pipeline(PGconn *conn, store__pgop **ops, size_t n, size_t prepares,
+                         int64_t deadline)
+{
+    if (!PQenterPipelineMode(conn)) {
+        return -1;
+    }
+    if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 6, NULL) ||
+                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 2, NULL))) {
+        return -1;
+    }
+    if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (send_op(conn, ops[i]) != 0) {
+            return -1;
+        }
+    }
+    if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+        !PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
+        return -1;
+    }
+    return 0;
+}
+
+/* Step 2: reads the `count` query results in order; the one at index i in [first, first + n)
+ * is ops[i - first]'s row. The first failure sets rc (and sqlstate); queries after it answer
+ * PIPELINE_ABORTED. Sets *lost on a lost connection or timeout. */
+static store__pgrc read_results(PGconn *conn, store__pgop **ops, size_t n, size_t first,
+                                size_t count, int64_t deadline, char *sqlstate,
+                                store__pgrc rc, int *lost)
+{
+    for (size_t i = 0; i < count && !*lost; i++) {
+        PGresult *res = query_result(conn, deadline, lost);
+        if (res == NULL) {
+            break;
+        }
+        ExecStatusType es = PQresultStatus(res);
+        if (es == PGRES_FATAL_ERROR) {
+            rc = rc == STORE__PG_OK ? failed(res, sqlstate) : rc;
+        } else if (es == PGRES_PIPELINE_ABORTED) {
+            rc = rc == STORE__PG_OK ? STORE__PG_SQL : rc;
+        } else if (i >= first && i < first + n && es == PGRES_TUPLES_OK) {
+            take_row(ops[i - first], res);
+        }
+        PQclear(res);
+    }
+    return rc;
+}
+
+/* Step 3: reads the Sync, leaves pipeline mode and rolls back a transaction an error left
+ * open (aborted until ROLLBACK). 0, or -1 when the connection failed. */
+static int finish_pipeline(PGconn *conn, int64_t deadline)
+{
+    int lost = 0;
+    PGresult *res = store__pg_next(conn, deadline, &lost);
+    int ok = res != NULL && PQresultStatus(res) == PGRES_PIPELINE_SYNC;
+    PQclear(res);
+    if (!ok || !PQexitPipelineMode(conn)) {
+        return -1;
+    }
+    if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
+        ok = PQsendQuery(conn, "ROLLBACK") && store__pg_flush(conn, deadline) == 0;
+        while (ok && (res = store__pg_next(conn, deadline, &lost)) != NULL) {
+            ok = PQresultStatus(res) == PGRES_COMMAND_OK;
+            PQclear(res);
+        }
+    }
+    return ok && !lost ? 0 : -1;
+}
+
+/*
+ * Runs ops[0..n) as one pipelined transaction on c, in the three steps above. Every op first
+ * gets EIO, replaced by its row's answer, so none is left unanswered. Returns OK only when
+ * COMMIT succeeded; otherwise RETRY/SQL (sqlstate set) or LOST (drop the connection).
+ */
+static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__pgop **ops, size_t n,
+                                char *sqlstate)
+{
+    int64_t deadline = store__pg_now_ms() + p->timeout_ms;
+    size_t prepares = c->prepared ? 0 : 2;
+    int lost = 0;
+
+    sqlstate[0] = '\0';
+    for (size_t i = 0; i < n; i++) {
+        fail_op(ops[i], STORE_EIO);
+    }
+    if (send_pipeline(c->conn, ops, n, prepares, deadline) != 0) {
+        return STORE__PG_LOST;
+    }
+    store__pgrc rc = read_results(c->conn, ops, 0, 0, prepares, deadline, sqlstate,
+                                  STORE__PG_OK, &lost);
+    /* Named statements outlive a rolled-back transaction: once parsed, never again. */
+    c->prepared = c->prepared || (!lost && rc == STORE__PG_OK);
+    /* BEGIN, the n statements (indexes 1..n), COMMIT. */
+    rc = read_results(c->conn, ops, n, 1, n + 2, deadline, sqlstate, rc, &lost);
+    if (lost || finish_pipeline(c->conn, deadline) != 0) {
+        return STORE__PG_LOST;
+    }
+    return rc;
+}
+
+/* After the commit: a STALE answer whose highest, read from the statement's snapshot, is not
+ * above the refused token re-reads the highest, which can only have grown since. */
+static void fix_stale_highest(store__pg *p, store__pgconn *c, store__pgop *op)
+{
+    char sqlstate[6];
+    store__pgrc rc = STORE__PG_OK;
+    int grant = op->kind == OP_GRANT;
+    uint64_t *highest = grant ? &op->highest : &op->w->res.highest_token;
+    store_status st = grant ? op->status : op->w->status;
+
+    /* A refused write needs highest > token, a refused grant highest >= token. */
+    if (st != STORE_STALE || *highest > op->token - (grant ? 1 : 0)) {
+        return;
+    }
+    if (c->conn == NULL) {
+        fail_op(op, STORE_EIO); /* an earlier re-read lost the connection */
+        return;
+    }
+    const char *const vals[] = {op->resource};
+    PGresult *res = store__pg_exec(
+        p, c,
+        grant ? "SELECT token FROM fencegate_ledger WHERE resource = $1"
+              : "SELECT highest_token FROM fencegate_resources WHERE resource = $1",
+        1, vals, NULL, NULL, 0, &rc, sqlstate);
+    if (res != NULL && PQntuples(res) == 1) {
+        *highest = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+    } else {
+        fail_op(op, STORE_EIO); /* the refusal stands, but its highest is unknown */
+    }
+    PQclear(res);
+}
+
+static void count_commit(store__pg *p, store__pgop **ops, size_t n)
+{
+    uint64_t writes = 0;
+    int accepted = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (ops[i]->kind == OP_WRITE) {
+            writes++;
+            accepted |= ops[i]->w->status == STORE_ACCEPTED;
+        }
+    }
+    atomic_fetch_add(&p->writes, writes);
+    if (accepted) {
+        atomic_fetch_add(&p->commits, 1);
+    }
+    uint64_t max = atomic_load(&p->max_batch);
+    while (writes > max && !atomic_compare_exchange_weak(&p->max_batch, &max, writes)) {
+    }
+}
+
+/* Runs ops[0..n) (already in lock order) and answers every one of them. */
+static void run_ops(store__pg *p, store__pgop **ops, size_t n)
+{
+    char sqlstate[6] = "";
+    store__pgrc rc = STORE__PG_LOST;
+
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+        store__pgconn *c = store__pg_get(p, NULL, 0);
+        if (c == NULL) {
+            rc = STORE__PG_LOST;
+            break;
+        }
+        rc = run_pipeline(p, c, ops, n, sqlstate);
+        if (rc == STORE__PG_OK) {
+            for (size_t i = 0; i < n; i++) {
+                fix_stale_highest(p, c, ops[i]);
+            }
+            store__pg_put(p, c, 0);
+            count_commit(p, ops, n);
+            return;
+        }
+        store__pg_put(p, c, rc == STORE__PG_LOST);
+        if (rc != STORE__PG_RETRY) {
+            break;
+        }
+    }
+    if (rc == STORE__PG_SQL && n > 1) {
+        /* One request failed and took the transaction with it: each runs alone, so only
+         * the one that really fails answers an error. */
+        for (size_t i = 0; i < n; i++) {
+            run_ops(p, &ops[i], 1);
+        }
+        return;
+    }
+    store_status st = rc == STORE__PG_SQL ? store__pg_sqlstate_status(sqlstate) : STORE_EIO;
+    for (size_t i = 0; i < n; i++) {
+        fail_op(ops[i], st);
+    }
+}
+
+/* Runs a batch list: sorted into lock order, then one transaction. */
+static void run_batch(store__pg *p, store__pgop *batch)
+{
+    size_t n = 0;
+    for (store__pgop *o = batch; o != NULL; o = o->next) {
+        o->seq = n++;
+    }
+    store__pgop **ops = malloc(n * sizeof *ops);
+    if (ops == NULL) {
+        for (store__pgop *o = batch; o != NULL; o = o->next) {
+            fail_op(o, STORE_ENOMEM);
+        }
+        return;
+    }
+    n = 0;
+    for (store__pgop *o = batch; o != NULL; o = o->next) {
+        ops[n++] = o;
+    }
+    qsort(ops, n, sizeof *ops, by_lock_order);
+    run_ops(p, ops, n);
+    free(ops);
+}
+
+/* Queues the chain first..last and waits until a batch holding it has run (as commit.c's
+ * write_grouped). */
+static void run_grouped(store__pg *p, store__pgop *first, store__pgop *last)
+{
+    pthread_mutex_lock(&p->mu);
+    if (p->queue_tail != NULL) {
+        p->queue_tail->next = first;
+    } else {
+        p->queue = first;
+    }
+    p->queue_tail = last;
+    while (!last->done) {
+        if (p->leading) {
+            pthread_cond_wait(&p->done_cv, &p->mu);
+            continue;
+        }
+        store__pgop *batch = p->queue;
+        p->queue = NULL;
+        p->queue_tail = NULL;
+        p->leading = 1;
+        pthread_mutex_unlock(&p->mu);
+        run_batch(p, batch);
+        pthread_mutex_lock(&p->mu);
+        for (store__pgop *b = batch; b != NULL;) {
+            store__pgop *next = b->next; /* b may return and vanish once done is set */
+            b->done = 1;
+            b = next;
+        }
+        p->leading = 0;
+        pthread_cond_broadcast(&p->done_cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Without group commit: one transaction per call, serialised (the benchmark's baseline). */
+static void run_alone(store__pg *p, store__pgop *first)
+{
+    pthread_mutex_lock(&p->mu);
+    while (p->leading) {
+        pthread_cond_wait(&p->done_cv, &p->mu);
+    }
+    p->leading = 1;
+    pthread_mutex_unlock(&p->mu);
+    run_batch(p, first);
+    pthread_mutex_lock(&p->mu);
+    p->leading = 0;
+    pthread_cond_broadcast(&p->done_cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void run_chain(store__pg *p, store__pgop *first, store__pgop *last)
+{
+    store__pg_call_begin(p);
+    if (p->group_commit) {
+        run_grouped(p, first, last);
+    } else {
+        run_alone(p, first);
+    }
+    store__pg_call_end(p);
+}
+
+void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n)
+{
+    store__pg *p = impl;
+    store__pgop *ops = calloc(n, sizeof *ops);
+    store__pgop *first = NULL, *last = NULL;
+
+    for (size_t i = 0; i < n; i++) {
+        store_write_req *r = reqs[i];
+        if (ops == NULL) {
+            r->status = STORE_ENOMEM;
+            continue;
+        }
+        if (r->len > p->max_value_bytes) {
+            r->status = STORE_TOO_LARGE;
+            continue;
+        }
+        ops[i] = (store__pgop){.kind = OP_WRITE, .w = r, .resource = r->resource,
+                               .token = r->token};
+        if (last != NULL) {
+            last->next = &ops[i];
+        } else {
+            first = &ops[i];
+        }
+        last = &ops[i];
+    }
+    if (first != NULL) {
+        run_chain(p, first, last);
+    }
+    free(ops);
+}
+
+store_status store__pg_grant(void *impl, const char *resource, uint64_t token,
+                             uint64_t *highest)
+{
+    store__pg *p = impl;
+    store__pgop op = {.kind = OP_GRANT, .resource = resource, .token = token};
+
+    run_chain(p, &op, &op);
+    *highest = op.status == STORE_STALE ? op.highest : 0;
+    return op.status;
+}
