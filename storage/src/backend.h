@@ -1,8 +1,8 @@
 /*
- * The backend layer: what backend.c (storage.h's public functions) calls in LMDB (store.c,
+ * The backend layer: what storage.c (storage.h's public functions) calls in LMDB (store.c,
  * commit.c) or PostgreSQL (pg.c, pg_commit.c, pg_schema.c). Never installed.
  *
- * backend.c checks what both backends would check the same way (names, tokens, sizes) and
+ * storage.c checks what both backends would check the same way (names, tokens, sizes) and
  * then calls one backend through its table; a backend never sees the public `store`, only
  * its own state (impl). Each backend keeps its own count of calls in flight, so that its
  * close waits for them.

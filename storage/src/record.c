@@ -7,6 +7,7 @@
  *   content type bytes, then value bytes
  */
 #include <string.h>
+#include <time.h>
 
 #include "storage_internal.h"
 
@@ -114,4 +115,11 @@ store_status store__validate_write(const store_write_req *r, size_t max_value_by
         return STORE_TOO_LARGE;
     }
     return STORE_OK;
+}
+
+int64_t store__wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -48,13 +48,6 @@ store_status store__mdb_status(int rc)
     }
 }
 
-int64_t store__wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* fsyncs directory dir, so the entries created in it survive a power loss. Returns 0, or -1
  * with errno set. A file system that cannot fsync a directory (EINVAL, EBADF) has nothing
  * to sync, like redis/redis src/util.c: fsyncFileDir. */
