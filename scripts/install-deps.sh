@@ -83,8 +83,9 @@ fi
 
 # keep_services_off before|after PACKAGE...: Debian's server packages enable their system
 # service when installed (redis-server on 6379, redis-sentinel on 26379, etcd on 2379,
-# postgresql with a "main" cluster on 5432), to start at every boot. fencegate uses none of them: run.sh and the tests
-# start their own servers on free ports. For the packages being installed:
+# postgresql with a "main" cluster on 5432), to start at every boot. fencegate uses none of
+# them: run.sh and the tests start their own servers on free ports. For the packages being
+# installed:
 #   before: for postgresql*, a createcluster.d drop-in with create_main_cluster = false, so
 #           no cluster is created (cleanup removes it after the install);
 #   after:  their units are disabled (and stopped, when systemd runs), which also disables

@@ -362,7 +362,8 @@ int th_cluster_migrate_keys(th_cluster *c, int slot, int src, int dst)
             argv[n++] = keys->element[k]->str;
         }
         redisReply *reply = th__node_command_argv(&c->nodes[src], n, argv);
-        int ok = reply != NULL && reply->type == REDIS_REPLY_STATUS && strcmp(reply->str, "OK") == 0;
+        int ok = reply != NULL && reply->type == REDIS_REPLY_STATUS &&
+                 strcmp(reply->str, "OK") == 0;
         if (!ok) {
             fprintf(stderr, "harness: MIGRATE of slot %d to port %d: %s\n", slot,
                     c->nodes[dst].port, reply != NULL && reply->str != NULL ? reply->str : "?");

@@ -6,11 +6,16 @@
 #ifndef FG_TEST_HARNESS_INTERNAL_H
 #define FG_TEST_HARNESS_INTERNAL_H
 
-#include "harness.h"
+#include <stddef.h>
 
 #include <hiredis/hiredis.h>
 
-/* Room for a node's whole command line: the fixed options, the password and r->args. */
+/* Declared, not included: harness.h is the layer above, the one tests see (a repeated
+ * typedef is valid C11). Every file that includes this one includes harness.h first. */
+typedef struct th_redis th_redis;
+
+/* Room for a node's whole command line: the fixed options, the password and r->args
+ * (TH_NODE_ARGS comes from harness.h). */
 #define TH_ARGV_MAX (32 + TH_NODE_ARGS)
 
 /* A free port whose cluster bus port (port + 10000) is free too, both below the ephemeral
