@@ -22,6 +22,7 @@
 #                                waits until every running node is whole again and sees the
 #                                killed master's slot served by another running node that
 #                                answers ROLE as master; sets FG_CLUSTER_MASTER_PORT
+#   fg_cluster_wait_ok SECS      waits until every running node sees the whole cluster again
 #   fg_cluster_restart PORT SECS restarts a killed node (same port, nodes.conf, AOF): it
 #                                rejoins as a replica; waits until the cluster is whole
 #   fg_cluster_stop              stops every node by PID
@@ -154,6 +155,10 @@ fg_cluster__failed_over() {
 fg_cluster_wait_failover() {
     fg_topo_wait "$1" "a cluster failover away from master $FG_CLUSTER_KILLED_PORT" \
         fg_cluster__failed_over
+}
+
+fg_cluster_wait_ok() {
+    fg_topo_wait "$1" "the cluster being whole" fg_cluster__whole
 }
 
 fg_cluster_restart() {

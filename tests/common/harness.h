@@ -115,6 +115,13 @@ int th_sentinel_kill_master(th_sentinel *s);
  * old_master that answers ROLE as master. Returns its index, or -1 on timeout. */
 int th_sentinel_wait_failover(th_sentinel *s, int old_master, int timeout_ms);
 
+/* Waits up to timeout_ms until the start() condition holds again for the current master:
+ * every running sentinel names it and lists every other running data node as its linked,
+ * healthy replica, and knows the other running sentinels. Call it after a failover before
+ * killing the new master: a replica not yet moved to it cannot be promoted. Returns 0, or -1
+ * on timeout (or when the sentinels agree on no master). */
+int th_sentinel_wait_ready(th_sentinel *s, int timeout_ms);
+
 /* Restarts killed node i (same port and files) as a replica of the current master and waits
  * up to timeout_ms until it is linked and every sentinel lists it healthy again. Returns 0,
  * or -1 on timeout (or when there is no agreed master). */
@@ -178,6 +185,10 @@ void th_cluster_kill(th_cluster *c, int i);
  * cluster_state:ok and sees the slots killed served by another running node that answers
  * ROLE as master. Returns that node's index, or -1 on timeout. */
 int th_cluster_wait_failover(th_cluster *c, int killed, int timeout_ms);
+
+/* Waits up to timeout_ms until every running node sees the whole cluster as at the end of
+ * th_cluster_start (a killed node still counts as known). Returns 0, or -1 on timeout. */
+int th_cluster_wait_ok(th_cluster *c, int timeout_ms);
 
 /* Restarts killed node i (same port, nodes.conf and AOF): it rejoins as a replica. Waits up
  * to timeout_ms for the cluster to be whole again as th_cluster_start does. Returns 0 or -1. */

@@ -460,6 +460,11 @@ int th_cluster_wait_failover(th_cluster *c, int killed, int timeout_ms)
     }
 }
 
+int th_cluster_wait_ok(th_cluster *c, int timeout_ms)
+{
+    return wait_whole(c, timeout_ms);
+}
+
 int th_cluster_restart(th_cluster *c, int i, int timeout_ms)
 {
     if (c->nodes[i].pid > 0) {

@@ -272,6 +272,12 @@ int th_sentinel_wait_failover(th_sentinel *s, int old_master, int timeout_ms)
     }
 }
 
+int th_sentinel_wait_ready(th_sentinel *s, int timeout_ms)
+{
+    int m = th_sentinel_master(s);
+    return m < 0 ? -1 : wait_ready(s, m, timeout_ms);
+}
+
 int th_sentinel_restart_replica(th_sentinel *s, int i, int timeout_ms)
 {
     int m = th_sentinel_master(s);

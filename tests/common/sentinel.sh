@@ -20,6 +20,9 @@
 #   fg_sentinel_wait_failover OLD_PORT SECS
 #                                waits until the sentinels agree on another master that answers
 #                                ROLE as master; sets FG_SENTINEL_MASTER_PORT
+#   fg_sentinel_wait_ready SECS  waits until the start condition holds again for the current
+#                                master (the other replicas moved to it): call it after a
+#                                failover before killing the new master
 #   fg_sentinel_restart_replica PORT SECS
 #                                restarts the killed node of PORT as a replica of the current
 #                                master, and waits until every sentinel lists it healthy again
@@ -176,6 +179,16 @@ fg_sentinel__failed_over() {
 
 fg_sentinel_wait_failover() {
     fg_topo_wait "$2" "a sentinel failover away from master $1" fg_sentinel__failed_over "$1"
+}
+
+fg_sentinel_wait_ready() {
+    local master
+    if ! master=$(fg_sentinel_master_port); then
+        fg_sentinel__fail "the sentinels agree on no master"
+        return 1
+    fi
+    fg_topo_wait "$1" "the sentinels seeing every replica under master $master" \
+        fg_sentinel__ready "$master"
 }
 
 fg_sentinel_restart_replica() {

@@ -185,6 +185,13 @@ static void test_sentinel_failover(void **state)
     assert_answer(&s->redis[now], "OK", "SET after-failover 2");
     assert_eventually_get(&s->redis[now], "before-failover", "1");
 
+    /* The other replica follows the new master, and the sentinels see it there. */
+    t0 = th_now_ms();
+    assert_int_equal(th_sentinel_wait_ready(s, FAILOVER_TIMEOUT_MS), 0);
+    report_ms("sentinel ready again after the failover (other replica moved)", t0);
+    assert_true(role_is(&s->redis[3 - now], "slave"));
+    assert_eventually_get(&s->redis[3 - now], "after-failover", "2");
+
     /* The old master comes back as a replica of the new one and gets the new write. */
     t0 = th_now_ms();
     assert_int_equal(th_sentinel_restart_replica(s, old, FAILOVER_TIMEOUT_MS), 0);
@@ -397,6 +404,7 @@ static void test_cluster_failover(void **state)
     }
     assert_answer(&c->nodes[now], "1", "GET %s", key);
     assert_answer(&c->nodes[now], "OK", "SET %s 2", key);
+    assert_int_equal(th_cluster_wait_ok(c, FAILOVER_TIMEOUT_MS), 0);
 
     t0 = th_now_ms();
     assert_int_equal(th_cluster_restart(c, killed, FAILOVER_TIMEOUT_MS), 0);

@@ -66,6 +66,7 @@ say "sentinel failover after SIGKILL: $(($(ms) - t0)) ms"
 [ "$FG_SENTINEL_MASTER_PORT" != "$master" ] || fail "the master did not change"
 expect OK "$FG_SENTINEL_MASTER_PORT" set after 2
 expect 1 "$FG_SENTINEL_MASTER_PORT" get before
+fg_sentinel_wait_ready 30 || fail "the sentinels did not see the other replica move"
 fg_sentinel_restart_replica "$master" 30 || fail "restart as a replica"
 fg_topo_cli "$pw" "$master" role | head -n 1 | grep -q '^slave' || fail "$master is not a replica"
 fg_topo_wait 10 "the new write reaching the old master" get_is "$master" after 2 \
@@ -99,6 +100,7 @@ say "cluster master failover after SIGKILL: $(($(ms) - t0)) ms"
 [ "$(fg_cluster_slot_owner "$slot")" = "$FG_CLUSTER_MASTER_PORT" ] || fail "slot $slot owner"
 expect 1 "$FG_CLUSTER_MASTER_PORT" get '{sh}lock'
 expect OK "$FG_CLUSTER_MASTER_PORT" set '{sh}lock' 2
+fg_cluster_wait_ok 30 || fail "the cluster is not whole after the failover"
 fg_cluster_restart "$owner" 30 || fail "restart"
 fg_topo_cli "$pw" "$owner" role | head -n 1 | grep -q '^slave' \
     || fail "$owner did not rejoin as a replica"
