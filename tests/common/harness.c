@@ -173,6 +173,52 @@ out:
     return ok;
 }
 
+/* Every server the harness started and has not yet reaped, so that a loud failure (exit(1)
+ * halfway through starting a topology) does not leave the nodes already up running after the
+ * test program: they would hold ports and keep a ctest pipe open. */
+#define MAX_CHILDREN 128
+static pid_t children[MAX_CHILDREN];
+static pid_t children_owner; /* the process that registered them; forks must not kill them */
+
+static void kill_children_at_exit(void)
+{
+    if (getpid() != children_owner) {
+        return;
+    }
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        /* Only a child of ours still running: a test that reaped one itself leaves its pid
+         * here, and that number may belong to another process by now. */
+        if (children[i] > 0 && waitpid(children[i], NULL, WNOHANG) == 0) {
+            kill(children[i], SIGKILL);
+            waitpid(children[i], NULL, 0);
+        }
+        children[i] = 0;
+    }
+}
+
+static void child_started(pid_t pid)
+{
+    if (children_owner == 0) {
+        children_owner = getpid();
+        atexit(kill_children_at_exit);
+    }
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        if (children[i] == 0) {
+            children[i] = pid;
+            return;
+        }
+    }
+}
+
+static void child_reaped(pid_t pid)
+{
+    for (int i = 0; i < MAX_CHILDREN; i++) {
+        if (children[i] == pid) {
+            children[i] = 0;
+        }
+    }
+}
+
 /* Fills argv (room for TH_ARGV_MAX entries) with the command line of r: redis-server with the
  * options every test Redis gets, or redis-sentinel on its config file; then r->args. */
 static void node_argv(th_redis *r, const char **argv, char *port, size_t portlen, char *logfile,
@@ -250,16 +296,19 @@ static int spawn_redis(th_redis *r)
         _exit(127);
     }
     r->pid = pid;
+    child_started(pid);
 
     int64_t deadline = th_now_ms() + 10000;
     while (!redis_pings(r)) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
             if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+                child_reaped(pid);
                 exit(1); /* The child said which binary is missing. */
             }
             fprintf(stderr, "harness: %s exited before answering (status %d); see %s\n",
                     argv[0], status, logfile);
+            child_reaped(pid);
             r->pid = 0;
             return -1;
         }
@@ -268,6 +317,7 @@ static int spawn_redis(th_redis *r)
                     r->port);
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
+            child_reaped(pid);
             exit(1);
         }
         th_nap_ms(10);
@@ -334,6 +384,7 @@ void th_redis_kill(th_redis *r)
     if (r->pid > 0) {
         kill(r->pid, SIGKILL);
         waitpid(r->pid, NULL, 0);
+        child_reaped(r->pid);
         r->pid = 0;
     }
 }
@@ -361,6 +412,7 @@ void th_redis_stop(th_redis *r)
             }
             th_nap_ms(10);
         }
+        child_reaped(r->pid);
         r->pid = 0;
     }
     th_rmtree(r->dir);
