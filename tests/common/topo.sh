@@ -19,6 +19,8 @@
 #                                it to answer PING with its own process id, and sets
 #                                FG_TOPO_PORT and FG_TOPO_PID. A port taken meanwhile is
 #                                replaced (5 tries). Returns 1, with the log, on failure.
+#                                fg_topo_spawn returns 1 when the server exited before
+#                                answering (its port was taken), 2 on any other failure.
 #   fg_topo_spawn DIR PORT PASSWORD KIND ARGS…   the same on a given port (a restart)
 #   fg_topo_kill PID             SIGKILL and reap
 #   fg_topo_stop_pid PID         SIGTERM, SIGKILL after 5 s, reap
@@ -92,12 +94,12 @@ fg_topo_spawn() {
     local dir=$1 port=$2 password=$3 kind=$4 deadline
     shift 4
     if [ "$kind" = sentinel ]; then
-        fg_topo_need redis-sentinel || return 1
+        fg_topo_need redis-sentinel || return 2
         redis-sentinel "$dir/sentinel.conf" --port "$port" --bind 127.0.0.1 --dir "$dir" \
             --logfile "$dir/sentinel.log" --daemonize no \
             ${password:+--requirepass "$password"} "$@" </dev/null >/dev/null &
     else
-        fg_topo_need redis-server || return 1
+        fg_topo_need redis-server || return 2
         redis-server --port "$port" --bind 127.0.0.1 --dir "$dir" --logfile "$dir/redis.log" \
             --daemonize no --save '' --enable-debug-command local \
             --appendonly yes --appendfsync always \
@@ -114,7 +116,7 @@ fg_topo_spawn() {
         fi
         if [ "$SECONDS" -ge "$deadline" ]; then
             echo "FAIL: $kind on port $port did not answer within 10 s; its log:" >&2
-            tail -n 20 "$dir"/*.log >&2 || true
+            tail -n 20 "$dir"/*.log >&2 2>/dev/null || true
             fg_topo_kill "$FG_TOPO_PID"
             FG_TOPO_PID=
             return 2
@@ -135,7 +137,7 @@ fg_topo_start_node() {
         [ "$rc" -eq 1 ] || return 1
     done
     echo "FAIL: $kind did not start on a free port; its log:" >&2
-    tail -n 20 "$dir"/*.log >&2 || true
+    tail -n 20 "$dir"/*.log >&2 2>/dev/null || true
     return 1
 }
 
