@@ -2,6 +2,17 @@
  * Test harness shared by every test program: a real redis-server started on a free loopback
  * port in a private temp directory and stopped by its PID, plus small helpers for
  * deadline-bounded waiting. Nothing here mocks Redis.
+ *
+ * For issues 15 and 16 it also starts whole topologies of real servers, every node a child
+ * process configured as th_redis_start(r, 1, password) configures one (AOF, appendfsync
+ * always), so figures and behaviour compare with the single Redis:
+ *   - th_redis_set_start: N independent masters (Redlock);
+ *   - th_sentinel_start: a master, its replicas and their sentinels (harness_sentinel.c);
+ *   - th_cluster_start: a Redis Cluster built by redis-cli --cluster create
+ *     (harness_cluster.c).
+ * Starting fails the process loudly (exit 1 with a message), never skips; a server left
+ * running at exit is killed. Waiting for a failover returns -1 on timeout for the test to
+ * assert on.
  */
 #ifndef FG_TEST_HARNESS_H
 #define FG_TEST_HARNESS_H

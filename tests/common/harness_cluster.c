@@ -14,8 +14,11 @@
  * still reporting ok because it has not yet noticed the kill does not pass: its view of the
  * owner is still the killed node.
  *
- * Migration is split in steps (file header of harness.h) so that a test can hold a slot half
- * moved, which is the only way to meet -ASK on demand.
+ * Migration is split in steps (th_cluster_migrate_begin/keys/finish in harness.h) so that a
+ * test can hold a slot half moved, which is the only way to meet -ASK on demand.
+ *
+ * Slot owners are read with CLUSTER SHARDS (Redis 7.0, Debian 12's version); the test checks
+ * them against CLUSTER SLOTS.
  */
 #include "harness.h"
 #include "harness_internal.h"
