@@ -378,16 +378,46 @@ static void test_cluster_ask(void **state)
     assert_int_equal(th_cluster_slot_owner(c, dst, slot), dst);
 }
 
+/* 1 when node r is listed by CLUSTER REPLICAS of master id (asked of node `asked`). */
+static int is_replica_of(const th_redis *asked, const char *id, const th_redis *r)
+{
+    redisContext *ctx = redisConnect("127.0.0.1", asked->port);
+    redisReply *reply = NULL;
+    char needle[32];
+    int found = 0;
+
+    snprintf(needle, sizeof needle, ":%d@", r->port);
+    if (ctx != NULL && ctx->err == 0) {
+        freeReplyObject(redisCommand(ctx, "AUTH %s", PASSWORD));
+        reply = redisCommand(ctx, "CLUSTER REPLICAS %s", id);
+        for (size_t i = 0; reply != NULL && reply->type == REDIS_REPLY_ARRAY &&
+                           i < reply->elements;
+             i++) {
+            found |= strstr(reply->element[i]->str, needle) != NULL;
+        }
+        freeReplyObject(reply);
+    }
+    if (ctx != NULL) {
+        redisFree(ctx);
+    }
+    return found;
+}
+
 static void test_cluster_failover(void **state)
 {
     th_cluster *c = *state;
     const char *key = "{failover}lock";
     int slot = th_key_slot(key, strlen(key));
     int killed = th_cluster_slot_owner(c, 0, slot);
+    int replicas[TH_MAX_NODES];
     int64_t t0 = 0;
     int now = 0;
 
     assert_true(killed >= 0);
+    /* Who replicated the master before the kill: the one to take over is among them. */
+    for (int i = 0; i < c->nnodes; i++) {
+        replicas[i] = is_replica_of(&c->nodes[killed], c->ids[killed], &c->nodes[i]);
+    }
     assert_answer(&c->nodes[killed], "OK", "SET %s 1", key);
     /* WAIT: the write reached the replica before the kill (replication is asynchronous). */
     assert_int_equal(th_redis_cmd(&c->nodes[killed], NULL, 0, "WAIT 1 5000"), 1);
@@ -397,6 +427,7 @@ static void test_cluster_failover(void **state)
     now = th_cluster_wait_failover(c, killed, FAILOVER_TIMEOUT_MS);
     report_ms("cluster master failover after SIGKILL (state ok everywhere, replica master)", t0);
     assert_true(now >= 0 && now != killed);
+    assert_true(replicas[now]);
     for (int i = 0; i < c->nnodes; i++) {
         if (c->nodes[i].pid > 0) {
             assert_int_equal(th_cluster_slot_owner(c, i, slot), now);
