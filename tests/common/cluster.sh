@@ -39,7 +39,8 @@ fg_cluster__cli() { fg_topo_cli "$FG_CLUSTER_PASSWORD" "$@"; }
 
 fg_cluster__args() {
     FG_CLUSTER__ARGS=(--cluster-enabled yes --cluster-config-file nodes.conf
-        --cluster-node-timeout 1000 --cluster-replica-validity-factor 0)
+        --cluster-node-timeout 1000 --cluster-replica-validity-factor 0
+        --repl-diskless-sync-delay 0)
     [ -z "$FG_CLUSTER_PASSWORD" ] || FG_CLUSTER__ARGS+=(--masterauth "$FG_CLUSTER_PASSWORD")
 }
 
@@ -68,6 +69,7 @@ fg_cluster_slot_owner() {
         }'
 }
 
+# fg_cluster__node_whole PORT: that node sees the whole cluster; FG_CLUSTER__ROLE is its role.
 fg_cluster__node_whole() {
     local port=$1 info role
     info=$(fg_cluster__cli "$port" cluster info 2>/dev/null | tr -d '\r') || return 1
@@ -78,15 +80,20 @@ fg_cluster__node_whole() {
     grep -qx "cluster_size:$FG_CLUSTER_MASTERS" <<<"$info" || return 1
     info=$(fg_cluster__cli "$port" info replication 2>/dev/null | tr -d '\r') || return 1
     role=$(sed -n 's/^role://p' <<<"$info")
+    FG_CLUSTER__ROLE=$role
     [ "$role" = master ] || grep -qx 'master_link_status:up' <<<"$info"
 }
 
+# Every running node sees the whole cluster, and exactly MASTERS of them are masters (a
+# restarted master thinks it still is one until the others tell it otherwise).
 fg_cluster__whole() {
-    local i
+    local i masters=0
     for i in "${!FG_CLUSTER_PORTS[@]}"; do
         [ -n "${FG_CLUSTER_PIDS[$i]}" ] || continue
         fg_cluster__node_whole "${FG_CLUSTER_PORTS[$i]}" || return 1
+        [ "$FG_CLUSTER__ROLE" != master ] || masters=$((masters + 1))
     done
+    [ "$masters" -eq "$FG_CLUSTER_MASTERS" ]
 }
 
 fg_cluster_start() {

@@ -23,7 +23,7 @@
 /* Most nodes one topology (sentinel set, cluster, Redis set) may have. */
 #define TH_MAX_NODES 16
 /* Most extra command-line arguments of one node (replicaof, cluster options). */
-#define TH_NODE_ARGS 12
+#define TH_NODE_ARGS 16
 /* A cluster node's bus listens on its port + this. */
 #define TH_CLUSTER_BUS_OFFSET 10000
 

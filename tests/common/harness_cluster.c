@@ -5,9 +5,10 @@
  *
  * When is a cluster "up" for a test? Every running node must say cluster_state:ok with all
  * 16384 slots assigned and ok, know every node (cluster_known_nodes), count `masters` masters
- * serving slots (cluster_size), and every node that answers ROLE as a replica must have its
- * link to the master up. The last part matters for the failover tests: a replica that never
- * synced may not be elected (its data is too old), and the cluster would stay down.
+ * serving slots (cluster_size), exactly `masters` running nodes must answer as masters, and
+ * every node that answers as a replica must have its link to the master up. The last part
+ * matters for the failover tests: a replica that never synced may not be elected (its data
+ * is too old), and the cluster would stay down.
  *
  * A failover is over when every running node is back to cluster_state:ok and sees the slots
  * of the killed master served by another running node, which answers ROLE as master. A node
@@ -119,8 +120,9 @@ out:
     return owner;
 }
 
-/* 1 when node i's CLUSTER INFO (and, for a replica, its link) says the cluster is whole. */
-static int node_sees_whole_cluster(const th_cluster *c, int i, int known_nodes)
+/* 1 when node i's CLUSTER INFO (and, for a replica, its link) says the cluster is whole;
+ * *is_master tells whether it answers as a master. */
+static int node_sees_whole_cluster(const th_cluster *c, int i, int known_nodes, int *is_master)
 {
     char v[64];
     redisReply *info = th__node_command(&c->nodes[i], "CLUSTER INFO");
@@ -144,6 +146,7 @@ static int node_sees_whole_cluster(const th_cluster *c, int i, int known_nodes)
     repl = th__node_command(&c->nodes[i], "INFO replication");
     ok = repl != NULL && repl->type == REDIS_REPLY_STRING &&
          th__info_field(repl->str, "role", v, sizeof v) == 0;
+    *is_master = ok && strcmp(v, "master") == 0;
     if (ok && strcmp(v, "slave") == 0) {
         ok = th__info_field(repl->str, "master_link_status", v, sizeof v) == 0 &&
              strcmp(v, "up") == 0;
@@ -152,16 +155,22 @@ static int node_sees_whole_cluster(const th_cluster *c, int i, int known_nodes)
     return ok;
 }
 
-/* 1 when every running node sees the whole cluster. */
+/* 1 when every running node sees the whole cluster, and exactly `masters` of them answer as
+ * masters: a restarted master believes, from its nodes.conf, that it still serves its slots
+ * (and says cluster_state:ok) until the others tell it it was replaced. */
 static int cluster_whole(const th_cluster *c)
 {
+    int masters = 0;
+
     for (int i = 0; i < c->nnodes; i++) {
+        int is_master = 0;
         /* A killed node is still known to the others (flagged fail). */
-        if (c->nodes[i].pid > 0 && !node_sees_whole_cluster(c, i, c->nnodes)) {
+        if (c->nodes[i].pid > 0 && !node_sees_whole_cluster(c, i, c->nnodes, &is_master)) {
             return 0;
         }
+        masters += is_master;
     }
-    return 1;
+    return masters == c->masters;
 }
 
 static int wait_whole(const th_cluster *c, int timeout_ms)
@@ -268,6 +277,10 @@ void th_cluster_start(th_cluster *c, int masters, int replicas_per_master,
         /* Let any replica take over, however long it was cut off: a test kills masters on
          * purpose and wants the failover, not a cluster that stays down. */
         th__node_arg(r, "--cluster-replica-validity-factor");
+        th__node_arg(r, "0");
+        /* A full sync starts at once, not after the default 5 s wait for more replicas (see
+         * harness_sentinel.c). */
+        th__node_arg(r, "--repl-diskless-sync-delay");
         th__node_arg(r, "0");
         if (c->password[0] != '\0') {
             th__node_arg(r, "--masterauth");

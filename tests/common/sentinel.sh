@@ -105,6 +105,8 @@ fg_sentinel__ready() {
 fg_sentinel__spawn_redis() {
     local i=$1 master=$2 port=${3:-} dir=$FG_SENTINEL_DIR/redis-$1 args=()
     [ -z "$master" ] || args+=(--replicaof 127.0.0.1 "$master")
+    # A full sync at once, not after the default 5 s wait for more replicas (as in C).
+    args+=(--repl-diskless-sync-delay 0)
     [ -z "$FG_SENTINEL_PASSWORD" ] || args+=(--masterauth "$FG_SENTINEL_PASSWORD")
     if [ -n "$port" ]; then
         fg_topo_spawn "$dir" "$port" "$FG_SENTINEL_PASSWORD" redis "${args[@]}" || return 1
