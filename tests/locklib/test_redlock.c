@@ -273,7 +273,7 @@ static void test_health_state_machine(void **state)
 typedef struct rl_fixture {
     th_redis_set set;
     lk__rl_health health[TH_MAX_NODES];
-    char *acquire_lua, *release_lua, *raise_lua;
+    char *acquire_lua, *release_lua, *raise_lua, *renew_lua, *range_lua;
     int64_t clock_ms; /* the fake monotonic clock the hold-outs run on */
 } rl_fixture;
 
@@ -386,20 +386,18 @@ static void release_all(const rl_fixture *f, const char *res, const char *owner)
     }
 }
 
-/* One Redlock acquisition as the transport will run it. reach[i] is 0 for a node the
- * schedule partitions away (not asked at all); held-out nodes are not asked either.
- * write_back 0 is the planted naive variant. Returns the granted token (asserting a grant),
- * then releases the lock on every node so the next grant of the schedule can take it. */
-static int64_t rl_grant(rl_fixture *f, const char *res, const int *reach, int write_back)
+/* One Redlock acquisition by owner as the transport will run it, into *out. reach[i] is 0
+ * for a node the schedule partitions away (not asked at all); held-out nodes are not asked
+ * either. write_back 0 is the planted naive variant. Asserts a grant. */
+static void rl_acquire(rl_fixture *f, const char *res, const char *owner, const int *reach,
+                       int write_back, lk__rl_out *out)
 {
     static const char *const acq_sfx[] = {"lock", "fence", "idem:", "base", "recent"};
     static const char *const raise_sfx[] = {"fence", "base", "recent", "lock"};
-    const char *owner = "rl-owner";
     const char *acq_args[] = {owner, "10000", "0", "0"};
     lk__rl_node nodes[TH_MAX_NODES];
     int64_t counter[TH_MAX_NODES];
     char token_s[24];
-    lk__rl_out out;
     int n = f->set.n;
     int64_t start_ms = th_now_ms();
 
@@ -415,13 +413,13 @@ static int64_t rl_grant(rl_fixture *f, const char *res, const int *reach, int wr
             freeReplyObject(r);
         }
     }
-    lk__rl_next next = lk__rl_combine_acquire(n, nodes, LEASE_MS, th_now_ms() - start_ms, &out);
+    lk__rl_next next = lk__rl_combine_acquire(n, nodes, LEASE_MS, th_now_ms() - start_ms, out);
     if (next != LK__RL_WRITE_BACK) {
-        print_error("acquire not granted: %s (%s)\n", lk_status_name(out.st), out.err);
+        print_error("acquire not granted: %s (%s)\n", lk_status_name(out->st), out->err);
         fail();
     }
     if (write_back) {
-        snprintf(token_s, sizeof token_s, "%lld", (long long)out.res.token);
+        snprintf(token_s, sizeof token_s, "%lld", (long long)out->res.token);
         const char *raise_args[] = {token_s, owner};
         for (int i = 0; i < n; i++) {
             counter[i] = -1;
@@ -436,13 +434,69 @@ static int64_t rl_grant(rl_fixture *f, const char *res, const int *reach, int wr
                 freeReplyObject(r);
             }
         }
-        next = lk__rl_combine_raise(n, counter, LEASE_MS, th_now_ms() - start_ms, &out);
+        next = lk__rl_combine_raise(n, counter, LEASE_MS, th_now_ms() - start_ms, out);
         assert_int_equal(next, LK__RL_ANSWER);
     }
-    assert_int_equal(out.st, LK_ACQUIRED);
-    assert_true(out.res.ttl_ms > 0 && out.res.ttl_ms < LEASE_MS);
-    release_all(f, res, owner);
+    assert_int_equal(out->st, LK_ACQUIRED);
+    assert_true(out->res.ttl_ms > 0 && out->res.ttl_ms < LEASE_MS);
+}
+
+/* A grant of the schedule: rl_acquire(), then the lock is released on every node so the
+ * next grant can take it. Returns the granted token. */
+static int64_t rl_grant(rl_fixture *f, const char *res, const int *reach, int write_back)
+{
+    lk__rl_out out;
+    rl_acquire(f, res, "rl-owner", reach, write_back, &out);
+    release_all(f, res, "rl-owner");
     return out.res.token;
+}
+
+/* Asks the nodes with reach[i] (and counting) one owner call: RENEW (renew.lua), RELEASE
+ * (release.lua) or TOKEN_CHECK (token_range.lua for token), decoded as calls.c does, into
+ * nodes[]. The others are held out. */
+static void rl_ask(rl_fixture *f, lk_call_kind kind, const char *res, const char *owner,
+                   int64_t token, const int *reach, lk__rl_node *nodes)
+{
+    static const char *const owner_sfx[] = {"lock", "idem:"};
+    static const char *const range_sfx[] = {"fence", "base", "recent"};
+    char channel[256], token_s[24];
+    snprintf(channel, sizeof channel, "fg:{%s}:released", res);
+    snprintf(token_s, sizeof token_s, "%lld", (long long)token);
+    const char *renew_args[] = {owner, "10000", "0"};
+    const char *release_args[] = {owner, "0", channel};
+    const char *range_args[] = {token_s};
+
+    for (int i = 0; i < f->set.n; i++) {
+        redisReply *r = NULL;
+        nodes[i] = node_out();
+        if (!reach[i] || !lk__rl_health_counts(&f->health[i])) {
+            continue;
+        }
+        if (kind == LK_CALL_RENEW) {
+            r = eval_on(f, i, f->renew_lua, res, 2, owner_sfx, 3, renew_args);
+        } else if (kind == LK_CALL_RELEASE) {
+            r = eval_on(f, i, f->release_lua, res, 2, owner_sfx, 3, release_args);
+        } else {
+            r = eval_on(f, i, f->range_lua, res, 3, range_sfx, 1, range_args);
+        }
+        assert_non_null(r);
+        assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+        long long code = lk__int_at(r, 0);
+        if (kind == LK_CALL_RENEW) {
+            nodes[i] = node_st(code == 1 ? LK_RENEWED : LK_NOT_OWNER, lk__int_at(r, 1),
+                               lk__int_at(r, 3));
+        } else if (kind == LK_CALL_RELEASE) {
+            nodes[i] = node_st(code == 1 ? LK_RELEASED : code == 2 ? LK_STILL_HELD
+                                                                    : LK_NOT_OWNER, 0, 0);
+            nodes[i].res.holds = lk__int_at(r, 1);
+        } else {
+            nodes[i] = node_st(LK_OK, 0, 0);
+            nodes[i].base = lk__int_at(r, 0);
+            nodes[i].last = lk__int_at(r, 1);
+            nodes[i].recent = token > 0 && lk__int_at(r, 2) == 1;
+        }
+        freeReplyObject(r);
+    }
 }
 
 static int group_setup_n(void **state, int n)
@@ -456,6 +510,8 @@ static int group_setup_n(void **state, int n)
     f->acquire_lua = read_script("acquire");
     f->release_lua = read_script("release");
     f->raise_lua = read_script("fence_raise");
+    f->renew_lua = read_script("renew");
+    f->range_lua = read_script("token_range");
     f->clock_ms = 1000;
     *state = f;
     return 0;
@@ -478,6 +534,8 @@ static int group_teardown(void **state)
     free(f->acquire_lua);
     free(f->release_lua);
     free(f->raise_lua);
+    free(f->renew_lua);
+    free(f->range_lua);
     free(f);
     return 0;
 }
@@ -539,6 +597,64 @@ static void test_minority_data_loss_token_still_grows(void **state)
     int64_t t4 = rl_grant(f, fenced, all, 1);
     assert_true(lk__rl_health_counts(&f->health[0]));
     assert_true(t4 > t3);
+}
+
+/* One node minted far more in the past than the others: the grant's token is its token,
+ * and after the write-back every call of the holder reports that token, from any majority:
+ * a reentrant acquisition, a renewal, a token check; then two releases free it. */
+static void test_holder_calls_report_the_grant_token(void **state)
+{
+    rl_fixture *f = *state;
+    int n = f->set.n, q = lk__rl_quorum(n);
+    int all[TH_MAX_NODES], tail[TH_MAX_NODES];
+    const char *res = res_name("holder");
+    char fence[128];
+    lk__rl_node nodes[TH_MAX_NODES];
+    lk__rl_out out, again;
+
+    for (int i = 0; i < n; i++) {
+        all[i] = 1;
+        tail[i] = i >= n - q; /* the last q nodes: a majority without node 0 */
+    }
+    snprintf(fence, sizeof fence, "fg:{%s}:fence", res);
+    th_redis_cmd(&f->set.nodes[0], NULL, 0, "SET %s 40", fence);
+    rl_acquire(f, res, "holder", all, 1, &out);
+    assert_int_equal(out.res.token, 41);
+
+    /* Reentry from a majority that lacks node 0, the only node that minted 41. */
+    rl_acquire(f, res, "holder", tail, 1, &again);
+    assert_int_equal(again.res.token, 41);
+    assert_int_equal(again.res.holds, 2);
+
+    rl_ask(f, LK_CALL_RENEW, res, "holder", 0, tail, nodes);
+    assert_int_equal(lk__rl_combine_renew(n, nodes, LEASE_MS, 1, &out), LK__RL_ANSWER);
+    assert_int_equal(out.st, LK_RENEWED);
+    assert_int_equal(out.res.token, 41);
+
+    rl_ask(f, LK_CALL_TOKEN_CHECK, res, NULL, 41, tail, nodes);
+    lk__rl_combine_token_check(n, nodes, &out);
+    assert_int_equal(out.st, LK_OK);
+    assert_true(out.base < 41 && out.last >= 41);
+    assert_int_equal(out.recent, 1);
+
+    /* Another owner is refused on every node: HELD, and its grants (none) undone. */
+    static const char *const acq_sfx[] = {"lock", "fence", "idem:", "base", "recent"};
+    const char *other[] = {"other", "10000", "0", "0"};
+    for (int i = 0; i < n; i++) {
+        redisReply *r = eval_on(f, i, f->acquire_lua, res, 5, acq_sfx, 4, other);
+        nodes[i] = decode_acquire(r);
+        freeReplyObject(r);
+    }
+    assert_int_equal(lk__rl_combine_acquire(n, nodes, LEASE_MS, 1, &out), LK__RL_UNDO);
+    assert_int_equal(out.st, LK_HELD);
+    assert_true(out.res.ttl_ms > 0);
+
+    rl_ask(f, LK_CALL_RELEASE, res, "holder", 0, all, nodes);
+    lk__rl_combine_release(n, nodes, &out);
+    assert_int_equal(out.st, LK_STILL_HELD);
+    rl_ask(f, LK_CALL_RELEASE, res, "holder", 0, all, nodes);
+    lk__rl_combine_release(n, nodes, &out);
+    assert_int_equal(out.st, LK_RELEASED);
 }
 
 /* A node restarted with its data (AOF) keeps its marker and counts again at once. */
@@ -619,6 +735,7 @@ int main(void)
     const struct CMUnitTest nodes[] = {
         cmocka_unit_test(test_fence_raise_script),
         cmocka_unit_test(test_minority_data_loss_token_still_grows),
+        cmocka_unit_test(test_holder_calls_report_the_grant_token),
         cmocka_unit_test(test_clean_restart_not_held_out),
     };
     int failed = cmocka_run_group_tests_name("redlock_pure", pure, NULL, NULL);
