@@ -99,10 +99,11 @@ int64_t lk__rl_validity_ms(int64_t ttl_ms, int64_t elapsed_ms)
     return ttl_ms - elapsed_ms - lk__rl_drift_ms(ttl_ms);
 }
 
-/* A node that answered: not held out and no error status (an error is "no answer"). */
+/* A node that answered: not held out, and an outcome or a refused idempotency key (the
+ * script ran and said no). Any other error is "no answer": it may or may not have run. */
 static int answered(const lk__rl_node *node)
 {
-    return !node->held_out && node->st < LK_EINVAL;
+    return !node->held_out && (node->st < LK_EINVAL || node->st == LK_EIDEMPOTENCY);
 }
 
 static void out_init(lk__rl_out *out)
@@ -168,6 +169,7 @@ lk__rl_next lk__rl_combine_acquire(int n, const lk__rl_node *nodes, int64_t ttl_
     int q = lk__rl_quorum(n);
     int granted = count_st(n, nodes, LK_ACQUIRED);
     int refused = count_st(n, nodes, LK_EIDEMPOTENCY);
+    int held = count_st(n, nodes, LK_HELD);
     int64_t validity_ms = lk__rl_validity_ms(ttl_ms, elapsed_ms);
 
     out_init(out);
@@ -186,11 +188,12 @@ lk__rl_next lk__rl_combine_acquire(int n, const lk__rl_node *nodes, int64_t ttl_
     } else if (refused >= q) {
         out->st = lk__errf(out->err, LK_EIDEMPOTENCY,
                            "idempotency key was used by another request");
-    } else if (count_answered(n, nodes) - refused >= q) {
+    } else if (granted + held >= q) {
+        /* Held elsewhere, or split between contenders: try again later. */
         out->st = LK_HELD;
         out->res.ttl_ms = shortest_holder_ms(n, nodes);
     } else {
-        lk__errf(out->err, LK_EUNAVAILABLE, "only %d of %d Redis nodes answered",
+        lk__errf(out->err, LK_EUNAVAILABLE, "%d of %d Redis nodes answered, no majority agreed",
                  count_answered(n, nodes), n);
     }
     return LK__RL_UNDO;

@@ -105,6 +105,12 @@ static void test_combine_acquire(void **state)
     assert_int_equal(lk__rl_combine_acquire(5, d, 10000, 5, &out), LK__RL_UNDO);
     assert_int_equal(out.st, LK_EUNAVAILABLE);
     assert_non_null(strstr(out.err, "2 of 5"));
+
+    /* The key was used by another request on a majority: refused, and undone. */
+    lk__rl_node e[3] = {node_st(LK_EIDEMPOTENCY, 0, 0), node_st(LK_EIDEMPOTENCY, 0, 0),
+                        node_st(LK_ACQUIRED, 5, 0)};
+    assert_int_equal(lk__rl_combine_acquire(3, e, 10000, 5, &out), LK__RL_UNDO);
+    assert_int_equal(out.st, LK_EIDEMPOTENCY);
 }
 
 static void test_combine_raise(void **state)
