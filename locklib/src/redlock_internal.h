@@ -18,8 +18,10 @@
  *      lk__rl_node (an error or timeout is its error status: "no answer");
  *   3. calls the combiner of the call's kind with the N outcomes and the elapsed time;
  *   4. does what the combiner's lk__rl_next says: LK__RL_WRITE_BACK runs fence_raise.lua
- *      with token on every node and ends with lk__rl_combine_raise(); LK__RL_UNDO sends
- *      release.lua to all N nodes (the ones that did not answer too) and answers as told;
+ *      (KEYS fence, base, recent, lock; ARGV token, owner) on every node that counts, waits
+ *      for all of them within the per-node timeout (-1 for a held-out or silent node) and
+ *      ends with lk__rl_combine_raise(); LK__RL_UNDO sends release.lua to all N nodes
+ *      (the ones that did not answer too) and answers as told;
  *   5. hands the combined outcome back; decode is then not run again.
  * redlock.c states the argument for the tokens next to the code that makes them.
  * Layer: above util only. Never installed.
@@ -61,7 +63,8 @@ typedef struct lk__rl_node {
 /* What the transport does after a combiner, before it answers. */
 typedef enum lk__rl_next {
     LK__RL_ANSWER,     /* hand the combined outcome back as it is */
-    LK__RL_WRITE_BACK, /* run fence_raise.lua with out->res.token on every node, then
+    LK__RL_WRITE_BACK, /* run fence_raise.lua with out->res.token on every node that
+                        * counts, then
                         * lk__rl_combine_raise() gives the answer */
     LK__RL_UNDO        /* send release.lua to all N nodes, then hand the outcome back */
 } lk__rl_next;
