@@ -127,8 +127,7 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
                               json_pack("{s:s, s:I}", "resource", req->param, "token",
                                         (json_int_t)token),
                               "token %llu is not one Redis knows was issued for %s (forged, "
-                              "of another resource, or lost with Redis's data); nothing was "
-                              "changed",
+                              "or lost with Redis's data); nothing was changed",
                               (unsigned long long)token, req->param);
     case STORE_TOO_LARGE:
         /* Counted with every other 413 of a PUT, in gw__metrics_observe(). */

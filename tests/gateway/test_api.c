@@ -615,7 +615,7 @@ static void test_superseded_token_is_refused_before_next_write(void **state)
     gwt_assert_status(&r, 409, "stale_token");
     assert_int_equal(gwt_int(&r, "superseded_by"), token4);
     gwt_resp_free(&r);
-    /* A token of the other resource in between was never issued for this one. */
+    /* A token of the other resource in between lies below this one's run: never issued. */
     put_value(&s->gw, "api.sup", t9, "wrong resource", &r);
     gwt_assert_status(&r, 403, "unknown_token");
     gwt_resp_free(&r);
@@ -701,10 +701,12 @@ static void test_forged_token_moves_nothing(void **state)
 }
 
 /* Tokens below the bottom of a resource's token run were never issued for it (the counter
- * was lifted past them to the floor), even though they are below its last token: a token
- * issued for another resource is refused. Once a higher token has written, an old token
- * below the run is stale, as it would be anyway. */
-static void test_token_of_another_resource_is_refused(void **state)
+ * was lifted past them to the floor), even though they are below its last token: such a
+ * token, here one issued earlier for another resource, is refused. Once a higher token has
+ * written, an old token below the run is stale, as it would be anyway. (A token of another
+ * resource that equals this resource's current one is accepted: tokens are per resource,
+ * test_concurrency.c, test_tokens_are_per_resource.) */
+static void test_token_below_the_run_is_refused(void **state)
 {
     api_state *s = *state;
     char t[32];
@@ -1133,7 +1135,7 @@ int main(void)
         cmocka_unit_test(test_stale_token_is_refused),
         cmocka_unit_test(test_superseded_token_is_refused_before_next_write),
         cmocka_unit_test(test_forged_token_moves_nothing),
-        cmocka_unit_test(test_token_of_another_resource_is_refused),
+        cmocka_unit_test(test_token_below_the_run_is_refused),
         cmocka_unit_test(test_header_limit),
         cmocka_unit_test(test_payload_too_large),
         cmocka_unit_test(test_too_large_writes_are_counted),
