@@ -294,19 +294,22 @@ static void request_free(gw_request *req)
 }
 
 /* Appends a chunk of the body. Over the cap, the request is marked too large and the rest is
- * read and dropped, so the answer is a clean 413 rather than a truncated value. */
+ * read and dropped, so the answer is a clean 413 rather than a truncated value, and a client
+ * that writes everything before it reads gets to read it. Returns -1 (the connection is
+ * closed without an answer: libmicrohttpd 0.9.75 cannot queue one mid-body) once more than
+ * GW_DRAIN_MAX bytes were dropped, or without memory. */
 static int body_append(gw_request *req, const char *data, size_t len)
 {
-    if (req->body_too_large) {
-        return 0;
-    }
-    if (len > req->body_max - req->body_len) {
+    if (!req->body_too_large && len > req->body_max - req->body_len) {
         req->body_too_large = 1;
         free(req->body);
         req->body = NULL;
         req->body_len = 0;
         req->body_cap = 0;
-        return 0;
+    }
+    if (req->body_too_large) {
+        req->body_dropped += len;
+        return req->body_dropped > GW_DRAIN_MAX ? -1 : 0;
     }
     if (req->body_len + len + 1 > req->body_cap) {
         size_t cap = req->body_cap == 0 ? 4096 : req->body_cap;
@@ -406,12 +409,22 @@ static int request_start(gw_request *req, const char *url, const char *method,
     req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
                                                           : GW_JSON_BODY_MAX;
 
-    /* A declared length over the cap is refused before a byte of the body is read. */
+    /* A declared length over the cap: the body is read and dropped, then 413 (RFC 9112
+     * section 9.6: a client that writes the whole request before it reads would otherwise
+     * hit a reset, not the answer). It is refused before a byte of it is read when the
+     * client waits for "100 Continue" (it sends nothing then), or when it is more than
+     * GW_DRAIN_MAX over the cap (such a client may see the reset). */
     const char *clen = NULL;
     if (gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_LENGTH, &clen) == 1) {
         char *end = NULL;
         unsigned long long declared = strtoull(clen, &end, 10);
         if (end != clen && *end == '\0' && declared > req->body_max) {
+            const char *expect = NULL;
+            gw__header_count(req->conn, MHD_HTTP_HEADER_EXPECT, &expect);
+            if (expect == NULL && declared - req->body_max <= GW_DRAIN_MAX) {
+                req->body_too_large = 1;
+                return 0;
+            }
             *result = gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large",
                                      NULL, "the request body is over %zu bytes", req->body_max);
             return -1;
