@@ -341,33 +341,46 @@ static int body_append(gw_request *req, const char *data, size_t len)
  *     from url to the space before version (one buffer, libmicrohttpd's request line);
  *     the URI log callback saw its strlen() before any parsing;
  *   - Content-Length repeated: libmicrohttpd reads the first one, a proxy may read another;
+ *   - Transfer-Encoding repeated: the same, for the encoding;
  *   - Content-Length with Transfer-Encoding: libmicrohttpd silently prefers the encoding
- *     (RFC 9112 section 6.1 says such a message "ought to be handled as an error"). */
+ *     (RFC 9112 section 6.1 says such a message "ought to be handled as an error");
+ *   - a Transfer-Encoding other than chunked (gzip, "gzip, chunked"): libmicrohttpd cannot
+ *     decode it and would wait for a body it never finds the end of; answered 501 (RFC 9112
+ *     section 6.1). */
 static int request_framing(gw_request *req, const char *url, const char *version,
                            enum MHD_Result *result)
 {
     const char *why = NULL;
+    const char *te = NULL;
+    unsigned int status = MHD_HTTP_BAD_REQUEST;
     gw_conn *c = conn_state(req->conn);
     int n_length = gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_LENGTH, NULL);
+    int n_te = gw__header_count(req->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING, &te);
 
     if (c != NULL && version[0] != '\0' && (size_t)(version - 1 - url) != c->uri_strlen) {
         why = "the request target contains a NUL byte";
     } else if (n_length > 1) {
         why = "the Content-Length header is repeated";
-    } else if (n_length == 1 &&
-               gw__header_count(req->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING, NULL) > 0) {
+    } else if (n_te > 1) {
+        why = "the Transfer-Encoding header is repeated";
+    } else if (n_length == 1 && n_te > 0) {
         why = "Content-Length and Transfer-Encoding cannot both be sent";
+    } else if (n_te == 1 && strcasecmp(te, "chunked") != 0) {
+        status = MHD_HTTP_NOT_IMPLEMENTED;
+        why = "the only Transfer-Encoding served is chunked";
     }
     if (why == NULL) {
         return 0;
     }
-    struct MHD_Response *resp = gw__error_response("invalid_request", NULL, "%s", why);
+    struct MHD_Response *resp = gw__error_response(
+        status == MHD_HTTP_NOT_IMPLEMENTED ? "not_implemented" : "invalid_request", NULL, "%s",
+        why);
     if (resp == NULL) {
         *result = MHD_NO;
         return -1;
     }
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-    *result = gw__queue(req, MHD_HTTP_BAD_REQUEST, resp);
+    *result = gw__queue(req, status, resp);
     return -1;
 }
 
@@ -409,6 +422,16 @@ static int request_start(gw_request *req, const char *url, const char *method,
     req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
                                                           : GW_JSON_BODY_MAX;
 
+    /* A write without Content-Length or Transfer-Encoding has no body by HTTP's rules; it is
+     * refused rather than stored as an empty value the client did not mean. */
+    if (req->route->id == GW_R_RESOURCE_PUT &&
+        gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_LENGTH, NULL) == 0 &&
+        gw__header_count(req->conn, MHD_HTTP_HEADER_TRANSFER_ENCODING, NULL) == 0) {
+        *result = gw__send_error(req, MHD_HTTP_LENGTH_REQUIRED, "length_required", NULL,
+                                 "a write needs Content-Length (or Transfer-Encoding: "
+                                 "chunked), also for an empty value");
+        return -1;
+    }
     /* A declared length over the cap: the body is read and dropped, then 413 (RFC 9112
      * section 9.6: a client that writes the whole request before it reads would otherwise
      * hit a reset, not the answer). It is refused before a byte of it is read when the

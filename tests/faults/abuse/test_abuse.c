@@ -162,6 +162,22 @@ static void test_framing(void **state)
                  "Authorization: Bearer x\r\nAuthorization: Bearer y\r\nContent-Length: 1\r\n"
                  "Connection: close\r\n\r\nx", s->token);
     expect_raw(s, "duplicate Authorization", req, (size_t)n, 400);
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"
+                 "Connection: close\r\n\r\n1\r\nx\r\n0\r\n\r\n", s->token);
+    expect_raw(s, "duplicate Transfer-Encoding", req, (size_t)n, 400);
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Transfer-Encoding: gzip\r\nConnection: close\r\n\r\nxx", s->token);
+    expect_raw(s, "Transfer-Encoding: gzip", req, (size_t)n, 501);
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+                 "1\r\nx\r\n0\r\n\r\n", s->token);
+    expect_raw(s, "Transfer-Encoding: gzip, chunked", req, (size_t)n, 501);
+    /* Neither Content-Length nor Transfer-Encoding: no body by HTTP's rules, not an empty
+     * value to store. */
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Connection: close\r\n\r\n", s->token);
+    expect_raw(s, "PUT without a length", req, (size_t)n, 411);
     /* Headers over libmicrohttpd's 3 KiB connection pool: its own 431. */
     char big[5000];
     n = snprintf(big, sizeof big, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
@@ -306,6 +322,27 @@ static void test_big_body_sent_before_reading(void **state)
     assert_untouched(s);
 }
 
+/* HEAD on a GET route answers as the GET would, without a body. */
+static void test_head(void **state)
+{
+    abuse_state *s = *state;
+    char body[512];
+    static const char head_health[] = "HEAD /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    static const char head_lock[] = "HEAD /locks/a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    static const char head_value[] =
+        "HEAD /resources/a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+
+    assert_int_equal(ab_raw(s->gw.port, head_health, sizeof head_health - 1, 10000, body,
+                            sizeof body), 200);
+    assert_string_equal(body, "");
+    assert_int_equal(ab_raw(s->gw.port, head_lock, sizeof head_lock - 1, 10000, body,
+                            sizeof body), 200);
+    assert_string_equal(body, "");
+    assert_int_equal(ab_raw(s->gw.port, head_value, sizeof head_value - 1, 10000, body,
+                            sizeof body), 404);
+    assert_string_equal(body, "");
+}
+
 static void test_token_spellings(void **state)
 {
     abuse_state *s = *state;
@@ -348,6 +385,7 @@ int main(void)
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_framing),
         cmocka_unit_test(test_json),
+        cmocka_unit_test(test_head),
         cmocka_unit_test(test_big_body_sent_before_reading),
         cmocka_unit_test(test_token_spellings),
         cmocka_unit_test(test_real_write_still_works),
