@@ -384,6 +384,59 @@ static int request_framing(gw_request *req, const char *url, const char *version
     return -1;
 }
 
+/* 1 when a Content-Type value is JSON: "application/json", optionally with "charset=utf-8"
+ * (either case, optionally quoted), and blanks around the ';' and '='. */
+static int is_json_type(const char *v)
+{
+    static const char json[] = "application/json";
+
+    while (*v == ' ' || *v == '\t') {
+        v++;
+    }
+    if (strncasecmp(v, json, sizeof json - 1) != 0) {
+        return 0;
+    }
+    v += sizeof json - 1;
+    while (*v == ' ' || *v == '\t') {
+        v++;
+    }
+    if (*v == '\0') {
+        return 1;
+    }
+    if (*v++ != ';') {
+        return 0;
+    }
+    while (*v == ' ' || *v == '\t') {
+        v++;
+    }
+    if (strncasecmp(v, "charset", 7) != 0) {
+        return 0;
+    }
+    v += 7;
+    while (*v == ' ' || *v == '\t') {
+        v++;
+    }
+    if (*v++ != '=') {
+        return 0;
+    }
+    while (*v == ' ' || *v == '\t') {
+        v++;
+    }
+    int quoted = *v == '"';
+    v += quoted;
+    if (strncasecmp(v, "utf-8", 5) != 0) {
+        return 0;
+    }
+    v += 5;
+    if (quoted && *v++ != '"') {
+        return 0;
+    }
+    while (*v == ' ' || *v == '\t') {
+        v++;
+    }
+    return *v == '\0';
+}
+
 /* The first call for a request: route it, authenticate it and refuse what can be refused
  * before its body is read. Returns 0 when the request goes on to its handler, or -1 after a
  * response was queued. */
@@ -422,6 +475,22 @@ static int request_start(gw_request *req, const char *url, const char *method,
     req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
                                                           : GW_JSON_BODY_MAX;
 
+    /* The JSON endpoints take JSON only. A web page can send text/plain, form bodies and
+     * multipart to any origin without a CORS preflight, and without auth (the default) a
+     * page a developer visits could otherwise take and release locks on a gateway on
+     * localhost; application/json needs the preflight, which the gateway never grants. */
+    if (req->route->id == GW_R_LOCK || req->route->id == GW_R_UNLOCK ||
+        req->route->id == GW_R_RENEW) {
+        const char *ctype = NULL;
+        int n = gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_TYPE, &ctype);
+        if (n != 1 || !is_json_type(ctype)) {
+            *result = gw__send_error(req, MHD_HTTP_UNSUPPORTED_MEDIA_TYPE,
+                                     "unsupported_media_type", NULL,
+                                     "the body must be sent as 'Content-Type: "
+                                     "application/json' (optionally '; charset=utf-8')");
+            return -1;
+        }
+    }
     /* A write without Content-Length or Transfer-Encoding has no body by HTTP's rules; it is
      * refused rather than stored as an empty value the client did not mean. */
     if (req->route->id == GW_R_RESOURCE_PUT &&

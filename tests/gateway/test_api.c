@@ -743,6 +743,70 @@ static void test_token_below_the_run_is_refused(void **state)
 
 /* Request headers share a small per-connection pool with the answer's (so a parked waiter
  * costs little): about 2 KiB of headers are served, and far more is refused with 431. */
+/* POST with a body of content type ctype (NULL: no Content-Type header). */
+static void post_typed(const gwt_proc *gw, const char *path, const char *ctype,
+                       const char *body, gwt_resp *r)
+{
+    char header[160];
+    snprintf(header, sizeof header, "Content-Type: %s", ctype != NULL ? ctype : "");
+    const char *const headers[] = {ctype != NULL ? header : NULL, NULL};
+    gwt_http(gw, "POST", path, headers, body, strlen(body), 0, r);
+}
+
+/* The JSON endpoints take application/json only: the types a web page may send to any
+ * origin without a CORS preflight (text/plain, forms) are a 415, so a page cannot take or
+ * release locks on a gateway on localhost. A stored value is served with nosniff and a
+ * sandboxing Content-Security-Policy, so a text/html value cannot run script. */
+static void test_content_types(void **state)
+{
+    api_state *s = *state;
+    gwt_resp r;
+    static const char *const refused[] = {
+        "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+        "application/jsonx", "application/json; charset=latin1", "", NULL};
+    static const char *const accepted[] = {"application/json", "application/json; charset=utf-8",
+                                           "Application/JSON;charset=\"UTF-8\"", NULL};
+    const char *body = "{\"resource\":\"api.ctype\",\"owner\":\"o1\"}";
+
+    for (int i = 0; refused[i] != NULL; i++) {
+        post_typed(&s->gw, "/lock", refused[i], body, &r);
+        gwt_assert_status(&r, 415, "unsupported_media_type");
+        gwt_resp_free(&r);
+    }
+    post_typed(&s->gw, "/lock", NULL, body, &r); /* libcurl sends a form type by default */
+    gwt_assert_status(&r, 415, "unsupported_media_type");
+    gwt_resp_free(&r);
+    post_typed(&s->gw, "/unlock", "text/plain", body, &r);
+    gwt_assert_status(&r, 415, "unsupported_media_type");
+    gwt_resp_free(&r);
+    post_typed(&s->gw, "/renew", "text/plain", body, &r);
+    gwt_assert_status(&r, 415, "unsupported_media_type");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/api.ctype", &r);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    gwt_resp_free(&r);
+    for (int i = 0; accepted[i] != NULL; i++) {
+        post_typed(&s->gw, "/lock", accepted[i], body, &r);
+        gwt_assert_status(&r, 200, NULL);
+        gwt_resp_free(&r);
+    }
+
+    char fence[64];
+    long long token = lock_ok(&s->gw, "api.html", NULL, "", NULL, 0);
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, "Content-Type: text/html", NULL};
+    const char *html = "<script>alert(1)</script>";
+    gwt_http(&s->gw, "PUT", "/resources/api.html", headers, html, strlen(html), 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.html", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(r.content_type, "text/html");
+    assert_string_equal(r.content_type_options, "nosniff");
+    assert_string_equal(r.content_security_policy, "default-src 'none'; sandbox");
+    gwt_resp_free(&r);
+}
+
 static void test_header_limit(void **state)
 {
     api_state *s = *state;
@@ -1136,6 +1200,7 @@ int main(void)
         cmocka_unit_test(test_superseded_token_is_refused_before_next_write),
         cmocka_unit_test(test_forged_token_moves_nothing),
         cmocka_unit_test(test_token_below_the_run_is_refused),
+        cmocka_unit_test(test_content_types),
         cmocka_unit_test(test_header_limit),
         cmocka_unit_test(test_payload_too_large),
         cmocka_unit_test(test_too_large_writes_are_counted),

@@ -60,11 +60,12 @@ typedef struct client {
 static void *client_main(void *arg)
 {
     client *c = arg;
-    const char *headers[2] = {c->header, NULL};
+    int put = strncmp(c->path, "/resources/", 11) == 0;
+    const char *headers[3] = {put ? c->header : "Content-Type: application/json",
+                              put ? NULL : c->header, NULL};
     pthread_barrier_wait(c->start);
-    gwt_http(c->gw, c->path[0] == '/' && strncmp(c->path, "/resources/", 11) == 0 ? "PUT"
-                                                                                 : "POST",
-             c->path, headers, c->body, strlen(c->body), 0, &c->r);
+    gwt_http(c->gw, put ? "PUT" : "POST", c->path, headers, c->body, strlen(c->body), 0,
+             &c->r);
     return NULL;
 }
 
