@@ -269,6 +269,39 @@ int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result)
     return 0;
 }
 
+int gw__fields_known(gw_request *req, json_t *root, const char *const *known,
+                     enum MHD_Result *result)
+{
+    const char *key = NULL;
+    json_t *value = NULL;
+    char names[128] = "";
+
+    json_object_foreach(root, key, value) {
+        int found = 0;
+        for (int i = 0; known[i] != NULL && !found; i++) {
+            found = strcmp(key, known[i]) == 0;
+        }
+        if (found) {
+            continue;
+        }
+        size_t used = 0;
+        for (int i = 0; known[i] != NULL; i++) {
+            int n = snprintf(names + used, sizeof names - used, "%s%s", i > 0 ? ", " : "",
+                             known[i]);
+            if (n < 0 || (size_t)n >= sizeof names - used) {
+                break;
+            }
+            used += (size_t)n;
+        }
+        /* The key is client bytes: cut to KEY_SHOWN_MAX, build_error keeps it printable. */
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "field '%.*s' is not known here (known: %s)", KEY_SHOWN_MAX,
+                                 key, names);
+        return -1;
+    }
+    return 0;
+}
+
 /* The name rules of fencegate/limits.h, in words, for the 400 answers. */
 #define STR_(x) #x
 #define STR(x) STR_(x)

@@ -334,6 +334,9 @@ static void test_renew_replay(void **state)
     assert_true(lease_left(&s->gw, "api.renew-idem") > after);
 }
 
+static void expect_message(const gwt_proc *gw, const char *path, const char *body,
+                           const char *const *needles);
+
 static void test_bad_json_bodies(void **state)
 {
     api_state *s = *state;
@@ -393,9 +396,21 @@ static void test_bad_json_bodies(void **state)
     assert_non_null(strstr(gwt_str(&r, "message"), "wait_ms"));
     gwt_resp_free(&r);
 
-    /* Unknown fields are ignored. */
-    gwt_post(&s->gw, "/lock", "{\"resource\":\"api.unknown\",\"colour\":\"blue\"}", &r);
-    gwt_assert_status(&r, 200, NULL);
+    /* An unknown field is refused by name: a typo would otherwise silently take a default
+     * (here the 30 s lease), and a newer client's field would be silently ignored. */
+    static const char *const typo[] = {"field 'tll_ms' is not known", "ttl_ms", NULL};
+    static const char *const colour[] = {"field 'colour' is not known", NULL};
+    static const char *const ttl[] = {"field 'ttl_ms' is not known", NULL};
+    static const char *const fair[] = {"field 'fair' is not known", NULL};
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.unknown\",\"tll_ms\":100}", typo);
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.unknown\",\"colour\":\"blue\"}",
+                   colour);
+    expect_message(&s->gw, "/unlock",
+                   "{\"resource\":\"api.unknown\",\"owner\":\"o\",\"ttl_ms\":1000}", ttl);
+    expect_message(&s->gw, "/renew",
+                   "{\"resource\":\"api.unknown\",\"owner\":\"o\",\"fair\":true}", fair);
+    gwt_get(&s->gw, "/locks/api.unknown", &r);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
     gwt_resp_free(&r);
 }
 
