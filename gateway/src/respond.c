@@ -381,6 +381,16 @@ int gw__idempotency_key(gw_request *req, const char **key, enum MHD_Result *resu
                                  "Idempotency-Key must appear once and be " OWNER_RULE);
         return -1;
     }
+    /* A key is a credential: a second request with the same key gets the first one's
+     * answer, owner included. A short key can be guessed. */
+    if (strlen(value) < GW_IDEM_KEY_MIN) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "Idempotency-Key must be at least %d characters and "
+                                 "unguessable (a random UUID, say): whoever sends the same "
+                                 "key gets the first answer, owner included",
+                                 GW_IDEM_KEY_MIN);
+        return -1;
+    }
     *key = value;
     return 0;
 }

@@ -232,11 +232,11 @@ static void test_idempotent_retries(void **state)
     gwt_resp r;
 
     /* A retried /lock replays: same token, no second hold. */
-    send_with_key(&s->gw, "/lock", body, "lock-key-1", &r);
+    send_with_key(&s->gw, "/lock", body, "lock-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     long long token = gwt_int(&r, "token");
     gwt_resp_free(&r);
-    send_with_key(&s->gw, "/lock", body, "lock-key-1", &r);
+    send_with_key(&s->gw, "/lock", body, "lock-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_int_equal(gwt_int(&r, "token"), token);
     assert_int_equal(gwt_int(&r, "holds"), 1);
@@ -244,11 +244,11 @@ static void test_idempotent_retries(void **state)
 
     /* A second real hold, then a retried /unlock decrements once. */
     lock_ok(&s->gw, "api.idem", "idem-owner", "", NULL, 0);
-    send_with_key(&s->gw, "/unlock", body, "unlock-key-1", &r);
+    send_with_key(&s->gw, "/unlock", body, "unlock-key-000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_int_equal(gwt_int(&r, "holds"), 1);
     gwt_resp_free(&r);
-    send_with_key(&s->gw, "/unlock", body, "unlock-key-1", &r);
+    send_with_key(&s->gw, "/unlock", body, "unlock-key-000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_int_equal(gwt_int(&r, "holds"), 1);
     gwt_resp_free(&r);
@@ -257,21 +257,36 @@ static void test_idempotent_retries(void **state)
     gwt_resp_free(&r);
 
     /* The same key for another operation or owner is refused, and a bad key is a 400. */
-    send_with_key(&s->gw, "/renew", body, "lock-key-1", &r);
+    send_with_key(&s->gw, "/renew", body, "lock-key-0000001", &r);
     gwt_assert_status(&r, 422, "idempotency_key_reused");
     gwt_resp_free(&r);
     send_with_key(&s->gw, "/lock", body, "bad key!", &r);
     gwt_assert_status(&r, 400, "invalid_request");
     gwt_resp_free(&r);
+    /* A key is a credential (the same key replays the first answer, owner included): a
+     * short, guessable one is refused, on every endpoint, before anything is done. */
+    send_with_key(&s->gw, "/lock", body, "k1", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    assert_non_null(strstr(gwt_str(&r, "message"), "at least 16 characters"));
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/unlock", body, "fifteen-chars-0", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/renew", body, "abc", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/api.idem", &r);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
 
     /* Without an owner, a retried /lock still replays (the owner is derived from the key). */
-    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key", &r);
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     char owner[64];
     snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
     token = gwt_int(&r, "token");
     gwt_resp_free(&r);
-    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key", &r);
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_string_equal(gwt_str(&r, "owner"), owner);
     assert_int_equal(gwt_int(&r, "token"), token);
@@ -302,7 +317,7 @@ static void test_renew_replay(void **state)
     gwt_resp first, again;
 
     long long token = lock_ok(&s->gw, "api.renew-idem", "ren-owner", ",\"ttl_ms\":60000", NULL, 0);
-    send_with_key(&s->gw, "/renew", body, "renew-key-1", &first);
+    send_with_key(&s->gw, "/renew", body, "renew-key-000001", &first);
     gwt_assert_status(&first, 200, NULL);
     assert_int_equal(gwt_int(&first, "token"), token);
     assert_int_equal(gwt_int(&first, "ttl_ms"), 3000);
@@ -316,7 +331,7 @@ static void test_renew_replay(void **state)
     }
     assert_true(left > 0 && left <= 2500);
 
-    send_with_key(&s->gw, "/renew", body, "renew-key-1", &again);
+    send_with_key(&s->gw, "/renew", body, "renew-key-000001", &again);
     gwt_assert_status(&again, 200, NULL);
     assert_string_equal(again.body, first.body);
     long long after = lease_left(&s->gw, "api.renew-idem");
@@ -328,7 +343,7 @@ static void test_renew_replay(void **state)
     gwt_resp_free(&again);
 
     /* A new key renews for real. */
-    send_with_key(&s->gw, "/renew", body, "renew-key-2", &again);
+    send_with_key(&s->gw, "/renew", body, "renew-key-000002", &again);
     gwt_assert_status(&again, 200, NULL);
     gwt_resp_free(&again);
     assert_true(lease_left(&s->gw, "api.renew-idem") > after);
@@ -1059,7 +1074,7 @@ static void test_idempotent_lock_survives_restart(void **state)
 
     th_tempdir(data, sizeof data, "gwsecret");
     gwt_start(gw, s->redis.url, data, NULL);
-    send_with_key(gw, "/lock", body, "restart-key", &r);
+    send_with_key(gw, "/lock", body, "restart-key-0001", &r);
     gwt_assert_status(&r, 200, NULL);
     snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
     long long token = gwt_int(&r, "token");
@@ -1076,7 +1091,7 @@ static void test_idempotent_lock_survives_restart(void **state)
     assert_int_equal(sb.st_mode & 0777, 0600);
 
     gwt_start(gw, s->redis.url, data, NULL);
-    send_with_key(gw, "/lock", body, "restart-key", &r);
+    send_with_key(gw, "/lock", body, "restart-key-0001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_string_equal(gwt_str(&r, "owner"), owner);
     assert_int_equal(gwt_int(&r, "token"), token);
