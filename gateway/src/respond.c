@@ -321,14 +321,14 @@ int gw__field_name(gw_request *req, json_t *root, const char *field, int require
             return 0;
         }
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s is required", field);
+                                 "field '%s' is required", field);
         return -1;
     }
     /* null is a wrong type like any other, not a way to leave the field out: a client that
      * sends "owner": null has a bug we should show, not a random owner it never asked for. */
     if (!json_is_string(v)) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be a string of %s%s", field, rule,
+                                 "field '%s' must be a string of %s%s", field, rule,
                                  json_is_null(v) ? ", not null (leave it out instead)" : "");
         return -1;
     }
@@ -338,7 +338,7 @@ int gw__field_name(gw_request *req, json_t *root, const char *field, int require
              (is_resource ? lk_valid_resource(s) : lk_valid_owner(s));
     if (!ok) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be %s", field, rule);
+                                 "field '%s' must be %s", field, rule);
         return -1;
     }
     *out = s;
@@ -358,7 +358,7 @@ int gw__field_int(gw_request *req, json_t *root, const char *field, int64_t def,
      * type too (see gw__field_name). */
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be an integer from %lld to %lld%s", field,
+                                 "field '%s' must be an integer from %lld to %lld%s", field,
                                  (long long)min, (long long)max,
                                  json_is_null(v) ? ", not null (leave it out instead)" : "");
         return -1;

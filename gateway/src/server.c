@@ -90,19 +90,26 @@ static int check_auth(gw_request *req, enum MHD_Result *result)
     if (!req->srv->auth_on) {
         return 0;
     }
+    /* Each refusal says what happened (RFC 6750 section 3.1: a token that was sent and is
+     * wrong is an invalid_token). */
+    const char *why = "this endpoint needs 'Authorization: Bearer <token>'; none was sent";
+    const char *challenge = "Bearer";
     if (n == 1 && strncasecmp(value, "Bearer ", 7) == 0) {
         const char *given = value + 7;
         if (token_equal(given, strlen(given), req->srv->auth_token, req->srv->auth_token_len)) {
             return 0;
         }
+        why = "the bearer token is wrong (it is not the gateway's --auth-token-file token)";
+        challenge = "Bearer error=\"invalid_token\"";
+    } else if (n == 1) {
+        why = "the Authorization header must be 'Bearer <token>' (another scheme was sent)";
     }
-    struct MHD_Response *resp =
-        gw__error_response("unauthorized", NULL, "this endpoint needs 'Authorization: Bearer <token>'");
+    struct MHD_Response *resp = gw__error_response("unauthorized", NULL, "%s", why);
     if (resp == NULL) {
         *result = MHD_NO;
         return -1;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, challenge);
     *result = gw__queue(req, MHD_HTTP_UNAUTHORIZED, resp);
     return -1;
 }

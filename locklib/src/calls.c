@@ -219,6 +219,7 @@ static lk_status decode_renew(lk_client *c, lk_call *call, const redisReply *rep
         return st == LK_OK ? LK_RENEWED : st;
     }
     if (code == 0) {
+        call->res.holds = lk__int_at(reply, 4); /* 1: another owner holds it */
         return LK_NOT_OWNER;
     }
     return lk__fail(c, LK_EIDEMPOTENCY, "idempotency key was used by another request");

@@ -173,8 +173,12 @@ static void test_reentrant_lock_and_unlock(void **state)
     assert_int_equal(gwt_int(&r, "holds"), 0);
     gwt_resp_free(&r);
 
-    /* Released: a further unlock is not the owner's to make, and a new lock is fresher. */
-    post_expect(&s->gw, "/unlock", body, 409, "not_owner");
+    /* Released: a further unlock is not the owner's to make, and says that nobody holds the
+     * lock (not "it expired or belongs to someone else"); a new lock is fresher. */
+    gwt_post(&s->gw, "/unlock", body, &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_non_null(strstr(gwt_str(&r, "message"), "nobody holds it"));
+    gwt_resp_free(&r);
     assert_true(lock_ok(&s->gw, "api.re", "owner-re", "", NULL, 0) > token);
 }
 
@@ -192,11 +196,15 @@ static void test_locked_answers_409_with_retry_after(void **state)
     assert_int_equal(atoll(r.retry_after), (retry_ms + 999) / 1000);
     gwt_resp_free(&r);
 
-    /* The other owner can neither renew nor release it. */
-    post_expect(&s->gw, "/renew", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", 409,
-                "not_owner");
-    post_expect(&s->gw, "/unlock", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", 409,
-                "not_owner");
+    /* The other owner can neither renew nor release it, and is told someone else holds it. */
+    gwt_post(&s->gw, "/renew", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_non_null(strstr(gwt_str(&r, "message"), "another owner holds it"));
+    gwt_resp_free(&r);
+    gwt_post(&s->gw, "/unlock", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_non_null(strstr(gwt_str(&r, "message"), "another owner holds it"));
+    gwt_resp_free(&r);
 }
 
 static void test_renew(void **state)
@@ -444,7 +452,8 @@ static void expect_message(const gwt_proc *gw, const char *path, const char *bod
     gwt_resp_free(&r);
 }
 
-/* A known field set to null is a wrong type, not an absent field: 400 naming it. */
+/* A known field set to null is a wrong type, not an absent field: 400 naming it, in the
+ * words every field error uses ("field 'ttl_ms' ..."). */
 static void test_null_fields_are_refused(void **state)
 {
     api_state *s = *state;
@@ -459,9 +468,18 @@ static void test_null_fields_are_refused(void **state)
         {"/renew", "{\"resource\":\"api.null\",\"owner\":\"o\",\"ttl_ms\":null}", "ttl_ms"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *const needles[] = {cases[i].field, "null", NULL};
+        char field[64];
+        snprintf(field, sizeof field, "field '%s' must be", cases[i].field);
+        const char *const needles[] = {field, "null", NULL};
         expect_message(&s->gw, cases[i].path, cases[i].body, needles);
     }
+    /* A missing field and a bad value are worded the same way. */
+    expect_message(&s->gw, "/unlock", "{\"resource\":\"api.null\"}",
+                   (const char *const[]){"field 'owner' is required", NULL});
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.null\",\"ttl_ms\":5}",
+                   (const char *const[]){"field 'ttl_ms' must be an integer from 100", NULL});
+    expect_message(&s->gw, "/lock", "{\"resource\":\"a b\"}",
+                   (const char *const[]){"field 'resource' must be 1 to 200", NULL});
     /* Nothing was locked by the refused requests. */
     gwt_resp r;
     gwt_get(&s->gw, "/locks/api.null", &r);
@@ -1178,13 +1196,22 @@ static void test_auth(void **state)
     gwt_get(gw, "/readyz", &r);
     gwt_assert_status(&r, 401, "unauthorized");
     assert_string_equal(r.www_authenticate, "Bearer");
+    assert_non_null(strstr(gwt_str(&r, "message"), "none was sent"));
     gwt_resp_free(&r);
     gwt_get(gw, "/nope", &r); /* paths are not revealed either */
     gwt_assert_status(&r, 401, "unauthorized");
     gwt_resp_free(&r);
+    /* A wrong token and a missing one say which happened. */
     const char *const wrong[] = {"Authorization: Bearer correct-horsf", NULL};
     gwt_http(gw, "GET", "/metrics", wrong, NULL, 0, 0, &r);
     gwt_assert_status(&r, 401, "unauthorized");
+    assert_non_null(strstr(gwt_str(&r, "message"), "the bearer token is wrong"));
+    assert_string_equal(r.www_authenticate, "Bearer error=\"invalid_token\"");
+    gwt_resp_free(&r);
+    const char *const basic[] = {"Authorization: Basic Y29ycmVjdC1ob3JzZQ==", NULL};
+    gwt_http(gw, "GET", "/metrics", basic, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 401, "unauthorized");
+    assert_non_null(strstr(gwt_str(&r, "message"), "another scheme"));
     gwt_resp_free(&r);
     const char *const prefix[] = {"Authorization: Bearer correct", NULL};
     gwt_http(gw, "GET", "/metrics", prefix, NULL, 0, 0, &r);
