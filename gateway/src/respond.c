@@ -112,7 +112,7 @@ enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st
     case LK_EIDEMPOTENCY:
         return gw__send_error(req, MHD_HTTP_UNPROCESSABLE_CONTENT, "idempotency_key_reused", NULL,
                               "this Idempotency-Key was already used by another request "
-                              "(another owner, resource or operation)");
+                              "on this resource (another owner or operation)");
     case LK_EUNAVAILABLE:
     case LK_EREPLICAS:
     case LK_EREDIS:

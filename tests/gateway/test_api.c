@@ -300,6 +300,13 @@ static void test_idempotent_retries(void **state)
     assert_int_equal(gwt_int(&r, "token"), token);
     assert_int_equal(gwt_int(&r, "holds"), 1);
     gwt_resp_free(&r);
+    /* Keys are kept per resource (as the OpenAPI says): on another resource the same key is
+     * a new key, with its own owner and token. */
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem3\"}", "anon-key-0000001", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_not_equal(gwt_str(&r, "owner"), owner);
+    assert_true(gwt_int(&r, "token") > token);
+    gwt_resp_free(&r);
 }
 
 /* The lease of `resource` in ms as GET /locks shows it, -1 when it is not locked. */
@@ -1192,6 +1199,10 @@ static void test_auth(void **state)
     gwt_resp_free(&r);
     gwt_http(gw, "GET", "/readyz", twice_wrong, NULL, 0, 0, &r);
     gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    /* Another method on the public path is a 405, as without auth, not a 401. */
+    gwt_http(gw, "POST", "/healthz", NULL, "", 0, 0, &r);
+    gwt_assert_status(&r, 405, "method_not_allowed");
     gwt_resp_free(&r);
     gwt_get(gw, "/readyz", &r);
     gwt_assert_status(&r, 401, "unauthorized");
