@@ -83,18 +83,23 @@ struct gw_lock_call {
     /* Flags in bytes, not ints: a parked waiter should stay under 4 KiB in all. */
     unsigned char fair;
     unsigned char fair_queued;           /* may have an entry in the fair queue */
-    unsigned char acquired;              /* answered 200 with a hold this call added */
+    unsigned char acquired;              /* answered 200 with a hold this call added: 1, or
+                                          * ACQUIRED_AFTER_EOF when its client had closed its
+                                          * side then (a byte, not a flag of its own: a parked
+                                          * waiter should stay under 4 KiB) */
     unsigned char counted;               /* 1 + the outcome counted in acquire_total, or 0 */
     unsigned char last;                  /* the deadline's wake: one last attempt, no park */
     unsigned char waiting;               /* this attempt may park when the lock is held */
     unsigned char stage;                 /* lock_stage: what resumes it */
     unsigned char refused;               /* why it was answered without Redis (ATTEMPT_*) */
-    unsigned char peer_eof;              /* answered 200 after its client closed its side */
     gw_fence_turn turn;                  /* its place in its stripe's line (fence.c) */
     struct gw_attempt *attempt;          /* the call in the pipeline, NULL when refused */
     gw_waiter waiter;
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };
+
+/* gw_lock_call.acquired when the client had closed its sending side as it was answered. */
+#define ACQUIRED_AFTER_EOF 2
 
 /* Counts the outcome of a /lock request: exactly one per request. */
 static void count_acquire(gw_request *req, gw_acquire_outcome o)
@@ -395,8 +400,11 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
             count_acquire(req, GW_ACQ_abandoned);
             return MHD_NO;
         }
-        call->peer_eof = (unsigned char)(peer == GW_PEER_EOF);
-        return answer_acquired(req, call, res);
+        enum MHD_Result answered = answer_acquired(req, call, res);
+        if (call->acquired && peer == GW_PEER_EOF) {
+            call->acquired = ACQUIRED_AFTER_EOF;
+        }
+        return answered;
     }
     if (st == LK_HELD) {
         return answer_locked(req, call, res);
@@ -580,7 +588,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     /* A client that had closed its side was answered in case it only half-closed; if it had
      * closed for good, the answer drew a reset (at once over loopback, a round trip later
      * over a network, when the lease ends the hold instead). */
-    int reset = call->acquired && call->peer_eof && gw__conn_peer(req->conn) == GW_PEER_GONE;
+    int reset = call->acquired == ACQUIRED_AFTER_EOF && gw__conn_peer(req->conn) == GW_PEER_GONE;
     if (call->acquired && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || reset)) {
         /* The answer never reached the client (it disconnected as the lock was taken):
          * give the hold back, so no lock stays held for a client that is gone. */
