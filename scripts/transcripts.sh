@@ -117,13 +117,13 @@ show() {
 }
 
 transcript_first_requests() {
-    show curl -s -X POST "$url/lock" -d '{"resource":"orders"}'
+    show curl -s -X POST "$url/lock" -H 'Content-Type: application/json' -d '{"resource":"orders"}'
     local owner
     owner=$(jq -r .owner "$tmp/out")
     show curl -s "$url/locks/orders"
     show curl -s -X PUT "$url/resources/orders" -H 'Fencing-Token: 1' -d 'first value'
     show curl -s "$url/resources/orders"
-    show curl -s -X POST "$url/unlock" -d "{\"resource\":\"orders\",\"owner\":\"$owner\"}"
+    show curl -s -X POST "$url/unlock" -H 'Content-Type: application/json' -d "{\"resource\":\"orders\",\"owner\":\"$owner\"}"
 }
 
 transcript_gc_pause() {

@@ -419,8 +419,9 @@ int fc__report(const fc_client *c, const fc_response *r)
         return FC_EXIT_CONFLICT;
     }
     if (r->status == 409 && strcmp(code, "not_owner") == 0) {
-        fprintf(stderr, "fencectl: %s: this owner does not hold the lock (it expired or "
-                "belongs to someone else)\n", c->what);
+        /* The gateway says whether another owner holds it now or nobody does. */
+        fprintf(stderr, "fencectl: %s: %s\n", c->what,
+                message[0] != '\0' ? message : "this owner does not hold the lock");
         return FC_EXIT_CONFLICT;
     }
     if (r->status == 409 && strcmp(code, "stale_token") == 0) {

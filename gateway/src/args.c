@@ -51,10 +51,16 @@ static int field_bool(gw_request *req, json_t *root, const char *field, int *out
     return 0;
 }
 
+static const char *const lock_fields[] = {"resource", "owner", "ttl_ms", "wait_ms", "fair",
+                                          NULL};
+static const char *const unlock_fields[] = {"resource", "owner", NULL};
+static const char *const renew_fields[] = {"resource", "owner", "ttl_ms", NULL};
+
 int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *result)
 {
     memset(a, 0, sizeof *a);
-    if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+    if (gw__fields_known(req, root, lock_fields, result) != 0 ||
+        gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 0, &a->owner, result) != 0 ||
         gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS, LK_LEASE_MAX_MS,
                       &a->ttl_ms, result) != 0 ||
@@ -73,7 +79,8 @@ int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
                    enum MHD_Result *result)
 {
     memset(a, 0, sizeof *a);
-    if (gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+    if (gw__fields_known(req, root, renew ? renew_fields : unlock_fields, result) != 0 ||
+        gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
         (renew && gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS,
                                 LK_LEASE_MAX_MS, &a->ttl_ms, result) != 0) ||

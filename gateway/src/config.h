@@ -14,6 +14,13 @@
 #endif
 
 #define GW_JSON_BODY_MAX (16 * 1024)     /* JSON request bodies over this are a 413 */
+/* A body over its cap is read and dropped before the 413 (clients that write the whole
+ * request before reading would otherwise see a reset, not the answer), up to this many
+ * bytes past the cap; a longer one is answered at once, or its connection closed. */
+#define GW_DRAIN_MAX (8 * 1024 * 1024)
+/* The shortest Idempotency-Key accepted: a key is a credential (it replays the first answer,
+ * owner included, to whoever sends it again), so it must not be guessable. */
+#define GW_IDEM_KEY_MIN 16
 #define GW_DEFAULT_TTL_MS 30000
 #define GW_MAX_WAIT_MS 60000
 #define GW_DRAIN_MS 10000                /* how long SIGTERM waits for in-flight requests */

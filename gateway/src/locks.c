@@ -42,7 +42,10 @@
  * hold back if the client is gone; and if the answer cannot be delivered
  * (MHD reports an error at completion), lock_completed() gives the hold back. A client
  * that closes after the answer was written got its lock, as one that crashed after reading
- * it: the lease ends it.
+ * it: the lease ends it. A client that closed its sending side (end of file) may have only
+ * half-closed and still read (HTTP/1.1 allows it): it is answered, and if the answer drew
+ * a reset (it had closed for good) the hold is given back at completion; a parked one
+ * cannot wait (its end of file cannot be told from a hang-up) and is answered 409.
  *
  * Owners are capabilities: whoever knows one can renew, release or re-enter the lock. They
  * appear only in the /lock answer to the caller who asked, never in a log line, /locks or
@@ -81,8 +84,11 @@ struct gw_lock_call {
     unsigned char wants_wait;            /* wait_ms > 0 */
     unsigned char fair;
     unsigned char fair_queued;           /* may have an entry in the fair queue */
-    unsigned char acquired;              /* answered 200 with a hold this call added */
-    unsigned char counted;               /* its outcome is counted in acquire_total */
+    unsigned char acquired;              /* answered 200 with a hold this call added: 1, or
+                                          * ACQUIRED_AFTER_EOF when its client had closed its
+                                          * side then (a byte, not a flag of its own: a parked
+                                          * waiter should stay under 4 KiB) */
+    unsigned char counted;               /* 1 + the outcome counted in acquire_total, or 0 */
     unsigned char last;                  /* the deadline's wake: one last attempt, no park */
     unsigned char waiting;               /* this attempt may park when the lock is held */
     unsigned char stage;                 /* lock_stage: what resumes it */
@@ -94,13 +100,16 @@ struct gw_lock_call {
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };
 
+/* gw_lock_call.acquired when the client had closed its sending side as it was answered. */
+#define ACQUIRED_AFTER_EOF 2
+
 /* Counts the outcome of a /lock request: exactly one per request. */
 static void count_acquire(gw_request *req, gw_acquire_outcome o)
 {
     struct gw_lock_call *call = req->op_state;
     atomic_fetch_add(&req->srv->metrics.acquire[o], 1);
     if (call != NULL) {
-        call->counted = 1;
+        call->counted = (unsigned char)(o + 1);
     }
 }
 
@@ -364,14 +373,21 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
         }
         /* Every attempt is suspended while it waits for its stripe and for Redis, and MHD
          * does not watch a suspended connection: its client may have hung up meanwhile. An
-         * answer written to a closed socket may still complete "OK", so look now. */
-        if (!res->replayed && !gw__conn_alive(req->conn)) {
+         * answer written to a closed socket may still complete "OK", so look now. An end of
+         * file may be a half-close, whose client still reads: it is answered, and
+         * lock_completed() looks again once the answer is written. */
+        gw_peer peer = res->replayed ? GW_PEER_OPEN : gw__conn_peer(req->conn);
+        if (peer == GW_PEER_GONE) {
             /* The client hung up while the lock was taken: nobody will use this hold. */
             give_back(srv, call);
             count_acquire(req, GW_ACQ_abandoned);
             return MHD_NO;
         }
-        return answer_acquired(req, call, res);
+        enum MHD_Result answered = answer_acquired(req, call, res);
+        if (call->acquired && peer == GW_PEER_EOF) {
+            call->acquired = ACQUIRED_AFTER_EOF;
+        }
+        return answered;
     }
     if (st == LK_HELD) {
         return answer_locked(req, call, res);
@@ -466,13 +482,22 @@ static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
     if (reason == GW_WAKE_SHUTDOWN) {
         return answer_stopped(req, call);
     }
-    if (reason == GW_WAKE_DISCONNECT || !gw__conn_alive(req->conn)) {
-        /* Nobody would read an answer: end without acting. A release it was woken for is
-         * passed on to the next waiter (gw__wait_end). */
+    gw_peer peer = gw__conn_peer(req->conn);
+    if (reason == GW_WAKE_DISCONNECT || peer != GW_PEER_OPEN) {
+        /* Gone, or closed its side: a lock taken now might be for nobody, so end without
+         * acting. A release it was woken for is passed on to the next waiter
+         * (gw__wait_end). A client that only half-closed still reads: tell it why. */
         gw__wait_end(req->srv->waitq, w, -1);
         leave_fair_queue(req, call);
         count_acquire(req, GW_ACQ_abandoned);
-        return MHD_NO;
+        if (peer != GW_PEER_EOF) {
+            return MHD_NO;
+        }
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "locked",
+                              json_pack("{s:s}", "resource", call->turn.resource),
+                              "%s is held by another owner, and a request whose client "
+                              "closed its sending side cannot wait for it",
+                              call->turn.resource);
     }
     call->last = (unsigned char)(reason == GW_WAKE_DEADLINE);
     return lock_attempt(req, call);
@@ -551,12 +576,20 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
         call->attempt = NULL;
         attempt_free(at);
     }
-    if (call->acquired && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    /* A client that had closed its side was answered in case it only half-closed; if it had
+     * closed for good, the answer drew a reset (at once over loopback, a round trip later
+     * over a network, when the lease ends the hold instead). */
+    int reset = call->acquired == ACQUIRED_AFTER_EOF && gw__conn_peer(req->conn) == GW_PEER_GONE;
+    if (call->acquired && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || reset)) {
         /* The answer never reached the client (it disconnected as the lock was taken):
          * give the hold back, so no lock stays held for a client that is gone. */
         if (give_back(req->srv, call) == LK_RELEASED) {
             atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
         }
+        /* Its outcome is that of a client gone as the lock was taken, as when that is seen
+         * before answering. */
+        atomic_fetch_sub(&req->srv->metrics.acquire[call->counted - 1], 1);
+        count_acquire(req, GW_ACQ_abandoned);
     }
     if (!call->counted) {
         /* Ended without an answer: MHD found the client gone when it resumed the waiter. */

@@ -65,11 +65,17 @@ static int send_owner_call(gw_request *req, int renew, enum MHD_Result *result)
     return 0;
 }
 
-static enum MHD_Result not_owner(gw_request *req, const char *resource)
+/* 409 not_owner, saying what the gateway can know: whether someone else holds the lock now
+ * (other_holds, from the script) or nobody does. */
+static enum MHD_Result not_owner(gw_request *req, const char *resource, int other_holds)
 {
     return gw__send_error(req, MHD_HTTP_CONFLICT, "not_owner",
                           json_pack("{s:s}", "resource", resource),
-                          "this owner does not hold %s (it expired or belongs to someone else)",
+                          other_holds ? "this owner does not hold %s: another owner holds it "
+                                        "now (this owner's lease ran out or it was released)"
+                                      : "this owner does not hold %s: nobody holds it (it was "
+                                        "already released, perhaps by an earlier unlock, or "
+                                        "its lease ran out)",
                           resource);
 }
 
@@ -157,7 +163,7 @@ static enum MHD_Result owner_call_answered(gw_request *req)
         return answer_owner_call(req, &oc->a, renew, st, res);
     }
     if (st == LK_NOT_OWNER) {
-        return not_owner(req, oc->a.resource);
+        return not_owner(req, oc->a.resource, res->holds > 0);
     }
     return gw__send_lk_error(req, oc->call.err, st);
 }

@@ -102,6 +102,7 @@ struct gw_request {
     size_t body_cap;
     size_t body_max;
     int body_too_large;           /* over body_max: the rest is discarded, the answer 413 */
+    size_t body_dropped;          /* bytes discarded so far, at most GW_DRAIN_MAX */
     int answered;                 /* a response was queued */
     int status;                   /* the status of that response, for log and metrics */
 };

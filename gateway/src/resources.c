@@ -127,8 +127,7 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
                               json_pack("{s:s, s:I}", "resource", req->param, "token",
                                         (json_int_t)token),
                               "token %llu is not one Redis knows was issued for %s (forged, "
-                              "of another resource, or lost with Redis's data); nothing was "
-                              "changed",
+                              "or lost with Redis's data); nothing was changed",
                               (unsigned long long)token, req->param);
     case STORE_TOO_LARGE:
         /* Counted with every other 413 of a PUT, in gw__metrics_observe(). */
@@ -299,6 +298,11 @@ static enum MHD_Result resource_get(gw_request *req)
                                                           : DEFAULT_CONTENT_TYPE);
         MHD_add_response_header(resp, "Fencing-Token", token);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+        /* The stored Content-Type is the writer's: a text/html or image/svg+xml value
+         * opened in a browser must not run script with the gateway's origin, nor be
+         * sniffed into something runnable. */
+        MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+        MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'none'; sandbox");
     }
     store_value_free(&v);
     return gw__queue(req, MHD_HTTP_OK, resp);

@@ -112,7 +112,7 @@ enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st
     case LK_EIDEMPOTENCY:
         return gw__send_error(req, MHD_HTTP_UNPROCESSABLE_CONTENT, "idempotency_key_reused", NULL,
                               "this Idempotency-Key was already used by another request "
-                              "(another owner, resource or operation)");
+                              "on this resource (another owner or operation)");
     case LK_EUNAVAILABLE:
     case LK_EREPLICAS:
     case LK_EREDIS:
@@ -269,6 +269,39 @@ int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result)
     return 0;
 }
 
+int gw__fields_known(gw_request *req, json_t *root, const char *const *known,
+                     enum MHD_Result *result)
+{
+    const char *key = NULL;
+    json_t *value = NULL;
+    char names[128] = "";
+
+    json_object_foreach(root, key, value) {
+        int found = 0;
+        for (int i = 0; known[i] != NULL && !found; i++) {
+            found = strcmp(key, known[i]) == 0;
+        }
+        if (found) {
+            continue;
+        }
+        size_t used = 0;
+        for (int i = 0; known[i] != NULL; i++) {
+            int n = snprintf(names + used, sizeof names - used, "%s%s", i > 0 ? ", " : "",
+                             known[i]);
+            if (n < 0 || (size_t)n >= sizeof names - used) {
+                break;
+            }
+            used += (size_t)n;
+        }
+        /* The key is client bytes: cut to KEY_SHOWN_MAX, build_error keeps it printable. */
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "field '%.*s' is not known here (known: %s)", KEY_SHOWN_MAX,
+                                 key, names);
+        return -1;
+    }
+    return 0;
+}
+
 /* The name rules of fencegate/limits.h, in words, for the 400 answers. */
 #define STR_(x) #x
 #define STR(x) STR_(x)
@@ -288,14 +321,14 @@ int gw__field_name(gw_request *req, json_t *root, const char *field, int require
             return 0;
         }
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s is required", field);
+                                 "field '%s' is required", field);
         return -1;
     }
     /* null is a wrong type like any other, not a way to leave the field out: a client that
      * sends "owner": null has a bug we should show, not a random owner it never asked for. */
     if (!json_is_string(v)) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be a string of %s%s", field, rule,
+                                 "field '%s' must be a string of %s%s", field, rule,
                                  json_is_null(v) ? ", not null (leave it out instead)" : "");
         return -1;
     }
@@ -305,7 +338,7 @@ int gw__field_name(gw_request *req, json_t *root, const char *field, int require
              (is_resource ? lk_valid_resource(s) : lk_valid_owner(s));
     if (!ok) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be %s", field, rule);
+                                 "field '%s' must be %s", field, rule);
         return -1;
     }
     *out = s;
@@ -325,7 +358,7 @@ int gw__field_int(gw_request *req, json_t *root, const char *field, int64_t def,
      * type too (see gw__field_name). */
     if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > max) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
-                                 "%s must be an integer from %lld to %lld%s", field,
+                                 "field '%s' must be an integer from %lld to %lld%s", field,
                                  (long long)min, (long long)max,
                                  json_is_null(v) ? ", not null (leave it out instead)" : "");
         return -1;
@@ -346,6 +379,16 @@ int gw__idempotency_key(gw_request *req, const char **key, enum MHD_Result *resu
     if (n > 1 || !lk_valid_owner(value)) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
                                  "Idempotency-Key must appear once and be " OWNER_RULE);
+        return -1;
+    }
+    /* A key is a credential: a second request with the same key gets the first one's
+     * answer, owner included. A short key can be guessed. */
+    if (strlen(value) < GW_IDEM_KEY_MIN) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "Idempotency-Key must be at least %d characters and "
+                                 "unguessable (a random UUID, say): whoever sends the same "
+                                 "key gets the first answer, owner included",
+                                 GW_IDEM_KEY_MIN);
         return -1;
     }
     *key = value;

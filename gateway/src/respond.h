@@ -37,6 +37,11 @@ enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st
 /* Parses req->body as a JSON object into *root. On failure queues the 400 and returns -1
  * with *result set to the MHD result. */
 int gw__parse_object(gw_request *req, json_t **root, enum MHD_Result *result);
+/* Refuses a body with a member not in known (NULL-terminated): a typo ("tll_ms") would
+ * otherwise silently take a default, and a newer client's field would be silently ignored.
+ * Returns 0, or -1 after queuing the 400 naming the first unknown member. */
+int gw__fields_known(gw_request *req, json_t *root, const char *const *known,
+                     enum MHD_Result *result);
 /* Reads a string field that must be a valid name: the field "resource" follows the resource
  * rules, any other field the owner rules. When not required, an absent field leaves *out
  * NULL; null is a wrong type. *out points into root. Returns 0, or -1 after queuing the 400. */

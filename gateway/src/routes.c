@@ -42,6 +42,9 @@ int gw__route_match(const char *method, const char *path, const gw_route **route
 {
     size_t used = 0;
     int path_known = 0;
+    /* HEAD is served on every GET route: the GET's status and headers, and libmicrohttpd
+     * leaves the body out. */
+    const char *as = strcmp(method, "HEAD") == 0 ? "GET" : method;
 
     *route = NULL;
     *param = "";
@@ -53,14 +56,15 @@ int gw__route_match(const char *method, const char *path, const gw_route **route
         if (!path_matches(gw__routes[i].path, path, &p)) {
             continue;
         }
-        if (strcmp(gw__routes[i].method, method) == 0) {
+        if (strcmp(gw__routes[i].method, as) == 0) {
             *route = &gw__routes[i];
             *param = p;
             return 200;
         }
         path_known = 1;
-        int n = snprintf(allow + used, allowlen - used, "%s%s", used > 0 ? ", " : "",
-                         gw__routes[i].method);
+        int is_get = strcmp(gw__routes[i].method, "GET") == 0;
+        int n = snprintf(allow + used, allowlen - used, "%s%s%s", used > 0 ? ", " : "",
+                         gw__routes[i].method, is_get ? ", HEAD" : "");
         if (n > 0 && (size_t)n < allowlen - used) {
             used += (size_t)n;
         }

@@ -34,7 +34,8 @@ extern const gw_route gw__routes[GW_R_COUNT];
 
 /* Matches a raw request path. Returns 200 with *route and *param (the raw text after the
  * route's prefix, "" when the template has no {resource}), 404 when no route has this path,
- * or 405 with the allowed methods ("GET, PUT") written into allow. */
+ * or 405 with the allowed methods ("GET, HEAD, PUT") written into allow. HEAD matches the GET
+ * routes. */
 int gw__route_match(const char *method, const char *path, const gw_route **route,
                    const char **param, char *allow, size_t allowlen);
 

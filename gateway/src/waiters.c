@@ -9,6 +9,8 @@
  *     set from the remaining lease the last attempt saw; it too wakes one waiter.
  *   - DEADLINE: the waiter's own wait_ms is over; it makes a last attempt, then answers 409.
  *   - DISCONNECT: its client went away (EPOLLRDHUP on the parked socket): it is dropped.
+ *     A client that only half-closed (shutdown(SHUT_WR)) looks the same here; it is
+ *     answered 409 instead of waiting (locks.c, lock_woken).
  *   - SHUTDOWN: the gateway is stopping: it answers 503.
  * A woken waiter runs its attempt on an MHD pool thread (the access handler is called again
  * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
@@ -49,6 +51,9 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 
 #include "log.h"
 #include "request.h"
@@ -820,16 +825,30 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
     return GW_PARKED;
 }
 
-int gw__conn_alive(struct MHD_Connection *conn)
+gw_peer gw__conn_peer(struct MHD_Connection *conn)
 {
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     char byte;
 
     if (info == NULL) {
-        return 1;
+        return GW_PEER_OPEN;
     }
     ssize_t n = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    /* 0 is an orderly close; bytes (a pipelined request) or EAGAIN mean it is still there. */
-    return !(n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR));
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+        return GW_PEER_OPEN;
+    }
+    if (n < 0) {
+        return GW_PEER_GONE;
+    }
+    /* Once the client's FIN is in, recv() reports end of file even after a reset, so ask
+     * TCP: a reset ends the connection (TCP_CLOSE), a FIN alone leaves it in CLOSE_WAIT. */
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(info->connect_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        ti.tcpi_state == TCP_CLOSE) {
+        return GW_PEER_GONE;
+    }
+    return GW_PEER_EOF;
 }

@@ -81,7 +81,13 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms);
  * remaining lease (-1 unknown). */
 gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
                       int64_t deadline_ms, int64_t hint_ms);
-/* 0 when the client of conn has closed its side, 1 otherwise. */
-int gw__conn_alive(struct MHD_Connection *conn);
+/* What the socket of conn says about its client, without reading anything:
+ *   GW_PEER_OPEN  still sending, or quiet (a pipelined request's bytes, or nothing yet);
+ *   GW_PEER_EOF   it closed its sending side: a half-close (shutdown(SHUT_WR), which HTTP/1.1
+ *                 allows, the client still reads) and a close() look the same until
+ *                 something is written to it;
+ *   GW_PEER_GONE  the connection is reset or broken: nothing written reaches the client. */
+typedef enum gw_peer { GW_PEER_OPEN, GW_PEER_EOF, GW_PEER_GONE } gw_peer;
+gw_peer gw__conn_peer(struct MHD_Connection *conn);
 
 #endif

@@ -8,7 +8,8 @@
 --
 -- Returns  {1, 0, replayed}      released: the lock is deleted and "released" is published
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
---          {0, 0, 0}             not the owner (expired, or someone else's): nothing changes
+--          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
+--                                holds the lock, 0 when nobody does (released, or expired)
 --          {-1, 0, 0}            the idempotency key was used by another owner or operation
 -- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
 --
@@ -35,7 +36,7 @@ elseif rec then
 end
 
 if redis.call('HEXISTS', KEYS[1], owner) == 0 then
-    return {0, 0, 0}
+    return {0, redis.call('EXISTS', KEYS[1]), 0}
 end
 local holds = redis.call('HINCRBY', KEYS[1], owner, -1)
 local status = 2

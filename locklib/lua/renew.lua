@@ -8,7 +8,8 @@
 --
 -- Returns  {1, token, replayed, lease_ms}  renewed; a replay reports the lease granted by
 --                                         the first answer, not this call's
---          {0, 0, 0, 0}                   not the owner: nothing changes
+--          {0, 0, 0, 0, held}             not the owner: nothing changes; held is 1 when
+--                                         another owner holds the lock, 0 when nobody does
 --          {-1, 0, 0, 0}                  the idempotency key was used by another owner or
 --                                         operation
 --
@@ -37,7 +38,7 @@ elseif rec then
 end
 
 if redis.call('HEXISTS', KEYS[1], owner) == 0 then
-    return {0, 0, 0, 0}
+    return {0, 0, 0, 0, redis.call('EXISTS', KEYS[1])}
 end
 redis.call('PEXPIRE', KEYS[1], lease_ms)
 local token = tonumber(redis.call('HGET', KEYS[1], '#token'))

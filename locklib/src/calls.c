@@ -157,6 +157,7 @@ static lk_status decode_renew(lk_call *call, const redisReply *reply, char *err)
         return st == LK_OK ? LK_RENEWED : st;
     }
     if (code == 0) {
+        call->res.holds = lk__int_at(reply, 4); /* 1: another owner holds it */
         return LK_NOT_OWNER;
     }
     return lk__errf(err, LK_EIDEMPOTENCY, "%s", idem_used);

@@ -264,7 +264,7 @@ answer() { tr -d '\n' <"$tmp/answer" 2>/dev/null; }
 #   5. Owner B takes the lock and unlocks with the same K: 422 idempotency_key_reused, or its
 #      own 200 that really released B's lock, never A's replayed answer.
 fault_unlock_retry() {
-    local res="$scenario-$seed-amb-$1" key="amb-$seed-$1" code sleep_pid
+    local res="$scenario-$seed-amb-$1" key="amb-$seed-$1-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')" code sleep_pid
     local body_a="{\"resource\":\"$res\",\"owner\":\"amb-a-$1\"}"
     local body_b="{\"resource\":\"$res\",\"owner\":\"amb-b-$1\"}"
     code=$(post /lock "" "{\"resource\":\"$res\",\"owner\":\"amb-a-$1\",\"ttl_ms\":30000}" 8)

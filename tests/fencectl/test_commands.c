@@ -225,7 +225,7 @@ static void test_not_owner_and_missing(void **state)
     run(s, &r, &s->gw, NULL, unlock);
     fct_assert_exit(&r, 1);
     assert_true(fct_contains(r.err, "fencectl: unlock cmd.owned: this owner does not hold "
-                                    "the lock"));
+                                    "cmd.owned: another owner holds it now"));
     assert_false(fct_contains(r.err, "intruder"));
 
     const char *const renew[] = {"renew", "cmd.owned", "--owner", "intruder", NULL};

@@ -17,7 +17,7 @@
  *     answer raw); an accepted request queues nothing;
  *   - accepted arguments obey the API: resource [A-Za-z0-9._:-]{1,200}, owner {1,128} (the
  *     body's, else a generated one, the same again for the same Idempotency-Key), ttl_ms
- *     100..3600000, wait_ms 0..60000, fair 0 or 1, and the Idempotency-Key is the single
+ *     100..3600000, wait_ms 0..60000, fair 0 or 1, and the Idempotency-Key (16 characters at least) is the single
  *     header's value, valid, or NULL without one;
  *   - a path {resource} is accepted exactly when it is a valid resource name.
  *
@@ -145,7 +145,8 @@ static void check_accepted(const gw_lock_args *a, json_t *root, int lock, int re
     }
     fuzz_check(n_keys <= 1, "a repeated Idempotency-Key is refused");
     fuzz_check(n_keys == 0 ? a->idem_key == NULL
-                           : a->idem_key == key && fuzz_valid_name(key, 128),
+                           : a->idem_key == key && fuzz_valid_name(key, 128) &&
+                                 strlen(key) >= 16,
                "the Idempotency-Key is the header's, and valid");
     if (lock || renew) {
         fuzz_check(a->ttl_ms >= 100 && a->ttl_ms <= 3600000, "ttl_ms in 100..3600000");

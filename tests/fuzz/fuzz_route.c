@@ -3,11 +3,11 @@
  * never percent-decodes them).
  *
  * Invariants:
- *   - 200: the route's method is the request's, the path is the template (no {resource}) or
+ *   - 200: the route's method is the request's (HEAD is served by the GET routes), the path is the template (no {resource}) or
  *     the template's prefix followed by a non-empty param; param points into the path and
  *     ends where it ends, so it is never longer than the path;
  *   - 405: the path matches some template but none with this method; allow lists exactly
- *     those templates' methods (when the buffer holds them), and is always NUL-terminated
+ *     those templates' methods, with HEAD after each GET (when the buffer holds them), and is always NUL-terminated
  *     inside the buffer, whatever its size;
  *   - 404: no template matches the path.
  *
@@ -30,6 +30,13 @@ static int template_matches(const char *tmpl, const char *path)
     return strlen(path) > prefix && memcmp(tmpl, path, prefix) == 0;
 }
 
+/* 1 when a route of route_method serves a request of method: its own, and HEAD for GET. */
+static int serves(const char *route_method, const char *method)
+{
+    return strcmp(route_method, method) == 0 ||
+           (strcmp(method, "HEAD") == 0 && strcmp(route_method, "GET") == 0);
+}
+
 static void check_allow(const char *method, const char *path, const char *allow, size_t cap)
 {
     char want[128] = "";
@@ -37,9 +44,10 @@ static void check_allow(const char *method, const char *path, const char *allow,
 
     for (int i = 0; i < GW_R_COUNT; i++) {
         if (template_matches(gw__routes[i].path, path)) {
-            fuzz_check(strcmp(gw__routes[i].method, method) != 0, "405 although a route fits");
-            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s", any ? ", " : "",
-                     gw__routes[i].method);
+            fuzz_check(!serves(gw__routes[i].method, method), "405 although a route fits");
+            snprintf(want + strlen(want), sizeof want - strlen(want), "%s%s%s",
+                     any ? ", " : "", gw__routes[i].method,
+                     strcmp(gw__routes[i].method, "GET") == 0 ? ", HEAD" : "");
             any = 1;
         }
     }
@@ -79,7 +87,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (status == 200) {
         fuzz_check(route != NULL && route >= gw__routes && route < gw__routes + GW_R_COUNT,
                    "200 names a served route");
-        fuzz_check(strcmp(route->method, method) == 0, "200 only for the route's method");
+        fuzz_check(serves(route->method, method), "200 only for the route's method");
         fuzz_check(template_matches(route->path, path), "200 only for a matching path");
         if (strchr(route->path, '{') == NULL) {
             fuzz_check(param[0] == '\0', "no {resource}: param is empty");
@@ -94,7 +102,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         /* The first fitting route wins, so no earlier one fits too. */
         for (const gw_route *r = gw__routes; r < route; r++) {
-            fuzz_check(!(strcmp(r->method, method) == 0 && template_matches(r->path, path)),
+            fuzz_check(!(serves(r->method, method) && template_matches(r->path, path)),
                        "the first fitting route is chosen");
         }
     } else if (status == 405) {

@@ -314,6 +314,10 @@ static size_t on_header(char *line, size_t size, size_t nmemb, void *userdata)
     header_value(line, n, "ETag", r->etag, sizeof r->etag);
     header_value(line, n, "Content-Type", r->content_type, sizeof r->content_type);
     header_value(line, n, "WWW-Authenticate", r->www_authenticate, sizeof r->www_authenticate);
+    header_value(line, n, "Content-Security-Policy", r->content_security_policy,
+                 sizeof r->content_security_policy);
+    header_value(line, n, "X-Content-Type-Options", r->content_type_options,
+                 sizeof r->content_type_options);
     return n;
 }
 

@@ -61,6 +61,8 @@ typedef struct gwt_resp {
     char etag[64];
     char content_type[160];
     char www_authenticate[64];
+    char content_security_policy[96];
+    char content_type_options[32];
 } gwt_resp;
 
 /* Sends one request. headers is a NULL-terminated list of "Name: value" lines (may be

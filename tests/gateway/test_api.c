@@ -173,8 +173,12 @@ static void test_reentrant_lock_and_unlock(void **state)
     assert_int_equal(gwt_int(&r, "holds"), 0);
     gwt_resp_free(&r);
 
-    /* Released: a further unlock is not the owner's to make, and a new lock is fresher. */
-    post_expect(&s->gw, "/unlock", body, 409, "not_owner");
+    /* Released: a further unlock is not the owner's to make, and says that nobody holds the
+     * lock (not "it expired or belongs to someone else"); a new lock is fresher. */
+    gwt_post(&s->gw, "/unlock", body, &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_non_null(strstr(gwt_str(&r, "message"), "nobody holds it"));
+    gwt_resp_free(&r);
     assert_true(lock_ok(&s->gw, "api.re", "owner-re", "", NULL, 0) > token);
 }
 
@@ -192,11 +196,15 @@ static void test_locked_answers_409_with_retry_after(void **state)
     assert_int_equal(atoll(r.retry_after), (retry_ms + 999) / 1000);
     gwt_resp_free(&r);
 
-    /* The other owner can neither renew nor release it. */
-    post_expect(&s->gw, "/renew", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", 409,
-                "not_owner");
-    post_expect(&s->gw, "/unlock", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", 409,
-                "not_owner");
+    /* The other owner can neither renew nor release it, and is told someone else holds it. */
+    gwt_post(&s->gw, "/renew", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_non_null(strstr(gwt_str(&r, "message"), "another owner holds it"));
+    gwt_resp_free(&r);
+    gwt_post(&s->gw, "/unlock", "{\"resource\":\"api.busy\",\"owner\":\"holder-b\"}", &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_non_null(strstr(gwt_str(&r, "message"), "another owner holds it"));
+    gwt_resp_free(&r);
 }
 
 static void test_renew(void **state)
@@ -232,11 +240,11 @@ static void test_idempotent_retries(void **state)
     gwt_resp r;
 
     /* A retried /lock replays: same token, no second hold. */
-    send_with_key(&s->gw, "/lock", body, "lock-key-1", &r);
+    send_with_key(&s->gw, "/lock", body, "lock-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     long long token = gwt_int(&r, "token");
     gwt_resp_free(&r);
-    send_with_key(&s->gw, "/lock", body, "lock-key-1", &r);
+    send_with_key(&s->gw, "/lock", body, "lock-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_int_equal(gwt_int(&r, "token"), token);
     assert_int_equal(gwt_int(&r, "holds"), 1);
@@ -244,11 +252,11 @@ static void test_idempotent_retries(void **state)
 
     /* A second real hold, then a retried /unlock decrements once. */
     lock_ok(&s->gw, "api.idem", "idem-owner", "", NULL, 0);
-    send_with_key(&s->gw, "/unlock", body, "unlock-key-1", &r);
+    send_with_key(&s->gw, "/unlock", body, "unlock-key-000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_int_equal(gwt_int(&r, "holds"), 1);
     gwt_resp_free(&r);
-    send_with_key(&s->gw, "/unlock", body, "unlock-key-1", &r);
+    send_with_key(&s->gw, "/unlock", body, "unlock-key-000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_int_equal(gwt_int(&r, "holds"), 1);
     gwt_resp_free(&r);
@@ -257,25 +265,47 @@ static void test_idempotent_retries(void **state)
     gwt_resp_free(&r);
 
     /* The same key for another operation or owner is refused, and a bad key is a 400. */
-    send_with_key(&s->gw, "/renew", body, "lock-key-1", &r);
+    send_with_key(&s->gw, "/renew", body, "lock-key-0000001", &r);
     gwt_assert_status(&r, 422, "idempotency_key_reused");
     gwt_resp_free(&r);
     send_with_key(&s->gw, "/lock", body, "bad key!", &r);
     gwt_assert_status(&r, 400, "invalid_request");
     gwt_resp_free(&r);
+    /* A key is a credential (the same key replays the first answer, owner included): a
+     * short, guessable one is refused, on every endpoint, before anything is done. */
+    send_with_key(&s->gw, "/lock", body, "k1", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    assert_non_null(strstr(gwt_str(&r, "message"), "at least 16 characters"));
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/unlock", body, "fifteen-chars-0", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    send_with_key(&s->gw, "/renew", body, "abc", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/api.idem", &r);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
 
     /* Without an owner, a retried /lock still replays (the owner is derived from the key). */
-    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key", &r);
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     char owner[64];
     snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
     token = gwt_int(&r, "token");
     gwt_resp_free(&r);
-    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key", &r);
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem2\"}", "anon-key-0000001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_string_equal(gwt_str(&r, "owner"), owner);
     assert_int_equal(gwt_int(&r, "token"), token);
     assert_int_equal(gwt_int(&r, "holds"), 1);
+    gwt_resp_free(&r);
+    /* Keys are kept per resource (as the OpenAPI says): on another resource the same key is
+     * a new key, with its own owner and token. */
+    send_with_key(&s->gw, "/lock", "{\"resource\":\"api.idem3\"}", "anon-key-0000001", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_not_equal(gwt_str(&r, "owner"), owner);
+    assert_true(gwt_int(&r, "token") > token);
     gwt_resp_free(&r);
 }
 
@@ -302,7 +332,7 @@ static void test_renew_replay(void **state)
     gwt_resp first, again;
 
     long long token = lock_ok(&s->gw, "api.renew-idem", "ren-owner", ",\"ttl_ms\":60000", NULL, 0);
-    send_with_key(&s->gw, "/renew", body, "renew-key-1", &first);
+    send_with_key(&s->gw, "/renew", body, "renew-key-000001", &first);
     gwt_assert_status(&first, 200, NULL);
     assert_int_equal(gwt_int(&first, "token"), token);
     assert_int_equal(gwt_int(&first, "ttl_ms"), 3000);
@@ -316,7 +346,7 @@ static void test_renew_replay(void **state)
     }
     assert_true(left > 0 && left <= 2500);
 
-    send_with_key(&s->gw, "/renew", body, "renew-key-1", &again);
+    send_with_key(&s->gw, "/renew", body, "renew-key-000001", &again);
     gwt_assert_status(&again, 200, NULL);
     assert_string_equal(again.body, first.body);
     long long after = lease_left(&s->gw, "api.renew-idem");
@@ -328,11 +358,14 @@ static void test_renew_replay(void **state)
     gwt_resp_free(&again);
 
     /* A new key renews for real. */
-    send_with_key(&s->gw, "/renew", body, "renew-key-2", &again);
+    send_with_key(&s->gw, "/renew", body, "renew-key-000002", &again);
     gwt_assert_status(&again, 200, NULL);
     gwt_resp_free(&again);
     assert_true(lease_left(&s->gw, "api.renew-idem") > after);
 }
+
+static void expect_message(const gwt_proc *gw, const char *path, const char *body,
+                           const char *const *needles);
 
 static void test_bad_json_bodies(void **state)
 {
@@ -393,9 +426,21 @@ static void test_bad_json_bodies(void **state)
     assert_non_null(strstr(gwt_str(&r, "message"), "wait_ms"));
     gwt_resp_free(&r);
 
-    /* Unknown fields are ignored. */
-    gwt_post(&s->gw, "/lock", "{\"resource\":\"api.unknown\",\"colour\":\"blue\"}", &r);
-    gwt_assert_status(&r, 200, NULL);
+    /* An unknown field is refused by name: a typo would otherwise silently take a default
+     * (here the 30 s lease), and a newer client's field would be silently ignored. */
+    static const char *const typo[] = {"field 'tll_ms' is not known", "ttl_ms", NULL};
+    static const char *const colour[] = {"field 'colour' is not known", NULL};
+    static const char *const ttl[] = {"field 'ttl_ms' is not known", NULL};
+    static const char *const fair[] = {"field 'fair' is not known", NULL};
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.unknown\",\"tll_ms\":100}", typo);
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.unknown\",\"colour\":\"blue\"}",
+                   colour);
+    expect_message(&s->gw, "/unlock",
+                   "{\"resource\":\"api.unknown\",\"owner\":\"o\",\"ttl_ms\":1000}", ttl);
+    expect_message(&s->gw, "/renew",
+                   "{\"resource\":\"api.unknown\",\"owner\":\"o\",\"fair\":true}", fair);
+    gwt_get(&s->gw, "/locks/api.unknown", &r);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
     gwt_resp_free(&r);
 }
 
@@ -414,7 +459,8 @@ static void expect_message(const gwt_proc *gw, const char *path, const char *bod
     gwt_resp_free(&r);
 }
 
-/* A known field set to null is a wrong type, not an absent field: 400 naming it. */
+/* A known field set to null is a wrong type, not an absent field: 400 naming it, in the
+ * words every field error uses ("field 'ttl_ms' ..."). */
 static void test_null_fields_are_refused(void **state)
 {
     api_state *s = *state;
@@ -429,9 +475,18 @@ static void test_null_fields_are_refused(void **state)
         {"/renew", "{\"resource\":\"api.null\",\"owner\":\"o\",\"ttl_ms\":null}", "ttl_ms"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        const char *const needles[] = {cases[i].field, "null", NULL};
+        char field[64];
+        snprintf(field, sizeof field, "field '%s' must be", cases[i].field);
+        const char *const needles[] = {field, "null", NULL};
         expect_message(&s->gw, cases[i].path, cases[i].body, needles);
     }
+    /* A missing field and a bad value are worded the same way. */
+    expect_message(&s->gw, "/unlock", "{\"resource\":\"api.null\"}",
+                   (const char *const[]){"field 'owner' is required", NULL});
+    expect_message(&s->gw, "/lock", "{\"resource\":\"api.null\",\"ttl_ms\":5}",
+                   (const char *const[]){"field 'ttl_ms' must be an integer from 100", NULL});
+    expect_message(&s->gw, "/lock", "{\"resource\":\"a b\"}",
+                   (const char *const[]){"field 'resource' must be 1 to 200", NULL});
     /* Nothing was locked by the refused requests. */
     gwt_resp r;
     gwt_get(&s->gw, "/locks/api.null", &r);
@@ -493,7 +548,7 @@ static void test_paths_404_405_and_encoded_names(void **state)
     gwt_resp_free(&r);
     gwt_http(&s->gw, "DELETE", "/resources/api.x", NULL, NULL, 0, 0, &r);
     gwt_assert_status(&r, 405, "method_not_allowed");
-    assert_string_equal(r.allow, "GET, PUT");
+    assert_string_equal(r.allow, "GET, HEAD, PUT");
     gwt_resp_free(&r);
 
     /* A token that exists for "api.enc", so a decoded write to it would be accepted. */
@@ -615,7 +670,7 @@ static void test_superseded_token_is_refused_before_next_write(void **state)
     gwt_assert_status(&r, 409, "stale_token");
     assert_int_equal(gwt_int(&r, "superseded_by"), token4);
     gwt_resp_free(&r);
-    /* A token of the other resource in between was never issued for this one. */
+    /* A token of the other resource in between lies below this one's run: never issued. */
     put_value(&s->gw, "api.sup", t9, "wrong resource", &r);
     gwt_assert_status(&r, 403, "unknown_token");
     gwt_resp_free(&r);
@@ -701,10 +756,12 @@ static void test_forged_token_moves_nothing(void **state)
 }
 
 /* Tokens below the bottom of a resource's token run were never issued for it (the counter
- * was lifted past them to the floor), even though they are below its last token: a token
- * issued for another resource is refused. Once a higher token has written, an old token
- * below the run is stale, as it would be anyway. */
-static void test_token_of_another_resource_is_refused(void **state)
+ * was lifted past them to the floor), even though they are below its last token: such a
+ * token, here one issued earlier for another resource, is refused. Once a higher token has
+ * written, an old token below the run is stale, as it would be anyway. (A token of another
+ * resource that equals this resource's current one is accepted: tokens are per resource,
+ * test_concurrency.c, test_tokens_are_per_resource.) */
+static void test_token_below_the_run_is_refused(void **state)
 {
     api_state *s = *state;
     char t[32];
@@ -741,6 +798,70 @@ static void test_token_of_another_resource_is_refused(void **state)
 
 /* Request headers share a small per-connection pool with the answer's (so a parked waiter
  * costs little): about 2 KiB of headers are served, and far more is refused with 431. */
+/* POST with a body of content type ctype (NULL: no Content-Type header). */
+static void post_typed(const gwt_proc *gw, const char *path, const char *ctype,
+                       const char *body, gwt_resp *r)
+{
+    char header[160];
+    snprintf(header, sizeof header, "Content-Type: %s", ctype != NULL ? ctype : "");
+    const char *const headers[] = {ctype != NULL ? header : NULL, NULL};
+    gwt_http(gw, "POST", path, headers, body, strlen(body), 0, r);
+}
+
+/* The JSON endpoints take application/json only: the types a web page may send to any
+ * origin without a CORS preflight (text/plain, forms) are a 415, so a page cannot take or
+ * release locks on a gateway on localhost. A stored value is served with nosniff and a
+ * sandboxing Content-Security-Policy, so a text/html value cannot run script. */
+static void test_content_types(void **state)
+{
+    api_state *s = *state;
+    gwt_resp r;
+    static const char *const refused[] = {
+        "text/plain", "application/x-www-form-urlencoded", "multipart/form-data; boundary=x",
+        "application/jsonx", "application/json; charset=latin1", "", NULL};
+    static const char *const accepted[] = {"application/json", "application/json; charset=utf-8",
+                                           "Application/JSON;charset=\"UTF-8\"", NULL};
+    const char *body = "{\"resource\":\"api.ctype\",\"owner\":\"o1\"}";
+
+    for (int i = 0; refused[i] != NULL; i++) {
+        post_typed(&s->gw, "/lock", refused[i], body, &r);
+        gwt_assert_status(&r, 415, "unsupported_media_type");
+        gwt_resp_free(&r);
+    }
+    post_typed(&s->gw, "/lock", NULL, body, &r); /* libcurl sends a form type by default */
+    gwt_assert_status(&r, 415, "unsupported_media_type");
+    gwt_resp_free(&r);
+    post_typed(&s->gw, "/unlock", "text/plain", body, &r);
+    gwt_assert_status(&r, 415, "unsupported_media_type");
+    gwt_resp_free(&r);
+    post_typed(&s->gw, "/renew", "text/plain", body, &r);
+    gwt_assert_status(&r, 415, "unsupported_media_type");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/api.ctype", &r);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    gwt_resp_free(&r);
+    for (int i = 0; accepted[i] != NULL; i++) {
+        post_typed(&s->gw, "/lock", accepted[i], body, &r);
+        gwt_assert_status(&r, 200, NULL);
+        gwt_resp_free(&r);
+    }
+
+    char fence[64];
+    long long token = lock_ok(&s->gw, "api.html", NULL, "", NULL, 0);
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, "Content-Type: text/html", NULL};
+    const char *html = "<script>alert(1)</script>";
+    gwt_http(&s->gw, "PUT", "/resources/api.html", headers, html, strlen(html), 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/resources/api.html", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(r.content_type, "text/html");
+    assert_string_equal(r.content_type_options, "nosniff");
+    assert_string_equal(r.content_security_policy, "default-src 'none'; sandbox");
+    gwt_resp_free(&r);
+}
+
 static void test_header_limit(void **state)
 {
     api_state *s = *state;
@@ -978,7 +1099,7 @@ static void test_idempotent_lock_survives_restart(void **state)
 
     th_tempdir(data, sizeof data, "gwsecret");
     gwt_start(gw, s->redis.url, data, NULL);
-    send_with_key(gw, "/lock", body, "restart-key", &r);
+    send_with_key(gw, "/lock", body, "restart-key-0001", &r);
     gwt_assert_status(&r, 200, NULL);
     snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
     long long token = gwt_int(&r, "token");
@@ -995,7 +1116,7 @@ static void test_idempotent_lock_survives_restart(void **state)
     assert_int_equal(sb.st_mode & 0777, 0600);
 
     gwt_start(gw, s->redis.url, data, NULL);
-    send_with_key(gw, "/lock", body, "restart-key", &r);
+    send_with_key(gw, "/lock", body, "restart-key-0001", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_string_equal(gwt_str(&r, "owner"), owner);
     assert_int_equal(gwt_int(&r, "token"), token);
@@ -1079,16 +1200,29 @@ static void test_auth(void **state)
     gwt_http(gw, "GET", "/readyz", twice_wrong, NULL, 0, 0, &r);
     gwt_assert_status(&r, 400, "invalid_request");
     gwt_resp_free(&r);
+    /* Another method on the public path is a 405, as without auth, not a 401. */
+    gwt_http(gw, "POST", "/healthz", NULL, "", 0, 0, &r);
+    gwt_assert_status(&r, 405, "method_not_allowed");
+    gwt_resp_free(&r);
     gwt_get(gw, "/readyz", &r);
     gwt_assert_status(&r, 401, "unauthorized");
     assert_string_equal(r.www_authenticate, "Bearer");
+    assert_non_null(strstr(gwt_str(&r, "message"), "none was sent"));
     gwt_resp_free(&r);
     gwt_get(gw, "/nope", &r); /* paths are not revealed either */
     gwt_assert_status(&r, 401, "unauthorized");
     gwt_resp_free(&r);
+    /* A wrong token and a missing one say which happened. */
     const char *const wrong[] = {"Authorization: Bearer correct-horsf", NULL};
     gwt_http(gw, "GET", "/metrics", wrong, NULL, 0, 0, &r);
     gwt_assert_status(&r, 401, "unauthorized");
+    assert_non_null(strstr(gwt_str(&r, "message"), "the bearer token is wrong"));
+    assert_string_equal(r.www_authenticate, "Bearer error=\"invalid_token\"");
+    gwt_resp_free(&r);
+    const char *const basic[] = {"Authorization: Basic Y29ycmVjdC1ob3JzZQ==", NULL};
+    gwt_http(gw, "GET", "/metrics", basic, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 401, "unauthorized");
+    assert_non_null(strstr(gwt_str(&r, "message"), "another scheme"));
     gwt_resp_free(&r);
     const char *const prefix[] = {"Authorization: Bearer correct", NULL};
     gwt_http(gw, "GET", "/metrics", prefix, NULL, 0, 0, &r);
@@ -1133,7 +1267,8 @@ int main(void)
         cmocka_unit_test(test_stale_token_is_refused),
         cmocka_unit_test(test_superseded_token_is_refused_before_next_write),
         cmocka_unit_test(test_forged_token_moves_nothing),
-        cmocka_unit_test(test_token_of_another_resource_is_refused),
+        cmocka_unit_test(test_token_below_the_run_is_refused),
+        cmocka_unit_test(test_content_types),
         cmocka_unit_test(test_header_limit),
         cmocka_unit_test(test_payload_too_large),
         cmocka_unit_test(test_too_large_writes_are_counted),

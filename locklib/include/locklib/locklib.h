@@ -145,7 +145,9 @@ LK_EXTERN char *lk_random_id(char *buf);
 
 typedef struct lk_result {
     int64_t token;       /* ACQUIRED, RENEWED: the fencing token of this hold */
-    int64_t holds;       /* ACQUIRED, STILL_HELD: the hold count after the call */
+    int64_t holds;       /* ACQUIRED, STILL_HELD: the hold count after the call;
+                          * NOT_OWNER (release, renew): 1 when another owner holds the lock,
+                          * 0 when nobody does */
     int64_t ttl_ms;      /* HELD: the holder's remaining lease (lk_acquire_fair: when to retry);
                           * ACQUIRED, RENEWED: the lease granted, which on a replay is the
                           * first answer's lease, not the retry's */

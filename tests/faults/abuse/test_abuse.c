@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <sys/types.h>
 
 #include <cmocka.h>
@@ -158,6 +162,22 @@ static void test_framing(void **state)
                  "Authorization: Bearer x\r\nAuthorization: Bearer y\r\nContent-Length: 1\r\n"
                  "Connection: close\r\n\r\nx", s->token);
     expect_raw(s, "duplicate Authorization", req, (size_t)n, 400);
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Transfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n"
+                 "Connection: close\r\n\r\n1\r\nx\r\n0\r\n\r\n", s->token);
+    expect_raw(s, "duplicate Transfer-Encoding", req, (size_t)n, 400);
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Transfer-Encoding: gzip\r\nConnection: close\r\n\r\nxx", s->token);
+    expect_raw(s, "Transfer-Encoding: gzip", req, (size_t)n, 501);
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
+                 "1\r\nx\r\n0\r\n\r\n", s->token);
+    expect_raw(s, "Transfer-Encoding: gzip, chunked", req, (size_t)n, 501);
+    /* Neither Content-Length nor Transfer-Encoding: no body by HTTP's rules, not an empty
+     * value to store. */
+    n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
+                 "Connection: close\r\n\r\n", s->token);
+    expect_raw(s, "PUT without a length", req, (size_t)n, 411);
     /* Headers over libmicrohttpd's 3 KiB connection pool: its own 431. */
     char big[5000];
     n = snprintf(big, sizeof big, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
@@ -208,6 +228,121 @@ static void test_json(void **state)
     assert_untouched(s);
 }
 
+/* Like such a client: writes all of req (len bytes) on a fresh connection, and only then
+ * reads the answer until the gateway closes or 10 s pass. A failed write (EPIPE, a reset)
+ * is where those clients stop: returns -1 then, else the status (0 when none came). */
+static long send_all_then_read(int port, const char *req, size_t len, char *body,
+                               size_t bodylen)
+{
+    char buf[4096];
+    size_t used = 0;
+    long status = 0;
+    int fd = ab_connect(port);
+    int sndbuf = 16 * 1024; /* the body cannot sit in our own buffer: the gateway must read */
+
+    assert_true(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof sndbuf);
+    while (len > 0) {
+        ssize_t n = send(fd, req, len, MSG_NOSIGNAL);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            close(fd);
+            return -1;
+        }
+        req += n;
+        len -= (size_t)n;
+    }
+    int64_t deadline = th_now_ms() + 10000;
+    for (;;) {
+        int64_t left = deadline - th_now_ms();
+        struct pollfd p = {fd, POLLIN, 0};
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
+            break;
+        }
+        ssize_t n = recv(fd, buf + used, sizeof buf - 1 - used, 0);
+        if (n <= 0) {
+            break;
+        }
+        used += (size_t)n;
+        if (used == sizeof buf - 1) {
+            break;
+        }
+    }
+    close(fd);
+    buf[used] = '\0';
+    if (sscanf(buf, "HTTP/1.%*d %ld", &status) != 1) {
+        status = 0;
+    }
+    const char *start = strstr(buf, "\r\n\r\n");
+    snprintf(body, bodylen, "%.*s", (int)(bodylen - 1), start != NULL ? start + 4 : buf);
+    return status;
+}
+
+static void expect_sent_first(abuse_state *s, const char *what, const char *req, size_t len,
+                              long want)
+{
+    char body[512];
+    long got = send_all_then_read(s->gw.port, req, len, body, sizeof body);
+    if (got != want) {
+        print_error("%s: expected %ld, got %ld (-1: the write failed) with body: %s\n", what,
+                    want, got, body);
+        fail();
+    }
+}
+
+/* A client that writes its whole request before it reads (Python's http.client, requests,
+ * Java's HttpURLConnection) must read the 413 of a body over the cap, not a reset: the
+ * gateway reads and drops such a body (up to a bound) before it answers and closes. 2 MiB
+ * of JSON to /lock (cap 16 KiB) and 2 MiB to a PUT (cap 1 MiB), each sent in full first. */
+static void test_big_body_sent_before_reading(void **state)
+{
+    abuse_state *s = *state;
+    size_t big = 2u << 20;
+    char head[512];
+    char *req = malloc(big + sizeof head);
+
+    assert_non_null(req);
+    int n = snprintf(head, sizeof head, "POST /lock HTTP/1.1\r\nHost: t\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n\r\n", big);
+    memcpy(req, head, (size_t)n);
+    memset(req + n, ' ', big);
+    req[n] = '{';
+    req[(size_t)n + big - 1] = '}';
+    expect_sent_first(s, "2 MiB JSON to /lock, sent before reading", req, (size_t)n + big, 413);
+    n = snprintf(head, sizeof head, "PUT /resources/a HTTP/1.1\r\nHost: t\r\n"
+                 "Fencing-Token: %lld\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", s->token,
+                 big);
+    memcpy(req, head, (size_t)n);
+    memset(req + n, 'v', big);
+    expect_sent_first(s, "2 MiB PUT, sent before reading", req, (size_t)n + big, 413);
+    free(req);
+    assert_untouched(s);
+}
+
+/* HEAD on a GET route answers as the GET would, without a body. */
+static void test_head(void **state)
+{
+    abuse_state *s = *state;
+    char body[512];
+    static const char head_health[] = "HEAD /healthz HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    static const char head_lock[] = "HEAD /locks/a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+    static const char head_value[] =
+        "HEAD /resources/a HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n";
+
+    assert_int_equal(ab_raw(s->gw.port, head_health, sizeof head_health - 1, 10000, body,
+                            sizeof body), 200);
+    assert_string_equal(body, "");
+    assert_int_equal(ab_raw(s->gw.port, head_lock, sizeof head_lock - 1, 10000, body,
+                            sizeof body), 200);
+    assert_string_equal(body, "");
+    assert_int_equal(ab_raw(s->gw.port, head_value, sizeof head_value - 1, 10000, body,
+                            sizeof body), 404);
+    assert_string_equal(body, "");
+}
+
 static void test_token_spellings(void **state)
 {
     abuse_state *s = *state;
@@ -250,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_paths),
         cmocka_unit_test(test_framing),
         cmocka_unit_test(test_json),
+        cmocka_unit_test(test_head),
+        cmocka_unit_test(test_big_body_sent_before_reading),
         cmocka_unit_test(test_token_spellings),
         cmocka_unit_test(test_real_write_still_works),
     };
