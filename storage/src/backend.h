@@ -25,7 +25,10 @@ typedef struct store__ops {
     uint64_t (*ledger_floor)(void *impl);
     store_status (*ledger_cover)(void *impl, uint64_t token);
     /* resource and token are valid; *highest is zeroed by the caller. */
-    store_status (*grant)(void *impl, const char *resource, uint64_t token, uint64_t *highest);
+    /* holder is NULL or STORE_HOLDER_LEN bytes. */
+    store_status (*grant)(void *impl, const char *resource, uint64_t token,
+                          const unsigned char *holder, uint64_t *highest);
+    int grant_needed; /* store_grant_needed()'s answer */
     store_status (*secret)(void *impl, unsigned char out[STORE_SECRET_LEN], char *err,
                            size_t errlen);
     void (*get_stats)(void *impl, store_stats *out);

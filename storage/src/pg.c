@@ -421,6 +421,7 @@ const store__ops store__pg_ops = {
     .ledger_floor = pg_ledger_floor,
     .ledger_cover = pg_ledger_cover,
     .grant = store__pg_grant,
+    .grant_needed = 1,
     .secret = pg_secret,
     .get_stats = pg_get_stats,
 };

@@ -58,6 +58,7 @@ struct store__pgop {
     uint64_t token;
     store_status status;     /* OP_GRANT: the answer */
     uint64_t highest;        /* OP_GRANT: the recorded highest on STALE */
+    const unsigned char *holder; /* OP_GRANT: NULL or STORE_HOLDER_LEN bytes */
     size_t seq;              /* arrival order within the batch */
     int done;
     store__pgop *next;
@@ -80,9 +81,11 @@ static const char WRITE_SQL[] =
 
 static const char GRANT_SQL[] =
     "WITH g AS ("
-    " INSERT INTO fencegate_ledger AS l (resource, token) VALUES ($1::text, $2::bigint)"
-    " ON CONFLICT (resource) DO UPDATE SET token = excluded.token"
+    " INSERT INTO fencegate_ledger AS l (resource, token, holder)"
+    "  VALUES ($1::text, $2::bigint, $3::bytea)"
+    " ON CONFLICT (resource) DO UPDATE SET token = excluded.token, holder = excluded.holder"
     "  WHERE l.token < excluded.token"
+    "   OR (l.token = excluded.token AND l.holder = excluded.holder)"
     " RETURNING l.token)"
     " SELECT true, token FROM g"
     " UNION ALL SELECT false, coalesce((SELECT token FROM fencegate_ledger"
@@ -121,8 +124,11 @@ static int send_op(PGconn *conn, store__pgop *op)
     char token[24], now[24];
     snprintf(token, sizeof token, "%llu", (unsigned long long)op->token);
     if (op->kind == OP_GRANT) {
-        const char *const vals[] = {op->resource, token};
-        return PQsendQueryPrepared(conn, "fg_grant", 2, vals, NULL, NULL, 0) ? 0 : -1;
+        /* No holder is SQL NULL, which equals nothing: only a larger token is granted. */
+        const char *const vals[] = {op->resource, token, (const char *)op->holder};
+        const int lens[] = {0, 0, STORE_HOLDER_LEN};
+        const int fmts[] = {0, 0, 1};
+        return PQsendQueryPrepared(conn, "fg_grant", 3, vals, lens, fmts, 0) ? 0 : -1;
     }
     const store_write_req *w = op->w;
     snprintf(now, sizeof now, "%lld", (long long)store__wall_ms());
@@ -206,7 +212,7 @@ static int send_pipeline(PGconn *conn, store__pgop **ops, size_t n, size_t prepa
         return -1;
     }
     if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 6, NULL) ||
-                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 2, NULL))) {
+                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 3, NULL))) {
         return -1;
     }
     if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
@@ -508,10 +514,11 @@ void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n)
 }
 
 store_status store__pg_grant(void *impl, const char *resource, uint64_t token,
-                             uint64_t *highest)
+                             const unsigned char *holder, uint64_t *highest)
 {
     store__pg *p = impl;
-    store__pgop op = {.kind = OP_GRANT, .resource = resource, .token = token};
+    store__pgop op = {.kind = OP_GRANT, .resource = resource, .token = token,
+                      .holder = holder};
 
     run_chain(p, &op, &op);
     *highest = op.status == STORE_STALE ? op.highest : 0;

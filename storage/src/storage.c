@@ -235,11 +235,23 @@ store_status store_ledger_cover(store *s, uint64_t token)
 
 store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest)
 {
+    return store_grant_as(s, resource, token, NULL, highest);
+}
+
+store_status store_grant_as(store *s, const char *resource, uint64_t token,
+                            const unsigned char *holder, uint64_t *highest)
+{
     *highest = 0;
     if (!store__valid_name(resource) || token == 0 || token > STORE__TOKEN_MAX) {
         return STORE_INVALID;
     }
-    return s->ops->grant(s->impl, resource, token, highest);
+    return s->ops->grant(s->impl, resource, token, holder, highest);
+}
+
+int store_grant_needed(store *s, uint64_t token)
+{
+    (void)token;
+    return s->ops->grant_needed;
 }
 
 store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,

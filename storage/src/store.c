@@ -780,10 +780,11 @@ out:
  * ceiling keeps it above the floor of every later process. A per-grant fsync would cost every
  * /lock one. */
 static store_status lmdb_grant(void *impl, const char *resource, uint64_t token,
-                               uint64_t *highest)
+                               const unsigned char *holder, uint64_t *highest)
 {
     store__lmdb *s = impl;
     (void)resource;
+    (void)holder;
     if (token <= s->floor) {
         *highest = s->floor;
         return STORE_STALE;
@@ -815,6 +816,7 @@ const store__ops store__lmdb_ops = {
     .ledger_floor = lmdb_ledger_floor,
     .ledger_cover = lmdb_ledger_cover,
     .grant = lmdb_grant,
+    .grant_needed = 0,
     .secret = lmdb_secret,
     .get_stats = lmdb_get_stats,
 };

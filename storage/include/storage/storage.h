@@ -211,6 +211,23 @@ store_status store_ledger_cover(store *s, uint64_t token);
  * STALE. */
 store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest);
 
+/* store_grant() that also knows a grant again: holder (NULL, or STORE_HOLDER_LEN bytes) is a
+ * fingerprint of who holds the token, recorded with it. PostgreSQL: OK when token is
+ * strictly larger than every token recorded for the resource, or equal to the recorded one
+ * with the same holder (a re-entry or an idempotent replay of the grant that recorded it);
+ * STALE otherwise, also for an equal token with another holder or with a NULL one. The
+ * fingerprint must not let anyone act as the holder: the gateway passes a keyed hash of the
+ * owner, never the owner. LMDB: the holder is ignored (one process, whose in-process floor
+ * keeps its tokens unique), as store_grant(). */
+#define STORE_HOLDER_LEN 16
+store_status store_grant_as(store *s, const char *resource, uint64_t token,
+                            const unsigned char *holder, uint64_t *highest);
+
+/* 1 when a token must pass store_grant_as() before it is handed out, 0 when
+ * store_ledger_cover() is enough (it is then a no-op unless the ceiling must move).
+ * LMDB: 0 (one process per ledger). PostgreSQL: 1 (the ledger is shared per resource). */
+int store_grant_needed(store *s, uint64_t token);
+
 /* The store's secret: STORE_SECRET_LEN random bytes from the kernel, made on the first call
  * for a store and durable before they are returned; every later call, in this process or
  * after any restart, returns the same bytes. The gateway keys the owners it derives from an
