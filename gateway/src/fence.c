@@ -59,6 +59,11 @@
  * or unknown), the safe direction. If Redis cannot be asked, the operation refuses the write
  * with 503: without the counter a forged token cannot be told from a real one.
  */
+#include <stdio.h>
+#include <string.h>
+
+#include <uuid/uuid.h>
+
 #include "fence.h"
 
 void gw__fence_init(gw_fence *f, store *st, const gw_fence_ops *ops, void *owner)
@@ -84,7 +89,8 @@ static gw_stripe *stripe_of(gw_fence *f, const char *resource)
 }
 
 /* The floor for an acquisition of `resource` (see the file comment). */
-static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
+static store_status floor_of(gw_fence *f, const char *resource, int64_t min_floor,
+                             int64_t *floor)
 {
     uint64_t highest = 0;
     store_status st = store_highest(f->st, resource, &highest);
@@ -92,6 +98,9 @@ static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
         return st;
     }
     uint64_t fl = store_ledger_floor(f->st);
+    if (min_floor > 0 && (uint64_t)min_floor > fl) {
+        fl = (uint64_t)min_floor;
+    }
     uint64_t mine = (uint64_t)atomic_load(&f->max_token);
     if (mine > fl) {
         fl = mine;
@@ -107,7 +116,7 @@ static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
 static void granted(gw_fence *f, const gw_fence_turn *t, gw_floor *floor)
 {
     floor->floor = 0;
-    floor->status = floor_of(f, t->resource, &floor->floor);
+    floor->status = floor_of(f, t->resource, t->min_floor, &floor->floor);
 }
 
 int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
@@ -159,6 +168,36 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
     return next;
 }
 
+/* The holder fingerprint of (resource, owner): a keyed hash under the owner secret, which
+ * every gateway sharing the store shares (store_secret). Equal for the same holder on any
+ * gateway; it tells nobody the owner, which is a capability (releases, renews, re-enters). */
+static void holder_of(const gw_fence *f, const gw_fence_turn *t,
+                      unsigned char out[STORE_HOLDER_LEN])
+{
+    char name[LK_RESOURCE_MAX + LK_OWNER_MAX + 32];
+    uuid_t h;
+    int n = snprintf(name, sizeof name, "fencegate holder\n%s\n%s", t->resource,
+                     t->owner != NULL ? t->owner : "");
+    uuid_generate_sha1(h, f->holder_key, name, (size_t)n);
+    memcpy(out, h, STORE_HOLDER_LEN);
+}
+
+/* Makes the ledger know `token` before it leaves the process: the LMDB ceiling covers it,
+ * or the shared ledger grants it to this holder (see the file comment). */
+static void cover(gw_fence *f, gw_fence_turn *t, uint64_t token)
+{
+    t->granted = 0;
+    if (!store_grant_needed(f->st, token)) {
+        t->cover = (unsigned char)store_ledger_cover(f->st, token);
+        return;
+    }
+    unsigned char holder[STORE_HOLDER_LEN];
+    uint64_t highest = 0;
+    holder_of(f, t, holder);
+    t->cover = (unsigned char)store_grant_as(f->st, t->resource, token, holder, &highest);
+    t->granted = highest;
+}
+
 int gw__fence_answered(gw_job *job)
 {
     gw_fence_turn *t = job->arg;
@@ -173,7 +212,7 @@ int gw__fence_answered(gw_job *job)
          * under the durable ceiling already; raising it is one small commit per block of
          * tokens, on this thread, before the stripe passes on. */
         minted = call->res.token;
-        t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
+        cover(f, t, (uint64_t)minted);
     } else if (call->status == LK_HELD && f->ops->held != NULL) {
         f->ops->held(f, t);
     }

@@ -23,10 +23,17 @@
 typedef struct gw_fence_turn {
     struct gw_fence_turn *next;
     const char *resource;                /* what it acquires */
+    const char *owner;                   /* for whom: keys its holder fingerprint */
+    int64_t min_floor;                   /* the floor is at least this (0: none): the ledger's
+                                          * highest after a refused grant */
+    uint64_t granted;                    /* out: on a STALE cover, the ledger's highest */
     unsigned char refused;               /* for the caller: why it was not sent, or 0 */
-    unsigned char cover;                 /* out (store_status): the ledger's cover of the
-                                          * token an ACQUIRED answer brought, STORE_OK when
-                                          * covered or when there was no token */
+    unsigned char cover;                 /* out (store_status): the ledger's cover (LMDB) or
+                                          * grant (shared ledger) of the token an ACQUIRED
+                                          * answer brought, STORE_OK when covered or granted
+                                          * or when there was no token; STALE: the shared
+                                          * ledger holds this token or a larger one for
+                                          * another holder */
 } gw_fence_turn;
 
 /* What a granted turn may pass locklib, computed while the turn is held. status is
@@ -63,6 +70,9 @@ struct gw_fence {
     const gw_fence_ops *ops;
     void *owner;                         /* for ops: the server */
     atomic_llong max_token;              /* the largest token this process has handed out */
+    const unsigned char *holder_key;     /* 16 bytes (the owner secret) keying the holder
+                                          * fingerprints; set by the owner before the first
+                                          * acquisition, not by gw__fence_init() */
     gw_stripe stripes[GW_FLOOR_STRIPES];
 };
 
