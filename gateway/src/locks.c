@@ -236,7 +236,15 @@ static void attempt_held(gw_fence *f, gw_fence_turn *t)
     }
 }
 
-const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held};
+/* gw__lock_fence_ops.grant, on the pipeline thread: the shared ledger's grant of an
+ * answered attempt's token goes to the storage writer, which resumes the connection. */
+static void attempt_grant(gw_fence *f, gw_job *job)
+{
+    gw_server *srv = f->owner;
+    gw__pipe_submit(srv->writer, job);
+}
+
+const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_grant};
 
 /* Gives back a hold taken for a client that will never use it, on the server thread's own
  * connection. If the release fails (Redis gone), the hold ends with its lease. */

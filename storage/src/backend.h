@@ -29,6 +29,9 @@ typedef struct store__ops {
     store_status (*grant)(void *impl, const char *resource, uint64_t token,
                           const unsigned char *holder, uint64_t *highest);
     int grant_needed; /* store_grant_needed()'s answer */
+    /* Valid grants and writes, answered in place; either count may be 0. */
+    void (*grant_many)(void *impl, store_grant_req *const *grants, size_t ng,
+                       store_write_req *const *writes, size_t nw);
     store_status (*secret)(void *impl, unsigned char out[STORE_SECRET_LEN], char *err,
                            size_t errlen);
     void (*get_stats)(void *impl, store_stats *out);

@@ -422,6 +422,7 @@ const store__ops store__pg_ops = {
     .ledger_cover = pg_ledger_cover,
     .grant = store__pg_grant,
     .grant_needed = 1,
+    .grant_many = store__pg_grant_many,
     .secret = pg_secret,
     .get_stats = pg_get_stats,
 };

@@ -484,10 +484,33 @@ static void run_chain(store__pg *p, store__pgop *first, store__pgop *last)
 
 void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n)
 {
+    store__pg_grant_many(impl, NULL, 0, reqs, n);
+}
+
+/* Writes and grants as one chain: one transaction when the queue is empty, else they join
+ * the batch being formed (run_chain). */
+void store__pg_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
+                          store_write_req *const *reqs, size_t n)
+{
     store__pg *p = impl;
-    store__pgop *ops = calloc(n, sizeof *ops);
+    store__pgop *ops = calloc(n + ng, sizeof *ops);
     store__pgop *first = NULL, *last = NULL;
 
+    for (size_t i = 0; i < ng; i++) {
+        store_grant_req *g = grants[i];
+        if (ops == NULL) {
+            g->status = STORE_ENOMEM;
+            continue;
+        }
+        ops[n + i] = (store__pgop){.kind = OP_GRANT, .resource = g->resource,
+                                   .token = g->token, .holder = g->holder};
+        if (last != NULL) {
+            last->next = &ops[n + i];
+        } else {
+            first = &ops[n + i];
+        }
+        last = &ops[n + i];
+    }
     for (size_t i = 0; i < n; i++) {
         store_write_req *r = reqs[i];
         if (ops == NULL) {
@@ -509,6 +532,10 @@ void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n)
     }
     if (first != NULL) {
         run_chain(p, first, last);
+    }
+    for (size_t i = 0; ops != NULL && i < ng; i++) {
+        grants[i]->status = ops[n + i].status;
+        grants[i]->highest = ops[n + i].status == STORE_STALE ? ops[n + i].highest : 0;
     }
     free(ops);
 }

@@ -248,6 +248,41 @@ store_status store_grant_as(store *s, const char *resource, uint64_t token,
     return s->ops->grant(s->impl, resource, token, holder, highest);
 }
 
+void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
+                      store_write_req *const *writes, size_t nw)
+{
+    store_grant_req **vg = calloc(ng > 0 ? ng : 1, sizeof *vg);
+    store_write_req **vw = calloc(nw > 0 ? nw : 1, sizeof *vw);
+    size_t ngv = 0, nwv = 0;
+
+    for (size_t i = 0; i < ng; i++) {
+        store_grant_req *g = grants[i];
+        g->highest = 0;
+        if (vg == NULL || vw == NULL) {
+            g->status = STORE_ENOMEM;
+        } else if (!store__valid_name(g->resource) || g->token == 0 ||
+                   g->token > STORE__TOKEN_MAX) {
+            g->status = STORE_INVALID;
+        } else {
+            g->status = STORE_OK;
+            vg[ngv++] = g;
+        }
+    }
+    for (size_t i = 0; i < nw; i++) {
+        store_write_req *r = writes[i];
+        memset(&r->res, 0, sizeof r->res);
+        r->status = vg == NULL || vw == NULL ? STORE_ENOMEM : store__validate_write(r, SIZE_MAX);
+        if (r->status == STORE_OK) {
+            vw[nwv++] = r;
+        }
+    }
+    if (ngv > 0 || nwv > 0) {
+        s->ops->grant_many(s->impl, vg, ngv, vw, nwv);
+    }
+    free(vg);
+    free(vw);
+}
+
 int store_grant_needed(store *s, uint64_t token)
 {
     (void)token;

@@ -792,6 +792,18 @@ static store_status lmdb_grant(void *impl, const char *resource, uint64_t token,
     return lmdb_ledger_cover(impl, token);
 }
 
+static void lmdb_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
+                            store_write_req *const *writes, size_t nw)
+{
+    if (nw > 0) {
+        store__lmdb_write_many(impl, writes, nw);
+    }
+    for (size_t i = 0; i < ng; i++) {
+        grants[i]->status = lmdb_grant(impl, grants[i]->resource, grants[i]->token,
+                                       grants[i]->holder, &grants[i]->highest);
+    }
+}
+
 int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags)
 {
     return mdb_env_get_flags(s->env, flags);
@@ -817,6 +829,7 @@ const store__ops store__lmdb_ops = {
     .ledger_cover = lmdb_ledger_cover,
     .grant = lmdb_grant,
     .grant_needed = 0,
+    .grant_many = lmdb_grant_many,
     .secret = lmdb_secret,
     .get_stats = lmdb_get_stats,
 };

@@ -223,6 +223,24 @@ store_status store_grant(store *s, const char *resource, uint64_t token, uint64_
 store_status store_grant_as(store *s, const char *resource, uint64_t token,
                             const unsigned char *holder, uint64_t *highest);
 
+/* One grant of store_grant_many(): store_grant_as()'s arguments, and its answer. */
+typedef struct store_grant_req {
+    const char *resource;
+    uint64_t token;
+    const unsigned char *holder;  /* NULL or STORE_HOLDER_LEN bytes */
+    store_status status;      /* out: what store_grant_as() would have returned */
+    uint64_t highest;         /* out: on STALE, the recorded highest; else 0 */
+} store_grant_req;
+
+/* store_grant_as() for ng grants and store_write() for nw writes (either may be 0) at once,
+ * each checked and answered exactly as alone, for a caller that collects both itself (the
+ * gateway's storage writer). PostgreSQL: one pipelined transaction and one commit carry
+ * them all, with whatever other calls are queued (writes sent before grants; per resource
+ * in array order). LMDB: the writes as store_write_many(), then each grant (no fsync unless
+ * the ceiling moves). */
+void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
+                      store_write_req *const *writes, size_t nw);
+
 /* 1 when a token must pass store_grant_as() before it is handed out, 0 when
  * store_ledger_cover() is enough (it is then a no-op unless the ceiling must move).
  * LMDB: 0 (one process per ledger). PostgreSQL: 1 (the ledger is shared per resource). */
