@@ -11,6 +11,8 @@
  *     including one that was granted and never written (the shared ledger, fence.c);
  *   - a split brain: A and B on two Redis instances whose data diverged, sharing the store:
  *     no token is handed out twice for a resource, no lower-token write is accepted;
+ *   - PostgreSQL killed -9 or stopped: locks and writes answer 503 within a bound, /readyz is
+ *     503 and names the store, and the gateways recover by themselves when it is back;
  *   - the password of the store URL never appears in --check-config, a log or /readyz.
  * No test asserts timing; every wait is a loop on a condition with a deadline.
  */
@@ -364,6 +366,81 @@ static void test_split_brain(void **state)
     th_redis_stop(&other);
 }
 
+/* GET /readyz until it answers `status`; fails the test after 30 s. Returns the answer. */
+static void wait_ready(const gwt_proc *gw, long status, gwt_resp *r)
+{
+    int64_t deadline = th_now_ms() + 30000;
+    for (;;) {
+        gwt_get(gw, "/readyz", r);
+        if (r->status == status) {
+            return;
+        }
+        if (th_now_ms() > deadline) {
+            fail_msg("/readyz still answers %ld, not %ld: %s", r->status, status, r->body);
+        }
+        gwt_resp_free(r);
+        th_nap_ms(50);
+    }
+}
+
+/* One request while the database is down: 503 backend_unavailable within a bound. */
+static void expect_503_soon(const gwt_proc *gw, const char *method, const char *resource,
+                            long long token)
+{
+    gwt_resp r;
+    int64_t t0 = th_now_ms();
+    if (strcmp(method, "PUT") == 0) {
+        put(gw, resource, token, "while down", &r);
+    } else {
+        lock_req(gw, resource, "owner-down", NULL, &r);
+    }
+    int64_t took = th_now_ms() - t0;
+    gwt_assert_status(&r, 503, "backend_unavailable");
+    gwt_resp_free(&r);
+    /* The store's bound: a round trip 5 s, a reconnect libpq's connect_timeout. */
+    if (took > 15000) {
+        fail_msg("%s %s took %lld ms with the database down", method, resource, (long long)took);
+    }
+}
+
+/* PostgreSQL killed -9, then stopped, then restarted: locks and writes answer 503 within a
+ * bound, /readyz is 503 and names the store, and every gateway recovers by itself. */
+static void test_postgres_down_and_back(void **state)
+{
+    multi_state *s = *state;
+    gwt_resp r;
+    long long token = lock_ok(&s->gw[0], "multi.pgdown", "owner-pg");
+    assert_int_equal(put(&s->gw[0], "multi.pgdown", token, "before", NULL), 200);
+    unlock_ok(&s->gw[0], "multi.pgdown", "owner-pg");
+
+    for (int round = 0; round < 2; round++) {
+        if (round == 0) {
+            th_pg_kill(&s->pg);
+        } else {
+            th_pg_stop_immediate(&s->pg);
+        }
+        expect_503_soon(&s->gw[1], "POST", "multi.pgdown", 0);
+        expect_503_soon(&s->gw[2], "PUT", "multi.pgdown", token);
+        wait_ready(&s->gw[0], 503, &r);
+        gwt_assert_status(&r, 503, "backend_unavailable");
+        assert_string_equal(gwt_str(&r, "storage"), "down");
+        assert_non_null(strstr(gwt_str(&r, "store"), "postgresql://"));
+        gwt_resp_free(&r);
+
+        th_pg_restart(&s->pg);
+        for (int i = 0; i < N_GW; i++) {
+            wait_ready(&s->gw[i], 200, &r);
+            gwt_resp_free(&r);
+        }
+        long long again = lock_ok(&s->gw[1 + round], "multi.pgdown", "owner-pg");
+        assert_true(again > token);
+        assert_int_equal(put(&s->gw[2 - round], "multi.pgdown", again, "after", NULL), 200);
+        value_is(&s->gw[0], "multi.pgdown", "after");
+        unlock_ok(&s->gw[0], "multi.pgdown", "owner-pg");
+        token = again;
+    }
+}
+
 /* --store with a password: not in --check-config's output, the log, /readyz. */
 static void test_password_never_shown(void **state)
 {
@@ -413,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_kill_during_writes),
         cmocka_unit_test(test_redis_data_loss),
         cmocka_unit_test(test_split_brain),
+        cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_password_never_shown),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
