@@ -72,6 +72,17 @@ static int validate(gw_config *cfg, int quiet)
         server.auth_token_len = (size_t)n;
         server.auth_on = 1;
     }
+    /* The store URL's scheme and syntax, and its description for the logs; nothing is
+     * opened (the database may not be up yet, and an LMDB directory may be in use). */
+    store_options sopts;
+    store_options_init(&sopts);
+    sopts.url = cfg->store_url[0] != '\0' ? cfg->store_url : NULL;
+    sopts.dir = cfg->data_dir;
+    if (store_describe_options(&sopts, server.store_desc, sizeof server.store_desc, err,
+                               sizeof err) != STORE_OK) {
+        fprintf(stderr, "fencegate: --store: %s\n", err);
+        return -1;
+    }
     lk_options_init(&server.lk_opts);
     return probe_redis(cfg, &server.lk_opts, quiet);
 }
@@ -79,7 +90,7 @@ static int validate(gw_config *cfg, int quiet)
 /* Opens the store --store names (LMDB in --data without one) into server.st and describes
  * it, without the password, in server.store_desc. Returns 0, or -1 after printing why (the
  * storage's own message never holds the password). */
-static int open_store(const gw_config *cfg, int quiet)
+static int open_store(const gw_config *cfg)
 {
     char err[600];
     store_options sopts;
@@ -96,9 +107,7 @@ static int open_store(const gw_config *cfg, int quiet)
         return -1;
     }
     store_describe(server.st, server.store_desc, sizeof server.store_desc);
-    if (!quiet) {
-        gw__log_event(cfg, "info", "store: %s", server.store_desc);
-    }
+    gw__log_event(cfg, "info", "store: %s", server.store_desc);
     return 0;
 }
 
@@ -133,7 +142,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     int sig = 0;
 
     raise_fd_limit(cfg);
-    if (open_store(cfg, 0) != 0) {
+    if (open_store(cfg) != 0) {
         return 1;
     }
     /* The secret keys the owner a /lock without one derives from its Idempotency-Key
@@ -212,20 +221,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cfg.check_config) {
-        /* A shared store is opened (and its schema migrated) to check the URL, the
-         * credentials and the schema version; an LMDB directory is not, since the
-         * gateway that owns it may be running. */
-        if (cfg.store_url[0] != '\0' && strncmp(cfg.store_url, "lmdb:", 5) != 0) {
-            if (open_store(&cfg, 1) != 0) {
-                return 2;
-            }
-            store_close(server.st);
-            printf("fencegate: store %s\n", server.store_desc);
-        } else {
-            printf("fencegate: store lmdb:%s\n",
-                   cfg.store_url[0] != '\0' && cfg.store_url[5] != '\0' ? cfg.store_url + 5
-                                                                      : cfg.data_dir);
-        }
+        printf("fencegate: store %s\n", server.store_desc);
         printf("fencegate: configuration ok\n");
         return 0;
     }

@@ -49,6 +49,11 @@ store_status store__lmdb_open(void **out, const store_options *opts, char *err,
 store_status store__pg_open(void **out, const char *url, const store_options *opts,
                             char *desc, size_t desclen, char *err, size_t errlen);
 
+/* Parses url and writes its description (as store__pg_open's desc). INVALID when libpq
+ * cannot parse it. */
+store_status store__pg_describe_url(const char *url, char *desc, size_t desclen, char *err,
+                                    size_t errlen);
+
 /* The LMDB environment flags of an LMDB store's state (see store__env_flags). */
 typedef struct store__lmdb store__lmdb;
 int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags);

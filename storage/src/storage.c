@@ -120,6 +120,26 @@ store_status store_open(store **out, const store_options *opts, char *err, size_
     return STORE_OK;
 }
 
+store_status store_describe_options(const store_options *opts, char *buf, size_t len,
+                                    char *err, size_t errlen)
+{
+    const char *url = opts->url != NULL ? opts->url : "";
+
+    if (is_pg_url(url)) {
+        return store__pg_describe_url(url, buf, len, err, errlen);
+    }
+    if (url[0] != '\0' && strncmp(url, LMDB_SCHEME, strlen(LMDB_SCHEME)) != 0) {
+        set_err(err, errlen, "store URL: unknown scheme (use lmdb:[/dir], postgres:// or "
+                             "postgresql://)");
+        return STORE_INVALID;
+    }
+    const char *dir = url[0] != '\0' && url[strlen(LMDB_SCHEME)] != '\0'
+                          ? url + strlen(LMDB_SCHEME)
+                          : opts->dir;
+    snprintf(buf, len, LMDB_SCHEME "%s", dir != NULL ? dir : "");
+    return STORE_OK;
+}
+
 void store_close(store *s)
 {
     if (s == NULL) {

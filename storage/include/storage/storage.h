@@ -106,6 +106,12 @@ void store_close(store *s);
  * Never the password. Returns buf. */
 const char *store_describe(store *s, char *buf, size_t len);
 
+/* What store_describe() would say for a store opened with opts, without opening anything
+ * (no directory created, no connection): for checking a configuration. OK, or INVALID for
+ * an unknown scheme or a URL libpq cannot parse (err says why, never with the password). */
+store_status store_describe_options(const store_options *opts, char *buf, size_t len,
+                                    char *err, size_t errlen);
+
 typedef struct store_write_result {
     uint64_t highest_token;   /* after the call: the highest token that has written */
     uint64_t version;         /* ACCEPTED: the new version */
