@@ -61,4 +61,10 @@ int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags);
 /* LMDB's write_many (commit.c). */
 void store__lmdb_write_many(void *impl, store_write_req *const *reqs, size_t n);
 
+/* LMDB's grant (store.c) and grant_many (commit.c: the writes, then each grant). */
+store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
+                               const unsigned char *holder, uint64_t *highest);
+void store__lmdb_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
+                            store_write_req *const *writes, size_t nw);
+
 #endif

@@ -779,7 +779,7 @@ out:
  * gateway's in-process floor keeps its own tokens unique; covering the token by the durable
  * ceiling keeps it above the floor of every later process. A per-grant fsync would cost every
  * /lock one. */
-static store_status lmdb_grant(void *impl, const char *resource, uint64_t token,
+store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
                                const unsigned char *holder, uint64_t *highest)
 {
     store__lmdb *s = impl;
@@ -790,18 +790,6 @@ static store_status lmdb_grant(void *impl, const char *resource, uint64_t token,
         return STORE_STALE;
     }
     return lmdb_ledger_cover(impl, token);
-}
-
-static void lmdb_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
-                            store_write_req *const *writes, size_t nw)
-{
-    if (nw > 0) {
-        store__lmdb_write_many(impl, writes, nw);
-    }
-    for (size_t i = 0; i < ng; i++) {
-        grants[i]->status = lmdb_grant(impl, grants[i]->resource, grants[i]->token,
-                                       grants[i]->holder, &grants[i]->highest);
-    }
 }
 
 int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags)
@@ -827,9 +815,9 @@ const store__ops store__lmdb_ops = {
     .del = lmdb_delete,
     .ledger_floor = lmdb_ledger_floor,
     .ledger_cover = lmdb_ledger_cover,
-    .grant = lmdb_grant,
+    .grant = store__lmdb_grant,
     .grant_needed = 0,
-    .grant_many = lmdb_grant_many,
+    .grant_many = store__lmdb_grant_many,
     .secret = lmdb_secret,
     .get_stats = lmdb_get_stats,
 };
