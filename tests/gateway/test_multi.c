@@ -10,7 +10,8 @@
  *   - Redis loses its data: a lock via another gateway gets a token above every earlier one,
  *     including one that was granted and never written (the shared ledger, fence.c);
  *   - a split brain: A and B on two Redis instances whose data diverged, sharing the store:
- *     no token is handed out twice for a resource, no lower-token write is accepted;
+ *     no token is handed out twice for a resource, no lower-token write is accepted; an
+ *     Idempotency-Key replay of a token the ledger holds for another owner answers 503;
  *   - PostgreSQL killed -9 or stopped: locks and writes answer 503 within a bound, /readyz is
  *     503 and names the store, and the gateways recover by themselves when it is back;
  *   - the password of the store URL never appears in --check-config, a log or /readyz.
@@ -366,6 +367,44 @@ static void test_split_brain(void **state)
     th_redis_stop(&other);
 }
 
+/* A split brain with an Idempotency-Key: B's diverged Redis mints the token A granted to
+ * another owner; the ledger refuses it (another holder), B answers 503 and gives the hold
+ * back, and the key's retry, which B's Redis replays with the same token, is refused again:
+ * the token never leaves B. A re-entry by A's own holder repeats A's token (the same grant),
+ * and a new request on B gets a token above the ledger. Fresh gateways and Redis instances,
+ * so both counters and both in-process floors start at zero and B mints A's token. */
+static void test_split_brain_replay_refused(void **state)
+{
+    multi_state *s = *state;
+    th_redis ra, rb;
+    gwt_proc a, b;
+    gwt_resp r;
+
+    th_redis_start(&ra, 1, NULL);
+    th_redis_start(&rb, 1, NULL);
+    start_gateway(s, &a, ra.url);
+    start_gateway(s, &b, rb.url);
+    long long granted = lock_ok(&a, "multi.replay", "owner-a");
+
+    lock_req(&b, "multi.replay", NULL, "split-key", &r);
+    gwt_assert_status(&r, 503, "backend_unavailable");
+    gwt_resp_free(&r);
+    lock_req(&b, "multi.replay", NULL, "split-key", &r); /* replayed by B's Redis */
+    gwt_assert_status(&r, 503, "backend_unavailable");
+    assert_non_null(strstr(r.body, "holder"));
+    gwt_resp_free(&r);
+
+    assert_int_equal(lock_ok(&a, "multi.replay", "owner-a"), granted); /* re-entry */
+    long long later = lock_ok(&b, "multi.replay", "owner-b");
+    assert_true(later > granted);
+    assert_int_equal(put(&b, "multi.replay", later, "via B", NULL), 200);
+    assert_int_equal(put(&a, "multi.replay", granted, "via A", NULL), 409);
+    gwt_stop(&a);
+    gwt_stop(&b);
+    th_redis_stop(&ra);
+    th_redis_stop(&rb);
+}
+
 /* GET /readyz until it answers `status`; fails the test after 30 s. Returns the answer. */
 static void wait_ready(const gwt_proc *gw, long status, gwt_resp *r)
 {
@@ -490,6 +529,7 @@ int main(void)
         cmocka_unit_test(test_kill_during_writes),
         cmocka_unit_test(test_redis_data_loss),
         cmocka_unit_test(test_split_brain),
+        cmocka_unit_test(test_split_brain_replay_refused),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_password_never_shown),
     };
