@@ -38,6 +38,11 @@ static const gw_option options[] = {
      OPT_STRING, 0, 0},
     {"--data", "FENCEGATE_DATA", "DIR", "storage directory, created if missing (default ./data)",
      OPT_STRING, 0, 0},
+    {"--store", "FENCEGATE_STORE", "URL",
+     "the store and token ledger: lmdb:[DIR] (default: LMDB in --data), or a PostgreSQL "
+     "URI postgres[ql]://[user[:pw]@]host[:port]/db[?host=/socket/dir] shared by any "
+     "number of gateways",
+     OPT_STRING, 0, 0},
     {"--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE", "FILE",
      "require 'Authorization: Bearer <token>' on every endpoint but /healthz; the token is "
      "the file's content",
@@ -142,6 +147,8 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
             rc = copy_string(cfg->redis_url, sizeof cfg->redis_url, value);
         } else if (strcmp(o->flag, "--data") == 0) {
             rc = copy_string(cfg->data_dir, sizeof cfg->data_dir, value);
+        } else if (strcmp(o->flag, "--store") == 0) {
+            rc = copy_string(cfg->store_url, sizeof cfg->store_url, value);
         } else {
             rc = copy_string(cfg->auth_token_file, sizeof cfg->auth_token_file, value);
         }

@@ -51,6 +51,7 @@ typedef struct gw_config {
     char listen[256];            /* HOST:PORT or [V6]:PORT */
     char redis_url[1024];
     char data_dir[1024];
+    char store_url[1024];        /* --store: "" for LMDB in data_dir (store_options.url) */
     char auth_token_file[1024];  /* "" when auth is off */
     size_t max_value_bytes;
     size_t map_size;             /* LMDB map size in bytes (--map-size) */

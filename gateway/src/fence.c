@@ -36,9 +36,50 @@
  *     the floor (point 1) until the token is counted (point 2, before the stripe passes on):
  *     the floor of every acquisition covers the token of every earlier one on its stripe.
  * Together: every token minted for a resource is greater than every token handed out for it
- * before, whatever Redis lost, which is P1 and P2. This needs one ledger for every gateway
- * that mints for a Redis (one data directory: the store refuses a second opener); a ledger
- * shared by several gateways is what changes here next.
+ * before, whatever Redis lost, which is P1 and P2, for one gateway (LMDB: one data directory
+ * per ledger; the store refuses a second opener).
+ *
+ * Several gateways sharing one store (PostgreSQL, store_grant_needed() is 1). A floor read
+ * from a shared place and a mint in Redis are not atomic with respect to other gateways: two
+ * gateways that see different Redis states (one lost data, a failover to a stale replica, two
+ * diverged masters in a split brain) can each read the same floor and mint the same token.
+ * No floor can fix that, so the shared ledger decides, per resource, after the mint:
+ *   - Grant. A token leaves a gateway only after store_grant_as() accepted it: one atomic
+ *     statement (INSERT ... ON CONFLICT DO UPDATE ... WHERE) that records it only when it is
+ *     strictly larger than every token recorded for the resource by any gateway, committed
+ *     (synchronous_commit on) before the answer. Two grants of one resource are serialised by
+ *     the row lock, so of two gateways that minted the same token t, at most one records it;
+ *     the other is refused (STALE, with the recorded highest).
+ *   - P1: a token handed out was recorded, and a recorded token is refused to anyone else
+ *     forever after (the ledger only grows), so no token is handed out twice, whatever Redis
+ *     says. P2: a grant is recorded only above every earlier grant, so a later grant (one
+ *     that starts after an earlier one was answered) gets a larger token. A refused fresh
+ *     hold is given back (locks.c) and attempted again with the floor lifted to the recorded
+ *     highest, so the next mint lies above it: after Redis lost data the first /lock pays
+ *     one extra round, then this gateway's max_token carries the floor.
+ *   - The same grant again. A re-entry and an Idempotency-Key replay repeat an earlier token;
+ *     in a split brain, gateway B may mint on its diverged master the token A already granted
+ *     to another owner, be refused, give the hold back, and then a retry of B's request
+ *     would replay that token from B's Redis. The ledger therefore records who holds the
+ *     token: a fingerprint, a keyed hash of (resource, owner) under the owner secret that all
+ *     gateways share through the store (holder_of). A grant of the recorded token is accepted
+ *     again only with the same fingerprint, i.e. for the same owner, which is the same grant
+ *     (owners are 128-bit random or derived from the Idempotency-Key under the secret). A
+ *     refused re-entry or replay answers 503 and never hands the token out. The fingerprint is
+ *     not the owner: the owner is a capability, and the ledger is read by operators.
+ *   - Split brain: A and B mint from two counters, but every grant passes the one ledger, so
+ *     P1 and P2 hold across them; both may believe they hold the lock at once (that is what
+ *     fencing is for), and their tokens are distinct and ordered by the ledger. P3 below is
+ *     the store's, which is shared too, so no write with a lower token than an accepted one
+ *     is accepted, through any gateway.
+ *   - Cost. The grant is a database commit, so it is not run on the Redis pipeline thread:
+ *     gw__fence_answered hands the attempt to the storage writer (pipe.c), which commits the
+ *     grants of its batch together with the batch's writes in one pipelined transaction
+ *     (store_grant_many), and gw__fence_granted resumes the request. The turn of the stripe
+ *     is held until then, as for the LMDB cover. The floor skips store_highest() here: every
+ *     written token was granted, so the ledger's refusal already lifts a low mint.
+ *   - PostgreSQL unavailable: the grant answers EIO, the hold is given back and the client
+ *     gets 503; nothing was handed out.
  *
  * P3 is storage's: a write is one atomic check-and-write against the resource's highest
  * token, which refuses a lower token (STALE) and a token above the last one Redis issued
@@ -59,6 +100,11 @@
  * or unknown), the safe direction. If Redis cannot be asked, the operation refuses the write
  * with 503: without the counter a forged token cannot be told from a real one.
  */
+#include <stdio.h>
+#include <string.h>
+
+#include <uuid/uuid.h>
+
 #include "fence.h"
 
 void gw__fence_init(gw_fence *f, store *st, const gw_fence_ops *ops, void *owner)
@@ -84,14 +130,23 @@ static gw_stripe *stripe_of(gw_fence *f, const char *resource)
 }
 
 /* The floor for an acquisition of `resource` (see the file comment). */
-static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
+static store_status floor_of(gw_fence *f, const char *resource, int64_t min_floor,
+                             int64_t *floor)
 {
     uint64_t highest = 0;
-    store_status st = store_highest(f->st, resource, &highest);
-    if (st != STORE_OK) {
-        return st;
+    /* A shared ledger refuses every token at or below one it granted, and every written
+     * token was granted: the grant retries above the ledger's highest (locks.c), so reading
+     * the highest written would only cost a round trip per /lock. */
+    if (!store_grant_needed(f->st, 0)) {
+        store_status st = store_highest(f->st, resource, &highest);
+        if (st != STORE_OK) {
+            return st;
+        }
     }
     uint64_t fl = store_ledger_floor(f->st);
+    if (min_floor > 0 && (uint64_t)min_floor > fl) {
+        fl = (uint64_t)min_floor;
+    }
     uint64_t mine = (uint64_t)atomic_load(&f->max_token);
     if (mine > fl) {
         fl = mine;
@@ -107,7 +162,7 @@ static store_status floor_of(gw_fence *f, const char *resource, int64_t *floor)
 static void granted(gw_fence *f, const gw_fence_turn *t, gw_floor *floor)
 {
     floor->floor = 0;
-    floor->status = floor_of(f, t->resource, &floor->floor);
+    floor->status = floor_of(f, t->resource, t->min_floor, &floor->floor);
 }
 
 int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
@@ -159,6 +214,30 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
     return next;
 }
 
+/* The holder fingerprint of (resource, owner): a keyed hash under the owner secret, which
+ * every gateway sharing the store shares (store_secret). Equal for the same holder on any
+ * gateway; it tells nobody the owner, which is a capability (releases, renews, re-enters). */
+static void holder_of(const gw_fence *f, const gw_fence_turn *t,
+                      unsigned char out[STORE_HOLDER_LEN])
+{
+    char name[LK_RESOURCE_MAX + LK_OWNER_MAX + 32];
+    uuid_t h;
+    int n = snprintf(name, sizeof name, "fencegate holder\n%s\n%s", t->resource,
+                     t->owner != NULL ? t->owner : "");
+    uuid_generate_sha1(h, f->holder_key, name, (size_t)n);
+    memcpy(out, h, STORE_HOLDER_LEN);
+}
+
+/* Ends t's turn with minted counted, and sends the next turn of its stripe, if any. */
+static void pass_on(gw_fence *f, gw_fence_turn *t, int64_t minted)
+{
+    gw_floor floor;
+    gw_fence_turn *next = gw__fence_leave(f, t, minted, &floor);
+    if (next != NULL) {
+        f->ops->send(f, next, floor);
+    }
+}
+
 int gw__fence_answered(gw_job *job)
 {
     gw_fence_turn *t = job->arg;
@@ -167,21 +246,44 @@ int gw__fence_answered(gw_job *job)
     int64_t minted = 0;
 
     t->cover = STORE_OK;
+    t->granted = 0;
     if (call->status == LK_ACQUIRED) {
         /* Also a replayed answer: the first answer's cover may have failed (that hold was
-         * given back, but its idempotency record stayed). Costs nothing when the token is
-         * under the durable ceiling already; raising it is one small commit per block of
-         * tokens, on this thread, before the stripe passes on. */
+         * given back, but its idempotency record stayed). */
         minted = call->res.token;
+        if (store_grant_needed(f->st, (uint64_t)minted)) {
+            /* A shared ledger: the grant is a database commit, so it goes to the storage
+             * writer, which batches it with other grants and writes (one transaction),
+             * instead of a round trip here that every answer of this batch would wait for.
+             * The turn stays held until gw__fence_granted. */
+            holder_of(f, t, t->holder);
+            t->grant = (store_grant_req){.resource = t->resource, .token = (uint64_t)minted,
+                                         .holder = t->holder};
+            job->grant = &t->grant;
+            job->write = NULL;
+            job->done = gw__fence_granted;
+            f->ops->grant(f, job); /* job and t may be gone from here on */
+            return 0;
+        }
+        /* LMDB: costs nothing when the token is under the durable ceiling already; raising
+         * it is one small commit per block of tokens, on this thread, before the stripe
+         * passes on. */
         t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
     } else if (call->status == LK_HELD && f->ops->held != NULL) {
         f->ops->held(f, t);
     }
-    gw_floor floor;
-    gw_fence_turn *next = gw__fence_leave(f, t, minted, &floor);
-    if (next != NULL) {
-        f->ops->send(f, next, floor);
-    }
+    pass_on(f, t, minted);
+    return 1;
+}
+
+int gw__fence_granted(gw_job *job)
+{
+    gw_fence_turn *t = job->arg;
+    gw_fence *f = job->ctx;
+
+    t->cover = (unsigned char)t->grant.status;
+    t->granted = t->grant.status == STORE_STALE ? t->grant.highest : 0;
+    pass_on(f, t, (int64_t)t->grant.token);
     return 1;
 }
 

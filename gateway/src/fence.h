@@ -23,10 +23,19 @@
 typedef struct gw_fence_turn {
     struct gw_fence_turn *next;
     const char *resource;                /* what it acquires */
+    const char *owner;                   /* for whom: keys its holder fingerprint */
+    int64_t min_floor;                   /* the floor is at least this (0: none): the ledger's
+                                          * highest after a refused grant */
+    uint64_t granted;                    /* out: on a STALE cover, the ledger's highest */
+    store_grant_req grant;               /* the shared ledger's grant of its token */
+    unsigned char holder[STORE_HOLDER_LEN]; /* the grant's holder fingerprint */
     unsigned char refused;               /* for the caller: why it was not sent, or 0 */
-    unsigned char cover;                 /* out (store_status): the ledger's cover of the
-                                          * token an ACQUIRED answer brought, STORE_OK when
-                                          * covered or when there was no token */
+    unsigned char cover;                 /* out (store_status): the ledger's cover (LMDB) or
+                                          * grant (shared ledger) of the token an ACQUIRED
+                                          * answer brought, STORE_OK when covered or granted
+                                          * or when there was no token; STALE: the shared
+                                          * ledger holds this token or a larger one for
+                                          * another holder */
 } gw_fence_turn;
 
 /* What a granted turn may pass locklib, computed while the turn is held. status is
@@ -56,6 +65,9 @@ typedef struct gw_fence_ops {
     /* On the pipeline thread: t's attempt was answered HELD, and t still holds its stripe.
      * May be NULL. */
     void (*held)(gw_fence *f, gw_fence_turn *t);
+    /* On the pipeline thread: submit job (its grant filled, done = gw__fence_granted) to the
+     * storage writer, which runs done and resumes the connection. */
+    void (*grant)(gw_fence *f, gw_job *job);
 } gw_fence_ops;
 
 struct gw_fence {
@@ -63,6 +75,9 @@ struct gw_fence {
     const gw_fence_ops *ops;
     void *owner;                         /* for ops: the server */
     atomic_llong max_token;              /* the largest token this process has handed out */
+    const unsigned char *holder_key;     /* 16 bytes (the owner secret) keying the holder
+                                          * fingerprints; set by the owner before the first
+                                          * acquisition, not by gw__fence_init() */
     gw_stripe stripes[GW_FLOOR_STRIPES];
 };
 
@@ -85,8 +100,16 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
  * fence): an ACQUIRED answer's token (also a replayed one) is covered by the ledger's
  * durable ceiling, the outcome in turn->cover (not STORE_OK: the token must not be handed
  * out), and counted; a HELD answer calls ops->held; then the stripe passes on, and the next
- * turn is sent (ops->send). Returns 1: the pipeline resumes the attempt's connection. */
+ * turn is sent (ops->send). Returns 1: the pipeline resumes the attempt's connection.
+ * On a shared ledger (store_grant_needed) an ACQUIRED answer's token is granted instead:
+ * the job goes on to the storage writer (ops->grant) with done = gw__fence_granted, still
+ * holding the stripe, and this returns 0 (the writer resumes the connection). */
 int gw__fence_answered(gw_job *job);
+
+/* The done of a grant job, on the storage writer: the grant's outcome in turn->cover (and
+ * turn->granted), then as gw__fence_answered: count, pass the stripe on, send the next.
+ * Returns 1. */
+int gw__fence_granted(gw_job *job);
 
 /* The verdict on a write's token, before storage sees it. */
 typedef enum gw_verdict {

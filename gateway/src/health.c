@@ -35,15 +35,16 @@ static enum MHD_Result readyz(gw_request *req)
     atomic_store(&srv->metrics.redis_up, redis_ok);
     if (redis_ok && storage_ok) {
         return gw__send_json(req, MHD_HTTP_OK,
-                             json_pack("{s:s, s:s, s:s}", "status", "ready", "redis", "up",
-                                       "storage", "up"));
+                             json_pack("{s:s, s:s, s:s, s:s}", "status", "ready", "redis",
+                                       "up", "storage", "up", "store", srv->store_desc));
     }
     const char *failed = !redis_ok && !storage_ok ? "redis and storage"
                          : !redis_ok             ? "redis"
                                                  : "storage";
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
-                          json_pack("{s:s, s:s}", "redis", redis_ok ? "up" : "down", "storage",
-                                    storage_ok ? "up" : "down"),
+                          json_pack("{s:s, s:s, s:s}", "redis", redis_ok ? "up" : "down",
+                                    "storage", storage_ok ? "up" : "down", "store",
+                                    srv->store_desc),
                           "%s unavailable", failed);
 }
 

@@ -92,6 +92,7 @@ struct gw_lock_call {
     unsigned char last;                  /* the deadline's wake: one last attempt, no park */
     unsigned char waiting;               /* this attempt may park when the lock is held */
     unsigned char stage;                 /* lock_stage: what resumes it */
+    unsigned char grant_tries;           /* attempts the shared ledger refused (STALE) */
     gw_fence_turn turn;                  /* its place in its stripe's line (fence.c); its
                                           * refused says why it was answered without Redis
                                           * (ATTEMPT_*) */
@@ -244,7 +245,15 @@ static void attempt_held(gw_fence *f, gw_fence_turn *t)
     }
 }
 
-const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held};
+/* gw__lock_fence_ops.grant, on the pipeline thread: the shared ledger's grant of an
+ * answered attempt's token goes to the storage writer, which resumes the connection. */
+static void attempt_grant(gw_fence *f, gw_job *job)
+{
+    gw_server *srv = f->owner;
+    gw__pipe_submit(srv->writer, job);
+}
+
+const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_grant};
 
 /* Gives back a hold taken for a client that will never use it, on the server thread's own
  * connection. If the release fails (Redis gone), the hold ends with its lease. */
@@ -263,6 +272,16 @@ static enum MHD_Result answer_uncovered(gw_request *req, const struct gw_lock_ca
 {
     if (!res->replayed) {
         give_back(req->srv, call);
+    }
+    if (call->turn.cover == STORE_STALE) {
+        /* Not an error of the store: the shared ledger holds this token, or a larger one,
+         * for another holder (see refused_fresh_grant). */
+        count_acquire(req, GW_ACQ_unavailable);
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "the token ledger holds token %llu or a larger one for another "
+                              "holder (Redis lost data or disagrees with another gateway's); "
+                              "the lock was not taken, retry",
+                              (unsigned long long)res->token);
     }
     gw__log_event(req->srv->cfg, "error", "token ledger: %s",
                   store_status_str((store_status)call->turn.cover));
@@ -424,6 +443,26 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     return MHD_YES;
 }
 
+/* The shared ledger refused the token of a fresh hold (STALE: another gateway granted this
+ * token or a larger one, after its Redis lost data or in a split brain; fence.c). Gives the
+ * hold back and returns 1 when the request should attempt again above the ledger's highest
+ * (at most GRANT_TRIES times, each counted as a floor correction); 0 to answer 503. A
+ * re-entry or a replay repeats the refused token whatever the floor, and so does a keyed
+ * request (its retry replays the refused answer): those are answered 503. */
+#define GRANT_TRIES 3
+static int refused_fresh_grant(gw_request *req, struct gw_lock_call *call, const lk_result *res)
+{
+    if (call->turn.cover != STORE_STALE || res->replayed || res->holds > 1 ||
+        call->idem_key[0] != '\0' || call->grant_tries >= GRANT_TRIES) {
+        return 0;
+    }
+    give_back(req->srv, call);
+    call->grant_tries++;
+    call->turn.min_floor = (int64_t)call->turn.granted;
+    atomic_fetch_add(&req->srv->metrics.floor_corrections, 1);
+    return 1;
+}
+
 /* ATTEMPTING, resumed once the attempt is answered: answer it, or park the request while the
  * lock is held and wait time is left (see waiters.c). */
 static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
@@ -448,6 +487,9 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         gw__note_redis(srv, st);
     } else {
         st = call->turn.refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
+    }
+    if (st == LK_ACQUIRED && refused_fresh_grant(req, call, &res)) {
+        return lock_attempt(req, call);
     }
     int64_t left = call->deadline_ms - gw__now_ms();
     if (st != LK_HELD || !call->waiting || left <= 0) {
@@ -537,6 +579,7 @@ static enum MHD_Result lock_start(gw_request *req)
     call->owner = call->text + rlen;
     call->idem_key = call->text + rlen + olen;
     call->turn.resource = call->text;
+    call->turn.owner = call->owner;
     call->ttl_ms = a.ttl_ms;
     call->wants_wait = (unsigned char)(a.wait_ms > 0);
     call->fair = (unsigned char)a.fair;

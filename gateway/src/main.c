@@ -72,11 +72,45 @@ static int validate(gw_config *cfg, int quiet)
         server.auth_token_len = (size_t)n;
         server.auth_on = 1;
     }
+    /* The store URL's scheme and syntax, and its description for the logs; nothing is
+     * opened (the database may not be up yet, and an LMDB directory may be in use). */
+    store_options sopts;
+    store_options_init(&sopts);
+    sopts.url = cfg->store_url[0] != '\0' ? cfg->store_url : NULL;
+    sopts.dir = cfg->data_dir;
+    if (store_describe_options(&sopts, server.store_desc, sizeof server.store_desc, err,
+                               sizeof err) != STORE_OK) {
+        fprintf(stderr, "fencegate: --store: %s\n", err);
+        return -1;
+    }
     lk_options_init(&server.lk_opts);
     return probe_redis(cfg, &server.lk_opts, quiet);
 }
 
-/* Serves until SIGTERM or SIGINT. Returns the exit status. */
+/* Opens the store --store names (LMDB in --data without one) into server.st and describes
+ * it, without the password, in server.store_desc. Returns 0, or -1 after printing why (the
+ * storage's own message never holds the password). */
+static int open_store(const gw_config *cfg)
+{
+    char err[600];
+    store_options sopts;
+
+    store_options_init(&sopts);
+    sopts.url = cfg->store_url[0] != '\0' ? cfg->store_url : NULL;
+    sopts.dir = cfg->data_dir;
+    sopts.max_value_bytes = cfg->max_value_bytes;
+    sopts.map_size = cfg->map_size;
+    store_status sst = store_open(&server.st, &sopts, err, sizeof err);
+    if (sst != STORE_OK) {
+        fprintf(stderr, "fencegate: %s: %s: %s\n",
+                cfg->store_url[0] != '\0' ? "--store" : "--data", store_status_str(sst), err);
+        return -1;
+    }
+    store_describe(server.st, server.store_desc, sizeof server.store_desc);
+    gw__log_event(cfg, "info", "store: %s", server.store_desc);
+    return 0;
+}
+
 /* Raises the open-file limit to its hard maximum: every connection, parked waiters
  * included, is a descriptor, and the usual soft limit of 1024 is below the default
  * --max-connections. Warns when even the hard limit cannot hold --max-connections. */
@@ -105,30 +139,23 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
 {
     char err[600];
     char shown[1100];
-    store_options sopts;
     int sig = 0;
 
     raise_fd_limit(cfg);
-    store_options_init(&sopts);
-    sopts.dir = cfg->data_dir;
-    sopts.max_value_bytes = cfg->max_value_bytes;
-    sopts.map_size = cfg->map_size;
-    store_status sst = store_open(&server.st, &sopts, err, sizeof err);
-    if (sst != STORE_OK) {
-        fprintf(stderr, "fencegate: --data %s: %s: %s\n", cfg->data_dir, store_status_str(sst),
-                err);
+    if (open_store(cfg) != 0) {
         return 1;
     }
     /* The secret keys the owner a /lock without one derives from its Idempotency-Key
      * (generate_owner in locks.c), so it must outlive the process: a retry that reaches the
      * gateway after a restart then derives the same owner and replays the first answer,
      * instead of a 422. The store keeps it (store_secret()). */
-    sst = store_secret(server.st, server.owner_secret, err, sizeof err);
+    store_status sst = store_secret(server.st, server.owner_secret, err, sizeof err);
     if (sst != STORE_OK) {
-        fprintf(stderr, "fencegate: --data %s: %s\n", cfg->data_dir, err);
+        fprintf(stderr, "fencegate: store %s: %s\n", server.store_desc, err);
         store_close(server.st);
         return 1;
     }
+    server.fence.holder_key = server.owner_secret; /* before gw__server_start() */
     atomic_store(&server.metrics.redis_up, 1);
     /* Shared by every server thread's Redis client; NULL (out of memory) just means none. */
     server.lk_opts.breaker = lk_breaker_new(GW_BREAKER_OPEN_MS);
@@ -139,8 +166,8 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         return 1;
     }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
-    gw__log_event(cfg, "info", "fencegate %s listening on %s (redis %s, data %s, %d threads)",
-                  FENCEGATE_VERSION, cfg->listen, shown, cfg->data_dir, cfg->threads);
+    gw__log_event(cfg, "info", "fencegate %s listening on %s (redis %s, store %s, %d threads)",
+                  FENCEGATE_VERSION, cfg->listen, shown, server.store_desc, cfg->threads);
     while (sigwait(stop_signals, &sig) != 0) {
     }
     gw__log_event(cfg, "info", "signal %d: no new connections; finishing in-flight requests",
@@ -194,6 +221,7 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cfg.check_config) {
+        printf("fencegate: store %s\n", server.store_desc);
         printf("fencegate: configuration ok\n");
         return 0;
     }

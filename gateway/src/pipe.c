@@ -14,7 +14,9 @@
  *
  * The storage writer runs every token-checked write: one thread hands each batch to
  * store_write_many(), which commits it with one fsync. Server threads that each waited in
- * store_write() filled a group commit with at most one write each.
+ * store_write() filled a group commit with at most one write each. On a shared store it also
+ * runs the ledger's grants of fresh tokens (fence.c hands an answered acquisition on to it),
+ * committed with the batch's writes in one transaction (store_grant_many).
  *
  * Failures: a Redis batch whose connection fails answers each job EUNAVAILABLE
  * (lk_call_many: the outcome of each is unknown) and the next batch reconnects; while the
@@ -164,11 +166,22 @@ static void store_close_state(void *state)
 static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
 {
     store_write_req *writes[GW_PIPE_BATCH];
+    store_grant_req *grants[GW_PIPE_BATCH];
+    size_t nw = 0, ng = 0;
     (void)state;
     for (size_t i = 0; i < n; i++) {
-        writes[i] = jobs[i]->write;
+        if (jobs[i]->grant != NULL) {
+            grants[ng++] = jobs[i]->grant;
+        } else {
+            writes[nw++] = jobs[i]->write;
+        }
     }
-    store_write_many(srv->st, writes, n);
+    /* Grants (a shared ledger's, fence.c) commit with the writes of the batch. */
+    if (ng > 0) {
+        store_grant_many(srv->st, grants, ng, writes, nw);
+    } else {
+        store_write_many(srv->st, writes, nw);
+    }
 }
 
 static const pipe_kind store_kind = {1, store_open_state, store_close_state, store_run};

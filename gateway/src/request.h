@@ -38,6 +38,7 @@ typedef struct gw_waitq gw_waitq;
 typedef struct gw_server {
     const gw_config *cfg;
     store *st;
+    char store_desc[600];         /* store_describe(st): for logs and /readyz, no password */
     lk_options lk_opts;
     char auth_token[512];
     size_t auth_token_len;

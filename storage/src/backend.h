@@ -25,7 +25,13 @@ typedef struct store__ops {
     uint64_t (*ledger_floor)(void *impl);
     store_status (*ledger_cover)(void *impl, uint64_t token);
     /* resource and token are valid; *highest is zeroed by the caller. */
-    store_status (*grant)(void *impl, const char *resource, uint64_t token, uint64_t *highest);
+    /* holder is NULL or STORE_HOLDER_LEN bytes. */
+    store_status (*grant)(void *impl, const char *resource, uint64_t token,
+                          const unsigned char *holder, uint64_t *highest);
+    int grant_needed; /* store_grant_needed()'s answer */
+    /* Valid grants and writes, answered in place; either count may be 0. */
+    void (*grant_many)(void *impl, store_grant_req *const *grants, size_t ng,
+                       store_write_req *const *writes, size_t nw);
     store_status (*secret)(void *impl, unsigned char out[STORE_SECRET_LEN], char *err,
                            size_t errlen);
     void (*get_stats)(void *impl, store_stats *out);
@@ -43,11 +49,22 @@ store_status store__lmdb_open(void **out, const store_options *opts, char *err,
 store_status store__pg_open(void **out, const char *url, const store_options *opts,
                             char *desc, size_t desclen, char *err, size_t errlen);
 
+/* Parses url and writes its description (as store__pg_open's desc). INVALID when libpq
+ * cannot parse it. */
+store_status store__pg_describe_url(const char *url, char *desc, size_t desclen, char *err,
+                                    size_t errlen);
+
 /* The LMDB environment flags of an LMDB store's state (see store__env_flags). */
 typedef struct store__lmdb store__lmdb;
 int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags);
 
 /* LMDB's write_many (commit.c). */
 void store__lmdb_write_many(void *impl, store_write_req *const *reqs, size_t n);
+
+/* LMDB's grant (store.c) and grant_many (commit.c: the writes, then each grant). */
+store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
+                               const unsigned char *holder, uint64_t *highest);
+void store__lmdb_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
+                            store_write_req *const *writes, size_t nw);
 
 #endif

@@ -330,6 +330,22 @@ static void describe(const PQconninfoOption *o, char *desc, size_t desclen)
              socket_dir && port != NULL ? port : "");
 }
 
+store_status store__pg_describe_url(const char *url, char *desc, size_t desclen, char *err,
+                                    size_t errlen)
+{
+    char *parse_err = NULL;
+    PQconninfoOption *o = PQconninfoParse(url, &parse_err);
+    if (o == NULL) {
+        PQfreemem(parse_err); /* may quote the URL, password included */
+        store__pg_scrub(NULL, "cannot parse the PostgreSQL URL (it is not repeated here, as it "
+                        "may hold a password)", err, errlen);
+        return STORE_INVALID;
+    }
+    describe(o, desc, desclen);
+    PQconninfoFree(o);
+    return STORE_OK;
+}
+
 /* Allocates p from opts and the parsed URL. NULL on out of memory. */
 static store__pg *new_pg(const char *url, const store_options *opts,
                          const PQconninfoOption *o)
@@ -421,6 +437,8 @@ const store__ops store__pg_ops = {
     .ledger_floor = pg_ledger_floor,
     .ledger_cover = pg_ledger_cover,
     .grant = store__pg_grant,
+    .grant_needed = 1,
+    .grant_many = store__pg_grant_many,
     .secret = pg_secret,
     .get_stats = pg_get_stats,
 };

@@ -58,6 +58,7 @@ struct store__pgop {
     uint64_t token;
     store_status status;     /* OP_GRANT: the answer */
     uint64_t highest;        /* OP_GRANT: the recorded highest on STALE */
+    const unsigned char *holder; /* OP_GRANT: NULL or STORE_HOLDER_LEN bytes */
     size_t seq;              /* arrival order within the batch */
     int done;
     store__pgop *next;
@@ -80,9 +81,11 @@ static const char WRITE_SQL[] =
 
 static const char GRANT_SQL[] =
     "WITH g AS ("
-    " INSERT INTO fencegate_ledger AS l (resource, token) VALUES ($1::text, $2::bigint)"
-    " ON CONFLICT (resource) DO UPDATE SET token = excluded.token"
+    " INSERT INTO fencegate_ledger AS l (resource, token, holder)"
+    "  VALUES ($1::text, $2::bigint, $3::bytea)"
+    " ON CONFLICT (resource) DO UPDATE SET token = excluded.token, holder = excluded.holder"
     "  WHERE l.token < excluded.token"
+    "   OR (l.token = excluded.token AND l.holder = excluded.holder)"
     " RETURNING l.token)"
     " SELECT true, token FROM g"
     " UNION ALL SELECT false, coalesce((SELECT token FROM fencegate_ledger"
@@ -121,8 +124,11 @@ static int send_op(PGconn *conn, store__pgop *op)
     char token[24], now[24];
     snprintf(token, sizeof token, "%llu", (unsigned long long)op->token);
     if (op->kind == OP_GRANT) {
-        const char *const vals[] = {op->resource, token};
-        return PQsendQueryPrepared(conn, "fg_grant", 2, vals, NULL, NULL, 0) ? 0 : -1;
+        /* No holder is SQL NULL, which equals nothing: only a larger token is granted. */
+        const char *const vals[] = {op->resource, token, (const char *)op->holder};
+        const int lens[] = {0, 0, STORE_HOLDER_LEN};
+        const int fmts[] = {0, 0, 1};
+        return PQsendQueryPrepared(conn, "fg_grant", 3, vals, lens, fmts, 0) ? 0 : -1;
     }
     const store_write_req *w = op->w;
     snprintf(now, sizeof now, "%lld", (long long)store__wall_ms());
@@ -206,7 +212,7 @@ static int send_pipeline(PGconn *conn, store__pgop **ops, size_t n, size_t prepa
         return -1;
     }
     if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 6, NULL) ||
-                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 2, NULL))) {
+                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 3, NULL))) {
         return -1;
     }
     if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
@@ -478,10 +484,33 @@ static void run_chain(store__pg *p, store__pgop *first, store__pgop *last)
 
 void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n)
 {
+    store__pg_grant_many(impl, NULL, 0, reqs, n);
+}
+
+/* Writes and grants as one chain: one transaction when the queue is empty, else they join
+ * the batch being formed (run_chain). */
+void store__pg_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
+                          store_write_req *const *reqs, size_t n)
+{
     store__pg *p = impl;
-    store__pgop *ops = calloc(n, sizeof *ops);
+    store__pgop *ops = calloc(n + ng, sizeof *ops);
     store__pgop *first = NULL, *last = NULL;
 
+    for (size_t i = 0; i < ng; i++) {
+        store_grant_req *g = grants[i];
+        if (ops == NULL) {
+            g->status = STORE_ENOMEM;
+            continue;
+        }
+        ops[n + i] = (store__pgop){.kind = OP_GRANT, .resource = g->resource,
+                                   .token = g->token, .holder = g->holder};
+        if (last != NULL) {
+            last->next = &ops[n + i];
+        } else {
+            first = &ops[n + i];
+        }
+        last = &ops[n + i];
+    }
     for (size_t i = 0; i < n; i++) {
         store_write_req *r = reqs[i];
         if (ops == NULL) {
@@ -504,14 +533,19 @@ void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n)
     if (first != NULL) {
         run_chain(p, first, last);
     }
+    for (size_t i = 0; ops != NULL && i < ng; i++) {
+        grants[i]->status = ops[n + i].status;
+        grants[i]->highest = ops[n + i].status == STORE_STALE ? ops[n + i].highest : 0;
+    }
     free(ops);
 }
 
 store_status store__pg_grant(void *impl, const char *resource, uint64_t token,
-                             uint64_t *highest)
+                             const unsigned char *holder, uint64_t *highest)
 {
     store__pg *p = impl;
-    store__pgop op = {.kind = OP_GRANT, .resource = resource, .token = token};
+    store__pgop op = {.kind = OP_GRANT, .resource = resource, .token = token,
+                      .holder = holder};
 
     run_chain(p, &op, &op);
     *highest = op.status == STORE_STALE ? op.highest : 0;

@@ -101,7 +101,9 @@ store_status store__pg_migrate(store__pg *p, store__pgconn *c, char *err, size_t
 
 /* Group commit (pg_commit.c). */
 void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n);
+void store__pg_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
+                          store_write_req *const *writes, size_t nw);
 store_status store__pg_grant(void *impl, const char *resource, uint64_t token,
-                             uint64_t *highest);
+                             const unsigned char *holder, uint64_t *highest);
 
 #endif

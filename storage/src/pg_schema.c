@@ -18,6 +18,7 @@
  *   fencegate_ledger                  store_grant(): the highest token granted per resource
  *     resource      text COLLATE "C" PRIMARY KEY
  *     token         bigint NOT NULL
+ *     holder        bytea              (v2) keyed hash of the holding owner, NULL for none
  *
  *   fencegate_meta                    store_secret() and any later per-database setting
  *     key           text PRIMARY KEY   'owner.secret'
@@ -57,6 +58,9 @@ static const char *const migrations[] = {
     "CREATE TABLE fencegate_meta ("
     " key text PRIMARY KEY,"
     " value bytea NOT NULL)",
+    /* 2: who holds the recorded grant (store_grant_as), so that a re-entry or a replay of
+     * the same grant is told from the same number granted to someone else. */
+    "ALTER TABLE fencegate_ledger ADD COLUMN holder bytea",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))

@@ -120,6 +120,26 @@ store_status store_open(store **out, const store_options *opts, char *err, size_
     return STORE_OK;
 }
 
+store_status store_describe_options(const store_options *opts, char *buf, size_t len,
+                                    char *err, size_t errlen)
+{
+    const char *url = opts->url != NULL ? opts->url : "";
+
+    if (is_pg_url(url)) {
+        return store__pg_describe_url(url, buf, len, err, errlen);
+    }
+    if (url[0] != '\0' && strncmp(url, LMDB_SCHEME, strlen(LMDB_SCHEME)) != 0) {
+        set_err(err, errlen, "store URL: unknown scheme (use lmdb:[/dir], postgres:// or "
+                             "postgresql://)");
+        return STORE_INVALID;
+    }
+    const char *dir = url[0] != '\0' && url[strlen(LMDB_SCHEME)] != '\0'
+                          ? url + strlen(LMDB_SCHEME)
+                          : opts->dir;
+    snprintf(buf, len, LMDB_SCHEME "%s", dir != NULL ? dir : "");
+    return STORE_OK;
+}
+
 void store_close(store *s)
 {
     if (s == NULL) {
@@ -235,11 +255,58 @@ store_status store_ledger_cover(store *s, uint64_t token)
 
 store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest)
 {
+    return store_grant_as(s, resource, token, NULL, highest);
+}
+
+store_status store_grant_as(store *s, const char *resource, uint64_t token,
+                            const unsigned char *holder, uint64_t *highest)
+{
     *highest = 0;
     if (!store__valid_name(resource) || token == 0 || token > STORE__TOKEN_MAX) {
         return STORE_INVALID;
     }
-    return s->ops->grant(s->impl, resource, token, highest);
+    return s->ops->grant(s->impl, resource, token, holder, highest);
+}
+
+void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
+                      store_write_req *const *writes, size_t nw)
+{
+    store_grant_req **vg = calloc(ng > 0 ? ng : 1, sizeof *vg);
+    store_write_req **vw = calloc(nw > 0 ? nw : 1, sizeof *vw);
+    size_t ngv = 0, nwv = 0;
+
+    for (size_t i = 0; i < ng; i++) {
+        store_grant_req *g = grants[i];
+        g->highest = 0;
+        if (vg == NULL || vw == NULL) {
+            g->status = STORE_ENOMEM;
+        } else if (!store__valid_name(g->resource) || g->token == 0 ||
+                   g->token > STORE__TOKEN_MAX) {
+            g->status = STORE_INVALID;
+        } else {
+            g->status = STORE_OK;
+            vg[ngv++] = g;
+        }
+    }
+    for (size_t i = 0; i < nw; i++) {
+        store_write_req *r = writes[i];
+        memset(&r->res, 0, sizeof r->res);
+        r->status = vg == NULL || vw == NULL ? STORE_ENOMEM : store__validate_write(r, SIZE_MAX);
+        if (r->status == STORE_OK) {
+            vw[nwv++] = r;
+        }
+    }
+    if (ngv > 0 || nwv > 0) {
+        s->ops->grant_many(s->impl, vg, ngv, vw, nwv);
+    }
+    free(vg);
+    free(vw);
+}
+
+int store_grant_needed(store *s, uint64_t token)
+{
+    (void)token;
+    return s->ops->grant_needed;
 }
 
 store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,

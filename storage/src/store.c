@@ -779,11 +779,12 @@ out:
  * gateway's in-process floor keeps its own tokens unique; covering the token by the durable
  * ceiling keeps it above the floor of every later process. A per-grant fsync would cost every
  * /lock one. */
-static store_status lmdb_grant(void *impl, const char *resource, uint64_t token,
-                               uint64_t *highest)
+store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
+                               const unsigned char *holder, uint64_t *highest)
 {
     store__lmdb *s = impl;
     (void)resource;
+    (void)holder;
     if (token <= s->floor) {
         *highest = s->floor;
         return STORE_STALE;
@@ -814,7 +815,9 @@ const store__ops store__lmdb_ops = {
     .del = lmdb_delete,
     .ledger_floor = lmdb_ledger_floor,
     .ledger_cover = lmdb_ledger_cover,
-    .grant = lmdb_grant,
+    .grant = store__lmdb_grant,
+    .grant_needed = 0,
+    .grant_many = store__lmdb_grant_many,
     .secret = lmdb_secret,
     .get_stats = lmdb_get_stats,
 };

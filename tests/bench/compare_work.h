@@ -32,6 +32,10 @@ void cw_gateway_pairs(lg_workload *w, cw_ctx *ctx);
  * CW_VALUE_BYTES with its Fencing-Token over and over: one unit per write. */
 void cw_gateway_writes(lg_workload *w, cw_ctx *ctx);
 
+/* fencegate: POST /lock, a PUT of CW_VALUE_BYTES with its token, POST /unlock, on the
+ * connection's own resource: one unit per cycle, and the /lock on its own as the op. */
+void cw_gateway_cycles(lg_workload *w, cw_ctx *ctx);
+
 /* Redis: EVALSHA of locklib's acquire and release scripts with the keys and arguments
  * lk_acquire and lk_release pass (locklib/src/calls.c), no idempotency key, floor 0. */
 void cw_raw_pairs(lg_workload *w, cw_ctx *ctx);

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ctest demo_gc_pause: runs scripts/demo.sh against the real gateway and a real Redis.
 #
-#   run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh
+#   run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh [postgres]
 #
+# With "postgres" (ctest demo_gc_pause_pg) it also starts a PostgreSQL 15 (tests/common/pg.sh)
+# and runs the gateway with --store on it: the demo must run unchanged on the shared store.
 # Starts its own redis-server (free loopback port, temp dir, AOF on) and fencegate (free
 # loopback port, temp data dir), waits for /healthz, runs the demo, checks its exit status and
 # its output, then stops the gateway with SIGTERM (it must exit 0) and Redis, by PID.
@@ -11,6 +13,7 @@ set -euo pipefail
 
 gateway=${1:?usage: run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh}
 demo=${2:?usage: run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh}
+backend=${3:-lmdb}
 
 fail() { echo "demo_gc_pause: FAIL: $*" >&2; exit 1; }
 
@@ -41,6 +44,7 @@ cleanup() {
     local rc=$?
     if [ -n "$gw_pid" ]; then stop_pid "$gw_pid" || true; fi
     if [ -n "$redis_pid" ]; then stop_pid "$redis_pid" || true; fi
+    if [ "$backend" = postgres ]; then fg_pg_stop || true; fi
     if [ "$rc" -ne 0 ]; then
         for f in "$tmp/gateway.log" "$tmp/redis/redis.log"; do
             [ -f "$f" ] || continue
@@ -87,11 +91,23 @@ for attempt in 1 2 3; do
 done
 echo "demo_gc_pause: redis-server pid $redis_pid on 127.0.0.1:$rport"
 
+# --- PostgreSQL, for the shared store --------------------------------------------------------
+store=()
+if [ "$backend" = postgres ]; then
+    # shellcheck source=../common/pg.sh
+    . "$(dirname "$0")/../common/pg.sh"
+    mkdir -p "$tmp/pg"
+    chmod 755 "$tmp" # the postgres user (initdb refuses root) must reach $tmp/pg
+    fg_pg_start "$tmp/pg" || fail "PostgreSQL would not start"
+    store=(--store "$FG_PG_URL")
+    echo "demo_gc_pause: postgres pid $FG_PG_PID on 127.0.0.1:$FG_PG_PORT"
+fi
+
 # --- the gateway ---------------------------------------------------------------------------------
 for attempt in 1 2 3; do
     gport=$(free_port)
     "$gateway" --listen "127.0.0.1:$gport" --redis "redis://127.0.0.1:$rport" --data "$tmp/gw" \
-        >"$tmp/gateway.log" 2>&1 &
+        "${store[@]}" >"$tmp/gateway.log" 2>&1 &
     gw_pid=$!
     deadline=$((SECONDS + 15))
     until curl -fsS --max-time 2 -o /dev/null "http://127.0.0.1:$gport/healthz" 2>/dev/null; do

@@ -70,6 +70,7 @@ esac
 data_loss=0
 case $scenario in steal | redis_loss) data_loss=1 ;; esac
 checker_extra=() # a scenario file may add fg_checker options (--expect-superseded N, ...)
+gw_extra=()      # a scenario file may add gateway flags (--store URL, ...)
 case $scenario in
     redis_kill | redis_auth) [ "$length" = full ] && faults=5 ;;
     redis_loss) faults=2; [ "$length" = full ] && faults=5 ;;
@@ -162,8 +163,11 @@ redis_kill() {
 
 gw_url() { echo "http://127.0.0.1:$gport"; }
 gw_healthy() { curl -fsS --max-time 2 -o /dev/null "$(gw_url)/healthz" 2>/dev/null; }
+# The workload's URL: the gateway's, or what scenario_urls prints (a comma-separated list of
+# gateways sharing one store: each client's requests go to them in turn).
+wl_url() { if declare -F scenario_urls >/dev/null; then scenario_urls; else gw_url; fi; }
 gw_start() {
-    "$gateway" --listen "127.0.0.1:$gport" --data "$tmp/gw" --threads 4 \
+    "$gateway" --listen "127.0.0.1:$gport" --data "$tmp/gw" --threads 4 "${gw_extra[@]}" \
         --redis "redis://${password:+:$password@}127.0.0.1:${gw_redis_port:-$rport}" \
         2>>"$tmp/gateway.log" >&2 &
     gw_pid=$!
@@ -309,7 +313,7 @@ say "redis pid $redis_pid on port $rport, gateway pid $gw_pid on port $gport"
 if declare -F scenario_setup >/dev/null; then scenario_setup; fi
 
 # Invariant 9 baseline: after a warm-up, so lazily opened connections exist already.
-"$workload" run "$(gw_url)" "$tmp/warmup.tsv" "warm-$scenario" 120 10 1 >>"$tmp/workload.log" 2>&1 \
+"$workload" run "$(wl_url)" "$tmp/warmup.tsv" "warm-$scenario" 120 10 1 >>"$tmp/workload.log" 2>&1 \
     || fail "the warm-up workload failed"
 fd_count() { ls "/proc/$gw_pid/fd" | wc -l; }
 waiters() { curl -fsS --max-time 2 "$(gw_url)/metrics" | awk '$1 == "fencegate_waiters" { print $2 }'; }
@@ -319,7 +323,7 @@ fd_base=$(fd_count)
 # there, plus one for the subscriber and two for the Redis pipeline: the warm-up may not have
 # reached every thread, so the connections still to come count as baseline too.
 gw_redis_conns() { ss -Htnp state established "( dport = :$rport )" | grep -c "pid=$gw_pid," || true; }
-fd_slack=$((2 + 7 - $(gw_redis_conns)))
+fd_slack=$((2 + 7 - $(gw_redis_conns) + ${fd_slack_extra:-0}))
 [ "$fd_slack" -ge 2 ] || fd_slack=2
 # fd_report: what the gateway's descriptors are (at the baseline and now), and Redis's view of
 # its clients, for a leak report.
@@ -338,7 +342,7 @@ redis_client_base=$(redis_clients)
 # (/metrics, /readyz, GET /locks, a give-back), the subscriber, and the Redis pipeline's two
 # (GW_PIPE_THREADS in gateway/src/pipe.h), which carry every lock, unlock, renew and
 # token check.
-redis_client_max=$((4 + 1 + 2))
+redis_client_max=$(((4 + 1 + 2) * ${gateways:-1})) # a scenario may run several gateways
 [ "$redis_client_base" -le "$redis_client_max" ] || redis_client_max=$redis_client_base
 rss_kb() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$gw_pid/status"; }
 rss_base=$(rss_kb)
@@ -381,7 +385,7 @@ case $scenario in
 esac
 seed=${FG_FAULTS_SEED:-$((RANDOM * 32768 + RANDOM))}
 say "workload seed $seed"
-setsid "$workload" run "$(gw_url)" "$hist" "$scenario-$seed" "$ops" "$limit_s" "$seed" "${mode[@]}" \
+setsid "$workload" run "$(wl_url)" "$hist" "$scenario-$seed" "$ops" "$limit_s" "$seed" "${mode[@]}" \
     >>"$tmp/workload.log" 2>&1 &
 wl_pid=$!
 
@@ -453,7 +457,7 @@ touch "$hist.stop"
 wl_rc=0; wait "$wl_pid" || wl_rc=$?
 wl_pid=""
 [ "$wl_rc" -eq 0 ] || fail "the workload exited with status $wl_rc"
-"$workload" final "$(gw_url)" "$hist" "$scenario-$seed" || fail "the final reads failed"
+"$workload" final "$(wl_url)" "$hist" "$scenario-$seed" || fail "the final reads failed"
 say "$(lines) operations recorded, $faults faults"
 say "answers by status: $(awk -F'\t' '$2 != "mark" { n[$6]++ } END { for (s in n) printf "%s=%d ", s, n[s] }' "$hist")"
 # The slowest answer beyond its own wait_ms (invariant 8 allows 5 s), for the README's figures.

@@ -70,6 +70,25 @@ void wl_append_line(int fd, const fh_op *op)
         perror("fg_workload: history write");
 }
 
+/* The gateway for the next request into buf: cf->url, or, when it is a comma-separated
+ * list (several gateways sharing one store), the next of its entries in turn, so one client's
+ * lock, write and unlock land on different gateways. */
+static void base_url(const char *list, char *buf, size_t len)
+{
+    static unsigned long turn; /* one client per process: no lock needed */
+    size_t n = 1;
+    for (const char *c = list; *c != '\0'; c++) {
+        n += *c == ',';
+    }
+    const char *start = list;
+    for (unsigned long k = turn++ % n; k > 0; k--) {
+        start = strchr(start, ',') + 1;
+    }
+    const char *end = strchr(start, ',');
+    size_t m = end != NULL ? (size_t)(end - start) : strlen(start);
+    snprintf(buf, len, "%.*s", (int)m, start);
+}
+
 /* Sets curl up for one request of op (its time limit is op's wait_ms + CURL_GRACE_MS) into
  * rp. body, if not NULL, must stay valid until the transfer is over. Returns the header
  * list, which the caller frees with curl_slist_free_all() after the transfer. */
@@ -81,7 +100,8 @@ struct curl_slist *wl_http_setup(CURL *curl, const conf *cf, const fh_op *op,
     struct curl_slist *headers = NULL;
 
     memset(rp, 0, sizeof *rp);
-    snprintf(url, sizeof url, "%s%s", cf->url, path);
+    base_url(cf->url, url, sizeof url);
+    snprintf(url + strlen(url), sizeof url - strlen(url), "%s", path);
     curl_easy_reset(curl);
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);

@@ -427,6 +427,39 @@ static void test_grant(void **state)
     }
 }
 
+/* store_grant_many: grants and writes in one call, each answered as alone; a bad grant
+ * spares its neighbours. */
+static void test_grant_many(void **state)
+{
+    st_fixture *f = *state;
+    uint64_t floor = store_ledger_floor(f->s);
+    store_grant_req g1 = {.resource = "gm", .token = floor + 10};
+    store_grant_req bad = {.resource = "bad/name", .token = floor + 10};
+    store_grant_req g2 = {.resource = "gm2", .token = floor + 11};
+    store_write_req w = {.resource = "gm", .token = floor + 10, .data = "v", .len = 1,
+                         .last_issued = floor + 10};
+    store_grant_req *grants[] = {&g1, &bad, &g2};
+    store_write_req *writes[] = {&w};
+    store_value v;
+
+    store_grant_many(f->s, grants, 3, writes, 1);
+    assert_st(g1.status, STORE_OK);
+    assert_st(bad.status, STORE_INVALID);
+    assert_st(g2.status, STORE_OK);
+    assert_st(w.status, STORE_ACCEPTED);
+    assert_st(store_read(f->s, "gm", &v), STORE_OK);
+    assert_int_equal(v.token, floor + 10);
+    store_value_free(&v);
+    assert_int_equal(store_grant_needed(f->s, floor + 10), st_is_pg() ? 1 : 0);
+    if (st_is_pg()) {
+        store_grant_req again = {.resource = "gm", .token = floor + 10};
+        store_grant_req *one[] = {&again};
+        store_grant_many(f->s, one, 1, NULL, 0);
+        assert_st(again.status, STORE_STALE);
+        assert_int_equal(again.highest, floor + 10);
+    }
+}
+
 /* store_describe names the backend and where it is, never the password. */
 static void test_describe(void **state)
 {
@@ -491,6 +524,7 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_list_paged, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_grant, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_grant_many, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_describe, st_setup, st_teardown),
         cmocka_unit_test(test_url_selects_lmdb),
         cmocka_unit_test(test_status_strings),

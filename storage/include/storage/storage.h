@@ -106,6 +106,12 @@ void store_close(store *s);
  * Never the password. Returns buf. */
 const char *store_describe(store *s, char *buf, size_t len);
 
+/* What store_describe() would say for a store opened with opts, without opening anything
+ * (no directory created, no connection): for checking a configuration. OK, or INVALID for
+ * an unknown scheme or a URL libpq cannot parse (err says why, never with the password). */
+store_status store_describe_options(const store_options *opts, char *buf, size_t len,
+                                    char *err, size_t errlen);
+
 typedef struct store_write_result {
     uint64_t highest_token;   /* after the call: the highest token that has written */
     uint64_t version;         /* ACCEPTED: the new version */
@@ -210,6 +216,41 @@ store_status store_ledger_cover(store *s, uint64_t token);
  * could not be made durable: then the token must not be handed out. *highest is 0 except on
  * STALE. */
 store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest);
+
+/* store_grant() that also knows a grant again: holder (NULL, or STORE_HOLDER_LEN bytes) is a
+ * fingerprint of who holds the token, recorded with it. PostgreSQL: OK when token is
+ * strictly larger than every token recorded for the resource, or equal to the recorded one
+ * with the same holder (a re-entry or an idempotent replay of the grant that recorded it);
+ * STALE otherwise, also for an equal token with another holder or with a NULL one. The
+ * fingerprint must not let anyone act as the holder: the gateway passes a keyed hash of the
+ * owner, never the owner. LMDB: the holder is ignored (one process, whose in-process floor
+ * keeps its tokens unique), as store_grant(). */
+#define STORE_HOLDER_LEN 16
+store_status store_grant_as(store *s, const char *resource, uint64_t token,
+                            const unsigned char *holder, uint64_t *highest);
+
+/* One grant of store_grant_many(): store_grant_as()'s arguments, and its answer. */
+typedef struct store_grant_req {
+    const char *resource;
+    uint64_t token;
+    const unsigned char *holder;  /* NULL or STORE_HOLDER_LEN bytes */
+    store_status status;      /* out: what store_grant_as() would have returned */
+    uint64_t highest;         /* out: on STALE, the recorded highest; else 0 */
+} store_grant_req;
+
+/* store_grant_as() for ng grants and store_write() for nw writes (either may be 0) at once,
+ * each checked and answered exactly as alone, for a caller that collects both itself (the
+ * gateway's storage writer). PostgreSQL: one pipelined transaction and one commit carry
+ * them all, with whatever other calls are queued (writes sent before grants; per resource
+ * in array order). LMDB: the writes as store_write_many(), then each grant (no fsync unless
+ * the ceiling moves). */
+void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
+                      store_write_req *const *writes, size_t nw);
+
+/* 1 when a token must pass store_grant_as() before it is handed out, 0 when
+ * store_ledger_cover() is enough (it is then a no-op unless the ceiling must move).
+ * LMDB: 0 (one process per ledger). PostgreSQL: 1 (the ledger is shared per resource). */
+int store_grant_needed(store *s, uint64_t token);
 
 /* The store's secret: STORE_SECRET_LEN random bytes from the kernel, made on the first call
  * for a store and durable before they are returned; every later call, in this process or

@@ -1,0 +1,170 @@
+/*
+ * multigw_bench: issue 14's figures for several gateways on one PostgreSQL store, in one run.
+ * A program that prints figures, not a test.
+ *
+ * It starts, on free loopback ports in private temp dirs, and stops by PID at the end: a
+ * redis-server (AOF, appendfsync always), a PostgreSQL 15 (tests/common/harness.h), one
+ * gateway on LMDB (--data) and two gateways on the PostgreSQL store (--store). Then, with
+ * the same load generator (loadgen.h) and the cycle workload (compare_work.h: /lock, a PUT
+ * of 256 bytes with its token, /unlock, each connection on its own resource):
+ *   1. /lock latency (the cycle's first operation) and cycles/s through one gateway, LMDB
+ *      against PostgreSQL, at 1 and at --conns connections;
+ *   2. cycles/s through one PostgreSQL gateway and through two (half the connections on
+ *      each, run at the same time, rates added), at --conns connections.
+ * Token-checked writes/s with 1 and 64 writers on PostgreSQL and LMDB: storage_bench.
+ *
+ * Usage: multigw_bench [--seconds N] [--conns N]
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare_procs.h"
+#include "compare_work.h"
+#include "harness.h"
+#include "loadgen.h"
+
+#ifndef FENCEGATE_BIN
+#define FENCEGATE_BIN "fencegate"
+#endif
+
+#define START_TIMEOUT_MS 20000
+#define WARM_MS 1000
+
+typedef struct mg_run {
+    int port;
+    int conns;
+    int measure_ms;
+    char tag[32];
+    cw_ctx ctx;
+    lg_result res;
+    int rc;
+    char err[256];
+} mg_run;
+
+static void *run_thread(void *arg)
+{
+    mg_run *r = arg;
+    lg_workload w;
+    memset(&r->ctx, 0, sizeof r->ctx);
+    snprintf(r->ctx.tag, sizeof r->ctx.tag, "%s", r->tag);
+    cw_gateway_cycles(&w, &r->ctx);
+    r->rc = lg_run(&w, r->port, r->conns, WARM_MS, r->measure_ms, NULL, NULL, &r->res, r->err,
+                   sizeof r->err);
+    return NULL;
+}
+
+/* Runs the cycle workload on n gateways (ports) at once, conns connections each. */
+static int run_cycles(const int *ports, int n, int conns, int measure_ms, const char *tag,
+                      mg_run *runs)
+{
+    pthread_t th[2];
+    for (int i = 0; i < n; i++) {
+        runs[i] = (mg_run){.port = ports[i], .conns = conns, .measure_ms = measure_ms};
+        snprintf(runs[i].tag, sizeof runs[i].tag, "%s-%d", tag, i);
+        pthread_create(&th[i], NULL, run_thread, &runs[i]);
+    }
+    int rc = 0;
+    for (int i = 0; i < n; i++) {
+        pthread_join(th[i], NULL);
+        if (runs[i].rc != 0) {
+            fprintf(stderr, "multigw_bench: %s: %s\n", tag, runs[i].err);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+static int start_gateway(cp_proc *p, const char *name, const char *redis_url, const char *data,
+                         const char *store)
+{
+    char listen[64];
+    p->port = th_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", p->port);
+    char *argv[] = {FENCEGATE_BIN, "--listen", listen, "--redis", (char *)redis_url, "--data",
+                    (char *)data, "--max-connections", "2048",
+                    store != NULL ? "--store" : NULL, (char *)store, NULL};
+    if (cp_spawn(p, name, argv, "/dev/null") != 0) {
+        return -1;
+    }
+    return cp_wait_http(p, "/readyz", START_TIMEOUT_MS);
+}
+
+static void print_latency(const char *what, int conns, const mg_run *r)
+{
+    printf("| %-28s | %5d | %10.0f | %8.2f | %8.2f | %6llu |\n", what, conns, r->res.rate,
+           r->res.op_p50_ms, r->res.op_p99_ms, (unsigned long long)r->res.failures);
+}
+
+int main(int argc, char **argv)
+{
+    int seconds = 5, conns = 64;
+    th_redis redis;
+    th_pg pg;
+    cp_proc lmdb_gw = {0}, pg_gw[2] = {{0}, {0}};
+    char dir[256], data[3][320], store[512];
+    mg_run runs[2], lat[4];
+
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--seconds") == 0) {
+            seconds = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--conns") == 0) {
+            conns = atoi(argv[i + 1]);
+        }
+    }
+    int ms = seconds * 1000;
+    th_tempdir(dir, sizeof dir, "multigw-bench");
+    th_redis_start(&redis, 1, NULL);
+    th_pg_start(&pg);
+    th_pg_url(&pg, "postgres", store, sizeof store);
+    for (int i = 0; i < 3; i++) {
+        snprintf(data[i], sizeof data[i], "%s/gw%d", dir, i);
+    }
+    if (start_gateway(&lmdb_gw, "fencegate-lmdb", redis.url, data[0], NULL) != 0 ||
+        start_gateway(&pg_gw[0], "fencegate-pg-1", redis.url, data[1], store) != 0 ||
+        start_gateway(&pg_gw[1], "fencegate-pg-2", redis.url, data[2], store) != 0) {
+        cp_stop_all();
+        th_redis_stop(&redis);
+        th_pg_stop(&pg);
+        return 1;
+    }
+    fprintf(stderr, "multigw_bench: %d s per row, %d connections\n", seconds, conns);
+    int pg_ports[2] = {pg_gw[0].port, pg_gw[1].port};
+    int rc = 0;
+    rc |= run_cycles(&lmdb_gw.port, 1, 1, ms, "lat-lmdb-1", &lat[0]);
+    rc |= run_cycles(&pg_ports[0], 1, 1, ms, "lat-pg-1", &lat[1]);
+    rc |= run_cycles(&lmdb_gw.port, 1, conns, ms, "lat-lmdb-n", &lat[2]);
+    rc |= run_cycles(&pg_ports[0], 1, conns, ms, "lat-pg-n", &lat[3]);
+    mg_run one;
+    rc |= run_cycles(&pg_ports[1], 1, conns, ms, "one-pg", &one);
+    rc |= run_cycles(pg_ports, 2, conns / 2, ms, "two-pg", runs);
+
+    printf("\nlock + write (256 B) + unlock cycles; /lock latency is the cycle's first "
+           "request\n\n");
+    printf("| %-28s | %5s | %10s | %8s | %8s | %6s |\n", "gateways, ledger", "conns",
+           "cycles/s", "lock p50", "lock p99", "errors");
+    printf("|------------------------------|-------|------------|----------|----------|--------|\n");
+    print_latency("1, LMDB", 1, &lat[0]);
+    print_latency("1, PostgreSQL", 1, &lat[1]);
+    print_latency("1, LMDB", conns, &lat[2]);
+    print_latency("1, PostgreSQL", conns, &lat[3]);
+    print_latency("1, PostgreSQL (other gw)", conns, &one);
+    double two = runs[0].res.rate + runs[1].res.rate;
+    printf("| %-28s | %5d | %10.0f | %8.2f | %8.2f | %6llu |\n", "2, PostgreSQL (sum)", conns,
+           two, (runs[0].res.op_p50_ms + runs[1].res.op_p50_ms) / 2,
+           runs[0].res.op_p99_ms > runs[1].res.op_p99_ms ? runs[0].res.op_p99_ms
+                                                         : runs[1].res.op_p99_ms,
+           (unsigned long long)(runs[0].res.failures + runs[1].res.failures));
+    printf("\ntargets: two gateways / one = %.2fx (>= 0.9); /lock p99 PostgreSQL / LMDB = "
+           "%.2fx at 1 connection, %.2fx at %d (<= 2)\n",
+           one.res.rate > 0 ? two / one.res.rate : 0,
+           lat[0].res.op_p99_ms > 0 ? lat[1].res.op_p99_ms / lat[0].res.op_p99_ms : 0,
+           lat[2].res.op_p99_ms > 0 ? lat[3].res.op_p99_ms / lat[2].res.op_p99_ms : 0, conns);
+
+    cp_stop_all();
+    th_redis_stop(&redis);
+    th_pg_stop(&pg);
+    th_rmtree(dir);
+    return rc != 0;
+}
