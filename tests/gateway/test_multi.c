@@ -213,9 +213,9 @@ static void test_idempotent_retry_on_another_gateway(void **state)
 {
     multi_state *s = *state;
     gwt_resp first, again;
-    lock_req(&s->gw[0], "multi.idem", NULL, "retry-key-1", &first);
+    lock_req(&s->gw[0], "multi.idem", NULL, "retry-key-1-5b0e4f7a9c21", &first);
     gwt_assert_status(&first, 200, NULL);
-    lock_req(&s->gw[2], "multi.idem", NULL, "retry-key-1", &again);
+    lock_req(&s->gw[2], "multi.idem", NULL, "retry-key-1-5b0e4f7a9c21", &again);
     gwt_assert_status(&again, 200, NULL);
     assert_int_equal(gwt_int(&again, "token"), gwt_int(&first, "token"));
     assert_string_equal(gwt_str(&again, "owner"), gwt_str(&first, "owner"));
@@ -386,10 +386,10 @@ static void test_split_brain_replay_refused(void **state)
     start_gateway(s, &b, rb.url);
     long long granted = lock_ok(&a, "multi.replay", "owner-a");
 
-    lock_req(&b, "multi.replay", NULL, "split-key", &r);
+    lock_req(&b, "multi.replay", NULL, "split-key-9d3c1a7e5f20", &r);
     gwt_assert_status(&r, 503, "backend_unavailable");
     gwt_resp_free(&r);
-    lock_req(&b, "multi.replay", NULL, "split-key", &r); /* replayed by B's Redis */
+    lock_req(&b, "multi.replay", NULL, "split-key-9d3c1a7e5f20", &r); /* replayed by B's Redis */
     gwt_assert_status(&r, 503, "backend_unavailable");
     assert_non_null(strstr(r.body, "holder"));
     gwt_resp_free(&r);
