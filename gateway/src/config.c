@@ -16,7 +16,7 @@
 
 #include "config.h"
 
-enum opt_kind { OPT_STRING, OPT_SIZE, OPT_INT, OPT_LOG_FORMAT, OPT_FLAG };
+enum opt_kind { OPT_STRING, OPT_SIZE, OPT_INT, OPT_DURATION, OPT_LOG_FORMAT, OPT_FLAG };
 
 typedef struct gw_option {
     const char *flag;     /* "--listen" */
@@ -56,6 +56,10 @@ static const gw_option options[] = {
     {"--threads", "FENCEGATE_THREADS", "N", "HTTP worker threads (default 8)", OPT_INT, 1, 1024},
     {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
      "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},
+    {"--token-key-idle-ttl", "FENCEGATE_TOKEN_KEY_IDLE_TTL", "DURATION",
+     "expire a resource's token keys in Redis after this long without a lock or renew "
+     "(500ms, 30s, 2m, 12h, 7d or ms; 0: never; default 7d)",
+     OPT_DURATION, 0, GW_TOKEN_KEY_IDLE_TTL_MAX_MS},
     {"--log-format", "FENCEGATE_LOG_FORMAT", "text|json",
      "request log format on stderr (default text)", OPT_LOG_FORMAT, 0, 0},
     {"--check-config", NULL, NULL, "validate flags and environment, then exit 0 without serving",
@@ -102,6 +106,7 @@ static void set_defaults(gw_config *cfg)
     cfg->max_value_bytes = 1048576;
     cfg->threads = 8;
     cfg->max_connections = 1024;
+    cfg->token_key_idle_ttl_ms = GW_TOKEN_KEY_IDLE_TTL_DEFAULT_MS;
 }
 
 /* Parses a decimal in [min, max] with nothing else around it. Returns 0 or -1. */
@@ -119,6 +124,40 @@ static int parse_number(const char *s, long long min, long long max, long long *
     }
     *out = v;
     return 0;
+}
+
+/* Parses a duration in [min, max] ms: decimal digits and an optional unit, ms (the default),
+ * s, m, h or d ("30s", "2m", "7d", "1500"), as fencectl takes them. Returns 0 or -1. */
+static int parse_duration_ms(const char *s, long long min, long long max, long long *out)
+{
+    static const struct {
+        const char *unit;
+        long long ms;
+    } units[] = {{"", 1}, {"ms", 1}, {"s", 1000}, {"m", 60000}, {"h", 3600000},
+                 {"d", 86400000}};
+    char digits[32];
+    size_t n = strspn(s, "0123456789");
+    long long v = 0;
+
+    if (n == 0 || n >= sizeof digits) {
+        return -1;
+    }
+    memcpy(digits, s, n);
+    digits[n] = '\0';
+    if (parse_number(digits, 0, max, &v) != 0) {
+        return -1;
+    }
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
+        if (strcmp(s + n, units[i].unit) == 0) {
+            /* v <= max, so the division keeps the product from overflowing. */
+            if (v > max / units[i].ms || v * units[i].ms < min) {
+                return -1;
+            }
+            *out = v * units[i].ms;
+            return 0;
+        }
+    }
+    return -1;
 }
 
 static int copy_string(char *dst, size_t len, const char *value)
@@ -172,6 +211,15 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
         } else {
             cfg->max_connections = (int)v;
         }
+        return 0;
+    case OPT_DURATION:
+        if (parse_duration_ms(value, o->min, o->max, &v) != 0) {
+            snprintf(err, errlen,
+                     "%s: '%.64s' is not a duration from %lld to %lld ms (such as 30s, 2m, 7d)",
+                     origin, value, o->min, o->max);
+            return -1;
+        }
+        cfg->token_key_idle_ttl_ms = v;
         return 0;
     case OPT_LOG_FORMAT:
         if (strcmp(value, "text") == 0 || strcmp(value, "json") == 0) {

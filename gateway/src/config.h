@@ -33,6 +33,12 @@
  * floor stripe lock before answering 503: bounds the queue of attempts on one resource
  * behind a slow (not stalled) Redis. */
 #define GW_STRIPE_GRACE_MS 1000
+/* --token-key-idle-ttl: a resource's token keys in Redis expire this long after its last
+ * grant or renewal (lk_options.token_key_idle_ttl_ms), so names used once do not stay in
+ * Redis forever. Days, so the keys of any resource in regular use stay; the ledger floor
+ * keeps tokens increasing after they expire (fence.c). The maximum is 10 years. */
+#define GW_TOKEN_KEY_IDLE_TTL_DEFAULT_MS (7LL * 86400000)
+#define GW_TOKEN_KEY_IDLE_TTL_MAX_MS (3650LL * 86400000)
 #define GW_CONN_TIMEOUT_S 30             /* idle connection timeout */
 /* A request must be received in full (request line, headers and body) within this many
  * seconds of its start: the connection's accept for its first request, the request line for
@@ -57,6 +63,7 @@ typedef struct gw_config {
     size_t map_size;             /* LMDB map size in bytes (--map-size) */
     int threads;
     int max_connections;
+    long long token_key_idle_ttl_ms; /* --token-key-idle-ttl, 0: never */
     int log_json;                /* 1: --log-format json */
     /* What to do instead of serving. */
     int help;

@@ -29,6 +29,12 @@
  *     gets 503), and a store that opens raises the ceiling by a step and reports the old
  *     ceiling as its floor, so the floor of the next process is above every token any
  *     earlier one handed out, also after a crash between minting and answering.
+ *   - A resource's token keys expire (--token-key-idle-ttl, lk_options.token_key_idle_ttl_ms:
+ *     fence, base and recent get a time to live of max(idle, lease) at every grant and
+ *     renewal, so Redis does not keep every name ever locked). For that resource this is
+ *     exactly the data loss above, and the floor covers it the same way: the next mint lifts
+ *     the empty counter to the floor, above every token handed out before. The keys never
+ *     expire under a live lease, and a mint needs the lock free, so no holder outlives them.
  *   - Concurrent acquisitions: max_token covers a token only once it is counted, so two
  *     acquisitions of one resource could both compute floor f, the first mint f+1, Redis
  *     lose its data, and the second, lifting the empty counter to f, mint f+1 again. The
@@ -95,9 +101,11 @@
  *     never issued for it, or belonged to a holder whose lock was gone before the lift: it is
  *     refused, stale when it is below the highest token that has written (as storage would
  *     say), else unknown. Refusing a token of a lock that is gone is always safe.
- * If Redis lost its counter, the last issued token reads low until the next acquisition
- * lifts it above the ledger floor; until then a write with an older token is refused (stale
- * or unknown), the safe direction. If Redis cannot be asked, the operation refuses the write
+ * If Redis lost its counter, or it expired idle, the last issued token reads low (0, base 0,
+ * nothing recent) until the next acquisition lifts it above the ledger floor; until then a
+ * write with an older token passes the verdict (it is above base 0 and not below last 0) and
+ * storage refuses it: stale below the highest written token, else unknown (above last_issued
+ * 0). So nothing refused before is accepted: the safe direction. If Redis cannot be asked, the operation refuses the write
  * with 503: without the counter a forged token cannot be told from a real one.
  */
 #include <stdio.h>

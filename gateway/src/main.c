@@ -84,6 +84,8 @@ static int validate(gw_config *cfg, int quiet)
         return -1;
     }
     lk_options_init(&server.lk_opts);
+    /* Safe only because every acquisition passes the ledger floor (fence.c). */
+    server.lk_opts.token_key_idle_ttl_ms = cfg->token_key_idle_ttl_ms;
     return probe_redis(cfg, &server.lk_opts, quiet);
 }
 

@@ -1,16 +1,19 @@
 -- acquire.lua: take, or re-enter, a fenced reentrant lock. Runs atomically in Redis.
 --
 -- KEYS[1]  lock hash    fg:{R}:lock   field <owner> = hold count, field "#token" = token
--- KEYS[2]  fence counter fg:{R}:fence  never expires and is never deleted
+-- KEYS[2]  fence counter fg:{R}:fence  never deleted; expires after ARGV[5] idle
 -- KEYS[3]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[4] is "0")
--- KEYS[4]  lift point   fg:{R}:base   never expires and is never deleted
+-- KEYS[4]  lift point   fg:{R}:base   never deleted; expires after ARGV[5] idle
 -- KEYS[5]  recent tokens fg:{R}:recent the last 16 tokens minted, newest first (a list;
---          never expires): token_range.lua tells a superseded token from a forged one
+--          expires after ARGV[5] idle): token_range.lua tells a superseded token from a
+--          forged one
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}; "#token" can never be an owner
 -- ARGV[2]  lease in ms
 -- ARGV[3]  floor: the token handed out is always greater than this (decimal digits
 --          only, < 2^53; anything else, "5.5" or "1e3" say, is refused)
 -- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
+-- ARGV[5]  idle expiry of the token keys KEYS[2], KEYS[4], KEYS[5] in ms, "0" for never:
+--          every grant sets their time to live to max(ARGV[5], lease) (prelude/idle.lua)
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
 --          {0, holder_pttl_ms}                                  held by another owner
@@ -26,7 +29,7 @@
 -- The fair queue of fair_acquire.lua is ignored on purpose: a non-fair acquisition may
 -- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
 --
--- Prelude: limits.lua idem.lua mint.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/acquire.lua instead.
@@ -35,12 +38,13 @@ local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local floor = mint_floor(ARGV[3])
 local idem_ms = tonumber(ARGV[4])
+local idle_ms = idle_arg(ARGV[5])
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
-        idem_ms == nil then
+        idem_ms == nil or idle_ms == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -66,5 +70,6 @@ else
     return {0, redis.call('PTTL', KEYS[1])}
 end
 
+keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms)
 acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
 return {1, token, holds, lease_ms, raised, 0}

@@ -1,9 +1,9 @@
 -- fair_acquire.lua: one attempt at a fair (FIFO) fenced lock. Runs atomically in Redis.
 --
 -- KEYS[1]  lock hash      fg:{R}:lock      as in acquire.lua
--- KEYS[2]  fence counter  fg:{R}:fence     never expires and is never deleted
+-- KEYS[2]  fence counter  fg:{R}:fence     never deleted; expires after ARGV[6] idle
 -- KEYS[3]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[4] is "0")
--- KEYS[4]  lift point     fg:{R}:base      never expires and is never deleted
+-- KEYS[4]  lift point     fg:{R}:base      never deleted; expires after ARGV[6] idle
 -- KEYS[5]  queue list     fg:{R}:queue     waiting owners, first come first
 -- KEYS[6]  deadlines zset fg:{R}:qtimeout  owner -> deadline, ms of Redis server time
 -- KEYS[7]  recent tokens  fg:{R}:recent    as in acquire.lua
@@ -13,6 +13,8 @@
 --          only, < 2^53; anything else, "5.5" or "1e3" say, is refused)
 -- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[5]  this waiter's remaining wait in ms, 0..3600000
+-- ARGV[6]  idle expiry of the token keys KEYS[2], KEYS[4], KEYS[7] in ms, "0" for never:
+--          every grant sets their time to live to max(ARGV[6], lease) (prelude/idle.lua)
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1}  acquired
 --          {0, retry_ms, position}  not this owner's turn: it is queued at 0-based
@@ -47,7 +49,7 @@
 -- replicas and the AOF store the deadlines the primary computed.
 -- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
 --
--- Prelude: limits.lua idem.lua mint.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/fair_acquire.lua instead.
@@ -57,6 +59,7 @@ local lease_ms = tonumber(ARGV[2])
 local floor = mint_floor(ARGV[3])
 local idem_ms = tonumber(ARGV[4])
 local wait_ms = tonumber(ARGV[5])
+local idle_ms = idle_arg(ARGV[6])
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
@@ -64,7 +67,8 @@ if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
-        idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 then
+        idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 or
+        idle_ms == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -115,6 +119,7 @@ local held = redis.call('EXISTS', KEYS[1]) == 1
 if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
     local holds, token = reenter(KEYS[1], owner, lease_ms)
     leave_queue()
+    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms)
     acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
     return {1, token, holds, lease_ms, 0, 0, -1}
 end
@@ -126,6 +131,7 @@ if not held and (not head or head == owner) then
         return redis.error_reply('fencegate: token space exhausted')
     end
     leave_queue()
+    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms)
     acquire_record(KEYS[3], idem_ms, owner, token, 1, lease_ms)
     return {1, token, 1, lease_ms, raised, 0, -1}
 end

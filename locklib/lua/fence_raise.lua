@@ -1,7 +1,7 @@
 -- fence_raise.lua: Redlock's write-back of a granted token (locklib/src/redlock.c, step c):
 -- set-if-greater of the resource's fence counter on one node. Runs atomically in Redis.
 --
--- KEYS[1]  fence counter fg:{R}:fence  never expires and is never deleted
+-- KEYS[1]  fence counter fg:{R}:fence  never deleted; its time to live is kept (KEEPTTL)
 -- KEYS[2]  lift point    fg:{R}:base   read only: base <= fence stays true
 -- KEYS[3]  recent tokens fg:{R}:recent the last 16 tokens, newest first
 -- KEYS[4]  lock hash     fg:{R}:lock
@@ -44,7 +44,9 @@ if token > after then
     after = token
 end
 if after ~= current then
-    redis.call('SET', KEYS[1], string.format('%d', after))
+    -- KEEPTTL: a raise is no grant on this node, so it leaves the idle expiry that the
+    -- last grant set (prelude/idle.lua) as it is.
+    redis.call('SET', KEYS[1], string.format('%d', after), 'KEEPTTL')
 end
 local head = redis.call('LINDEX', KEYS[3], 0)
 if head ~= string.format('%d', token) then

@@ -2,9 +2,13 @@
 --
 -- KEYS[1]  lock hash fg:{R}:lock
 -- KEYS[2]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[3] is "0")
+-- KEYS[3]  fence counter fg:{R}:fence  \
+-- KEYS[4]  lift point    fg:{R}:base    } their time to live becomes max(ARGV[4], lease)
+-- KEYS[5]  recent tokens fg:{R}:recent  /  on a renewal (prelude/idle.lua)
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in ms
 -- ARGV[3]  idempotency retention in ms, "0" for no idempotency key
+-- ARGV[4]  idle expiry of the token keys in ms, "0" for never
 --
 -- Returns  {1, token, replayed, lease_ms}  renewed; a replay reports the lease granted by
 --                                         the first answer, not this call's
@@ -13,7 +17,7 @@
 --          {-1, 0, 0, 0}                  the idempotency key was used by another owner or
 --                                         operation
 --
--- Prelude: limits.lua idem.lua
+-- Prelude: limits.lua idem.lua idle.lua
 -- The build prepends them (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/renew.lua instead.
@@ -21,11 +25,12 @@
 local owner = ARGV[1]
 local lease_ms = tonumber(ARGV[2])
 local idem_ms = tonumber(ARGV[3])
+local idle_ms = idle_arg(ARGV[4])
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
-if lease_ms == nil or lease_ms < 1 or idem_ms == nil then
+if lease_ms == nil or lease_ms < 1 or idem_ms == nil or idle_ms == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -41,6 +46,7 @@ if redis.call('HEXISTS', KEYS[1], owner) == 0 then
     return {0, 0, 0, 0, redis.call('EXISTS', KEYS[1])}
 end
 redis.call('PEXPIRE', KEYS[1], lease_ms)
+keep_token_keys(KEYS[3], KEYS[4], KEYS[5], idle_ms, lease_ms)
 local token = tonumber(redis.call('HGET', KEYS[1], '#token'))
 
 idem_record(KEYS[2], idem_ms, 'renew', owner, 'token', token, 'lease', lease_ms)

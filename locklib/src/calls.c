@@ -37,7 +37,7 @@ static void idem_args(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
 /* ---- acquire.lua, fair_acquire.lua ---------------------------------------------------- */
 
 /* KEYS lock, fence, idem, base, [queue, qtimeout,] recent; ARGV owner, lease, floor,
- * idem_ttl[, wait]. */
+ * idem_ttl[, wait], token_key_idle_ttl. */
 static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                char *err)
 {
@@ -77,6 +77,7 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     if (fair) {
         lk__cmd_num(cmd, call->wait_ms);
     }
+    lk__cmd_num(cmd, opts->token_key_idle_ttl_ms);
     return LK_OK;
 }
 
@@ -98,8 +99,8 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
 
 /* ---- release.lua, renew.lua ----------------------------------------------------------- */
 
-/* KEYS lock, idem; ARGV owner, idem_ttl, channel (release.lua) or owner, lease, idem_ttl
- * (renew.lua). */
+/* KEYS lock, idem; ARGV owner, idem_ttl, channel (release.lua) or KEYS lock, idem, fence,
+ * base, recent; ARGV owner, lease, idem_ttl, token_key_idle_ttl (renew.lua). */
 static lk_status build_owner_call(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                   char *err)
 {
@@ -117,10 +118,16 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
     lk__cmd_start(cmd, renew ? LK__SCRIPT_RENEW : LK__SCRIPT_RELEASE, call->resource);
     lk__cmd_key(cmd, "lock");
     idem_args(opts, call, cmd, &idem_ttl);
+    if (renew) {
+        lk__cmd_key(cmd, "fence");
+        lk__cmd_key(cmd, "base");
+        lk__cmd_key(cmd, "recent");
+    }
     lk__cmd_arg(cmd, call->owner);
     if (renew) {
         lk__cmd_num(cmd, call->lease_ms);
         lk__cmd_num(cmd, idem_ttl);
+        lk__cmd_num(cmd, opts->token_key_idle_ttl_ms);
     } else {
         lk__cmd_num(cmd, idem_ttl);
         lk__cmd_channel(cmd);

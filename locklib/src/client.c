@@ -101,6 +101,7 @@ static int options_valid(const lk_options *o)
                       (o->replica_timeout_ms > 0 && o->replica_timeout_ms < o->command_timeout_ms);
     return o->connect_timeout_ms > 0 && o->command_timeout_ms > 0 &&
            lk__valid_lease(o->watchdog_lease_ms) && o->idempotency_ttl_ms >= 1000 &&
+           o->token_key_idle_ttl_ms >= 0 && o->token_key_idle_ttl_ms < LK_TOKEN_MAX &&
            o->min_replicas >= 0 && o->replica_timeout_ms >= 0 && replicas_ok;
 }
 

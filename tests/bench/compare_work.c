@@ -320,8 +320,8 @@ static int raw_next(void *vctx, int conn, void *vstate, char *buf, size_t cap,
         snprintf(recent, sizeof recent, "fg:{%s}:recent", resource);
         snprintf(lease, sizeof lease, "%d", CW_LEASE_MS);
         const char *argv[] = {"EVALSHA", ctx->sha_acquire, "5", lock, fence, idem, base,
-                              recent, owner, lease, "0", "0"};
-        return resp_command(buf, cap, 12, argv);
+                              recent, owner, lease, "0", "0", "0"};
+        return resp_command(buf, cap, 13, argv);
     }
     snprintf(channel, sizeof channel, "fg:{%s}:released", resource);
     const char *argv[] = {"EVALSHA", ctx->sha_release, "2", lock, idem, owner, "0", channel};

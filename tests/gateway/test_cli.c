@@ -52,7 +52,8 @@ static void test_help_lists_every_flag_and_variable(void **state)
         "FENCEGATE_DATA", "--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE",
         "--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "--map-size", "FENCEGATE_MAP_SIZE",
         "--threads", "FENCEGATE_THREADS",
-        "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--log-format",
+        "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--token-key-idle-ttl",
+        "FENCEGATE_TOKEN_KEY_IDLE_TTL", "--log-format",
         "FENCEGATE_LOG_FORMAT", "--help", "--version", "--routes", "--check-config", NULL};
     const char *const argv[] = {"--help", NULL};
     run r;
@@ -118,6 +119,16 @@ static void test_unknown_flag_and_bad_values(void **state)
                        "--max-connections");
     expect_usage_error((const char *const[]){"--log-format", "xml", NULL}, NULL,
                        "--log-format");
+    /* Durations: digits and one unit of ms, s, m, h, d; nothing else, nothing past 10 years. */
+    static const char *const bad_ttls[] = {"", "-1s", "1x", "1.5s", "s", "1 s", "3651d",
+                                           "99999999999999999999", "1sm", NULL};
+    for (int i = 0; bad_ttls[i] != NULL; i++) {
+        expect_usage_error((const char *const[]){"--token-key-idle-ttl", bad_ttls[i], NULL},
+                           NULL, "--token-key-idle-ttl");
+    }
+    expect_usage_error((const char *const[]){"--check-config", NULL},
+                       (const char *const[]){"FENCEGATE_TOKEN_KEY_IDLE_TTL=2w", NULL},
+                       "FENCEGATE_TOKEN_KEY_IDLE_TTL");
     expect_usage_error((const char *const[]){"--map-size", "lots", NULL}, NULL, "--map-size");
     expect_usage_error((const char *const[]){"--map-size=0", NULL}, NULL, "--map-size");
     expect_usage_error((const char *const[]){"--map-size", "1048575", NULL}, NULL,
@@ -172,11 +183,21 @@ static void test_check_config(void **state)
     run_free(&r);
 
     /* A flag overrides the variable; the bad variable is then never used. */
-    const char *const argv2[] = {"--check-config", "--threads", "2", NULL};
+    const char *const argv2[] = {"--check-config", "--threads", "2", "--token-key-idle-ttl",
+                                 "0", NULL};
     run_it(&r, argv2, (const char *const[]){"FENCEGATE_THREADS=abc",
                                             "FENCEGATE_LOG_FORMAT=json", NULL});
     assert_int_equal(r.status, 0);
     run_free(&r);
+    static const char *const good_ttls[] = {"1500", "500ms", "30s", "2m", "12h", "3650d", NULL};
+    for (int i = 0; good_ttls[i] != NULL; i++) {
+        const char *const argv3[] = {"--check-config", "--token-key-idle-ttl", good_ttls[i], NULL};
+        run_it(&r, argv3, NULL);
+        if (r.status != 0) {
+            fail_msg("--token-key-idle-ttl %s refused: %s", good_ttls[i], r.err);
+        }
+        run_free(&r);
+    }
 
     /* An empty token file is refused. */
     gwt_write_file(token, "");

@@ -305,12 +305,115 @@ static void test_tokens_never_repeat_after_redis_loss(void **state)
     
 }
 
+/* A PUT of value to resource with token; asserts the answer. */
+static void put_with(const gwt_proc *gw, const char *resource, long long token, long status,
+                     const char *code)
+{
+    char fence[64], path[128];
+    gwt_resp r;
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    const char *const headers[] = {fence, NULL};
+    gwt_http(gw, "PUT", path, headers, "v", 1, 0, &r);
+    gwt_assert_status(&r, status, code);
+    gwt_resp_free(&r);
+}
+
+/* Locks resource for 100 ms of lease (so its token keys expire after the idle time, not the
+ * lease), unlocks it, and returns the token. */
+static long long short_lock(const gwt_proc *gw, const char *resource)
+{
+    char body[256];
+    gwt_resp r;
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"idle-owner\",\"ttl_ms\":100}",
+             resource);
+    gwt_post(gw, "/lock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    long long token = gwt_int(&r, "token");
+    gwt_resp_free(&r);
+    return token;
+}
+
+static void unlock_idle(const gwt_proc *gw, const char *resource)
+{
+    char body[256];
+    gwt_resp r;
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"idle-owner\"}", resource);
+    gwt_post(gw, "/unlock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
+/* Issue 18 item 3: with --token-key-idle-ttl 1s the resource's token keys leave Redis once
+ * it is idle; old tokens are refused after that (409 below the highest written, 403 above:
+ * nothing that was refused before is accepted), and the next token is still larger than every
+ * earlier one, also from a restarted gateway, whose only memory is the ledger floor. */
+static void test_idle_token_keys_expire_and_tokens_still_grow(void **state)
+{
+    res_state *st = *state;
+    th_redis *redis = &st->redis;
+    gwt_proc *gw = &st->gw;
+    static const char *const args[] = {"--token-key-idle-ttl", "1s", NULL};
+    const char *res = "res.idle";
+
+    th_redis_start(redis, 0, NULL);
+    th_tempdir(st->data, sizeof st->data, "gwidle");
+    gwt_start(gw, redis->url, st->data, args);
+    long long first = short_lock(gw, res);
+    unlock_idle(gw, res);
+    long long written = short_lock(gw, res);
+    put_with(gw, res, written, 200, NULL);
+    unlock_idle(gw, res);
+    long long last = short_lock(gw, res);
+    assert_true(last > written);
+    unlock_idle(gw, res);
+    long long pttl = th_redis_cmd(redis, NULL, 0, "PTTL fg:{%s}:fence", res);
+    assert_true(pttl > 0 && pttl <= 1000);
+
+    int64_t deadline = th_now_ms() + 15000;
+    long long left = -1;
+    while (th_now_ms() < deadline) {
+        left = th_redis_cmd(redis, NULL, 0, "EXISTS fg:{%s}:fence fg:{%s}:base fg:{%s}:recent",
+                            res, res, res);
+        if (left == 0) {
+            break;
+        }
+        th_nap_ms(50);
+    }
+    if (left != 0) {
+        fail_msg("%lld token keys of %s still in Redis 15 s after a 1 s idle expiry", left, res);
+    }
+
+    /* The counter is gone: the old tokens are refused, never accepted. */
+    put_with(gw, res, first, 409, "stale_token");
+    put_with(gw, res, written, 403, "unknown_token");
+    put_with(gw, res, last, 403, "unknown_token");
+
+    /* The next token is larger, from this gateway and from a restarted one. */
+    long long next = short_lock(gw, res);
+    assert_true(next > last);
+    unlock_idle(gw, res);
+    assert_int_equal(gwt_stop(gw), 0);
+    assert_true(th_redis_cmd(redis, NULL, 0, "DEL fg:{%s}:fence fg:{%s}:base fg:{%s}:recent",
+                             res, res, res) >= 0);
+    gwt_start(gw, redis->url, st->data, args);
+    long long after_restart = short_lock(gw, res);
+    if (after_restart <= next) {
+        fail_msg("token %lld after the keys expired is not above %lld", after_restart, next);
+    }
+    put_with(gw, res, after_restart, 200, NULL);
+    unlock_idle(gw, res);
+    assert_int_equal(gwt_stop(gw), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_starts_without_redis_and_recovers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_ends_waiting_request_and_exits_zero, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens_never_repeat_after_redis_loss, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_token_keys_expire_and_tokens_still_grow, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests_name("gateway_resilience", tests, NULL, NULL);
 }

@@ -400,7 +400,7 @@ static void rl_acquire(rl_fixture *f, const char *res, const char *owner, const 
 {
     static const char *const acq_sfx[] = {"lock", "fence", "idem:", "base", "recent"};
     static const char *const raise_sfx[] = {"fence", "base", "recent", "lock"};
-    const char *acq_args[] = {owner, "10000", "0", "0"};
+    const char *acq_args[] = {owner, "10000", "0", "0", "0"};
     lk__rl_node nodes[TH_MAX_NODES];
     int64_t counter[TH_MAX_NODES];
     char token_s[24];
@@ -413,7 +413,7 @@ static void rl_acquire(rl_fixture *f, const char *res, const char *owner, const 
             nodes[i] = node_out();
             continue;
         }
-        redisReply *r = eval_on(f, i, f->acquire_lua, res, 5, acq_sfx, 4, acq_args);
+        redisReply *r = eval_on(f, i, f->acquire_lua, res, 5, acq_sfx, 5, acq_args);
         nodes[i] = decode_acquire(r);
         if (r != NULL) {
             freeReplyObject(r);
@@ -464,11 +464,12 @@ static void rl_ask(rl_fixture *f, lk_call_kind kind, const char *res, const char
                    int64_t token, const int *reach, lk__rl_node *nodes)
 {
     static const char *const owner_sfx[] = {"lock", "idem:"};
+    static const char *const renew_sfx[] = {"lock", "idem:", "fence", "base", "recent"};
     static const char *const range_sfx[] = {"fence", "base", "recent"};
     char channel[256], token_s[24];
     snprintf(channel, sizeof channel, "fg:{%s}:released", res);
     snprintf(token_s, sizeof token_s, "%lld", (long long)token);
-    const char *renew_args[] = {owner, "10000", "0"};
+    const char *renew_args[] = {owner, "10000", "0", "0"};
     const char *release_args[] = {owner, "0", channel};
     const char *range_args[] = {token_s};
 
@@ -479,7 +480,7 @@ static void rl_ask(rl_fixture *f, lk_call_kind kind, const char *res, const char
             continue;
         }
         if (kind == LK_CALL_RENEW) {
-            r = eval_on(f, i, f->renew_lua, res, 2, owner_sfx, 3, renew_args);
+            r = eval_on(f, i, f->renew_lua, res, 5, renew_sfx, 4, renew_args);
         } else if (kind == LK_CALL_RELEASE) {
             r = eval_on(f, i, f->release_lua, res, 2, owner_sfx, 3, release_args);
         } else {
@@ -645,9 +646,9 @@ static void test_holder_calls_report_the_grant_token(void **state)
 
     /* Another owner is refused on every node: HELD, and its grants (none) undone. */
     static const char *const acq_sfx[] = {"lock", "fence", "idem:", "base", "recent"};
-    const char *other[] = {"other", "10000", "0", "0"};
+    const char *other[] = {"other", "10000", "0", "0", "0"};
     for (int i = 0; i < n; i++) {
-        redisReply *r = eval_on(f, i, f->acquire_lua, res, 5, acq_sfx, 4, other);
+        redisReply *r = eval_on(f, i, f->acquire_lua, res, 5, acq_sfx, 5, other);
         nodes[i] = decode_acquire(r);
         freeReplyObject(r);
     }

@@ -21,6 +21,114 @@ static void assert_range(lk_fixture *f, const char *res, int64_t want_base, int6
     assert_int_equal(last, want_last);
 }
 
+/* The PTTL of fg:{res}:name in ms (-1: no expiry, -2: no key). */
+static long long key_pttl(lk_fixture *f, const char *res, const char *name)
+{
+    return th_redis_cmd(&f->redis, NULL, 0, "PTTL fg:{%s}:%s", res, name);
+}
+
+/* A handle whose token keys expire after idle_ms. */
+static lk_client *open_idle(lk_fixture *f, int64_t idle_ms)
+{
+    lk_options o;
+    lk_options_init(&o);
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1000;
+    o.token_key_idle_ttl_ms = idle_ms;
+    return lk_test_open(&f->redis, &o);
+}
+
+/* Asserts that fence, base and recent of res expire within (0, max_ms]. */
+static void assert_keys_expire(lk_fixture *f, const char *res, long long max_ms)
+{
+    const char *names[] = {"fence", "base", "recent"};
+    for (size_t i = 0; i < 3; i++) {
+        long long pttl = key_pttl(f, res, names[i]);
+        if (pttl <= 0 || pttl > max_ms) {
+            print_error("fg:{%s}:%s has PTTL %lld, want 1..%lld\n", res, names[i], pttl,
+                        max_ms);
+            fail();
+        }
+    }
+}
+
+/* With token_key_idle_ttl_ms, every grant (plain, fair, re-entry) and renewal gives the token
+ * keys a time to live of at most max(option, lease); the default, 0, leaves them without
+ * one, and a handle with 0 makes expiring keys persistent again. */
+static void test_token_keys_get_idle_ttl(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    char res[64], res2[64];
+    lk_client *c = open_idle(f, 60000);
+
+    snprintf(res, sizeof res, "%s", res_name("idle-ttl"));
+    snprintf(res2, sizeof res2, "%s", res_name("idle-ttl-fair"));
+    /* A floor, so the lift writes base too. */
+    assert_lk(c, lk_acquire(c, res, "alice", 1000, 7, NULL, &r), LK_ACQUIRED);
+    assert_keys_expire(f, res, 60000);
+    assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_acquire_fair(c, res2, "bob", 1000, 7, NULL, 0, &r), LK_ACQUIRED);
+    assert_keys_expire(f, res2, 60000);
+    assert_lk(c, lk_release(c, res2, "bob", NULL, &r), LK_RELEASED);
+
+    /* Back to forever: 0 removes the time to live at the next grant. */
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 1000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(key_pttl(f, res, "fence"), -1);
+    assert_int_equal(key_pttl(f, res, "base"), -1);
+    assert_int_equal(key_pttl(f, res, "recent"), -1);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+
+    /* A lease longer than the idle time: the keys outlive the lease, re-entry and renewal
+     * included. */
+    lk_client *shortc = open_idle(f, 1000);
+    assert_lk(shortc, lk_acquire(shortc, res, "carol", 30000, 0, NULL, &r), LK_ACQUIRED);
+    assert_true(key_pttl(f, res, "fence") > 20000);
+    assert_lk(f->c, lk_acquire(f->c, res, "carol", 30000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(key_pttl(f, res, "fence"), -1);
+    assert_lk(shortc, lk_acquire(shortc, res, "carol", 30000, 0, NULL, &r), LK_ACQUIRED);
+    assert_true(key_pttl(f, res, "recent") > 20000);
+    assert_lk(f->c, lk_renew(f->c, res, "carol", 30000, NULL, &r), LK_RENEWED);
+    assert_int_equal(key_pttl(f, res, "recent"), -1);
+    assert_lk(shortc, lk_renew(shortc, res, "carol", 40000, NULL, &r), LK_RENEWED);
+    assert_keys_expire(f, res, 40000);
+    assert_true(key_pttl(f, res, "base") > 30000);
+    assert_lk(shortc, lk_release(shortc, res, "carol", NULL, &r), LK_STILL_HELD);
+    assert_lk(shortc, lk_release(shortc, res, "carol", NULL, &r), LK_STILL_HELD);
+    assert_lk(shortc, lk_release(shortc, res, "carol", NULL, &r), LK_RELEASED);
+    lk_client_close(shortc);
+    lk_client_close(c);
+}
+
+/* Once the token keys expired, the next acquisition mints above its floor, as after a data
+ * loss; without a floor the counter starts again, which is why the option is off by default
+ * (locklib.h). A negative option is refused. */
+static void test_expired_token_keys_restart_from_floor(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    lk_client *c = NULL;
+    lk_options o;
+    const char *res = res_name("idle-expired");
+
+    lk_options_init(&o);
+    o.token_key_idle_ttl_ms = -1;
+    assert_int_equal(lk_client_open(&c, f->redis.url, &o), LK_EINVAL);
+    lk_client_close(c);
+    c = open_idle(f, 1000);
+    assert_lk(c, lk_acquire(c, res, "alice", 1000, 40, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 41);
+    assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_RELEASED);
+    /* Expiring them by hand stands in for the idle time passing. */
+    th_redis_cmd(&f->redis, NULL, 0, "DEL fg:{%s}:fence fg:{%s}:base fg:{%s}:recent", res, res,
+                 res);
+    assert_lk(c, lk_acquire(c, res, "bob", 1000, 41, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, 42);
+    assert_range(f, res, 41, 42);
+    assert_lk(c, lk_release(c, res, "bob", NULL, &r), LK_RELEASED);
+    lk_client_close(c);
+}
+
 /* A retry with the same idempotency key but another lease reports the lease granted by the
  * first answer, and changes nothing. */
 static void test_replayed_acquire_reports_granted_lease(void **state)
@@ -336,8 +444,9 @@ static void test_non_integer_floor_refused_by_scripts(void **state)
     snprintf(qtimeout, sizeof qtimeout, "fg:{%s}:qtimeout", res);
     snprintf(recent, sizeof recent, "fg:{%s}:recent", res);
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        const char *plain[] = {lock, fence, idem, base, recent, "alice", "10000", bad[i], "0"};
-        redisReply *reply = eval_file(f, "acquire", 5, 9, plain);
+        const char *plain[] = {lock,    fence,   idem,   base, recent,
+                               "alice", "10000", bad[i], "0",  "0"};
+        redisReply *reply = eval_file(f, "acquire", 5, 10, plain);
         if (reply->type != REDIS_REPLY_ERROR) {
             print_error("acquire.lua took floor %s\n", bad[i]);
         }
@@ -346,8 +455,8 @@ static void test_non_integer_floor_refused_by_scripts(void **state)
         freeReplyObject(reply);
 
         const char *fair[] = {lock,    fence,   idem,   base, queue, qtimeout, recent,
-                              "alice", "10000", bad[i], "0",  "1000"};
-        reply = eval_file(f, "fair_acquire", 7, 12, fair);
+                              "alice", "10000", bad[i], "0",  "1000", "0"};
+        reply = eval_file(f, "fair_acquire", 7, 13, fair);
         if (reply->type != REDIS_REPLY_ERROR) {
             print_error("fair_acquire.lua took floor %s\n", bad[i]);
         }
@@ -358,8 +467,8 @@ static void test_non_integer_floor_refused_by_scripts(void **state)
             th_redis_cmd(&f->redis, NULL, 0, "EXISTS %s %s %s %s", lock, fence, base, recent), 0);
     }
     /* An integer floor through the same path still works, and INCR keeps working after. */
-    const char *good[] = {lock, fence, idem, base, recent, "alice", "10000", "5", "0"};
-    redisReply *reply = eval_file(f, "acquire", 5, 9, good);
+    const char *good[] = {lock, fence, idem, base, recent, "alice", "10000", "5", "0", "0"};
+    redisReply *reply = eval_file(f, "acquire", 5, 10, good);
     assert_int_equal(reply->type, REDIS_REPLY_ARRAY);
     assert_int_equal(reply->element[1]->integer, 6);
     freeReplyObject(reply);
@@ -395,6 +504,8 @@ int main(void)
         cmocka_unit_test(test_range_validation),
         cmocka_unit_test(test_exhausted_counter_is_left_unchanged),
         cmocka_unit_test(test_non_integer_floor_refused_by_scripts),
+        cmocka_unit_test(test_token_keys_get_idle_ttl),
+        cmocka_unit_test(test_expired_token_keys_restart_from_floor),
     };
     return cmocka_run_group_tests_name("locklib_tokens", tests, group_setup, lk_group_teardown);
 }

@@ -4,7 +4,8 @@
  * Every state change is one Lua script run with EVALSHA, so it is atomic on the Redis side.
  * A lock is a Redis hash `fg:{resource}:lock` (field = owner, value = hold count) with a
  * PEXPIRE lease, as in Redisson's RLock. Every first acquisition takes a fencing token from
- * the per-resource counter `fg:{resource}:fence`, which never expires and is never deleted.
+ * the per-resource counter `fg:{resource}:fence`, which is never deleted (it expires only
+ * with lk_options.token_key_idle_ttl_ms).
  * A reentrant acquisition returns the token of the first one (Hazelcast FencedLock
  * semantics). Releasing to zero deletes the lock and PUBLISHes on `fg:{resource}:released`.
  *
@@ -109,6 +110,14 @@ typedef struct lk_options {
     int command_timeout_ms;       /* default 2000; a reply later than this is EUNAVAILABLE */
     int64_t watchdog_lease_ms;    /* lease of LK_LEASE_WATCHDOG locks, default 30000 */
     int64_t idempotency_ttl_ms;   /* how long a first answer is replayed, default 600000 */
+    /* How long a resource's token keys (fg:{R}:fence, :base, :recent) stay after its last
+     * grant or renewal, in ms; 0 (the default) keeps them forever. Every grant and renewal
+     * sets their time to live to max(this, the lease), so they never expire under a lease.
+     * Once they have expired the counter starts again from the floor of the next
+     * acquisition: only set this when every acquisition passes a floor above every token
+     * ever handed out for the resource (a durable ledger, as the gateway keeps), or tokens
+     * repeat. Also, token_range then reports 0/0, so an old token reads as never issued. */
+    int64_t token_key_idle_ttl_ms;
     int min_replicas;             /* 0: off. >0: WAIT for this many replicas after acquire */
     int replica_timeout_ms;       /* WAIT timeout, default 1000; with min_replicas > 0 it
                                    * must be > 0 and < command_timeout_ms (else EINVAL) */
