@@ -56,6 +56,10 @@ static const gw_option options[] = {
     {"--threads", "FENCEGATE_THREADS", "N", "HTTP worker threads (default 8)", OPT_INT, 1, 1024},
     {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
      "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},
+    {"--max-waiters", "FENCEGATE_MAX_WAITERS", "N",
+     "parked /lock waiters (wait_ms) at once; more answer 503 too_many_waiters, keeping "
+     "connections for /healthz and /unlock (default 3/4 of --max-connections)",
+     OPT_INT, 1, 1000000},
     {"--token-key-idle-ttl", "FENCEGATE_TOKEN_KEY_IDLE_TTL", "DURATION",
      "expire a resource's token keys in Redis after this long without a lock or renew "
      "(500ms, 30s, 2m, 12h, 7d or ms; 0: never; default 7d)",
@@ -208,6 +212,8 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
             cfg->map_size = (size_t)v;
         } else if (strcmp(o->flag, "--threads") == 0) {
             cfg->threads = (int)v;
+        } else if (strcmp(o->flag, "--max-waiters") == 0) {
+            cfg->max_waiters = (int)v;
         } else {
             cfg->max_connections = (int)v;
         }
@@ -339,6 +345,17 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
         err[0] = '\0';
     }
     int rc = parse_config(cfg, argc, argv, err, errlen);
+    if (rc == 0 && cfg->max_waiters == 0) {
+        /* A quarter of the connections stays for requests that are not waiting. */
+        cfg->max_waiters = cfg->max_connections - cfg->max_connections / 4;
+    }
+    if (rc == 0 && cfg->max_waiters >= cfg->max_connections) {
+        /* Waiters hold their connections: as many as --max-connections would leave none for
+         * /healthz or for the holder's /unlock that the waiters wait for. */
+        snprintf(err, errlen, "--max-waiters %d must be below --max-connections %d",
+                 cfg->max_waiters, cfg->max_connections);
+        rc = -1;
+    }
     /* Messages quote what was given ("unknown flag '...'"). A newline or an escape sequence
      * in an argument or variable must not break the one-line message or reach the
      * terminal: keep it printable ASCII. */

@@ -63,6 +63,8 @@ typedef struct gw_config {
     size_t map_size;             /* LMDB map size in bytes (--map-size) */
     int threads;
     int max_connections;
+    int max_waiters;             /* --max-waiters: parked /lock waiters at once, below
+                                  * max_connections (0 before parsing: 3/4 of it) */
     long long token_key_idle_ttl_ms; /* --token-key-idle-ttl, 0: never */
     int log_json;                /* 1: --log-format json */
     /* What to do instead of serving. */

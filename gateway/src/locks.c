@@ -359,6 +359,31 @@ static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call
                           "the gateway is shutting down; retry on another instance");
 }
 
+/* The attempt found the lock held and --max-waiters are waiting already (waiters.c, "The
+ * cap"): 503 with a Retry-After of the holder's remaining lease (at least 1 s), when the
+ * lock may be free and the waiters fewer. */
+static enum MHD_Result answer_too_many_waiters(gw_request *req, struct gw_lock_call *call,
+                                               const lk_result *res)
+{
+    char retry[24];
+    int64_t retry_ms = res->ttl_ms > 1000 ? res->ttl_ms : 1000;
+
+    gw__wait_end(req->srv->waitq, &call->waiter, -1);
+    leave_fair_queue(req, call);
+    count_acquire(req, GW_ACQ_unavailable);
+    snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
+    struct MHD_Response *resp = gw__error_response(
+        "too_many_waiters",
+        json_pack("{s:s, s:I, s:i}", "resource", call->turn.resource, "retry_after_ms",
+                  (json_int_t)retry_ms, "max_waiters", req->srv->cfg->max_waiters),
+        "%s is held by another owner, and %d requests are waiting already (--max-waiters)",
+        call->turn.resource, req->srv->cfg->max_waiters);
+    if (resp != NULL) {
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+    }
+    return gw__queue(req, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+}
+
 /* What an attempt answered, when the wait is over. */
 static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call,
                                       lk_status st, const lk_result *res, const char *why)
@@ -504,6 +529,8 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         return lock_attempt(req, call);
     case GW_PARK_SHUTDOWN:
         return answer_stopped(req, call);
+    case GW_PARK_FULL:
+        return answer_too_many_waiters(req, call, &res);
     case GW_PARK_NOMEM:
         break;
     }

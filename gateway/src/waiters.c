@@ -41,6 +41,17 @@
  *
  * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
  * of the resource, so a vanished waiter never swallows a release.
+ *
+ * The cap. A parked waiter keeps its connection, and connections are limited
+ * (--max-connections): 1,024 waiters would take them all, and then /healthz and the
+ * holder's own /unlock, which the waiters wait for, could not even connect. So at most
+ * --max-waiters (below --max-connections, by default 3/4 of it) wait at once, counted from
+ * a waiter's first park to the end of its wait (gw__wait_end), woken and attempting again
+ * included; a waiter that would park beyond that is answered 503 too_many_waiters with a
+ * Retry-After instead (GW_PARK_FULL). A waiter already counted parks again whatever the
+ * count, so the cap never cuts a wait short. Refusing at the cap, rather than at accept
+ * time, keeps the answer explicit (the client learns why and when to retry) and leaves the
+ * remaining connections to requests that finish quickly.
  */
 #define _GNU_SOURCE /* EPOLLRDHUP */
 #include <errno.h>
@@ -109,6 +120,8 @@ struct gw_waitq {
     int shutting_down;
     int stop;
     pthread_t thread;
+    int waiting;                       /* waiters counted against max_waiters */
+    int max_waiters;                   /* --max-waiters */
 };
 
 static void signal_waitd(gw_waitq *wq)
@@ -624,6 +637,7 @@ int gw__waitq_start(gw_server *srv, char *err, size_t errlen)
         return -1;
     }
     wq->srv = srv;
+    wq->max_waiters = srv->cfg->max_waiters;
     wq->sub_fd = -1;
     wq->reconnect_backoff_ms = WQ_RECONNECT_MIN_MS;
     pthread_mutex_init(&wq->mu, NULL);
@@ -759,6 +773,10 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms)
          * has seen (no attempt since), and whose end publishes nothing. */
         expiry_at(wq, w->res, gw__now_ms() + granted_ttl_ms + 1);
     }
+    if (w->parked_before) {
+        w->parked_before = 0;
+        wq->waiting--;
+    }
     if (w->wake_unused) {
         /* Woken by a release or an expiry it never acted on: the next waiter gets it. */
         w->res->kicks++;
@@ -786,6 +804,10 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_RETRY;
     }
+    if (!w->parked_before && wq->waiting >= wq->max_waiters) {
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_FULL;
+    }
     if (timer_set(wq, &w->timer, deadline_ms) != 0) {
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_NOMEM;
@@ -797,7 +819,10 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
     w->conn = conn;
     w->state = GW_WAITER_PARKING;
     w->reason = GW_WAKE_NONE;
-    w->parked_before = 1;
+    if (!w->parked_before) {
+        w->parked_before = 1;
+        wq->waiting++;
+    }
     queue_append(r, w);
     atomic_fetch_add(&wq->srv->metrics.waiters_parked, 1);
     pthread_mutex_unlock(&wq->mu);

@@ -43,7 +43,8 @@ typedef struct gw_waiter {
     gw_wake reason;               /* why it was last woken */
     uint64_t epoch;               /* its resource's epoch when the attempt began */
     int queued;
-    int parked_before;            /* has been parked (suspended) at least once */
+    int parked_before;            /* parked at least once in this wait: counted against
+                                   * --max-waiters until gw__wait_end */
     int wake_unused;              /* woken by a release/expiry and not yet attempted */
 } gw_waiter;
 
@@ -51,6 +52,7 @@ typedef enum gw_park {
     GW_PARKED,                    /* suspended: return MHD_YES without a response */
     GW_PARK_RETRY,                /* a release came during the attempt: attempt again now */
     GW_PARK_SHUTDOWN,             /* shutting down: answer 503 */
+    GW_PARK_FULL,                 /* --max-waiters are waiting already: answer 503 */
     GW_PARK_NOMEM                 /* answer 503 */
 } gw_park;
 

@@ -52,7 +52,8 @@ static void test_help_lists_every_flag_and_variable(void **state)
         "FENCEGATE_DATA", "--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE",
         "--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "--map-size", "FENCEGATE_MAP_SIZE",
         "--threads", "FENCEGATE_THREADS",
-        "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--token-key-idle-ttl",
+        "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--max-waiters",
+        "FENCEGATE_MAX_WAITERS", "--token-key-idle-ttl",
         "FENCEGATE_TOKEN_KEY_IDLE_TTL", "--log-format",
         "FENCEGATE_LOG_FORMAT", "--help", "--version", "--routes", "--check-config", NULL};
     const char *const argv[] = {"--help", NULL};
@@ -119,6 +120,12 @@ static void test_unknown_flag_and_bad_values(void **state)
                        "--max-connections");
     expect_usage_error((const char *const[]){"--log-format", "xml", NULL}, NULL,
                        "--log-format");
+    expect_usage_error((const char *const[]){"--max-waiters", "0", NULL}, NULL,
+                       "--max-waiters");
+    /* Waiters must leave connections for everything else. */
+    expect_usage_error((const char *const[]){"--max-connections", "10", "--max-waiters", "10",
+                                             NULL},
+                       NULL, "--max-waiters");
     /* Durations: digits and one unit of ms, s, m, h, d; nothing else, nothing past 10 years. */
     static const char *const bad_ttls[] = {"", "-1s", "1x", "1.5s", "s", "1 s", "3651d",
                                            "99999999999999999999", "1sm", NULL};

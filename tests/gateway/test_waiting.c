@@ -55,6 +55,17 @@ static int setup_1k(void **state)
     return 0;
 }
 
+/* A gateway of its own (gw2) with 12 connections, of which at most 8 may wait. */
+static int setup_capped(void **state)
+{
+    static const char *const args[] = {"--threads", "2", "--max-connections", "12",
+                                       "--max-waiters", "8", NULL};
+    setup(state);
+    wt_state *s = *state;
+    gwt_start(&s->gw2, s->redis.url, NULL, args);
+    return 0;
+}
+
 static int teardown(void **state)
 {
     wt_state *s = *state;
@@ -367,6 +378,60 @@ static void test_no_herd_with_1000_waiters(void **state)
     free(done);
 }
 
+/* Issue 18 item 1: --max-waiters requests wait at once; the next one is answered 503
+ * too_many_waiters with a Retry-After at once, and the connections left over serve /healthz
+ * and the holder's /unlock, after which every parked waiter gets the lock in turn. */
+static void test_waiters_beyond_the_cap_are_refused(void **state)
+{
+    wt_state *s = *state;
+    enum { CAP = 8 };
+    waiter w[CAP];
+    gwt_resp r;
+
+    memset(w, 0, sizeof w);
+    lock_as(&s->gw2, "wt.cap", "holder", 60000);
+    for (int i = 0; i < CAP; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "c%d", i);
+        w[i].unlock_after = 1;
+        waiter_start(&w[i], &s->gw2, "wt.cap", owner, 20000);
+    }
+    await_metric(&s->gw2, "fencegate_waiters", CAP);
+
+    gwt_post(&s->gw2, "/lock",
+             "{\"resource\":\"wt.cap\",\"owner\":\"one-too-many\",\"wait_ms\":20000}", &r);
+    gwt_assert_status(&r, 503, "too_many_waiters");
+    assert_true(r.retry_after[0] >= '1' && r.retry_after[0] <= '9');
+    assert_int_equal(gwt_int(&r, "max_waiters"), CAP);
+    gwt_resp_free(&r);
+    /* Another resource is refused the same way: the cap is per gateway. A request without
+     * wait_ms is not a waiter. */
+    lock_as(&s->gw2, "wt.cap.other", "other-holder", 60000);
+    gwt_post(&s->gw2, "/lock",
+             "{\"resource\":\"wt.cap.other\",\"owner\":\"o2\",\"wait_ms\":20000}", &r);
+    gwt_assert_status(&r, 503, "too_many_waiters");
+    gwt_resp_free(&r);
+    post_status(&s->gw2, "/lock", "{\"resource\":\"wt.cap\",\"owner\":\"no-wait\"}", 409);
+    unlock_as(&s->gw2, "wt.cap.other", "other-holder");
+
+    gwt_get(&s->gw2, "/healthz", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    unlock_as(&s->gw2, "wt.cap", "holder");
+    for (int i = 0; i < CAP; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 200, NULL);
+        gwt_resp_free(&w[i].r);
+    }
+    await_metric(&s->gw2, "fencegate_waiters", 0);
+    /* The places are free again. */
+    lock_as(&s->gw2, "wt.cap", "holder", 500);
+    gwt_post(&s->gw2, "/lock",
+             "{\"resource\":\"wt.cap\",\"owner\":\"later\",\"wait_ms\":20000}", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
 /* /lock requests dropped for a hung-up client: found parked (EPOLLRDHUP), or found gone
  * when woken (before an attempt, or right after one, when the hold is given back). Each
  * request has exactly one outcome. */
@@ -624,6 +689,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fair_waiters_sent_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_holders_lease_is_watched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiters_beyond_the_cap_are_refused, setup_capped,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
