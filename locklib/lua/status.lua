@@ -4,7 +4,8 @@
 -- KEYS[2]  fence counter fg:{R}:fence
 --
 -- Returns  {locked (0|1), token, holds, pttl_ms, last_token}
---          last_token is the last token ever issued for the resource (0 if none).
+--          last_token is the last token issued for the resource (0 if none, or once the
+--          counter expired idle: prelude/idle.lua).
 
 local last = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
 local fields = redis.call('HGETALL', KEYS[1])

@@ -5,7 +5,8 @@
 -- KEYS[3]  recent tokens fg:{R}:recent (the last 16 minted, written by acquire)
 -- ARGV[1]  a token to look for among the recent ones, decimal; "0" for none
 --
--- Returns  {base, last, recent}  base and last 0 when absent. A token t was issued for the
+-- Returns  {base, last, recent}  base and last 0 when absent (never minted, lost with Redis
+--          data, or expired idle: prelude/idle.lua). A token t was issued for the
 --          resource in its current run iff base < t <= last. The counter is only ever lifted
 --          while nobody holds the lock, so a token <= base was never issued for the resource,
 --          or was issued to a holder whose lock was gone before the lift: refusing it is

@@ -103,7 +103,8 @@ static void dump_log(const gwt_proc *p)
 static const char *const fg_env_vars[] = {
     "FENCEGATE_LISTEN",        "FENCEGATE_REDIS",   "FENCEGATE_DATA",
     "FENCEGATE_AUTH_TOKEN_FILE", "FENCEGATE_MAX_VALUE_BYTES", "FENCEGATE_THREADS",
-    "FENCEGATE_MAX_CONNECTIONS", "FENCEGATE_LOG_FORMAT", "FENCEGATE_MAP_SIZE", NULL};
+    "FENCEGATE_MAX_CONNECTIONS", "FENCEGATE_LOG_FORMAT", "FENCEGATE_MAP_SIZE",
+    "FENCEGATE_MAX_WAITERS",   "FENCEGATE_TOKEN_KEY_IDLE_TTL", NULL};
 
 /* In the child: a clean FENCEGATE_* environment, so the caller's shell cannot leak in. */
 static void child_env(const char *const *env)
