@@ -26,7 +26,10 @@ build_pkgs=(build-essential cmake pkg-config git
     libcurl4-openssl-dev libcmocka-dev)
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
 # procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite.
-tool_pkgs=(redis-server redis-tools curl jq procps ca-certificates strace iproute2)
+# redis-sentinel for the Sentinel sets the tests start (issues 15 and 16); redis-tools
+# brings redis-cli, whose --cluster create builds their Redis Clusters.
+tool_pkgs=(redis-server redis-sentinel redis-tools curl jq procps ca-certificates strace
+    iproute2)
 # run_only_pkgs: with --run, keeps of the lists above only what building the binaries
 # (cmake -DFENCEGATE_TESTS=OFF) and scripts/run.sh need: the build packages less the test
 # framework, plus Redis (redis-cli waits for it) and curl for the first request.
@@ -79,9 +82,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 # keep_services_off before|after PACKAGE...: Debian's server packages enable their system
-# service when installed (redis-server on 6379, etcd on 2379, postgresql with a "main"
-# cluster on 5432), to start at every boot. fencegate uses none of them: run.sh and the tests
-# start their own servers on free ports. For the packages being installed:
+# service when installed (redis-server on 6379, redis-sentinel on 26379, etcd on 2379,
+# postgresql with a "main" cluster on 5432), to start at every boot. fencegate uses none of
+# them: run.sh and the tests start their own servers on free ports. For the packages being
+# installed:
 #   before: for postgresql*, a createcluster.d drop-in with create_main_cluster = false, so
 #           no cluster is created (cleanup removes it after the install);
 #   after:  their units are disabled (and stopped, when systemd runs), which also disables
@@ -96,6 +100,7 @@ keep_services_off() {
     for p in "$@"; do
         case "$p" in
             redis-server) units+=(redis-server) ;;
+            redis-sentinel) units+=(redis-sentinel) ;;
             etcd-server) units+=(etcd) ;;
             postgresql | postgresql-[0-9]*) units+=(postgresql); pg=1 ;;
         esac

@@ -2,6 +2,7 @@
 #define _XOPEN_SOURCE 700
 
 #include "harness.h"
+#include "harness_internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -62,6 +63,25 @@ void th_rmtree(const char *dir)
     }
 }
 
+/* 1 when a TCP socket can bind 127.0.0.1:port right now. */
+static int port_bindable(int port)
+{
+    struct sockaddr_in a;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int ok = 0;
+
+    if (fd < 0) {
+        return 0;
+    }
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons((uint16_t)port);
+    ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
 /* The lowest port the kernel hands out to outgoing connections (32768 by default). */
 static int ephemeral_low(void)
 {
@@ -76,14 +96,12 @@ static int ephemeral_low(void)
     return low;
 }
 
-/* Picks a port below the kernel's ephemeral range, which bind() shows free. Below that range
- * no outgoing connection can take it by chance, which matters when a test kills a server and
- * starts it again on the same port while other tests open connections. */
-int th_free_port(void)
+/* Picks a port in [lo, hi) that bind() shows free; when bus is set, port + bus must be free
+ * too (a cluster node's bus port). Returns -1 when 200 tries found none. */
+static int free_port_in(int lo, int hi, int bus)
 {
     static unsigned seed;
-    int low = ephemeral_low();
-    int span = low - 10000;
+    int span = hi - lo;
 
     if (seed == 0) {
         /* Test programs start together: pid and clock alone can give two the same seed. */
@@ -97,23 +115,27 @@ int th_free_port(void)
         seed |= 1;
     }
     for (int attempt = 0; attempt < 200 && span > 0; attempt++) {
-        int port = 10000 + (int)(rand_r(&seed) % (unsigned)span);
-        int fd = socket(AF_INET, SOCK_STREAM, 0);
-        struct sockaddr_in a;
-        if (fd < 0) {
-            return -1;
-        }
-        memset(&a, 0, sizeof a);
-        a.sin_family = AF_INET;
-        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        a.sin_port = htons((uint16_t)port);
-        int ok = bind(fd, (struct sockaddr *)&a, sizeof a) == 0;
-        close(fd);
-        if (ok) {
+        int port = lo + (int)(rand_r(&seed) % (unsigned)span);
+        if (port_bindable(port) && (bus == 0 || port_bindable(port + bus))) {
             return port;
         }
     }
     return -1;
+}
+
+/* Picks a port below the kernel's ephemeral range, which bind() shows free. Below that range
+ * no outgoing connection can take it by chance, which matters when a test kills a server and
+ * starts it again on the same port while other tests open connections. */
+int th_free_port(void)
+{
+    return free_port_in(10000, ephemeral_low(), 0);
+}
+
+int th__free_cluster_port(void)
+{
+    /* The bus port (port + 10000) must stay below the ephemeral range as well, for the
+     * same reason, and below 55536 (BENCHMARKING.md): ports 10000 to low - 10000. */
+    return free_port_in(10000, ephemeral_low() - TH_CLUSTER_BUS_OFFSET, TH_CLUSTER_BUS_OFFSET);
 }
 
 static int redis_pings(const th_redis *r)
@@ -151,18 +173,23 @@ out:
     return ok;
 }
 
-/* Starts redis-server on r->port and waits until it answers. Returns 0, or -1 when it
- * exited before answering (its port was taken). Exits the process on any other failure. */
-static int spawn_redis(th_redis *r)
+/* Fills argv (room for TH_ARGV_MAX entries) with the command line of r: redis-server with the
+ * options every test Redis gets, or redis-sentinel on its config file; then r->args. */
+static void node_argv(th_redis *r, const char **argv, char *port, size_t portlen, char *logfile,
+                      size_t loglen, char *conf, size_t conflen)
 {
-    char port[16];
-    char logfile[300];
-    const char *argv[32];
     int n = 0;
 
-    snprintf(port, sizeof port, "%d", r->port);
-    snprintf(logfile, sizeof logfile, "%s/redis.log", r->dir);
-    argv[n++] = "redis-server";
+    snprintf(port, portlen, "%d", r->port);
+    snprintf(logfile, loglen, "%s/%s.log", r->dir, r->sentinel ? "sentinel" : "redis");
+    if (r->sentinel) {
+        /* Sentinel keeps its state (known replicas and sentinels) in its config file. */
+        snprintf(conf, conflen, "%s/sentinel.conf", r->dir);
+        argv[n++] = "redis-sentinel";
+        argv[n++] = conf;
+    } else {
+        argv[n++] = "redis-server";
+    }
     argv[n++] = "--port";
     argv[n++] = port;
     argv[n++] = "--bind";
@@ -171,22 +198,39 @@ static int spawn_redis(th_redis *r)
     argv[n++] = r->dir;
     argv[n++] = "--logfile";
     argv[n++] = logfile;
-    argv[n++] = "--save";
-    argv[n++] = "";
     argv[n++] = "--daemonize";
     argv[n++] = "no";
-    argv[n++] = "--enable-debug-command";
-    argv[n++] = "local";
-    argv[n++] = "--appendonly";
-    argv[n++] = r->appendonly ? "yes" : "no";
-    argv[n++] = "--appendfsync";
-    argv[n++] = "always";
+    if (!r->sentinel) {
+        argv[n++] = "--save";
+        argv[n++] = "";
+        argv[n++] = "--enable-debug-command";
+        argv[n++] = "local";
+        argv[n++] = "--appendonly";
+        argv[n++] = r->appendonly ? "yes" : "no";
+        argv[n++] = "--appendfsync";
+        argv[n++] = "always";
+    }
     if (r->password[0] != '\0') {
         argv[n++] = "--requirepass";
         argv[n++] = r->password;
     }
+    for (int i = 0; i < r->nargs; i++) {
+        argv[n++] = r->args[i];
+    }
     argv[n] = NULL;
+}
 
+/* Starts r's server on r->port and waits until it answers. Returns 0, or -1 when it exited
+ * before answering (its port was taken). Exits the process on any other failure, and when
+ * the binary is missing (never a skip). */
+static int spawn_redis(th_redis *r)
+{
+    char port[16];
+    char logfile[300];
+    char conf[300];
+    const char *argv[TH_ARGV_MAX];
+
+    node_argv(r, argv, port, sizeof port, logfile, sizeof logfile, conf, sizeof conf);
     pid_t pid = fork();
     if (pid < 0) {
         fprintf(stderr, "harness: fork: %s\n", strerror(errno));
@@ -198,11 +242,11 @@ static int spawn_redis(th_redis *r)
             dup2(devnull, STDIN_FILENO);
             dup2(devnull, STDOUT_FILENO);
         }
-        execvp("redis-server", (char *const *)argv);
+        execvp(argv[0], (char *const *)argv);
         fprintf(stderr,
-                "harness: cannot run redis-server (%s). Install it with "
+                "harness: cannot run %s (%s). Install it with "
                 "scripts/install-deps.sh; tests never skip without it.\n",
-                strerror(errno));
+                argv[0], strerror(errno));
         _exit(127);
     }
     r->pid = pid;
@@ -211,13 +255,16 @@ static int spawn_redis(th_redis *r)
     while (!redis_pings(r)) {
         int status;
         if (waitpid(pid, &status, WNOHANG) == pid) {
-            fprintf(stderr, "harness: redis-server exited before answering (status %d); see %s\n",
-                    status, logfile);
+            if (WIFEXITED(status) && WEXITSTATUS(status) == 127) {
+                exit(1); /* The child said which binary is missing. */
+            }
+            fprintf(stderr, "harness: %s exited before answering (status %d); see %s\n",
+                    argv[0], status, logfile);
             r->pid = 0;
             return -1;
         }
         if (th_now_ms() > deadline) {
-            fprintf(stderr, "harness: redis-server on port %d did not answer PING in 10 s\n",
+            fprintf(stderr, "harness: %s on port %d did not answer PING in 10 s\n", argv[0],
                     r->port);
             kill(pid, SIGKILL);
             waitpid(pid, NULL, 0);
@@ -228,17 +275,31 @@ static int spawn_redis(th_redis *r)
     return 0;
 }
 
-void th_redis_start(th_redis *r, int appendonly, const char *password)
+void th__node_init(th_redis *r, const char *tag, int appendonly, const char *password)
 {
     memset(r, 0, sizeof *r);
-    th_tempdir(r->dir, sizeof r->dir, "redis");
+    th_tempdir(r->dir, sizeof r->dir, tag);
     r->appendonly = appendonly;
     if (password != NULL) {
         snprintf(r->password, sizeof r->password, "%s", password);
     }
-    /* A port taken between th_free_port() and the bind makes redis exit at once; try again. */
+}
+
+void th__node_arg(th_redis *r, const char *arg)
+{
+    if (r->nargs >= TH_NODE_ARGS) {
+        fprintf(stderr, "harness: more than %d extra arguments\n", TH_NODE_ARGS);
+        exit(1);
+    }
+    snprintf(r->args[r->nargs++], sizeof r->args[0], "%s", arg);
+}
+
+void th__node_spawn(th_redis *r, int cluster_bus)
+{
+    /* A port taken between picking it and the bind makes the server exit at once: pick
+     * another one. */
     for (int attempt = 0; attempt < 5; attempt++) {
-        r->port = th_free_port();
+        r->port = cluster_bus ? th__free_cluster_port() : th_free_port();
         if (r->password[0] != '\0') {
             snprintf(r->url, sizeof r->url, "redis://:%s@127.0.0.1:%d", r->password, r->port);
         } else {
@@ -248,8 +309,15 @@ void th_redis_start(th_redis *r, int appendonly, const char *password)
             return;
         }
     }
-    fprintf(stderr, "harness: could not start redis-server on a free port\n");
+    fprintf(stderr, "harness: could not start %s on a free port\n",
+            r->sentinel ? "redis-sentinel" : "redis-server");
     exit(1);
+}
+
+void th_redis_start(th_redis *r, int appendonly, const char *password)
+{
+    th__node_init(r, "redis", appendonly, password);
+    th__node_spawn(r, 0);
 }
 
 void th_redis_restart(th_redis *r)
@@ -340,4 +408,168 @@ out:
         redisFree(ctx);
     }
     return result;
+}
+
+redisReply *th__node_command_argv(const th_redis *r, int argc, const char **argv)
+{
+    struct timeval tv = {5, 0};
+    redisContext *ctx = NULL;
+    redisReply *reply = NULL;
+
+    if (r->pid <= 0) {
+        return NULL; /* Killed: a connection could reach whoever took its port. */
+    }
+    ctx = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    if (ctx == NULL || ctx->err) {
+        goto out;
+    }
+    redisSetTimeout(ctx, tv);
+    if (r->password[0] != '\0') {
+        freeReplyObject(redisCommand(ctx, "AUTH %s", r->password));
+    }
+    reply = redisCommandArgv(ctx, argc, argv, NULL);
+out:
+    if (ctx != NULL) {
+        redisFree(ctx);
+    }
+    return reply;
+}
+
+redisReply *th__node_command(const th_redis *r, const char *fmt, ...)
+{
+    struct timeval tv = {5, 0};
+    redisContext *ctx = NULL;
+    redisReply *reply = NULL;
+    va_list ap;
+
+    if (r->pid <= 0) {
+        return NULL;
+    }
+    ctx = redisConnectWithTimeout("127.0.0.1", r->port, tv);
+    if (ctx == NULL || ctx->err) {
+        goto out;
+    }
+    redisSetTimeout(ctx, tv);
+    if (r->password[0] != '\0') {
+        freeReplyObject(redisCommand(ctx, "AUTH %s", r->password));
+    }
+    va_start(ap, fmt);
+    reply = redisvCommand(ctx, fmt, ap);
+    va_end(ap);
+out:
+    if (ctx != NULL) {
+        redisFree(ctx);
+    }
+    return reply;
+}
+
+int th__info_field(const char *info, const char *field, char *out, size_t outlen)
+{
+    size_t flen = strlen(field);
+    const char *p = info;
+
+    while (p != NULL && *p != '\0') {
+        if (strncmp(p, field, flen) == 0 && p[flen] == ':') {
+            const char *v = p + flen + 1;
+            size_t n = strcspn(v, "\r\n");
+            snprintf(out, outlen, "%.*s", (int)n, v);
+            return 0;
+        }
+        p = strchr(p, '\n');
+        if (p != NULL) {
+            p++;
+        }
+    }
+    if (outlen > 0) {
+        out[0] = '\0';
+    }
+    return -1;
+}
+
+const redisReply *th__map_get(const redisReply *map, const char *key)
+{
+    if (map == NULL || map->type != REDIS_REPLY_ARRAY) {
+        return NULL;
+    }
+    /* RESP2 sends a map as a flat array: key, value, key, value. */
+    for (size_t i = 0; i + 1 < map->elements; i += 2) {
+        const redisReply *k = map->element[i];
+        if ((k->type == REDIS_REPLY_STRING || k->type == REDIS_REPLY_STATUS) &&
+            strcmp(k->str, key) == 0) {
+            return map->element[i + 1];
+        }
+    }
+    return NULL;
+}
+
+long long th__map_int(const redisReply *map, const char *key)
+{
+    const redisReply *v = th__map_get(map, key);
+    if (v == NULL) {
+        return -1;
+    }
+    if (v->type == REDIS_REPLY_INTEGER) {
+        return v->integer;
+    }
+    if (v->type == REDIS_REPLY_STRING || v->type == REDIS_REPLY_STATUS) {
+        return strtoll(v->str, NULL, 10);
+    }
+    return -1;
+}
+
+const char *th__map_str(const redisReply *map, const char *key)
+{
+    const redisReply *v = th__map_get(map, key);
+    if (v == NULL || (v->type != REDIS_REPLY_STRING && v->type != REDIS_REPLY_STATUS)) {
+        return "";
+    }
+    return v->str;
+}
+
+int th__role_is(const th_redis *r, const char *role)
+{
+    redisReply *reply = th__node_command(r, "ROLE");
+    int ok = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+             reply->element[0]->type == REDIS_REPLY_STRING &&
+             strcmp(reply->element[0]->str, role) == 0;
+    freeReplyObject(reply);
+    return ok;
+}
+
+void th__append(char *buf, size_t len, const char *fmt, ...)
+{
+    size_t used = strlen(buf);
+    va_list ap;
+
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= len - used) {
+        fprintf(stderr, "harness: a URL or list did not fit in %zu bytes\n", len);
+        exit(1);
+    }
+}
+
+void th_redis_set_start(th_redis_set *s, int n, const char *password)
+{
+    memset(s, 0, sizeof *s);
+    if (n < 1 || n > TH_MAX_NODES) {
+        fprintf(stderr, "harness: a Redis set has 1 to %d nodes, not %d\n", TH_MAX_NODES, n);
+        exit(1);
+    }
+    s->n = n;
+    for (int i = 0; i < n; i++) {
+        /* The same server as th_redis_start(r, 1, ...): AOF with appendfsync always, as a
+         * Redlock node that loses no acknowledged write on a restart. */
+        th_redis_start(&s->nodes[i], 1, password);
+        th__append(s->urls, sizeof s->urls, "%s%s", i > 0 ? "," : "", s->nodes[i].url);
+    }
+}
+
+void th_redis_set_stop(th_redis_set *s)
+{
+    for (int i = 0; i < s->n; i++) {
+        th_redis_stop(&s->nodes[i]);
+    }
+    s->n = 0;
 }
