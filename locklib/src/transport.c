@@ -3,124 +3,55 @@
  * are described): one connection, pipelined script calls, NOSCRIPT reloads, reconnects and
  * the breaker around each batch.
  */
-#include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "transport_internal.h"
 
-static struct timeval ms_to_tv(int ms)
-{
-    struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
-    return tv;
-}
-
-/* Runs one command on ctx with the SIGPIPE guard. Returns the reply or NULL. */
-static redisReply *command_argv(redisContext *ctx, int argc, const char **argv,
-                                const size_t *lens)
-{
-    lk__sigpipe guard;
-    lk__sigpipe_block(&guard);
-    redisReply *reply = redisCommandArgv(ctx, argc, argv, lens);
-    lk__sigpipe_restore(&guard);
-    return reply;
-}
-
-redisContext *lk__connect(const lk__node *node, char *err)
-{
-    struct timeval connect_tv = ms_to_tv(node->connect_timeout_ms);
-    redisContext *ctx = NULL;
-    redisReply *reply = NULL;
-
-    if (node->unix_path[0] != '\0') {
-        ctx = redisConnectUnixWithTimeout(node->unix_path, connect_tv);
-    } else {
-        ctx = redisConnectWithTimeout(node->host, node->port, connect_tv);
-    }
-    if (ctx == NULL) {
-        lk__errf(err, LK_ENOMEM, "cannot allocate a Redis context");
-        return NULL;
-    }
-    if (ctx->err) {
-        lk__errf(err, LK_EUNAVAILABLE, "cannot connect to Redis: %s", ctx->errstr);
-        goto fail;
-    }
-    redisSetTimeout(ctx, ms_to_tv(node->command_timeout_ms));
-    if (node->unix_path[0] == '\0') {
-        redisEnableKeepAlive(ctx);
-    }
-    if (node->password[0] != '\0') {
-        const char *argv[3] = {"AUTH", node->user, node->password};
-        size_t lens[3] = {4, strlen(node->user), strlen(node->password)};
-        int argc = 3;
-        if (node->user[0] == '\0') {
-            argv[1] = node->password;
-            lens[1] = lens[2];
-            argc = 2;
-        }
-        reply = command_argv(ctx, argc, argv, lens);
-        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-            /* The password itself is never copied into the message. */
-            lk__errf(err, LK_EUNAVAILABLE, "Redis AUTH failed: %s",
-                     reply != NULL ? reply->str : ctx->errstr);
-            goto fail;
-        }
-        freeReplyObject(reply);
-        reply = NULL;
-    }
-    if (node->db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", node->db);
-        const char *argv[2] = {"SELECT", db};
-        size_t lens[2] = {6, strlen(db)};
-        reply = command_argv(ctx, 2, argv, lens);
-        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-            lk__errf(err, LK_EUNAVAILABLE, "Redis SELECT failed: %s",
-                     reply != NULL ? reply->str : ctx->errstr);
-            goto fail;
-        }
-        freeReplyObject(reply);
-    }
-    return ctx;
-fail:
-    freeReplyObject(reply);
-    redisFree(ctx);
-    return NULL;
-}
-
-/* 1 when the idle connection is still usable: no EOF, no error, no unread bytes. A Redis
- * that restarted since the last call shows up here as EOF, before anything is sent. */
-int lk__idle_alive(redisContext *ctx)
-{
-    struct pollfd pfd = {ctx->fd, POLLIN, 0};
-    char byte;
-    int n = poll(&pfd, 1, 0);
-
-    if (n == 0) {
-        return 1;
-    }
-    if (n < 0) {
-        return errno == EINTR;
-    }
-    if (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) {
-        return 0;
-    }
-    /* Readable while idle: either EOF (0) or bytes we never asked for; both mean the
-     * stream cannot be trusted. */
-    (void)recv(ctx->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return 0;
-}
-
-void lk__transport_init(lk__transport *t, const lk__node *node, lk_breaker *breaker,
-                        char *err)
+void lk__transport_init(lk__transport *t, const lk__node *node, const lk__sentinels *sentinels,
+                        lk_breaker *breaker, char *err)
 {
     memset(t, 0, sizeof *t);
+    t->kind = sentinels != NULL ? LK_TOPOLOGY_SENTINEL : LK_TOPOLOGY_SINGLE;
     t->node = *node;
+    if (sentinels != NULL) {
+        t->sentinels = *sentinels;
+    }
     t->breaker = breaker;
     t->err = err;
+}
+
+/* Notes where a connect went: a Sentinel connect that finds another master than the last
+ * one counts a failover. */
+static void note_master(lk__transport *t)
+{
+    char now[sizeof t->master];
+
+    if (t->node.unix_path[0] != '\0') {
+        snprintf(now, sizeof now, "%s", t->node.unix_path);
+    } else {
+        snprintf(now, sizeof now, "%s:%d", t->node.host, t->node.port);
+    }
+    if (t->master[0] != '\0' && strcmp(now, t->master) != 0) {
+        t->failovers++;
+    }
+    memcpy(t->master, now, sizeof now);
+}
+
+redisContext *lk__transport_open(lk__transport *t)
+{
+    redisContext *ctx = NULL;
+
+    if (t->kind == LK_TOPOLOGY_SENTINEL) {
+        ctx = lk__sentinel_connect(&t->sentinels, &t->node, t->err);
+    } else {
+        ctx = lk__connect(&t->node, t->err);
+    }
+    if (ctx != NULL) {
+        note_master(t);
+    }
+    return ctx;
 }
 
 void lk__transport_drop(lk__transport *t)
@@ -130,6 +61,7 @@ void lk__transport_drop(lk__transport *t)
         t->ctx = NULL;
     }
     memset(t->sha, 0, sizeof t->sha);
+    t->stale = 0;
 }
 
 void lk__transport_free(lk__transport *t)
@@ -147,7 +79,7 @@ lk_status lk__transport_connect(lk__transport *t)
         lk__transport_drop(t);
     }
     if (t->ctx == NULL) {
-        t->ctx = lk__connect(&t->node, t->err);
+        t->ctx = lk__transport_open(t);
         if (t->ctx == NULL) {
             return LK_EUNAVAILABLE;
         }
@@ -183,7 +115,7 @@ static lk_status load_script(lk__transport *t, enum lk__script s)
 {
     const char *argv[3] = {"SCRIPT", "LOAD", lk__scripts[s].text};
     size_t lens[3] = {6, 4, lk__scripts[s].len};
-    redisReply *reply = command_argv(t->ctx, 3, argv, lens);
+    redisReply *reply = lk__command_argv(t->ctx, 3, argv, lens);
 
     if (reply == NULL) {
         return io_failure(t);
@@ -219,14 +151,14 @@ static int redis_slow(lk__transport *t, lk_status st, int64_t elapsed_ms)
     int quick_ms = timeout_ms / 10 > 50 ? timeout_ms / 10 : 50;
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
-    redisSetTimeout(t->ctx, ms_to_tv(quick_ms));
-    redisReply *reply = command_argv(t->ctx, 1, argv, lens);
+    redisSetTimeout(t->ctx, lk__ms_to_tv(quick_ms));
+    redisReply *reply = lk__command_argv(t->ctx, 1, argv, lens);
     int slow = reply == NULL;
     freeReplyObject(reply);
     if (slow) {
         lk__transport_drop(t);
     } else {
-        redisSetTimeout(t->ctx, ms_to_tv(timeout_ms));
+        redisSetTimeout(t->ctx, lk__ms_to_tv(timeout_ms));
     }
     return slow;
 }
@@ -324,6 +256,10 @@ static lk_status read_reply(lk__transport *t, batch *b, size_t i)
         return LK_OK;
     }
     lk_status st;
+    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "READONLY", 8) == 0) {
+        /* A demoted master (after a failover): the next batch must find the new one. */
+        t->stale = 1;
+    }
     if (reply->type == REDIS_REPLY_ERROR) {
         st = lk__errf(t->err, transient_error(reply->str) ? LK_EUNAVAILABLE : LK_EREDIS,
                       "Redis error: %s", reply->str);
@@ -446,6 +382,9 @@ void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
         }
     }
     lk__breaker_leave(t->breaker, probe, worst, redis_slow(t, worst, lk__now_ms() - start));
+    if (t->stale) {
+        lk__transport_drop(t);
+    }
     free(b.state);
 }
 
@@ -462,7 +401,7 @@ lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, lon
     if (t->ctx == NULL) {
         return lk__errf(t->err, LK_EUNAVAILABLE, "connection lost before WAIT");
     }
-    redisReply *reply = command_argv(t->ctx, 3, argv, lens);
+    redisReply *reply = lk__command_argv(t->ctx, 3, argv, lens);
     if (reply == NULL) {
         /* A timeout or I/O error leaves the context in an error state in which hiredis
          * refuses every command, the rollback's included: roll back on a new connection. */
@@ -485,7 +424,7 @@ static lk_status ping(lk__transport *t)
     if (st != LK_OK) {
         return st;
     }
-    reply = command_argv(t->ctx, 1, argv, lens);
+    reply = lk__command_argv(t->ctx, 1, argv, lens);
     if (reply == NULL) {
         return io_failure(t);
     }

@@ -19,7 +19,11 @@
  *   - Redlock: send every call of the batch to N single-node transports at once; a combiner
  *     per call kind turns the N replies of one call into the one reply handed back (a
  *     majority of acquisitions, the largest token), so decode still sees one reply.
- * None of those exists yet: today there is one node and one connection (struct below).
+ * Sentinel is the `kind` LK_TOPOLOGY_SENTINEL of the struct below: the same single-node
+ * code, whose connect step is lk__sentinel_connect() (sentinel_internal.h: ask, connect,
+ * ROLE) instead of lk__connect(), and whose node's host and port are the master found by the
+ * last connect. A -READONLY reply drops the connection once the batch is read, so the next
+ * batch asks the sentinels again. Cluster and Redlock do not exist yet.
  *
  * Failure handling of the single node, in order of how often it happens:
  *  - Redis restarted or the connection dropped between calls: before sending, a dead socket
@@ -40,24 +44,22 @@
 #define LOCKLIB_TRANSPORT_INTERNAL_H
 
 #include "breaker_internal.h"
+#include "conn_internal.h"
 #include "script_internal.h"
+#include "sentinel_internal.h"
 #include "util_internal.h"
 
-/* One Redis server and how to log in to it. */
-typedef struct lk__node {
-    char host[256];
-    int port;
-    char unix_path[108];
-    char user[128];
-    char password[256];
-    int db;
-    int connect_timeout_ms;
-    int command_timeout_ms;
-} lk__node;
-
-/* The single-node transport: one connection, the SHA of each script loaded on it. */
+/* The single-node transport: one connection, the SHA of each script loaded on it. With
+ * kind LK_TOPOLOGY_SENTINEL, the node is the master found through `sentinels`. */
 typedef struct lk__transport {
-    lk__node node;
+    lk_topology_kind kind;
+    lk__node node;                     /* SENTINEL: login and timeouts; host and port are
+                                        * the master of the last connect */
+    lk__sentinels sentinels;           /* SENTINEL only */
+    char master[300];                  /* "host:port" of the last connect, "" before */
+    long long failovers;               /* times a connect found another master than the
+                                        * one before */
+    int stale;                         /* a reply said READONLY: drop after this batch */
     lk_breaker *breaker;               /* NULL for none */
     redisContext *ctx;                 /* NULL while disconnected */
     char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */
@@ -65,9 +67,15 @@ typedef struct lk__transport {
                                         * the owner's buffer */
 } lk__transport;
 
-/* Sets up t for node (copied) without connecting; err is where reasons go. */
-void lk__transport_init(lk__transport *t, const lk__node *node, lk_breaker *breaker,
-                        char *err);
+/* Sets up t for node (copied) without connecting; err is where reasons go. sentinels is
+ * NULL for a single node, else copied, and the node's master is found through them. */
+void lk__transport_init(lk__transport *t, const lk__node *node, const lk__sentinels *sentinels,
+                        lk_breaker *breaker, char *err);
+
+/* Opens a new connection, not t's own, to the node t would connect to now (for Sentinel,
+ * asking the sentinels again), for a subscriber. Returns NULL with the reason in t->err.
+ * The caller frees it with redisFree(). */
+redisContext *lk__transport_open(lk__transport *t);
 
 /* Connects now if not connected. Returns OK or EUNAVAILABLE/ENOMEM with the reason. */
 lk_status lk__transport_connect(lk__transport *t);
@@ -97,12 +105,5 @@ lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, lon
 
 /* PING through the breaker. Returns OK or EUNAVAILABLE with the reason. */
 lk_status lk__transport_ping(lk__transport *t);
-
-/* Opens a new connection to node with its timeouts, AUTH and SELECT (for a subscriber).
- * Returns NULL with the reason in err on failure. */
-redisContext *lk__connect(const lk__node *node, char *err);
-
-/* 1 when an idle connection has no EOF, error or unread bytes. */
-int lk__idle_alive(redisContext *ctx);
 
 #endif

@@ -9,6 +9,8 @@
  *   util        this file
  *   breaker     the stall breaker          script    a built script call (lk__cmd) and the
  *                                                    generated table of scripts
+ *   conn        one connection to one server: connect, AUTH, SELECT, one command
+ *   sentinel    finding the master through the sentinels, then ROLE (above conn)
  *   calls       each call kind's {build, decode}, knowing no connection
  *   transport   sending built calls to Redis and handing back one reply each (the seam for
  *               Cluster, Sentinel and Redlock, described in transport_internal.h)
