@@ -49,6 +49,7 @@ typedef struct gw_config {
     size_t map_size;             /* LMDB map size in bytes (--map-size) */
     int threads;
     int max_connections;
+    int redis_min_replicas;      /* locklib's min_replicas (--redis-min-replicas), 0: off */
     int log_json;                /* 1: --log-format json */
     /* What to do instead of serving. */
     int help;

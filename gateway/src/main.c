@@ -73,6 +73,7 @@ static int validate(gw_config *cfg, int quiet)
         server.auth_on = 1;
     }
     lk_options_init(&server.lk_opts);
+    server.lk_opts.min_replicas = cfg->redis_min_replicas;
     return probe_redis(cfg, &server.lk_opts, quiet);
 }
 
