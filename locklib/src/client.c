@@ -107,6 +107,31 @@ static int parse_sentinel_url(lk__node *c, lk__sentinels *s, const char *url)
     return 0;
 }
 
+/* Parses redis-cluster://[[user]:password@]host[:port][,host[:port]...] (the seed nodes)
+ * into the login c and the seeds s. Returns 0 or -1. */
+static int parse_cluster_url(lk__node *c, lk__sentinels *s, const char *url)
+{
+    const char *p = parse_login(c, url + strlen("redis-cluster://"));
+    if (p == NULL || *p == '\0' || strchr(p, '/') != NULL) {
+        return -1;
+    }
+    const char *end = p + strlen(p);
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma != NULL ? comma : end;
+        if (s->n == LK__SEEDS_MAX ||
+            parse_hostport(&s->seeds[s->n], p, (size_t)(stop - p), 6379) != 0) {
+            return -1;
+        }
+        s->n++;
+        p = stop + (comma != NULL);
+        if (comma != NULL && p == end) {
+            return -1; /* a trailing comma */
+        }
+    }
+    return s->n > 0 ? 0 : -1;
+}
+
 /* Parses redis://[[user]:password@]host[:port][/db] or unix:///path into c. */
 static int parse_url(lk__node *c, const char *url)
 {
@@ -200,6 +225,8 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
     lk__node node;
     lk__sentinels sentinels;
     int sentinel = url != NULL && strncmp(url, "redis-sentinel://", 17) == 0;
+    int cluster = url != NULL && strncmp(url, "redis-cluster://", 16) == 0;
+    int bad = 0;
 
     *out = NULL;
     if (url == NULL || (opts != NULL && !options_valid(opts))) {
@@ -216,14 +243,32 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
     }
     memset(&node, 0, sizeof node);
     memset(&sentinels, 0, sizeof sentinels);
-    if ((sentinel ? parse_sentinel_url(&node, &sentinels, url) : parse_url(&node, url)) != 0) {
+    if (cluster) {
+        bad = parse_cluster_url(&node, &sentinels, url);
+    } else if (sentinel) {
+        bad = parse_sentinel_url(&node, &sentinels, url);
+    } else {
+        bad = parse_url(&node, url);
+    }
+    if (bad != 0) {
         memset(node.password, 0, sizeof node.password);
         free(c);
         return LK_EINVAL;
     }
     node.connect_timeout_ms = c->opts.connect_timeout_ms;
     node.command_timeout_ms = c->opts.command_timeout_ms;
-    lk__transport_init(&c->tp, &node, sentinel ? &sentinels : NULL, c->opts.breaker, c->err);
+    if (cluster) {
+        lk_status st = lk__cluster_init(&c->tp, &node, sentinels.seeds, sentinels.n,
+                                        c->opts.breaker, c->err);
+        if (st != LK_OK) {
+            memset(node.password, 0, sizeof node.password);
+            free(c);
+            return st;
+        }
+    } else {
+        lk__transport_init(&c->tp, &node, sentinel ? &sentinels : NULL, c->opts.breaker,
+                           c->err);
+    }
     /* The password is a capability: the transport keeps the only copy. */
     memset(node.password, 0, sizeof node.password);
     lk_random_id(c->id);

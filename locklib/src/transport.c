@@ -43,6 +43,9 @@ redisContext *lk__transport_open(lk__transport *t)
 {
     redisContext *ctx = NULL;
 
+    if (t->ops != NULL) {
+        return t->ops->open(t);
+    }
     if (t->kind == LK_TOPOLOGY_SENTINEL) {
         ctx = lk__sentinel_connect(&t->sentinels, &t->node, t->err);
     } else {
@@ -56,6 +59,10 @@ redisContext *lk__transport_open(lk__transport *t)
 
 void lk__transport_drop(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        t->ops->drop(t);
+        return;
+    }
     if (t->ctx != NULL) {
         redisFree(t->ctx);
         t->ctx = NULL;
@@ -66,6 +73,10 @@ void lk__transport_drop(lk__transport *t)
 
 void lk__transport_free(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        t->ops->free(t);
+        return;
+    }
     lk__transport_drop(t);
     /* The password is a capability: do not leave it in freed memory. */
     memset(t->node.password, 0, sizeof t->node.password);
@@ -73,6 +84,9 @@ void lk__transport_free(lk__transport *t)
 
 lk_status lk__transport_connect(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        return t->ops->connect(t);
+    }
     /* hiredis refuses every command on a context whose err is set (a timed-out reply, say),
      * so such a context is as dead as a closed socket. */
     if (t->ctx != NULL && (t->ctx->err != 0 || !lk__idle_alive(t->ctx))) {
@@ -205,6 +219,15 @@ static int append_cmd(lk__transport *t, const lk__cmd *cmd)
     size_t lens[LK__ARGV_MAX + 3];
     char nkeys_str[8];
 
+    if (t->asking) {
+        /* A Cluster ASK redirection: this node takes the call for a slot it is importing
+         * only right after ASKING on the same connection. Its +OK is read by read_reply. */
+        const char *asking[1] = {"ASKING"};
+        size_t asking_len[1] = {6};
+        if (redisAppendCommandArgv(t->ctx, 1, asking, asking_len) != REDIS_OK) {
+            return REDIS_ERR;
+        }
+    }
     snprintf(nkeys_str, sizeof nkeys_str, "%d", cmd->nkeys);
     argv[0] = "EVALSHA";
     argv[1] = t->sha[cmd->script];
@@ -239,6 +262,10 @@ static lk_status read_reply(lk__transport *t, batch *b, size_t i)
 {
     redisReply *reply = NULL;
 
+    if (t->asking && t->ctx != NULL && redisGetReply(t->ctx, (void **)&reply) == REDIS_OK) {
+        freeReplyObject(reply); /* ASKING's +OK; an error shows in the call's own reply */
+        reply = NULL;
+    }
     if (t->ctx == NULL || redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
         lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
                  t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
@@ -337,6 +364,10 @@ static lk_status run_round(lk__transport *t, batch *b)
 void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
                        lk__reply_fn done, void *ctx)
 {
+    if (t->ops != NULL) {
+        t->ops->run(t, n, cmds, done, ctx);
+        return;
+    }
     batch b = {n, cmds, calloc(n > 0 ? n : 1, 1), done, ctx};
     int probe = 0;
     lk_status st;
@@ -390,6 +421,9 @@ void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
 
 lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, long long *acked)
 {
+    if (t->ops != NULL) {
+        return t->ops->wait(t, replicas, timeout_ms, acked);
+    }
     char n[16];
     char timeout[16];
     snprintf(n, sizeof n, "%d", replicas);
@@ -440,6 +474,9 @@ static lk_status ping(lk__transport *t)
 
 lk_status lk__transport_ping(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        return t->ops->ping(t);
+    }
     int probe = 0;
 
     if (lk__breaker_enter(t->breaker, &probe, t->err) != 0) {

@@ -23,7 +23,10 @@
  * code, whose connect step is lk__sentinel_connect() (sentinel_internal.h: ask, connect,
  * ROLE) instead of lk__connect(), and whose node's host and port are the master found by the
  * last connect. A -READONLY reply drops the connection once the batch is read, so the next
- * batch asks the sentinels again. Cluster and Redlock do not exist yet.
+ * batch asks the sentinels again.
+ * Cluster (cluster.c) is a transport with `ops`: every lk__transport_* function below hands
+ * the call to t->ops when it is set, so this file never names cluster.c and cluster.c, which
+ * drives one single-node transport per master, sits above it. Redlock does not exist yet.
  *
  * Failure handling of the single node, in order of how often it happens:
  *  - Redis restarted or the connection dropped between calls: before sending, a dead socket
@@ -49,9 +52,32 @@
 #include "sentinel_internal.h"
 #include "util_internal.h"
 
+typedef struct lk__transport lk__transport;
+
+/* One call's outcome, exactly once per call: LK_OK with the script's array reply (the
+ * callee frees it with freeReplyObject()), or an error status with reply NULL and the
+ * reason in the transport's err. */
+typedef void (*lk__reply_fn)(void *ctx, size_t i, lk_status st, redisReply *reply);
+
+/* A transport implemented elsewhere (Cluster): the functions below, each with their
+ * contract. */
+typedef struct lk__transport_ops {
+    lk_status (*connect)(lk__transport *t);
+    void (*run)(lk__transport *t, size_t n, const lk__cmd *const *cmds, lk__reply_fn done,
+                void *ctx);
+    lk_status (*wait)(lk__transport *t, int replicas, int timeout_ms, long long *acked);
+    lk_status (*ping)(lk__transport *t);
+    redisContext *(*open)(lk__transport *t);
+    void (*drop)(lk__transport *t);
+    void (*free)(lk__transport *t);
+} lk__transport_ops;
+
 /* The single-node transport: one connection, the SHA of each script loaded on it. With
- * kind LK_TOPOLOGY_SENTINEL, the node is the master found through `sentinels`. */
-typedef struct lk__transport {
+ * kind LK_TOPOLOGY_SENTINEL, the node is the master found through `sentinels`; with `ops`
+ * set, another implementation whose state is `impl`. */
+struct lk__transport {
+    const lk__transport_ops *ops;      /* NULL: this file's single node */
+    void *impl;                        /* the ops' state */
     lk_topology_kind kind;
     lk__node node;                     /* SENTINEL: login and timeouts; host and port are
                                         * the master of the last connect */
@@ -60,12 +86,14 @@ typedef struct lk__transport {
     long long failovers;               /* times a connect found another master than the
                                         * one before */
     int stale;                         /* a reply said READONLY: drop after this batch */
+    int asking;                        /* send ASKING before each call (a Cluster ASK
+                                        * redirection) */
     lk_breaker *breaker;               /* NULL for none */
     redisContext *ctx;                 /* NULL while disconnected */
     char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */
     char *err;                         /* the reason of the last error, LK__ERR_LEN bytes;
                                         * the owner's buffer */
-} lk__transport;
+};
 
 /* Sets up t for node (copied) without connecting; err is where reasons go. sentinels is
  * NULL for a single node, else copied, and the node's master is found through them. */
@@ -85,11 +113,6 @@ void lk__transport_drop(lk__transport *t);
 
 /* Drops the connection and wipes the password: t is unusable until initialised again. */
 void lk__transport_free(lk__transport *t);
-
-/* One call's outcome, exactly once per call: LK_OK with the script's array reply (the
- * callee frees it with freeReplyObject()), or an error status with reply NULL and the
- * reason in the transport's err. */
-typedef void (*lk__reply_fn)(void *ctx, size_t i, lk_status st, redisReply *reply);
 
 /* Runs the n built calls of cmds (none NULL) as one batch, with the breaker, the SIGPIPE
  * guard, reconnection and NOSCRIPT handling, and calls done() once for each, in an order

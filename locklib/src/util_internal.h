@@ -14,6 +14,7 @@
  *   calls       each call kind's {build, decode}, knowing no connection
  *   transport   sending built calls to Redis and handing back one reply each (the seam for
  *               Cluster, Sentinel and Redlock, described in transport_internal.h)
+ *   cluster     Redis Cluster: slot map, one transport per master (its ops)
  *   run         calls over a transport: build, send, decode
  *   watchdog    renews watched locks through run, on its own transport
  *   client      the handle: URL, options, open and close, errors, ping

@@ -124,7 +124,9 @@ LK_EXTERN void lk_options_init(lk_options *opts);
 /* Opens a handle for `url`: redis://[[user]:password@]host[:port][/db], unix:///path, or
  * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTERNAME[/db] (the
  * sentinels, default port 26379, asked in this order for the master; the password logs in
- * to the sentinels and the data nodes alike).
+ * to the sentinels and the data nodes alike), or
+ * redis-cluster://[[user]:password@]host[:port][,host[:port]...] (seed nodes of a Redis
+ * Cluster, 7.0 or later: each call goes to the master owning its resource's slot).
  * opts may be NULL for the defaults. It connects at once, but a failed connection is not
  * fatal: it returns LK_EUNAVAILABLE with a valid *out, and every later call tries again.
  * On LK_EINVAL (bad URL or options) and LK_ENOMEM, *out is NULL.
@@ -300,16 +302,18 @@ LK_EXTERN lk_status lk_ping(lk_client *c);
 typedef enum lk_topology_kind {
     LK_TOPOLOGY_SINGLE = 0,   /* redis:// or unix:// */
     LK_TOPOLOGY_SENTINEL,     /* redis-sentinel:// */
-    LK_TOPOLOGY_CLUSTER       /* redis-cluster:// (not supported yet: lk_client_open EINVAL) */
+    LK_TOPOLOGY_CLUSTER       /* redis-cluster:// */
 } lk_topology_kind;
 
 /* Where a handle's calls go. No password appears in it. */
 typedef struct lk_topology {
     lk_topology_kind kind;
     char master[300];        /* "host:port" (or the socket path) of the node the last
-                              * connection went to; "" before the first */
+                              * connection went to; for a cluster the masters of the slot
+                              * map, comma-separated; "" before the first */
     long long failovers;     /* times a new connection found another master than the one
-                              * before (Sentinel) */
+                              * before (Sentinel), or the slot map another set of masters
+                              * (Cluster) */
 } lk_topology;
 
 /* Fills *out for handle c (on the handle's own thread). */
