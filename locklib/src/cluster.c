@@ -31,8 +31,8 @@
  *
  * Failovers: a master killed fails every call sent to it until the cluster promotes its
  * replica; the stale map is read again at the next batch, and a slot with no master yet is
- * retried (as CLUSTERDOWN) until the timeout. A change in the set of masters between two
- * reads of the map counts one failover (lk_client_topology()).
+ * retried (as CLUSTERDOWN) until the timeout. A map naming a master the previous map did
+ * not counts one failover (lk_client_topology()).
  *
  * Release messages: the scripts PUBLISH on fg:{R}:released. In a cluster, PUBLISH is
  * forwarded to every node over the cluster bus, so one subscriber connection to any node
@@ -199,7 +199,7 @@ static int shard_master(lk__transport *t, const redisReply *shard)
 }
 
 /* Writes "host:port,host:port,..." of the masters into t->master and counts a failover when
- * the set changed since the last map. */
+ * a new master appeared since the last map. */
 static void note_masters(lk__transport *t)
 {
     lk__cluster *cl = t->impl;
@@ -214,10 +214,22 @@ static void note_masters(lk__transport *t)
         }
         len += (size_t)n;
     }
-    if (t->master[0] != '\0' && strcmp(now, t->master) != 0) {
-        t->failovers++;
+    /* A failover shows as a master that was not one before (a promoted replica); a master
+     * that merely fails, or a slot that moves between masters, is not counted. */
+    for (int k = 0; t->master[0] != '\0' && k < cl->nnodes; k++) {
+        char addr[300];
+        char padded[sizeof t->master + 2];
+        snprintf(addr, sizeof addr, ",%s:%d,", cl->nodes[k]->tp.node.host,
+                 cl->nodes[k]->tp.node.port);
+        snprintf(padded, sizeof padded, ",%s,", t->master);
+        if (strstr(padded, addr) == NULL) {
+            t->failovers++;
+            break;
+        }
     }
-    memcpy(t->master, now, sizeof now);
+    if (now[0] != '\0') {
+        memcpy(t->master, now, sizeof now);
+    }
 }
 
 /* Reads CLUSTER SHARDS into the map. Returns 0, or -1 when the reply is not a map. */
