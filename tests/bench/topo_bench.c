@@ -28,6 +28,7 @@
 
 typedef struct topo {
     const char *name;
+    const char *tag; /* part of the resource names: letters only */
     th_redis *nodes[TH_MAX_NODES]; /* data nodes, for INFO cpu */
     int nnodes;
     const char *url;
@@ -92,7 +93,7 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
         cp_wait_http(&gw, "/readyz", 20000) != 0) {
         return -1;
     }
-    snprintf(ctx.tag, sizeof ctx.tag, "%s-%d", t->name, (int)getpid());
+    snprintf(ctx.tag, sizeof ctx.tag, "%s-%d", t->tag, (int)getpid());
     cw_gateway_pairs(&w, &ctx);
     int rc = lg_run(&w, gw.port, conns, warm_ms, measure_ms, window, t, res, err, sizeof err);
     if (rc != 0) {
@@ -122,14 +123,14 @@ int main(int argc, char **argv)
 
     memset(topos, 0, sizeof topos);
     th_redis_start(&single, 1, NULL);
-    topos[0] = (topo){.name = "single", .nodes = {&single}, .nnodes = 1, .url = single.url};
+    topos[0] = (topo){.name = "single", .tag = "single", .nodes = {&single}, .nnodes = 1, .url = single.url};
     th_sentinel_start(&sentinel, "benchmaster", 1, 3, NULL);
-    topos[1] = (topo){.name = "sentinel", .nnodes = sentinel.nredis, .url = sentinel.url};
+    topos[1] = (topo){.name = "sentinel", .tag = "sentinel", .nnodes = sentinel.nredis, .url = sentinel.url};
     for (int i = 0; i < sentinel.nredis; i++) {
         topos[1].nodes[i] = &sentinel.redis[i];
     }
     th_cluster_start(&cluster, 3, 1, NULL);
-    topos[2] = (topo){.name = "cluster 3+3", .nnodes = cluster.nnodes, .url = cluster.url};
+    topos[2] = (topo){.name = "cluster 3+3", .tag = "cluster", .nnodes = cluster.nnodes, .url = cluster.url};
     for (int i = 0; i < cluster.nnodes; i++) {
         topos[2].nodes[i] = &cluster.nodes[i];
     }
