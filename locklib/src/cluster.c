@@ -9,7 +9,9 @@
  *   1. When the map is missing or marked stale, read it again from a known master or a seed.
  *   2. Group the unanswered calls by target: the owner of the slot of the call's route (the
  *      resource, whose {tag} every key of the call carries), or the node an ASK named.
- *   3. Run each group as one pipeline on its node; ASK groups with ASKING before each call.
+ *   3. Run each group as one pipeline on its node, every node's written before any reply is
+ *      read, so the masters work at the same time; ASK groups after, with ASKING before
+ *      each call.
  *   4. Sort each answer:
  *        - a script reply, or an error that is the call's own: the call's answer;
  *        - MOVED: the slot moved for good. The whole map is read again (Redis's advice: one
@@ -360,12 +362,19 @@ static int ask_target(lk__transport *t, const char *err)
     return add_node(t, host, atoi(colon + 1));
 }
 
+/* One group of a round: its calls are b->sub[off..] and b->subidx[off..]. */
+typedef struct cgroup {
+    cbatch *b;
+    size_t off;
+} cgroup;
+
 /* Step 4, for one call of a group. */
 static void group_done(void *ctx, size_t j, lk_status st, redisReply *reply)
 {
-    cbatch *b = ctx;
+    cgroup *g = ctx;
+    cbatch *b = g->b;
     lk__cluster *cl = b->t->impl;
-    size_t i = b->subidx[j];
+    size_t i = b->subidx[g->off + j];
     const char *err = b->t->err;
 
     if (st != LK_OK && error_is(err, "MOVED ")) {
@@ -391,29 +400,46 @@ static void group_done(void *ctx, size_t j, lk_status st, redisReply *reply)
     b->done(b->ctx, i, st, reply);
 }
 
-/* Steps 2 and 3 for the calls whose target is node k: asking 1 for the ASK redirections. */
-static void run_group(cbatch *b, size_t n, int k, int asking, const short *target)
+/* Steps 2 and 3 for every node: asking 1 for the ASK redirections. Every node's group is
+ * written before any reply is read, so the masters run their groups at the same time. */
+static void run_groups(cbatch *b, size_t n, int asking, const short *target)
 {
     lk__cluster *cl = b->t->impl;
-    size_t m = 0;
+    lk__inflight fl[LK__CLUSTER_NODES];
+    cgroup groups[LK__CLUSTER_NODES];
+    size_t m[LK__CLUSTER_NODES] = {0};
+    int nodes = cl->nnodes; /* an ASK answer may add a node meanwhile: not in this round */
+    size_t off = 0;
 
-    for (size_t i = 0; i < n; i++) {
-        if (b->state[i] == C_PENDING && target[i] == k && (b->ask[i] >= 0) == asking) {
-            b->sub[m] = b->cmds[i];
-            b->subidx[m++] = i;
+    for (int k = 0; k < nodes; k++) {
+        groups[k] = (cgroup){b, off};
+        for (size_t i = 0; i < n; i++) {
+            /* An ASK answered in this round's first pass goes out in its second. */
+            int to = asking ? b->ask[i] : b->ask[i] < 0 ? target[i] : -1;
+            if (b->state[i] == C_PENDING && to == k) {
+                b->sub[off + m[k]] = b->cmds[i];
+                b->subidx[off + m[k]++] = i;
+            }
+        }
+        for (size_t j = 0; j < m[k]; j++) {
+            b->ask[b->subidx[off + j]] = -1; /* an ASK is followed once */
+        }
+        off += m[k];
+    }
+    for (int k = 0; k < nodes; k++) {
+        if (m[k] > 0) {
+            cl->nodes[k]->tp.asking = asking;
+            lk__transport_start(&cl->nodes[k]->tp, &fl[k], m[k], b->sub + groups[k].off,
+                                group_done, &groups[k]);
         }
     }
-    for (size_t j = 0; j < m; j++) {
-        b->ask[b->subidx[j]] = -1; /* an ASK is followed once */
+    for (int k = 0; k < nodes; k++) {
+        if (m[k] > 0) {
+            lk__transport_finish(&cl->nodes[k]->tp, &fl[k]);
+            cl->nodes[k]->tp.asking = 0;
+            cl->last = k;
+        }
     }
-    if (m == 0) {
-        return;
-    }
-    cnode *node = cl->nodes[k];
-    node->tp.asking = asking;
-    lk__transport_run(&node->tp, m, b->sub, group_done, b);
-    node->tp.asking = 0;
-    cl->last = k;
 }
 
 /* One round of steps 2 and 3. Returns the number of calls still unanswered before it. */
@@ -435,9 +461,7 @@ static size_t run_round(cbatch *b, size_t n, short *target)
         }
     }
     for (int asking = 0; asking <= 1; asking++) {
-        for (int k = 0; k < cl->nnodes; k++) {
-            run_group(b, n, k, asking, target);
-        }
+        run_groups(b, n, asking, target);
     }
     return pending;
 }

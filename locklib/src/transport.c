@@ -197,13 +197,7 @@ static int redis_slow(lk__transport *t, lk_status st, int64_t elapsed_ms)
 enum { ITEM_DONE = 0, ITEM_SENT, ITEM_RESEND };
 
 /* One batch on its way: the calls, where each stands, and whom to tell. */
-typedef struct batch {
-    size_t n;
-    const lk__cmd *const *cmds;
-    unsigned char *state;
-    lk__reply_fn done;
-    void *ctx;
-} batch;
+typedef lk__inflight batch;
 
 /* Answers call i, which has not been answered yet. */
 static void answer(batch *b, size_t i, lk_status st, redisReply *reply)
@@ -323,7 +317,9 @@ static lk_status read_replies(lk__transport *t, batch *b)
 }
 
 /* One round: appends the calls marked ITEM_RESEND, then reads their replies. */
-static lk_status run_round(lk__transport *t, batch *b)
+/* Appends the calls marked ITEM_RESEND (nothing is written yet). Returns OK with *sent the
+ * number appended, or ENOMEM (every call of the round answered, the connection dropped). */
+static lk_status append_round(lk__transport *t, batch *b, size_t *out_sent)
 {
     size_t sent = 0;
 
@@ -355,68 +351,133 @@ static lk_status run_round(lk__transport *t, batch *b)
         b->state[i] = ITEM_SENT;
         sent++;
     }
-    if (sent == 0) {
-        return LK_OK;
+    *out_sent = sent;
+    return LK_OK;
+}
+
+/* One round: appends the calls marked ITEM_RESEND, then reads their replies. */
+static lk_status run_round(lk__transport *t, batch *b)
+{
+    size_t sent = 0;
+    lk_status st = append_round(t, b, &sent);
+    if (st != LK_OK || sent == 0) {
+        return st;
     }
     return read_replies(t, b);
 }
 
-void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
-                       lk__reply_fn done, void *ctx)
+/* Writes what append_round() queued. A failed write leaves the context in error: the
+ * replies are then missing and read_replies() answers EUNAVAILABLE (a call may have been
+ * written, so it may have run). */
+static void flush_round(lk__transport *t)
 {
-    if (t->ops != NULL) {
-        t->ops->run(t, n, cmds, done, ctx);
-        return;
+    int done = 0;
+    while (t->ctx != NULL && !done && redisBufferWrite(t->ctx, &done) == REDIS_OK) {
     }
-    batch b = {n, cmds, calloc(n > 0 ? n : 1, 1), done, ctx};
-    int probe = 0;
+}
+
+void lk__transport_start(lk__transport *t, lk__inflight *b, size_t n,
+                         const lk__cmd *const *cmds, lk__reply_fn done, void *ctx)
+{
     lk_status st;
 
-    if (b.state == NULL) {
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    b->cmds = cmds;
+    b->done = done;
+    b->ctx = ctx;
+    b->state = calloc(n > 0 ? n : 1, 1);
+    if (b->state == NULL) {
         st = lk__errf(t->err, LK_ENOMEM, "out of memory");
         for (size_t i = 0; i < n; i++) {
             done(ctx, i, st, NULL);
         }
         return;
     }
-    if (lk__breaker_enter(t->breaker, &probe, t->err) != 0) {
+    if (lk__breaker_enter(t->breaker, &b->probe, t->err) != 0) {
         for (size_t i = 0; i < n; i++) {
             done(ctx, i, LK_EUNAVAILABLE, NULL);
         }
-        free(b.state);
+        free(b->state);
+        b->state = NULL;
         return;
     }
-    memset(b.state, ITEM_RESEND, n); /* round one sends everything */
-    int64_t start = lk__now_ms();
+    memset(b->state, ITEM_RESEND, n); /* round one sends everything */
+    b->start = lk__now_ms();
     lk__sigpipe guard;
     lk__sigpipe_block(&guard);
     st = lk__transport_connect(t);
-    lk_status worst = st;
-    for (int round = 0; round < 2 && st == LK_OK; round++) {
-        /* A failed load leaves st: the calls not yet answered get it below. */
-        st = load_missing(t, &b);
+    if (st == LK_OK) {
+        /* A failed load leaves st: the calls not yet answered get it in finish(). */
+        st = load_missing(t, b);
+    }
+    size_t sent = 0;
+    if (st == LK_OK) {
+        st = append_round(t, b, &sent);
+    }
+    if (st == LK_OK && sent > 0) {
+        flush_round(t);
+    }
+    lk__sigpipe_restore(&guard);
+    b->st = st;
+    b->worst = st;
+}
+
+void lk__transport_finish(lk__transport *t, lk__inflight *b)
+{
+    lk_status st = b->st;
+    lk_status worst = b->worst;
+
+    if (b->state == NULL) {
+        return; /* answered by start() */
+    }
+    lk__sigpipe guard;
+    lk__sigpipe_block(&guard);
+    if (st == LK_OK) {
+        /* Round one's replies; a call answered NOSCRIPT is sent again in round two. */
+        lk_status r = read_replies(t, b);
+        worst = r != LK_OK ? r : worst;
+        st = t->ctx != NULL ? LK_OK : r;
+    }
+    if (st == LK_OK) {
+        st = load_missing(t, b);
         if (st == LK_OK) {
-            lk_status r = run_round(t, &b);
+            lk_status r = run_round(t, b);
             worst = r != LK_OK ? r : worst;
             st = t->ctx != NULL ? LK_OK : r;
         }
         worst = st != LK_OK ? st : worst;
     }
     lk__sigpipe_restore(&guard);
-    for (size_t i = 0; i < n; i++) {
-        if (b.state[i] != ITEM_DONE) {
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->state[i] != ITEM_DONE) {
             /* Not sent (no connection, a script that would not load), or answered NOSCRIPT
              * twice: it did not run. */
-            answer(&b, i, st != LK_OK ? st : lk__errf(t->err, LK_EREDIS, "script cache keeps "
-                                                      "losing the script (NOSCRIPT twice)"),
+            answer(b, i, st != LK_OK ? st : lk__errf(t->err, LK_EREDIS, "script cache keeps "
+                                                     "losing the script (NOSCRIPT twice)"),
                    NULL);
         }
     }
-    lk__breaker_leave(t->breaker, probe, worst, redis_slow(t, worst, lk__now_ms() - start));
+    lk__breaker_leave(t->breaker, b->probe, worst,
+                      redis_slow(t, worst, lk__now_ms() - b->start));
     if (t->stale) {
         lk__transport_drop(t);
     }
-    free(b.state);
+    free(b->state);
+    b->state = NULL;
+}
+
+void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
+                       lk__reply_fn done, void *ctx)
+{
+    lk__inflight b;
+
+    if (t->ops != NULL) {
+        t->ops->run(t, n, cmds, done, ctx);
+        return;
+    }
+    lk__transport_start(t, &b, n, cmds, done, ctx);
+    lk__transport_finish(t, &b);
 }
 
 lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, long long *acked)

@@ -114,6 +114,27 @@ void lk__transport_drop(lk__transport *t);
 /* Drops the connection and wipes the password: t is unusable until initialised again. */
 void lk__transport_free(lk__transport *t);
 
+/* A batch of one single-node transport between its two halves (below). */
+typedef struct lk__inflight {
+    size_t n;
+    const lk__cmd *const *cmds;
+    unsigned char *state;              /* per call; NULL once every call is answered */
+    lk__reply_fn done;
+    void *ctx;
+    int probe;                         /* the breaker's */
+    int64_t start;
+    lk_status st, worst;
+} lk__inflight;
+
+/* lk__transport_run() of a single node in two halves, so that a cluster writes every node's
+ * group before it reads any reply (the nodes then work at the same time): start() checks
+ * the breaker, connects, loads missing scripts, and writes every call; finish() reads the
+ * replies, resends after NOSCRIPT, answers what is left and frees. Every start() must be
+ * followed by finish() on the same b, on the same thread; done() may be called by either. */
+void lk__transport_start(lk__transport *t, lk__inflight *b, size_t n,
+                         const lk__cmd *const *cmds, lk__reply_fn done, void *ctx);
+void lk__transport_finish(lk__transport *t, lk__inflight *b);
+
 /* Runs the n built calls of cmds (none NULL) as one batch, with the breaker, the SIGPIPE
  * guard, reconnection and NOSCRIPT handling, and calls done() once for each, in an order
  * that is the order of cmds except that a call sent again after NOSCRIPT comes later. */
