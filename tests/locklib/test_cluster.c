@@ -12,7 +12,10 @@
  *   - ASK: during a migration (SETSLOT MIGRATING/IMPORTING) a new resource of the slot goes
  *     to the importing node after ASKING; an existing one meets TRYAGAIN (its keys are
  *     split) and is answered once the keys moved, within the call's timeout;
- *   - malformed redis-cluster:// URLs are refused.
+ *   - malformed redis-cluster:// URLs are refused;
+ *   - last, a master is SIGKILLed: the handle follows its replica's promotion by itself,
+ *     reports the failover, and the lock it held there is still its own (it was replicated:
+ *     WAIT before the kill).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +323,37 @@ static void test_ask_and_tryagain(void **state)
     lk_client_close(slow);
 }
 
+static void test_master_failover(void **state)
+{
+    cl_fixture *f = *state;
+    lk_result res;
+    lk_topology topo;
+    const char *r = "failover.x";
+    int owner = th_cluster_slot_owner(&f->cl, 0, slot_of(r));
+
+    assert_lk(f->c, lk_acquire(f->c, r, "A", 60000, 0, NULL, &res), LK_ACQUIRED);
+    int64_t token = res.token;
+    assert_int_equal(th_redis_cmd(&f->cl.nodes[owner], NULL, 0, "WAIT 1 2000"), 1);
+    th_cluster_kill(&f->cl, owner);
+    int64_t start = th_now_ms();
+    lk_status st = LK_EUNAVAILABLE;
+    while (st == LK_EUNAVAILABLE && th_now_ms() - start < 30000) {
+        st = lk_acquire(f->c, r, "A", 60000, 0, NULL, &res); /* a re-entry */
+        if (st == LK_EUNAVAILABLE) {
+            th_nap_ms(50);
+        }
+    }
+    print_message("cluster failover: the handle was served again after %lld ms\n",
+                  (long long)(th_now_ms() - start));
+    assert_lk(f->c, st, LK_ACQUIRED);
+    assert_int_equal(res.token, token);
+    assert_int_equal(res.holds, 2);
+    assert_lk(f->c, lk_acquire(f->c, r, "B", 60000, 0, NULL, &res), LK_HELD);
+    lk_client_topology(f->c, &topo);
+    print_message("masters %s, failovers %lld\n", topo.master, topo.failovers);
+    assert_int_equal(topo.failovers, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -330,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_batch_split),
         cmocka_unit_test(test_moved),
         cmocka_unit_test(test_ask_and_tryagain),
+        cmocka_unit_test(test_master_failover),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
