@@ -2,6 +2,8 @@
  * Finding the master through Redis Sentinel: the steps and the argument are in
  * sentinel_internal.h.
  */
+#include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,4 +91,69 @@ redisContext *lk__sentinel_connect(const lk__sentinels *s, lk__node *node, char 
         lk__errf(err, LK_EINVAL, "no sentinel to ask");
     }
     return NULL;
+}
+
+redisContext *lk__sentinel_hint_open(const lk__sentinels *s, const lk__node *login, char *err)
+{
+    const char *argv[2] = {"SUBSCRIBE", "+switch-master"};
+    size_t lens[2] = {9, 14};
+
+    for (int i = 0; i < s->n; i++) {
+        lk__node sn = *login;
+        snprintf(sn.host, sizeof sn.host, "%s", s->seeds[i].host);
+        sn.port = s->seeds[i].port;
+        sn.unix_path[0] = '\0';
+        sn.db = 0;
+        redisContext *ctx = lk__connect(&sn, err);
+        memset(sn.password, 0, sizeof sn.password);
+        if (ctx == NULL) {
+            continue;
+        }
+        redisReply *r = lk__command_argv(ctx, 2, argv, lens);
+        int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+                 r->element[0]->type == REDIS_REPLY_STRING &&
+                 strcmp(r->element[0]->str, "subscribe") == 0;
+        freeReplyObject(r);
+        if (ok) {
+            return ctx;
+        }
+        redisFree(ctx);
+    }
+    return NULL;
+}
+
+/* 1 when r is a +switch-master message about master `name`: "<name> <old ip> <old port>
+ * <new ip> <new port>". */
+static int is_switch(const redisReply *r, const char *name)
+{
+    size_t len = strlen(name);
+    return r->type == REDIS_REPLY_ARRAY && r->elements == 3 &&
+           r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "message") == 0 &&
+           r->element[2]->type == REDIS_REPLY_STRING && r->element[2]->len > len &&
+           strncmp(r->element[2]->str, name, len) == 0 && r->element[2]->str[len] == ' ';
+}
+
+int lk__sentinel_hint_switched(const lk__sentinels *s, redisContext *hint)
+{
+    struct pollfd pfd = {hint->fd, POLLIN, 0};
+    void *reply = NULL;
+    int switched = 0;
+
+    int n = poll(&pfd, 1, 0);
+    if (n == 0 || (n < 0 && errno == EINTR)) {
+        return 0;
+    }
+    if (n < 0 || redisBufferRead(hint) != REDIS_OK) {
+        return -1; /* EOF or an error: the sentinel went away */
+    }
+    for (;;) {
+        if (redisGetReplyFromReader(hint, &reply) != REDIS_OK) {
+            return -1;
+        }
+        if (reply == NULL) {
+            return switched;
+        }
+        switched = switched || is_switch(reply, s->master_name);
+        freeReplyObject(reply);
+    }
 }

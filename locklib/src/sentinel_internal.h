@@ -13,8 +13,10 @@
  * Why this is enough: a connection only ever goes to a node that said it was master when
  * the connection was made. When it stops being master, either it died (the connection
  * fails) or it was demoted (every write answers -READONLY); both drop the connection
- * (transport.c) and the next call runs the steps again. Neither a sentinel's word nor a
- * +switch-master message is trusted without ROLE. What this cannot prevent is the lost write
+ * (transport.c) and the next call runs the steps again. A +switch-master message (one
+ * subscription per transport, read without blocking before each batch) only makes that
+ * happen sooner, before a call meets the demoted master: it is a hint, never trusted
+ * without the steps and ROLE. What this cannot prevent is the lost write
  * Sentinel documents ("last failover wins"): an acquisition the old master acknowledged and
  * never replicated. The fencing tokens survive it through the caller's floor, which the
  * gateway passes on every acquisition (README, "Redis topologies").
@@ -39,6 +41,17 @@ typedef struct lk__sentinels {
     lk__seed seeds[LK__SEEDS_MAX];
     char master_name[128];
 } lk__sentinels;
+
+/* The +switch-master hint: a connection to the first sentinel that answers, subscribed to
+ * +switch-master. Returns NULL (no hint; the steps above still follow every failover) when
+ * none answers. The caller frees it with redisFree(). */
+redisContext *lk__sentinel_hint_open(const lk__sentinels *s, const lk__node *login, char *err);
+
+/* Reads, without blocking, what the hint connection has received. Returns 1 when a
+ * +switch-master for s->master_name arrived (the caller drops its data connection, so the
+ * next call runs the steps above), 0 when not, -1 when the connection failed (the caller
+ * frees it). */
+int lk__sentinel_hint_switched(const lk__sentinels *s, redisContext *hint);
 
 /* Runs the steps above. node gives the login and timeouts (its host and port are ignored)
  * and receives the master's host and port on success. Returns the connection to the master

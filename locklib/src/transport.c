@@ -78,6 +78,10 @@ void lk__transport_free(lk__transport *t)
         return;
     }
     lk__transport_drop(t);
+    if (t->hint != NULL) {
+        redisFree(t->hint);
+        t->hint = NULL;
+    }
     /* The password is a capability: do not leave it in freed memory. */
     memset(t->node.password, 0, sizeof t->node.password);
 }
@@ -92,10 +96,24 @@ lk_status lk__transport_connect(lk__transport *t)
     if (t->ctx != NULL && (t->ctx->err != 0 || !lk__idle_alive(t->ctx))) {
         lk__transport_drop(t);
     }
+    if (t->hint != NULL) {
+        int switched = lk__sentinel_hint_switched(&t->sentinels, t->hint);
+        if (switched < 0) {
+            redisFree(t->hint);
+            t->hint = NULL;
+        } else if (switched) {
+            lk__transport_drop(t); /* the next lines ask the sentinels again */
+        }
+    }
     if (t->ctx == NULL) {
         t->ctx = lk__transport_open(t);
         if (t->ctx == NULL) {
             return LK_EUNAVAILABLE;
+        }
+        if (t->kind == LK_TOPOLOGY_SENTINEL && t->hint == NULL) {
+            char ignored[LK__ERR_LEN];
+            /* No hint is no harm: failovers are still followed through the errors. */
+            t->hint = lk__sentinel_hint_open(&t->sentinels, &t->node, ignored);
         }
     }
     return LK_OK;

@@ -82,6 +82,7 @@ struct lk__transport {
     lk__node node;                     /* SENTINEL: login and timeouts; host and port are
                                         * the master of the last connect */
     lk__sentinels sentinels;           /* SENTINEL only */
+    redisContext *hint;                /* SENTINEL: subscribed to +switch-master, or NULL */
     char master[300];                  /* "host:port" of the last connect, "" before */
     long long failovers;               /* times a connect found another master than the
                                         * one before */

@@ -3,6 +3,8 @@
  *   - the URL is parsed, the master found, its address reported without the password;
  *   - a sentinel that is down, and one that answers wrong (a data node), are skipped;
  *   - malformed sentinel URLs are refused;
+ *   - a graceful failover (the old master demoted, not dead) is followed before the next
+ *     call meets -READONLY, through the +switch-master hint;
  *   - the master is SIGKILLed after the replica missed the newest INCR: the handle follows the
  *     failover by itself, reports it, the subscriber follows too, and the caller's floor keeps
  *     the promoted replica from minting a token already handed out.
@@ -120,6 +122,36 @@ static void test_bad_urls(void **state)
     }
 }
 
+/* A graceful failover (SENTINEL FAILOVER): the old master stays up and is demoted. The
+ * handle hears +switch-master on its hint subscription and reconnects before its next
+ * call, so that call goes to the new master at the first try instead of meeting -READONLY
+ * on the demoted one. The set is whole again afterwards, for the next test. */
+static void test_switch_master_hint(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url(f->s.url);
+    lk_result res;
+    lk_topology topo;
+    char out[64];
+
+    assert_lk(c, lk_acquire(c, res_name("hint"), "o1", 10000, 0, NULL, &res), LK_ACQUIRED);
+    int old = th_sentinel_master(&f->s);
+    assert_true(old >= 0);
+    assert_int_equal(th_redis_cmd(&f->s.sentinels[0], out, sizeof out, "SENTINEL FAILOVER %s",
+                                  MASTER_NAME), 0);
+    int promoted = th_sentinel_wait_failover(&f->s, old, 30000);
+    assert_true(promoted >= 0 && promoted != old);
+    /* The old master may still say master here (the sentinels reconfigure it seconds
+     * later): only the hint takes the handle's next call to the new one. */
+    assert_lk(c, lk_acquire(c, res_name("hint"), "o1", 10000, 0, NULL, &res), LK_ACQUIRED);
+    lk_client_topology(c, &topo);
+    snprintf(out, sizeof out, "127.0.0.1:%d", f->s.redis[promoted].port);
+    assert_string_equal(topo.master, out);
+    assert_int_equal(topo.failovers, 1);
+    lk_client_close(c);
+    assert_int_equal(th_sentinel_wait_ready(&f->s, 60000), 0);
+}
+
 /* Retries an acquisition until it answers something other than EUNAVAILABLE (a failover
  * takes a few seconds), for at most timeout_ms. */
 static lk_status acquire_retry(lk_client *c, const char *resource, const char *owner,
@@ -221,6 +253,7 @@ int main(void)
         cmocka_unit_test(test_bad_urls),
         cmocka_unit_test(test_finds_master),
         cmocka_unit_test(test_skips_bad_sentinels),
+        cmocka_unit_test(test_switch_master_hint),
         cmocka_unit_test(test_failover_floor),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
