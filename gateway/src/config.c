@@ -33,9 +33,14 @@ static const gw_option options[] = {
      "address to serve HTTP on (default 127.0.0.1:8080; [::1]:8080 for IPv6)", OPT_STRING, 0,
      0},
     {"--redis", "FENCEGATE_REDIS", "URL",
-     "Redis URL: redis://[:password@]host[:port][/db] or unix:///path "
+     "Redis URL: redis://[:password@]host[:port][/db], unix:///path, or "
+     "redis-sentinel://[:password@]host:port[,host:port...]/MASTERNAME "
      "(default redis://127.0.0.1:6379)",
      OPT_STRING, 0, 0},
+    {"--redis-min-replicas", "FENCEGATE_REDIS_MIN_REPLICAS", "N",
+     "after each acquisition, WAIT up to 1 s for N replicas to acknowledge it, else undo it "
+     "and answer 503 (default 0: off); narrows the window in which a failover loses a lock",
+     OPT_INT, 0, 64},
     {"--data", "FENCEGATE_DATA", "DIR", "storage directory, created if missing (default ./data)",
      OPT_STRING, 0, 0},
     {"--store", "FENCEGATE_STORE", "URL",
@@ -214,6 +219,8 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
             cfg->threads = (int)v;
         } else if (strcmp(o->flag, "--max-waiters") == 0) {
             cfg->max_waiters = (int)v;
+        } else if (strcmp(o->flag, "--redis-min-replicas") == 0) {
+            cfg->redis_min_replicas = (int)v;
         } else {
             cfg->max_connections = (int)v;
         }

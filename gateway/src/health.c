@@ -22,6 +22,21 @@ static enum MHD_Result healthz(gw_request *req)
     return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
 }
 
+/* {"kind", "master", "failovers", "url"} of the Redis deployment, as this thread's handle
+ * sees it. The URL comes redacted: the password never leaves the process. */
+static json_t *topology_json(gw_server *srv, const lk_client *c)
+{
+    lk_topology topo;
+    char url[sizeof srv->cfg->redis_url + 8];
+
+    lk_client_topology(c, &topo);
+    gw__metrics_note_topology(&srv->metrics, &topo);
+    gw__config_redact_url(srv->cfg->redis_url, url, sizeof url);
+    return json_pack("{s:s, s:s, s:I, s:s}", "kind", lk_topology_name(topo.kind), "master",
+                     topo.master, "failovers",
+                     (json_int_t)atomic_load(&srv->metrics.redis_failovers), "url", url);
+}
+
 static enum MHD_Result readyz(gw_request *req)
 {
     gw_server *srv = req->srv;
@@ -35,8 +50,9 @@ static enum MHD_Result readyz(gw_request *req)
     atomic_store(&srv->metrics.redis_up, redis_ok);
     if (redis_ok && storage_ok) {
         return gw__send_json(req, MHD_HTTP_OK,
-                             json_pack("{s:s, s:s, s:s, s:s}", "status", "ready", "redis",
-                                       "up", "storage", "up", "store", srv->store_desc));
+                             json_pack("{s:s, s:s, s:s, s:s, s:o}", "status", "ready", "redis",
+                                       "up", "storage", "up", "store", srv->store_desc,
+                                       "topology", topology_json(srv, c)));
     }
     const char *failed = !redis_ok && !storage_ok ? "redis and storage"
                          : !redis_ok             ? "redis"
@@ -52,10 +68,16 @@ static enum MHD_Result metrics(gw_request *req)
 {
     size_t len = 0;
     lk_client *c = gw__client(req->srv);
+    lk_topology topo;
 
     /* Refresh the gauge so a scrape sees Redis as it is, not as the last request saw it. */
     atomic_store(&req->srv->metrics.redis_up, c != NULL && lk_ping(c) == LK_OK);
-    char *text = gw__metrics_render(&req->srv->metrics, &len);
+    memset(&topo, 0, sizeof topo);
+    if (c != NULL) {
+        lk_client_topology(c, &topo);
+        gw__metrics_note_topology(&req->srv->metrics, &topo);
+    }
+    char *text = gw__metrics_render(&req->srv->metrics, &topo, &len);
     if (text == NULL) {
         return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
                               "out of memory while rendering metrics");

@@ -86,6 +86,7 @@ static int validate(gw_config *cfg, int quiet)
     lk_options_init(&server.lk_opts);
     /* Safe only because every acquisition passes the ledger floor (fence.c). */
     server.lk_opts.token_key_idle_ttl_ms = cfg->token_key_idle_ttl_ms;
+    server.lk_opts.min_replicas = cfg->redis_min_replicas;
     return probe_redis(cfg, &server.lk_opts, quiet);
 }
 

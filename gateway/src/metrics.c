@@ -135,7 +135,31 @@ static void latency(textbuf *b, gw_metrics *m)
     }
 }
 
-char *gw__metrics_render(gw_metrics *m, size_t *len)
+void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo)
+{
+    long long seen = atomic_load(&m->redis_failovers);
+    while (topo->failovers > seen &&
+           !atomic_compare_exchange_weak(&m->redis_failovers, &seen, topo->failovers)) {
+    }
+}
+
+/* The topology: its kind as a label of a constant gauge, the master as another, and the
+ * failovers seen. The master is host:port only: no URL, so no password. */
+static void topology(textbuf *b, gw_metrics *m, const lk_topology *topo)
+{
+    header(b, "fencegate_redis_topology", "gauge",
+           "Always 1; kind is the Redis deployment (single, sentinel, cluster).");
+    put(b, "fencegate_redis_topology{kind=\"%s\"} 1\n", lk_topology_name(topo->kind));
+    header(b, "fencegate_redis_master", "gauge",
+           "Always 1; addr is the master the last Redis connection went to.");
+    put(b, "fencegate_redis_master{addr=\"%s\"} 1\n", topo->master);
+    header(b, "fencegate_redis_failovers_total", "counter",
+           "Times a new Redis connection found another master than the one before "
+           "(a Sentinel failover seen by this gateway).");
+    put(b, "fencegate_redis_failovers_total %lld\n", atomic_load(&m->redis_failovers));
+}
+
+char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
 {
     textbuf b = {malloc(8192), 0, 8192, 0};
     if (b.data == NULL) {
@@ -172,6 +196,7 @@ char *gw__metrics_render(gw_metrics *m, size_t *len)
     header(&b, "fencegate_redis_subscriber_up", "gauge",
            "1 while the release subscriber connection to Redis is up.");
     put(&b, "fencegate_redis_subscriber_up %d\n", atomic_load(&m->subscriber_up));
+    topology(&b, m, topo);
     header(&b, "fencegate_request_deadline_closed_total", "counter",
            "Connections closed because their request was not received in full within its "
            "deadline (a slow or trickling client).");

@@ -70,6 +70,7 @@ typedef struct gw_metrics {
     atomic_llong waiters_parked;          /* /lock requests parked, waiting for a release */
     atomic_ullong waiter_wakes[GW_WAKE_COUNT];
     atomic_int subscriber_up;             /* the release subscriber is connected */
+    atomic_llong redis_failovers;         /* the most master changes one handle saw */
     atomic_ullong deadline_closed;        /* connections closed for missing their request
                                            * deadline (server.c) */
     /* The pipelines (pipe.c), [0] Redis, [1] storage: batches sent and jobs in them. */
@@ -81,8 +82,12 @@ typedef struct gw_metrics {
 } gw_metrics;
 
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
-/* Writes the Prometheus text exposition into a malloc'd string (*len bytes). NULL on
- * allocation failure. The caller frees it. */
-char *gw__metrics_render(gw_metrics *m, size_t *len);
+/* Records what handle c saw of the Redis topology: redis_failovers becomes the largest
+ * count any handle reported (each handle counts the master changes it met itself). */
+void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo);
+/* Writes the Prometheus text exposition into a malloc'd string (*len bytes), with the
+ * topology as topo (the scraping thread's handle) shows it. NULL on allocation failure.
+ * The caller frees it. */
+char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len);
 
 #endif

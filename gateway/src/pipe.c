@@ -134,12 +134,15 @@ static void redis_close(void *state)
 static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
 {
     lk_call *calls[GW_PIPE_BATCH];
-    (void)srv;
     for (size_t i = 0; i < n; i++) {
         calls[i] = jobs[i]->call;
     }
     if (state != NULL) {
+        lk_topology topo;
         lk_call_many(state, calls, n);
+        /* This handle carries the lock traffic: it is the first to meet a failover. */
+        lk_client_topology(state, &topo);
+        gw__metrics_note_topology(&srv->metrics, &topo);
         return;
     }
     for (size_t i = 0; i < n; i++) {

@@ -17,6 +17,121 @@ lk_status lk__fail(lk_client *c, lk_status st, const char *fmt, ...)
     return st;
 }
 
+/* Parses "host[:port]" (len bytes at p) into seed, with default_port when none. Returns 0
+ * or -1. */
+static int parse_hostport(lk__seed *seed, const char *p, size_t len, int default_port)
+{
+    char hostport[300];
+
+    if (len == 0 || len >= sizeof hostport) {
+        return -1;
+    }
+    memcpy(hostport, p, len);
+    hostport[len] = '\0';
+    seed->port = default_port;
+    char *colon = strrchr(hostport, ':');
+    if (colon != NULL) {
+        char *end = NULL;
+        long port = strtol(colon + 1, &end, 10);
+        if (*end != '\0' || port < 1 || port > 65535) {
+            return -1;
+        }
+        seed->port = (int)port;
+        *colon = '\0';
+    }
+    size_t hostlen = strlen(hostport);
+    if (hostlen == 0 || hostlen >= sizeof seed->host) {
+        return -1;
+    }
+    memcpy(seed->host, hostport, hostlen + 1);
+    return 0;
+}
+
+/* Parses the [[user]:password@] of a URL whose scheme ends before p into c. Returns where
+ * the hosts start, or NULL for a malformed login. */
+static const char *parse_login(lk__node *c, const char *p)
+{
+    const char *at = strrchr(p, '@');
+
+    if (at == NULL) {
+        return p;
+    }
+    const char *colon = memchr(p, ':', (size_t)(at - p));
+    if (colon == NULL || (size_t)(colon - p) >= sizeof c->user ||
+        (size_t)(at - colon - 1) >= sizeof c->password) {
+        return NULL;
+    }
+    memcpy(c->user, p, (size_t)(colon - p));
+    memcpy(c->password, colon + 1, (size_t)(at - colon - 1));
+    return at + 1;
+}
+
+/* Parses redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/NAME[/db] into
+ * the login c and the sentinels s. Returns 0 or -1. */
+static int parse_sentinel_url(lk__node *c, lk__sentinels *s, const char *url)
+{
+    const char *p = parse_login(c, url + strlen("redis-sentinel://"));
+    const char *slash = p != NULL ? strchr(p, '/') : NULL;
+
+    if (slash == NULL) {
+        return -1;
+    }
+    while (p < slash) {
+        const char *comma = memchr(p, ',', (size_t)(slash - p));
+        const char *end = comma != NULL ? comma : slash;
+        if (s->n == LK__SEEDS_MAX || parse_hostport(&s->seeds[s->n], p, (size_t)(end - p),
+                                                    26379) != 0) {
+            return -1;
+        }
+        s->n++;
+        p = end + (comma != NULL);
+    }
+    const char *name = slash + 1;
+    const char *dbslash = strchr(name, '/');
+    size_t namelen = dbslash != NULL ? (size_t)(dbslash - name) : strlen(name);
+    if (s->n == 0 || namelen == 0 || namelen >= sizeof s->master_name) {
+        return -1;
+    }
+    memcpy(s->master_name, name, namelen);
+    if (dbslash != NULL && dbslash[1] != '\0') {
+        char *end = NULL;
+        long db = strtol(dbslash + 1, &end, 10);
+        if (*end != '\0' || db < 0 || db > 1000000) {
+            return -1;
+        }
+        c->db = (int)db;
+    }
+    /* Until the sentinels are asked, the node is the first sentinel: never connected to. */
+    snprintf(c->host, sizeof c->host, "%s", s->seeds[0].host);
+    c->port = s->seeds[0].port;
+    return 0;
+}
+
+/* Parses redis-cluster://[[user]:password@]host[:port][,host[:port]...] (the seed nodes)
+ * into the login c and the seeds s. Returns 0 or -1. */
+static int parse_cluster_url(lk__node *c, lk__sentinels *s, const char *url)
+{
+    const char *p = parse_login(c, url + strlen("redis-cluster://"));
+    if (p == NULL || *p == '\0' || strchr(p, '/') != NULL) {
+        return -1;
+    }
+    const char *end = p + strlen(p);
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma != NULL ? comma : end;
+        if (s->n == LK__SEEDS_MAX ||
+            parse_hostport(&s->seeds[s->n], p, (size_t)(stop - p), 6379) != 0) {
+            return -1;
+        }
+        s->n++;
+        p = stop + (comma != NULL);
+        if (comma != NULL && p == end) {
+            return -1; /* a trailing comma */
+        }
+    }
+    return s->n > 0 ? 0 : -1;
+}
+
 /* Parses redis://[[user]:password@]host[:port][/db] or unix:///path into c. */
 static int parse_url(lk__node *c, const char *url)
 {
@@ -109,6 +224,10 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
 {
     lk_client *c = NULL;
     lk__node node;
+    lk__sentinels sentinels;
+    int sentinel = url != NULL && strncmp(url, "redis-sentinel://", 17) == 0;
+    int cluster = url != NULL && strncmp(url, "redis-cluster://", 16) == 0;
+    int bad = 0;
 
     *out = NULL;
     if (url == NULL || (opts != NULL && !options_valid(opts))) {
@@ -124,13 +243,33 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
         lk_options_init(&c->opts);
     }
     memset(&node, 0, sizeof node);
-    if (parse_url(&node, url) != 0) {
+    memset(&sentinels, 0, sizeof sentinels);
+    if (cluster) {
+        bad = parse_cluster_url(&node, &sentinels, url);
+    } else if (sentinel) {
+        bad = parse_sentinel_url(&node, &sentinels, url);
+    } else {
+        bad = parse_url(&node, url);
+    }
+    if (bad != 0) {
+        memset(node.password, 0, sizeof node.password);
         free(c);
         return LK_EINVAL;
     }
     node.connect_timeout_ms = c->opts.connect_timeout_ms;
     node.command_timeout_ms = c->opts.command_timeout_ms;
-    lk__transport_init(&c->tp, &node, c->opts.breaker, c->err);
+    if (cluster) {
+        lk_status st = lk__cluster_init(&c->tp, &node, sentinels.seeds, sentinels.n,
+                                        c->opts.breaker, c->err);
+        if (st != LK_OK) {
+            memset(node.password, 0, sizeof node.password);
+            free(c);
+            return st;
+        }
+    } else {
+        lk__transport_init(&c->tp, &node, sentinel ? &sentinels : NULL, c->opts.breaker,
+                           c->err);
+    }
     /* The password is a capability: the transport keeps the only copy. */
     memset(node.password, 0, sizeof node.password);
     lk_random_id(c->id);
@@ -182,4 +321,25 @@ char *lk_owner_id(const lk_client *c, char *buf)
 lk_status lk_ping(lk_client *c)
 {
     return lk__transport_ping(&c->tp);
+}
+
+void lk_client_topology(const lk_client *c, lk_topology *out)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = c->tp.kind;
+    memcpy(out->master, c->tp.master, sizeof out->master);
+    out->failovers = c->tp.failovers;
+}
+
+const char *lk_topology_name(lk_topology_kind kind)
+{
+    switch (kind) {
+    case LK_TOPOLOGY_SINGLE:
+        return "single";
+    case LK_TOPOLOGY_SENTINEL:
+        return "sentinel";
+    case LK_TOPOLOGY_CLUSTER:
+        return "cluster";
+    }
+    return "unknown";
 }

@@ -8,6 +8,7 @@
 
 #include <stdatomic.h>
 
+#include "cluster_internal.h"
 #include "transport_internal.h"
 #include "util_internal.h"
 

@@ -74,7 +74,7 @@ lk_status lk_sub_reconnect(lk_sub *s)
     if (s->ctx != NULL) {
         return LK_OK;
     }
-    s->ctx = lk__connect(&s->c->tp.node, s->c->err);
+    s->ctx = lk__transport_open(&s->c->tp);
     return s->ctx != NULL ? LK_OK : LK_EUNAVAILABLE;
 }
 

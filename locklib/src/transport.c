@@ -3,153 +3,117 @@
  * are described): one connection, pipelined script calls, NOSCRIPT reloads, reconnects and
  * the breaker around each batch.
  */
-#include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 
 #include "transport_internal.h"
 
-static struct timeval ms_to_tv(int ms)
-{
-    struct timeval tv = {ms / 1000, (long)(ms % 1000) * 1000};
-    return tv;
-}
-
-/* Runs one command on ctx with the SIGPIPE guard. Returns the reply or NULL. */
-static redisReply *command_argv(redisContext *ctx, int argc, const char **argv,
-                                const size_t *lens)
-{
-    lk__sigpipe guard;
-    lk__sigpipe_block(&guard);
-    redisReply *reply = redisCommandArgv(ctx, argc, argv, lens);
-    lk__sigpipe_restore(&guard);
-    return reply;
-}
-
-redisContext *lk__connect(const lk__node *node, char *err)
-{
-    struct timeval connect_tv = ms_to_tv(node->connect_timeout_ms);
-    redisContext *ctx = NULL;
-    redisReply *reply = NULL;
-
-    if (node->unix_path[0] != '\0') {
-        ctx = redisConnectUnixWithTimeout(node->unix_path, connect_tv);
-    } else {
-        ctx = redisConnectWithTimeout(node->host, node->port, connect_tv);
-    }
-    if (ctx == NULL) {
-        lk__errf(err, LK_ENOMEM, "cannot allocate a Redis context");
-        return NULL;
-    }
-    if (ctx->err) {
-        lk__errf(err, LK_EUNAVAILABLE, "cannot connect to Redis: %s", ctx->errstr);
-        goto fail;
-    }
-    redisSetTimeout(ctx, ms_to_tv(node->command_timeout_ms));
-    if (node->unix_path[0] == '\0') {
-        redisEnableKeepAlive(ctx);
-    }
-    if (node->password[0] != '\0') {
-        const char *argv[3] = {"AUTH", node->user, node->password};
-        size_t lens[3] = {4, strlen(node->user), strlen(node->password)};
-        int argc = 3;
-        if (node->user[0] == '\0') {
-            argv[1] = node->password;
-            lens[1] = lens[2];
-            argc = 2;
-        }
-        reply = command_argv(ctx, argc, argv, lens);
-        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-            /* The password itself is never copied into the message. */
-            lk__errf(err, LK_EUNAVAILABLE, "Redis AUTH failed: %s",
-                     reply != NULL ? reply->str : ctx->errstr);
-            goto fail;
-        }
-        freeReplyObject(reply);
-        reply = NULL;
-    }
-    if (node->db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", node->db);
-        const char *argv[2] = {"SELECT", db};
-        size_t lens[2] = {6, strlen(db)};
-        reply = command_argv(ctx, 2, argv, lens);
-        if (reply == NULL || reply->type == REDIS_REPLY_ERROR) {
-            lk__errf(err, LK_EUNAVAILABLE, "Redis SELECT failed: %s",
-                     reply != NULL ? reply->str : ctx->errstr);
-            goto fail;
-        }
-        freeReplyObject(reply);
-    }
-    return ctx;
-fail:
-    freeReplyObject(reply);
-    redisFree(ctx);
-    return NULL;
-}
-
-/* 1 when the idle connection is still usable: no EOF, no error, no unread bytes. A Redis
- * that restarted since the last call shows up here as EOF, before anything is sent. */
-int lk__idle_alive(redisContext *ctx)
-{
-    struct pollfd pfd = {ctx->fd, POLLIN, 0};
-    char byte;
-    int n = poll(&pfd, 1, 0);
-
-    if (n == 0) {
-        return 1;
-    }
-    if (n < 0) {
-        return errno == EINTR;
-    }
-    if (pfd.revents & (POLLERR | POLLHUP | POLLNVAL)) {
-        return 0;
-    }
-    /* Readable while idle: either EOF (0) or bytes we never asked for; both mean the
-     * stream cannot be trusted. */
-    (void)recv(ctx->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-    return 0;
-}
-
-void lk__transport_init(lk__transport *t, const lk__node *node, lk_breaker *breaker,
-                        char *err)
+void lk__transport_init(lk__transport *t, const lk__node *node, const lk__sentinels *sentinels,
+                        lk_breaker *breaker, char *err)
 {
     memset(t, 0, sizeof *t);
+    t->kind = sentinels != NULL ? LK_TOPOLOGY_SENTINEL : LK_TOPOLOGY_SINGLE;
     t->node = *node;
+    if (sentinels != NULL) {
+        t->sentinels = *sentinels;
+    }
     t->breaker = breaker;
     t->err = err;
 }
 
+/* Notes where a connect went: a Sentinel connect that finds another master than the last
+ * one counts a failover. */
+static void note_master(lk__transport *t)
+{
+    char now[sizeof t->master];
+
+    if (t->node.unix_path[0] != '\0') {
+        snprintf(now, sizeof now, "%s", t->node.unix_path);
+    } else {
+        snprintf(now, sizeof now, "%s:%d", t->node.host, t->node.port);
+    }
+    if (t->master[0] != '\0' && strcmp(now, t->master) != 0) {
+        t->failovers++;
+    }
+    memcpy(t->master, now, sizeof now);
+}
+
+redisContext *lk__transport_open(lk__transport *t)
+{
+    redisContext *ctx = NULL;
+
+    if (t->ops != NULL) {
+        return t->ops->open(t);
+    }
+    if (t->kind == LK_TOPOLOGY_SENTINEL) {
+        ctx = lk__sentinel_connect(&t->sentinels, &t->node, t->err);
+    } else {
+        ctx = lk__connect(&t->node, t->err);
+    }
+    if (ctx != NULL) {
+        note_master(t);
+    }
+    return ctx;
+}
+
 void lk__transport_drop(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        t->ops->drop(t);
+        return;
+    }
     if (t->ctx != NULL) {
         redisFree(t->ctx);
         t->ctx = NULL;
     }
     memset(t->sha, 0, sizeof t->sha);
+    t->stale = 0;
 }
 
 void lk__transport_free(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        t->ops->free(t);
+        return;
+    }
     lk__transport_drop(t);
+    if (t->hint != NULL) {
+        redisFree(t->hint);
+        t->hint = NULL;
+    }
     /* The password is a capability: do not leave it in freed memory. */
     memset(t->node.password, 0, sizeof t->node.password);
 }
 
 lk_status lk__transport_connect(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        return t->ops->connect(t);
+    }
     /* hiredis refuses every command on a context whose err is set (a timed-out reply, say),
      * so such a context is as dead as a closed socket. */
     if (t->ctx != NULL && (t->ctx->err != 0 || !lk__idle_alive(t->ctx))) {
         lk__transport_drop(t);
     }
+    if (t->hint != NULL) {
+        int switched = lk__sentinel_hint_switched(&t->sentinels, t->hint);
+        if (switched < 0) {
+            redisFree(t->hint);
+            t->hint = NULL;
+        } else if (switched) {
+            lk__transport_drop(t); /* the next lines ask the sentinels again */
+        }
+    }
     if (t->ctx == NULL) {
-        t->ctx = lk__connect(&t->node, t->err);
+        t->ctx = lk__transport_open(t);
         if (t->ctx == NULL) {
             return LK_EUNAVAILABLE;
+        }
+        if (t->kind == LK_TOPOLOGY_SENTINEL && t->hint == NULL) {
+            char ignored[LK__ERR_LEN];
+            /* No hint is no harm: failovers are still followed through the errors. */
+            t->hint = lk__sentinel_hint_open(&t->sentinels, &t->node, ignored);
         }
     }
     return LK_OK;
@@ -183,7 +147,7 @@ static lk_status load_script(lk__transport *t, enum lk__script s)
 {
     const char *argv[3] = {"SCRIPT", "LOAD", lk__scripts[s].text};
     size_t lens[3] = {6, 4, lk__scripts[s].len};
-    redisReply *reply = command_argv(t->ctx, 3, argv, lens);
+    redisReply *reply = lk__command_argv(t->ctx, 3, argv, lens);
 
     if (reply == NULL) {
         return io_failure(t);
@@ -219,14 +183,14 @@ static int redis_slow(lk__transport *t, lk_status st, int64_t elapsed_ms)
     int quick_ms = timeout_ms / 10 > 50 ? timeout_ms / 10 : 50;
     const char *argv[1] = {"PING"};
     size_t lens[1] = {4};
-    redisSetTimeout(t->ctx, ms_to_tv(quick_ms));
-    redisReply *reply = command_argv(t->ctx, 1, argv, lens);
+    redisSetTimeout(t->ctx, lk__ms_to_tv(quick_ms));
+    redisReply *reply = lk__command_argv(t->ctx, 1, argv, lens);
     int slow = reply == NULL;
     freeReplyObject(reply);
     if (slow) {
         lk__transport_drop(t);
     } else {
-        redisSetTimeout(t->ctx, ms_to_tv(timeout_ms));
+        redisSetTimeout(t->ctx, lk__ms_to_tv(timeout_ms));
     }
     return slow;
 }
@@ -251,13 +215,7 @@ static int redis_slow(lk__transport *t, lk_status st, int64_t elapsed_ms)
 enum { ITEM_DONE = 0, ITEM_SENT, ITEM_RESEND };
 
 /* One batch on its way: the calls, where each stands, and whom to tell. */
-typedef struct batch {
-    size_t n;
-    const lk__cmd *const *cmds;
-    unsigned char *state;
-    lk__reply_fn done;
-    void *ctx;
-} batch;
+typedef lk__inflight batch;
 
 /* Answers call i, which has not been answered yet. */
 static void answer(batch *b, size_t i, lk_status st, redisReply *reply)
@@ -273,6 +231,15 @@ static int append_cmd(lk__transport *t, const lk__cmd *cmd)
     size_t lens[LK__ARGV_MAX + 3];
     char nkeys_str[8];
 
+    if (t->asking) {
+        /* A Cluster ASK redirection: this node takes the call for a slot it is importing
+         * only right after ASKING on the same connection. Its +OK is read by read_reply. */
+        const char *asking[1] = {"ASKING"};
+        size_t asking_len[1] = {6};
+        if (redisAppendCommandArgv(t->ctx, 1, asking, asking_len) != REDIS_OK) {
+            return REDIS_ERR;
+        }
+    }
     snprintf(nkeys_str, sizeof nkeys_str, "%d", cmd->nkeys);
     argv[0] = "EVALSHA";
     argv[1] = t->sha[cmd->script];
@@ -307,6 +274,10 @@ static lk_status read_reply(lk__transport *t, batch *b, size_t i)
 {
     redisReply *reply = NULL;
 
+    if (t->asking && t->ctx != NULL && redisGetReply(t->ctx, (void **)&reply) == REDIS_OK) {
+        freeReplyObject(reply); /* ASKING's +OK; an error shows in the call's own reply */
+        reply = NULL;
+    }
     if (t->ctx == NULL || redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
         lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
                  t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
@@ -324,6 +295,10 @@ static lk_status read_reply(lk__transport *t, batch *b, size_t i)
         return LK_OK;
     }
     lk_status st;
+    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "READONLY", 8) == 0) {
+        /* A demoted master (after a failover): the next batch must find the new one. */
+        t->stale = 1;
+    }
     if (reply->type == REDIS_REPLY_ERROR) {
         st = lk__errf(t->err, transient_error(reply->str) ? LK_EUNAVAILABLE : LK_EREDIS,
                       "Redis error: %s", reply->str);
@@ -360,7 +335,9 @@ static lk_status read_replies(lk__transport *t, batch *b)
 }
 
 /* One round: appends the calls marked ITEM_RESEND, then reads their replies. */
-static lk_status run_round(lk__transport *t, batch *b)
+/* Appends the calls marked ITEM_RESEND (nothing is written yet). Returns OK with *sent the
+ * number appended, or ENOMEM (every call of the round answered, the connection dropped). */
+static lk_status append_round(lk__transport *t, batch *b, size_t *out_sent)
 {
     size_t sent = 0;
 
@@ -392,65 +369,140 @@ static lk_status run_round(lk__transport *t, batch *b)
         b->state[i] = ITEM_SENT;
         sent++;
     }
-    if (sent == 0) {
-        return LK_OK;
+    *out_sent = sent;
+    return LK_OK;
+}
+
+/* One round: appends the calls marked ITEM_RESEND, then reads their replies. */
+static lk_status run_round(lk__transport *t, batch *b)
+{
+    size_t sent = 0;
+    lk_status st = append_round(t, b, &sent);
+    if (st != LK_OK || sent == 0) {
+        return st;
     }
     return read_replies(t, b);
 }
 
-void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
-                       lk__reply_fn done, void *ctx)
+/* Writes what append_round() queued. A failed write leaves the context in error: the
+ * replies are then missing and read_replies() answers EUNAVAILABLE (a call may have been
+ * written, so it may have run). */
+static void flush_round(lk__transport *t)
 {
-    batch b = {n, cmds, calloc(n > 0 ? n : 1, 1), done, ctx};
-    int probe = 0;
+    int done = 0;
+    while (t->ctx != NULL && !done && redisBufferWrite(t->ctx, &done) == REDIS_OK) {
+    }
+}
+
+void lk__transport_start(lk__transport *t, lk__inflight *b, size_t n,
+                         const lk__cmd *const *cmds, lk__reply_fn done, void *ctx)
+{
     lk_status st;
 
-    if (b.state == NULL) {
+    memset(b, 0, sizeof *b);
+    b->n = n;
+    b->cmds = cmds;
+    b->done = done;
+    b->ctx = ctx;
+    b->state = calloc(n > 0 ? n : 1, 1);
+    if (b->state == NULL) {
         st = lk__errf(t->err, LK_ENOMEM, "out of memory");
         for (size_t i = 0; i < n; i++) {
             done(ctx, i, st, NULL);
         }
         return;
     }
-    if (lk__breaker_enter(t->breaker, &probe, t->err) != 0) {
+    if (lk__breaker_enter(t->breaker, &b->probe, t->err) != 0) {
         for (size_t i = 0; i < n; i++) {
             done(ctx, i, LK_EUNAVAILABLE, NULL);
         }
-        free(b.state);
+        free(b->state);
+        b->state = NULL;
         return;
     }
-    memset(b.state, ITEM_RESEND, n); /* round one sends everything */
-    int64_t start = lk__now_ms();
+    memset(b->state, ITEM_RESEND, n); /* round one sends everything */
+    b->start = lk__now_ms();
     lk__sigpipe guard;
     lk__sigpipe_block(&guard);
     st = lk__transport_connect(t);
-    lk_status worst = st;
-    for (int round = 0; round < 2 && st == LK_OK; round++) {
-        /* A failed load leaves st: the calls not yet answered get it below. */
-        st = load_missing(t, &b);
+    if (st == LK_OK) {
+        /* A failed load leaves st: the calls not yet answered get it in finish(). */
+        st = load_missing(t, b);
+    }
+    size_t sent = 0;
+    if (st == LK_OK) {
+        st = append_round(t, b, &sent);
+    }
+    if (st == LK_OK && sent > 0) {
+        flush_round(t);
+    }
+    lk__sigpipe_restore(&guard);
+    b->st = st;
+    b->worst = st;
+}
+
+void lk__transport_finish(lk__transport *t, lk__inflight *b)
+{
+    lk_status st = b->st;
+    lk_status worst = b->worst;
+
+    if (b->state == NULL) {
+        return; /* answered by start() */
+    }
+    lk__sigpipe guard;
+    lk__sigpipe_block(&guard);
+    if (st == LK_OK) {
+        /* Round one's replies; a call answered NOSCRIPT is sent again in round two. */
+        lk_status r = read_replies(t, b);
+        worst = r != LK_OK ? r : worst;
+        st = t->ctx != NULL ? LK_OK : r;
+    }
+    if (st == LK_OK) {
+        st = load_missing(t, b);
         if (st == LK_OK) {
-            lk_status r = run_round(t, &b);
+            lk_status r = run_round(t, b);
             worst = r != LK_OK ? r : worst;
             st = t->ctx != NULL ? LK_OK : r;
         }
         worst = st != LK_OK ? st : worst;
     }
     lk__sigpipe_restore(&guard);
-    for (size_t i = 0; i < n; i++) {
-        if (b.state[i] != ITEM_DONE) {
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->state[i] != ITEM_DONE) {
             /* Not sent (no connection, a script that would not load), or answered NOSCRIPT
              * twice: it did not run. */
-            answer(&b, i, st != LK_OK ? st : lk__errf(t->err, LK_EREDIS, "script cache keeps "
-                                                      "losing the script (NOSCRIPT twice)"),
+            answer(b, i, st != LK_OK ? st : lk__errf(t->err, LK_EREDIS, "script cache keeps "
+                                                     "losing the script (NOSCRIPT twice)"),
                    NULL);
         }
     }
-    lk__breaker_leave(t->breaker, probe, worst, redis_slow(t, worst, lk__now_ms() - start));
-    free(b.state);
+    lk__breaker_leave(t->breaker, b->probe, worst,
+                      redis_slow(t, worst, lk__now_ms() - b->start));
+    if (t->stale) {
+        lk__transport_drop(t);
+    }
+    free(b->state);
+    b->state = NULL;
+}
+
+void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
+                       lk__reply_fn done, void *ctx)
+{
+    lk__inflight b;
+
+    if (t->ops != NULL) {
+        t->ops->run(t, n, cmds, done, ctx);
+        return;
+    }
+    lk__transport_start(t, &b, n, cmds, done, ctx);
+    lk__transport_finish(t, &b);
 }
 
 lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, long long *acked)
 {
+    if (t->ops != NULL) {
+        return t->ops->wait(t, replicas, timeout_ms, acked);
+    }
     char n[16];
     char timeout[16];
     snprintf(n, sizeof n, "%d", replicas);
@@ -462,7 +514,7 @@ lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, lon
     if (t->ctx == NULL) {
         return lk__errf(t->err, LK_EUNAVAILABLE, "connection lost before WAIT");
     }
-    redisReply *reply = command_argv(t->ctx, 3, argv, lens);
+    redisReply *reply = lk__command_argv(t->ctx, 3, argv, lens);
     if (reply == NULL) {
         /* A timeout or I/O error leaves the context in an error state in which hiredis
          * refuses every command, the rollback's included: roll back on a new connection. */
@@ -485,7 +537,7 @@ static lk_status ping(lk__transport *t)
     if (st != LK_OK) {
         return st;
     }
-    reply = command_argv(t->ctx, 1, argv, lens);
+    reply = lk__command_argv(t->ctx, 1, argv, lens);
     if (reply == NULL) {
         return io_failure(t);
     }
@@ -501,6 +553,9 @@ static lk_status ping(lk__transport *t)
 
 lk_status lk__transport_ping(lk__transport *t)
 {
+    if (t->ops != NULL) {
+        return t->ops->ping(t);
+    }
     int probe = 0;
 
     if (lk__breaker_enter(t->breaker, &probe, t->err) != 0) {

@@ -19,7 +19,14 @@
  *   - Redlock: send every call of the batch to N single-node transports at once; a combiner
  *     per call kind turns the N replies of one call into the one reply handed back (a
  *     majority of acquisitions, the largest token), so decode still sees one reply.
- * None of those exists yet: today there is one node and one connection (struct below).
+ * Sentinel is the `kind` LK_TOPOLOGY_SENTINEL of the struct below: the same single-node
+ * code, whose connect step is lk__sentinel_connect() (sentinel_internal.h: ask, connect,
+ * ROLE) instead of lk__connect(), and whose node's host and port are the master found by the
+ * last connect. A -READONLY reply drops the connection once the batch is read, so the next
+ * batch asks the sentinels again.
+ * Cluster (cluster.c) is a transport with `ops`: every lk__transport_* function below hands
+ * the call to t->ops when it is set, so this file never names cluster.c and cluster.c, which
+ * drives one single-node transport per master, sits above it. Redlock does not exist yet.
  *
  * Failure handling of the single node, in order of how often it happens:
  *  - Redis restarted or the connection dropped between calls: before sending, a dead socket
@@ -40,34 +47,64 @@
 #define LOCKLIB_TRANSPORT_INTERNAL_H
 
 #include "breaker_internal.h"
+#include "conn_internal.h"
 #include "script_internal.h"
+#include "sentinel_internal.h"
 #include "util_internal.h"
 
-/* One Redis server and how to log in to it. */
-typedef struct lk__node {
-    char host[256];
-    int port;
-    char unix_path[108];
-    char user[128];
-    char password[256];
-    int db;
-    int connect_timeout_ms;
-    int command_timeout_ms;
-} lk__node;
+typedef struct lk__transport lk__transport;
 
-/* The single-node transport: one connection, the SHA of each script loaded on it. */
-typedef struct lk__transport {
-    lk__node node;
+/* One call's outcome, exactly once per call: LK_OK with the script's array reply (the
+ * callee frees it with freeReplyObject()), or an error status with reply NULL and the
+ * reason in the transport's err. */
+typedef void (*lk__reply_fn)(void *ctx, size_t i, lk_status st, redisReply *reply);
+
+/* A transport implemented elsewhere (Cluster): the functions below, each with their
+ * contract. */
+typedef struct lk__transport_ops {
+    lk_status (*connect)(lk__transport *t);
+    void (*run)(lk__transport *t, size_t n, const lk__cmd *const *cmds, lk__reply_fn done,
+                void *ctx);
+    lk_status (*wait)(lk__transport *t, int replicas, int timeout_ms, long long *acked);
+    lk_status (*ping)(lk__transport *t);
+    redisContext *(*open)(lk__transport *t);
+    void (*drop)(lk__transport *t);
+    void (*free)(lk__transport *t);
+} lk__transport_ops;
+
+/* The single-node transport: one connection, the SHA of each script loaded on it. With
+ * kind LK_TOPOLOGY_SENTINEL, the node is the master found through `sentinels`; with `ops`
+ * set, another implementation whose state is `impl`. */
+struct lk__transport {
+    const lk__transport_ops *ops;      /* NULL: this file's single node */
+    void *impl;                        /* the ops' state */
+    lk_topology_kind kind;
+    lk__node node;                     /* SENTINEL: login and timeouts; host and port are
+                                        * the master of the last connect */
+    lk__sentinels sentinels;           /* SENTINEL only */
+    redisContext *hint;                /* SENTINEL: subscribed to +switch-master, or NULL */
+    char master[300];                  /* "host:port" of the last connect, "" before */
+    long long failovers;               /* times a connect found another master than the
+                                        * one before */
+    int stale;                         /* a reply said READONLY: drop after this batch */
+    int asking;                        /* send ASKING before each call (a Cluster ASK
+                                        * redirection) */
     lk_breaker *breaker;               /* NULL for none */
     redisContext *ctx;                 /* NULL while disconnected */
     char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */
     char *err;                         /* the reason of the last error, LK__ERR_LEN bytes;
                                         * the owner's buffer */
-} lk__transport;
+};
 
-/* Sets up t for node (copied) without connecting; err is where reasons go. */
-void lk__transport_init(lk__transport *t, const lk__node *node, lk_breaker *breaker,
-                        char *err);
+/* Sets up t for node (copied) without connecting; err is where reasons go. sentinels is
+ * NULL for a single node, else copied, and the node's master is found through them. */
+void lk__transport_init(lk__transport *t, const lk__node *node, const lk__sentinels *sentinels,
+                        lk_breaker *breaker, char *err);
+
+/* Opens a new connection, not t's own, to the node t would connect to now (for Sentinel,
+ * asking the sentinels again), for a subscriber. Returns NULL with the reason in t->err.
+ * The caller frees it with redisFree(). */
+redisContext *lk__transport_open(lk__transport *t);
 
 /* Connects now if not connected. Returns OK or EUNAVAILABLE/ENOMEM with the reason. */
 lk_status lk__transport_connect(lk__transport *t);
@@ -78,10 +115,26 @@ void lk__transport_drop(lk__transport *t);
 /* Drops the connection and wipes the password: t is unusable until initialised again. */
 void lk__transport_free(lk__transport *t);
 
-/* One call's outcome, exactly once per call: LK_OK with the script's array reply (the
- * callee frees it with freeReplyObject()), or an error status with reply NULL and the
- * reason in the transport's err. */
-typedef void (*lk__reply_fn)(void *ctx, size_t i, lk_status st, redisReply *reply);
+/* A batch of one single-node transport between its two halves (below). */
+typedef struct lk__inflight {
+    size_t n;
+    const lk__cmd *const *cmds;
+    unsigned char *state;              /* per call; NULL once every call is answered */
+    lk__reply_fn done;
+    void *ctx;
+    int probe;                         /* the breaker's */
+    int64_t start;
+    lk_status st, worst;
+} lk__inflight;
+
+/* lk__transport_run() of a single node in two halves, so that a cluster writes every node's
+ * group before it reads any reply (the nodes then work at the same time): start() checks
+ * the breaker, connects, loads missing scripts, and writes every call; finish() reads the
+ * replies, resends after NOSCRIPT, answers what is left and frees. Every start() must be
+ * followed by finish() on the same b, on the same thread; done() may be called by either. */
+void lk__transport_start(lk__transport *t, lk__inflight *b, size_t n,
+                         const lk__cmd *const *cmds, lk__reply_fn done, void *ctx);
+void lk__transport_finish(lk__transport *t, lk__inflight *b);
 
 /* Runs the n built calls of cmds (none NULL) as one batch, with the breaker, the SIGPIPE
  * guard, reconnection and NOSCRIPT handling, and calls done() once for each, in an order
@@ -97,12 +150,5 @@ lk_status lk__transport_wait(lk__transport *t, int replicas, int timeout_ms, lon
 
 /* PING through the breaker. Returns OK or EUNAVAILABLE with the reason. */
 lk_status lk__transport_ping(lk__transport *t);
-
-/* Opens a new connection to node with its timeouts, AUTH and SELECT (for a subscriber).
- * Returns NULL with the reason in err on failure. */
-redisContext *lk__connect(const lk__node *node, char *err);
-
-/* 1 when an idle connection has no EOF, error or unread bytes. */
-int lk__idle_alive(redisContext *ctx);
 
 #endif

@@ -9,9 +9,12 @@
  *   util        this file
  *   breaker     the stall breaker          script    a built script call (lk__cmd) and the
  *                                                    generated table of scripts
+ *   conn        one connection to one server: connect, AUTH, SELECT, one command
+ *   sentinel    finding the master through the sentinels, then ROLE (above conn)
  *   calls       each call kind's {build, decode}, knowing no connection
  *   transport   sending built calls to Redis and handing back one reply each (the seam for
  *               Cluster, Sentinel and Redlock, described in transport_internal.h)
+ *   cluster     Redis Cluster: slot map, one transport per master (its ops)
  *   run         calls over a transport: build, send, decode
  *   watchdog    renews watched locks through run, on its own transport
  *   client      the handle: URL, options, open and close, errors, ping

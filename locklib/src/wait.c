@@ -43,7 +43,7 @@ static int sub_subscribe(lk_client *c, const char *channel)
         sub_drop(c);
     }
     if (c->sub == NULL) {
-        c->sub = lk__connect(&c->tp.node, c->err);
+        c->sub = lk__transport_open(&c->tp);
         if (c->sub == NULL) {
             return -1;
         }

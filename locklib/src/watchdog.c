@@ -169,7 +169,10 @@ static lk_status start(lk_client *c)
     if (wd == NULL) {
         return LK_ENOMEM;
     }
-    lk__transport_init(&wd->tp, &c->tp.node, NULL, wd->err);
+    if (lk__transport_init_like(&wd->tp, &c->tp, NULL, wd->err) != LK_OK) {
+        free(wd);
+        return LK_ENOMEM;
+    }
     /* Connected now, as the handle's own connection is; a failure is retried by the
      * renewals. */
     (void)lk__transport_connect(&wd->tp);

@@ -168,7 +168,7 @@ gw_healthy() { curl -fsS --max-time 2 -o /dev/null "$(gw_url)/healthz" 2>/dev/nu
 wl_url() { if declare -F scenario_urls >/dev/null; then scenario_urls; else gw_url; fi; }
 gw_start() {
     "$gateway" --listen "127.0.0.1:$gport" --data "$tmp/gw" --threads 4 "${gw_extra[@]}" \
-        --redis "redis://${password:+:$password@}127.0.0.1:${gw_redis_port:-$rport}" \
+        --redis "${gw_redis_url:-redis://${password:+:$password@}127.0.0.1:${gw_redis_port:-$rport}}" \
         2>>"$tmp/gateway.log" >&2 &
     gw_pid=$!
     wait_until "the gateway answering /healthz" 20 gw_healthy

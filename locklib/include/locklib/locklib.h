@@ -130,7 +130,12 @@ typedef struct lk_options {
 /* Fills *opts with the defaults above. */
 LK_EXTERN void lk_options_init(lk_options *opts);
 
-/* Opens a handle for `url`: redis://[[user]:password@]host[:port][/db] or unix:///path.
+/* Opens a handle for `url`: redis://[[user]:password@]host[:port][/db], unix:///path, or
+ * redis-sentinel://[[user]:password@]host[:port][,host[:port]...]/MASTERNAME[/db] (the
+ * sentinels, default port 26379, asked in this order for the master; the password logs in
+ * to the sentinels and the data nodes alike), or
+ * redis-cluster://[[user]:password@]host[:port][,host[:port]...] (seed nodes of a Redis
+ * Cluster, 7.0 or later: each call goes to the master owning its resource's slot).
  * opts may be NULL for the defaults. It connects at once, but a failed connection is not
  * fatal: it returns LK_EUNAVAILABLE with a valid *out, and every later call tries again.
  * On LK_EINVAL (bad URL or options) and LK_ENOMEM, *out is NULL.
@@ -303,6 +308,30 @@ LK_EXTERN int lk_watch_lost(lk_client *c, const char *resource, const char *owne
 
 /* PING. Returns OK or EUNAVAILABLE. */
 LK_EXTERN lk_status lk_ping(lk_client *c);
+
+/* The kind of Redis deployment a URL names. */
+typedef enum lk_topology_kind {
+    LK_TOPOLOGY_SINGLE = 0,   /* redis:// or unix:// */
+    LK_TOPOLOGY_SENTINEL,     /* redis-sentinel:// */
+    LK_TOPOLOGY_CLUSTER       /* redis-cluster:// */
+} lk_topology_kind;
+
+/* Where a handle's calls go. No password appears in it. */
+typedef struct lk_topology {
+    lk_topology_kind kind;
+    char master[300];        /* "host:port" (or the socket path) of the node the last
+                              * connection went to; for a cluster the masters of the slot
+                              * map, comma-separated; "" before the first */
+    long long failovers;     /* times a new connection found another master than the one
+                              * before (Sentinel), or the slot map another set of masters
+                              * (Cluster) */
+} lk_topology;
+
+/* Fills *out for handle c (on the handle's own thread). */
+LK_EXTERN void lk_client_topology(const lk_client *c, lk_topology *out);
+
+/* "single", "sentinel" or "cluster". */
+LK_EXTERN const char *lk_topology_name(lk_topology_kind kind);
 
 /* Writes the release channel of `resource` ("fg:{resource}:released") into buf of len
  * bytes. Returns OK, or EINVAL for a bad name or a short buffer. */

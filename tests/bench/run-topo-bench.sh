@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Issue 15's topology rows in one command: fencegate on a single Redis, on Sentinel and on a
+# 3-master Cluster, one run side by side (tests/bench/topo_bench.c):
+#   bash tests/bench/run-topo-bench.sh [--seconds N] [--conns N]
+# It builds an optimised tree (FENCEGATE_BUILD_DIR, default build-bench) and starts and
+# stops every process itself. About a minute with the default 5 s per row. Progress goes to
+# stderr, the table (Markdown, as in the README) to stdout.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+build="${FENCEGATE_BUILD_DIR:-build-bench}"
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$build" --target topo_bench fencegate -j2 >&2
+exec "$build/tests/bench/topo_bench" "$@"

@@ -1,0 +1,160 @@
+/*
+ * topo_bench: fencegate on a single Redis, on Sentinel (1 master, 1 replica, 3 sentinels)
+ * and on a Redis Cluster of 3 masters and 3 replicas, one run side by side (issue 15).
+ *
+ *   topo_bench [--seconds N] [--conns N]      (tests/bench/run-topo-bench.sh builds it)
+ *
+ * For each topology, started by the test harness on free loopback ports (every data node
+ * with AOF, appendfsync always, as in the tests): the gateway with --redis on its URL, then
+ * the load generator of compare_bench (loadgen.c, cw_gateway_pairs: each connection locks
+ * and unlocks its own resource over keep-alive HTTP) for a warm-up and a measured window.
+ * Printed per topology: lock+unlock pairs per second, /lock p50 and p99, and the Redis CPU
+ * seconds per 1,000 pairs, the sum over every data node (masters and replicas: replication
+ * costs CPU too) of used_cpu_user + used_cpu_sys from INFO cpu, read at both ends of the
+ * window. Sentinels are not counted: they do no per-pair work. This 2-core machine cannot
+ * show a cluster's added capacity (every node shares the same cores); CPU per pair is the
+ * figure that scales.
+ */
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "compare_procs.h"
+#include "compare_work.h"
+#include "harness.h"
+#include "loadgen.h"
+
+typedef struct topo {
+    const char *name;
+    const char *tag; /* part of the resource names: letters only */
+    th_redis *nodes[TH_MAX_NODES]; /* data nodes, for INFO cpu */
+    int nnodes;
+    const char *url;
+    double cpu_start;
+    double cpu_s;
+} topo;
+
+/* used_cpu_user + used_cpu_sys of one node, or -1. */
+static double node_cpu(const th_redis *r)
+{
+    static char info[16384];
+    double user = 0, sys = 0;
+    if (th_redis_cmd(r, info, sizeof info, "INFO cpu") != 0) {
+        return -1;
+    }
+    const char *u = strstr(info, "used_cpu_user:");
+    const char *s = strstr(info, "used_cpu_sys:");
+    if (u == NULL || s == NULL) {
+        return -1;
+    }
+    user = strtod(u + strlen("used_cpu_user:"), NULL);
+    sys = strtod(s + strlen("used_cpu_sys:"), NULL);
+    return user + sys;
+}
+
+static double topo_cpu(const topo *t)
+{
+    double sum = 0;
+    for (int i = 0; i < t->nnodes; i++) {
+        if (t->nodes[i]->pid > 0) {
+            double c = node_cpu(t->nodes[i]);
+            sum += c > 0 ? c : 0;
+        }
+    }
+    return sum;
+}
+
+static void window(void *arg, int begin)
+{
+    topo *t = arg;
+    if (begin) {
+        t->cpu_start = topo_cpu(t);
+    } else {
+        t->cpu_s = topo_cpu(t) - t->cpu_start;
+    }
+}
+
+/* Runs the gateway on t->url and the pairs workload. Returns 0 with *res filled. */
+static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *res)
+{
+    cp_proc gw = {0};
+    char listen[64], data[256], err[512];
+    cw_ctx ctx = {0};
+    lg_workload w;
+
+    th_tempdir(data, sizeof data, "topo-bench-gw");
+    gw.port = th_free_port();
+    snprintf(listen, sizeof listen, "127.0.0.1:%d", gw.port);
+    char *argv[] = {FENCEGATE_BIN, "--listen", listen, "--redis", (char *)t->url, "--data", data,
+                    "--max-connections", "2048", NULL};
+    if (cp_spawn(&gw, "fencegate", argv, "/dev/null") != 0 ||
+        cp_wait_http(&gw, "/readyz", 20000) != 0) {
+        return -1;
+    }
+    snprintf(ctx.tag, sizeof ctx.tag, "%s-%d", t->tag, (int)getpid());
+    cw_gateway_pairs(&w, &ctx);
+    int rc = lg_run(&w, gw.port, conns, warm_ms, measure_ms, window, t, res, err, sizeof err);
+    if (rc != 0) {
+        fprintf(stderr, "topo_bench: %s: %s\n", t->name, err);
+    }
+    cp_stop(&gw, SIGTERM, 10000);
+    th_rmtree(data);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    int seconds = 5, conns = 32;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (strcmp(argv[i], "--seconds") == 0) {
+            seconds = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--conns") == 0) {
+            conns = atoi(argv[i + 1]);
+        }
+    }
+    static th_redis single;
+    static th_sentinel sentinel;
+    static th_cluster cluster;
+    topo topos[3];
+    lg_result res[3];
+    int ok[3] = {0};
+
+    memset(topos, 0, sizeof topos);
+    th_redis_start(&single, 1, NULL);
+    topos[0] = (topo){.name = "single", .tag = "single", .nodes = {&single}, .nnodes = 1, .url = single.url};
+    th_sentinel_start(&sentinel, "benchmaster", 1, 3, NULL);
+    topos[1] = (topo){.name = "sentinel", .tag = "sentinel", .nnodes = sentinel.nredis, .url = sentinel.url};
+    for (int i = 0; i < sentinel.nredis; i++) {
+        topos[1].nodes[i] = &sentinel.redis[i];
+    }
+    th_cluster_start(&cluster, 3, 1, NULL);
+    topos[2] = (topo){.name = "cluster 3+3", .tag = "cluster", .nnodes = cluster.nnodes, .url = cluster.url};
+    for (int i = 0; i < cluster.nnodes; i++) {
+        topos[2].nodes[i] = &cluster.nodes[i];
+    }
+    for (int k = 0; k < 3; k++) {
+        fprintf(stderr, "topo_bench: %s, %d conns, %d s\n", topos[k].name, conns, seconds);
+        ok[k] = measure(&topos[k], conns, 1000, seconds * 1000, &res[k]) == 0;
+    }
+    printf("| Redis topology | pairs/s | vs single | /lock p50 ms | /lock p99 ms | "
+           "Redis CPU s per 1,000 pairs | errors |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int k = 0; k < 3; k++) {
+        if (!ok[k]) {
+            printf("| %s | failed | | | | | |\n", topos[k].name);
+            continue;
+        }
+        double per_k = res[k].units > 0 ? topos[k].cpu_s * 1000.0 / (double)res[k].units : 0;
+        printf("| %s | %.0f | %.2fx | %.2f | %.2f | %.3f | %llu |\n", topos[k].name,
+               res[k].rate, ok[0] && res[0].rate > 0 ? res[k].rate / res[0].rate : 0,
+               res[k].op_p50_ms, res[k].op_p99_ms, per_k,
+               (unsigned long long)res[k].failures);
+    }
+    th_cluster_stop(&cluster);
+    th_sentinel_stop(&sentinel);
+    th_redis_stop(&single);
+    cp_stop_all();
+    return ok[0] && ok[1] && ok[2] ? 0 : 1;
+}

@@ -1,0 +1,76 @@
+# shellcheck shell=bash disable=SC2154,SC2034
+# (SC2154: $tmp, $gport, $hist... are run_scenario.sh's; SC2034: it reads faults, steps...)
+# sentinel_failover: the gateway on Redis Sentinel (1 master, 1 replica, 3 sentinels, from
+# tests/common/sentinel.sh) loses its master to SIGKILL under load, the sentinels promote the
+# replica, and the gateway finds the new master by itself (issue 15). Each fault:
+#   1. after some operations, the master is SIGKILLed;
+#   2. a probe /lock is sent every 50 ms until one is granted: the time from the kill to that
+#      grant is the recovery time, printed for the README;
+#   3. the sentinels agree on the promoted replica ("heal" mark: the checker wants a success
+#      within 5 s of it);
+#   4. the killed node is restarted as a replica of the new master, and the set is whole
+#      again before the next fault.
+# The run_scenario.sh redis-server is started as usual but the gateway is never given it.
+# A failover can lose a grant or a write the old master acknowledged and had not yet
+# replicated (Sentinel's "last failover wins"): a data-loss scenario, so overlapping leases
+# are only reported; tokens still never repeat and a stale write is still refused (the
+# checker's other invariants), which is what the floor and the store are for.
+# ctest: short
+# data-loss
+
+# shellcheck source=../../common/sentinel.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../../common/sentinel.sh"
+
+[ "$length" = short ] && faults=2
+
+sentinel_exit() {
+    local rc=$?
+    fg_sentinel_stop || true
+    cleanup
+    exit "$rc"
+}
+
+scenario_prestart() {
+    trap sentinel_exit EXIT
+    fg_sentinel_start "$tmp/sentinel" fgmaster 1 3 || fail "the sentinel set did not start"
+    gw_redis_url=$FG_SENTINEL_URL
+    say "sentinel set: master $(fg_sentinel_master_port), url $FG_SENTINEL_URL"
+}
+
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# probe_lock I: one /lock with a short lease on a resource of the probe; 0 when granted.
+probe_lock() {
+    local code
+    code=$(curl -sS --max-time 3 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d "{\"resource\":\"sentinel-probe-$1\",\"owner\":\"probe\",\"ttl_ms\":1000}" \
+        "http://127.0.0.1:$gport/lock" 2>/dev/null) || true
+    [ "$code" = 200 ]
+}
+
+scenario_fault() {
+    local old start took
+    progress "$steps"
+    fg_sentinel_kill_master || fail "no master to kill"
+    old=$FG_SENTINEL_KILLED_PORT
+    start=$(now_ms)
+    mark "kill_master"
+    wait_until "a /lock granted after the master was killed" 30 probe_lock "$1"
+    took=$(($(now_ms) - start))
+    fg_sentinel_wait_failover "$old" 30 || fail "no failover away from $old"
+    mark heal
+    say "fault $1: master $old killed, new master $FG_SENTINEL_MASTER_PORT, locks served again \
+after $took ms"
+    echo "$took" >>"$tmp/recovery-ms"
+    fg_sentinel_restart_replica "$old" 30 || fail "the old master did not rejoin as a replica"
+    fg_sentinel_wait_ready 30 || fail "the sentinel set did not become whole again"
+}
+
+scenario_check() {
+    local failovers
+    failovers=$(curl -fsS --max-time 2 "http://127.0.0.1:$gport/metrics" \
+        | awk '$1 == "fencegate_redis_failovers_total" { print $2 }')
+    say "recovery times (ms): $(tr '\n' ' ' <"$tmp/recovery-ms"); the gateway counted \
+$failovers failovers"
+    [ "${failovers:-0}" -ge 1 ] || fail "fencegate_redis_failovers_total is ${failovers:-absent}"
+}

@@ -1,0 +1,164 @@
+/*
+ * The gateway on Redis Sentinel, with real processes (1 master, 1 replica, 3 sentinels):
+ *   - /readyz and /metrics name the topology and the master, never the password;
+ *   - --redis-min-replicas 1 grants while the replica acknowledges, and answers 503 (the
+ *     hold undone) once it does not;
+ *   - the master is SIGKILLed right after a grant the replica missed (it was detached with
+ *     REPLICAOF NO ONE, so the miss is certain, not a race): the sentinels promote it, the
+ *     gateway follows by itself, the new holder's token is above the lost grant's (the
+ *     gateway's floor), and the older holder's write is refused as soon as the newer holder
+ *     has locked, before the newer holder writes anything.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gw_test.h"
+#include "harness.h"
+
+#define MASTER_NAME "fgmaster"
+#define PASSWORD "gw-s3ntinel-pw"
+
+typedef struct sn_state {
+    th_sentinel s;
+    gwt_proc gw;
+    char data[256];
+} sn_state;
+
+static int setup(void **state)
+{
+    sn_state *st = calloc(1, sizeof *st);
+    th_sentinel_start(&st->s, MASTER_NAME, 1, 3, PASSWORD);
+    th_tempdir(st->data, sizeof st->data, "gwsentinel");
+    *state = st;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    sn_state *st = *state;
+    if (st->gw.pid > 0) {
+        gwt_stop(&st->gw);
+    }
+    th_sentinel_stop(&st->s);
+    th_rmtree(st->data);
+    free(st);
+    return 0;
+}
+
+/* POST /lock for owner; returns the HTTP status and the token in *token (0 when none). */
+static long lock(const gwt_proc *gw, const char *resource, const char *owner, long long *token)
+{
+    char body[256];
+    gwt_resp r;
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":60000}",
+             resource, owner);
+    gwt_post(gw, "/lock", body, &r);
+    long status = r.status;
+    *token = status == 200 ? gwt_int(&r, "token") : 0;
+    gwt_resp_free(&r);
+    return status;
+}
+
+static long put(const gwt_proc *gw, const char *resource, long long token, const char *value)
+{
+    char path[128];
+    char fence[64];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, NULL};
+    gwt_http(gw, "PUT", path, headers, value, strlen(value), 0, &r);
+    long status = r.status;
+    gwt_resp_free(&r);
+    return status;
+}
+
+/* Checks /readyz names the sentinel topology, master node `master` and `failovers`. */
+static void assert_ready_on(const sn_state *st, int master, long long failovers)
+{
+    gwt_resp r;
+    char want[64];
+    gwt_get(&st->gw, "/readyz", &r);
+    gwt_assert_status(&r, 200, NULL);
+    json_t *topo = json_object_get(r.json, "topology");
+    assert_non_null(topo);
+    assert_string_equal(json_string_value(json_object_get(topo, "kind")), "sentinel");
+    snprintf(want, sizeof want, "127.0.0.1:%d", st->s.redis[master].port);
+    assert_string_equal(json_string_value(json_object_get(topo, "master")), want);
+    assert_int_equal(json_integer_value(json_object_get(topo, "failovers")), failovers);
+    const char *url = json_string_value(json_object_get(topo, "url"));
+    assert_non_null(strstr(url, "redis-sentinel://"));
+    assert_non_null(strstr(url, MASTER_NAME));
+    assert_null(strstr(r.body, PASSWORD));
+    gwt_resp_free(&r);
+    gwt_get(&st->gw, "/metrics", &r);
+    assert_non_null(strstr(r.body, "fencegate_redis_topology{kind=\"sentinel\"} 1\n"));
+    snprintf(want, sizeof want, "fencegate_redis_failovers_total %lld\n", failovers);
+    assert_non_null(strstr(r.body, want));
+    assert_null(strstr(r.body, PASSWORD));
+    gwt_resp_free(&r);
+}
+
+static void test_sentinel_failover(void **state)
+{
+    sn_state *st = *state;
+    const char *const min_replicas[] = {"--redis-min-replicas", "1", NULL};
+    long long token = 0;
+
+    int old = th_sentinel_master(&st->s);
+    int replica = old == 0 ? 1 : 0;
+    assert_true(old >= 0);
+
+    /* 1. --redis-min-replicas 1: granted while the replica acknowledges. */
+    gwt_start(&st->gw, st->s.url, st->data, min_replicas);
+    assert_ready_on(st, old, 0);
+    assert_int_equal(lock(&st->gw, "gw.warm", "A", &token), 200);
+    assert_true(token > 0);
+    /* The replica detaches: it keeps its data and misses every write from here on. */
+    assert_int_equal(th_redis_cmd(&st->s.redis[replica], NULL, 0, "REPLICAOF NO ONE"), 0);
+    assert_int_equal(lock(&st->gw, "gw.warm2", "A", &token), 503);
+    assert_int_equal(gwt_stop(&st->gw), 0);
+
+    /* 2. Without it (same data dir, so the same ledger), B's grant reaches the master only. */
+    gwt_start(&st->gw, st->s.url, st->data, NULL);
+    long long token_b = 0;
+    assert_int_equal(lock(&st->gw, "gw.failover", "B", &token_b), 200);
+
+    /* 3. The master dies; the sentinels promote the replica that missed B's grant. */
+    int64_t start = th_now_ms();
+    assert_int_equal(th_sentinel_kill_master(&st->s), old);
+    long long token_c = 0;
+    long status = 0;
+    while (th_now_ms() - start < 30000) {
+        status = lock(&st->gw, "gw.failover", "C", &token_c);
+        if (status != 503) {
+            break;
+        }
+        th_nap_ms(50);
+    }
+    print_message("gateway on sentinel: /lock answered 200 again %lld ms after the kill\n",
+                  (long long)(th_now_ms() - start));
+    /* C gets the lock B thinks it holds (the grant was lost), with a larger token. */
+    assert_int_equal(status, 200);
+    assert_true(token_c > token_b);
+    assert_int_equal(th_sentinel_wait_failover(&st->s, old, 30000), replica);
+
+    /* 4. B's write is refused now that C has locked, before C wrote anything. */
+    status = put(&st->gw, "gw.failover", token_b, "from B");
+    assert_true(status == 409 || status == 403);
+    assert_int_equal(put(&st->gw, "gw.failover", token_c, "from C"), 200);
+    assert_ready_on(st, replica, 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sentinel_failover, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,260 @@
+/*
+ * locklib on Redis Sentinel, with real processes: 1 master, 1 replica, 3 sentinels.
+ *   - the URL is parsed, the master found, its address reported without the password;
+ *   - a sentinel that is down, and one that answers wrong (a data node), are skipped;
+ *   - malformed sentinel URLs are refused;
+ *   - a graceful failover (the old master demoted, not dead) is followed before the next
+ *     call meets -READONLY, through the +switch-master hint;
+ *   - the master is SIGKILLed after the replica missed the newest INCR: the handle follows the
+ *     failover by itself, reports it, the subscriber follows too, and the caller's floor keeps
+ *     the promoted replica from minting a token already handed out.
+ * The failover test runs last: it leaves the set with no replica.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lk_test.h"
+
+#define MASTER_NAME "fgmaster"
+#define PASSWORD "s3ntinel-pw"
+
+typedef struct sn_fixture {
+    th_sentinel s;
+} sn_fixture;
+
+static int group_setup(void **state)
+{
+    sn_fixture *f = calloc(1, sizeof *f);
+    th_sentinel_start(&f->s, MASTER_NAME, 1, 3, PASSWORD);
+    *state = f;
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    sn_fixture *f = *state;
+    th_sentinel_stop(&f->s);
+    free(f);
+    return 0;
+}
+
+static lk_client *open_url(const char *url)
+{
+    lk_options o;
+    lk_client *c = NULL;
+    lk_options_init(&o);
+    o.connect_timeout_ms = 500;
+    o.command_timeout_ms = 1000;
+    lk_status st = lk_client_open(&c, url, &o);
+    if (c == NULL) {
+        print_error("lk_client_open(%s): %s\n", url, lk_status_name(st));
+        fail();
+    }
+    return c;
+}
+
+static void test_finds_master(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url(f->s.url);
+    lk_result res;
+    lk_topology topo;
+    char want[64];
+
+    assert_lk(c, lk_acquire(c, res_name("find"), "o1", 10000, 0, NULL, &res), LK_ACQUIRED);
+    lk_client_topology(c, &topo);
+    assert_int_equal(topo.kind, LK_TOPOLOGY_SENTINEL);
+    assert_string_equal(lk_topology_name(topo.kind), "sentinel");
+    snprintf(want, sizeof want, "127.0.0.1:%d", f->s.redis[th_sentinel_master(&f->s)].port);
+    assert_string_equal(topo.master, want);
+    assert_int_equal(topo.failovers, 0);
+    assert_null(strstr(topo.master, PASSWORD));
+    lk_client_close(c);
+}
+
+/* A sentinel that is down (a free port) and one that is no sentinel (the replica answers
+ * SENTINEL with an error) come first in the URL: both are skipped. */
+static void test_skips_bad_sentinels(void **state)
+{
+    sn_fixture *f = *state;
+    char url[1024];
+    lk_result res;
+    int replica = th_sentinel_master(&f->s) == 0 ? 1 : 0;
+
+    snprintf(url, sizeof url, "redis-sentinel://:%s@127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d/%s",
+             PASSWORD, th_free_port(), f->s.redis[replica].port, f->s.sentinels[2].port,
+             MASTER_NAME);
+    lk_client *c = open_url(url);
+    assert_lk(c, lk_acquire(c, res_name("skip"), "o1", 10000, 0, NULL, &res), LK_ACQUIRED);
+    lk_client_close(c);
+
+    /* Only wrong sentinels: unavailable, with the reason, never a connection elsewhere. */
+    snprintf(url, sizeof url, "redis-sentinel://:%s@127.0.0.1:%d/%s", PASSWORD,
+             f->s.redis[replica].port, MASTER_NAME);
+    c = open_url(url);
+    assert_lk(c, lk_acquire(c, res_name("skip"), "o1", 10000, 0, NULL, &res), LK_EUNAVAILABLE);
+    assert_non_null(strstr(lk_errstr(c), "sentinel"));
+    lk_client_close(c);
+
+    /* An unknown master name. */
+    snprintf(url, sizeof url, "redis-sentinel://:%s@127.0.0.1:%d/nosuchmaster", PASSWORD,
+             f->s.sentinels[0].port);
+    c = open_url(url);
+    assert_lk(c, lk_acquire(c, res_name("skip"), "o1", 10000, 0, NULL, &res), LK_EUNAVAILABLE);
+    lk_client_close(c);
+}
+
+static void test_bad_urls(void **state)
+{
+    (void)state;
+    static const char *const bad[] = {
+        "redis-sentinel://127.0.0.1:26379",         /* no master name */
+        "redis-sentinel://127.0.0.1:26379/",        /* empty master name */
+        "redis-sentinel:///m",                      /* no sentinel */
+        "redis-sentinel://127.0.0.1:0/m",           /* bad port */
+        "redis-sentinel://127.0.0.1:1,,127.0.0.1:2/m", /* empty host */
+        "redis-sentinel://127.0.0.1:1/m/x",         /* bad db */
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lk_client *c = NULL;
+        assert_int_equal(lk_client_open(&c, bad[i], NULL), LK_EINVAL);
+        assert_null(c);
+    }
+}
+
+/* A graceful failover (SENTINEL FAILOVER): the old master stays up and is demoted. The
+ * handle hears +switch-master on its hint subscription and reconnects before its next
+ * call, so that call goes to the new master at the first try instead of meeting -READONLY
+ * on the demoted one. The set is whole again afterwards, for the next test. */
+static void test_switch_master_hint(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url(f->s.url);
+    lk_result res;
+    lk_topology topo;
+    char out[64];
+
+    assert_lk(c, lk_acquire(c, res_name("hint"), "o1", 10000, 0, NULL, &res), LK_ACQUIRED);
+    int old = th_sentinel_master(&f->s);
+    assert_true(old >= 0);
+    assert_int_equal(th_redis_cmd(&f->s.sentinels[0], out, sizeof out, "SENTINEL FAILOVER %s",
+                                  MASTER_NAME), 0);
+    int promoted = th_sentinel_wait_failover(&f->s, old, 30000);
+    assert_true(promoted >= 0 && promoted != old);
+    /* The old master may still say master here (the sentinels reconfigure it seconds
+     * later): only the hint takes the handle's next call to the new one. */
+    assert_lk(c, lk_acquire(c, res_name("hint"), "o1", 10000, 0, NULL, &res), LK_ACQUIRED);
+    lk_client_topology(c, &topo);
+    snprintf(out, sizeof out, "127.0.0.1:%d", f->s.redis[promoted].port);
+    assert_string_equal(topo.master, out);
+    assert_int_equal(topo.failovers, 1);
+    lk_client_close(c);
+    assert_int_equal(th_sentinel_wait_ready(&f->s, 60000), 0);
+}
+
+/* Retries an acquisition until it answers something other than EUNAVAILABLE (a failover
+ * takes a few seconds), for at most timeout_ms. */
+static lk_status acquire_retry(lk_client *c, const char *resource, const char *owner,
+                               int64_t floor, lk_result *res, int timeout_ms)
+{
+    int64_t deadline = th_now_ms() + timeout_ms;
+    lk_status st;
+    do {
+        st = lk_acquire(c, resource, owner, 30000, floor, NULL, res);
+        if (st != LK_EUNAVAILABLE) {
+            return st;
+        }
+        th_nap_ms(50);
+    } while (th_now_ms() < deadline);
+    return st;
+}
+
+/* The replica stops replicating (REPLICAOF NO ONE keeps its data), so it misses owner B's
+ * acquisition and its INCR. The master is then SIGKILLed and the sentinels promote the
+ * replica. Owner C acquires through the same handle with the floor the caller knows (B's
+ * token, as the gateway's ledger would): the counter on the new master is below it, is
+ * lifted, and C's token is above B's. Without the floor the promoted replica would have
+ * handed out B's token again. */
+static void test_failover_floor(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url(f->s.url);
+    lk_client *w = open_url(f->s.url);
+    lk_result res;
+    lk_topology topo;
+    char resource[64];
+    char channel[128];
+    char out[64];
+
+    snprintf(resource, sizeof resource, "%s", res_name("failover"));
+    int old = th_sentinel_master(&f->s);
+    int replica = old == 0 ? 1 : 0;
+    assert_true(old >= 0);
+    assert_lk(c, lk_acquire(c, resource, "A", 30000, 0, NULL, &res), LK_ACQUIRED);
+    int64_t token_a = res.token;
+    assert_lk(c, lk_release(c, resource, "A", NULL, &res), LK_RELEASED);
+    /* Replicated before the replica detaches: WAIT 1 answers 1. */
+    assert_int_equal(th_redis_cmd(&f->s.redis[old], NULL, 0, "WAIT 1 2000"), 1);
+    assert_int_equal(th_redis_cmd(&f->s.redis[replica], out, sizeof out, "REPLICAOF NO ONE"),
+                     0);
+    assert_string_equal(out, "OK");
+    assert_lk(c, lk_acquire(c, resource, "B", 30000, 0, NULL, &res), LK_ACQUIRED);
+    int64_t token_b = res.token;
+    assert_true(token_b > token_a);
+    /* The replica missed it: its counter is still A's. */
+    snprintf(channel, sizeof channel, "fg:{%s}:fence", resource);
+    char counter[32];
+    char want_counter[32];
+    assert_int_equal(th_redis_cmd(&f->s.redis[replica], counter, sizeof counter, "GET %s",
+                                  channel), 0);
+    snprintf(want_counter, sizeof want_counter, "%lld", (long long)token_a);
+    assert_string_equal(counter, want_counter);
+
+    int64_t start = th_now_ms();
+    assert_int_equal(th_sentinel_kill_master(&f->s), old);
+    int promoted = th_sentinel_wait_failover(&f->s, old, 30000);
+    assert_int_equal(promoted, replica);
+    assert_lk(c, acquire_retry(c, resource, "C", token_b, &res, 30000), LK_ACQUIRED);
+    print_message("sentinel failover: locks served again after %lld ms\n",
+                  (long long)(th_now_ms() - start));
+    assert_true(res.token > token_b);
+    assert_int_equal(res.floor_raised, 1);
+    lk_client_topology(c, &topo);
+    assert_int_equal(topo.failovers, 1);
+    snprintf(out, sizeof out, "127.0.0.1:%d", f->s.redis[promoted].port);
+    assert_string_equal(topo.master, out);
+
+    /* The waiter's subscriber follows the master too: C's release wakes it. */
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        th_nap_ms(300);
+        lk_result r2;
+        lk_client *c2 = NULL;
+        lk_client_open(&c2, f->s.url, NULL);
+        lk_status st = lk_release(c2, resource, "C", NULL, &r2);
+        _exit(st == LK_RELEASED ? 0 : 1);
+    }
+    int64_t t0 = th_now_ms();
+    assert_lk(w, lk_acquire_wait(w, resource, "D", 30000, token_b, NULL, 20000, &res),
+              LK_ACQUIRED);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_int_equal(WEXITSTATUS(status), 0);
+    /* Woken by the release, long before C's 30 s lease would have run out. */
+    assert_true(th_now_ms() - t0 < 10000);
+    lk_client_close(w);
+    lk_client_close(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_bad_urls),
+        cmocka_unit_test(test_finds_master),
+        cmocka_unit_test(test_skips_bad_sentinels),
+        cmocka_unit_test(test_switch_master_hint),
+        cmocka_unit_test(test_failover_floor),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
