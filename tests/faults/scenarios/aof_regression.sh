@@ -105,8 +105,16 @@ truncate_last() {
     manifest=$(ls "$(aof_dir)"/*.manifest)
     incr=$(aof_dir)/$(awk '$1 == "file" && $NF == "i" { f = $2 } END { print f }' "$manifest")
     [ -f "$incr" ] || fail "no incr file in $manifest"
-    # The keys are fg:{RESOURCE}:fence; grep -b gives the byte offset of each match.
-    offsets=$(grep -boaE "\{$scenario-$seed-[0-9]+\}:fence" "$incr" | cut -d: -f1) || true
+    # The keys are fg:{RESOURCE}:fence. Only writes of the counter count (INCR, or SET for a
+    # lift): since token keys expire when idle, a renewal's PEXPIRE names the key too, and
+    # cutting one takes no counter back. In the AOF (RESP) a command's name is the line two
+    # before its key; awk counts the byte offset of each line, so the offset printed is that
+    # of the key's "{".
+    offsets=$(LC_ALL=C awk -v prefix="fg:{$scenario-$seed-" '
+        index($0, prefix) == 1 && $0 ~ /}:fence\r?$/ && p2 ~ /^(INCR|incr|SET|set)\r?$/ {
+            print off + 3
+        }
+        { p2 = p1; p1 = $0; off += length($0) + 1 }' "$incr") || true
     n=$(echo "$offsets" | grep -c . || true)
     [ "$n" -gt 0 ] || fail "no write to a fence counter of the run in $incr"
     k=$((1 + RANDOM % (n < 5 ? n : 5)))
