@@ -62,8 +62,13 @@ scenario_fault() {
     say "fault $1: master $old killed, new master $FG_SENTINEL_MASTER_PORT, locks served again \
 after $took ms"
     echo "$took" >>"$tmp/recovery-ms"
-    fg_sentinel_restart_replica "$old" 30 || fail "the old master did not rejoin as a replica"
-    fg_sentinel_wait_ready 30 || fail "the sentinel set did not become whole again"
+    # The next kill needs a whole set (a replica every sentinel knows under the new master);
+    # after the last one nothing does. On a busy machine the sentinels take tens of seconds to
+    # move the other replicas to a second new master (a clean-clone ctest run missed 30 s).
+    if [ "$1" -lt "$faults" ]; then
+        fg_sentinel_restart_replica "$old" 60 || fail "the old master did not rejoin as a replica"
+        fg_sentinel_wait_ready 60 || fail "the sentinel set did not become whole again"
+    fi
 }
 
 scenario_check() {
