@@ -149,7 +149,7 @@ static void test_switch_master_hint(void **state)
     assert_string_equal(topo.master, out);
     assert_int_equal(topo.failovers, 1);
     lk_client_close(c);
-    assert_int_equal(th_sentinel_wait_ready(&f->s, 60000), 0);
+    assert_int_equal(th_sentinel_wait_ready(&f->s, 90000), 0);
 }
 
 /* Retries an acquisition until it answers something other than EUNAVAILABLE (a failover

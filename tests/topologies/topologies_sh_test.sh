@@ -66,8 +66,8 @@ say "sentinel failover after SIGKILL: $(($(ms) - t0)) ms"
 [ "$FG_SENTINEL_MASTER_PORT" != "$master" ] || fail "the master did not change"
 expect OK "$FG_SENTINEL_MASTER_PORT" set after 2
 expect 1 "$FG_SENTINEL_MASTER_PORT" get before
-fg_sentinel_wait_ready 30 || fail "the sentinels did not see the other replica move"
-fg_sentinel_restart_replica "$master" 30 || fail "restart as a replica"
+fg_sentinel_wait_ready 90 || fail "the sentinels did not see the other replica move"
+fg_sentinel_restart_replica "$master" 90 || fail "restart as a replica"
 fg_topo_cli "$pw" "$master" role | head -n 1 | grep -q '^slave' || fail "$master is not a replica"
 fg_topo_wait 10 "the new write reaching the old master" get_is "$master" after 2 \
     || fail "replication to the old master"

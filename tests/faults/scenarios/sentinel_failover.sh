@@ -64,10 +64,10 @@ after $took ms"
     echo "$took" >>"$tmp/recovery-ms"
     # The next kill needs a whole set (a replica every sentinel knows under the new master);
     # after the last one nothing does. On a busy machine the sentinels take tens of seconds to
-    # move the other replicas to a second new master (a clean-clone ctest run missed 30 s).
+    # move the other replicas to a second new master (clean-clone ctest runs missed 30 s).
     if [ "$1" -lt "$faults" ]; then
-        fg_sentinel_restart_replica "$old" 60 || fail "the old master did not rejoin as a replica"
-        fg_sentinel_wait_ready 60 || fail "the sentinel set did not become whole again"
+        fg_sentinel_restart_replica "$old" 90 || fail "the old master did not rejoin as a replica"
+        fg_sentinel_wait_ready 90 || fail "the sentinel set did not become whole again"
     fi
 }
 
