@@ -138,7 +138,6 @@ static int parse_url(lk__node *c, const char *url)
     const char *p = NULL;
     const char *at = NULL;
     const char *hostend = NULL;
-    char hostport[300];
 
     c->port = 6379;
     if (strncmp(url, "unix://", 7) == 0) {
@@ -175,26 +174,13 @@ static int parse_url(lk__node *c, const char *url)
         }
         c->db = (int)db;
     }
-    if ((size_t)(hostend - p) >= sizeof hostport || hostend == p) {
+    lk__seed seed;
+    if (parse_hostport(&seed, p, (size_t)(hostend - p), 6379) != 0) {
         return -1;
     }
-    memcpy(hostport, p, (size_t)(hostend - p));
-    hostport[hostend - p] = '\0';
-    char *colon = strrchr(hostport, ':');
-    if (colon != NULL) {
-        char *end = NULL;
-        long port = strtol(colon + 1, &end, 10);
-        if (*end != '\0' || port < 1 || port > 65535) {
-            return -1;
-        }
-        c->port = (int)port;
-        *colon = '\0';
-    }
-    size_t hostlen = strlen(hostport);
-    if (hostlen == 0 || hostlen >= sizeof c->host) {
-        return -1;
-    }
-    memcpy(c->host, hostport, hostlen + 1);
+    _Static_assert(sizeof seed.host == sizeof c->host, "a seed's host fits a node's");
+    memcpy(c->host, seed.host, sizeof c->host);
+    c->port = seed.port;
     return 0;
 }
 
