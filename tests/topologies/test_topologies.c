@@ -80,25 +80,55 @@ static void assert_eventually_get(const th_redis *r, const char *key, const char
     }
 }
 
-static int role_is(const th_redis *r, const char *role)
+/* Writes r's ROLE (its first element, or why there is none) to out. */
+static void role_of(const th_redis *r, char *out, size_t len)
 {
     redisContext *ctx = redisConnect("127.0.0.1", r->port);
     redisReply *reply = NULL;
-    int ok = 0;
 
+    snprintf(out, len, "no connection");
     if (ctx != NULL && ctx->err == 0) {
         if (r->password[0] != '\0') {
             freeReplyObject(redisCommand(ctx, "AUTH %s", r->password));
         }
         reply = redisCommand(ctx, "ROLE");
-        ok = reply != NULL && reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
-             strcmp(reply->element[0]->str, role) == 0;
+        if (reply == NULL) {
+            snprintf(out, len, "connection lost: %.64s", ctx->errstr);
+        } else if (reply->type == REDIS_REPLY_ARRAY && reply->elements > 0 &&
+                   reply->element[0]->type == REDIS_REPLY_STRING) {
+            snprintf(out, len, "%s", reply->element[0]->str);
+        } else {
+            snprintf(out, len, "reply type %d: %s", reply->type,
+                     reply->str != NULL ? reply->str : "");
+        }
         freeReplyObject(reply);
     }
     if (ctx != NULL) {
         redisFree(ctx);
     }
-    return ok;
+}
+
+static int role_is(const th_redis *r, const char *role)
+{
+    char out[128];
+    role_of(r, out, sizeof out);
+    return strcmp(out, role) == 0;
+}
+
+/* Asserts that r answers ROLE with role, naming what it answered and which master the
+ * sentinels name if not. */
+static void assert_role(const th_sentinel *s, const th_redis *r, const char *role)
+{
+    char out[128];
+    int m = 0;
+
+    role_of(r, out, sizeof out);
+    if (strcmp(out, role) != 0) {
+        m = th_sentinel_master(s);
+        fail_msg("port %d: ROLE \"%s\", wanted \"%s\"; the sentinels name %s %d", r->port,
+                 out, role, m < 0 ? "no master, index" : "master port",
+                 m < 0 ? m : s->redis[m].port);
+    }
 }
 
 /* Asserts that r runs with the persistence of th_redis_start(r, 1, ...): AOF, fsync always. */
@@ -156,9 +186,9 @@ static void test_sentinel_url(void **state)
     assert_string_equal(s->url, want);
     assert_int_equal(s->quorum, 2);
     assert_int_equal(th_sentinel_master(s), 0);
-    assert_true(role_is(&s->redis[0], "master"));
-    assert_true(role_is(&s->redis[1], "slave"));
-    assert_true(role_is(&s->redis[2], "slave"));
+    assert_role(s, &s->redis[0], "master");
+    assert_role(s, &s->redis[1], "slave");
+    assert_role(s, &s->redis[2], "slave");
     for (int i = 0; i < s->nredis; i++) {
         assert_persistence_as_single_redis(&s->redis[i]);
     }
@@ -191,14 +221,15 @@ static void test_sentinel_failover(void **state)
     t0 = th_now_ms();
     assert_int_equal(th_sentinel_wait_ready(s, READY_TIMEOUT_MS), 0);
     report_ms("sentinel ready again after the failover (other replica moved)", t0);
-    assert_true(role_is(&s->redis[3 - now], "slave"));
+    assert_int_equal(th_sentinel_master(s), now);
+    assert_role(s, &s->redis[3 - now], "slave");
     assert_eventually_get(&s->redis[3 - now], "after-failover", "2");
 
     /* The old master comes back as a replica of the new one and gets the new write. */
     t0 = th_now_ms();
     assert_int_equal(th_sentinel_restart_replica(s, old, READY_TIMEOUT_MS), 0);
     report_ms("sentinel restart of the old master as a replica (all known again)", t0);
-    assert_true(role_is(&s->redis[old], "slave"));
+    assert_role(s, &s->redis[old], "slave");
     assert_eventually_get(&s->redis[old], "after-failover", "2");
     assert_int_equal(th_sentinel_master(s), now);
 }
