@@ -399,6 +399,62 @@ void gwt_get(const gwt_proc *p, const char *path, gwt_resp *r)
     gwt_http(p, "GET", path, NULL, NULL, 0, 0, r);
 }
 
+long gwt_lock(const gwt_proc *p, const char *resource, const char *owner, long long *token)
+{
+    char body[512];
+    gwt_resp r;
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":60000}",
+             resource, owner);
+    gwt_post(p, "/lock", body, &r);
+    long status = r.status;
+    *token = status == 200 ? gwt_int(&r, "token") : 0;
+    gwt_resp_free(&r);
+    return status;
+}
+
+long gwt_unlock(const gwt_proc *p, const char *resource, const char *owner)
+{
+    char body[512];
+    gwt_resp r;
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\"}", resource, owner);
+    gwt_post(p, "/unlock", body, &r);
+    long status = r.status;
+    gwt_resp_free(&r);
+    return status;
+}
+
+long gwt_put_fenced(const gwt_proc *p, const char *resource, long long token,
+                    const char *value, gwt_resp *out)
+{
+    char path[256], fence[64];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, "Content-Type: text/plain", NULL};
+    gwt_http(p, "PUT", path, headers, value, strlen(value), 0, &r);
+    long status = r.status;
+    if (out != NULL) {
+        *out = r;
+    } else {
+        gwt_resp_free(&r);
+    }
+    return status;
+}
+
+void gwt_assert_value(const gwt_proc *p, const char *resource, const char *value)
+{
+    char path[256];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    gwt_get(p, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    if (r.len != strlen(value) || memcmp(r.body, value, r.len) != 0) {
+        fail_msg("GET %s via %s: '%.*s', expected '%s'", path, p->url, (int)r.len, r.body,
+                 value);
+    }
+    gwt_resp_free(&r);
+}
+
 void gwt_resp_free(gwt_resp *r)
 {
     free(r->body);

@@ -82,6 +82,18 @@ void gwt_resp_free(gwt_resp *r);
 long long gwt_int(const gwt_resp *r, const char *field);
 const char *gwt_str(const gwt_resp *r, const char *field);
 
+/* The requests most tests make, answered with the HTTP status:
+ *   - gwt_lock: POST /lock {resource, owner, ttl_ms 60000}; *token is the token on 200, else 0;
+ *   - gwt_unlock: POST /unlock {resource, owner};
+ *   - gwt_put_fenced: PUT /resources/resource with Fencing-Token: token and value as a
+ *     text/plain body; the answer goes to *out when out is not NULL (free it), else is freed.
+ * gwt_assert_value asserts that GET /resources/resource answers 200 with exactly value. */
+long gwt_lock(const gwt_proc *p, const char *resource, const char *owner, long long *token);
+long gwt_unlock(const gwt_proc *p, const char *resource, const char *owner);
+long gwt_put_fenced(const gwt_proc *p, const char *resource, long long token,
+                    const char *value, gwt_resp *out);
+void gwt_assert_value(const gwt_proc *p, const char *resource, const char *value);
+
 /* Runs fencegate with argv (NULL-terminated, without argv[0]) and env ("NAME=value",
  * NULL-terminated, may be NULL) added to the environment, without serving expectations.
  * Captures stdout and stderr into malloc'd strings. Returns the exit status, -1 if killed

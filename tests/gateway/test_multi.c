@@ -120,40 +120,6 @@ static void unlock_ok(const gwt_proc *gw, const char *resource, const char *owne
     gwt_resp_free(&r);
 }
 
-/* PUT /resources/resource with token; returns the status (0: transport failure). */
-static long put(const gwt_proc *gw, const char *resource, long long token, const char *value,
-                gwt_resp *out)
-{
-    char path[256], fence[64];
-    gwt_resp r;
-    snprintf(path, sizeof path, "/resources/%s", resource);
-    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
-    const char *const headers[] = {fence, "Content-Type: text/plain", NULL};
-    gwt_http(gw, "PUT", path, headers, value, strlen(value), 0, &r);
-    long status = r.status;
-    if (out != NULL) {
-        *out = r;
-    } else {
-        gwt_resp_free(&r);
-    }
-    return status;
-}
-
-/* GET /resources/resource: asserts 200 with value. */
-static void value_is(const gwt_proc *gw, const char *resource, const char *value)
-{
-    char path[256];
-    gwt_resp r;
-    snprintf(path, sizeof path, "/resources/%s", resource);
-    gwt_get(gw, path, &r);
-    gwt_assert_status(&r, 200, NULL);
-    if (r.len != strlen(value) || memcmp(r.body, value, r.len) != 0) {
-        fail_msg("GET %s via %s: '%.*s', expected '%s'", path, gw->url, (int)r.len, r.body,
-                 value);
-    }
-    gwt_resp_free(&r);
-}
-
 /* fencegate_token_floor_corrections_total of gw. */
 static long long floor_corrections(const gwt_proc *gw)
 {
@@ -171,9 +137,9 @@ static void test_lock_a_write_b_read_c(void **state)
 {
     multi_state *s = *state;
     long long token = lock_ok(&s->gw[0], "multi.abc", "owner-abc");
-    assert_int_equal(put(&s->gw[1], "multi.abc", token, "written via B", NULL), 200);
-    value_is(&s->gw[2], "multi.abc", "written via B");
-    value_is(&s->gw[0], "multi.abc", "written via B");
+    assert_int_equal(gwt_put_fenced(&s->gw[1], "multi.abc", token, "written via B", NULL), 200);
+    gwt_assert_value(&s->gw[2], "multi.abc", "written via B");
+    gwt_assert_value(&s->gw[0], "multi.abc", "written via B");
     unlock_ok(&s->gw[1], "multi.abc", "owner-abc"); /* unlocked via yet another gateway */
 }
 
@@ -200,12 +166,12 @@ static void test_stale_write_via_c_is_409(void **state)
     unlock_ok(&s->gw[0], "multi.stale", "owner-old");
     long long newer = lock_ok(&s->gw[1], "multi.stale", "owner-new");
     assert_true(newer > old);
-    assert_int_equal(put(&s->gw[2], "multi.stale", old, "old holder", &r), 409);
+    assert_int_equal(gwt_put_fenced(&s->gw[2], "multi.stale", old, "old holder", &r), 409);
     gwt_assert_status(&r, 409, "stale_token");
     gwt_resp_free(&r);
-    assert_int_equal(put(&s->gw[1], "multi.stale", newer, "new holder", NULL), 200);
-    assert_int_equal(put(&s->gw[2], "multi.stale", old, "old holder", NULL), 409);
-    value_is(&s->gw[0], "multi.stale", "new holder");
+    assert_int_equal(gwt_put_fenced(&s->gw[1], "multi.stale", newer, "new holder", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[2], "multi.stale", old, "old holder", NULL), 409);
+    gwt_assert_value(&s->gw[0], "multi.stale", "new holder");
     unlock_ok(&s->gw[2], "multi.stale", "owner-new");
 }
 
@@ -247,7 +213,7 @@ static void *kill_writer_run(void *arg)
         lock_req(w->gw, res, "owner-kill", NULL, &r);
         long long token = r.status == 200 ? gwt_int(&r, "token") : -1;
         gwt_resp_free(&r);
-        if (token <= 0 || put(w->gw, res, token, value, NULL) != 200) {
+        if (token <= 0 || gwt_put_fenced(w->gw, res, token, value, NULL) != 200) {
             break;
         }
         __atomic_store_n(&w->acked, i + 1, __ATOMIC_RELEASE);
@@ -273,7 +239,7 @@ static void test_kill_during_writes(void **state)
         char res[64], value[64];
         snprintf(res, sizeof res, "multi.kill.%d", i);
         snprintf(value, sizeof value, "value %d", i);
-        value_is(&s->gw[1 + i % 2], res, value);
+        gwt_assert_value(&s->gw[1 + i % 2], res, value);
     }
     gwt_cleanup(&s->gw[0]);
     start_gateway(s, &s->gw[0], s->redis.url); /* for the tests after this one */
@@ -283,7 +249,7 @@ static void test_redis_data_loss(void **state)
 {
     multi_state *s = *state;
     long long written = lock_ok(&s->gw[0], "multi.loss", "owner-w");
-    assert_int_equal(put(&s->gw[0], "multi.loss", written, "before the loss", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "multi.loss", written, "before the loss", NULL), 200);
     unlock_ok(&s->gw[0], "multi.loss", "owner-w");
     /* Granted via B and never written: only the ledger knows it. */
     long long unwritten = lock_ok(&s->gw[1], "multi.loss", "owner-u");
@@ -299,9 +265,9 @@ static void test_redis_data_loss(void **state)
         fail_msg("after the loss C granted %lld, not above %lld (granted via B)", after,
                  unwritten);
     }
-    assert_int_equal(put(&s->gw[2], "multi.loss", after, "after the loss", NULL), 200);
-    assert_int_equal(put(&s->gw[0], "multi.loss", written, "old", NULL), 409);
-    value_is(&s->gw[1], "multi.loss", "after the loss");
+    assert_int_equal(gwt_put_fenced(&s->gw[2], "multi.loss", after, "after the loss", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "multi.loss", written, "old", NULL), 409);
+    gwt_assert_value(&s->gw[1], "multi.loss", "after the loss");
     unlock_ok(&s->gw[2], "multi.loss", "owner-after");
     /* C minted at the highest written token first, the ledger refused it, and C minted
      * again above the ledger's highest. */
@@ -347,7 +313,7 @@ static void test_split_brain(void **state)
             tokens[n++] = token;
             /* Most grants are never written: then the store's highest token does not
              * lift the other side's floor, and only the ledger keeps the tokens apart. */
-            long st = i % 4 == 3 ? put(gws[g], "multi.split", token, value, NULL) : 0;
+            long st = i % 4 == 3 ? gwt_put_fenced(gws[g], "multi.split", token, value, NULL) : 0;
             if (st == 0) {
                 /* not written */
             } else if (st == 200) {
@@ -397,8 +363,8 @@ static void test_split_brain_replay_refused(void **state)
     assert_int_equal(lock_ok(&a, "multi.replay", "owner-a"), granted); /* re-entry */
     long long later = lock_ok(&b, "multi.replay", "owner-b");
     assert_true(later > granted);
-    assert_int_equal(put(&b, "multi.replay", later, "via B", NULL), 200);
-    assert_int_equal(put(&a, "multi.replay", granted, "via A", NULL), 409);
+    assert_int_equal(gwt_put_fenced(&b, "multi.replay", later, "via B", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&a, "multi.replay", granted, "via A", NULL), 409);
     gwt_stop(&a);
     gwt_stop(&b);
     th_redis_stop(&ra);
@@ -429,7 +395,7 @@ static void expect_503_soon(const gwt_proc *gw, const char *method, const char *
     gwt_resp r;
     int64_t t0 = th_now_ms();
     if (strcmp(method, "PUT") == 0) {
-        put(gw, resource, token, "while down", &r);
+        gwt_put_fenced(gw, resource, token, "while down", &r);
     } else {
         lock_req(gw, resource, "owner-down", NULL, &r);
     }
@@ -449,7 +415,7 @@ static void test_postgres_down_and_back(void **state)
     multi_state *s = *state;
     gwt_resp r;
     long long token = lock_ok(&s->gw[0], "multi.pgdown", "owner-pg");
-    assert_int_equal(put(&s->gw[0], "multi.pgdown", token, "before", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "multi.pgdown", token, "before", NULL), 200);
     unlock_ok(&s->gw[0], "multi.pgdown", "owner-pg");
 
     for (int round = 0; round < 2; round++) {
@@ -473,8 +439,8 @@ static void test_postgres_down_and_back(void **state)
         }
         long long again = lock_ok(&s->gw[1 + round], "multi.pgdown", "owner-pg");
         assert_true(again > token);
-        assert_int_equal(put(&s->gw[2 - round], "multi.pgdown", again, "after", NULL), 200);
-        value_is(&s->gw[0], "multi.pgdown", "after");
+        assert_int_equal(gwt_put_fenced(&s->gw[2 - round], "multi.pgdown", again, "after", NULL), 200);
+        gwt_assert_value(&s->gw[0], "multi.pgdown", "after");
         unlock_ok(&s->gw[0], "multi.pgdown", "owner-pg");
         token = again;
     }

@@ -50,34 +50,6 @@ static int teardown(void **state)
     return 0;
 }
 
-/* POST /lock for owner; returns the HTTP status and the token in *token (0 when none). */
-static long lock(const gwt_proc *gw, const char *resource, const char *owner, long long *token)
-{
-    char body[256];
-    gwt_resp r;
-    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":60000}",
-             resource, owner);
-    gwt_post(gw, "/lock", body, &r);
-    long status = r.status;
-    *token = status == 200 ? gwt_int(&r, "token") : 0;
-    gwt_resp_free(&r);
-    return status;
-}
-
-static long put(const gwt_proc *gw, const char *resource, long long token, const char *value)
-{
-    char path[128];
-    char fence[64];
-    gwt_resp r;
-    snprintf(path, sizeof path, "/resources/%s", resource);
-    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
-    const char *const headers[] = {fence, NULL};
-    gwt_http(gw, "PUT", path, headers, value, strlen(value), 0, &r);
-    long status = r.status;
-    gwt_resp_free(&r);
-    return status;
-}
-
 /* Checks /readyz names the sentinel topology, master node `master` and `failovers`. */
 static void assert_ready_on(const sn_state *st, int master, long long failovers)
 {
@@ -117,17 +89,17 @@ static void test_sentinel_failover(void **state)
     /* 1. --redis-min-replicas 1: granted while the replica acknowledges. */
     gwt_start(&st->gw, st->s.url, st->data, min_replicas);
     assert_ready_on(st, old, 0);
-    assert_int_equal(lock(&st->gw, "gw.warm", "A", &token), 200);
+    assert_int_equal(gwt_lock(&st->gw, "gw.warm", "A", &token), 200);
     assert_true(token > 0);
     /* The replica detaches: it keeps its data and misses every write from here on. */
     assert_int_equal(th_redis_cmd(&st->s.redis[replica], NULL, 0, "REPLICAOF NO ONE"), 0);
-    assert_int_equal(lock(&st->gw, "gw.warm2", "A", &token), 503);
+    assert_int_equal(gwt_lock(&st->gw, "gw.warm2", "A", &token), 503);
     assert_int_equal(gwt_stop(&st->gw), 0);
 
     /* 2. Without it (same data dir, so the same ledger), B's grant reaches the master only. */
     gwt_start(&st->gw, st->s.url, st->data, NULL);
     long long token_b = 0;
-    assert_int_equal(lock(&st->gw, "gw.failover", "B", &token_b), 200);
+    assert_int_equal(gwt_lock(&st->gw, "gw.failover", "B", &token_b), 200);
 
     /* 3. The master dies; the sentinels promote the replica that missed B's grant. */
     int64_t start = th_now_ms();
@@ -135,7 +107,7 @@ static void test_sentinel_failover(void **state)
     long long token_c = 0;
     long status = 0;
     while (th_now_ms() - start < 30000) {
-        status = lock(&st->gw, "gw.failover", "C", &token_c);
+        status = gwt_lock(&st->gw, "gw.failover", "C", &token_c);
         if (status != 503) {
             break;
         }
@@ -149,9 +121,9 @@ static void test_sentinel_failover(void **state)
     assert_int_equal(th_sentinel_wait_failover(&st->s, old, 30000), replica);
 
     /* 4. B's write is refused now that C has locked, before C wrote anything. */
-    status = put(&st->gw, "gw.failover", token_b, "from B");
+    status = gwt_put_fenced(&st->gw, "gw.failover", token_b, "from B", NULL);
     assert_true(status == 409 || status == 403);
-    assert_int_equal(put(&st->gw, "gw.failover", token_c, "from C"), 200);
+    assert_int_equal(gwt_put_fenced(&st->gw, "gw.failover", token_c, "from C", NULL), 200);
     assert_ready_on(st, replica, 1);
 }
 
