@@ -210,6 +210,11 @@ static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
             at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
             at->call.lease_ms = lc->ttl_ms;
             at->call.floor = floor.floor;
+            /* A grant while others of this gateway wait marks the lock, so that its
+             * release wakes them (locklib/lua/prelude/wanted.lua): the one waiter a
+             * release wakes may be the one that takes the lock. */
+            at->call.others_waiting =
+                !lc->fair && gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource);
             if (lc->fair) {
                 int64_t left = lc->deadline_ms - now_ms;
                 at->call.wait_ms = left > 0 ? left : 0;

@@ -754,6 +754,19 @@ void gw__wait_place(gw_waitq *wq, gw_waiter *w)
     pthread_mutex_unlock(&wq->mu);
 }
 
+int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource)
+{
+    int others = 0;
+
+    pthread_mutex_lock(&wq->mu);
+    const gw_wres *r = w->res != NULL ? w->res : wres_find(wq, resource);
+    if (r != NULL) {
+        others = r->refs - (w->res == r) > 0;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return others;
+}
+
 void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms)
 {
     if (w->res == NULL) {

@@ -73,6 +73,12 @@ int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource);
  * stripe is still busy, so that its local place follows its place in the Redis queue).
  * No-op without a reference. */
 void gw__wait_place(gw_waitq *wq, gw_waiter *w);
+/* 1 when waiters of resource other than w (which may hold no reference) are between
+ * gw__wait_begin and gw__wait_end, parked or attempting: an attempt for w passes it to
+ * locklib (lk_call.others_waiting), so that a grant to w is released with a wake-up for
+ * them (locklib/lua/prelude/wanted.lua). */
+int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource);
+
 /* After the attempt that ends the wait (or from request completion): leaves the queue, drops
  * the reference, and passes on a wake the waiter never used. granted_ttl_ms is the lease of
  * the lock this waiter just took (the others then wait for it), or -1. No-op without a

@@ -14,6 +14,9 @@
 -- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[5]  idle expiry of the token keys KEYS[2], KEYS[4], KEYS[5] in ms, "0" for never:
 --          every grant sets their time to live to max(ARGV[5], lease) (prelude/idle.lua)
+-- ARGV[6]  "1" when the caller knows of other waiters for this lock (a gateway's parked
+--          waiters): the grant marks the lock as wanted (prelude/wanted.lua); "0" or absent
+--          when not
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
 --          {0, holder_pttl_ms}                                  held by another owner
@@ -25,11 +28,12 @@
 -- point, TOKEN_MAX), the same code fair_acquire.lua runs.
 -- A reentrant acquisition returns the first acquisition's token and resets the lease.
 -- A replayed acquisition reports the lease it granted the first time, not this call's.
+-- A held answer marks the lock as wanted, so that its release publishes (prelude/wanted.lua).
 --
 -- The fair queue of fair_acquire.lua is ignored on purpose: a non-fair acquisition may
 -- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
 --
--- Prelude: limits.lua idem.lua idle.lua mint.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/acquire.lua instead.
@@ -39,12 +43,13 @@ local lease_ms = tonumber(ARGV[2])
 local floor = mint_floor(ARGV[3])
 local idem_ms = tonumber(ARGV[4])
 local idle_ms = idle_arg(ARGV[5])
+local others = ARGV[6] or '0'
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
-        idem_ms == nil or idle_ms == nil then
+        idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -67,7 +72,11 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
 elseif redis.call('HEXISTS', KEYS[1], owner) == 1 then
     holds, token = reenter(KEYS[1], owner, lease_ms)
 else
+    mark_wanted(KEYS[1])
     return {0, redis.call('PTTL', KEYS[1])}
+end
+if others == '1' then
+    mark_wanted(KEYS[1])
 end
 
 keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms)

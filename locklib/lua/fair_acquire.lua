@@ -36,7 +36,8 @@
 --      owner leaves the queue.
 --   5. Otherwise the owner is appended to the queue unless already in it, its deadline is
 --      set to now + wait, and both queue keys expire just after the last deadline, so they
---      vanish once everybody has left.
+--      vanish once everybody has left. A held lock is marked wanted (prelude/wanted.lua),
+--      as is a lock minted while others are still in line (step 4).
 --
 -- The retry hint is the holder's remaining lease while the lock is held (expiry publishes
 -- nothing). While the lock is free but another waiter is first, it is the time to that
@@ -49,7 +50,7 @@
 -- replicas and the AOF store the deadlines the primary computed.
 -- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
 --
--- Prelude: limits.lua idem.lua idle.lua mint.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/fair_acquire.lua instead.
@@ -131,6 +132,9 @@ if not held and (not head or head == owner) then
         return redis.error_reply('fencegate: token space exhausted')
     end
     leave_queue()
+    if redis.call('EXISTS', KEYS[5]) == 1 then
+        mark_wanted(KEYS[1]) -- the others in line wait for this holder's release
+    end
     keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms)
     acquire_record(KEYS[3], idem_ms, owner, token, 1, lease_ms)
     return {1, token, 1, lease_ms, raised, 0, -1}
@@ -149,6 +153,7 @@ redis.call('PEXPIRE', KEYS[6], keep_ms)
 
 local retry_ms
 if held then
+    mark_wanted(KEYS[1])
     retry_ms = redis.call('PTTL', KEYS[1])
 else
     -- head is another live waiter, so head_deadline >= now.

@@ -6,14 +6,15 @@
 -- ARGV[2]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[3]  release channel fg:{R}:released
 --
--- Returns  {1, 0, replayed}      released: the lock is deleted and "released" is published
+-- Returns  {1, 0, replayed}      released: the lock is deleted, and "released" is published
+--                                when the lock was marked wanted (prelude/wanted.lua)
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
 --          {-1, 0, 0}            the idempotency key was used by another owner or operation
 -- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
 --
--- Prelude: limits.lua idem.lua
+-- Prelude: limits.lua idem.lua wanted.lua
 -- The build prepends them (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/release.lua instead.
@@ -43,8 +44,11 @@ local status = 2
 if holds <= 0 then
     holds = 0
     status = 1
+    local wanted = is_wanted(KEYS[1])
     redis.call('DEL', KEYS[1])
-    redis.call('PUBLISH', ARGV[3], 'released')
+    if wanted then
+        redis.call('PUBLISH', ARGV[3], 'released')
+    end
 end
 
 idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)

@@ -17,7 +17,7 @@ local holds = 0
 for i = 1, #fields, 2 do
     if fields[i] == '#token' then
         token = tonumber(fields[i + 1])
-    else
+    elseif fields[i] ~= '#wait' then
         holds = tonumber(fields[i + 1])
     end
 end

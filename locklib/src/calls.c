@@ -78,6 +78,9 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
         lk__cmd_num(cmd, call->wait_ms);
     }
     lk__cmd_num(cmd, opts->token_key_idle_ttl_ms);
+    if (!fair) {
+        lk__cmd_num(cmd, call->others_waiting != 0);
+    }
     return LK_OK;
 }
 

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <hiredis/hiredis.h>
 
 #include "harness.h"
 #include "locklib/locklib.h"
@@ -80,6 +81,18 @@ static inline void lk_test_reap(pid_t pid)
 {
     int status = 0;
     assert_int_equal(waitpid(pid, &status, 0), pid);
+}
+
+/* Reads one pub/sub message from sub and checks its channel and payload. */
+static inline void lk_expect_message(redisContext *sub, const char *channel, const char *payload)
+{
+    redisReply *msg = NULL;
+    assert_int_equal(redisGetReply(sub, (void **)&msg), REDIS_OK);
+    assert_int_equal(msg->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(msg->element[0]->str, "message");
+    assert_string_equal(msg->element[1]->str, channel);
+    assert_string_equal(msg->element[2]->str, payload);
+    freeReplyObject(msg);
 }
 
 static inline int lk_group_setup_aof(void **state, int appendonly)

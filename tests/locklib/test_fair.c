@@ -159,18 +159,6 @@ static void test_queue_keys_expire(void **state)
     assert_lk(f->c, lk_release(f->c, res, "A", NULL, &r), LK_RELEASED);
 }
 
-/* Reads one pub/sub message and checks its channel and payload. */
-static void expect_message(redisContext *sub, const char *channel, const char *payload)
-{
-    redisReply *msg = NULL;
-    assert_int_equal(redisGetReply(sub, (void **)&msg), REDIS_OK);
-    assert_int_equal(msg->type, REDIS_REPLY_ARRAY);
-    assert_string_equal(msg->element[0]->str, "message");
-    assert_string_equal(msg->element[1]->str, channel);
-    assert_string_equal(msg->element[2]->str, payload);
-    freeReplyObject(msg);
-}
-
 /* The head giving up while the lock is free publishes, and lets the next one in at once. */
 static void test_cancel_of_head_publishes(void **state)
 {
@@ -197,18 +185,18 @@ static void test_cancel_of_head_publishes(void **state)
     queue_str(f, res, q, sizeof q);
     assert_string_equal(q, "B,C");
     assert_lk(f->c, lk_fair_cancel(f->c, res, "B"), LK_OK);
-    expect_message(sub, channel, "released");
+    lk_expect_message(sub, channel, "released");
     assert_lk(f->c, lk_acquire_fair(f->c, res, "C", 10000, 0, NULL, 60000, &r), LK_ACQUIRED);
     /* The next message is our probe: nothing else was published. */
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe", channel), 1);
-    expect_message(sub, channel, "probe");
+    lk_expect_message(sub, channel, "probe");
     /* The head cancelling while the lock is held publishes nothing either. */
     enqueue(f, res, "E", 60000, 0);
     assert_lk(f->c, lk_fair_cancel(f->c, res, "E"), LK_OK);
     assert_lk(f->c, lk_release(f->c, res, "C", NULL, &r), LK_RELEASED);
-    expect_message(sub, channel, "released");
+    lk_expect_message(sub, channel, "released");
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe", channel), 1);
-    expect_message(sub, channel, "probe");
+    lk_expect_message(sub, channel, "probe");
     redisFree(sub);
 }
 

@@ -201,6 +201,9 @@ static void test_fence_key_never_expires(void **state)
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS %s", key), 0);
 }
 
+/* A release publishes on the resource's channel only when somebody was answered held while
+ * the lock was held (lua/prelude/wanted.lua), and only for the release to zero. A probe
+ * published after each step shows, by arriving next, that nothing was published before it. */
 static void test_release_publishes(void **state)
 {
     lk_fixture *f = *state;
@@ -216,23 +219,36 @@ static void test_release_publishes(void **state)
     redisSetTimeout(sub, tv);
     freeReplyObject(redisCommand(sub, "SUBSCRIBE %s", channel));
 
+    /* Nobody waited: the release publishes nothing. */
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe1", channel), 1);
+    lk_expect_message(sub, channel, "probe1");
+
+    /* bob was answered held: the release to zero publishes, the partial one does not. */
     assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
     assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 0, NULL, &r), LK_HELD);
     assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_STILL_HELD);
     assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
+    lk_expect_message(sub, channel, "released");
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe2", channel), 1);
+    lk_expect_message(sub, channel, "probe2");
 
-    /* Exactly one message, for the release to zero: the partial release sent nothing. */
-    redisReply *msg = NULL;
-    assert_int_equal(redisGetReply(sub, (void **)&msg), REDIS_OK);
-    assert_int_equal(msg->type, REDIS_REPLY_ARRAY);
-    assert_string_equal(msg->element[0]->str, "message");
-    assert_string_equal(msg->element[1]->str, channel);
-    freeReplyObject(msg);
-    long long receivers = th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe", channel);
-    assert_int_equal(receivers, 1);
-    assert_int_equal(redisGetReply(sub, (void **)&msg), REDIS_OK);
-    assert_string_equal(msg->element[2]->str, "probe");
-    freeReplyObject(msg);
+    /* The mark goes with the lock: bob's next grant starts unmarked. */
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "bob", NULL, &r), LK_RELEASED);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe3", channel), 1);
+    lk_expect_message(sub, channel, "probe3");
+
+    /* A grant whose caller knows of other waiters is marked at once. */
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "carol",
+                    .lease_ms = 10000, .others_waiting = 1};
+    lk_call *calls[] = {&call};
+    lk_call_many(f->c, calls, 1);
+    assert_lk(f->c, call.status, LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "carol", NULL, &r), LK_RELEASED);
+    lk_expect_message(sub, channel, "released");
     redisFree(sub);
 }
 

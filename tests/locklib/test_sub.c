@@ -62,10 +62,12 @@ static int a_subscribed_twice(const seen *s)
     return s->subscribed[0] >= 2;
 }
 
+/* A release somebody waits for (another owner was answered held), so it is published. */
 static void release_cycle(lk_client *c, const char *resource)
 {
     lk_result r;
     assert_lk(c, lk_acquire(c, resource, "owner", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire(c, resource, "waiter", 10000, 0, NULL, &r), LK_HELD);
     assert_lk(c, lk_release(c, resource, "owner", NULL, &r), LK_RELEASED);
 }
 

@@ -245,6 +245,10 @@ typedef struct lk_call {
     int64_t lease_ms;      /* ACQUIRE, ACQUIRE_FAIR (LK_LEASE_WATCHDOG allowed), RENEW */
     int64_t floor;         /* ACQUIRE, ACQUIRE_FAIR */
     int64_t wait_ms;       /* ACQUIRE_FAIR */
+    int others_waiting;    /* ACQUIRE: 1 when the caller knows of other waiters for the
+                            * resource (the gateway's parked waiters). A held answer always
+                            * marks the lock so that its release publishes; a grant does so
+                            * only when this is 1 (lua/prelude/wanted.lua) */
     int64_t token;         /* TOKEN_CHECK: the token in hand */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
