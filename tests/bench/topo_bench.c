@@ -11,9 +11,11 @@
  * Printed per topology: lock+unlock pairs per second, /lock p50 and p99, and the Redis CPU
  * seconds per 1,000 pairs, the sum over every data node (masters and replicas: replication
  * costs CPU too) of used_cpu_user + used_cpu_sys from INFO cpu, read at both ends of the
- * window. Sentinels are not counted: they do no per-pair work. This 2-core machine cannot
- * show a cluster's added capacity (every node shares the same cores); CPU per pair is the
- * figure that scales.
+ * window, and the same over the masters only (a replica replays every write, which a single
+ * Redis without replicas does not pay). Sentinels are not counted: they do no per-pair
+ * work. The gateway's CPU per pair comes from /proc/PID/stat over the same window. This
+ * 2-core machine cannot show a cluster's added capacity (every node shares the same cores);
+ * CPU per pair is the figure that scales.
  */
 #include <signal.h>
 #include <stdio.h>
@@ -32,8 +34,11 @@ typedef struct topo {
     th_redis *nodes[TH_MAX_NODES]; /* data nodes, for INFO cpu */
     int nnodes;
     const char *url;
-    double cpu_start;
-    double cpu_s;
+    double cpu_start, master_cpu_start, gw_cpu_start;
+    double cpu_s;        /* every data node */
+    double master_cpu_s; /* the masters only */
+    double gw_cpu_s;     /* the gateway */
+    pid_t gw_pid;
 } topo;
 
 /* used_cpu_user + used_cpu_sys of one node, or -1. */
@@ -54,11 +59,20 @@ static double node_cpu(const th_redis *r)
     return user + sys;
 }
 
-static double topo_cpu(const topo *t)
+/* 1 when r says role:master in INFO replication. */
+static int node_is_master(const th_redis *r)
+{
+    char info[4096] = "";
+    return th_redis_cmd(r, info, sizeof info, "INFO replication") >= 0 &&
+           strstr(info, "role:master") != NULL;
+}
+
+/* CPU seconds of t's data nodes: all of them, or only the masters. */
+static double topo_cpu(const topo *t, int masters_only)
 {
     double sum = 0;
     for (int i = 0; i < t->nnodes; i++) {
-        if (t->nodes[i]->pid > 0) {
+        if (t->nodes[i]->pid > 0 && (!masters_only || node_is_master(t->nodes[i]))) {
             double c = node_cpu(t->nodes[i]);
             sum += c > 0 ? c : 0;
         }
@@ -66,13 +80,23 @@ static double topo_cpu(const topo *t)
     return sum;
 }
 
+static double gateway_cpu(const topo *t)
+{
+    double user = 0, sys = 0;
+    return cp_cpu_seconds(t->gw_pid, &user, &sys) == 0 ? user + sys : 0;
+}
+
 static void window(void *arg, int begin)
 {
     topo *t = arg;
     if (begin) {
-        t->cpu_start = topo_cpu(t);
+        t->cpu_start = topo_cpu(t, 0);
+        t->master_cpu_start = topo_cpu(t, 1);
+        t->gw_cpu_start = gateway_cpu(t);
     } else {
-        t->cpu_s = topo_cpu(t) - t->cpu_start;
+        t->gw_cpu_s = gateway_cpu(t) - t->gw_cpu_start;
+        t->cpu_s = topo_cpu(t, 0) - t->cpu_start;
+        t->master_cpu_s = topo_cpu(t, 1) - t->master_cpu_start;
     }
 }
 
@@ -93,6 +117,7 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
         cp_wait_http(&gw, "/readyz", 20000) != 0) {
         return -1;
     }
+    t->gw_pid = gw.pid;
     snprintf(ctx.tag, sizeof ctx.tag, "%s-%d", t->tag, (int)getpid());
     cw_gateway_pairs(&w, &ctx);
     int rc = lg_run(&w, gw.port, conns, warm_ms, measure_ms, window, t, res, err, sizeof err);
@@ -139,17 +164,20 @@ int main(int argc, char **argv)
         ok[k] = measure(&topos[k], conns, 1000, seconds * 1000, &res[k]) == 0;
     }
     printf("| Redis topology | pairs/s | vs single | /lock p50 ms | /lock p99 ms | "
-           "Redis CPU s per 1,000 pairs | errors |\n");
-    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+           "Redis CPU s per 1,000 pairs (all nodes / masters) | gateway CPU µs per pair | "
+           "errors |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int k = 0; k < 3; k++) {
         if (!ok[k]) {
-            printf("| %s | failed | | | | | |\n", topos[k].name);
+            printf("| %s | failed | | | | | | |\n", topos[k].name);
             continue;
         }
-        double per_k = res[k].units > 0 ? topos[k].cpu_s * 1000.0 / (double)res[k].units : 0;
-        printf("| %s | %.0f | %.2fx | %.2f | %.2f | %.3f | %llu |\n", topos[k].name,
-               res[k].rate, ok[0] && res[0].rate > 0 ? res[k].rate / res[0].rate : 0,
-               res[k].op_p50_ms, res[k].op_p99_ms, per_k,
+        double pairs = res[k].units > 0 ? (double)res[k].units : 1;
+        printf("| %s | %.0f | %.2fx | %.2f | %.2f | %.3f / %.3f | %.1f | %llu |\n",
+               topos[k].name, res[k].rate,
+               ok[0] && res[0].rate > 0 ? res[k].rate / res[0].rate : 0, res[k].op_p50_ms,
+               res[k].op_p99_ms, topos[k].cpu_s * 1000.0 / pairs,
+               topos[k].master_cpu_s * 1000.0 / pairs, topos[k].gw_cpu_s * 1e6 / pairs,
                (unsigned long long)res[k].failures);
     }
     th_cluster_stop(&cluster);
