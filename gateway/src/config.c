@@ -65,6 +65,11 @@ static const gw_option options[] = {
      "parked /lock waiters (wait_ms) at once; more answer 503 too_many_waiters, keeping "
      "connections for /healthz and /unlock (default 3/4 of --max-connections)",
      OPT_INT, 1, 1000000},
+    {"--max-connections-per-address", "FENCEGATE_MAX_CONNECTIONS_PER_ADDRESS", "N",
+     "connections from one client address at once; more are closed at accept, so one client "
+     "cannot take every connection (default 1/2 of --max-connections; 0: no limit, e.g. "
+     "behind a reverse proxy)",
+     OPT_INT, 0, 1000000},
     {"--token-key-idle-ttl", "FENCEGATE_TOKEN_KEY_IDLE_TTL", "DURATION",
      "expire a resource's token keys in Redis after this long without a lock or renew "
      "(500ms, 30s, 2m, 12h, 7d or ms; 0: never; default 7d)",
@@ -115,6 +120,7 @@ static void set_defaults(gw_config *cfg)
     cfg->max_value_bytes = 1048576;
     cfg->threads = 8;
     cfg->max_connections = 1024;
+    cfg->max_connections_per_address = -1; /* half of max_connections, once that is known */
     cfg->token_key_idle_ttl_ms = GW_TOKEN_KEY_IDLE_TTL_DEFAULT_MS;
 }
 
@@ -219,6 +225,8 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
             cfg->threads = (int)v;
         } else if (strcmp(o->flag, "--max-waiters") == 0) {
             cfg->max_waiters = (int)v;
+        } else if (strcmp(o->flag, "--max-connections-per-address") == 0) {
+            cfg->max_connections_per_address = (int)v;
         } else if (strcmp(o->flag, "--redis-min-replicas") == 0) {
             cfg->redis_min_replicas = (int)v;
         } else {
@@ -355,6 +363,12 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
     if (rc == 0 && cfg->max_waiters == 0) {
         /* A quarter of the connections stays for requests that are not waiting. */
         cfg->max_waiters = cfg->max_connections - cfg->max_connections / 4;
+    }
+    if (rc == 0 && cfg->max_connections_per_address < 0) {
+        /* Half stays for the other clients however many one address opens; at least 1, as
+         * 0 would mean no limit. */
+        cfg->max_connections_per_address =
+            cfg->max_connections / 2 > 0 ? cfg->max_connections / 2 : 1;
     }
     if (rc == 0 && cfg->max_waiters >= cfg->max_connections) {
         /* Waiters hold their connections: as many as --max-connections would leave none for

@@ -65,6 +65,8 @@ typedef struct gw_config {
     int max_connections;
     int max_waiters;             /* --max-waiters: parked /lock waiters at once, below
                                   * max_connections (0 before parsing: 3/4 of it) */
+    int max_connections_per_address; /* --max-connections-per-address, 0: no limit (-1
+                                      * before parsing: half of max_connections) */
     long long token_key_idle_ttl_ms; /* --token-key-idle-ttl, 0: never */
     int redis_min_replicas;      /* locklib's min_replicas (--redis-min-replicas), 0: off */
     int log_json;                /* 1: --log-format json */

@@ -53,7 +53,8 @@ static void test_help_lists_every_flag_and_variable(void **state)
         "--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "--map-size", "FENCEGATE_MAP_SIZE",
         "--threads", "FENCEGATE_THREADS",
         "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--max-waiters",
-        "FENCEGATE_MAX_WAITERS", "--token-key-idle-ttl",
+        "FENCEGATE_MAX_WAITERS", "--max-connections-per-address",
+        "FENCEGATE_MAX_CONNECTIONS_PER_ADDRESS", "--token-key-idle-ttl",
         "FENCEGATE_TOKEN_KEY_IDLE_TTL", "--log-format",
         "FENCEGATE_LOG_FORMAT", "--help", "--version", "--routes", "--check-config", NULL};
     const char *const argv[] = {"--help", NULL};
