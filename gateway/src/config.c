@@ -5,7 +5,6 @@
  * main() exits 2.
  */
 #define _DEFAULT_SOURCE /* getaddrinfo flags */
-#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -50,7 +49,8 @@ static const gw_option options[] = {
      OPT_STRING, 0, 0},
     {"--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE", "FILE",
      "require 'Authorization: Bearer <token>' on every endpoint but /healthz; the token is "
-     "the file's content",
+     "the whole file less the white space around it, 1 to 511 printable ASCII bytes (a second "
+     "line is refused), read as fencectl reads it",
      OPT_STRING, 0, 0},
     {"--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "N",
      "largest resource value a PUT may store (default 1048576)", OPT_SIZE, 1, 268435456},
@@ -386,46 +386,6 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
         }
     }
     return rc;
-}
-
-long gw__config_read_token(const char *path, char *buf, size_t len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = 0;
-
-    if (f == NULL) {
-        snprintf(err, errlen, "--auth-token-file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    n = fread(buf, 1, len, f);
-    int read_error = ferror(f);
-    fclose(f);
-    if (read_error) {
-        snprintf(err, errlen, "--auth-token-file %s: read error", path);
-        return -1;
-    }
-    if (n >= len) {
-        snprintf(err, errlen, "--auth-token-file %s: the token is longer than %zu bytes", path,
-                 len - 1);
-        return -1;
-    }
-    /* A trailing newline from `echo secret > file` is not part of the token. */
-    while (n > 0 && isspace((unsigned char)buf[n - 1])) {
-        n--;
-    }
-    buf[n] = '\0';
-    if (n == 0) {
-        snprintf(err, errlen, "--auth-token-file %s: the file is empty", path);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (buf[i] < 0x21 || buf[i] > 0x7e) {
-            snprintf(err, errlen, "--auth-token-file %s: the token must be printable ASCII "
-                                  "without spaces", path);
-            return -1;
-        }
-    }
-    return (long)n;
 }
 
 int gw__config_listen_addr(const char *listen, struct sockaddr_storage *addr, char *err,

@@ -212,6 +212,23 @@ static void test_check_config(void **state)
     expect_usage_error((const char *const[]){"--check-config", "--auth-token-file", token,
                                              NULL},
                        NULL, "empty");
+
+    /* The token file rule fencectl reads by too (gateway/common/token_file.h): white space
+     * around the token is not part of it, a second line is refused, not ignored. */
+    gwt_write_file(token, " \t s3cret \r\n");
+    run_it(&r, argv, NULL);
+    if (r.status != 0) {
+        fail_msg("a token with white space around it was refused: %s", r.err);
+    }
+    run_free(&r);
+    gwt_write_file(token, "s3cret\nsecond line\n");
+    expect_usage_error((const char *const[]){"--check-config", "--auth-token-file", token,
+                                             NULL},
+                       NULL, "another line");
+    gwt_write_file(token, " \r\n\t\n");
+    expect_usage_error((const char *const[]){"--check-config", "--auth-token-file", token,
+                                             NULL},
+                       NULL, "only white space");
     th_rmtree(dir);
 }
 
