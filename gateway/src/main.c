@@ -213,6 +213,12 @@ int main(int argc, char **argv)
         for (int i = 0; i < GW_R_COUNT; i++) {
             printf("%s %s\n", gw__routes[i].method, gw__routes[i].path);
         }
+        /* HEAD is served wherever GET is (routes.c), and is in the OpenAPI as such. */
+        for (int i = 0; i < GW_R_COUNT; i++) {
+            if (strcmp(gw__routes[i].method, "GET") == 0) {
+                printf("HEAD %s\n", gw__routes[i].path);
+            }
+        }
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);

@@ -89,7 +89,9 @@ static void test_routes(void **state)
     static const char *const want[] = {
         "POST /lock\n",          "POST /unlock\n",         "POST /renew\n",
         "GET /locks/{resource}\n", "GET /resources/{resource}\n", "PUT /resources/{resource}\n",
-        "GET /healthz\n",        "GET /readyz\n",          "GET /metrics\n", NULL};
+        "GET /healthz\n",        "GET /readyz\n",          "GET /metrics\n",
+        "HEAD /locks/{resource}\n", "HEAD /resources/{resource}\n", "HEAD /healthz\n",
+        "HEAD /readyz\n",       "HEAD /metrics\n",       NULL};
     const char *const argv[] = {"--routes", NULL};
     run r;
     int lines = 0;
@@ -105,7 +107,7 @@ static void test_routes(void **state)
     for (const char *p = r.out; *p != '\0'; p++) {
         lines += *p == '\n';
     }
-    assert_int_equal(lines, 9);
+    assert_int_equal(lines, 14);
     run_free(&r);
 }
 
