@@ -9,8 +9,15 @@
 #   routes BINARY   Runs `BINARY --routes` (one "METHOD /path/template" line per served route)
 #                   and fails unless the routes it prints and the operations in openapi.yaml
 #                   are the same set, both ways.
+#   proxy BINARY    Starts a private redis-server, BINARY on a free port, and Stoplight Prism's
+#                   proxy (@stoplight/prism-cli, pinned in api/package.json) in front of it,
+#                   then sends the API cases below through the proxy. Prism checks each request
+#                   and each answer against openapi.yaml and names every mismatch in an
+#                   sl-violations header. Fails on any mismatch in an answer (the binary and
+#                   the spec disagree), and on any in a request the case calls valid.
 #
-# The ctest tests api_openapi_lint and api_routes_match_openapi (tests/api/) call lint and routes.
+# The ctest tests api_openapi_lint, api_routes_match_openapi and api_prism_proxy (tests/api/)
+# call lint, routes and proxy.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -89,10 +96,115 @@ cmd_routes() {
     sed 's/^/  /' "$tmp/bin"
 }
 
+# proxy_case valid|invalid WHAT WANT_STATUS CURL_ARGS...: one request through the proxy; fails
+# unless it is answered WANT_STATUS with no violation in the answer (nor in the request, for a
+# valid case).
+proxy_case() {
+    local kind=$1 what=$2 want=$3 code violations bad
+    shift 3
+    code=$(curl -sS --max-time 10 -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@" \
+        2>"$tmp/curl.err") || true
+    violations=$(awk 'tolower($1) == "sl-violations:" { sub(/^[^:]*: */, ""); print }' \
+        "$tmp/headers" | tr -d '\r')
+    cases=$((cases + 1))
+    if [ "$code" != "$want" ]; then
+        echo "check-openapi: $what: answered $code, not $want: $(head -c 300 "$tmp/body")" >&2
+        proxy_fail=1
+        return
+    fi
+    [ -n "$violations" ] || return 0
+    # Each violation is {"location":["request"|"response",...],"severity":...,"message":...}.
+    bad=$(node -e '
+        const kind = process.argv[1];
+        const v = JSON.parse(process.argv[2]);
+        const bad = v.filter(x => x.location[0] === "response" ||
+                                  (kind === "valid" && x.severity === "Error"));
+        for (const x of bad) console.log(`${x.location.join(".")}: ${x.message}`);
+    ' "$kind" "$violations")
+    if [ -n "$bad" ]; then
+        echo "check-openapi: $what ($code): the spec and the gateway disagree:" >&2
+        echo "$bad" | sed 's/^/  /' >&2
+        proxy_fail=1
+    fi
+}
+
+cmd_proxy() {
+    local bin=${1:-} prism="$api/node_modules/.bin/prism" gport pport url
+    local json=(-H 'Content-Type: application/json') r
+    [ -x "$bin" ] || die "usage: check-openapi.sh proxy PATH/TO/fencegate"
+    [ -x "$prism" ] \
+        || die "Prism is not installed in api/node_modules: run scripts/install-deps.sh (or scripts/install-node-tools.sh)"
+    tmp=$(mktemp -d)
+    # shellcheck source=../tests/common/redis.sh
+    source "$root/tests/common/redis.sh" # fg_redis_start, and fg_topo_free_port (topo.sh)
+    gw_pid="" prism_pid="" # globals: the EXIT trap runs after this function returned
+    trap 'for p in $prism_pid $gw_pid; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done;
+          fg_redis_stop; rm -rf "$tmp"' EXIT
+    fg_redis_start "$tmp" || die "redis-server did not start"
+    gport=$(fg_topo_free_port) && pport=$(fg_topo_free_port) || die "found no free port"
+    "$bin" --listen "127.0.0.1:$gport" --redis "unix://$FG_REDIS_SOCK" --data "$tmp/data" \
+        2>"$tmp/gateway.log" &
+    gw_pid=$!
+    "$prism" proxy "$spec" "http://127.0.0.1:$gport" --host 127.0.0.1 --port "$pport" \
+        >"$tmp/prism.log" 2>&1 &
+    prism_pid=$!
+    url="http://127.0.0.1:$pport"
+    local deadline=$((SECONDS + 60))
+    until curl -fsS --max-time 2 -o /dev/null "$url/healthz" 2>/dev/null; do
+        if [ "$SECONDS" -ge "$deadline" ] || ! kill -0 "$prism_pid" 2>/dev/null \
+            || ! kill -0 "$gw_pid" 2>/dev/null; then
+            tail -n 20 "$tmp/gateway.log" "$tmp/prism.log" >&2
+            die "the gateway behind Prism did not answer /healthz within 60 s"
+        fi
+        sleep 0.1
+    done
+    echo "check-openapi: prism $("$prism" --version) proxying to fencegate on port $gport"
+    cases=0 proxy_fail=0 r="prism-$RANDOM$RANDOM"
+    local key="prism-key-$RANDOM$RANDOM-0123456789"
+    proxy_case valid "GET /healthz" 200 "$url/healthz"
+    proxy_case valid "GET /readyz" 200 "$url/readyz"
+    proxy_case valid "GET /metrics" 200 "$url/metrics"
+    proxy_case valid "POST /lock" 200 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"a\",\"ttl_ms\":60000}" "$url/lock"
+    proxy_case valid "POST /lock, held" 409 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"b\"}" "$url/lock"
+    proxy_case valid "POST /lock, held, waiting" 409 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"b\",\"wait_ms\":50}" "$url/lock"
+    proxy_case valid "POST /lock, re-entered" 200 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"a\",\"ttl_ms\":60000}" "$url/lock"
+    proxy_case valid "GET /locks/{resource}, held" 200 "$url/locks/$r"
+    proxy_case valid "POST /renew" 200 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"a\",\"ttl_ms\":60000}" "$url/renew"
+    proxy_case valid "POST /renew, not the owner" 409 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"b\"}" "$url/renew"
+    proxy_case valid "PUT /resources/{resource}" 200 -X PUT -H 'Fencing-Token: 1' --data-binary 'plain bytes' "$url/resources/$r"
+    proxy_case valid "PUT /resources/{resource}, a JSON value" 200 -X PUT -H 'Fencing-Token: 1' "${json[@]}" --data-binary '{"any":"bytes"}' "$url/resources/$r"
+    proxy_case valid "GET /resources/{resource}" 200 "$url/resources/$r"
+    proxy_case valid "GET /resources/{resource}, never written" 404 "$url/resources/$r-none"
+    proxy_case valid "PUT /resources/{resource}, a token never issued" 403 -X PUT -H 'Fencing-Token: 999999' --data-binary x "$url/resources/$r"
+    proxy_case valid "POST /unlock, twice: first" 200 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"a\"}" "$url/unlock"
+    proxy_case valid "POST /unlock" 200 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"a\"}" "$url/unlock"
+    proxy_case valid "POST /unlock, not held" 409 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"a\"}" "$url/unlock"
+    proxy_case valid "GET /locks/{resource}, free" 200 "$url/locks/$r"
+    proxy_case valid "POST /lock, next holder" 200 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"b\"}" "$url/lock"
+    proxy_case valid "PUT /resources/{resource}, superseded token" 409 -X PUT -H 'Fencing-Token: 1' --data-binary x "$url/resources/$r"
+    proxy_case valid "POST /lock with an Idempotency-Key" 200 "${json[@]}" -H "Idempotency-Key: $key" -d "{\"resource\":\"$r-idem\"}" "$url/lock"
+    proxy_case valid "POST /lock, the same key again (replay)" 200 "${json[@]}" -H "Idempotency-Key: $key" -d "{\"resource\":\"$r-idem\"}" "$url/lock"
+    proxy_case valid "POST /lock, the key for another owner" 422 "${json[@]}" -H "Idempotency-Key: $key" -d "{\"resource\":\"$r-idem\",\"owner\":\"c\"}" "$url/lock"
+    proxy_case invalid "POST /lock, an unknown field" 400 "${json[@]}" -d "{\"resource\":\"$r\",\"tll_ms\":100}" "$url/lock"
+    proxy_case invalid "POST /lock, text/plain" 415 -H 'Content-Type: text/plain' -d "{\"resource\":\"$r\"}" "$url/lock"
+    proxy_case invalid "POST /lock, a short Idempotency-Key" 400 "${json[@]}" -H 'Idempotency-Key: short' -d "{\"resource\":\"$r\"}" "$url/lock"
+    proxy_case invalid "POST /lock, a bad name" 400 "${json[@]}" -d '{"resource":"a b"}' "$url/lock"
+    proxy_case invalid "POST /lock, a JSON body over 16 KiB" 413 "${json[@]}" -d "{\"resource\":\"$(head -c 17000 /dev/zero | tr '\0' a)\"}" "$url/lock"
+    proxy_case invalid "PUT /resources/{resource}, Fencing-Token 020" 400 -X PUT -H 'Fencing-Token: 020' --data-binary x "$url/resources/$r"
+    proxy_case invalid "PUT /resources/{resource}, no Fencing-Token" 400 -X PUT --data-binary x "$url/resources/$r"
+    proxy_case invalid "POST /healthz" 405 -X POST "$url/healthz"
+    proxy_case invalid "DELETE /locks/{resource}" 405 -X DELETE "$url/locks/$r"
+    proxy_case invalid "headers over 2.5 KiB" 431 -H "X-Pad: $(head -c 4000 /dev/zero | tr '\0' a)" "$url/healthz"
+    # HEAD is not sent: Prism 5 reads the empty body of a HEAD answer as JSON and fails itself.
+    [ "$proxy_fail" -eq 0 ] || die "Prism found answers that do not match api/openapi.yaml (above)"
+    echo "check-openapi: $cases cases through Prism: every answer matches api/openapi.yaml"
+}
+
 case "${1:-}" in
     install) cmd_install ;;
+    proxy) shift; cmd_proxy "$@" ;;
     lint) cmd_lint ;;
     routes) shift; cmd_routes "$@" ;;
     spec-routes) spec_routes ;;
-    *) die "usage: check-openapi.sh install | lint | routes PATH/TO/fencegate | spec-routes" ;;
+    *) die "usage: check-openapi.sh install | lint | routes PATH/TO/fencegate | proxy PATH/TO/fencegate | spec-routes" ;;
 esac

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the npm-pinned checkers the test suite runs, each folder from its own
 # package-lock.json with `npm ci`:
-#   api/             @redocly/cli, the OpenAPI validator (scripts/check-openapi.sh)
+#   api/             @redocly/cli, the OpenAPI validator, and @stoplight/prism-cli, whose proxy
+#                    checks the real gateway's answers against the spec (scripts/check-openapi.sh)
 #   tests/packaging/ dockerfilelint and the Compose JSON schema with Ajv (tests/packaging/)
 # Installs Debian's nodejs + npm first when `node` is missing. Idempotent: a folder whose
 # lockfile has not changed since its last install is left alone and needs no network.

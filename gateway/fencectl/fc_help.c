@@ -8,11 +8,11 @@
     "Options of every command:\n"                                                            \
     "  --url URL               the gateway (default $FENCEGATE_URL, else " FC_DEFAULT_URL ")\n" \
     "  --auth-token-file FILE  send 'Authorization: Bearer TOKEN' (default\n"                \
-    "                          $FENCEGATE_AUTH_TOKEN_FILE). TOKEN is the file's first\n"     \
-    "                          line (up to the first CR or LF; the rest of the file is\n"    \
-    "                          ignored) without leading or trailing spaces and tabs; it\n"   \
-    "                          must be non-empty printable ASCII without spaces, within\n"   \
-    "                          the first 4096 bytes. It is never printed.\n"                 \
+    "                          $FENCEGATE_AUTH_TOKEN_FILE). TOKEN is the whole file\n"      \
+    "                          without the white space around it, as fencegate reads\n"     \
+    "                          it: 1 to 511 bytes of printable ASCII with no white\n"       \
+    "                          space inside (a second line is refused), in a file of at\n"  \
+    "                          most 4096 bytes. It is never printed.\n"                     \
     "  --verbose, -v           progress on stderr\n"                                         \
     "  --help, -h              this text\n"                                                  \
     "  --version               the version\n"

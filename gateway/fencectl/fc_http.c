@@ -8,6 +8,7 @@
  * string that is never printed and is wiped before it is freed.
  */
 #include "fc_internal.h"
+#include "token_file.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -23,7 +24,6 @@
 #define BACKOFF_FIRST_MS 100
 #define BACKOFF_MAX_MS 1000
 #define MAX_ATTEMPTS 5
-#define TOKEN_FILE_MAX 4096
 
 int64_t fc__now_ms(void)
 {
@@ -65,60 +65,25 @@ int fc__random_id(char *buf)
     return 0;
 }
 
-/* Reads the bearer token: the file's first line (up to the first CR or LF) without leading
- * or trailing spaces and tabs; the rest of the file is ignored. The token must be printable
- * ASCII without spaces, and the first line must end within the first TOKEN_FILE_MAX bytes.
- * (fencegate reads its own --auth-token-file differently: the whole file, less trailing
- * white space.) Returns a malloc'd "Authorization: Bearer <token>" or NULL with err. */
+/* Reads the bearer token with the rule fencegate reads its own file by (token_file.h).
+ * Returns a malloc'd "Authorization: Bearer <token>" or NULL with err. */
 static char *read_auth_header(const char *path, char *err, size_t errlen)
 {
-    char buf[TOKEN_FILE_MAX + 1];
-    FILE *f = fopen(path, "r");
-
-    if (f == NULL) {
-        snprintf(err, errlen, "cannot read --auth-token-file %s: %s", path, strerror(errno));
-        return NULL;
-    }
-    size_t n = fread(buf, 1, TOKEN_FILE_MAX, f);
-    fclose(f);
-    buf[n] = '\0';
-    size_t line = strcspn(buf, "\r\n");
-    if (n == TOKEN_FILE_MAX && line == n) {
-        /* Cutting the line here would send a different token than the file holds. */
-        memset(buf, 0, sizeof buf);
-        snprintf(err, errlen, "--auth-token-file %s: its first line is not shorter than %d bytes",
-                 path, TOKEN_FILE_MAX);
-        return NULL;
-    }
-    buf[line] = '\0';
-    char *start = buf;
-    while (*start == ' ' || *start == '\t') {
-        start++;
-    }
-    size_t len = strlen(start);
-    while (len > 0 && (start[len - 1] == ' ' || start[len - 1] == '\t')) {
-        len--;
-    }
-    start[len] = '\0';
-    for (size_t i = 0; i < len; i++) {
-        if (!isgraph((unsigned char)start[i])) {
-            len = 0; /* a control character would break the header: refuse it */
-        }
-    }
+    char token[FG_AUTH_TOKEN_MAX + 1];
     char *header = NULL;
-    if (len == 0) {
-        snprintf(err, errlen, "--auth-token-file %s holds no usable token on its first line",
-                 path);
-    } else {
-        size_t size = len + sizeof "Authorization: Bearer ";
-        header = malloc(size);
-        if (header != NULL) {
-            snprintf(header, size, "Authorization: Bearer %s", start);
-        } else {
-            snprintf(err, errlen, "out of memory");
-        }
+
+    long len = fg_auth_token_read(path, token, err, errlen);
+    if (len < 0) {
+        return NULL;
     }
-    memset(buf, 0, sizeof buf);
+    size_t size = (size_t)len + sizeof "Authorization: Bearer ";
+    header = malloc(size);
+    if (header != NULL) {
+        snprintf(header, size, "Authorization: Bearer %s", token);
+    } else {
+        snprintf(err, errlen, "out of memory");
+    }
+    memset(token, 0, sizeof token); /* as fc__client_free() wipes the header */
     return header;
 }
 

@@ -5,7 +5,6 @@
  * main() exits 2.
  */
 #define _DEFAULT_SOURCE /* getaddrinfo flags */
-#include <ctype.h>
 #include <errno.h>
 #include <netdb.h>
 #include <stdio.h>
@@ -50,7 +49,8 @@ static const gw_option options[] = {
      OPT_STRING, 0, 0},
     {"--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE", "FILE",
      "require 'Authorization: Bearer <token>' on every endpoint but /healthz; the token is "
-     "the file's content",
+     "the whole file less the white space around it, 1 to 511 printable ASCII bytes (a second "
+     "line is refused), read as fencectl reads it",
      OPT_STRING, 0, 0},
     {"--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "N",
      "largest resource value a PUT may store (default 1048576)", OPT_SIZE, 1, 268435456},
@@ -65,6 +65,11 @@ static const gw_option options[] = {
      "parked /lock waiters (wait_ms) at once; more answer 503 too_many_waiters, keeping "
      "connections for /healthz and /unlock (default 3/4 of --max-connections)",
      OPT_INT, 1, 1000000},
+    {"--max-connections-per-address", "FENCEGATE_MAX_CONNECTIONS_PER_ADDRESS", "N",
+     "connections from one client address at once; more are closed at accept, so one client "
+     "cannot take every connection (default 1/2 of --max-connections; 0: no limit, e.g. "
+     "behind a reverse proxy)",
+     OPT_INT, 0, 1000000},
     {"--token-key-idle-ttl", "FENCEGATE_TOKEN_KEY_IDLE_TTL", "DURATION",
      "expire a resource's token keys in Redis after this long without a lock or renew "
      "(500ms, 30s, 2m, 12h, 7d or ms; 0: never; default 7d)",
@@ -115,6 +120,7 @@ static void set_defaults(gw_config *cfg)
     cfg->max_value_bytes = 1048576;
     cfg->threads = 8;
     cfg->max_connections = 1024;
+    cfg->max_connections_per_address = -1; /* half of max_connections, once that is known */
     cfg->token_key_idle_ttl_ms = GW_TOKEN_KEY_IDLE_TTL_DEFAULT_MS;
 }
 
@@ -219,6 +225,8 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
             cfg->threads = (int)v;
         } else if (strcmp(o->flag, "--max-waiters") == 0) {
             cfg->max_waiters = (int)v;
+        } else if (strcmp(o->flag, "--max-connections-per-address") == 0) {
+            cfg->max_connections_per_address = (int)v;
         } else if (strcmp(o->flag, "--redis-min-replicas") == 0) {
             cfg->redis_min_replicas = (int)v;
         } else {
@@ -356,6 +364,12 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
         /* A quarter of the connections stays for requests that are not waiting. */
         cfg->max_waiters = cfg->max_connections - cfg->max_connections / 4;
     }
+    if (rc == 0 && cfg->max_connections_per_address < 0) {
+        /* Half stays for the other clients however many one address opens; at least 1, as
+         * 0 would mean no limit. */
+        cfg->max_connections_per_address =
+            cfg->max_connections / 2 > 0 ? cfg->max_connections / 2 : 1;
+    }
     if (rc == 0 && cfg->max_waiters >= cfg->max_connections) {
         /* Waiters hold their connections: as many as --max-connections would leave none for
          * /healthz or for the holder's /unlock that the waiters wait for. */
@@ -372,46 +386,6 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
         }
     }
     return rc;
-}
-
-long gw__config_read_token(const char *path, char *buf, size_t len, char *err, size_t errlen)
-{
-    FILE *f = fopen(path, "rb");
-    size_t n = 0;
-
-    if (f == NULL) {
-        snprintf(err, errlen, "--auth-token-file %s: %s", path, strerror(errno));
-        return -1;
-    }
-    n = fread(buf, 1, len, f);
-    int read_error = ferror(f);
-    fclose(f);
-    if (read_error) {
-        snprintf(err, errlen, "--auth-token-file %s: read error", path);
-        return -1;
-    }
-    if (n >= len) {
-        snprintf(err, errlen, "--auth-token-file %s: the token is longer than %zu bytes", path,
-                 len - 1);
-        return -1;
-    }
-    /* A trailing newline from `echo secret > file` is not part of the token. */
-    while (n > 0 && isspace((unsigned char)buf[n - 1])) {
-        n--;
-    }
-    buf[n] = '\0';
-    if (n == 0) {
-        snprintf(err, errlen, "--auth-token-file %s: the file is empty", path);
-        return -1;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (buf[i] < 0x21 || buf[i] > 0x7e) {
-            snprintf(err, errlen, "--auth-token-file %s: the token must be printable ASCII "
-                                  "without spaces", path);
-            return -1;
-        }
-    }
-    return (long)n;
 }
 
 int gw__config_listen_addr(const char *listen, struct sockaddr_storage *addr, char *err,

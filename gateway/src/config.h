@@ -65,6 +65,8 @@ typedef struct gw_config {
     int max_connections;
     int max_waiters;             /* --max-waiters: parked /lock waiters at once, below
                                   * max_connections (0 before parsing: 3/4 of it) */
+    int max_connections_per_address; /* --max-connections-per-address, 0: no limit (-1
+                                      * before parsing: half of max_connections) */
     long long token_key_idle_ttl_ms; /* --token-key-idle-ttl, 0: never */
     int redis_min_replicas;      /* locklib's min_replicas (--redis-min-replicas), 0: off */
     int log_json;                /* 1: --log-format json */
@@ -83,11 +85,6 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
 
 /* Prints the --help text (every flag with its environment variable) to f. */
 void gw__config_usage(FILE *f, const char *argv0);
-
-/* Reads the bearer token from the auth token file into buf (trailing whitespace stripped).
- * Returns its length, or -1 with a reason in err when the file is unreadable, empty or
- * longer than len - 1 bytes. */
-long gw__config_read_token(const char *path, char *buf, size_t len, char *err, size_t errlen);
 
 /* Resolves cfg->listen into *addr. Returns 0 or -1 with err. */
 int gw__config_listen_addr(const char *listen, struct sockaddr_storage *addr, char *err,

@@ -8,6 +8,7 @@
  * forge log lines or break the JSON format. Each line is written with one fwrite(), which
  * stdio locks, so lines from different threads never interleave.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -97,4 +98,38 @@ void gw__log_event(const gw_config *cfg, const char *level, const char *fmt, ...
         n = snprintf(line, sizeof line, "%s %s %s\n", ts, level, msg);
     }
     emit(line, n < (int)sizeof line ? n : (int)sizeof line - 1);
+}
+
+void gw__log_mhd(void *cls, const char *fmt, va_list ap)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t window_us;     /* the start of the current second */
+    static int lines;             /* lines written in it */
+    static long long suppressed;  /* messages dropped since the last line written */
+    const gw_config *cfg = cls;
+    char msg[300];
+
+    int64_t now = gw__now_us();
+    pthread_mutex_lock(&mu);
+    if (now - window_us >= 1000000) {
+        window_us = now;
+        lines = 0;
+    }
+    if (lines >= GW_MHD_LOG_PER_S) {
+        suppressed++;
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    lines++;
+    long long dropped = suppressed;
+    suppressed = 0;
+    pthread_mutex_unlock(&mu);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    msg[strcspn(msg, "\n")] = '\0'; /* its messages end with a newline */
+    if (dropped > 0) {
+        gw__log_event(cfg, "warn", "libmicrohttpd: %s (and %lld more of its messages not logged)",
+                      msg, dropped);
+    } else {
+        gw__log_event(cfg, "warn", "libmicrohttpd: %s", msg);
+    }
 }

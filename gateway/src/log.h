@@ -5,11 +5,17 @@
 #ifndef GATEWAY_LOG_H
 #define GATEWAY_LOG_H
 
+#include <stdarg.h>
 #include <stdint.h>
 
 #include <microhttpd.h>
 
 #include "config.h"
+
+/* libmicrohttpd logs a line for each connection it refuses at accept ("Server reached
+ * connection limit"): a flood of connections over the limits (issue 18, item 2) would
+ * otherwise write thousands of lines a second. */
+#define GW_MHD_LOG_PER_S 10
 
 /* One line per request on stderr: method, path, status, microseconds. Never owners,
  * headers or bodies. method is printable already; url is the raw request path (client
@@ -19,5 +25,9 @@ void gw__log_request(const gw_config *cfg, const char *method, const char *url, 
 /* A line about the process itself (start, shutdown, dependency trouble). */
 void gw__log_event(const gw_config *cfg, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
+/* MHD_OPTION_EXTERNAL_LOGGER (cls: the gw_config): libmicrohttpd's own messages as event
+ * lines, at most GW_MHD_LOG_PER_S a second. Past that they are counted, and the count is
+ * logged with the next line that is written. */
+void gw__log_mhd(void *cls, const char *fmt, va_list ap);
 
 #endif

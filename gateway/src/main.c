@@ -24,6 +24,7 @@
 #include "request.h"
 #include "routes.h"
 #include "server.h"
+#include "token_file.h"
 
 static gw_server server;
 
@@ -63,8 +64,7 @@ static int validate(gw_config *cfg, int quiet)
         return -1;
     }
     if (cfg->auth_token_file[0] != '\0') {
-        long n = gw__config_read_token(cfg->auth_token_file, server.auth_token,
-                                       sizeof server.auth_token, err, sizeof err);
+        long n = fg_auth_token_read(cfg->auth_token_file, server.auth_token, err, sizeof err);
         if (n < 0) {
             fprintf(stderr, "fencegate: %s\n", err);
             return -1;
@@ -212,6 +212,12 @@ int main(int argc, char **argv)
     if (cfg.routes) {
         for (int i = 0; i < GW_R_COUNT; i++) {
             printf("%s %s\n", gw__routes[i].method, gw__routes[i].path);
+        }
+        /* HEAD is served wherever GET is (routes.c), and is in the OpenAPI as such. */
+        for (int i = 0; i < GW_R_COUNT; i++) {
+            if (strcmp(gw__routes[i].method, "GET") == 0) {
+                printf("HEAD %s\n", gw__routes[i].path);
+            }
         }
         return 0;
     }

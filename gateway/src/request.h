@@ -25,6 +25,7 @@
 
 #include "locklib/locklib.h"
 #include "storage/storage.h"
+#include "token_file.h"
 
 #include "config.h"
 #include "fence.h"
@@ -40,7 +41,7 @@ typedef struct gw_server {
     store *st;
     char store_desc[600];         /* store_describe(st): for logs and /readyz, no password */
     lk_options lk_opts;
-    char auth_token[512];
+    char auth_token[FG_AUTH_TOKEN_MAX + 1];
     size_t auth_token_len;
     int auth_on;
     uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */

@@ -664,11 +664,16 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         flags, port, NULL, NULL, access_handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->cfg->threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)srv->cfg->max_connections,
+        /* An address over its limit is closed at accept (issue 18, item 2: one client's idle
+         * flood left /healthz answering 4 probes of 16). */
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned int)srv->cfg->max_connections_per_address,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)GW_CONN_TIMEOUT_S,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
         MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
         no_unescape, NULL, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, srv->conns,
-        MHD_OPTION_URI_LOG_CALLBACK, conn_request_line, NULL, MHD_OPTION_END);
+        MHD_OPTION_URI_LOG_CALLBACK, conn_request_line, NULL, MHD_OPTION_EXTERNAL_LOGGER,
+        gw__log_mhd, (void *)srv->cfg, MHD_OPTION_END);
     if (srv->daemon == NULL) {
         snprintf(err, errlen, "cannot serve on %s (address in use or not permitted?)",
                  srv->cfg->listen);

@@ -257,7 +257,9 @@ static int start_gateway(bench *b, const char *aof)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", b->gw.port);
     snprintf(data, sizeof data, "%s/gateway-%s", b->dir, aof);
     char *argv[] = {(char *)b->fencegate, "--listen", listen, "--redis", b->redis.url,
-                    "--data", data, "--max-connections", "2048", NULL};
+                    "--data", data, "--max-connections", "2048",
+                    /* every client is this process, one address */
+                    "--max-connections-per-address", "0", NULL};
     if (cp_spawn(&b->gw, "fencegate", argv, log != NULL ? log : "/dev/null") != 0) {
         return -1;
     }

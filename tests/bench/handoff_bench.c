@@ -532,7 +532,8 @@ static int gw_start(gateway *g, const char *bin, const char *redis_url)
         }
         unsetenv("FENCEGATE_AUTH_TOKEN_FILE");
         execl(bin, bin, "--listen", listen_addr, "--redis", redis_url, "--data", data,
-              "--max-connections", "20000", (char *)NULL);
+              "--max-connections", "20000", "--max-connections-per-address", "0",
+              (char *)NULL); /* every waiter is 127.0.0.1 */
         fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
         _exit(127);
     }

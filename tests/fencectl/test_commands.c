@@ -338,14 +338,19 @@ static void test_auth_token_file(void **state)
     assert_true(fct_contains(r.err, "released"));
     assert_secret_hidden(&r);
 
-    /* The token is the first line without surrounding spaces and tabs; the rest of the
-     * file is ignored (fencectl --help says so). */
-    gwt_write_file(token_file, " \t" SECRET " \t\r\nnot part of the token\n");
+    /* The token is the file without the white space around it, as fencegate reads its own
+     * (gateway/common/token_file.h); a second line is refused, not ignored. */
+    gwt_write_file(token_file, " \t" SECRET " \t\r\n\n");
     run(s, &r, &gw, NULL, flag);
     fct_assert_exit(&r, 0);
     assert_secret_hidden(&r);
+    gwt_write_file(token_file, SECRET "\nnot part of the token\n");
+    run(s, &r, &gw, NULL, flag);
+    fct_assert_exit(&r, 2);
+    assert_true(fct_contains(r.err, "another line"));
+    assert_secret_hidden(&r);
 
-    /* A first line too long to read whole is refused, not cut into another token. */
+    /* A file too long to read whole is refused, not cut into another token. */
     char long_line[4200];
     memset(long_line, 'a', sizeof long_line - 2);
     long_line[sizeof long_line - 2] = '\n';
@@ -353,7 +358,7 @@ static void test_auth_token_file(void **state)
     gwt_write_file(token_file, long_line);
     run(s, &r, &gw, NULL, flag);
     fct_assert_exit(&r, 2);
-    assert_true(fct_contains(r.err, "its first line is not shorter than 4096 bytes"));
+    assert_true(fct_contains(r.err, "the file is longer than 4096 bytes"));
 
     gwt_write_file(token_file, "wrong-token\n");
     fct_exec(&r, s->dir, gw.url, NULL, env, lock);

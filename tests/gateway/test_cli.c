@@ -53,7 +53,8 @@ static void test_help_lists_every_flag_and_variable(void **state)
         "--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "--map-size", "FENCEGATE_MAP_SIZE",
         "--threads", "FENCEGATE_THREADS",
         "--max-connections", "FENCEGATE_MAX_CONNECTIONS", "--max-waiters",
-        "FENCEGATE_MAX_WAITERS", "--token-key-idle-ttl",
+        "FENCEGATE_MAX_WAITERS", "--max-connections-per-address",
+        "FENCEGATE_MAX_CONNECTIONS_PER_ADDRESS", "--token-key-idle-ttl",
         "FENCEGATE_TOKEN_KEY_IDLE_TTL", "--log-format",
         "FENCEGATE_LOG_FORMAT", "--help", "--version", "--routes", "--check-config", NULL};
     const char *const argv[] = {"--help", NULL};
@@ -88,7 +89,9 @@ static void test_routes(void **state)
     static const char *const want[] = {
         "POST /lock\n",          "POST /unlock\n",         "POST /renew\n",
         "GET /locks/{resource}\n", "GET /resources/{resource}\n", "PUT /resources/{resource}\n",
-        "GET /healthz\n",        "GET /readyz\n",          "GET /metrics\n", NULL};
+        "GET /healthz\n",        "GET /readyz\n",          "GET /metrics\n",
+        "HEAD /locks/{resource}\n", "HEAD /resources/{resource}\n", "HEAD /healthz\n",
+        "HEAD /readyz\n",       "HEAD /metrics\n",       NULL};
     const char *const argv[] = {"--routes", NULL};
     run r;
     int lines = 0;
@@ -104,7 +107,7 @@ static void test_routes(void **state)
     for (const char *p = r.out; *p != '\0'; p++) {
         lines += *p == '\n';
     }
-    assert_int_equal(lines, 9);
+    assert_int_equal(lines, 14);
     run_free(&r);
 }
 
@@ -211,6 +214,23 @@ static void test_check_config(void **state)
     expect_usage_error((const char *const[]){"--check-config", "--auth-token-file", token,
                                              NULL},
                        NULL, "empty");
+
+    /* The token file rule fencectl reads by too (gateway/common/token_file.h): white space
+     * around the token is not part of it, a second line is refused, not ignored. */
+    gwt_write_file(token, " \t s3cret \r\n");
+    run_it(&r, argv, NULL);
+    if (r.status != 0) {
+        fail_msg("a token with white space around it was refused: %s", r.err);
+    }
+    run_free(&r);
+    gwt_write_file(token, "s3cret\nsecond line\n");
+    expect_usage_error((const char *const[]){"--check-config", "--auth-token-file", token,
+                                             NULL},
+                       NULL, "another line");
+    gwt_write_file(token, " \r\n\t\n");
+    expect_usage_error((const char *const[]){"--check-config", "--auth-token-file", token,
+                                             NULL},
+                       NULL, "only white space");
     th_rmtree(dir);
 }
 

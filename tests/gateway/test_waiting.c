@@ -45,21 +45,25 @@ static int setup(void **state)
     return 0;
 }
 
-/* A gateway of its own (gw2) that accepts the 1,000 waiters plus the test's own calls. */
+/* A gateway of its own (gw2) that accepts the 1,000 waiters plus the test's own calls, all
+ * from 127.0.0.1: no per-address limit. */
 static int setup_1k(void **state)
 {
-    static const char *const args[] = {"--threads", "2", "--max-connections", "1500", NULL};
+    static const char *const args[] = {"--threads", "2", "--max-connections", "1500",
+                                       "--max-connections-per-address", "0", NULL};
     setup(state);
     wt_state *s = *state;
     gwt_start(&s->gw2, s->redis.url, NULL, args);
     return 0;
 }
 
-/* A gateway of its own (gw2) with 12 connections, of which at most 8 may wait. */
+/* A gateway of its own (gw2) with 12 connections, of which at most 8 may wait; every client
+ * is 127.0.0.1, so no per-address limit. */
 static int setup_capped(void **state)
 {
     static const char *const args[] = {"--threads", "2", "--max-connections", "12",
-                                       "--max-waiters", "8", NULL};
+                                       "--max-waiters", "8", "--max-connections-per-address",
+                                       "0", NULL};
     setup(state);
     wt_state *s = *state;
     gwt_start(&s->gw2, s->redis.url, NULL, args);
