@@ -140,6 +140,13 @@ fg_sentinel_start() {
             fi
         } >"$sdir/sentinel.conf"
         fg_topo_start_node "$sdir" "$password" sentinel 0 || return 1
+        # TILT after a 30 s stall (not 2 s) for 1 s (not 30 s), replicas' INFO every 1 s:
+        # why, in tests/common/harness_sentinel.c's head.
+        if [ "$(fg_topo_cli "$password" "$FG_TOPO_PORT" SENTINEL DEBUG tilt-trigger 30000 \
+            tilt-period 1000 info-period 1000)" != OK ]; then
+            fg_sentinel__fail "sentinel $FG_TOPO_PORT refused SENTINEL DEBUG (needs Redis 7.0)"
+            return 1
+        fi
         FG_SENTINEL_PORTS[$i]=$FG_TOPO_PORT
         FG_SENTINEL_PIDS[$i]=$FG_TOPO_PID
     done
