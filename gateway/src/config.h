@@ -66,6 +66,8 @@ typedef struct gw_config {
     int max_waiters;             /* --max-waiters: parked /lock waiters at once, below
                                   * max_connections (0 before parsing: 3/4 of it) */
     long long token_key_idle_ttl_ms; /* --token-key-idle-ttl, 0: never */
+    long long max_ttl_ms;        /* --max-ttl: the largest ttl_ms granted; on Redlock also
+                                  * the hold-out of a node that lost its data */
     int redis_min_replicas;      /* locklib's min_replicas (--redis-min-replicas), 0: off */
     int log_json;                /* 1: --log-format json */
     /* What to do instead of serving. */

@@ -399,6 +399,21 @@ void gwt_get(const gwt_proc *p, const char *path, gwt_resp *r)
     gwt_http(p, "GET", path, NULL, NULL, 0, 0, r);
 }
 
+long gwt_put_fenced(const gwt_proc *p, const char *resource, long long token,
+                    const char *value)
+{
+    char path[256];
+    char fence[64];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, NULL};
+    gwt_http(p, "PUT", path, headers, value, strlen(value), 0, &r);
+    long status = r.status;
+    gwt_resp_free(&r);
+    return status;
+}
+
 void gwt_resp_free(gwt_resp *r)
 {
     free(r->body);

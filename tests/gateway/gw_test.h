@@ -76,6 +76,10 @@ void gwt_http(const gwt_proc *p, const char *method, const char *path,
 void gwt_post(const gwt_proc *p, const char *path, const char *json, gwt_resp *r);
 void gwt_get(const gwt_proc *p, const char *path, gwt_resp *r);
 
+/* PUT /resources/RESOURCE with value and Fencing-Token: token. Returns the HTTP status. */
+long gwt_put_fenced(const gwt_proc *p, const char *resource, long long token,
+                    const char *value);
+
 void gwt_resp_free(gwt_resp *r);
 
 /* Fields of r->json: an integer (-1 when absent), a string ("" when absent). */

@@ -64,20 +64,6 @@ static long lock(const gwt_proc *gw, const char *resource, const char *owner, lo
     return status;
 }
 
-static long put(const gwt_proc *gw, const char *resource, long long token, const char *value)
-{
-    char path[128];
-    char fence[64];
-    gwt_resp r;
-    snprintf(path, sizeof path, "/resources/%s", resource);
-    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
-    const char *const headers[] = {fence, NULL};
-    gwt_http(gw, "PUT", path, headers, value, strlen(value), 0, &r);
-    long status = r.status;
-    gwt_resp_free(&r);
-    return status;
-}
-
 /* Checks /readyz names the sentinel topology, master node `master` and `failovers`. */
 static void assert_ready_on(const sn_state *st, int master, long long failovers)
 {
@@ -149,9 +135,9 @@ static void test_sentinel_failover(void **state)
     assert_int_equal(th_sentinel_wait_failover(&st->s, old, 30000), replica);
 
     /* 4. B's write is refused now that C has locked, before C wrote anything. */
-    status = put(&st->gw, "gw.failover", token_b, "from B");
+    status = gwt_put_fenced(&st->gw, "gw.failover", token_b, "from B");
     assert_true(status == 409 || status == 403);
-    assert_int_equal(put(&st->gw, "gw.failover", token_c, "from C"), 200);
+    assert_int_equal(gwt_put_fenced(&st->gw, "gw.failover", token_c, "from C"), 200);
     assert_ready_on(st, replica, 1);
 }
 
