@@ -28,6 +28,7 @@
  * subscriber on any node that counts hears it (open()).
  */
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,11 +39,26 @@
 
 /* The shortest per-node timeout: below it a loaded machine times out healthy nodes. */
 #define PER_NODE_MIN_MS 100
+/* How long a node that timed out is left alone. A silent node (a partition, a frozen
+ * process) would otherwise cost every batch its per-node timeout, which also eats the
+ * validity of every grant; a refused connection costs nothing and is retried at once, so a
+ * restarted node rejoins at the next call. */
+#define SLOW_RETRY_MS 1000
+
+/* A master's delayed-restart state, one per address in the process (below). */
+typedef struct shared_health {
+    char addr[300];             /* "host:port", "" for a free slot */
+    int refs;
+    lk__rl_health health;
+} shared_health;
 
 typedef struct rl_node {
     lk__transport tp;           /* tp.node: the master, with the per-node timeouts */
-    lk__rl_health health;
+    shared_health *sh;          /* NULL when the process has too many masters: then the
+                                 * node never counts */
     long long checked;          /* tp.connects when the marker was last read, -1 never */
+    int64_t retry_ms;           /* a node that timed out is not tried again before this
+                                 * monotonic time (0: no wait) */
 } rl_node;
 
 typedef struct lk__redlock {
@@ -54,6 +70,85 @@ typedef struct lk__redlock {
 } lk__redlock;
 
 static const lk__transport_ops redlock_ops;
+
+/* ---- The process's view of each master ----------------------------------------------------
+ *
+ * Every handle of a process (a gateway has one per thread, and the watchdog its own) shares
+ * one lk__rl_health per master address. Otherwise a handle that meets a master for the first
+ * time after it lost its data, with the new marker another handle of the same process just
+ * wrote, would count it at once while the others hold it out. */
+
+#define REGISTRY_SIZE 64
+
+static pthread_mutex_t registry_mu = PTHREAD_MUTEX_INITIALIZER;
+static shared_health registry[REGISTRY_SIZE];
+
+/* The state of addr, shared (one more reference), or NULL when the table is full. */
+static shared_health *health_get(const char *addr)
+{
+    shared_health *free_slot = NULL;
+    shared_health *found = NULL;
+
+    pthread_mutex_lock(&registry_mu);
+    for (int i = 0; i < REGISTRY_SIZE && found == NULL; i++) {
+        if (registry[i].refs > 0 && strcmp(registry[i].addr, addr) == 0) {
+            found = &registry[i];
+        } else if (registry[i].refs == 0 && free_slot == NULL) {
+            free_slot = &registry[i];
+        }
+    }
+    if (found == NULL && free_slot != NULL) {
+        found = free_slot;
+        snprintf(found->addr, sizeof found->addr, "%s", addr);
+        lk__rl_health_init(&found->health);
+    }
+    if (found != NULL) {
+        found->refs++;
+    }
+    pthread_mutex_unlock(&registry_mu);
+    return found;
+}
+
+static void health_put(shared_health *sh)
+{
+    if (sh == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&registry_mu);
+    if (--sh->refs == 0) {
+        sh->addr[0] = '\0';
+    }
+    pthread_mutex_unlock(&registry_mu);
+}
+
+/* 1 when the node counts towards a majority now (its state OK and a connection up). */
+static int counts(const rl_node *nd)
+{
+    int ok = 0;
+    if (nd->sh != NULL && nd->tp.ctx != NULL) {
+        pthread_mutex_lock(&registry_mu);
+        ok = lk__rl_health_counts(&nd->sh->health);
+        pthread_mutex_unlock(&registry_mu);
+    }
+    return ok;
+}
+
+/* Feeds one marker reading (lk__rl_health_seen) and a hold-out left by another client
+ * (left_ms > 0). Returns what lk__rl_health_seen() returns; *until_ms is then the end of
+ * the node's hold-out (0 when it is not held out). */
+static int health_feed(rl_node *nd, const char *seen, int64_t left_ms, int64_t max_lease_ms,
+                       int64_t *until_ms)
+{
+    int64_t now_ms = lk__now_ms();
+    pthread_mutex_lock(&registry_mu);
+    if (left_ms > 0) {
+        lk__rl_health_hold(&nd->sh->health, now_ms + left_ms);
+    }
+    int missing = lk__rl_health_seen(&nd->sh->health, seen, now_ms, max_lease_ms);
+    *until_ms = lk__rl_held_out_until(&nd->sh->health);
+    pthread_mutex_unlock(&registry_mu);
+    return missing;
+}
 
 /* ---- Step 0: markers ------------------------------------------------------------------ */
 
@@ -93,19 +188,21 @@ static int read_marker(rl_node *nd, char *seen, int64_t *left_ms)
     return rc;
 }
 
-/* The node lost its data (or is new): leaves the hold-out on it when there is one, then
- * writes a fresh marker unless another client was first, and reads back what won. */
-static int write_marker(rl_node *nd, char *seen, int64_t now_ms)
+/* Leaves the hold-out on the node, hold_ms from now, for every other client. */
+static void write_holdout(rl_node *nd, int64_t hold_ms)
+{
+    char px[24];
+    snprintf(px, sizeof px, "%" PRId64, hold_ms);
+    const char *hold[5] = {"SET", LK__RL_HOLDOUT_KEY, "1", "PX", px};
+    freeReplyObject(node_cmd(nd, 5, hold));
+}
+
+/* The node lost its data (or is new): writes a fresh marker unless another client was
+ * first, and reads back what won. */
+static int write_marker(rl_node *nd, char *seen)
 {
     char fresh[LK__RL_MARKER_LEN + 1];
-    char px[24];
-    int64_t until_ms = lk__rl_held_out_until(&nd->health);
 
-    if (until_ms > now_ms) {
-        snprintf(px, sizeof px, "%" PRId64, until_ms - now_ms);
-        const char *hold[5] = {"SET", LK__RL_HOLDOUT_KEY, "1", "PX", px};
-        freeReplyObject(node_cmd(nd, 5, hold));
-    }
     lk_random_id(fresh);
     const char *set[4] = {"SET", LK__RL_MARKER_KEY, fresh, "NX"};
     if (nd->tp.ctx == NULL) {
@@ -116,30 +213,50 @@ static int write_marker(rl_node *nd, char *seen, int64_t now_ms)
     return nd->tp.ctx != NULL ? read_marker(nd, seen, &left_ms) : -1;
 }
 
-/* Step 0 for one node. */
+/* Leaves a node that failed alone for SLOW_RETRY_MS when the failure took at least half its
+ * timeout (it is silent, not refusing), from start_ms on. */
+static void note_failure(rl_node *nd, int64_t start_ms)
+{
+    int64_t now_ms = lk__now_ms();
+    if (nd->tp.ctx == NULL && (now_ms - start_ms) * 2 >= nd->tp.node.command_timeout_ms) {
+        nd->retry_ms = now_ms + SLOW_RETRY_MS;
+    }
+}
+
+/* Step 0 for one node. The order of the writes matters: the hold-out key goes on the node
+ * before a new marker, so a client that reads the new marker also finds the hold-out. */
 static void check_node(lk__redlock *rl, rl_node *nd)
 {
     char seen[LK__RL_MARKER_LEN + 1] = "";
     int64_t left_ms = 0;
+    int64_t until_ms = 0;
+    int64_t start_ms = lk__now_ms();
 
+    if (nd->sh == NULL || nd->retry_ms > start_ms) {
+        lk__transport_drop(&nd->tp); /* it does not count meanwhile */
+        return;
+    }
     if (lk__transport_connect(&nd->tp) != LK_OK) {
+        note_failure(nd, start_ms);
         return; /* unreachable: not a reading; it does not answer this batch either */
     }
-    if (nd->checked == nd->tp.connects && lk__rl_health_counts(&nd->health)) {
+    if (nd->checked == nd->tp.connects && counts(nd)) {
         return;
     }
     if (read_marker(nd, seen, &left_ms) != 0) {
+        note_failure(nd, start_ms);
         return;
     }
-    int64_t now_ms = lk__now_ms();
-    if (left_ms > 0) {
-        lk__rl_health_hold(&nd->health, now_ms + left_ms);
+    int missing = health_feed(nd, seen[0] ? seen : NULL, left_ms, rl->max_lease_ms, &until_ms);
+    int64_t hold_ms = until_ms - lk__now_ms();
+    if (hold_ms > left_ms + 100) {
+        write_holdout(nd, hold_ms); /* this client found the loss (or knows it longer) */
     }
-    if (lk__rl_health_seen(&nd->health, seen[0] ? seen : NULL, now_ms, rl->max_lease_ms)) {
-        if (write_marker(nd, seen, now_ms) != 0 || seen[0] == '\0') {
+    if (missing) {
+        if (nd->tp.ctx == NULL || write_marker(nd, seen) != 0 || seen[0] == '\0') {
             return;
         }
-        lk__rl_health_seen(&nd->health, seen, now_ms, rl->max_lease_ms);
+        health_feed(nd, seen, 0, rl->max_lease_ms, &until_ms);
     }
     nd->checked = nd->tp.connects;
 }
@@ -150,15 +267,11 @@ static int check_nodes(lk__redlock *rl)
     int counting = 0;
     for (int k = 0; k < rl->n; k++) {
         check_node(rl, &rl->node[k]);
-        counting += lk__rl_health_counts(&rl->node[k].health) && rl->node[k].tp.ctx != NULL;
+        counting += counts(&rl->node[k]);
     }
     return counting;
 }
 
-static int counts(const rl_node *nd)
-{
-    return lk__rl_health_counts(&nd->health) && nd->tp.ctx != NULL;
-}
 
 /* ---- Steps 1 and 2: one fan-out -------------------------------------------------------- */
 
@@ -216,7 +329,10 @@ static void fan_out(fanout *f, size_t m, const int *send)
     }
     for (int k = 0; k < rl->n; k++) {
         if (send[k]) {
+            /* Timed per node: the replies of the others arrived while it waited. */
+            int64_t start_ms = lk__now_ms();
             lk__transport_finish(&rl->node[k].tp, &fl[k]);
+            note_failure(&rl->node[k], start_ms);
         }
     }
 }
@@ -511,6 +627,7 @@ static void redlock_free(lk__transport *t)
     lk__redlock *rl = t->impl;
     for (int k = 0; k < rl->n; k++) {
         lk__transport_free(&rl->node[k].tp);
+        health_put(rl->node[k].sh);
     }
     /* The password is a capability: do not leave it in freed memory. */
     memset(rl->login.password, 0, sizeof rl->login.password);
@@ -555,7 +672,9 @@ lk_status lk__redlock_init(lk__transport *t, const lk__node *login, const lk__se
          * reason to fail the calls of the others. */
         lk__transport_init(&rl->node[k].tp, &node, NULL, NULL, err);
         memset(node.password, 0, sizeof node.password);
-        lk__rl_health_init(&rl->node[k].health);
+        char addr[300];
+        snprintf(addr, sizeof addr, "%s:%d", nodes[k].host, nodes[k].port);
+        rl->node[k].sh = health_get(addr);
         rl->node[k].checked = -1;
         int w = snprintf(t->master + len, sizeof t->master - len, "%s%s:%d", k > 0 ? "," : "",
                          nodes[k].host, nodes[k].port);
@@ -596,7 +715,12 @@ void lk__redlock_nodes(const lk__transport *t, lk_topology *out)
     out->nnodes = rl->n;
     for (int k = 0; k < rl->n && k < LK_REDLOCK_NODES_MAX; k++) {
         const rl_node *nd = &rl->node[k];
-        int64_t until_ms = lk__rl_held_out_until(&nd->health);
+        int64_t until_ms = 0;
+        if (nd->sh != NULL) {
+            pthread_mutex_lock(&registry_mu);
+            until_ms = lk__rl_held_out_until(&nd->sh->health);
+            pthread_mutex_unlock(&registry_mu);
+        }
         snprintf(out->nodes[k].addr, sizeof out->nodes[k].addr, "%s:%d", nd->tp.node.host,
                  nd->tp.node.port);
         out->nodes[k].counts = counts(nd);
