@@ -281,18 +281,21 @@ typedef struct fanout {
     const lk__cmd *const *cmds;
     lk__rl_node *out;           /* out[i * n + k]: call i on node k */
     int64_t *counter;           /* fence_raise.lua: out[..] is not used, this is */
+    const unsigned char *skip;  /* skip[i * n + k] 1: call i is not sent to node k; or NULL */
 } fanout;
 
 typedef struct fan_ctx {
     fanout *f;
     int k;
+    const size_t *index;        /* the call (in f->cmds) of each call sent to node k */
 } fan_ctx;
 
 /* Step 2 for one reply of node k. */
-static void fan_done(void *ctx, size_t i, lk_status st, redisReply *reply)
+static void fan_done(void *ctx, size_t j, lk_status st, redisReply *reply)
 {
     fan_ctx *fc = ctx;
     fanout *f = fc->f;
+    size_t i = fc->index[j];
     size_t at = i * (size_t)f->rl->n + (size_t)fc->k;
     const lk__cmd *cmd = f->cmds[i];
 
@@ -313,28 +316,47 @@ static void fan_done(void *ctx, size_t i, lk_status st, redisReply *reply)
     freeReplyObject(reply);
 }
 
-/* Sends the m calls to every node with send[k] set, all written before any reply is read,
- * and records the outcomes. */
-static void fan_out(fanout *f, size_t m, const int *send)
+/* Sends the m calls to every node with send[k] set (but not the calls f->skip names), all
+ * written before any reply is read, and records the outcomes. Returns 0, or -1 when out of
+ * memory: then nothing was sent. */
+static int fan_out(fanout *f, size_t m, const int *send)
 {
     lk__redlock *rl = f->rl;
+    size_t n = (size_t)rl->n;
     lk__inflight fl[LK__RL_MAX_NODES];
     fan_ctx fc[LK__RL_MAX_NODES];
+    size_t count[LK__RL_MAX_NODES] = {0};
+    const lk__cmd **sub = calloc(m * n + 1, sizeof *sub);
+    size_t *index = calloc(m * n + 1, sizeof *index);
 
-    for (int k = 0; k < rl->n; k++) {
-        fc[k] = (fan_ctx){f, k};
-        if (send[k]) {
-            lk__transport_start(&rl->node[k].tp, &fl[k], m, f->cmds, fan_done, &fc[k]);
+    if (sub == NULL || index == NULL) {
+        free(sub);
+        free(index);
+        return -1;
+    }
+    for (size_t k = 0; k < n; k++) {
+        fc[k] = (fan_ctx){f, (int)k, index + k * m};
+        for (size_t i = 0; send[k] && i < m; i++) {
+            if (f->skip == NULL || !f->skip[i * n + k]) {
+                sub[k * m + count[k]] = f->cmds[i];
+                index[k * m + count[k]++] = i;
+            }
+        }
+        if (count[k] > 0) {
+            lk__transport_start(&rl->node[k].tp, &fl[k], count[k], sub + k * m, fan_done, &fc[k]);
         }
     }
-    for (int k = 0; k < rl->n; k++) {
-        if (send[k]) {
+    for (size_t k = 0; k < n; k++) {
+        if (count[k] > 0) {
             /* Timed per node: the replies of the others arrived while it waited. */
             int64_t start_ms = lk__now_ms();
             lk__transport_finish(&rl->node[k].tp, &fl[k]);
             note_failure(&rl->node[k], start_ms);
         }
     }
+    free(sub);
+    free(index);
+    return 0;
 }
 
 /* ---- Steps 3 to 5 ----------------------------------------------------------------------- */
@@ -368,16 +390,24 @@ static lk__rl_next combine(const lk__redlock *rl, const lk_call *call, const lk_
 }
 
 /* Step 4, write-back: fence_raise.lua with each granted token on every node that counts. */
-static void write_back(lk__redlock *rl, size_t n, const lk__cmd *const *cmds, lk__rl_out *outs,
-                       lk__rl_next *next, int64_t start_ms, const int *send)
+/* Step 4, write-back: fence_raise.lua with each granted token T on every node that counts,
+ * except the nodes that granted with T itself: their counter already is T (the mint's INCR
+ * answered it), their lock's token is T and T heads their recent list, which is all the
+ * script would do. When the counters agree, as they do while no node lost data or missed a
+ * grant, nothing is sent: the write-back costs a round trip only after a divergence. */
+static void write_back(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
+                       const lk__rl_node *nodes, lk__rl_out *outs, lk__rl_next *next,
+                       int64_t start_ms, const int *send)
 {
+    size_t nn = (size_t)rl->n;
     lk__cmd *raise = calloc(n, sizeof *raise);
     const lk__cmd **sent = calloc(n, sizeof *sent);
     size_t *index = calloc(n, sizeof *index);
-    int64_t *counter = calloc(n * (size_t)rl->n, sizeof *counter);
+    int64_t *counter = calloc(n * nn, sizeof *counter);
+    unsigned char *skip = calloc(n * nn, 1);
     size_t m = 0;
 
-    if (raise == NULL || sent == NULL || index == NULL || counter == NULL) {
+    if (raise == NULL || sent == NULL || index == NULL || counter == NULL || skip == NULL) {
         for (size_t i = 0; i < n; i++) {
             if (next[i] == LK__RL_WRITE_BACK) {
                 outs[i].st = lk__errf(outs[i].err, LK_ENOMEM, "out of memory");
@@ -400,12 +430,18 @@ static void write_back(lk__redlock *rl, size_t n, const lk__cmd *const *cmds, lk
         sent[m] = &raise[m];
         index[m++] = i;
     }
-    for (size_t j = 0; j < m * (size_t)rl->n; j++) {
-        counter[j] = -1; /* a node not asked acknowledged nothing */
+    for (size_t j = 0; j < m; j++) {
+        for (size_t k = 0; k < nn; k++) {
+            const lk__rl_node *o = &nodes[index[j] * nn + k];
+            int minted_t = !o->held_out && o->st == LK_ACQUIRED &&
+                           o->res.token >= outs[index[j]].res.token;
+            counter[j * nn + k] = minted_t ? o->res.token : -1; /* -1: not acknowledged */
+            skip[j * nn + k] = (unsigned char)minted_t;
+        }
     }
-    if (m > 0) {
-        fanout f = {rl, sent, NULL, counter};
-        fan_out(&f, m, send);
+    fanout f = {rl, sent, NULL, counter, skip};
+    if (m > 0 && fan_out(&f, m, send) != 0) {
+        memset(counter, 0xff, m * nn * sizeof *counter); /* -1: nothing acknowledged */
     }
     int64_t elapsed_ms = lk__now_ms() - start_ms;
     for (size_t j = 0; j < m; j++) {
@@ -418,6 +454,7 @@ out:
     free(sent);
     free(index);
     free(counter);
+    free(skip);
 }
 
 /* Step 4, undo: release.lua for each call to undo, on all N nodes. */
@@ -449,8 +486,8 @@ static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
     if (m > 0) {
         /* The release's own outcome is not needed: a node that keeps the hold after all
          * lets it run out with its lease, which the grant never reported. */
-        fanout f = {rl, sent, NULL, NULL};
-        fan_out(&f, m, all);
+        fanout f = {rl, sent, NULL, NULL, NULL};
+        (void)fan_out(&f, m, all);
     }
     free(rel);
     free(sent);
@@ -509,13 +546,13 @@ static void run_calls(lk__transport *t, size_t m, const lk__cmd *const *cmds,
     }
     /* The validity counts from before the first node is asked. */
     int64_t start_ms = lk__now_ms();
-    fanout f = {rl, cmds, nodes, NULL};
-    fan_out(&f, m, send);
+    fanout f = {rl, cmds, nodes, NULL, NULL};
+    (void)fan_out(&f, m, send); /* out of memory: every node stays "no answer" */
     int64_t elapsed_ms = lk__now_ms() - start_ms;
     for (size_t j = 0; j < m; j++) {
         next[j] = combine(rl, cmds[j]->out, nodes + j * (size_t)rl->n, elapsed_ms, &outs[j]);
     }
-    write_back(rl, m, cmds, outs, next, start_ms, send);
+    write_back(rl, m, cmds, nodes, outs, next, start_ms, send);
     for (size_t j = 0; j < m; j++) {
         undos += next[j] == LK__RL_UNDO;
     }
