@@ -156,6 +156,12 @@ static void test_lock_cycle(void **state)
     assert_false(info.locked);
     /* The next holder's token is larger. */
     assert_true(grant_once(c, "rl-cycle", "bob") > r.token);
+    /* A watched lock: the watchdog thread gets its own Redlock transport. */
+    assert_lk(c, lk_acquire(c, "rl-watched", "carol", LK_LEASE_WATCHDOG, 0, NULL, &r2),
+              LK_ACQUIRED);
+    assert_true(r2.ttl_ms > 0 && r2.ttl_ms < 30000);
+    assert_false(lk_watch_lost(c, "rl-watched", "carol"));
+    assert_lk(c, lk_release(c, "rl-watched", "carol", NULL, &r2), LK_RELEASED);
 
     lk_client_topology(c, &t);
     assert_int_equal(t.kind, LK_TOPOLOGY_REDLOCK);
