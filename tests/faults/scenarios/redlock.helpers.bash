@@ -13,7 +13,7 @@ rl_n=${rl_n:-3}
 # Every Redis connection of the gateway is one per master here: invariant 9's descriptor
 # bound gets the connections to the other masters too.
 fd_slack_extra=$((7 * (rl_n - 1)))
-rl_max_ttl=5s
+rl_max_ttl=${rl_max_ttl:-5s} # a scenario may set a longer one before sourcing this file
 gw_extra+=(--max-ttl "$rl_max_ttl")
 
 rl_exit() {
