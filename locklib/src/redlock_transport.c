@@ -24,8 +24,10 @@
  * Fair acquisition (and its cancel) is refused with EINVAL before anything is sent: a FIFO
  * queue across independent masters is not built (README, "Redis topologies").
  *
- * Release messages: every node the release ran on publishes on fg:{R}:released, so a
- * subscriber on any node that counts hears it (open()).
+ * Release messages: every node the release ran on publishes on fg:{R}:released. open()
+ * gives lk_acquire_wait() one connection to a node that counts, which hears every release
+ * that ran there; lk_sub subscribes on every node that counts (lk__redlock_open_node()) and
+ * reports each release once (sub.c).
  */
 #include <inttypes.h>
 #include <pthread.h>
@@ -649,6 +651,25 @@ static redisContext *redlock_open(lk__transport *t)
     }
     lk__errf(t->err, LK_EUNAVAILABLE, "no Redis node that counts answered");
     return NULL;
+}
+
+int lk__redlock_size(const lk__transport *t)
+{
+    const lk__redlock *rl = t->impl;
+    return rl->n;
+}
+
+redisContext *lk__redlock_open_node(lk__transport *t, int k)
+{
+    lk__redlock *rl = t->impl;
+
+    check_node(rl, &rl->node[k]);
+    if (!counts(&rl->node[k])) {
+        lk__errf(t->err, LK_EUNAVAILABLE, "Redis node %s:%d does not count",
+                 rl->node[k].tp.node.host, rl->node[k].tp.node.port);
+        return NULL;
+    }
+    return lk__connect(&rl->node[k].tp.node, t->err);
 }
 
 static void redlock_drop(lk__transport *t)

@@ -25,6 +25,14 @@ int lk__redlock_is(const lk__transport *t);
  * transport), without connecting. Returns OK or ENOMEM. */
 lk_status lk__redlock_init_like(lk__transport *dst, const lk__transport *src, char *err);
 
+/* The number of masters of t. */
+int lk__redlock_size(const lk__transport *t);
+
+/* Opens a new connection, not t's own, to master k when it counts now (reachable and not
+ * held out), for a subscriber. Returns NULL otherwise, with the reason in t->err. The
+ * caller frees it with redisFree(). */
+redisContext *lk__redlock_open_node(lk__transport *t, int k);
+
 /* Fills out->nnodes and out->nodes with each master's address and state as t last saw it
  * (no password). */
 void lk__redlock_nodes(const lk__transport *t, lk_topology *out);

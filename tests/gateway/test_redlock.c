@@ -9,9 +9,12 @@
  *     one more: /lock and /readyz answer 503; the nodes restarted with their data: /readyz
  *     is 200 again by itself, and the next token is above every earlier one;
  *   - a minority restarted without its data: /readyz and /metrics show it held out, with
- *     the time it rejoins; locks keep working with larger tokens.
+ *     the time it rejoins; locks keep working with larger tokens;
+ *   - a parked waiter (wait_ms) is woken by the release, once, though every master
+ *     publishes it.
  * No test asserts timing; every wait is a loop on a condition with a deadline.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -235,12 +238,52 @@ static void test_minority_loses_data(void **state)
     assert_true(grant(st, "rl.loss") > after);
 }
 
+typedef struct waiter {
+    const gwt_proc *gw;
+    long status;
+    long long token;
+} waiter;
+
+static void *wait_main(void *arg)
+{
+    waiter *w = arg;
+    gwt_resp r;
+    gwt_post(w->gw, "/lock",
+             "{\"resource\":\"rl.wait\",\"owner\":\"W\",\"ttl_ms\":10000,\"wait_ms\":20000}",
+             &r);
+    w->status = r.status;
+    w->token = r.status == 200 ? gwt_int(&r, "token") : 0;
+    gwt_resp_free(&r);
+    return NULL;
+}
+
+/* A parked waiter is woken by the release, once, though every master publishes it. */
+static void test_waiter_woken_once(void **state)
+{
+    rl_state *st = *state;
+    long long held = 0;
+    waiter w = {&st->gw, 0, 0};
+    pthread_t th;
+
+    /* The holder's lease (60 s) outlasts the wait (20 s): only the release lets W in. */
+    assert_int_equal(lock(&st->gw, "rl.wait", "H", 60000, &held), 200);
+    assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 1);
+    assert_int_equal(unlock(&st->gw, "rl.wait", "H"), 200);
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, 200);
+    assert_true(w.token > held);
+    assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"release\"}"), 1);
+    assert_int_equal(unlock(&st->gw, "rl.wait", "W"), 200);
+}
+
 #define TESTS(setup)                                                                       \
     {                                                                                      \
         cmocka_unit_test_setup_teardown(test_lock_write_and_observability, setup, teardown), \
             cmocka_unit_test_setup_teardown(test_minority_then_majority_down, setup,       \
                                             teardown),                                     \
             cmocka_unit_test_setup_teardown(test_minority_loses_data, setup, teardown),    \
+            cmocka_unit_test_setup_teardown(test_waiter_woken_once, setup, teardown),      \
     }
 
 int main(void)

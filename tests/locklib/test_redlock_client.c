@@ -13,8 +13,10 @@
  *   - a minority restarted without its data: held out (lk_client_topology() says until
  *     when), tokens keep growing meanwhile, a handle opened later holds it out too, and
  *     once the hold-out (redlock_max_lease_ms, short here) has passed it counts again;
- *   - a waiter in lk_acquire_wait() is woken by the holder's release.
+ *   - a waiter in lk_acquire_wait() is woken by the holder's release;
+ *   - lk_sub subscribes on every master and reports each release once.
  */
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -354,11 +356,108 @@ static void test_waiter_woken_by_release(void **state)
     assert_true(w.res.token > token);
 }
 
+/* Counts the events of lk_sub per resource: [0] the watched one, [1 + k] mark k. */
+typedef struct sub_count {
+    int released[1 + TH_MAX_NODES];
+    int subscribed[1 + TH_MAX_NODES];
+} sub_count;
+
+static void on_event(const char *resource, int event, void *userdata)
+{
+    sub_count *n = userdata;
+    int i = strcmp(resource, "rl-sub") == 0 ? 0 : 1 + atoi(resource + strlen("rl-mark-"));
+    if (event == LK_SUB_RELEASED) {
+        n->released[i]++;
+    } else {
+        n->subscribed[i]++;
+    }
+}
+
+/* Dispatches s's events until done(n) holds or 20 s passed. */
+static void dispatch_until(lk_sub *s, sub_count *n, int (*done)(const sub_count *, int),
+                           int arg)
+{
+    int64_t deadline = th_now_ms() + 20000;
+    while (!done(n, arg) && th_now_ms() < deadline) {
+        struct pollfd p = {.fd = lk_sub_fd(s), .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            assert_int_equal(lk_sub_dispatch(s, on_event, n), LK_OK);
+        }
+    }
+    assert_true(done(n, arg));
+}
+
+static int all_subscribed(const sub_count *n, int nodes)
+{
+    for (int i = 0; i <= nodes; i++) {
+        if (n->subscribed[i] < 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int released_at_least(const sub_count *n, int want)
+{
+    return n->released[0] >= want;
+}
+
+static int marks_seen(const sub_count *n, int nodes)
+{
+    for (int k = 0; k < nodes; k++) {
+        if (n->released[1 + k] < 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* lk_sub on Redlock subscribes on every master and reports each release once, though every
+ * master publishes it. To know that every master's messages were read, mark k is published
+ * on master k alone after the releases: a connection delivers in order, so once every mark
+ * is reported, every release message before it was read too. */
+static void test_sub_every_master_once(void **state)
+{
+    rl_fixture *f = *state;
+    lk_sub *s = NULL;
+    sub_count n;
+    lk_result r;
+    char mark[32];
+
+    memset(&n, 0, sizeof n);
+    assert_int_equal(lk_sub_open(&s, f->url, NULL), LK_OK);
+    assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
+    for (int k = 0; k < f->set.n; k++) {
+        snprintf(mark, sizeof mark, "rl-mark-%d", k);
+        assert_int_equal(lk_sub_add(s, mark), LK_OK);
+    }
+    dispatch_until(s, &n, all_subscribed, f->set.n);
+    assert_int_equal(n.subscribed[0], 1); /* once, not once per master */
+    for (int k = 0; k < f->set.n; k++) {
+        long long subs = th_redis_cmd(&f->set.nodes[k], NULL, 0, "EVAL %s 0",
+                                      "return redis.call('PUBSUB','NUMSUB',"
+                                      "'fg:{rl-sub}:released')[2]");
+        assert_int_equal(subs, 1); /* subscribed on every master */
+    }
+    for (int round = 1; round <= 2; round++) {
+        assert_lk(f->c, lk_acquire(f->c, "rl-sub", "alice", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+        assert_lk(f->c, lk_release(f->c, "rl-sub", "alice", NULL, &r), LK_RELEASED);
+        dispatch_until(s, &n, released_at_least, round);
+    }
+    for (int k = 0; k < f->set.n; k++) {
+        th_redis_cmd(&f->set.nodes[k], NULL, 0, "PUBLISH fg:{rl-mark-%d}:released released", k);
+    }
+    dispatch_until(s, &n, marks_seen, f->set.n);
+    assert_int_equal(n.released[0], 2); /* two releases, each published by every master */
+    lk_sub_close(s);
+}
+
 #define GROUP(n)                                                                           \
     {                                                                                      \
         cmocka_unit_test(test_lock_cycle), cmocka_unit_test(test_batch),                   \
             cmocka_unit_test(test_fair_refused_and_bad_urls),                              \
             cmocka_unit_test(test_waiter_woken_by_release),                                \
+            cmocka_unit_test(test_sub_every_master_once),                                  \
             cmocka_unit_test(test_minority_down_then_majority_down),                       \
             cmocka_unit_test(test_data_loss_held_out),                                     \
     }
