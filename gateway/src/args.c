@@ -56,14 +56,21 @@ static const char *const lock_fields[] = {"resource", "owner", "ttl_ms", "wait_m
 static const char *const unlock_fields[] = {"resource", "owner", NULL};
 static const char *const renew_fields[] = {"resource", "owner", "ttl_ms", NULL};
 
+/* ttl_ms when the body has none: GW_DEFAULT_TTL_MS, or --max-ttl when that is shorter. */
+static int64_t default_ttl_ms(const gw_request *req)
+{
+    long long max_ms = req->srv->cfg->max_ttl_ms;
+    return max_ms < GW_DEFAULT_TTL_MS ? max_ms : GW_DEFAULT_TTL_MS;
+}
+
 int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *result)
 {
     memset(a, 0, sizeof *a);
     if (gw__fields_known(req, root, lock_fields, result) != 0 ||
         gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 0, &a->owner, result) != 0 ||
-        gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS, LK_LEASE_MAX_MS,
-                      &a->ttl_ms, result) != 0 ||
+        gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
+                      req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0 ||
         gw__field_int(req, root, "wait_ms", 0, 0, GW_MAX_WAIT_MS, &a->wait_ms, result) != 0 ||
         field_bool(req, root, "fair", &a->fair, result) != 0 ||
         gw__idempotency_key(req, &a->idem_key, result) != 0) {
@@ -82,8 +89,8 @@ int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
     if (gw__fields_known(req, root, renew ? renew_fields : unlock_fields, result) != 0 ||
         gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
-        (renew && gw__field_int(req, root, "ttl_ms", GW_DEFAULT_TTL_MS, LK_LEASE_MIN_MS,
-                                LK_LEASE_MAX_MS, &a->ttl_ms, result) != 0) ||
+        (renew && gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
+                                req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0) ||
         gw__idempotency_key(req, &a->idem_key, result) != 0) {
         return -1;
     }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "locklib/locklib.h"
 #include "storage/storage.h"
 
 #include "config.h"
@@ -33,8 +34,10 @@ static const gw_option options[] = {
      0},
     {"--redis", "FENCEGATE_REDIS", "URL",
      "Redis URL: redis://[:password@]host[:port][/db], unix:///path, or "
-     "redis-sentinel://[:password@]host:port[,host:port...]/MASTERNAME "
-     "(default redis://127.0.0.1:6379)",
+     "redis-sentinel://[:password@]host:port[,host:port...]/MASTERNAME, "
+     "redis-cluster://[:password@]host:port[,host:port...] or "
+     "redlock://[:password@]host:port,host:port,host:port[,...] (an odd number, 3 to 15, "
+     "of independent masters) (default redis://127.0.0.1:6379)",
      OPT_STRING, 0, 0},
     {"--redis-min-replicas", "FENCEGATE_REDIS_MIN_REPLICAS", "N",
      "after each acquisition, WAIT up to 1 s for N replicas to acknowledge it, else undo it "
@@ -74,6 +77,11 @@ static const gw_option options[] = {
      "expire a resource's token keys in Redis after this long without a lock or renew "
      "(500ms, 30s, 2m, 12h, 7d or ms; 0: never; default 7d)",
      OPT_DURATION, 0, GW_TOKEN_KEY_IDLE_TTL_MAX_MS},
+    {"--max-ttl", "FENCEGATE_MAX_TTL", "DURATION",
+     "the largest ttl_ms a /lock or /renew may ask for (default 1h, the most); on "
+     "redlock:// also how long a master that lost its data is held out, so every gateway "
+     "on the same masters must use the same value or a larger one",
+     OPT_DURATION, LK_LEASE_MIN_MS, LK_LEASE_MAX_MS},
     {"--log-format", "FENCEGATE_LOG_FORMAT", "text|json",
      "request log format on stderr (default text)", OPT_LOG_FORMAT, 0, 0},
     {"--check-config", NULL, NULL, "validate flags and environment, then exit 0 without serving",
@@ -122,6 +130,7 @@ static void set_defaults(gw_config *cfg)
     cfg->max_connections = 1024;
     cfg->max_connections_per_address = -1; /* half of max_connections, once that is known */
     cfg->token_key_idle_ttl_ms = GW_TOKEN_KEY_IDLE_TTL_DEFAULT_MS;
+    cfg->max_ttl_ms = LK_LEASE_MAX_MS;
 }
 
 /* Parses a decimal in [min, max] with nothing else around it. Returns 0 or -1. */
@@ -240,7 +249,11 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
                      origin, value, o->min, o->max);
             return -1;
         }
-        cfg->token_key_idle_ttl_ms = v;
+        if (strcmp(o->flag, "--max-ttl") == 0) {
+            cfg->max_ttl_ms = v;
+        } else {
+            cfg->token_key_idle_ttl_ms = v;
+        }
         return 0;
     case OPT_LOG_FORMAT:
         if (strcmp(value, "text") == 0 || strcmp(value, "json") == 0) {

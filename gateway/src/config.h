@@ -68,6 +68,8 @@ typedef struct gw_config {
     int max_connections_per_address; /* --max-connections-per-address, 0: no limit (-1
                                       * before parsing: half of max_connections) */
     long long token_key_idle_ttl_ms; /* --token-key-idle-ttl, 0: never */
+    long long max_ttl_ms;        /* --max-ttl: the largest ttl_ms granted; on Redlock also
+                                  * the hold-out of a node that lost its data */
     int redis_min_replicas;      /* locklib's min_replicas (--redis-min-replicas), 0: off */
     int log_json;                /* 1: --log-format json */
     /* What to do instead of serving. */

@@ -12,6 +12,7 @@
 #include "health.h"
 #include "redis_client.h"
 #include "respond.h"
+#include "util.h"
 
 /* A valid resource name nobody needs to own: reading its highest token exercises a read
  * transaction and nothing else. */
@@ -22,8 +23,27 @@ static enum MHD_Result healthz(gw_request *req)
     return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
 }
 
-/* {"kind", "master", "failovers", "url"} of the Redis deployment, as this thread's handle
- * sees it. The URL comes redacted: the password never leaves the process. */
+/* Redlock's masters: [{"addr", "counts", "held_out", "held_out_ms", "held_out_until"}],
+ * held_out_until the Unix time in ms (0 when not held out). */
+static json_t *nodes_json(const lk_topology *topo)
+{
+    json_t *nodes = json_array();
+    int64_t now_ms = gw__wall_ms();
+
+    for (int i = 0; nodes != NULL && i < topo->nnodes; i++) {
+        const lk_topology_node *n = &topo->nodes[i];
+        json_array_append_new(
+            nodes, json_pack("{s:s, s:b, s:b, s:I, s:I}", "addr", n->addr, "counts", n->counts,
+                             "held_out", n->held_out_ms > 0, "held_out_ms",
+                             (json_int_t)n->held_out_ms, "held_out_until",
+                             (json_int_t)(n->held_out_ms > 0 ? now_ms + n->held_out_ms : 0)));
+    }
+    return nodes;
+}
+
+/* {"kind", "master", "failovers", "url"[, "nodes"]} of the Redis deployment, as this
+ * thread's handle sees it ("nodes" for Redlock). The URL comes redacted: the password never
+ * leaves the process. */
 static json_t *topology_json(gw_server *srv, const lk_client *c)
 {
     lk_topology topo;
@@ -32,9 +52,13 @@ static json_t *topology_json(gw_server *srv, const lk_client *c)
     lk_client_topology(c, &topo);
     gw__metrics_note_topology(&srv->metrics, &topo);
     gw__config_redact_url(srv->cfg->redis_url, url, sizeof url);
-    return json_pack("{s:s, s:s, s:I, s:s}", "kind", lk_topology_name(topo.kind), "master",
-                     topo.master, "failovers",
-                     (json_int_t)atomic_load(&srv->metrics.redis_failovers), "url", url);
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s}", "kind", lk_topology_name(topo.kind), "master",
+                          topo.master, "failovers",
+                          (json_int_t)atomic_load(&srv->metrics.redis_failovers), "url", url);
+    if (j != NULL && topo.nnodes > 0) {
+        json_object_set_new(j, "nodes", nodes_json(&topo));
+    }
+    return j;
 }
 
 static enum MHD_Result readyz(gw_request *req)
@@ -57,10 +81,14 @@ static enum MHD_Result readyz(gw_request *req)
     const char *failed = !redis_ok && !storage_ok ? "redis and storage"
                          : !redis_ok             ? "redis"
                                                  : "storage";
-    return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
-                          json_pack("{s:s, s:s, s:s}", "redis", redis_ok ? "up" : "down",
-                                    "storage", storage_ok ? "up" : "down", "store",
-                                    srv->store_desc),
+    json_t *details = json_pack("{s:s, s:s, s:s}", "redis", redis_ok ? "up" : "down",
+                                "storage", storage_ok ? "up" : "down", "store",
+                                srv->store_desc);
+    if (details != NULL && c != NULL) {
+        /* Which nodes are down or held out (Redlock) is what an operator needs here. */
+        json_object_set_new(details, "topology", topology_json(srv, c));
+    }
+    return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", details,
                           "%s unavailable", failed);
 }
 

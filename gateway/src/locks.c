@@ -597,6 +597,15 @@ static enum MHD_Result lock_start(gw_request *req)
         json_decref(root);
         return result;
     }
+    if (a.fair && strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
+        /* A FIFO queue across independent masters is not built: say so instead of giving
+         * a lock that is not fair (README, "Redis topologies"). */
+        count_acquire(req, GW_ACQ_invalid);
+        json_decref(root);
+        return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "fair_unavailable",
+                              json_pack("{s:s}", "topology", "redlock"),
+                              "fair locks are not available on the redlock topology");
+    }
     /* Exactly as much as the names need: a parked waiter should cost little memory. */
     const char *idem = a.idem_key != NULL ? a.idem_key : "";
     size_t rlen = strlen(a.resource) + 1, olen = strlen(a.owner) + 1, ilen = strlen(idem) + 1;

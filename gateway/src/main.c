@@ -39,7 +39,10 @@ static int probe_redis(const gw_config *cfg, const lk_options *opts, int quiet)
 
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
     if (c == NULL) {
-        fprintf(stderr, "fencegate: --redis: cannot use '%s': %s\n", shown, lk_status_str(st));
+        fprintf(stderr, "fencegate: --redis: cannot use '%s': %s%s\n", shown, lk_status_str(st),
+                strncmp(cfg->redis_url, "redlock://", 10) == 0
+                    ? " (redlock:// takes an odd number of host:port, 3 to 15)"
+                    : "");
         return -1;
     }
     if (!quiet && st == LK_OK) {
@@ -87,6 +90,8 @@ static int validate(gw_config *cfg, int quiet)
     /* Safe only because every acquisition passes the ledger floor (fence.c). */
     server.lk_opts.token_key_idle_ttl_ms = cfg->token_key_idle_ttl_ms;
     server.lk_opts.min_replicas = cfg->redis_min_replicas;
+    /* Redlock holds a node that lost its data out for the longest lease it may grant. */
+    server.lk_opts.redlock_max_lease_ms = cfg->max_ttl_ms;
     return probe_redis(cfg, &server.lk_opts, quiet);
 }
 

@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "metrics.h"
+#include "util.h"
 
 static const double bucket_le[GW_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.005, 0.01,
                                                      0.025,  0.05,  0.1,    0.25,  0.5,
@@ -148,7 +149,7 @@ void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo)
 static void topology(textbuf *b, gw_metrics *m, const lk_topology *topo)
 {
     header(b, "fencegate_redis_topology", "gauge",
-           "Always 1; kind is the Redis deployment (single, sentinel, cluster).");
+           "Always 1; kind is the Redis deployment (single, sentinel, cluster, redlock).");
     put(b, "fencegate_redis_topology{kind=\"%s\"} 1\n", lk_topology_name(topo->kind));
     header(b, "fencegate_redis_master", "gauge",
            "Always 1; addr is the master the last Redis connection went to.");
@@ -157,6 +158,25 @@ static void topology(textbuf *b, gw_metrics *m, const lk_topology *topo)
            "Times a new Redis connection found another master than the one before "
            "(a Sentinel failover seen by this gateway).");
     put(b, "fencegate_redis_failovers_total %lld\n", atomic_load(&m->redis_failovers));
+    if (topo->nnodes == 0) {
+        return;
+    }
+    header(b, "fencegate_redlock_node_counts", "gauge",
+           "Redlock: 1 when the master counts towards a majority (reachable and not held "
+           "out), else 0.");
+    for (int i = 0; i < topo->nnodes; i++) {
+        put(b, "fencegate_redlock_node_counts{addr=\"%s\"} %d\n", topo->nodes[i].addr,
+            topo->nodes[i].counts);
+    }
+    header(b, "fencegate_redlock_node_held_out_until_seconds", "gauge",
+           "Redlock: the Unix time until which a master that lost its data is held out "
+           "(delayed restart), 0 when it is not held out.");
+    int64_t now_ms = gw__wall_ms();
+    for (int i = 0; i < topo->nnodes; i++) {
+        int64_t left_ms = topo->nodes[i].held_out_ms;
+        put(b, "fencegate_redlock_node_held_out_until_seconds{addr=\"%s\"} %.3f\n",
+            topo->nodes[i].addr, left_ms > 0 ? (double)(now_ms + left_ms) / 1e3 : 0.0);
+    }
 }
 
 char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)

@@ -21,6 +21,13 @@ int64_t gw__now_ms(void)
     return gw__now_us() / 1000;
 }
 
+int64_t gw__wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 void gw__printable(char *dst, size_t len, const char *src)
 {
     size_t i = 0;

@@ -15,6 +15,9 @@
 int64_t gw__now_us(void);
 /* Monotonic milliseconds (gw__now_us() / 1000). */
 int64_t gw__now_ms(void);
+/* Wall-clock milliseconds since the Unix epoch, for times shown to people (a Redlock
+ * node's hold-out end); never for measuring durations. */
+int64_t gw__wall_ms(void);
 
 /* Copies src into dst (len bytes) as printable ASCII for logs and messages: anything else,
  * and '"' and '\\', becomes '?'; truncated to fit. */

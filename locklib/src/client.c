@@ -107,11 +107,12 @@ static int parse_sentinel_url(lk__node *c, lk__sentinels *s, const char *url)
     return 0;
 }
 
-/* Parses redis-cluster://[[user]:password@]host[:port][,host[:port]...] (the seed nodes)
- * into the login c and the seeds s. Returns 0 or -1. */
-static int parse_cluster_url(lk__node *c, lk__sentinels *s, const char *url)
+/* Parses SCHEME[[user]:password@]host[:port][,host[:port]...] (redis-cluster://: the seed
+ * nodes; redlock://: the masters), scheme_len bytes of scheme, into the login c and the
+ * nodes s. Returns 0 or -1. */
+static int parse_node_list_url(lk__node *c, lk__sentinels *s, const char *url, size_t scheme_len)
 {
-    const char *p = parse_login(c, url + strlen("redis-cluster://"));
+    const char *p = parse_login(c, url + scheme_len);
     if (p == NULL || *p == '\0' || strchr(p, '/') != NULL) {
         return -1;
     }
@@ -203,7 +204,8 @@ static int options_valid(const lk_options *o)
     return o->connect_timeout_ms > 0 && o->command_timeout_ms > 0 &&
            lk__valid_lease(o->watchdog_lease_ms) && o->idempotency_ttl_ms >= 1000 &&
            o->token_key_idle_ttl_ms >= 0 && o->token_key_idle_ttl_ms < LK_TOKEN_MAX &&
-           o->min_replicas >= 0 && o->replica_timeout_ms >= 0 && replicas_ok;
+           o->min_replicas >= 0 && o->replica_timeout_ms >= 0 && replicas_ok &&
+           o->redlock_max_lease_ms >= 0;
 }
 
 lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opts)
@@ -213,6 +215,7 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
     lk__sentinels sentinels;
     int sentinel = url != NULL && strncmp(url, "redis-sentinel://", 17) == 0;
     int cluster = url != NULL && strncmp(url, "redis-cluster://", 16) == 0;
+    int redlock = url != NULL && strncmp(url, "redlock://", 10) == 0;
     int bad = 0;
 
     *out = NULL;
@@ -230,8 +233,10 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
     }
     memset(&node, 0, sizeof node);
     memset(&sentinels, 0, sizeof sentinels);
-    if (cluster) {
-        bad = parse_cluster_url(&node, &sentinels, url);
+    if (cluster || redlock) {
+        bad = parse_node_list_url(&node, &sentinels, url, cluster ? 16 : 10);
+        /* Redlock needs an odd number of masters: 3, 5, ... up to LK_REDLOCK_NODES_MAX. */
+        bad = bad || (redlock && !lk__rl_valid_n(sentinels.n));
     } else if (sentinel) {
         bad = parse_sentinel_url(&node, &sentinels, url);
     } else {
@@ -244,9 +249,12 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
     }
     node.connect_timeout_ms = c->opts.connect_timeout_ms;
     node.command_timeout_ms = c->opts.command_timeout_ms;
-    if (cluster) {
-        lk_status st = lk__cluster_init(&c->tp, &node, sentinels.seeds, sentinels.n,
-                                        c->opts.breaker, c->err);
+    if (cluster || redlock) {
+        lk_status st = cluster ? lk__cluster_init(&c->tp, &node, sentinels.seeds, sentinels.n,
+                                                  c->opts.breaker, c->err)
+                               : lk__redlock_init(&c->tp, &node, sentinels.seeds, sentinels.n,
+                                                  c->opts.watchdog_lease_ms,
+                                                  c->opts.redlock_max_lease_ms, c->err);
         if (st != LK_OK) {
             memset(node.password, 0, sizeof node.password);
             free(c);
@@ -315,6 +323,9 @@ void lk_client_topology(const lk_client *c, lk_topology *out)
     out->kind = c->tp.kind;
     memcpy(out->master, c->tp.master, sizeof out->master);
     out->failovers = c->tp.failovers;
+    if (lk__redlock_is(&c->tp)) {
+        lk__redlock_nodes(&c->tp, out);
+    }
 }
 
 const char *lk_topology_name(lk_topology_kind kind)
@@ -326,6 +337,8 @@ const char *lk_topology_name(lk_topology_kind kind)
         return "sentinel";
     case LK_TOPOLOGY_CLUSTER:
         return "cluster";
+    case LK_TOPOLOGY_REDLOCK:
+        return "redlock";
     }
     return "unknown";
 }

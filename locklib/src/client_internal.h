@@ -9,6 +9,8 @@
 #include <stdatomic.h>
 
 #include "cluster_internal.h"
+#include "redlock_internal.h"
+#include "redlock_transport_internal.h"
 #include "transport_internal.h"
 #include "util_internal.h"
 

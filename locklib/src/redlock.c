@@ -285,16 +285,27 @@ lk__rl_next lk__rl_combine_release(int n, const lk__rl_node *nodes, lk__rl_out *
     return LK__RL_ANSWER;
 }
 
+/* Starts *out for a read (token check, status): 1 when a majority answered OK, else 0 with
+ * out EUNAVAILABLE and the reason. */
+static int majority_ok(int n, const lk__rl_node *nodes, lk__rl_out *out)
+{
+    int ok = count_st(n, nodes, LK_OK);
+
+    out_init(out);
+    if (ok < lk__rl_quorum(n)) {
+        lk__errf(out->err, LK_EUNAVAILABLE, "only %d of %d Redis nodes answered", ok, n);
+        return 0;
+    }
+    return 1;
+}
+
 /* A majority of answers is needed: then at least one answering node acknowledged the
  * write-back of the latest grant's token (file head), so `last` covers every token granted. */
 lk__rl_next lk__rl_combine_token_check(int n, const lk__rl_node *nodes, lk__rl_out *out)
 {
     int first = 1;
 
-    out_init(out);
-    if (count_st(n, nodes, LK_OK) < lk__rl_quorum(n)) {
-        lk__errf(out->err, LK_EUNAVAILABLE, "only %d of %d Redis nodes answered",
-                 count_st(n, nodes, LK_OK), n);
+    if (!majority_ok(n, nodes, out)) {
         return LK__RL_ANSWER;
     }
     for (int i = 0; i < n; i++) {
@@ -311,6 +322,39 @@ lk__rl_next lk__rl_combine_token_check(int n, const lk__rl_node *nodes, lk__rl_o
         first = 0;
     }
     out->st = LK_OK;
+    return LK__RL_ANSWER;
+}
+
+lk__rl_next lk__rl_combine_status(int n, const lk__rl_node *nodes, lk__rl_out *out)
+{
+    int locked = 0;
+
+    if (!majority_ok(n, nodes, out)) {
+        return LK__RL_ANSWER;
+    }
+    for (int i = 0; i < n; i++) {
+        if (answered(&nodes[i]) && nodes[i].st == LK_OK) {
+            locked += nodes[i].recent;
+            out->last = nodes[i].last > out->last ? nodes[i].last : out->last;
+        }
+    }
+    out->st = LK_OK;
+    if (locked < lk__rl_quorum(n)) {
+        return LK__RL_ANSWER; /* free, or held by a minority only: nobody holds it */
+    }
+    out->recent = 1;
+    out->res.ttl_ms = -1;
+    for (int i = 0; i < n; i++) {
+        const lk_result *r = &nodes[i].res;
+        if (!answered(&nodes[i]) || nodes[i].st != LK_OK || !nodes[i].recent) {
+            continue;
+        }
+        out->res.token = r->token > out->res.token ? r->token : out->res.token;
+        out->res.holds = r->holds > out->res.holds ? r->holds : out->res.holds;
+        if (out->res.ttl_ms < 0 || r->ttl_ms < out->res.ttl_ms) {
+            out->res.ttl_ms = r->ttl_ms;
+        }
+    }
     return LK__RL_ANSWER;
 }
 
@@ -366,6 +410,14 @@ int lk__rl_health_seen(lk__rl_health *h, const char *seen, int64_t now_ms,
         h->until_ms = 0;
     }
     return 0;
+}
+
+void lk__rl_health_hold(lk__rl_health *h, int64_t until_ms)
+{
+    if (h->state != LK__RL_HELD_OUT || until_ms > h->until_ms) {
+        h->until_ms = until_ms;
+    }
+    h->state = LK__RL_HELD_OUT;
 }
 
 int lk__rl_health_counts(const lk__rl_health *h)

@@ -113,11 +113,20 @@ lk__rl_next lk__rl_combine_release(int n, const lk__rl_node *nodes, lk__rl_out *
  * recent 1 when any node knows the token; else EUNAVAILABLE. Always LK__RL_ANSWER. */
 lk__rl_next lk__rl_combine_token_check(int n, const lk__rl_node *nodes, lk__rl_out *out);
 
+/* Lock status (LK__CALL_STATUS: res token, holds, ttl_ms of the holder, last, recent = 1
+ * when locked): with a majority answering, OK; locked (recent 1) only when the lock is held
+ * on a majority, then token and holds the largest and ttl_ms the shortest of the holding
+ * nodes; last the largest of every answering node. Else EUNAVAILABLE. Always
+ * LK__RL_ANSWER. */
+lk__rl_next lk__rl_combine_status(int n, const lk__rl_node *nodes, lk__rl_out *out);
+
 /* ---- Delayed restart -------------------------------------------------------------------- */
 
 /* The marker key on every node and the length of its value (a random hex id). */
 #define LK__RL_MARKER_KEY "fg:redlock:marker"
 #define LK__RL_MARKER_LEN 32
+/* The key whose remaining time to live is what is left of a node's hold-out. */
+#define LK__RL_HOLDOUT_KEY "fg:redlock:holdout"
 
 typedef enum lk__rl_state {
     LK__RL_UNKNOWN,  /* not yet checked: does not count */
@@ -141,6 +150,11 @@ void lk__rl_health_init(lk__rl_health *h);
  * calls again with what it read (another gateway may have written first). */
 int lk__rl_health_seen(lk__rl_health *h, const char *seen, int64_t now_ms,
                        int64_t max_lease_ms);
+
+/* Holds the node out until until_ms at least: another client found the loss first and
+ * left the hold-out's end on the node (redlock_transport.c, LK__RL_HOLDOUT_KEY), so a
+ * client that meets the node later, even for the first time, holds it out too. */
+void lk__rl_health_hold(lk__rl_health *h, int64_t until_ms);
 
 /* 1 when the node counts towards a majority (OK). */
 int lk__rl_health_counts(const lk__rl_health *h);

@@ -21,11 +21,12 @@ static void done(void *ctx, size_t j, lk_status st, redisReply *reply)
     run_ctx *r = ctx;
     lk_call *call = r->calls[r->index[j]];
 
-    if (st == LK_OK) {
+    if (reply != NULL) {
         st = lk__call_kind_of(call->kind)->decode(call, reply, call->err);
-    } else {
+    } else if (st >= LK_EINVAL) {
         snprintf(call->err, sizeof call->err, "%s", r->t->err);
     }
+    /* else: an outcome with no reply, decoded by the transport into call (cmd->out). */
     freeReplyObject(reply);
     call->status = st;
     if (st < LK_EINVAL) {
@@ -65,6 +66,7 @@ void lk__run(lk__transport *t, const lk_options *opts, lk_call *const *calls, si
             call->status = st; /* refused before sending */
             continue;
         }
+        cmds[m].out = call;
         sent[m] = &cmds[m];
         index[m] = i;
         m++;

@@ -10,6 +10,7 @@ void lk__cmd_start(lk__cmd *cmd, enum lk__script script, const char *resource)
 {
     cmd->script = script;
     cmd->route = resource;
+    cmd->out = NULL;
     cmd->nkeys = cmd->argc = cmd->nstr = cmd->nnum = 0;
 }
 

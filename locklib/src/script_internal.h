@@ -22,6 +22,10 @@
 typedef struct lk__cmd {
     enum lk__script script;
     const char *route;
+    /* The call this was built from (lk__run sets it), or NULL. A transport that decodes
+     * by itself (Redlock: a combiner merges N decoded replies) writes the outcome there and
+     * answers with a NULL reply (transport_internal.h, lk__reply_fn). */
+    lk_call *out;
     int nkeys, argc;
     const char *argv[LK__ARGV_MAX];
     int nstr, nnum;

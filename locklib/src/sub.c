@@ -13,16 +13,52 @@
  *     "anything may have been released while you were not listening: look again".
  *   - Redis is slow: writes block at most the command timeout; reads never block, because
  *     lk_sub_dispatch() reads only what poll() reported as readable.
+ *
+ * Redlock (redlock://): a release runs on every master, and each master it ran on publishes
+ * it. The handle subscribes on every master that counts at (re)connect time, one connection
+ * each, behind one epoll descriptor: lk_sub_fd() is that descriptor, readable when any of
+ * them is, so the caller's loop is the same. Each release is reported once: per resource and
+ * master the handle counts the messages, and reports a release when a master's count passes
+ * the number already reported (a master that missed one release, or subscribed late, then
+ * reports nothing twice); LK_SUB_SUBSCRIBED is reported at the first master's confirmation.
+ * A master whose connection fails is dropped and the others go on; when none is left the
+ * handle is disconnected, as with one connection.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <unistd.h>
 
 #include "sub_internal.h"
 
+/* Redlock: one subscribed resource, for reporting each release once. */
+typedef struct sub_seen {
+    char resource[LK_RESOURCE_MAX + 1];
+    uint32_t got[LK_REDLOCK_NODES_MAX]; /* messages from each master */
+    uint32_t reported;                  /* releases reported */
+    int subscribed;                     /* LK_SUB_SUBSCRIBED reported */
+} sub_seen;
+
 struct lk_sub {
     lk_client *c;          /* connection settings and the error text; never connected */
-    redisContext *ctx;     /* NULL while disconnected */
+    redisContext *ctx;     /* NULL while disconnected (not Redlock) */
+    /* Redlock only (multi 1): */
+    int multi;
+    int epfd;              /* -1 while disconnected */
+    int nnodes;
+    redisContext *node[LK_REDLOCK_NODES_MAX]; /* NULL: not subscribed on that master */
+    sub_seen *seen;
+    size_t nseen, capseen;
 };
+
+static void node_drop(lk_sub *s, int k)
+{
+    if (s->node[k] != NULL) {
+        redisFree(s->node[k]); /* closing it takes it out of epfd */
+        s->node[k] = NULL;
+    }
+}
 
 static void sub_disconnect(lk_sub *s)
 {
@@ -30,6 +66,23 @@ static void sub_disconnect(lk_sub *s)
         redisFree(s->ctx);
         s->ctx = NULL;
     }
+    for (int k = 0; k < s->nnodes; k++) {
+        node_drop(s, k);
+    }
+    if (s->epfd >= 0) {
+        close(s->epfd);
+        s->epfd = -1;
+    }
+}
+
+/* The number of masters still subscribed on (Redlock). */
+static int nodes_up(const lk_sub *s)
+{
+    int up = 0;
+    for (int k = 0; k < s->nnodes; k++) {
+        up += s->node[k] != NULL;
+    }
+    return up;
 }
 
 lk_status lk_sub_open(lk_sub **out, const char *url, const lk_options *opts)
@@ -45,6 +98,9 @@ lk_status lk_sub_open(lk_sub **out, const char *url, const lk_options *opts)
         free(s);
         return st;
     }
+    s->epfd = -1;
+    s->multi = lk__redlock_is(&s->c->tp);
+    s->nnodes = s->multi ? lk__redlock_size(&s->c->tp) : 0;
     *out = s;
     return lk_sub_reconnect(s);
 }
@@ -56,6 +112,7 @@ void lk_sub_close(lk_sub *s)
     }
     sub_disconnect(s);
     lk_client_close(s->c);
+    free(s->seen);
     free(s);
 }
 
@@ -66,11 +123,40 @@ const char *lk_sub_errstr(const lk_sub *s)
 
 int lk_sub_fd(const lk_sub *s)
 {
+    if (s->multi) {
+        return s->epfd;
+    }
     return s->ctx != NULL ? s->ctx->fd : -1;
+}
+
+/* Redlock: connects to every master that counts, each watched by a new epfd. */
+static lk_status reconnect_nodes(lk_sub *s)
+{
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->epfd < 0) {
+        return lk__fail(s->c, LK_EUNAVAILABLE, "epoll_create1 failed");
+    }
+    for (int k = 0; k < s->nnodes; k++) {
+        s->node[k] = lk__redlock_open_node(&s->c->tp, k);
+        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)k};
+        if (s->node[k] != NULL && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->node[k]->fd, &ev) != 0) {
+            node_drop(s, k);
+        }
+    }
+    /* Every subscription is gone with the connections. */
+    s->nseen = 0;
+    if (nodes_up(s) == 0) {
+        sub_disconnect(s);
+        return LK_EUNAVAILABLE;
+    }
+    return LK_OK;
 }
 
 lk_status lk_sub_reconnect(lk_sub *s)
 {
+    if (s->multi) {
+        return s->epfd >= 0 ? LK_OK : reconnect_nodes(s);
+    }
     if (s->ctx != NULL) {
         return LK_OK;
     }
@@ -78,38 +164,103 @@ lk_status lk_sub_reconnect(lk_sub *s)
     return s->ctx != NULL ? LK_OK : LK_EUNAVAILABLE;
 }
 
-/* Sends one (UN)SUBSCRIBE for resource's channel. The confirmation arrives later through
- * lk_sub_dispatch(). */
-static lk_status send_command(lk_sub *s, const char *cmd, const char *resource)
+/* Writes cmd channel on ctx. Returns 0, or -1 with the reason in s's error text. */
+static int write_command(lk_sub *s, redisContext *ctx, const char *cmd, const char *channel)
 {
-    char channel[LK__KEY_MAX];
     lk__sigpipe guard;
     int done = 0;
     int rc = REDIS_OK;
+    const char *argv[2] = {cmd, channel};
+    size_t lens[2] = {strlen(cmd), strlen(channel)};
+
+    if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) {
+        rc = REDIS_ERR;
+    }
+    lk__sigpipe_block(&guard);
+    while (!done && rc == REDIS_OK) {
+        rc = redisBufferWrite(ctx, &done);
+    }
+    lk__sigpipe_restore(&guard);
+    if (rc != REDIS_OK) {
+        lk__fail(s->c, LK_EUNAVAILABLE, "subscriber connection failed: %s", ctx->errstr);
+        return -1;
+    }
+    return 0;
+}
+
+/* Redlock: the de-duplication entry of resource, or NULL. */
+static sub_seen *seen_find(lk_sub *s, const char *resource)
+{
+    for (size_t i = 0; i < s->nseen; i++) {
+        if (strcmp(s->seen[i].resource, resource) == 0) {
+            return &s->seen[i];
+        }
+    }
+    return NULL;
+}
+
+/* Redlock: starts or ends counting resource's messages (add 1 or 0). Returns 0, or -1 when
+ * out of memory. */
+static int seen_track(lk_sub *s, const char *resource, int add)
+{
+    sub_seen *e = seen_find(s, resource);
+
+    if (!add) {
+        if (e != NULL) {
+            *e = s->seen[--s->nseen];
+        }
+        return 0;
+    }
+    if (e != NULL) {
+        return 0; /* subscribed again: the counts go on */
+    }
+    if (s->nseen == s->capseen) {
+        size_t cap = s->capseen > 0 ? s->capseen * 2 : 16;
+        sub_seen *grown = realloc(s->seen, cap * sizeof *grown);
+        if (grown == NULL) {
+            return -1;
+        }
+        s->seen = grown;
+        s->capseen = cap;
+    }
+    e = &s->seen[s->nseen++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->resource, sizeof e->resource, "%s", resource);
+    return 0;
+}
+
+/* Sends one (UN)SUBSCRIBE for resource's channel. The confirmation arrives later through
+ * lk_sub_dispatch(). Redlock: on every master still connected; one that fails is dropped. */
+static lk_status send_command(lk_sub *s, const char *cmd, const char *resource)
+{
+    char channel[LK__KEY_MAX];
 
     if (lk_channel_name(resource, channel, sizeof channel) != LK_OK) {
         return lk__fail(s->c, LK_EINVAL, "invalid resource");
     }
-    if (s->ctx == NULL) {
+    if (lk_sub_fd(s) < 0) {
         return lk__fail(s->c, LK_EUNAVAILABLE, "the subscriber is not connected");
     }
-    const char *argv[2] = {cmd, channel};
-    size_t lens[2] = {strlen(cmd), strlen(channel)};
-    if (redisAppendCommandArgv(s->ctx, 2, argv, lens) != REDIS_OK) {
-        goto fail;
+    if (!s->multi) {
+        if (write_command(s, s->ctx, cmd, channel) == 0) {
+            return LK_OK;
+        }
+        sub_disconnect(s);
+        return LK_EUNAVAILABLE;
     }
-    lk__sigpipe_block(&guard);
-    while (!done && rc == REDIS_OK) {
-        rc = redisBufferWrite(s->ctx, &done);
+    if (seen_track(s, resource, cmd[0] == 'S') != 0) {
+        return lk__fail(s->c, LK_ENOMEM, "out of memory");
     }
-    lk__sigpipe_restore(&guard);
-    if (rc == REDIS_OK) {
-        return LK_OK;
+    for (int k = 0; k < s->nnodes; k++) {
+        if (s->node[k] != NULL && write_command(s, s->node[k], cmd, channel) != 0) {
+            node_drop(s, k);
+        }
     }
-fail:
-    lk__fail(s->c, LK_EUNAVAILABLE, "subscriber connection failed: %s", s->ctx->errstr);
-    sub_disconnect(s);
-    return LK_EUNAVAILABLE;
+    if (nodes_up(s) == 0) {
+        sub_disconnect(s);
+        return LK_EUNAVAILABLE;
+    }
+    return LK_OK;
 }
 
 lk_status lk_sub_add(lk_sub *s, const char *resource)
@@ -141,48 +292,116 @@ static const char *channel_resource(const redisReply *ch, char *buf)
     return strlen(buf) == n && lk_valid_resource(buf) ? buf : NULL;
 }
 
-void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
+/* The event a pushed reply is (resource written into resource), or -1 for none. */
+static int sub_event(const redisReply *r, char *resource)
 {
-    char resource[LK_RESOURCE_MAX + 1];
-
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 ||
         r->element[0]->type != REDIS_REPLY_STRING) {
-        return;
+        return -1;
     }
     const char *kind = r->element[0]->str;
     int event = strcmp(kind, "message") == 0     ? LK_SUB_RELEASED
                 : strcmp(kind, "subscribe") == 0 ? LK_SUB_SUBSCRIBED
                                                  : -1;
-    if (event >= 0 && channel_resource(r->element[1], resource) != NULL) {
+    return event >= 0 && channel_resource(r->element[1], resource) != NULL ? event : -1;
+}
+
+void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
+{
+    char resource[LK_RESOURCE_MAX + 1];
+    int event = sub_event(r, resource);
+
+    if (event >= 0) {
         fn(resource, event, userdata);
     }
 }
 
-lk_status lk_sub_dispatch(lk_sub *s, lk_sub_fn fn, void *userdata)
+/* Redlock: reports a reply from master k unless another master reported the same event
+ * (file head). */
+static void report_once(lk_sub *s, int k, const redisReply *r, lk_sub_fn fn, void *userdata)
+{
+    char resource[LK_RESOURCE_MAX + 1];
+    int event = sub_event(r, resource);
+    sub_seen *e = event >= 0 ? seen_find(s, resource) : NULL;
+
+    if (e == NULL) {
+        return; /* not an event, or a resource no longer subscribed */
+    }
+    if (event == LK_SUB_SUBSCRIBED) {
+        if (!e->subscribed) {
+            e->subscribed = 1;
+            fn(resource, event, userdata);
+        }
+        return;
+    }
+    if (++e->got[k] > e->reported) {
+        e->reported = e->got[k];
+        fn(resource, event, userdata);
+    }
+}
+
+/* Reads what arrived on ctx (one read()) and reports each reply: through report_once() for
+ * master k, or directly when k < 0. Returns 0, or -1 when the connection failed. */
+static int read_replies(lk_sub *s, redisContext *ctx, int k, lk_sub_fn fn, void *userdata)
 {
     void *reply = NULL;
 
-    if (s->ctx == NULL) {
-        return lk__fail(s->c, LK_EUNAVAILABLE, "the subscriber is not connected");
-    }
-    /* One read(): the caller polled the descriptor, so it does not block. EOF is an error. */
-    if (redisBufferRead(s->ctx) != REDIS_OK) {
+    if (redisBufferRead(ctx) != REDIS_OK) {
         goto fail;
     }
     for (;;) {
-        if (redisGetReplyFromReader(s->ctx, &reply) != REDIS_OK) {
+        if (redisGetReplyFromReader(ctx, &reply) != REDIS_OK) {
             goto fail;
         }
         if (reply == NULL) {
-            return LK_OK;
+            return 0;
         }
-        lk__sub_report(reply, fn, userdata);
+        if (k < 0) {
+            lk__sub_report(reply, fn, userdata);
+        } else {
+            report_once(s, k, reply, fn, userdata);
+        }
         freeReplyObject(reply);
         reply = NULL;
     }
 fail:
     lk__fail(s->c, LK_EUNAVAILABLE, "subscriber connection failed: %s",
-             s->ctx->errstr[0] != '\0' ? s->ctx->errstr : "protocol error");
-    sub_disconnect(s);
-    return LK_EUNAVAILABLE;
+             ctx->errstr[0] != '\0' ? ctx->errstr : "protocol error");
+    return -1;
+}
+
+/* Redlock: reads every master epfd reports readable. */
+static lk_status dispatch_nodes(lk_sub *s, lk_sub_fn fn, void *userdata)
+{
+    struct epoll_event evs[LK_REDLOCK_NODES_MAX];
+    int n = epoll_wait(s->epfd, evs, LK_REDLOCK_NODES_MAX, 0);
+
+    for (int i = 0; i < n; i++) {
+        int k = (int)evs[i].data.u32;
+        if (k < s->nnodes && s->node[k] != NULL &&
+            read_replies(s, s->node[k], k, fn, userdata) != 0) {
+            node_drop(s, k); /* the others go on */
+        }
+    }
+    if (nodes_up(s) == 0) {
+        sub_disconnect(s);
+        return LK_EUNAVAILABLE;
+    }
+    return LK_OK;
+}
+
+lk_status lk_sub_dispatch(lk_sub *s, lk_sub_fn fn, void *userdata)
+{
+    if (lk_sub_fd(s) < 0) {
+        return lk__fail(s->c, LK_EUNAVAILABLE, "the subscriber is not connected");
+    }
+    if (s->multi) {
+        return dispatch_nodes(s, fn, userdata);
+    }
+    /* One read(): the caller polled the descriptor, so it does not block. EOF is an error. */
+    if (read_replies(s, s->ctx, -1, fn, userdata) != 0) {
+        sub_disconnect(s);
+        return LK_EUNAVAILABLE;
+    }
+    return LK_OK;
 }

@@ -110,6 +110,7 @@ lk_status lk__transport_connect(lk__transport *t)
         if (t->ctx == NULL) {
             return LK_EUNAVAILABLE;
         }
+        t->connects++;
         if (t->kind == LK_TOPOLOGY_SENTINEL && t->hint == NULL) {
             char ignored[LK__ERR_LEN];
             /* No hint is no harm: failovers are still followed through the errors. */

@@ -26,7 +26,8 @@
  * batch asks the sentinels again.
  * Cluster (cluster.c) is a transport with `ops`: every lk__transport_* function below hands
  * the call to t->ops when it is set, so this file never names cluster.c and cluster.c, which
- * drives one single-node transport per master, sits above it. Redlock does not exist yet.
+ * drives one single-node transport per master, sits above it. Redlock
+ * (redlock_transport.c) is the same: it owns one single-node transport per master.
  *
  * Failure handling of the single node, in order of how often it happens:
  *  - Redis restarted or the connection dropped between calls: before sending, a dead socket
@@ -56,7 +57,9 @@ typedef struct lk__transport lk__transport;
 
 /* One call's outcome, exactly once per call: LK_OK with the script's array reply (the
  * callee frees it with freeReplyObject()), or an error status with reply NULL and the
- * reason in the transport's err. */
+ * reason in the transport's err. A transport that decodes by itself (Redlock) answers an
+ * outcome status (below LK_EINVAL, LK_OK included) with reply NULL: the outcome is then
+ * already in the call's cmd->out, and the callee must not decode. */
 typedef void (*lk__reply_fn)(void *ctx, size_t i, lk_status st, redisReply *reply);
 
 /* A transport implemented elsewhere (Cluster): the functions below, each with their
@@ -86,6 +89,8 @@ struct lk__transport {
     char master[300];                  /* "host:port" of the last connect, "" before */
     long long failovers;               /* times a connect found another master than the
                                         * one before */
+    long long connects;                /* connections opened by lk__transport_connect(), so
+                                        * a layer above notices a reconnect (Redlock) */
     int stale;                         /* a reply said READONLY: drop after this batch */
     int asking;                        /* send ASKING before each call (a Cluster ASK
                                         * redirection) */

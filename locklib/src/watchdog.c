@@ -169,7 +169,10 @@ static lk_status start(lk_client *c)
     if (wd == NULL) {
         return LK_ENOMEM;
     }
-    if (lk__transport_init_like(&wd->tp, &c->tp, NULL, wd->err) != LK_OK) {
+    lk_status st = lk__redlock_is(&c->tp) ? lk__redlock_init_like(&wd->tp, &c->tp, wd->err)
+                                          : lk__transport_init_like(&wd->tp, &c->tp, NULL,
+                                                                    wd->err);
+    if (st != LK_OK) {
         free(wd);
         return LK_ENOMEM;
     }

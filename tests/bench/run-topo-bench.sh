@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Issue 15's topology rows in one command: fencegate on a single Redis, on Sentinel and on a
-# 3-master Cluster, one run side by side (tests/bench/topo_bench.c):
-#   bash tests/bench/run-topo-bench.sh [--seconds N] [--conns N]
+# Issues 15 and 16's topology rows in one command: fencegate on a single Redis, on Sentinel,
+# on a 3-master Cluster and on Redlock over 3 and 5 masters, one run side by side
+# (tests/bench/topo_bench.c):
+#   bash tests/bench/run-topo-bench.sh [--seconds N] [--conns N] [--only redlockthree,...]
 # It builds an optimised tree (FENCEGATE_BUILD_DIR, default build-bench) and starts and
 # stops every process itself. About a minute with the default 5 s per row. Progress goes to
 # stderr, the table (Markdown, as in the README) to stdout.

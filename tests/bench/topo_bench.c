@@ -1,9 +1,13 @@
 /*
- * topo_bench: fencegate on a single Redis, on Sentinel (1 master, 1 replica, 3 sentinels)
- * and on a Redis Cluster of 3 masters and 3 replicas, one run side by side (issue 15).
+ * topo_bench: fencegate on a single Redis, on Sentinel (1 master, 1 replica, 3 sentinels),
+ * on a Redis Cluster of 3 masters and 3 replicas (issue 15) and on Redlock over 3 and over 5
+ * independent masters (issue 16), one run side by side.
  *
- *   topo_bench [--seconds N] [--conns N]      (tests/bench/run-topo-bench.sh builds it)
+ *   topo_bench [--seconds N] [--conns N] [--only TAG,TAG...]
+ *                                           (tests/bench/run-topo-bench.sh builds it)
  *
+ * --only keeps the rows whose tag is listed (single, sentinel, cluster, redlockthree,
+ * redlockfive); the single row always runs, as the reference.
  * For each topology, started by the test harness on free loopback ports (every data node
  * with AOF, appendfsync always, as in the tests): the gateway with --redis on its URL, then
  * the load generator of compare_bench (loadgen.c, cw_gateway_pairs: each connection locks
@@ -130,37 +134,88 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
     return rc;
 }
 
+#define TOPOS 5
+
+/* 1 when the row tagged tag runs: no --only, or tag in its comma-separated list. */
+static int wanted(const char *only, const char *tag)
+{
+    if (only == NULL || strcmp(tag, "single") == 0) {
+        return 1;
+    }
+    size_t len = strlen(tag);
+    for (const char *p = strstr(only, tag); p != NULL; p = strstr(p + 1, tag)) {
+        if ((p == only || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Starts n independent masters into set and the row of Redlock over them into t (its URL
+ * in url, len bytes). */
+static void start_redlock(th_redis_set *set, int n, topo *t, char *url, size_t len,
+                          const char *name, const char *tag)
+{
+    th_redis_set_start(set, n, NULL);
+    size_t at = (size_t)snprintf(url, len, "redlock://");
+    *t = (topo){.name = name, .tag = tag, .nnodes = n, .url = url};
+    for (int i = 0; i < n; i++) {
+        at += (size_t)snprintf(url + at, len - at, "%s127.0.0.1:%d", i > 0 ? "," : "",
+                               set->nodes[i].port);
+        t->nodes[i] = &set->nodes[i];
+    }
+}
+
 int main(int argc, char **argv)
 {
     int seconds = 5, conns = 32;
+    const char *only = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--seconds") == 0) {
             seconds = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--conns") == 0) {
             conns = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--only") == 0) {
+            only = argv[i + 1];
         }
     }
     static th_redis single;
     static th_sentinel sentinel;
     static th_cluster cluster;
-    topo topos[3];
-    lg_result res[3];
-    int ok[3] = {0};
+    static th_redis_set three, five;
+    static char url3[256], url5[256];
+    topo topos[TOPOS];
+    lg_result res[TOPOS];
+    int ok[TOPOS] = {0}, run[TOPOS] = {0};
 
     memset(topos, 0, sizeof topos);
     th_redis_start(&single, 1, NULL);
     topos[0] = (topo){.name = "single", .tag = "single", .nodes = {&single}, .nnodes = 1, .url = single.url};
-    th_sentinel_start(&sentinel, "benchmaster", 1, 3, NULL);
-    topos[1] = (topo){.name = "sentinel", .tag = "sentinel", .nnodes = sentinel.nredis, .url = sentinel.url};
-    for (int i = 0; i < sentinel.nredis; i++) {
-        topos[1].nodes[i] = &sentinel.redis[i];
+    run[0] = 1;
+    if ((run[1] = wanted(only, "sentinel"))) {
+        th_sentinel_start(&sentinel, "benchmaster", 1, 3, NULL);
+        topos[1] = (topo){.name = "sentinel", .tag = "sentinel", .nnodes = sentinel.nredis, .url = sentinel.url};
+        for (int i = 0; i < sentinel.nredis; i++) {
+            topos[1].nodes[i] = &sentinel.redis[i];
+        }
     }
-    th_cluster_start(&cluster, 3, 1, NULL);
-    topos[2] = (topo){.name = "cluster 3+3", .tag = "cluster", .nnodes = cluster.nnodes, .url = cluster.url};
-    for (int i = 0; i < cluster.nnodes; i++) {
-        topos[2].nodes[i] = &cluster.nodes[i];
+    if ((run[2] = wanted(only, "cluster"))) {
+        th_cluster_start(&cluster, 3, 1, NULL);
+        topos[2] = (topo){.name = "cluster 3+3", .tag = "cluster", .nnodes = cluster.nnodes, .url = cluster.url};
+        for (int i = 0; i < cluster.nnodes; i++) {
+            topos[2].nodes[i] = &cluster.nodes[i];
+        }
     }
-    for (int k = 0; k < 3; k++) {
+    if ((run[3] = wanted(only, "redlockthree"))) {
+        start_redlock(&three, 3, &topos[3], url3, sizeof url3, "redlock 3", "redlockthree");
+    }
+    if ((run[4] = wanted(only, "redlockfive"))) {
+        start_redlock(&five, 5, &topos[4], url5, sizeof url5, "redlock 5", "redlockfive");
+    }
+    for (int k = 0; k < TOPOS; k++) {
+        if (!run[k]) {
+            continue;
+        }
         fprintf(stderr, "topo_bench: %s, %d conns, %d s\n", topos[k].name, conns, seconds);
         ok[k] = measure(&topos[k], conns, 1000, seconds * 1000, &res[k]) == 0;
     }
@@ -168,7 +223,12 @@ int main(int argc, char **argv)
            "Redis CPU s per 1,000 pairs (all nodes / masters) | gateway CPU µs per pair | "
            "errors |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-    for (int k = 0; k < 3; k++) {
+    int all_ok = 1;
+    for (int k = 0; k < TOPOS; k++) {
+        if (!run[k]) {
+            continue;
+        }
+        all_ok = all_ok && ok[k];
         if (!ok[k]) {
             printf("| %s | failed | | | | | | |\n", topos[k].name);
             continue;
@@ -181,9 +241,19 @@ int main(int argc, char **argv)
                topos[k].master_cpu_s * 1000.0 / pairs, topos[k].gw_cpu_s * 1e6 / pairs,
                (unsigned long long)res[k].failures);
     }
-    th_cluster_stop(&cluster);
-    th_sentinel_stop(&sentinel);
+    if (run[4]) {
+        th_redis_set_stop(&five);
+    }
+    if (run[3]) {
+        th_redis_set_stop(&three);
+    }
+    if (run[2]) {
+        th_cluster_stop(&cluster);
+    }
+    if (run[1]) {
+        th_sentinel_stop(&sentinel);
+    }
     th_redis_stop(&single);
     cp_stop_all();
-    return ok[0] && ok[1] && ok[2] ? 0 : 1;
+    return all_ok ? 0 : 1;
 }

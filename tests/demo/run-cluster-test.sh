@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # ctest demo_cluster: the curl demo (scripts/demo.sh) and fencectl, unchanged, against a
-# gateway on a real Redis Cluster (3 masters, 3 replicas, tests/common/cluster.sh), issue 15.
+# gateway on a real Redis Cluster (3 masters, 3 replicas, tests/common/cluster.sh), issue 15;
+# ctest demo_redlock: the same against a gateway on Redlock over 3 independent masters
+# (tests/common/redis.sh), issue 16.
 #
-#   run-cluster-test.sh PATH/TO/fencegate PATH/TO/demo.sh PATH/TO/fencectl
+#   run-cluster-test.sh PATH/TO/fencegate PATH/TO/demo.sh PATH/TO/fencectl [cluster|redlock]
 #
 # Checks /readyz names the cluster topology and no password, the demo tells its story (the
 # stale write refused with 409), and fencectl lock runs a command that writes with its token
@@ -13,8 +15,9 @@ set -euo pipefail
 gateway=${1:?usage: run-cluster-test.sh FENCEGATE DEMO FENCECTL}
 demo=${2:?}
 fencectl=${3:?}
-name=demo_cluster
-password=cluster-demo-pw
+topology=${4:-cluster}
+name=demo_$topology
+password=$topology-demo-pw
 
 fail() { echo "$name: FAIL: $*" >&2; exit 1; }
 for tool in redis-server redis-cli curl jq; do
@@ -23,24 +26,37 @@ done
 
 # shellcheck source=../common/cluster.sh
 source "$(dirname "$0")/../common/cluster.sh"
+# shellcheck source=../common/redis.sh
+source "$(dirname "$0")/../common/redis.sh"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fg-demo-cluster.XXXXXX")
 gw_pid=""
 cleanup() {
     local rc=$?
     if [ -n "$gw_pid" ]; then kill -KILL "$gw_pid" 2>/dev/null || true; wait "$gw_pid" 2>/dev/null || true; fi
-    fg_cluster_stop || true
+    if [ "$topology" = cluster ]; then fg_cluster_stop || true; else fg_redis_set_stop || true; fi
     if [ "$rc" -ne 0 ] && [ -f "$tmp/gateway.log" ]; then tail -n 40 "$tmp/gateway.log" >&2; fi
     rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-fg_cluster_start "$tmp/cluster" 3 1 "$password" || fail "the cluster did not start"
-echo "$name: cluster $FG_CLUSTER_URL" | sed "s/$password/***/"
+case $topology in
+cluster)
+    fg_cluster_start "$tmp/cluster" 3 1 "$password" || fail "the cluster did not start"
+    redis_url=$FG_CLUSTER_URL
+    ;;
+redlock)
+    fg_redis_set_start "$tmp/set" 3 "$password" || fail "the 3 masters did not start"
+    redis_url="redlock://:$password@127.0.0.1:$(IFS=,; echo "${FG_REDIS_SET_PORTS[*]}" |
+        sed 's/,/,127.0.0.1:/g')"
+    ;;
+*) fail "unknown topology $topology" ;;
+esac
+echo "$name: $topology $redis_url" | sed "s/$password/***/"
 
 gport=$(fg_topo_free_port)
-"$gateway" --listen "127.0.0.1:$gport" --redis "$FG_CLUSTER_URL" --data "$tmp/gw" \
+"$gateway" --listen "127.0.0.1:$gport" --redis "$redis_url" --data "$tmp/gw" \
     >"$tmp/gateway.log" 2>&1 &
 gw_pid=$!
 url="http://127.0.0.1:$gport"
@@ -52,7 +68,7 @@ until curl -fsS --max-time 2 -o /dev/null "$url/healthz" 2>/dev/null; do
 done
 
 ready=$(curl -fsS --max-time 5 "$url/readyz") || fail "/readyz did not answer 200"
-[ "$(jq -r .topology.kind <<<"$ready")" = cluster ] || fail "/readyz topology: $ready"
+[ "$(jq -r .topology.kind <<<"$ready")" = "$topology" ] || fail "/readyz topology: $ready"
 [ "$(jq -r '.topology.master | split(",") | length' <<<"$ready")" = 3 ] \
     || fail "/readyz does not name the 3 masters: $ready"
 if grep -q "$password" <<<"$ready"; then fail "/readyz shows the password"; fi

@@ -54,6 +54,17 @@ name="faults_$scenario"
 
 fail() { echo "$name: FAIL: $*" >&2; exit 1; }
 say() { echo "$name: $*"; }
+# Defined before a scenario file is sourced, so that one may define its own.
+now_ms() { echo $(($(date +%s%N) / 1000000)); }
+# probe_lock RESOURCE: one /lock with a short lease; 0 when granted (the failover scenarios
+# time their recovery with it).
+probe_lock() {
+    local code
+    code=$(curl -sS --max-time 3 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+        -d "{\"resource\":\"$1\",\"owner\":\"probe\",\"ttl_ms\":1000}" \
+        "$(gw_url)/lock" 2>/dev/null) || true
+    [ "$code" = 200 ]
+}
 
 for tool in redis-server redis-cli curl ss; do
     command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed (scripts/install-deps.sh)"

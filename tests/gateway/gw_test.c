@@ -455,6 +455,35 @@ void gwt_assert_value(const gwt_proc *p, const char *resource, const char *value
     gwt_resp_free(&r);
 }
 
+long long gwt_metric(const gwt_proc *p, const char *name)
+{
+    gwt_resp r;
+    long long v = -1;
+    char needle[200];
+
+    gwt_get(p, "/metrics", &r);
+    snprintf(needle, sizeof needle, "\n%s ", name);
+    const char *at = r.body != NULL ? strstr(r.body, needle) : NULL;
+    if (at != NULL) {
+        v = strtoll(at + strlen(needle), NULL, 10);
+    }
+    gwt_resp_free(&r);
+    return v;
+}
+
+void gwt_await_metric(const gwt_proc *p, const char *name, long long want)
+{
+    int64_t deadline = th_now_ms() + 15000;
+    long long v = gwt_metric(p, name);
+    while (v != want && th_now_ms() < deadline) {
+        th_nap_ms(10);
+        v = gwt_metric(p, name);
+    }
+    if (v != want) {
+        fail_msg("%s is %lld, expected %lld", name, v, want);
+    }
+}
+
 void gwt_resp_free(gwt_resp *r)
 {
     free(r->body);

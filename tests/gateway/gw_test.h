@@ -76,6 +76,12 @@ void gwt_http(const gwt_proc *p, const char *method, const char *path,
 void gwt_post(const gwt_proc *p, const char *path, const char *json, gwt_resp *r);
 void gwt_get(const gwt_proc *p, const char *path, gwt_resp *r);
 
+/* The value of an unlabelled metric line "name N", or of "name{labels} N" when name
+ * includes its labels; -1 when absent. */
+long long gwt_metric(const gwt_proc *p, const char *name);
+/* Waits up to 15 s for metric `name` to reach `want`; fails the test when it did not. */
+void gwt_await_metric(const gwt_proc *p, const char *name, long long want);
+
 void gwt_resp_free(gwt_resp *r);
 
 /* Fields of r->json: an integer (-1 when absent), a string ("" when absent). */

@@ -81,38 +81,6 @@ static int teardown(void **state)
     return rc == 0 && rc2 == 0 ? 0 : -1;
 }
 
-/* The value of an unlabelled metric line "name N", or of "name{labels} N" when name
- * includes its labels; -1 when absent. */
-static long long metric(const gwt_proc *gw, const char *name)
-{
-    gwt_resp r;
-    long long v = -1;
-    char needle[200];
-
-    gwt_get(gw, "/metrics", &r);
-    snprintf(needle, sizeof needle, "\n%s ", name);
-    const char *p = r.body != NULL ? strstr(r.body, needle) : NULL;
-    if (p != NULL) {
-        v = strtoll(p + strlen(needle), NULL, 10);
-    }
-    gwt_resp_free(&r);
-    return v;
-}
-
-/* Waits up to 15 s for metric `name` to reach `want`; asserts it did. */
-static void await_metric(const gwt_proc *gw, const char *name, long long want)
-{
-    int64_t deadline = th_now_ms() + 15000;
-    long long v = metric(gw, name);
-    while (v != want && th_now_ms() < deadline) {
-        th_nap_ms(10);
-        v = metric(gw, name);
-    }
-    if (v != want) {
-        fail_msg("%s is %lld, expected %lld", name, v, want);
-    }
-}
-
 static void post_status(const gwt_proc *gw, const char *path, const char *body, long want)
 {
     gwt_resp r;
@@ -226,7 +194,7 @@ static void test_parked_waiters_hold_no_thread(void **state)
         w[i].unlock_after = 1;
         waiter_start(&w[i], &s->gw, "wt.threads", owner, 30000);
     }
-    await_metric(&s->gw, "fencegate_waiters", N);
+    gwt_await_metric(&s->gw, "fencegate_waiters", N);
     /* Both pool threads are free: other resources and endpoints answer. */
     lock_as(&s->gw, "wt.threads.other", "someone", 1000);
     unlock_as(&s->gw, "wt.threads.other", "someone");
@@ -239,7 +207,7 @@ static void test_parked_waiters_hold_no_thread(void **state)
         gwt_resp_free(&w[i].r);
     }
     assert_false(is_locked(&s->gw, "wt.threads"));
-    await_metric(&s->gw, "fencegate_waiters", 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 0);
 }
 
 /* The holder's lease runs out (expiry publishes nothing): the waiter is woken by the
@@ -255,8 +223,8 @@ static void test_waiter_woken_by_lease_expiry(void **state)
     pthread_join(w.thread, NULL);
     gwt_assert_status(&w.r, 200, NULL);
     gwt_resp_free(&w.r);
-    assert_true(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"expiry\"}") >= 1);
-    assert_int_equal(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+    assert_true(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"expiry\"}") >= 1);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
 }
 
 /* No thundering herd: with N waiters parked on one resource, each release wakes one
@@ -276,7 +244,7 @@ static void test_no_herd_script_calls_per_release(void **state)
         w[i].unlock_after = 1;
         waiter_start(&w[i], &s->gw, "wt.herd", owner, 60000);
     }
-    await_metric(&s->gw, "fencegate_waiters", N);
+    gwt_await_metric(&s->gw, "fencegate_waiters", N);
     long long before = evalsha_calls(&s->redis);
     unlock_as(&s->gw, "wt.herd", "holder");
     for (int i = 0; i < N; i++) {
@@ -348,7 +316,7 @@ static void test_no_herd_with_1000_waiters(void **state)
         snprintf(owner, sizeof owner, "k%d", i);
         fds[i] = raw_lock_request(&s->gw2, "wt.herd1k", owner);
     }
-    await_metric(&s->gw2, "fencegate_waiters", N);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", N);
     long long before = evalsha_calls(&s->redis);
     unlock_as(&s->gw2, "wt.herd1k", "holder");
     for (int round = 0; round < ROUNDS; round++) {
@@ -371,13 +339,13 @@ static void test_no_herd_with_1000_waiters(void **state)
     print_message("1,000 waiters: %lld script calls for %d releases\n", calls, ROUNDS + 1);
     assert_true(calls <= 3 * (ROUNDS + 1));
     /* The last release granted one more waiter, whose answer is left unread. */
-    await_metric(&s->gw2, "fencegate_waiters", N - ROUNDS - 1);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", N - ROUNDS - 1);
     for (int i = 0; i < N; i++) {
         if (fds[i] >= 0) {
             close(fds[i]);
         }
     }
-    await_metric(&s->gw2, "fencegate_waiters", 0);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", 0);
     free(fds);
     free(done);
 }
@@ -400,7 +368,7 @@ static void test_waiters_beyond_the_cap_are_refused(void **state)
         w[i].unlock_after = 1;
         waiter_start(&w[i], &s->gw2, "wt.cap", owner, 20000);
     }
-    await_metric(&s->gw2, "fencegate_waiters", CAP);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", CAP);
 
     gwt_post(&s->gw2, "/lock",
              "{\"resource\":\"wt.cap\",\"owner\":\"one-too-many\",\"wait_ms\":20000}", &r);
@@ -427,7 +395,7 @@ static void test_waiters_beyond_the_cap_are_refused(void **state)
         gwt_assert_status(&w[i].r, 200, NULL);
         gwt_resp_free(&w[i].r);
     }
-    await_metric(&s->gw2, "fencegate_waiters", 0);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", 0);
     /* The places are free again. */
     lock_as(&s->gw2, "wt.cap", "holder", 500);
     gwt_post(&s->gw2, "/lock",
@@ -443,7 +411,7 @@ static void test_waiters_beyond_the_cap_are_refused(void **state)
 
 static long long dropped(const gwt_proc *gw)
 {
-    return metric(gw, ABANDONED);
+    return gwt_metric(gw, ABANDONED);
 }
 
 /* A parked waiter whose client hangs up is dropped, and no lock is left held for it. Then
@@ -457,11 +425,11 @@ static void test_disconnected_waiter_is_dropped(void **state)
 
     lock_as(&s->gw, "wt.gone", "holder", 60000);
     int fd = raw_lock_request(&s->gw, "wt.gone", "ghost");
-    await_metric(&s->gw, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
     close(fd);
-    await_metric(&s->gw, "fencegate_waiters", 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 0);
     /* The outcome is counted when the request completes, just after it leaves the queue. */
-    await_metric(&s->gw, ABANDONED, 1);
+    gwt_await_metric(&s->gw, ABANDONED, 1);
     unlock_as(&s->gw, "wt.gone", "holder");
     assert_false(is_locked(&s->gw, "wt.gone"));
 
@@ -471,17 +439,17 @@ static void test_disconnected_waiter_is_dropped(void **state)
         long long before = dropped(&s->gw);
         lock_as(&s->gw, "wt.race", "holder", 60000);
         fd = raw_lock_request(&s->gw, "wt.race", "ghost");
-        await_metric(&s->gw, "fencegate_waiters", 1);
+        gwt_await_metric(&s->gw, "fencegate_waiters", 1);
         w.unlock_after = 1;
         waiter_start(&w, &s->gw, "wt.race", "real", 30000);
-        await_metric(&s->gw, "fencegate_waiters", 2);
+        gwt_await_metric(&s->gw, "fencegate_waiters", 2);
         close(fd);
         unlock_as(&s->gw, "wt.race", "holder");
         pthread_join(w.thread, NULL);
         gwt_assert_status(&w.r, 200, NULL);
         gwt_resp_free(&w.r);
-        await_metric(&s->gw, "fencegate_waiters", 0);
-        await_metric(&s->gw, ABANDONED, before + 1);
+        gwt_await_metric(&s->gw, "fencegate_waiters", 0);
+        gwt_await_metric(&s->gw, ABANDONED, before + 1);
         assert_false(is_locked(&s->gw, "wt.race"));
     }
 }
@@ -496,12 +464,12 @@ static void test_waiters_across_gateways(void **state)
     gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
     lock_as(&s->gw, "wt.cross", "holder", 60000);
     waiter_start(&w, &s->gw2, "wt.cross", "far-waiter", 30000);
-    await_metric(&s->gw2, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", 1);
     unlock_as(&s->gw, "wt.cross", "holder");
     pthread_join(w.thread, NULL);
     gwt_assert_status(&w.r, 200, NULL);
     gwt_resp_free(&w.r);
-    assert_true(metric(&s->gw2, "fencegate_waiter_wakes_total{reason=\"release\"}") >= 1);
+    assert_true(gwt_metric(&s->gw2, "fencegate_waiter_wakes_total{reason=\"release\"}") >= 1);
 }
 
 /* The subscriber connection is killed and the release happens while it is down, so its
@@ -515,13 +483,13 @@ static void test_lost_release_message_does_not_strand_waiter(void **state)
     memset(&w, 0, sizeof w);
     lock_as(&s->gw, "wt.lost", "holder", 60000);
     waiter_start(&w, &s->gw, "wt.lost", "waiter", 20000);
-    await_metric(&s->gw, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
     assert_true(th_redis_cmd(&s->redis, NULL, 0, "CLIENT KILL TYPE pubsub") >= 1);
     unlock_as(&s->gw, "wt.lost", "holder");
     pthread_join(w.thread, NULL);
     gwt_assert_status(&w.r, 200, NULL);
     gwt_resp_free(&w.r);
-    await_metric(&s->gw, "fencegate_redis_subscriber_up", 1);
+    gwt_await_metric(&s->gw, "fencegate_redis_subscriber_up", 1);
 }
 
 /* SIGTERM with parked waiters: each is answered 503 shutting_down and the process exits 0. */
@@ -538,7 +506,7 @@ static void test_shutdown_answers_parked_waiters(void **state)
         snprintf(owner, sizeof owner, "t%d", i);
         waiter_start(&w[i], &s->gw, "wt.term", owner, 60000);
     }
-    await_metric(&s->gw, "fencegate_waiters", N);
+    gwt_await_metric(&s->gw, "fencegate_waiters", N);
     assert_int_equal(gwt_signal_wait(&s->gw, SIGTERM), 0);
     for (int i = 0; i < N; i++) {
         pthread_join(w[i].thread, NULL);
@@ -571,7 +539,7 @@ static void test_fair_waiters_get_the_lock_in_arrival_order(void **state)
         w[i].order = &order;
         w[i].order_mu = &mu;
         waiter_start(&w[i], gw, "wt.fair", owner, 30000);
-        await_metric(gw, "fencegate_waiters", i / 2 + 1);
+        gwt_await_metric(gw, "fencegate_waiters", i / 2 + 1);
     }
     unlock_as(&s->gw, "wt.fair", "holder");
     for (int i = 0; i < N; i++) {
@@ -599,10 +567,10 @@ static void test_vanished_fair_waiter_does_not_block_the_queue(void **state)
     lock_as(&s->gw, "wt.fairdead", "holder", 60000);
     dead.fair = 1;
     waiter_start(&dead, &s->gw2, "wt.fairdead", "doomed", 1500);
-    await_metric(&s->gw2, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", 1);
     live.fair = 1;
     waiter_start(&live, &s->gw, "wt.fairdead", "patient", 30000);
-    await_metric(&s->gw, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
 
     assert_int_equal(gwt_signal_wait(&s->gw2, SIGKILL), -1);
     pthread_join(dead.thread, NULL);
@@ -638,7 +606,7 @@ static void test_fair_waiters_sent_together(void **state)
             w[i].order_mu = &mu;
             waiter_start(&w[i], &s->gw, "wt.fair2", owner, 20000);
         }
-        await_metric(&s->gw, "fencegate_waiters", 2);
+        gwt_await_metric(&s->gw, "fencegate_waiters", 2);
         unlock_as(&s->gw, "wt.fair2", "holder");
         for (int i = 0; i < 2; i++) {
             pthread_join(w[i].thread, NULL);
@@ -646,7 +614,7 @@ static void test_fair_waiters_sent_together(void **state)
             gwt_resp_free(&w[i].r);
         }
     }
-    assert_int_equal(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
 }
 
 /* A woken waiter takes the lock with a short lease and never releases it (its client went
@@ -662,9 +630,9 @@ static void test_new_holders_lease_is_watched(void **state)
     lock_as(&s->gw, "wt.newlease", "holder", 60000);
     w1.ttl_ms = 300;
     waiter_start(&w1, &s->gw, "wt.newlease", "short-lived", 20000);
-    await_metric(&s->gw, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
     waiter_start(&w2, &s->gw, "wt.newlease", "patient", 20000);
-    await_metric(&s->gw, "fencegate_waiters", 2);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 2);
     unlock_as(&s->gw, "wt.newlease", "holder");
     pthread_join(w1.thread, NULL);
     gwt_assert_status(&w1.r, 200, NULL); /* a 300 ms lease, never released */
@@ -672,7 +640,7 @@ static void test_new_holders_lease_is_watched(void **state)
     pthread_join(w2.thread, NULL);
     gwt_assert_status(&w2.r, 200, NULL);
     gwt_resp_free(&w2.r);
-    assert_int_equal(metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
 }
 
 int main(void)

@@ -125,6 +125,10 @@ typedef struct lk_options {
     void *on_lost_userdata;
     lk_breaker *breaker;          /* optional, shared; see lk_breaker_new(). Not used by the
                                    * watchdog's own connection. */
+    /* redlock:// only: the longest lease any client of the same nodes grants, in ms. A node
+     * that lost its data is held out (does not count towards a majority) this long plus its
+     * drift after the loss is seen. 0 (the default): LK_LEASE_MAX_MS. */
+    int64_t redlock_max_lease_ms;
 } lk_options;
 
 /* Fills *opts with the defaults above. */
@@ -135,7 +139,10 @@ LK_EXTERN void lk_options_init(lk_options *opts);
  * sentinels, default port 26379, asked in this order for the master; the password logs in
  * to the sentinels and the data nodes alike), or
  * redis-cluster://[[user]:password@]host[:port][,host[:port]...] (seed nodes of a Redis
- * Cluster, 7.0 or later: each call goes to the master owning its resource's slot).
+ * Cluster, 7.0 or later: each call goes to the master owning its resource's slot), or
+ * redlock://[[user]:password@]host[:port],host[:port],host[:port][,...] (Redlock over an odd
+ * number, 3..LK_REDLOCK_NODES_MAX, of independent masters, default port 6379: each call
+ * goes to all of them and counts with a majority; fair acquisition is refused with EINVAL).
  * opts may be NULL for the defaults. It connects at once, but a failed connection is not
  * fatal: it returns LK_EUNAVAILABLE with a valid *out, and every later call tries again.
  * On LK_EINVAL (bad URL or options) and LK_ENOMEM, *out is NULL.
@@ -317,8 +324,19 @@ LK_EXTERN lk_status lk_ping(lk_client *c);
 typedef enum lk_topology_kind {
     LK_TOPOLOGY_SINGLE = 0,   /* redis:// or unix:// */
     LK_TOPOLOGY_SENTINEL,     /* redis-sentinel:// */
-    LK_TOPOLOGY_CLUSTER       /* redis-cluster:// */
+    LK_TOPOLOGY_CLUSTER,      /* redis-cluster:// */
+    LK_TOPOLOGY_REDLOCK       /* redlock:// */
 } lk_topology_kind;
+
+/* Most nodes a redlock:// URL names. */
+#define LK_REDLOCK_NODES_MAX 15
+
+/* One master of a Redlock topology, as the handle last saw it. */
+typedef struct lk_topology_node {
+    char addr[280];          /* "host:port" */
+    int counts;              /* 1: counts towards a majority (reachable, not held out) */
+    int64_t held_out_ms;     /* > 0: lost its data and is held out for this many ms more */
+} lk_topology_node;
 
 /* Where a handle's calls go. No password appears in it. */
 typedef struct lk_topology {
@@ -329,12 +347,14 @@ typedef struct lk_topology {
     long long failovers;     /* times a new connection found another master than the one
                               * before (Sentinel), or the slot map another set of masters
                               * (Cluster) */
+    int nnodes;              /* Redlock: the N masters in nodes[]; 0 for other kinds */
+    lk_topology_node nodes[LK_REDLOCK_NODES_MAX];
 } lk_topology;
 
 /* Fills *out for handle c (on the handle's own thread). */
 LK_EXTERN void lk_client_topology(const lk_client *c, lk_topology *out);
 
-/* "single", "sentinel" or "cluster". */
+/* "single", "sentinel", "cluster" or "redlock". */
 LK_EXTERN const char *lk_topology_name(lk_topology_kind kind);
 
 /* Writes the release channel of `resource` ("fg:{resource}:released") into buf of len

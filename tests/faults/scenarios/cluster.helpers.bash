@@ -21,18 +21,8 @@ scenario_prestart() {
 }
 
 ccli() { redis-cli -h 127.0.0.1 -p "$1" "${@:2}"; }
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
 slot_of() { ccli "${FG_CLUSTER_PORTS[0]}" cluster keyslot "$1" 2>/dev/null || ccli "$FG_CLUSTER_MASTER_PORT" cluster keyslot "$1"; }
 node_id() { ccli "$1" cluster myid | tr -d '\r'; }
-
-# probe_lock RESOURCE: one /lock with a short lease; 0 when granted.
-probe_lock() {
-    local code
-    code=$(curl -sS --max-time 3 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
-        -d "{\"resource\":\"$1\",\"owner\":\"probe\",\"ttl_ms\":1000}" \
-        "http://127.0.0.1:$gport/lock" 2>/dev/null) || true
-    [ "$code" = 200 ]
-}
 
 # masters: the ports of the running masters, one a line.
 masters() {

@@ -37,8 +37,10 @@ mg_gw_start() {
     local n=$1 port pid
     port=${mg_ports[$n]:-$(free_port)}
     mkdir -p "$tmp/gw$n"
-    "$gateway" --listen "127.0.0.1:$port" --data "$tmp/gw$n" --threads 4 --store "$FG_PG_URL" \
-        --redis "redis://127.0.0.1:$rport" 2>>"$tmp/extra-gw$n.log" >&2 &
+    # gw_extra holds --store (and what a file sourcing this one adds); gw_redis_url another
+    # Redis deployment when that file sets one.
+    "$gateway" --listen "127.0.0.1:$port" --data "$tmp/gw$n" --threads 4 "${gw_extra[@]}" \
+        --redis "${gw_redis_url:-redis://127.0.0.1:$rport}" 2>>"$tmp/extra-gw$n.log" >&2 &
     pid=$!
     extra_pids+=("$pid")
     mg_ports[$n]=$port
@@ -63,7 +65,7 @@ scenario_prestart() {
     chmod 755 "$tmp" # the postgres user (initdb refuses root) must reach $tmp/pg
     fg_pg_start "$tmp/pg" || fail "PostgreSQL would not start"
     extra_pids+=("$FG_PG_PID")
-    gw_extra=(--store "$FG_PG_URL")
+    gw_extra+=(--store "$FG_PG_URL")
     say "postgres pid $FG_PG_PID on port $FG_PG_PORT"
 }
 

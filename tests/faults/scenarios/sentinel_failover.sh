@@ -37,16 +37,6 @@ scenario_prestart() {
     say "sentinel set: master $(fg_sentinel_master_port), url $FG_SENTINEL_URL"
 }
 
-now_ms() { echo $(($(date +%s%N) / 1000000)); }
-
-# probe_lock I: one /lock with a short lease on a resource of the probe; 0 when granted.
-probe_lock() {
-    local code
-    code=$(curl -sS --max-time 3 -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
-        -d "{\"resource\":\"sentinel-probe-$1\",\"owner\":\"probe\",\"ttl_ms\":1000}" \
-        "http://127.0.0.1:$gport/lock" 2>/dev/null) || true
-    [ "$code" = 200 ]
-}
 
 scenario_fault() {
     local old start took
@@ -55,7 +45,7 @@ scenario_fault() {
     old=$FG_SENTINEL_KILLED_PORT
     start=$(now_ms)
     mark "kill_master"
-    wait_until "a /lock granted after the master was killed" 30 probe_lock "$1"
+    wait_until "a /lock granted after the master was killed" 30 probe_lock "sentinel-probe-$1"
     took=$(($(now_ms) - start))
     fg_sentinel_wait_failover "$old" 30 || fail "no failover away from $old"
     mark heal

@@ -1,0 +1,296 @@
+/*
+ * The gateway on Redlock (--redis redlock://...), with 3 and with 5 real, independent
+ * redis-servers (password-protected) and the real binary:
+ *   - /readyz and /metrics name the topology and list every master, never the password;
+ *   - lock, write, unlock; tokens grow; a paused holder's late write is a 409 once a newer
+ *     holder has locked (its lease ran out meanwhile);
+ *   - "fair": true answers 400 fair_unavailable naming the topology;
+ *   - a minority SIGKILLed: locks still work and /readyz lists the nodes that do not count;
+ *     one more: /lock and /readyz answer 503; the nodes restarted with their data: /readyz
+ *     is 200 again by itself, and the next token is above every earlier one;
+ *   - a minority restarted without its data: /readyz and /metrics show it held out, with
+ *     the time it rejoins; locks keep working with larger tokens;
+ *   - a parked waiter (wait_ms) is woken by the release, once, though every master
+ *     publishes it.
+ * No test asserts timing; every wait is a loop on a condition with a deadline.
+ */
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "gw_test.h"
+#include "harness.h"
+
+#define PASSWORD "gw-r3dlock-pw"
+
+typedef struct rl_state {
+    th_redis_set set;
+    char url[TH_MAX_NODES * 40 + 64];
+    char data[256];
+    gwt_proc gw;
+} rl_state;
+
+static int setup_n(void **state, int n)
+{
+    rl_state *st = calloc(1, sizeof *st);
+    th_redis_set_start(&st->set, n, PASSWORD);
+    size_t len = (size_t)snprintf(st->url, sizeof st->url, "redlock://:%s@", PASSWORD);
+    for (int i = 0; i < n; i++) {
+        len += (size_t)snprintf(st->url + len, sizeof st->url - len, "%s127.0.0.1:%d",
+                                i > 0 ? "," : "", st->set.nodes[i].port);
+    }
+    th_tempdir(st->data, sizeof st->data, "gwredlock");
+    gwt_start(&st->gw, st->url, st->data, NULL);
+    *state = st;
+    return 0;
+}
+
+static int setup_3(void **state)
+{
+    return setup_n(state, 3);
+}
+
+static int setup_5(void **state)
+{
+    return setup_n(state, 5);
+}
+
+static int teardown(void **state)
+{
+    rl_state *st = *state;
+    if (st->gw.pid > 0) {
+        gwt_stop(&st->gw);
+    }
+    th_redis_set_stop(&st->set);
+    th_rmtree(st->data);
+    free(st);
+    return 0;
+}
+
+/* POST /lock; returns the HTTP status and the token in *token (0 when none). */
+static long lock(const gwt_proc *gw, const char *resource, const char *owner, int ttl_ms,
+                 long long *token)
+{
+    char body[256];
+    gwt_resp r;
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%d}",
+             resource, owner, ttl_ms);
+    gwt_post(gw, "/lock", body, &r);
+    long status = r.status;
+    *token = status == 200 ? gwt_int(&r, "token") : 0;
+    gwt_resp_free(&r);
+    return status;
+}
+
+static long unlock(const gwt_proc *gw, const char *resource, const char *owner)
+{
+    char body[256];
+    gwt_resp r;
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\"}", resource, owner);
+    gwt_post(gw, "/unlock", body, &r);
+    long status = r.status;
+    gwt_resp_free(&r);
+    return status;
+}
+
+/* Locks and unlocks resource; returns the token. */
+static long long grant(const rl_state *st, const char *resource)
+{
+    long long token = 0;
+    assert_int_equal(lock(&st->gw, resource, "G", 10000, &token), 200);
+    assert_int_equal(unlock(&st->gw, resource, "G"), 200);
+    return token;
+}
+
+/* GET /readyz; returns the status, and the number of nodes that count in *counting and
+ * held out in *held (from the topology, in the body or in the 503's details). */
+static long readyz(const rl_state *st, int *counting, int *held)
+{
+    gwt_resp r;
+    gwt_get(&st->gw, "/readyz", &r);
+    long status = r.status;
+    json_t *topo = json_object_get(r.json, "topology");
+    if (topo == NULL) {
+        topo = json_object_get(json_object_get(r.json, "details"), "topology");
+    }
+    json_t *nodes = json_object_get(topo, "nodes");
+    *counting = *held = 0;
+    for (size_t i = 0; i < json_array_size(nodes); i++) {
+        json_t *n = json_array_get(nodes, i);
+        *counting += json_is_true(json_object_get(n, "counts"));
+        if (json_is_true(json_object_get(n, "held_out"))) {
+            (*held)++;
+            assert_true(json_integer_value(json_object_get(n, "held_out_until")) > 0);
+        }
+    }
+    if (status == 200) {
+        assert_string_equal(json_string_value(json_object_get(topo, "kind")), "redlock");
+        assert_int_equal((int)json_array_size(nodes), st->set.n);
+    }
+    assert_null(strstr(r.body, PASSWORD));
+    gwt_resp_free(&r);
+    return status;
+}
+
+/* Waits (with a deadline) until /readyz answers want. Returns the last status. */
+static long readyz_until(const rl_state *st, long want, int *counting, int *held)
+{
+    long status = 0;
+    int64_t deadline = th_now_ms() + 30000;
+    do {
+        status = readyz(st, counting, held);
+        if (status != want) {
+            th_nap_ms(50);
+        }
+    } while (status != want && th_now_ms() < deadline);
+    return status;
+}
+
+static void test_lock_write_and_observability(void **state)
+{
+    rl_state *st = *state;
+    long long a = 0, b = 0;
+    int counting = 0, held = 0;
+    gwt_resp r;
+
+    assert_int_equal(readyz(st, &counting, &held), 200);
+    assert_int_equal(counting, st->set.n);
+    gwt_get(&st->gw, "/metrics", &r);
+    assert_non_null(strstr(r.body, "fencegate_redis_topology{kind=\"redlock\"} 1\n"));
+    assert_non_null(strstr(r.body, "fencegate_redlock_node_counts{addr=\"127.0.0.1:"));
+    assert_non_null(strstr(r.body, "fencegate_redlock_node_held_out_until_seconds{addr="));
+    assert_null(strstr(r.body, PASSWORD));
+    gwt_resp_free(&r);
+
+    /* A holds with a short lease and "pauses"; once it ran out B locks, and A's late write
+     * is refused: the token, not the lock, keeps the data safe. */
+    assert_int_equal(lock(&st->gw, "rl.doc", "A", 300, &a), 200);
+    int64_t deadline = th_now_ms() + 20000;
+    while (lock(&st->gw, "rl.doc", "B", 10000, &b) == 409 && th_now_ms() < deadline) {
+        th_nap_ms(50);
+    }
+    assert_true(b > a);
+    assert_int_equal(gwt_put_fenced(&st->gw, "rl.doc", a, "late from A", NULL), 409);
+    assert_int_equal(gwt_put_fenced(&st->gw, "rl.doc", b, "from B", NULL), 200);
+    assert_int_equal(unlock(&st->gw, "rl.doc", "B"), 200);
+
+    gwt_post(&st->gw, "/lock", "{\"resource\":\"rl.fair\",\"owner\":\"A\",\"fair\":true}", &r);
+    gwt_assert_status(&r, 400, "fair_unavailable");
+    assert_non_null(strstr(r.body, "redlock"));
+    gwt_resp_free(&r);
+    assert_false(gwt_log_contains(&st->gw, PASSWORD));
+}
+
+static void test_minority_then_majority_down(void **state)
+{
+    rl_state *st = *state;
+    int n = st->set.n, minority = n / 2, counting = 0, held = 0;
+    long long token = 0;
+
+    long long before = grant(st, "rl.down");
+    for (int i = 0; i < minority; i++) {
+        th_redis_kill(&st->set.nodes[i]);
+    }
+    long long during = grant(st, "rl.down");
+    assert_true(during > before);
+    assert_int_equal(readyz(st, &counting, &held), 200);
+    assert_int_equal(counting, n - minority);
+
+    th_redis_kill(&st->set.nodes[minority]);
+    assert_int_equal(lock(&st->gw, "rl.down", "G", 10000, &token), 503);
+    assert_int_equal(readyz(st, &counting, &held), 503);
+    assert_int_equal(counting, n - minority - 1);
+
+    for (int i = 0; i <= minority; i++) {
+        th_redis_restart(&st->set.nodes[i]);
+    }
+    assert_int_equal(readyz_until(st, 200, &counting, &held), 200);
+    assert_true(grant(st, "rl.down") > during);
+    assert_int_equal(held, 0);
+}
+
+static void test_minority_loses_data(void **state)
+{
+    rl_state *st = *state;
+    int n = st->set.n, minority = n / 2, counting = 0, held = 0;
+    gwt_resp r;
+
+    long long before = grant(st, "rl.loss");
+    for (int i = 0; i < minority; i++) {
+        th_redis_kill(&st->set.nodes[i]);
+        th_redis_wipe_files(&st->set.nodes[i]);
+        th_redis_restart(&st->set.nodes[i]);
+    }
+    long long after = grant(st, "rl.loss");
+    assert_true(after > before);
+    assert_int_equal(readyz(st, &counting, &held), 200);
+    assert_int_equal(held, minority);
+    assert_int_equal(counting, n - minority);
+    gwt_get(&st->gw, "/metrics", &r);
+    assert_non_null(strstr(r.body, "fencegate_redlock_node_counts{addr=\"127.0.0.1:"));
+    assert_null(strstr(r.body, PASSWORD));
+    gwt_resp_free(&r);
+    assert_true(grant(st, "rl.loss") > after);
+}
+
+typedef struct waiter {
+    const gwt_proc *gw;
+    long status;
+    long long token;
+} waiter;
+
+static void *wait_main(void *arg)
+{
+    waiter *w = arg;
+    gwt_resp r;
+    gwt_post(w->gw, "/lock",
+             "{\"resource\":\"rl.wait\",\"owner\":\"W\",\"ttl_ms\":10000,\"wait_ms\":20000}",
+             &r);
+    w->status = r.status;
+    w->token = r.status == 200 ? gwt_int(&r, "token") : 0;
+    gwt_resp_free(&r);
+    return NULL;
+}
+
+/* A parked waiter is woken by the release, once, though every master publishes it. */
+static void test_waiter_woken_once(void **state)
+{
+    rl_state *st = *state;
+    long long held = 0;
+    waiter w = {&st->gw, 0, 0};
+    pthread_t th;
+
+    /* The holder's lease (60 s) outlasts the wait (20 s): only the release lets W in. */
+    assert_int_equal(lock(&st->gw, "rl.wait", "H", 60000, &held), 200);
+    assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 1);
+    assert_int_equal(unlock(&st->gw, "rl.wait", "H"), 200);
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, 200);
+    assert_true(w.token > held);
+    assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"release\"}"), 1);
+    assert_int_equal(unlock(&st->gw, "rl.wait", "W"), 200);
+}
+
+#define TESTS(setup)                                                                       \
+    {                                                                                      \
+        cmocka_unit_test_setup_teardown(test_lock_write_and_observability, setup, teardown), \
+            cmocka_unit_test_setup_teardown(test_minority_then_majority_down, setup,       \
+                                            teardown),                                     \
+            cmocka_unit_test_setup_teardown(test_minority_loses_data, setup, teardown),    \
+            cmocka_unit_test_setup_teardown(test_waiter_woken_once, setup, teardown),      \
+    }
+
+int main(void)
+{
+    const struct CMUnitTest three[] = TESTS(setup_3);
+    const struct CMUnitTest five[] = TESTS(setup_5);
+    int failed = cmocka_run_group_tests_name("gateway_redlock_3", three, NULL, NULL);
+    failed += cmocka_run_group_tests_name("gateway_redlock_5", five, NULL, NULL);
+    return failed;
+}

@@ -1,0 +1,473 @@
+/*
+ * locklib over redlock:// (issue 16): the Redlock transport (locklib/src/redlock_transport.c)
+ * through the public API, on 3 and on 5 real, independent redis-servers (th_redis_set_start,
+ * AOF on with appendfsync always):
+ *   - acquire, reentry, renew, release, status and token checks; the answer's ttl_ms is the
+ *     validity, below the lease asked; every node's counter holds the grant's token
+ *     (written back);
+ *   - fair acquisition is refused with EINVAL naming the topology; malformed URLs (an even
+ *     number of nodes, too many, a trailing comma) are refused;
+ *   - a minority SIGKILLed: locks still work; one more: EUNAVAILABLE (the elapsed time is
+ *     printed, not asserted); restarted with their data (AOF), they count again at the next
+ *     call;
+ *   - a minority restarted without its data: held out (lk_client_topology() says until
+ *     when), tokens keep growing meanwhile, a handle opened later holds it out too, and
+ *     once the hold-out (redlock_max_lease_ms, short here) has passed it counts again;
+ *   - a waiter in lk_acquire_wait() is woken by the holder's release;
+ *   - lk_sub subscribes on every master and reports each release once.
+ */
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lk_test.h"
+
+#define LEASE_MS 20000
+/* The hold-out of a node that lost its data: the longest lease the tests grant, short so
+ * that the rejoin is seen within the test. */
+#define MAX_LEASE_MS 1500
+
+typedef struct rl_fixture {
+    th_redis_set set;
+    char url[TH_MAX_NODES * 40];
+    lk_client *c;
+} rl_fixture;
+
+/* Builds redlock://127.0.0.1:p1,127.0.0.1:p2,... from the nodes of the set. */
+static void set_url(rl_fixture *f)
+{
+    size_t len = (size_t)snprintf(f->url, sizeof f->url, "redlock://");
+    for (int i = 0; i < f->set.n; i++) {
+        len += (size_t)snprintf(f->url + len, sizeof f->url - len, "%s127.0.0.1:%d",
+                                i > 0 ? "," : "", f->set.nodes[i].port);
+    }
+}
+
+static lk_client *open_redlock(const char *url)
+{
+    lk_options o;
+    lk_client *c = NULL;
+    lk_options_init(&o);
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1500;
+    o.redlock_max_lease_ms = MAX_LEASE_MS;
+    lk_status st = lk_client_open(&c, url, &o);
+    if (c == NULL || (st != LK_OK && st != LK_EUNAVAILABLE)) {
+        print_error("lk_client_open(%s): %s\n", url, lk_status_name(st));
+        fail();
+    }
+    return c;
+}
+
+static int group_setup_n(void **state, int n)
+{
+    rl_fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    th_redis_set_start(&f->set, n, NULL);
+    set_url(f);
+    f->c = open_redlock(f->url);
+    *state = f;
+    return 0;
+}
+
+static int group_setup_3(void **state)
+{
+    return group_setup_n(state, 3);
+}
+
+static int group_setup_5(void **state)
+{
+    return group_setup_n(state, 5);
+}
+
+static int group_teardown(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client_close(f->c);
+    th_redis_set_stop(&f->set);
+    free(f);
+    return 0;
+}
+
+/* The fence counter of resource on node i, 0 when missing. */
+static long long fence_on(const rl_fixture *f, int i, const char *resource)
+{
+    char out[64] = "";
+    th_redis_cmd(&f->set.nodes[i], out, sizeof out, "GET fg:{%s}:fence", resource);
+    return atoll(out);
+}
+
+/* Acquires and releases resource as owner; returns the token. */
+static int64_t grant_once(lk_client *c, const char *resource, const char *owner)
+{
+    lk_result r;
+    assert_lk(c, lk_acquire(c, resource, owner, LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    assert_lk(c, lk_release(c, resource, owner, NULL, &r), LK_RELEASED);
+    return token;
+}
+
+static int counting(lk_client *c)
+{
+    lk_topology t;
+    int k = 0;
+    lk_client_topology(c, &t);
+    for (int i = 0; i < t.nnodes; i++) {
+        k += t.nodes[i].counts;
+    }
+    return k;
+}
+
+static void test_lock_cycle(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    lk_result r, r2;
+    lk_topology t;
+    lk_lock_info info;
+    int64_t base = 0, last = 0;
+    int recent = 0;
+
+    assert_lk(c, lk_acquire(c, "rl-cycle", "alice", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    assert_true(r.token > 0);
+    /* The validity, never the lease asked for. */
+    assert_true(r.ttl_ms > 0 && r.ttl_ms < LEASE_MS);
+    for (int i = 0; i < f->set.n; i++) {
+        assert_true(fence_on(f, i, "rl-cycle") >= r.token); /* written back everywhere */
+    }
+    assert_lk(c, lk_acquire(c, "rl-cycle", "bob", LEASE_MS, 0, NULL, &r2), LK_HELD);
+    assert_true(r2.ttl_ms > 0);
+    /* Reentry: the same token, two holds. */
+    assert_lk(c, lk_acquire(c, "rl-cycle", "alice", LEASE_MS, 0, NULL, &r2), LK_ACQUIRED);
+    assert_int_equal(r2.token, r.token);
+    assert_int_equal(r2.holds, 2);
+    assert_lk(c, lk_renew(c, "rl-cycle", "alice", LEASE_MS, NULL, &r2), LK_RENEWED);
+    assert_int_equal(r2.token, r.token);
+    assert_true(r2.ttl_ms > 0 && r2.ttl_ms < LEASE_MS);
+    assert_lk(c, lk_renew(c, "rl-cycle", "bob", LEASE_MS, NULL, &r2), LK_NOT_OWNER);
+    assert_lk(c, lk_lock_status(c, "rl-cycle", &info), LK_OK);
+    assert_true(info.locked);
+    assert_int_equal(info.token, r.token);
+    assert_lk(c, lk_token_check(c, "rl-cycle", r.token, &base, &last, &recent), LK_OK);
+    assert_true(base < r.token && r.token <= last && recent);
+    assert_lk(c, lk_release(c, "rl-cycle", "alice", NULL, &r2), LK_STILL_HELD);
+    assert_lk(c, lk_release(c, "rl-cycle", "alice", NULL, &r2), LK_RELEASED);
+    assert_lk(c, lk_release(c, "rl-cycle", "alice", NULL, &r2), LK_NOT_OWNER);
+    assert_lk(c, lk_lock_status(c, "rl-cycle", &info), LK_OK);
+    assert_false(info.locked);
+    /* The next holder's token is larger. */
+    assert_true(grant_once(c, "rl-cycle", "bob") > r.token);
+    /* A watched lock: the watchdog thread gets its own Redlock transport. */
+    assert_lk(c, lk_acquire(c, "rl-watched", "carol", LK_LEASE_WATCHDOG, 0, NULL, &r2),
+              LK_ACQUIRED);
+    assert_true(r2.ttl_ms > 0 && r2.ttl_ms < 30000);
+    assert_false(lk_watch_lost(c, "rl-watched", "carol"));
+    assert_lk(c, lk_release(c, "rl-watched", "carol", NULL, &r2), LK_RELEASED);
+
+    lk_client_topology(c, &t);
+    assert_int_equal(t.kind, LK_TOPOLOGY_REDLOCK);
+    assert_string_equal(lk_topology_name(t.kind), "redlock");
+    assert_int_equal(t.nnodes, f->set.n);
+    assert_int_equal(counting(c), f->set.n);
+    assert_non_null(strstr(t.master, "127.0.0.1:"));
+}
+
+/* A batch of calls: each answered as alone. */
+static void test_batch(void **state)
+{
+    rl_fixture *f = *state;
+    lk_call a = {.kind = LK_CALL_ACQUIRE, .resource = "rl-b1", .owner = "o1",
+                 .lease_ms = LEASE_MS};
+    lk_call b = {.kind = LK_CALL_ACQUIRE, .resource = "rl-b2", .owner = "o1",
+                 .lease_ms = LEASE_MS};
+    lk_call d = {.kind = LK_CALL_ACQUIRE, .resource = "rl-b1", .owner = "o2",
+                 .lease_ms = LEASE_MS};
+    lk_call fair = {.kind = LK_CALL_ACQUIRE_FAIR, .resource = "rl-b3", .owner = "o1",
+                    .lease_ms = LEASE_MS};
+    lk_call *calls[] = {&a, &b, &d, &fair};
+
+    lk_call_many(f->c, calls, 4);
+    assert_int_equal(a.status, LK_ACQUIRED);
+    assert_int_equal(b.status, LK_ACQUIRED);
+    assert_int_equal(d.status, LK_HELD);
+    assert_int_equal(fair.status, LK_EINVAL);
+    assert_non_null(strstr(fair.err, "redlock"));
+    lk_result r;
+    assert_lk(f->c, lk_release(f->c, "rl-b1", "o1", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_release(f->c, "rl-b2", "o1", NULL, &r), LK_RELEASED);
+}
+
+static void test_fair_refused_and_bad_urls(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    lk_client *bad = NULL;
+    lk_result r;
+
+    assert_lk(c, lk_acquire_fair(c, "rl-fair", "alice", LEASE_MS, 0, NULL, 0, &r), LK_EINVAL);
+    assert_non_null(strstr(lk_errstr(c), "redlock"));
+    static const char *const urls[] = {
+        "redlock://127.0.0.1:1,127.0.0.1:2",
+        "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,127.0.0.1:4",
+        "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3,",
+        "redlock://127.0.0.1:1",
+        "redlock://",
+        "redlock://1:1,1:2,1:3,1:4,1:5,1:6,1:7,1:8,1:9,1:10,1:11,1:12,1:13,1:14,1:15,1:16,1:17",
+    };
+    for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+        assert_int_equal(lk_client_open(&bad, urls[i], NULL), LK_EINVAL);
+        assert_null(bad);
+    }
+}
+
+/* Grants resource once, takes the minority of nodes 0 .. n/2 - 1 down (wipe: restarted
+ * without their data), grants it again and returns that token, asserted larger. */
+static int64_t grant_around_minority(rl_fixture *f, const char *resource, int wipe)
+{
+    int64_t before = grant_once(f->c, resource, "alice");
+    for (int i = 0; i < f->set.n / 2; i++) {
+        th_redis_kill(&f->set.nodes[i]);
+        if (wipe) {
+            th_redis_wipe_files(&f->set.nodes[i]);
+            th_redis_restart(&f->set.nodes[i]);
+        }
+    }
+    int64_t during = grant_once(f->c, resource, "alice");
+    assert_true(during > before);
+    assert_int_equal(counting(f->c), f->set.n - f->set.n / 2);
+    return during;
+}
+
+/* f nodes (a minority) down: still works; f + 1 down: unavailable; back with their data:
+ * they count again at once. */
+static void test_minority_down_then_majority_down(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    int n = f->set.n, minority = n / 2;
+    lk_result r;
+
+    int64_t during = grant_around_minority(f, "rl-down", 0);
+
+    th_redis_kill(&f->set.nodes[minority]);
+    int64_t start = th_now_ms();
+    assert_lk(c, lk_acquire(c, "rl-down", "alice", LEASE_MS, 0, NULL, &r), LK_EUNAVAILABLE);
+    print_message("majority down: EUNAVAILABLE after %lld ms (command timeout 1500 ms): %s\n",
+                  (long long)(th_now_ms() - start), lk_errstr(c));
+    assert_lk(c, lk_ping(c), LK_EUNAVAILABLE);
+
+    for (int i = 0; i <= minority; i++) {
+        th_redis_restart(&f->set.nodes[i]); /* AOF: with its data and its marker */
+    }
+    int64_t after = grant_once(c, "rl-down", "alice");
+    assert_true(after > during);
+    assert_int_equal(counting(c), n); /* a clean restart is no hold-out */
+}
+
+static void test_data_loss_held_out(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    int n = f->set.n, minority = n / 2;
+    lk_topology t;
+
+    /* A minority loses its data between two grants: the second token is still larger. */
+    int64_t during = grant_around_minority(f, "rl-loss", 1);
+    lk_client_topology(c, &t);
+    for (int i = 0; i < minority; i++) {
+        assert_false(t.nodes[i].counts);
+        assert_true(t.nodes[i].held_out_ms > 0 && t.nodes[i].held_out_ms <= MAX_LEASE_MS + 100);
+        print_message("node %s held out for %lld ms more\n", t.nodes[i].addr,
+                      (long long)t.nodes[i].held_out_ms);
+    }
+    /* A handle that meets the nodes only now holds them out too (the hold-out key). */
+    lk_client *late = open_redlock(f->url);
+    assert_true(grant_once(late, "rl-loss", "bob") > during);
+    lk_client_topology(late, &t);
+    for (int i = 0; i < minority; i++) {
+        assert_false(t.nodes[i].counts);
+        assert_true(t.nodes[i].held_out_ms > 0);
+    }
+    lk_client_close(late);
+    /* After the hold-out the nodes count again by themselves; tokens keep growing. */
+    int64_t last = during;
+    int64_t deadline = th_now_ms() + 30000;
+    while (counting(c) < n && th_now_ms() < deadline) {
+        int64_t token = grant_once(c, "rl-loss", "alice");
+        assert_true(token > last);
+        last = token;
+        th_nap_ms(50);
+    }
+    assert_int_equal(counting(c), n);
+    assert_true(grant_once(c, "rl-loss", "alice") > last);
+}
+
+typedef struct waiter {
+    const char *url;
+    lk_status st;
+    lk_result res;
+} waiter;
+
+static void *wait_thread(void *arg)
+{
+    waiter *w = arg;
+    lk_client *c = open_redlock(w->url);
+    /* The holder's lease (60 s) outlasts the wait (30 s): only a release lets it in. */
+    w->st = lk_acquire_wait(c, "rl-wait", "waiter", LEASE_MS, 0, NULL, 30000, &w->res);
+    if (w->st == LK_ACQUIRED) {
+        lk_result r;
+        lk_release(c, "rl-wait", "waiter", NULL, &r);
+    }
+    lk_client_close(c);
+    return NULL;
+}
+
+static void test_waiter_woken_by_release(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    lk_result r;
+    waiter w = {.url = f->url};
+    pthread_t th;
+
+    assert_lk(c, lk_acquire(c, "rl-wait", "holder", 60000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    assert_int_equal(pthread_create(&th, NULL, wait_thread, &w), 0);
+    /* Release once the waiter found the lock held: its subscriber is then on some node. */
+    int64_t deadline = th_now_ms() + 20000;
+    long long subs = 0;
+    while (subs < 1 && th_now_ms() < deadline) {
+        subs = 0;
+        for (int i = 0; i < f->set.n; i++) {
+            long long k = th_redis_cmd(&f->set.nodes[i], NULL, 0, "EVAL %s 0",
+                                       "return redis.call('PUBSUB','NUMSUB',"
+                                       "'fg:{rl-wait}:released')[2]");
+            subs += k > 0 ? k : 0;
+        }
+        if (subs < 1) {
+            th_nap_ms(20);
+        }
+    }
+    assert_true(subs >= 1);
+    assert_lk(c, lk_release(c, "rl-wait", "holder", NULL, &r), LK_RELEASED);
+    pthread_join(th, NULL);
+    assert_int_equal(w.st, LK_ACQUIRED);
+    assert_true(w.res.token > token);
+}
+
+/* Counts the events of lk_sub per resource: [0] the watched one, [1 + k] mark k. */
+typedef struct sub_count {
+    int released[1 + TH_MAX_NODES];
+    int subscribed[1 + TH_MAX_NODES];
+} sub_count;
+
+static void on_event(const char *resource, int event, void *userdata)
+{
+    sub_count *n = userdata;
+    int i = strcmp(resource, "rl-sub") == 0 ? 0 : 1 + atoi(resource + strlen("rl-mark-"));
+    if (event == LK_SUB_RELEASED) {
+        n->released[i]++;
+    } else {
+        n->subscribed[i]++;
+    }
+}
+
+/* Dispatches s's events until done(n) holds or 20 s passed. */
+static void dispatch_until(lk_sub *s, sub_count *n, int (*done)(const sub_count *, int),
+                           int arg)
+{
+    int64_t deadline = th_now_ms() + 20000;
+    while (!done(n, arg) && th_now_ms() < deadline) {
+        struct pollfd p = {.fd = lk_sub_fd(s), .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            assert_int_equal(lk_sub_dispatch(s, on_event, n), LK_OK);
+        }
+    }
+    assert_true(done(n, arg));
+}
+
+static int all_subscribed(const sub_count *n, int nodes)
+{
+    for (int i = 0; i <= nodes; i++) {
+        if (n->subscribed[i] < 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+static int released_at_least(const sub_count *n, int want)
+{
+    return n->released[0] >= want;
+}
+
+static int marks_seen(const sub_count *n, int nodes)
+{
+    for (int k = 0; k < nodes; k++) {
+        if (n->released[1 + k] < 1) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* lk_sub on Redlock subscribes on every master and reports each release once, though every
+ * master publishes it. To know that every master's messages were read, mark k is published
+ * on master k alone after the releases: a connection delivers in order, so once every mark
+ * is reported, every release message before it was read too. */
+static void test_sub_every_master_once(void **state)
+{
+    rl_fixture *f = *state;
+    lk_sub *s = NULL;
+    sub_count n;
+    lk_result r;
+    char mark[32];
+
+    memset(&n, 0, sizeof n);
+    assert_int_equal(lk_sub_open(&s, f->url, NULL), LK_OK);
+    assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
+    for (int k = 0; k < f->set.n; k++) {
+        snprintf(mark, sizeof mark, "rl-mark-%d", k);
+        assert_int_equal(lk_sub_add(s, mark), LK_OK);
+    }
+    dispatch_until(s, &n, all_subscribed, f->set.n);
+    assert_int_equal(n.subscribed[0], 1); /* once, not once per master */
+    for (int k = 0; k < f->set.n; k++) {
+        long long subs = th_redis_cmd(&f->set.nodes[k], NULL, 0, "EVAL %s 0",
+                                      "return redis.call('PUBSUB','NUMSUB',"
+                                      "'fg:{rl-sub}:released')[2]");
+        assert_int_equal(subs, 1); /* subscribed on every master */
+    }
+    for (int round = 1; round <= 2; round++) {
+        assert_lk(f->c, lk_acquire(f->c, "rl-sub", "alice", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+        assert_lk(f->c, lk_release(f->c, "rl-sub", "alice", NULL, &r), LK_RELEASED);
+        dispatch_until(s, &n, released_at_least, round);
+    }
+    for (int k = 0; k < f->set.n; k++) {
+        th_redis_cmd(&f->set.nodes[k], NULL, 0, "PUBLISH fg:{rl-mark-%d}:released released", k);
+    }
+    dispatch_until(s, &n, marks_seen, f->set.n);
+    assert_int_equal(n.released[0], 2); /* two releases, each published by every master */
+    lk_sub_close(s);
+}
+
+#define GROUP(n)                                                                           \
+    {                                                                                      \
+        cmocka_unit_test(test_lock_cycle), cmocka_unit_test(test_batch),                   \
+            cmocka_unit_test(test_fair_refused_and_bad_urls),                              \
+            cmocka_unit_test(test_waiter_woken_by_release),                                \
+            cmocka_unit_test(test_sub_every_master_once),                                  \
+            cmocka_unit_test(test_minority_down_then_majority_down),                       \
+            cmocka_unit_test(test_data_loss_held_out),                                     \
+    }
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = GROUP(3);
+    int failed = cmocka_run_group_tests_name("redlock_client_3", tests, group_setup_3,
+                                             group_teardown);
+    failed += cmocka_run_group_tests_name("redlock_client_5", tests, group_setup_5,
+                                          group_teardown);
+    return failed;
+}
