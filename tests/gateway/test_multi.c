@@ -10,8 +10,9 @@
  *   - Redis loses its data: a lock via another gateway gets a token above every earlier one,
  *     including one that was granted and never written (the shared ledger, fence.c);
  *   - a split brain: A and B on two Redis instances whose data diverged, sharing the store:
- *     no token is handed out twice for a resource, no lower-token write is accepted; an
- *     Idempotency-Key replay of a token the ledger holds for another owner answers 503;
+ *     no token is handed out twice for a resource, no lower-token write is accepted; a keyed
+ *     /lock the ledger refused is retried above it and its key then replays the new token,
+ *     while a replay of a token the ledger has gone past answers 503;
  *   - PostgreSQL killed -9 or stopped: locks and writes answer 503 within a bound, /readyz is
  *     503 and names the store, and the gateways recover by themselves when it is back;
  *   - the password of the store URL never appears in --check-config, a log or /readyz.
@@ -334,14 +335,18 @@ static void test_split_brain(void **state)
 }
 
 /* A split brain with an Idempotency-Key: B's diverged Redis mints the token A granted to
- * another owner; the ledger refuses it (another holder), B answers 503 and gives the hold
- * back, and the key's retry, which B's Redis replays with the same token, is refused again:
- * the token never leaves B. A re-entry by A's own holder repeats A's token (the same grant),
- * and a new request on B gets a token above the ledger. Fresh gateways and Redis instances,
- * so both counters and both in-process floors start at zero and B mints A's token. */
-static void test_split_brain_replay_refused(void **state)
+ * another owner, and the ledger refuses it (another holder). B gives the hold back and
+ * attempts again above the ledger's highest, superseding the key's idempotency record of
+ * the refused token (which would otherwise be replayed, and refused, until it expired): the
+ * keyed /lock succeeds with a larger token, and a retry of the key replays that new token.
+ * A re-entry by A's own holder before that repeats A's token (the same grant). A replay of
+ * the key after a later grant to someone else is refused: it never hands out a token the
+ * ledger has gone past. Fresh gateways and Redis instances, so both counters and both
+ * in-process floors start at zero and B mints A's token. */
+static void test_split_brain_keyed_lock_retried(void **state)
 {
     multi_state *s = *state;
+    const char *key = "split-key-9d3c1a7e5f20";
     th_redis ra, rb;
     gwt_proc a, b;
     gwt_resp r;
@@ -351,20 +356,39 @@ static void test_split_brain_replay_refused(void **state)
     start_gateway(s, &a, ra.url);
     start_gateway(s, &b, rb.url);
     long long granted = lock_ok(&a, "multi.replay", "owner-a");
+    assert_int_equal(lock_ok(&a, "multi.replay", "owner-a"), granted); /* re-entry */
+    unlock_ok(&a, "multi.replay", "owner-a");
+    unlock_ok(&a, "multi.replay", "owner-a"); /* both holds */
+    long long corrections = floor_corrections(&b);
 
-    lock_req(&b, "multi.replay", NULL, "split-key-9d3c1a7e5f20", &r);
-    gwt_assert_status(&r, 503, "backend_unavailable");
+    lock_req(&b, "multi.replay", NULL, key, &r); /* B's Redis mints A's token first */
+    gwt_assert_status(&r, 200, NULL);
+    long long keyed = gwt_int(&r, "token");
+    char owner[160];
+    snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
     gwt_resp_free(&r);
-    lock_req(&b, "multi.replay", NULL, "split-key-9d3c1a7e5f20", &r); /* replayed by B's Redis */
+    assert_true(keyed > granted);
+    assert_true(floor_corrections(&b) > corrections); /* it was refused once, not lucky */
+
+    lock_req(&b, "multi.replay", NULL, key, &r); /* a plain retry: the new answer replayed */
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), keyed);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    assert_string_equal(gwt_str(&r, "owner"), owner);
+    gwt_resp_free(&r);
+
+    assert_int_equal(gwt_put_fenced(&b, "multi.replay", keyed, "via B", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&a, "multi.replay", granted, "via A", NULL), 409);
+    unlock_ok(&b, "multi.replay", owner);
+
+    /* A grants a later token to another owner (its Redis mints low, the ledger lifts it);
+     * B's replay of the key's answer is then below the ledger: refused, not handed out. */
+    long long later = lock_ok(&a, "multi.replay", "owner-a2");
+    assert_true(later > keyed);
+    lock_req(&b, "multi.replay", NULL, key, &r);
     gwt_assert_status(&r, 503, "backend_unavailable");
     assert_non_null(strstr(r.body, "holder"));
     gwt_resp_free(&r);
-
-    assert_int_equal(lock_ok(&a, "multi.replay", "owner-a"), granted); /* re-entry */
-    long long later = lock_ok(&b, "multi.replay", "owner-b");
-    assert_true(later > granted);
-    assert_int_equal(gwt_put_fenced(&b, "multi.replay", later, "via B", NULL), 200);
-    assert_int_equal(gwt_put_fenced(&a, "multi.replay", granted, "via A", NULL), 409);
     gwt_stop(&a);
     gwt_stop(&b);
     th_redis_stop(&ra);
@@ -495,7 +519,7 @@ int main(void)
         cmocka_unit_test(test_kill_during_writes),
         cmocka_unit_test(test_redis_data_loss),
         cmocka_unit_test(test_split_brain),
-        cmocka_unit_test(test_split_brain_replay_refused),
+        cmocka_unit_test(test_split_brain_keyed_lock_retried),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_password_never_shown),
     };
