@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -674,7 +675,47 @@ void th_pg_stop(th_pg *pg)
         }
         pg->pid = 0;
     }
+    if (pg->small_disk[0] != '\0') {
+        /* Detached: a server killed a moment ago may still be closing its files. */
+        if (umount2(pg->small_disk, MNT_DETACH) != 0) {
+            fprintf(stderr, "harness: cannot unmount %s: %s\n", pg->small_disk,
+                    strerror(errno));
+        }
+        pg->small_disk[0] = '\0';
+    }
     th_rmtree(pg->dir);
+}
+
+void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len)
+{
+    char opts[128];
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+
+    if (geteuid() == 0) {
+        struct passwd *pw = getpwnam("postgres"); /* the server runs as it (pg_exec_child) */
+        if (pw != NULL) {
+            uid = pw->pw_uid;
+            gid = pw->pw_gid;
+        }
+    }
+    int n = snprintf(pg->small_disk, sizeof pg->small_disk, "%.200s/small-disk", pg->dir);
+    if (n < 0 || (size_t)n >= sizeof pg->small_disk) {
+        fprintf(stderr, "harness: temp dir path too long for the small disk\n");
+        exit(1);
+    }
+    snprintf(opts, sizeof opts, "size=%zu,mode=0700,uid=%u,gid=%u", bytes, (unsigned)uid,
+             (unsigned)gid);
+    if (mkdir(pg->small_disk, 0700) != 0 ||
+        mount("tmpfs", pg->small_disk, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+        fprintf(stderr, "harness: cannot mount a %zu-byte tmpfs at %s (%s): the disk-full "
+                        "test needs root (CAP_SYS_ADMIN) to give PostgreSQL a disk that "
+                        "really fills up; it never skips\n", bytes, pg->small_disk,
+                strerror(errno));
+        pg->small_disk[0] = '\0';
+        exit(1);
+    }
+    snprintf(buf, len, "%s", pg->small_disk);
 }
 
 void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len)

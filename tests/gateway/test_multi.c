@@ -13,6 +13,9 @@
  *     no token is handed out twice for a resource, no lower-token write is accepted; a keyed
  *     /lock the ledger refused is retried above it and its key then replays the new token,
  *     while a replay of a token the ledger has gone past answers 503;
+ *   - the disk under PostgreSQL's values really fills up (a tablespace on a small tmpfs):
+ *     the write that does not fit is 507 and invisible, the others read back whole, and
+ *     writes work again once there is space;
  *   - PostgreSQL killed -9 or stopped: locks and writes answer 503 within a bound, /readyz is
  *     503 and names the store, and the gateways recover by themselves when it is back;
  *   - the password of the store URL never appears in --check-config, a log or /readyz.
@@ -470,6 +473,119 @@ static void test_postgres_down_and_back(void **state)
     }
 }
 
+/* PUT /resources/resource with token and len bytes of value (any bytes). Returns the status. */
+static long put_bytes(const gwt_proc *gw, const char *resource, long long token,
+                      const unsigned char *value, size_t len)
+{
+    char path[256], fence[64];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, "Content-Type: application/octet-stream", NULL};
+    gwt_http(gw, "PUT", path, headers, value, len, 0, &r);
+    long status = r.status;
+    if (status == 507) {
+        gwt_assert_status(&r, 507, "insufficient_storage");
+    }
+    gwt_resp_free(&r);
+    return status;
+}
+
+/* GET /resources/resource: asserts 200 with exactly value[0..len). */
+static void bytes_are(const gwt_proc *gw, const char *resource, const unsigned char *value,
+                      size_t len)
+{
+    char path[256];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    gwt_get(gw, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(r.len, len);
+    assert_memory_equal(r.body, value, len);
+    gwt_resp_free(&r);
+}
+
+#define FULL_VALUE_BYTES 65536
+#define FULL_MAX_PUTS 200 /* 12.5 MiB: far more than the small disk holds */
+
+/* The disk under the values really fills up: the resources table is moved to a tablespace on
+ * a 4 MiB tmpfs (th_pg_small_disk), and incompressible 64 KiB values are written through
+ * gateway A until PostgreSQL cannot extend the table (ENOSPC, SQLSTATE 53100). That write is
+ * answered 507 insufficient_storage and nothing of it is visible; every acknowledged value
+ * reads back whole, through another gateway; /lock still works (the ledger is on the other
+ * disk). When space is back (the table moved back to the default tablespace), the same write
+ * is accepted without restarting anything. */
+static void test_postgres_disk_full_is_507(void **state)
+{
+    multi_state *s = *state;
+    char dir[256], sql[512];
+    static unsigned char values[FULL_MAX_PUTS][FULL_VALUE_BYTES];
+    uint32_t x = 2463534242u; /* xorshift32: incompressible, so TOAST cannot shrink it */
+
+    th_pg_small_disk(&s->pg, 4u << 20, dir, sizeof dir);
+    snprintf(sql, sizeof sql, "CREATE TABLESPACE fg_small LOCATION '%s'", dir);
+    assert_int_equal(th_pg_exec(&s->pg, sql), 0);
+    assert_int_equal(th_pg_exec(&s->pg, "ALTER TABLE fencegate_resources SET TABLESPACE "
+                                        "fg_small"),
+                     0);
+    long long token = 0;
+    int full_at = -1;
+    char name[64];
+    for (int i = 0; i < FULL_MAX_PUTS && full_at < 0; i++) {
+        for (size_t k = 0; k < FULL_VALUE_BYTES; k++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            values[i][k] = (unsigned char)x;
+        }
+        snprintf(name, sizeof name, "multi.full.%d", i); /* a new row each: no space reused */
+        token = lock_ok(&s->gw[0], name, "owner-full");
+        long st = put_bytes(&s->gw[0], name, token, values[i], FULL_VALUE_BYTES);
+        if (st == 507) {
+            full_at = i; /* keeps its lock for the write after the space is back */
+        } else {
+            assert_int_equal(st, 200);
+            unlock_ok(&s->gw[0], name, "owner-full");
+        }
+    }
+    if (full_at < 1) {
+        fail_msg("no 507 after %d writes of %d bytes (or the first was refused)",
+                 FULL_MAX_PUTS, FULL_VALUE_BYTES);
+    }
+    print_message("disk full after %d writes of %d bytes\n", full_at, FULL_VALUE_BYTES);
+    /* The server's own words: the disk was full, not anything else answered as 507. */
+    char log[300], line[2048];
+    int enospc = 0;
+    snprintf(log, sizeof log, "%s/postgres.log", s->pg.dir);
+    FILE *fp = fopen(log, "r");
+    assert_non_null(fp);
+    while (fgets(line, sizeof line, fp) != NULL) {
+        enospc += strstr(line, "No space left on device") != NULL;
+    }
+    fclose(fp);
+    assert_true(enospc > 0);
+    char path[96];
+    snprintf(path, sizeof path, "/resources/%s", name);
+    gwt_resp r;
+    gwt_get(&s->gw[1], path, &r); /* nothing of the refused write */
+    gwt_assert_status(&r, 404, NULL);
+    gwt_resp_free(&r);
+    for (int i = 0; i < full_at; i++) {
+        char done[64];
+        snprintf(done, sizeof done, "multi.full.%d", i);
+        bytes_are(&s->gw[1], done, values[i], FULL_VALUE_BYTES);
+    }
+    lock_ok(&s->gw[2], "multi.full.lock", "owner-full-lock"); /* the ledger is elsewhere */
+    unlock_ok(&s->gw[2], "multi.full.lock", "owner-full-lock");
+
+    assert_int_equal(th_pg_exec(&s->pg, "ALTER TABLE fencegate_resources SET TABLESPACE "
+                                        "pg_default"),
+                     0);
+    assert_int_equal(put_bytes(&s->gw[0], name, token, values[full_at], FULL_VALUE_BYTES), 200);
+    bytes_are(&s->gw[2], name, values[full_at], FULL_VALUE_BYTES);
+    unlock_ok(&s->gw[0], name, "owner-full");
+}
+
 /* --store with a password: not in --check-config's output, the log, /readyz. */
 static void test_password_never_shown(void **state)
 {
@@ -520,6 +636,7 @@ int main(void)
         cmocka_unit_test(test_redis_data_loss),
         cmocka_unit_test(test_split_brain),
         cmocka_unit_test(test_split_brain_keyed_lock_retried),
+        cmocka_unit_test(test_postgres_disk_full_is_507),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_password_never_shown),
     };
