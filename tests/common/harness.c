@@ -659,6 +659,33 @@ void th_pg_stop_immediate(th_pg *pg)
     }
 }
 
+/* The small disks mounted and not yet unmounted: a test that ends through exit() (a harness
+ * failure) unmounts them at exit, so no mount outlives the process that made it; only a
+ * crash can leave one behind. */
+#define SMALL_DISKS_MAX 4
+static char small_disks[SMALL_DISKS_MAX][256];
+
+static void small_disk_unmount(const char *path)
+{
+    for (int i = 0; path[0] != '\0' && i < SMALL_DISKS_MAX; i++) {
+        if (strcmp(small_disks[i], path) != 0) {
+            continue;
+        }
+        /* Detached: a server killed a moment ago may still be closing its files. */
+        if (umount2(path, MNT_DETACH) != 0) {
+            fprintf(stderr, "harness: cannot unmount %s: %s\n", path, strerror(errno));
+        }
+        small_disks[i][0] = '\0';
+    }
+}
+
+static void small_disks_at_exit(void)
+{
+    for (int i = 0; i < SMALL_DISKS_MAX; i++) {
+        small_disk_unmount(small_disks[i]);
+    }
+}
+
 void th_pg_stop(th_pg *pg)
 {
     if (pg->pid > 0) {
@@ -675,19 +702,15 @@ void th_pg_stop(th_pg *pg)
         }
         pg->pid = 0;
     }
-    if (pg->small_disk[0] != '\0') {
-        /* Detached: a server killed a moment ago may still be closing its files. */
-        if (umount2(pg->small_disk, MNT_DETACH) != 0) {
-            fprintf(stderr, "harness: cannot unmount %s: %s\n", pg->small_disk,
-                    strerror(errno));
-        }
-        pg->small_disk[0] = '\0';
-    }
+    small_disk_unmount(pg->small_disk);
+    pg->small_disk[0] = '\0';
     th_rmtree(pg->dir);
 }
 
 void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len)
 {
+    static int registered;
+    int slot = -1;
     char opts[128];
     uid_t uid = geteuid();
     gid_t gid = getegid();
@@ -706,7 +729,13 @@ void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len)
     }
     snprintf(opts, sizeof opts, "size=%zu,mode=0700,uid=%u,gid=%u", bytes, (unsigned)uid,
              (unsigned)gid);
-    if (mkdir(pg->small_disk, 0700) != 0 ||
+    for (int i = 0; i < SMALL_DISKS_MAX && slot < 0; i++) {
+        slot = small_disks[i][0] == '\0' ? i : -1;
+    }
+    if (!registered) {
+        registered = atexit(small_disks_at_exit) == 0;
+    }
+    if (slot < 0 || !registered || mkdir(pg->small_disk, 0700) != 0 ||
         mount("tmpfs", pg->small_disk, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
         fprintf(stderr, "harness: cannot mount a %zu-byte tmpfs at %s (%s): the disk-full "
                         "test needs root (CAP_SYS_ADMIN) to give PostgreSQL a disk that "
@@ -715,6 +744,7 @@ void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len)
         pg->small_disk[0] = '\0';
         exit(1);
     }
+    snprintf(small_disks[slot], sizeof small_disks[slot], "%s", pg->small_disk);
     snprintf(buf, len, "%s", pg->small_disk);
 }
 

@@ -13,9 +13,9 @@
  *     no token is handed out twice for a resource, no lower-token write is accepted; a keyed
  *     /lock the ledger refused is retried above it and its key then replays the new token,
  *     while a replay of a token the ledger has gone past answers 503;
- *   - the disk under PostgreSQL's values really fills up (a tablespace on a small tmpfs):
- *     the write that does not fit is 507 and invisible, the others read back whole, and
- *     writes work again once there is space;
+ *   - the disk under PostgreSQL's tables really fills up (a tablespace on a small tmpfs):
+ *     the write that does not fit is 507 and invisible, a /lock whose grant does not fit is
+ *     503, the acknowledged values read back whole, and both work again once there is space;
  *   - PostgreSQL killed -9 or stopped: locks and writes answer 503 within a bound, /readyz is
  *     503 and names the store, and the gateways recover by themselves when it is back;
  *   - the password of the store URL never appears in --check-config, a log or /readyz.
@@ -506,84 +506,193 @@ static void bytes_are(const gwt_proc *gw, const char *resource, const unsigned c
 }
 
 #define FULL_VALUE_BYTES 65536
-#define FULL_MAX_PUTS 200 /* 12.5 MiB: far more than the small disk holds */
+#define FULL_MAX_PUTS 200   /* 12.5 MiB: far more than the small disk holds */
+#define FULL_MAX_LOCKS 5000 /* far more ledger rows than a page holds */
 
-/* The disk under the values really fills up: the resources table is moved to a tablespace on
- * a 4 MiB tmpfs (th_pg_small_disk), and incompressible 64 KiB values are written through
- * gateway A until PostgreSQL cannot extend the table (ENOSPC, SQLSTATE 53100). That write is
- * answered 507 insufficient_storage and nothing of it is visible; every acknowledged value
- * reads back whole, through another gateway; /lock still works (the ledger is on the other
- * disk). When space is back (the table moved back to the default tablespace), the same write
- * is accepted without restarting anything. */
-static void test_postgres_disk_full_is_507(void **state)
+/* What test_postgres_disk_full filled, and where the full disk first refused. */
+typedef struct full_run {
+    unsigned char values[FULL_MAX_PUTS + 1][FULL_VALUE_BYTES];
+    long long tokens[FULL_MAX_PUTS];
+    int written;     /* multi.full.0 .. written-1 hold values[i], each still locked */
+    int put_refused; /* the index of the write answered 507, or -1 */
+    int lock_refused; /* 1 once a /lock was answered 503 because its grant did not fit */
+} full_run;
+
+static void full_name(char *buf, size_t len, int i)
 {
-    multi_state *s = *state;
-    char dir[256], sql[512];
-    static unsigned char values[FULL_MAX_PUTS][FULL_VALUE_BYTES];
+    snprintf(buf, len, "multi.full.%d", i);
+}
+
+/* A /lock whose grant the full disk refused: 503, and the hold was not handed out. */
+static int lock_refused_for_space(gwt_resp *r)
+{
+    if (r->status != 503) {
+        return 0;
+    }
+    gwt_assert_status(r, 503, "backend_unavailable");
+    assert_non_null(strstr(r->body, "could not record the fencing token"));
+    return 1;
+}
+
+/* Locks a new resource and writes an incompressible 64 KiB value to it, again and again,
+ * until the full disk refuses the write (507) or the lock's grant (503). */
+static void fill_values(const gwt_proc *gw, full_run *f)
+{
     uint32_t x = 2463534242u; /* xorshift32: incompressible, so TOAST cannot shrink it */
 
-    th_pg_small_disk(&s->pg, 4u << 20, dir, sizeof dir);
-    snprintf(sql, sizeof sql, "CREATE TABLESPACE fg_small LOCATION '%s'", dir);
-    assert_int_equal(th_pg_exec(&s->pg, sql), 0);
-    assert_int_equal(th_pg_exec(&s->pg, "ALTER TABLE fencegate_resources SET TABLESPACE "
-                                        "fg_small"),
-                     0);
-    long long token = 0;
-    int full_at = -1;
-    char name[64];
-    for (int i = 0; i < FULL_MAX_PUTS && full_at < 0; i++) {
+    f->written = 0;
+    f->put_refused = -1;
+    f->lock_refused = 0;
+    for (int i = 0; i <= FULL_MAX_PUTS; i++) {
         for (size_t k = 0; k < FULL_VALUE_BYTES; k++) {
             x ^= x << 13;
             x ^= x >> 17;
             x ^= x << 5;
-            values[i][k] = (unsigned char)x;
+            f->values[i][k] = (unsigned char)x;
         }
-        snprintf(name, sizeof name, "multi.full.%d", i); /* a new row each: no space reused */
-        token = lock_ok(&s->gw[0], name, "owner-full");
-        long st = put_bytes(&s->gw[0], name, token, values[i], FULL_VALUE_BYTES);
+    }
+    for (int i = 0; i < FULL_MAX_PUTS; i++) {
+        char name[64];
+        gwt_resp r;
+        full_name(name, sizeof name, i); /* a new row each: no space reused */
+        lock_req(gw, name, "owner-full", NULL, &r);
+        f->lock_refused = lock_refused_for_space(&r);
+        if (!f->lock_refused) {
+            gwt_assert_status(&r, 200, NULL);
+            f->tokens[i] = gwt_int(&r, "token");
+        }
+        gwt_resp_free(&r);
+        if (f->lock_refused) {
+            return;
+        }
+        long st = put_bytes(gw, name, f->tokens[i], f->values[i], FULL_VALUE_BYTES);
         if (st == 507) {
-            full_at = i; /* keeps its lock for the write after the space is back */
+            f->put_refused = i; /* keeps its lock for the write after the space is back */
+            return;
+        }
+        assert_int_equal(st, 200);
+        f->written = i + 1;
+    }
+    fail_msg("the disk never filled after %d writes of %d bytes", FULL_MAX_PUTS,
+             FULL_VALUE_BYTES);
+}
+
+/* The other half of a full disk: the write refused when a grant was refused first (a new
+ * value for the last resource written, kept locked), or the grant refused when a write was
+ * (/lock on new resources until the ledger's last page is full). */
+static void fill_the_rest(const gwt_proc *gw, full_run *f)
+{
+    if (f->put_refused < 0) {
+        assert_true(f->written > 0);
+        int last = f->written - 1;
+        char name[64];
+        full_name(name, sizeof name, last);
+        /* Less than one page was left for the ledger, far less than this value needs. */
+        assert_int_equal(put_bytes(gw, name, f->tokens[last], f->values[f->written],
+                                   FULL_VALUE_BYTES),
+                         507);
+        f->put_refused = last;
+        return;
+    }
+    for (int i = 0; i < FULL_MAX_LOCKS && !f->lock_refused; i++) {
+        char name[64];
+        gwt_resp r;
+        snprintf(name, sizeof name, "multi.full.lock.%d", i);
+        lock_req(gw, name, "owner-full", NULL, &r);
+        f->lock_refused = lock_refused_for_space(&r);
+        if (!f->lock_refused) {
+            gwt_assert_status(&r, 200, NULL);
+            gwt_resp_free(&r);
+            unlock_ok(gw, name, "owner-full");
         } else {
-            assert_int_equal(st, 200);
-            unlock_ok(&s->gw[0], name, "owner-full");
+            gwt_resp_free(&r);
         }
     }
-    if (full_at < 1) {
-        fail_msg("no 507 after %d writes of %d bytes (or the first was refused)",
-                 FULL_MAX_PUTS, FULL_VALUE_BYTES);
+    if (!f->lock_refused) {
+        fail_msg("no /lock refused after %d grants on the full disk", FULL_MAX_LOCKS);
     }
-    print_message("disk full after %d writes of %d bytes\n", full_at, FULL_VALUE_BYTES);
-    /* The server's own words: the disk was full, not anything else answered as 507. */
+}
+
+/* 1 when the server's log says a write found no space: the disk was full, not anything else
+ * answered as 507. */
+static int log_says_enospc(const th_pg *pg)
+{
     char log[300], line[2048];
     int enospc = 0;
-    snprintf(log, sizeof log, "%s/postgres.log", s->pg.dir);
+    snprintf(log, sizeof log, "%s/postgres.log", pg->dir);
     FILE *fp = fopen(log, "r");
     assert_non_null(fp);
     while (fgets(line, sizeof line, fp) != NULL) {
         enospc += strstr(line, "No space left on device") != NULL;
     }
     fclose(fp);
-    assert_true(enospc > 0);
-    char path[96];
-    snprintf(path, sizeof path, "/resources/%s", name);
-    gwt_resp r;
-    gwt_get(&s->gw[1], path, &r); /* nothing of the refused write */
-    gwt_assert_status(&r, 404, NULL);
-    gwt_resp_free(&r);
-    for (int i = 0; i < full_at; i++) {
-        char done[64];
-        snprintf(done, sizeof done, "multi.full.%d", i);
-        bytes_are(&s->gw[1], done, values[i], FULL_VALUE_BYTES);
-    }
-    lock_ok(&s->gw[2], "multi.full.lock", "owner-full-lock"); /* the ledger is elsewhere */
-    unlock_ok(&s->gw[2], "multi.full.lock", "owner-full-lock");
+    return enospc > 0;
+}
 
-    assert_int_equal(th_pg_exec(&s->pg, "ALTER TABLE fencegate_resources SET TABLESPACE "
-                                        "pg_default"),
-                     0);
-    assert_int_equal(put_bytes(&s->gw[0], name, token, values[full_at], FULL_VALUE_BYTES), 200);
-    bytes_are(&s->gw[2], name, values[full_at], FULL_VALUE_BYTES);
-    unlock_ok(&s->gw[0], name, "owner-full");
+/* Both tables of the store on the tablespace fg_small, or back on pg_default. */
+static void store_tables_on(const th_pg *pg, const char *tablespace)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "ALTER TABLE fencegate_resources SET TABLESPACE %s", tablespace);
+    assert_int_equal(th_pg_exec(pg, sql), 0);
+    snprintf(sql, sizeof sql, "ALTER TABLE fencegate_ledger SET TABLESPACE %s", tablespace);
+    assert_int_equal(th_pg_exec(pg, sql), 0);
+}
+
+/* The disk under the store really fills up: the values' and the ledger's tables are moved to a
+ * tablespace on a 4 MiB tmpfs (th_pg_small_disk), and incompressible 64 KiB values are written
+ * through gateway A until PostgreSQL cannot extend a table (ENOSPC, SQLSTATE 53100). A write
+ * that does not fit is answered 507 insufficient_storage and nothing of it is visible; a
+ * /lock whose grant does not fit is answered 503 and hands no token out; every acknowledged
+ * value reads back whole, through another gateway. When space is back (the tables moved back
+ * to the default tablespace), the refused write is accepted and /lock works, without
+ * restarting anything. */
+static void test_postgres_disk_full(void **state)
+{
+    multi_state *s = *state;
+    static full_run f;
+    char dir[256], sql[512], name[64], path[96];
+    gwt_resp r;
+
+    th_pg_small_disk(&s->pg, 4u << 20, dir, sizeof dir);
+    snprintf(sql, sizeof sql, "CREATE TABLESPACE fg_small LOCATION '%s'", dir);
+    assert_int_equal(th_pg_exec(&s->pg, sql), 0);
+    store_tables_on(&s->pg, "fg_small");
+    fill_values(&s->gw[0], &f);
+    fill_the_rest(&s->gw[2], &f);
+    print_message("disk full after %d writes of %d bytes\n", f.written, FULL_VALUE_BYTES);
+    assert_true(log_says_enospc(&s->pg));
+
+    int refused = f.put_refused;
+    full_name(name, sizeof name, refused);
+    snprintf(path, sizeof path, "/resources/%s", name);
+    if (refused < f.written) {
+        bytes_are(&s->gw[1], name, f.values[refused], FULL_VALUE_BYTES); /* the old value */
+    } else {
+        gwt_get(&s->gw[1], path, &r); /* nothing of the refused write */
+        gwt_assert_status(&r, 404, NULL);
+        gwt_resp_free(&r);
+    }
+    for (int i = 0; i < f.written; i++) {
+        char done[64];
+        full_name(done, sizeof done, i);
+        bytes_are(&s->gw[1], done, f.values[i], FULL_VALUE_BYTES);
+    }
+
+    store_tables_on(&s->pg, "pg_default");
+    const unsigned char *now = f.values[refused < f.written ? f.written : refused];
+    assert_int_equal(put_bytes(&s->gw[0], name, f.tokens[refused], now, FULL_VALUE_BYTES), 200);
+    bytes_are(&s->gw[2], name, now, FULL_VALUE_BYTES);
+    lock_ok(&s->gw[2], "multi.full.after", "owner-full");
+    unlock_ok(&s->gw[2], "multi.full.after", "owner-full");
+    for (int i = 0; i <= refused && i < FULL_MAX_PUTS; i++) {
+        full_name(name, sizeof name, i);
+        unlock_ok(&s->gw[0], name, "owner-full");
+    }
+    /* Leave the server as it was: a crash recovery of a later test must not replay the
+     * filling of the small disk (which would fill it again, and fail the recovery). */
+    assert_int_equal(th_pg_exec(&s->pg, "CHECKPOINT"), 0);
+    assert_int_equal(th_pg_exec(&s->pg, "DROP TABLESPACE fg_small"), 0);
 }
 
 /* --store with a password: not in --check-config's output, the log, /readyz. */
@@ -636,7 +745,7 @@ int main(void)
         cmocka_unit_test(test_redis_data_loss),
         cmocka_unit_test(test_split_brain),
         cmocka_unit_test(test_split_brain_keyed_lock_retried),
-        cmocka_unit_test(test_postgres_disk_full_is_507),
+        cmocka_unit_test(test_postgres_disk_full),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_password_never_shown),
     };
