@@ -748,6 +748,23 @@ void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len)
     snprintf(buf, len, "%s", pg->small_disk);
 }
 
+int th_pg_log_count(const th_pg *pg, const char *what)
+{
+    char path[320], line[4096];
+    int n = 0;
+    snprintf(path, sizeof path, "%.300s/postgres.log", pg->dir);
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL) {
+        fprintf(stderr, "harness: cannot read %s: %s\n", path, strerror(errno));
+        exit(1);
+    }
+    while (fgets(line, sizeof line, fp) != NULL) {
+        n += strstr(line, what) != NULL;
+    }
+    fclose(fp);
+    return n;
+}
+
 void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len)
 {
     snprintf(buf, len, "postgresql://postgres:%s@127.0.0.1:%d/%s", pg->password, pg->port, db);

@@ -115,6 +115,11 @@ void th_pg_stop(th_pg *pg);
  * exits 1 with a message, never skips. th_pg_stop() unmounts it. One per server. */
 void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len);
 
+/* How many lines of the server's log (<temp dir>/postgres.log) contain `what`: what the
+ * server itself said happened (a deadlock, a full disk). Fails the process when the log
+ * cannot be read. */
+int th_pg_log_count(const th_pg *pg, const char *what);
+
 /* Writes postgresql://postgres:<password>@127.0.0.1:<port>/<db> into buf. */
 void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len);
 

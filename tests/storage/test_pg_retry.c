@@ -51,21 +51,6 @@ static long long query_int(PGconn *conn, const char *sql)
     return n;
 }
 
-/* How many lines of the server's log contain what. */
-static int log_count(const char *what)
-{
-    char path[512], line[4096];
-    int n = 0;
-    snprintf(path, sizeof path, "%s/postgres.log", st_pg->dir);
-    FILE *fp = fopen(path, "r");
-    assert_non_null(fp);
-    while (fgets(line, sizeof line, fp) != NULL) {
-        n += strstr(line, what) != NULL;
-    }
-    fclose(fp);
-    return n;
-}
-
 /* Waits until a session of this test's database waits for a row lock (the store's batch is
  * blocked where the test wants it); fails the test after 30 s. watcher is a connection of its
  * own in autocommit, so every query sees the current activity. */
@@ -114,7 +99,7 @@ static void test_deadlock_is_retried(void **state)
     st_fixture *f = *state;
     write_ok(f->s, "dl-a", 1);
     write_ok(f->s, "dl-b", 1);
-    int deadlocks = log_count("deadlock detected");
+    int deadlocks = th_pg_log_count(st_pg, "deadlock detected");
     PGconn *t = connect_ok(f), *watcher = connect_ok(f);
 
     exec_ok(t, "BEGIN");
@@ -136,7 +121,7 @@ static void test_deadlock_is_retried(void **state)
     assert_st(w[1].status, STORE_ACCEPTED);
     assert_int_equal(w[0].res.version, 2);
     assert_int_equal(w[1].res.version, 2);
-    assert_true(log_count("deadlock detected") > deadlocks);
+    assert_true(th_pg_log_count(st_pg, "deadlock detected") > deadlocks);
     store_value v;
     assert_st(store_read(f->s, "dl-b", &v), STORE_OK);
     assert_memory_equal(v.data, "b2", 2);
@@ -159,7 +144,7 @@ static void test_serialization_failure_is_retried(void **state)
     store_close(f->s); /* new sessions take the database's new default */
     st_open(f);
     write_ok(f->s, "ser-a", 1);
-    int failures = log_count("could not serialize access");
+    int failures = th_pg_log_count(st_pg, "could not serialize access");
 
     exec_ok(t, "BEGIN");
     exec_ok(t, "UPDATE fencegate_resources SET highest_token = highest_token "
@@ -174,7 +159,7 @@ static void test_serialization_failure_is_retried(void **state)
 
     assert_st(w[0].status, STORE_ACCEPTED);
     assert_int_equal(w[0].res.version, 2);
-    assert_true(log_count("could not serialize access") > failures);
+    assert_true(th_pg_log_count(st_pg, "could not serialize access") > failures);
     PQfinish(t);
     PQfinish(watcher);
 }
