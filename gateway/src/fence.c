@@ -62,7 +62,12 @@
  *     that starts after an earlier one was answered) gets a larger token. A refused fresh
  *     hold is given back (locks.c) and attempted again with the floor lifted to the recorded
  *     highest, so the next mint lies above it: after Redis lost data the first /lock pays
- *     one extra round, then this gateway's max_token carries the floor.
+ *     one extra round, then this gateway's max_token carries the floor. A keyed request
+ *     (Idempotency-Key) left a record of the refused token in Redis, which the next attempt
+ *     would replay; that attempt passes the refused token as lk_call.supersede, and the
+ *     acquire script drops exactly that record (of this owner, with that token) before it
+ *     mints, so the request gets a fresh token above the ledger and the record answers the
+ *     new one. Nothing else changes: the new token still leaves only once granted.
  *   - The same grant again. A re-entry and an Idempotency-Key replay repeat an earlier token;
  *     in a split brain, gateway B may mint on its diverged master the token A already granted
  *     to another owner, be refused, give the hold back, and then a retry of B's request

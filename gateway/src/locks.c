@@ -80,6 +80,9 @@ struct gw_lock_call {
     const char *idem_key;                /* "" for none */
     int64_t ttl_ms;
     int64_t deadline_ms;                 /* monotonic */
+    int64_t supersede;                   /* a keyed call's token the shared ledger refused,
+                                          * whose idempotency record the next attempt drops
+                                          * (lk_call.supersede); else 0 */
     /* Flags in bytes, not ints: a parked waiter should stay under 4 KiB in all. */
     unsigned char wants_wait;            /* wait_ms > 0 */
     unsigned char fair;
@@ -215,6 +218,7 @@ static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
              * release wakes may be the one that takes the lock. */
             at->call.others_waiting =
                 !lc->fair && gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource);
+            at->call.supersede = lc->supersede;
             if (lc->fair) {
                 int64_t left = lc->deadline_ms - now_ms;
                 at->call.wait_ms = left > 0 ? left : 0;
@@ -477,18 +481,23 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
  * token or a larger one, after its Redis lost data or in a split brain; fence.c). Gives the
  * hold back and returns 1 when the request should attempt again above the ledger's highest
  * (at most GRANT_TRIES times, each counted as a floor correction); 0 to answer 503. A
- * re-entry or a replay repeats the refused token whatever the floor, and so does a keyed
- * request (its retry replays the refused answer): those are answered 503. */
+ * re-entry or a replay repeats the refused token whatever the floor: those are answered 503.
+ * A keyed request's fresh hold left an idempotency record of the refused token, which the
+ * next attempt would replay: that attempt supersedes it (lk_call.supersede drops exactly
+ * that record in the acquire script), so it mints afresh above the ledger and records the
+ * new answer, which a retry of the key then replays. A record that already answers another
+ * token (a concurrent call of the key superseded it first) is replayed as usual. */
 #define GRANT_TRIES 3
 static int refused_fresh_grant(gw_request *req, struct gw_lock_call *call, const lk_result *res)
 {
     if (call->turn.cover != STORE_STALE || res->replayed || res->holds > 1 ||
-        call->idem_key[0] != '\0' || call->grant_tries >= GRANT_TRIES) {
+        call->grant_tries >= GRANT_TRIES) {
         return 0;
     }
     give_back(req->srv, call);
     call->grant_tries++;
     call->turn.min_floor = (int64_t)call->turn.granted;
+    call->supersede = call->idem_key[0] != '\0' ? res->token : 0;
     atomic_fetch_add(&req->srv->metrics.floor_corrections, 1);
     return 1;
 }

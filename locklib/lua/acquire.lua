@@ -17,6 +17,9 @@
 -- ARGV[6]  "1" when the caller knows of other waiters for this lock (a gateway's parked
 --          waiters): the grant marks the lock as wanted (prelude/wanted.lua); "0" or absent
 --          when not
+-- ARGV[7]  optional, decimal digits: a token to supersede, "0" (or absent) for none: a
+--          record of KEYS[3] for this owner answering exactly this token is dropped, not
+--          replayed (acquire_replay in prelude/mint.lua)
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
 --          {0, holder_pttl_ms}                                  held by another owner
@@ -44,16 +47,18 @@ local floor = mint_floor(ARGV[3])
 local idem_ms = tonumber(ARGV[4])
 local idle_ms = idle_arg(ARGV[5])
 local others = ARGV[6] or '0'
+local supersede = mint_floor(ARGV[7] or '0')
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
-        idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') then
+        idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') or
+        supersede == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
-local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms)
+local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede)
 if rec == false then
     return {-1, 0}
 elseif rec then

@@ -15,6 +15,7 @@
 -- ARGV[5]  this waiter's remaining wait in ms, 0..3600000
 -- ARGV[6]  idle expiry of the token keys KEYS[2], KEYS[4], KEYS[7] in ms, "0" for never:
 --          every grant sets their time to live to max(ARGV[6], lease) (prelude/idle.lua)
+-- ARGV[7]  optional: a token to supersede, "0" (or absent) for none, as in acquire.lua
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1}  acquired
 --          {0, retry_ms, position}  not this owner's turn: it is queued at 0-based
@@ -61,6 +62,7 @@ local floor = mint_floor(ARGV[3])
 local idem_ms = tonumber(ARGV[4])
 local wait_ms = tonumber(ARGV[5])
 local idle_ms = idle_arg(ARGV[6])
+local supersede = mint_floor(ARGV[7] or '0')
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
@@ -69,12 +71,12 @@ if not valid_owner(owner) then
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 or
-        idle_ms == nil then
+        idle_ms == nil or supersede == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
 -- 1. Replay.
-local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms)
+local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede)
 if rec == false then
     return {-1, 0, -1}
 elseif rec then

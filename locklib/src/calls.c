@@ -37,7 +37,7 @@ static void idem_args(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
 /* ---- acquire.lua, fair_acquire.lua ---------------------------------------------------- */
 
 /* KEYS lock, fence, idem, base, [queue, qtimeout,] recent; ARGV owner, lease, floor,
- * idem_ttl[, wait], token_key_idle_ttl. */
+ * idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not fair)], supersede. */
 static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                char *err)
 {
@@ -56,6 +56,9 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     }
     if (call->floor < 0 || call->floor >= LK_TOKEN_MAX) {
         return lk__errf(err, LK_EINVAL, "floor must be 0..2^53-2");
+    }
+    if (call->supersede < 0 || call->supersede >= LK_TOKEN_MAX) {
+        return lk__errf(err, LK_EINVAL, "supersede must be 0..2^53-2");
     }
     if (fair && (call->wait_ms < 0 || call->wait_ms > LK_WAIT_MAX_MS)) {
         return lk__errf(err, LK_EINVAL, "wait must be 0..%d ms", LK_WAIT_MAX_MS);
@@ -81,6 +84,7 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     if (!fair) {
         lk__cmd_num(cmd, call->others_waiting != 0);
     }
+    lk__cmd_num(cmd, call->idem_key != NULL ? call->supersede : 0);
     return LK_OK;
 }
 

@@ -11,9 +11,9 @@
 #include "script_table.h"
 #include "util_internal.h"
 
-#define LK__ARGV_MAX 13
+#define LK__ARGV_MAX 14
 #define LK__CMD_KEYS 8 /* key names and other long strings (the channel) one call may hold */
-#define LK__CMD_NUMS 5 /* numbers one call may hold (fair_acquire.lua: five) */
+#define LK__CMD_NUMS 6 /* numbers one call may hold (fair_acquire.lua: six) */
 
 /* Keys first, then the arguments, all pointing into the storage below or into the caller's
  * strings (which must outlive the send). `route` is the resource: every key is

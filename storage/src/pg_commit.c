@@ -27,7 +27,9 @@
  * Answers come only after COMMIT returned (synchronous_commit is on for every session): the
  * WAL of the batch is flushed, so nothing acknowledged can be lost, and no half-written value
  * is ever visible (a transaction is all or nothing). If anything fails:
- *  - 40001/40P01 (serialization failure, deadlock): the whole batch runs again (bounded);
+ *  - 40001/40P01 (serialization failure, deadlock): the whole batch runs again, up to
+ *    MAX_ATTEMPTS times; if it still fails, each request runs alone as below, and one that
+ *    still fails after its own MAX_ATTEMPTS answers EIO (never an endless loop);
  *  - one statement fails (the pipeline answers PIPELINE_ABORTED for every later one up to
  *    the Sync, and the transaction rolls back): each request is replayed in a transaction of
  *    its own, so one bad request does not fail its neighbours;
@@ -384,9 +386,11 @@ static void run_ops(store__pg *p, store__pgop **ops, size_t n)
             break;
         }
     }
-    if (rc == STORE__PG_SQL && n > 1) {
-        /* One request failed and took the transaction with it: each runs alone, so only
-         * the one that really fails answers an error. */
+    if ((rc == STORE__PG_SQL || rc == STORE__PG_RETRY) && n > 1) {
+        /* One request failed and took the transaction with it, or the batch kept meeting
+         * serialization failures or deadlocks (one request's may never go away, say a
+         * trigger's): each runs alone, with retries of its own, so only the one that really
+         * fails answers an error. */
         for (size_t i = 0; i < n; i++) {
             run_ops(p, &ops[i], 1);
         }

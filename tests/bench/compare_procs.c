@@ -163,30 +163,50 @@ void cp_stop_all(void)
     }
 }
 
-int cp_cpu_seconds(pid_t pid, double *user_s, double *sys_s)
+/* Reads /proc/PID/stat into buf and returns where its fields after the command name start
+ * (field 3, the state), or NULL. The name may hold spaces and parentheses, so fields are
+ * counted after the last ')'. */
+static const char *stat_fields(pid_t pid, char *buf, size_t len)
 {
-    char path[64], buf[1024];
-    unsigned long long utime = 0, stime = 0;
+    char path[64];
     snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
     FILE *f = fopen(path, "r");
     if (f == NULL) {
-        return -1;
+        return NULL;
     }
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    size_t n = fread(buf, 1, len - 1, f);
     fclose(f);
     buf[n] = '\0';
-    /* The command name may hold spaces and parentheses: fields are counted after the last
-     * ')'. utime and stime are fields 14 and 15, that is the 12th and 13th after it. */
-    char *p = strrchr(buf, ')');
+    const char *p = strrchr(buf, ')');
+    return p != NULL && p[1] == ' ' ? p + 2 : NULL;
+}
+
+int cp_cpu_seconds(pid_t pid, double *user_s, double *sys_s)
+{
+    char buf[1024];
+    unsigned long long utime = 0, stime = 0;
+    const char *p = stat_fields(pid, buf, sizeof buf);
+    /* utime and stime are fields 14 and 15, that is the 12th and 13th from the state. */
     if (p == NULL ||
-        sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime,
-               &stime) != 2) {
+        sscanf(p, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &utime, &stime) !=
+            2) {
         return -1;
     }
     double hz = (double)sysconf(_SC_CLK_TCK);
     *user_s = (double)utime / hz;
     *sys_s = (double)stime / hz;
     return 0;
+}
+
+pid_t cp_parent_pid(pid_t pid)
+{
+    char buf[1024];
+    int ppid = -1;
+    const char *p = stat_fields(pid, buf, sizeof buf);
+    if (p == NULL || sscanf(p, "%*c %d", &ppid) != 1) {
+        return -1;
+    }
+    return (pid_t)ppid;
 }
 
 long cp_status_kb(pid_t pid, const char *field)

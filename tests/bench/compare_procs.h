@@ -34,6 +34,9 @@ void cp_stop_all(void);
 /* CPU time of pid in seconds, user and system, from /proc/PID/stat. Returns 0 or -1. */
 int cp_cpu_seconds(pid_t pid, double *user_s, double *sys_s);
 
+/* The parent pid of pid, from /proc/PID/stat, or -1. */
+pid_t cp_parent_pid(pid_t pid);
+
 /* A "Vm...:" line of /proc/PID/status in kB (field "VmHWM" or "VmRSS"), or -1. */
 long cp_status_kb(pid_t pid, const char *field);
 

@@ -11,14 +11,21 @@
  *      against PostgreSQL, at 1 and at --conns connections;
  *   2. cycles/s through one PostgreSQL gateway and through two (half the connections on
  *      each, run at the same time, rates added), at --conns connections.
+ * Each row also prints the CPU time the whole stack spent per 1,000 cycles (stack_cpu_s):
+ * on a machine shared with other work, cycles/s measure the CPU share the stack got as much
+ * as the stack, while CPU per cycle tells whether two gateways cost more work per cycle.
  * Token-checked writes/s with 1 and 64 writers on PostgreSQL and LMDB: storage_bench.
  *
  * Usage: multigw_bench [--seconds N] [--conns N]
  */
+#include <dirent.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include <libpq-fe.h>
 
 #include "compare_procs.h"
 #include "compare_work.h"
@@ -41,7 +48,67 @@ typedef struct mg_run {
     lg_result res;
     int rc;
     char err[256];
+    double cpu_ms_per_kcycle; /* the stack's CPU per 1,000 cycles (all runs of the row) */
+    double tx_per_kcycle;     /* PostgreSQL write transactions (commits) per 1,000 cycles */
 } mg_run;
+
+/* The PostgreSQL server's URL, for pg_xid(). */
+static char g_store[512];
+
+/* The server's transaction id counter: every transaction that writes takes one id, so the
+ * difference of two readings is the number of write transactions (the store's group commits)
+ * in between, plus one for the reading itself. Exact, unlike the statistics views, which a
+ * backend flushes at most once a second. -1 when it cannot be read. */
+static long long pg_xid(void)
+{
+    long long xid = -1;
+    PGconn *conn = PQconnectdb(g_store);
+    if (PQstatus(conn) == CONNECTION_OK) {
+        PGresult *res = PQexec(conn, "SELECT pg_current_xact_id()::text");
+        if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+            xid = strtoll(PQgetvalue(res, 0, 0), NULL, 10);
+        }
+        PQclear(res);
+    }
+    PQfinish(conn);
+    return xid;
+}
+
+/* The processes whose CPU a row costs: the gateways, Redis, the PostgreSQL postmaster (its
+ * children are found at each reading) and this process (the load generator). */
+static pid_t g_stack[4];
+static int g_nstack;
+static pid_t g_postmaster;
+
+static double cpu_of(pid_t pid)
+{
+    double user = 0, sys = 0;
+    return cp_cpu_seconds(pid, &user, &sys) == 0 ? user + sys : 0;
+}
+
+/* CPU seconds, user and system, spent so far by the stack: g_stack, the postmaster and every
+ * child of it alive now (the gateways' pooled backends live through a row; one that exits
+ * within a row loses its time, so the figure is a lower bound). The machine's other load is
+ * not in it, which is what makes rows comparable on a busy machine. */
+static double stack_cpu_s(void)
+{
+    double sum = cpu_of(getpid()) + cpu_of(g_postmaster);
+    for (int i = 0; i < g_nstack; i++) {
+        sum += cpu_of(g_stack[i]);
+    }
+    DIR *d = opendir("/proc");
+    struct dirent *e = NULL;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        pid_t pid = (pid_t)atoi(e->d_name);
+        if (pid > 0 && cp_parent_pid(pid) == g_postmaster) {
+            sum += cpu_of(pid);
+        }
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    return sum;
+}
 
 static void *run_thread(void *arg)
 {
@@ -60,6 +127,8 @@ static int run_cycles(const int *ports, int n, int conns, int measure_ms, const 
                       mg_run *runs)
 {
     pthread_t th[2];
+    double cpu0 = stack_cpu_s();
+    long long xid0 = pg_xid();
     for (int i = 0; i < n; i++) {
         runs[i] = (mg_run){.port = ports[i], .conns = conns, .measure_ms = measure_ms};
         snprintf(runs[i].tag, sizeof runs[i].tag, "%s-%d", tag, i);
@@ -72,6 +141,18 @@ static int run_cycles(const int *ports, int n, int conns, int measure_ms, const 
             fprintf(stderr, "multigw_bench: %s: %s\n", tag, runs[i].err);
             rc = -1;
         }
+    }
+    /* Warm-up included: its rate is taken to be the measured one. */
+    double cycles = 0;
+    for (int i = 0; i < n; i++) {
+        cycles += runs[i].res.rate * (WARM_MS + measure_ms) / 1000.0;
+    }
+    double per_k = cycles > 0 ? (stack_cpu_s() - cpu0) * 1e6 / cycles : 0;
+    long long xid1 = pg_xid();
+    double tx_k = cycles > 0 && xid0 >= 0 && xid1 > xid0 ? (xid1 - xid0 - 1) * 1e3 / cycles : 0;
+    for (int i = 0; i < n; i++) {
+        runs[i].cpu_ms_per_kcycle = per_k;
+        runs[i].tx_per_kcycle = tx_k;
     }
     return rc;
 }
@@ -94,8 +175,9 @@ static int start_gateway(cp_proc *p, const char *name, const char *redis_url, co
 
 static void print_latency(const char *what, int conns, const mg_run *r)
 {
-    printf("| %-28s | %5d | %10.0f | %8.2f | %8.2f | %6llu |\n", what, conns, r->res.rate,
-           r->res.op_p50_ms, r->res.op_p99_ms, (unsigned long long)r->res.failures);
+    printf("| %-28s | %5d | %10.0f | %8.2f | %8.2f | %9.0f | %7.0f | %6llu |\n", what, conns,
+           r->res.rate, r->res.op_p50_ms, r->res.op_p99_ms, r->cpu_ms_per_kcycle,
+           r->tx_per_kcycle, (unsigned long long)r->res.failures);
 }
 
 int main(int argc, char **argv)
@@ -119,6 +201,7 @@ int main(int argc, char **argv)
     th_redis_start(&redis, 1, NULL);
     th_pg_start(&pg);
     th_pg_url(&pg, "postgres", store, sizeof store);
+    snprintf(g_store, sizeof g_store, "%s", store);
     for (int i = 0; i < 3; i++) {
         snprintf(data[i], sizeof data[i], "%s/gw%d", dir, i);
     }
@@ -130,6 +213,11 @@ int main(int argc, char **argv)
         th_pg_stop(&pg);
         return 1;
     }
+    g_stack[g_nstack++] = redis.pid;
+    g_stack[g_nstack++] = lmdb_gw.pid;
+    g_stack[g_nstack++] = pg_gw[0].pid;
+    g_stack[g_nstack++] = pg_gw[1].pid;
+    g_postmaster = pg.pid;
     fprintf(stderr, "multigw_bench: %d s per row, %d connections\n", seconds, conns);
     int pg_ports[2] = {pg_gw[0].port, pg_gw[1].port};
     int rc = 0;
@@ -143,21 +231,29 @@ int main(int argc, char **argv)
 
     printf("\nlock + write (256 B) + unlock cycles; /lock latency is the cycle's first "
            "request\n\n");
-    printf("| %-28s | %5s | %10s | %8s | %8s | %6s |\n", "gateways, ledger", "conns",
-           "cycles/s", "lock p50", "lock p99", "errors");
-    printf("|------------------------------|-------|------------|----------|----------|--------|\n");
+    printf("| %-28s | %5s | %10s | %8s | %8s | %9s | %7s | %6s |\n", "gateways, ledger",
+           "conns", "cycles/s", "lock p50", "lock p99", "CPU ms/1k", "tx/1k", "errors");
+    printf("|------------------------------|-------|------------|----------|----------|"
+           "-----------|---------|--------|\n");
     print_latency("1, LMDB", 1, &lat[0]);
     print_latency("1, PostgreSQL", 1, &lat[1]);
     print_latency("1, LMDB", conns, &lat[2]);
     print_latency("1, PostgreSQL", conns, &lat[3]);
     print_latency("1, PostgreSQL (other gw)", conns, &one);
     double two = runs[0].res.rate + runs[1].res.rate;
-    printf("| %-28s | %5d | %10.0f | %8.2f | %8.2f | %6llu |\n", "2, PostgreSQL (sum)", conns,
-           two, (runs[0].res.op_p50_ms + runs[1].res.op_p50_ms) / 2,
+    printf("| %-28s | %5d | %10.0f | %8.2f | %8.2f | %9.0f | %7.0f | %6llu |\n",
+           "2, PostgreSQL (sum)", conns, two, (runs[0].res.op_p50_ms + runs[1].res.op_p50_ms) / 2,
            runs[0].res.op_p99_ms > runs[1].res.op_p99_ms ? runs[0].res.op_p99_ms
                                                          : runs[1].res.op_p99_ms,
+           runs[0].cpu_ms_per_kcycle, runs[0].tx_per_kcycle,
            (unsigned long long)(runs[0].res.failures + runs[1].res.failures));
-    printf("\ntargets: two gateways / one = %.2fx (>= 0.9); /lock p99 PostgreSQL / LMDB = "
+    printf("\nCPU ms/1k: CPU seconds of the whole stack (gateways, Redis, PostgreSQL, the load "
+           "generator) per 1,000 cycles of the row; the machine's other load is not in it.\n"
+           "tx/1k: PostgreSQL write transactions (group commits) per 1,000 cycles; a cycle "
+           "has a grant and a write, so 2,000 means no sharing.\n"
+           "two gateways / one: %.2fx the CPU per cycle\n",
+           one.cpu_ms_per_kcycle > 0 ? runs[0].cpu_ms_per_kcycle / one.cpu_ms_per_kcycle : 0);
+    printf("targets: two gateways / one = %.2fx (>= 0.9); /lock p99 PostgreSQL / LMDB = "
            "%.2fx at 1 connection, %.2fx at %d (<= 2)\n",
            one.res.rate > 0 ? two / one.res.rate : 0,
            lat[0].res.op_p99_ms > 0 ? lat[1].res.op_p99_ms / lat[0].res.op_p99_ms : 0,

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -658,6 +659,33 @@ void th_pg_stop_immediate(th_pg *pg)
     }
 }
 
+/* The small disks mounted and not yet unmounted: a test that ends through exit() (a harness
+ * failure) unmounts them at exit, so no mount outlives the process that made it; only a
+ * crash can leave one behind. */
+#define SMALL_DISKS_MAX 4
+static char small_disks[SMALL_DISKS_MAX][256];
+
+static void small_disk_unmount(const char *path)
+{
+    for (int i = 0; path[0] != '\0' && i < SMALL_DISKS_MAX; i++) {
+        if (strcmp(small_disks[i], path) != 0) {
+            continue;
+        }
+        /* Detached: a server killed a moment ago may still be closing its files. */
+        if (umount2(path, MNT_DETACH) != 0) {
+            fprintf(stderr, "harness: cannot unmount %s: %s\n", path, strerror(errno));
+        }
+        small_disks[i][0] = '\0';
+    }
+}
+
+static void small_disks_at_exit(void)
+{
+    for (int i = 0; i < SMALL_DISKS_MAX; i++) {
+        small_disk_unmount(small_disks[i]);
+    }
+}
+
 void th_pg_stop(th_pg *pg)
 {
     if (pg->pid > 0) {
@@ -674,7 +702,67 @@ void th_pg_stop(th_pg *pg)
         }
         pg->pid = 0;
     }
+    small_disk_unmount(pg->small_disk);
+    pg->small_disk[0] = '\0';
     th_rmtree(pg->dir);
+}
+
+void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len)
+{
+    static int registered;
+    int slot = -1;
+    char opts[128];
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+
+    if (geteuid() == 0) {
+        struct passwd *pw = getpwnam("postgres"); /* the server runs as it (pg_exec_child) */
+        if (pw != NULL) {
+            uid = pw->pw_uid;
+            gid = pw->pw_gid;
+        }
+    }
+    int n = snprintf(pg->small_disk, sizeof pg->small_disk, "%.200s/small-disk", pg->dir);
+    if (n < 0 || (size_t)n >= sizeof pg->small_disk) {
+        fprintf(stderr, "harness: temp dir path too long for the small disk\n");
+        exit(1);
+    }
+    snprintf(opts, sizeof opts, "size=%zu,mode=0700,uid=%u,gid=%u", bytes, (unsigned)uid,
+             (unsigned)gid);
+    for (int i = 0; i < SMALL_DISKS_MAX && slot < 0; i++) {
+        slot = small_disks[i][0] == '\0' ? i : -1;
+    }
+    if (!registered) {
+        registered = atexit(small_disks_at_exit) == 0;
+    }
+    if (slot < 0 || !registered || mkdir(pg->small_disk, 0700) != 0 ||
+        mount("tmpfs", pg->small_disk, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0) {
+        fprintf(stderr, "harness: cannot mount a %zu-byte tmpfs at %s (%s): the disk-full "
+                        "test needs root (CAP_SYS_ADMIN) to give PostgreSQL a disk that "
+                        "really fills up; it never skips\n", bytes, pg->small_disk,
+                strerror(errno));
+        pg->small_disk[0] = '\0';
+        exit(1);
+    }
+    snprintf(small_disks[slot], sizeof small_disks[slot], "%s", pg->small_disk);
+    snprintf(buf, len, "%s", pg->small_disk);
+}
+
+int th_pg_log_count(const th_pg *pg, const char *what)
+{
+    char path[320], line[4096];
+    int n = 0;
+    snprintf(path, sizeof path, "%.300s/postgres.log", pg->dir);
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL) {
+        fprintf(stderr, "harness: cannot read %s: %s\n", path, strerror(errno));
+        exit(1);
+    }
+    while (fgets(line, sizeof line, fp) != NULL) {
+        n += strstr(line, what) != NULL;
+    }
+    fclose(fp);
+    return n;
 }
 
 void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len)

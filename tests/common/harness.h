@@ -88,6 +88,7 @@ typedef struct th_pg {
     char dir[256];        /* temp dir: data/, the socket, postgres.log */
     char bindir[256];     /* where initdb and postgres are */
     char password[64];
+    char small_disk[256]; /* th_pg_small_disk's mount point, "" for none */
 } th_pg;
 
 /* initdb and start. Fails the process loudly (exit 1 with a message) when initdb is missing
@@ -106,6 +107,18 @@ void th_pg_stop_immediate(th_pg *pg);
 
 /* SIGTERM, wait up to 10 s, SIGKILL if needed, remove the temp dir. */
 void th_pg_stop(th_pg *pg);
+
+/* Mounts a tmpfs of `bytes` bytes at <temp dir>/small-disk, owned by the server's user, and
+ * writes its path into buf: a real file system that really fills up, for a tablespace
+ * (CREATE TABLESPACE ... LOCATION buf) whose writes then fail with ENOSPC, SQLSTATE 53100.
+ * Mounting needs root (CAP_SYS_ADMIN): without it, or when the mount fails, the process
+ * exits 1 with a message, never skips. th_pg_stop() unmounts it. One per server. */
+void th_pg_small_disk(th_pg *pg, size_t bytes, char *buf, size_t len);
+
+/* How many lines of the server's log (<temp dir>/postgres.log) contain `what`: what the
+ * server itself said happened (a deadlock, a full disk). Fails the process when the log
+ * cannot be read. */
+int th_pg_log_count(const th_pg *pg, const char *what);
 
 /* Writes postgresql://postgres:<password>@127.0.0.1:<port>/<db> into buf. */
 void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len);

@@ -10,8 +10,12 @@
  *   - Redis loses its data: a lock via another gateway gets a token above every earlier one,
  *     including one that was granted and never written (the shared ledger, fence.c);
  *   - a split brain: A and B on two Redis instances whose data diverged, sharing the store:
- *     no token is handed out twice for a resource, no lower-token write is accepted; an
- *     Idempotency-Key replay of a token the ledger holds for another owner answers 503;
+ *     no token is handed out twice for a resource, no lower-token write is accepted; a keyed
+ *     /lock the ledger refused is retried above it and its key then replays the new token,
+ *     while a replay of a token the ledger has gone past answers 503;
+ *   - the disk under PostgreSQL's tables really fills up (a tablespace on a small tmpfs):
+ *     the write that does not fit is 507 and invisible, a /lock whose grant does not fit is
+ *     503, the acknowledged values read back whole, and both work again once there is space;
  *   - PostgreSQL killed -9 or stopped: locks and writes answer 503 within a bound, /readyz is
  *     503 and names the store, and the gateways recover by themselves when it is back;
  *   - the password of the store URL never appears in --check-config, a log or /readyz.
@@ -334,14 +338,18 @@ static void test_split_brain(void **state)
 }
 
 /* A split brain with an Idempotency-Key: B's diverged Redis mints the token A granted to
- * another owner; the ledger refuses it (another holder), B answers 503 and gives the hold
- * back, and the key's retry, which B's Redis replays with the same token, is refused again:
- * the token never leaves B. A re-entry by A's own holder repeats A's token (the same grant),
- * and a new request on B gets a token above the ledger. Fresh gateways and Redis instances,
- * so both counters and both in-process floors start at zero and B mints A's token. */
-static void test_split_brain_replay_refused(void **state)
+ * another owner, and the ledger refuses it (another holder). B gives the hold back and
+ * attempts again above the ledger's highest, superseding the key's idempotency record of
+ * the refused token (which would otherwise be replayed, and refused, until it expired): the
+ * keyed /lock succeeds with a larger token, and a retry of the key replays that new token.
+ * A re-entry by A's own holder before that repeats A's token (the same grant). A replay of
+ * the key after a later grant to someone else is refused: it never hands out a token the
+ * ledger has gone past. Fresh gateways and Redis instances, so both counters and both
+ * in-process floors start at zero and B mints A's token. */
+static void test_split_brain_keyed_lock_retried(void **state)
 {
     multi_state *s = *state;
+    const char *key = "split-key-9d3c1a7e5f20";
     th_redis ra, rb;
     gwt_proc a, b;
     gwt_resp r;
@@ -351,20 +359,39 @@ static void test_split_brain_replay_refused(void **state)
     start_gateway(s, &a, ra.url);
     start_gateway(s, &b, rb.url);
     long long granted = lock_ok(&a, "multi.replay", "owner-a");
+    assert_int_equal(lock_ok(&a, "multi.replay", "owner-a"), granted); /* re-entry */
+    unlock_ok(&a, "multi.replay", "owner-a");
+    unlock_ok(&a, "multi.replay", "owner-a"); /* both holds */
+    long long corrections = floor_corrections(&b);
 
-    lock_req(&b, "multi.replay", NULL, "split-key-9d3c1a7e5f20", &r);
-    gwt_assert_status(&r, 503, "backend_unavailable");
+    lock_req(&b, "multi.replay", NULL, key, &r); /* B's Redis mints A's token first */
+    gwt_assert_status(&r, 200, NULL);
+    long long keyed = gwt_int(&r, "token");
+    char owner[160];
+    snprintf(owner, sizeof owner, "%s", gwt_str(&r, "owner"));
     gwt_resp_free(&r);
-    lock_req(&b, "multi.replay", NULL, "split-key-9d3c1a7e5f20", &r); /* replayed by B's Redis */
+    assert_true(keyed > granted);
+    assert_true(floor_corrections(&b) > corrections); /* it was refused once, not lucky */
+
+    lock_req(&b, "multi.replay", NULL, key, &r); /* a plain retry: the new answer replayed */
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), keyed);
+    assert_int_equal(gwt_int(&r, "holds"), 1);
+    assert_string_equal(gwt_str(&r, "owner"), owner);
+    gwt_resp_free(&r);
+
+    assert_int_equal(gwt_put_fenced(&b, "multi.replay", keyed, "via B", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&a, "multi.replay", granted, "via A", NULL), 409);
+    unlock_ok(&b, "multi.replay", owner);
+
+    /* A grants a later token to another owner (its Redis mints low, the ledger lifts it);
+     * B's replay of the key's answer is then below the ledger: refused, not handed out. */
+    long long later = lock_ok(&a, "multi.replay", "owner-a2");
+    assert_true(later > keyed);
+    lock_req(&b, "multi.replay", NULL, key, &r);
     gwt_assert_status(&r, 503, "backend_unavailable");
     assert_non_null(strstr(r.body, "holder"));
     gwt_resp_free(&r);
-
-    assert_int_equal(lock_ok(&a, "multi.replay", "owner-a"), granted); /* re-entry */
-    long long later = lock_ok(&b, "multi.replay", "owner-b");
-    assert_true(later > granted);
-    assert_int_equal(gwt_put_fenced(&b, "multi.replay", later, "via B", NULL), 200);
-    assert_int_equal(gwt_put_fenced(&a, "multi.replay", granted, "via A", NULL), 409);
     gwt_stop(&a);
     gwt_stop(&b);
     th_redis_stop(&ra);
@@ -446,6 +473,213 @@ static void test_postgres_down_and_back(void **state)
     }
 }
 
+/* PUT /resources/resource with token and len bytes of value (any bytes). Returns the status. */
+static long put_bytes(const gwt_proc *gw, const char *resource, long long token,
+                      const unsigned char *value, size_t len)
+{
+    char path[256], fence[64];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld", token);
+    const char *const headers[] = {fence, "Content-Type: application/octet-stream", NULL};
+    gwt_http(gw, "PUT", path, headers, value, len, 0, &r);
+    long status = r.status;
+    if (status == 507) {
+        gwt_assert_status(&r, 507, "insufficient_storage");
+    }
+    gwt_resp_free(&r);
+    return status;
+}
+
+/* GET /resources/resource: asserts 200 with exactly value[0..len). */
+static void bytes_are(const gwt_proc *gw, const char *resource, const unsigned char *value,
+                      size_t len)
+{
+    char path[256];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    gwt_get(gw, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(r.len, len);
+    assert_memory_equal(r.body, value, len);
+    gwt_resp_free(&r);
+}
+
+#define FULL_VALUE_BYTES 65536
+#define FULL_MAX_PUTS 200   /* 12.5 MiB: far more than the small disk holds */
+#define FULL_MAX_LOCKS 5000 /* far more ledger rows than a page holds */
+
+/* What test_postgres_disk_full filled, and where the full disk first refused. */
+typedef struct full_run {
+    unsigned char values[FULL_MAX_PUTS + 1][FULL_VALUE_BYTES];
+    long long tokens[FULL_MAX_PUTS];
+    int written;     /* multi.full.0 .. written-1 hold values[i], each still locked */
+    int put_refused; /* the index of the write answered 507, or -1 */
+    int lock_refused; /* 1 once a /lock was answered 503 because its grant did not fit */
+} full_run;
+
+static void full_name(char *buf, size_t len, int i)
+{
+    snprintf(buf, len, "multi.full.%d", i);
+}
+
+/* A /lock whose grant the full disk refused: 503, and the hold was not handed out. */
+static int lock_refused_for_space(gwt_resp *r)
+{
+    if (r->status != 503) {
+        return 0;
+    }
+    gwt_assert_status(r, 503, "backend_unavailable");
+    assert_non_null(strstr(r->body, "could not record the fencing token"));
+    return 1;
+}
+
+/* Locks a new resource and writes an incompressible 64 KiB value to it, again and again,
+ * until the full disk refuses the write (507) or the lock's grant (503). */
+static void fill_values(const gwt_proc *gw, full_run *f)
+{
+    uint32_t x = 2463534242u; /* xorshift32: incompressible, so TOAST cannot shrink it */
+
+    f->written = 0;
+    f->put_refused = -1;
+    f->lock_refused = 0;
+    for (int i = 0; i <= FULL_MAX_PUTS; i++) {
+        for (size_t k = 0; k < FULL_VALUE_BYTES; k++) {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            f->values[i][k] = (unsigned char)x;
+        }
+    }
+    for (int i = 0; i < FULL_MAX_PUTS; i++) {
+        char name[64];
+        gwt_resp r;
+        full_name(name, sizeof name, i); /* a new row each: no space reused */
+        lock_req(gw, name, "owner-full", NULL, &r);
+        f->lock_refused = lock_refused_for_space(&r);
+        if (!f->lock_refused) {
+            gwt_assert_status(&r, 200, NULL);
+            f->tokens[i] = gwt_int(&r, "token");
+        }
+        gwt_resp_free(&r);
+        if (f->lock_refused) {
+            return;
+        }
+        long st = put_bytes(gw, name, f->tokens[i], f->values[i], FULL_VALUE_BYTES);
+        if (st == 507) {
+            f->put_refused = i; /* keeps its lock for the write after the space is back */
+            return;
+        }
+        assert_int_equal(st, 200);
+        f->written = i + 1;
+    }
+    fail_msg("the disk never filled after %d writes of %d bytes", FULL_MAX_PUTS,
+             FULL_VALUE_BYTES);
+}
+
+/* The other half of a full disk: the write refused when a grant was refused first (a new
+ * value for the last resource written, kept locked), or the grant refused when a write was
+ * (/lock on new resources until the ledger's last page is full). */
+static void fill_the_rest(const gwt_proc *gw, full_run *f)
+{
+    if (f->put_refused < 0) {
+        assert_true(f->written > 0);
+        int last = f->written - 1;
+        char name[64];
+        full_name(name, sizeof name, last);
+        /* Less than one page was left for the ledger, far less than this value needs. */
+        assert_int_equal(put_bytes(gw, name, f->tokens[last], f->values[f->written],
+                                   FULL_VALUE_BYTES),
+                         507);
+        f->put_refused = last;
+        return;
+    }
+    for (int i = 0; i < FULL_MAX_LOCKS && !f->lock_refused; i++) {
+        char name[64];
+        gwt_resp r;
+        snprintf(name, sizeof name, "multi.full.lock.%d", i);
+        lock_req(gw, name, "owner-full", NULL, &r);
+        f->lock_refused = lock_refused_for_space(&r);
+        if (!f->lock_refused) {
+            gwt_assert_status(&r, 200, NULL);
+            gwt_resp_free(&r);
+            unlock_ok(gw, name, "owner-full");
+        } else {
+            gwt_resp_free(&r);
+        }
+    }
+    if (!f->lock_refused) {
+        fail_msg("no /lock refused after %d grants on the full disk", FULL_MAX_LOCKS);
+    }
+}
+
+/* Both tables of the store on the tablespace fg_small, or back on pg_default. */
+static void store_tables_on(const th_pg *pg, const char *tablespace)
+{
+    char sql[160];
+    snprintf(sql, sizeof sql, "ALTER TABLE fencegate_resources SET TABLESPACE %s", tablespace);
+    assert_int_equal(th_pg_exec(pg, sql), 0);
+    snprintf(sql, sizeof sql, "ALTER TABLE fencegate_ledger SET TABLESPACE %s", tablespace);
+    assert_int_equal(th_pg_exec(pg, sql), 0);
+}
+
+/* The disk under the store really fills up: the values' and the ledger's tables are moved to a
+ * tablespace on a 4 MiB tmpfs (th_pg_small_disk), and incompressible 64 KiB values are written
+ * through gateway A until PostgreSQL cannot extend a table (ENOSPC, SQLSTATE 53100). A write
+ * that does not fit is answered 507 insufficient_storage and nothing of it is visible; a
+ * /lock whose grant does not fit is answered 503 and hands no token out; every acknowledged
+ * value reads back whole, through another gateway. When space is back (the tables moved back
+ * to the default tablespace), the refused write is accepted and /lock works, without
+ * restarting anything. */
+static void test_postgres_disk_full(void **state)
+{
+    multi_state *s = *state;
+    static full_run f;
+    char dir[256], sql[512], name[64], path[96];
+    gwt_resp r;
+
+    th_pg_small_disk(&s->pg, 4u << 20, dir, sizeof dir);
+    snprintf(sql, sizeof sql, "CREATE TABLESPACE fg_small LOCATION '%s'", dir);
+    assert_int_equal(th_pg_exec(&s->pg, sql), 0);
+    store_tables_on(&s->pg, "fg_small");
+    fill_values(&s->gw[0], &f);
+    fill_the_rest(&s->gw[2], &f);
+    print_message("disk full after %d writes of %d bytes\n", f.written, FULL_VALUE_BYTES);
+    /* The server's own words: the disk was full, not anything else answered as 507. */
+    assert_true(th_pg_log_count(&s->pg, "No space left on device") > 0);
+
+    int refused = f.put_refused;
+    full_name(name, sizeof name, refused);
+    snprintf(path, sizeof path, "/resources/%s", name);
+    if (refused < f.written) {
+        bytes_are(&s->gw[1], name, f.values[refused], FULL_VALUE_BYTES); /* the old value */
+    } else {
+        gwt_get(&s->gw[1], path, &r); /* nothing of the refused write */
+        gwt_assert_status(&r, 404, NULL);
+        gwt_resp_free(&r);
+    }
+    for (int i = 0; i < f.written; i++) {
+        char done[64];
+        full_name(done, sizeof done, i);
+        bytes_are(&s->gw[1], done, f.values[i], FULL_VALUE_BYTES);
+    }
+
+    store_tables_on(&s->pg, "pg_default");
+    const unsigned char *now = f.values[refused < f.written ? f.written : refused];
+    assert_int_equal(put_bytes(&s->gw[0], name, f.tokens[refused], now, FULL_VALUE_BYTES), 200);
+    bytes_are(&s->gw[2], name, now, FULL_VALUE_BYTES);
+    lock_ok(&s->gw[2], "multi.full.after", "owner-full");
+    unlock_ok(&s->gw[2], "multi.full.after", "owner-full");
+    for (int i = 0; i <= refused && i < FULL_MAX_PUTS; i++) {
+        full_name(name, sizeof name, i);
+        unlock_ok(&s->gw[0], name, "owner-full");
+    }
+    /* Leave the server as it was: a crash recovery of a later test must not replay the
+     * filling of the small disk (which would fill it again, and fail the recovery). */
+    assert_int_equal(th_pg_exec(&s->pg, "CHECKPOINT"), 0);
+    assert_int_equal(th_pg_exec(&s->pg, "DROP TABLESPACE fg_small"), 0);
+}
+
 /* --store with a password: not in --check-config's output, the log, /readyz. */
 static void test_password_never_shown(void **state)
 {
@@ -495,7 +729,8 @@ int main(void)
         cmocka_unit_test(test_kill_during_writes),
         cmocka_unit_test(test_redis_data_loss),
         cmocka_unit_test(test_split_brain),
-        cmocka_unit_test(test_split_brain_replay_refused),
+        cmocka_unit_test(test_split_brain_keyed_lock_retried),
+        cmocka_unit_test(test_postgres_disk_full),
         cmocka_unit_test(test_postgres_down_and_back),
         cmocka_unit_test(test_password_never_shown),
     };

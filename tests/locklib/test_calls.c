@@ -148,6 +148,65 @@ static void test_call_many_stall_is_unavailable_and_retry_replays(void **state)
     }
 }
 
+/* supersede, for both acquire kinds: a keyed record answering exactly the superseded token is
+ * dropped, so the call mints afresh (a larger token, with the floor above the old one) and a
+ * plain retry of the key then replays the new answer; a record answering another token is
+ * replayed as usual; a superseding call that finds the lock held leaves the key unrecorded. */
+static void test_call_supersedes_a_refused_idempotency_record(void **state)
+{
+    lk_fixture *f = *state;
+    lk_call_kind kinds[2] = {LK_CALL_ACQUIRE, LK_CALL_ACQUIRE_FAIR};
+
+    for (int k = 0; k < 2; k++) {
+        char r[64], idem[160];
+        snprintf(r, sizeof r, "%s", res_name(k == 0 ? "supersede" : "supersede-fair"));
+        snprintf(idem, sizeof idem, "fg:{%s}:idem:key-supersede-0001", r);
+        lk_call c = make(kinds[k], r, "alice");
+        lk_call *p = &c;
+        c.idem_key = "key-supersede-0001";
+        c.wait_ms = 1000;
+        lk_call_many(f->c, &p, 1);
+        assert_call(c, LK_ACQUIRED);
+        int64_t refused = c.res.token;
+        lk_result ignored;
+        assert_lk(f->c, lk_release(f->c, r, "alice", NULL, &ignored), LK_RELEASED);
+
+        c.supersede = refused + 7; /* another token: the record is replayed */
+        lk_call_many(f->c, &p, 1);
+        assert_call(c, LK_ACQUIRED);
+        assert_int_equal(c.res.token, refused);
+        assert_int_equal(c.res.replayed, 1);
+
+        /* Held by another owner: the superseded record is dropped, nothing recorded. */
+        lk_result held;
+        assert_lk(f->c, lk_acquire(f->c, r, "bob", 10000, 0, NULL, &held), LK_ACQUIRED);
+        c.supersede = refused;
+        lk_call_many(f->c, &p, 1);
+        assert_call(c, LK_HELD);
+        assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS %s", idem), 0);
+        assert_lk(f->c, lk_release(f->c, r, "bob", NULL, &ignored), LK_RELEASED);
+        if (kinds[k] == LK_CALL_ACQUIRE_FAIR) {
+            assert_lk(f->c, lk_fair_cancel(f->c, r, "alice"), LK_OK);
+        }
+
+        c.floor = held.token + 100; /* the caller lifts the floor above the refused token */
+        lk_call_many(f->c, &p, 1);
+        assert_call(c, LK_ACQUIRED);
+        assert_int_equal(c.res.replayed, 0);
+        int64_t fresh = c.res.token;
+        assert_true(fresh > held.token + 100);
+
+        c.supersede = 0; /* a plain retry replays the new answer */
+        lk_call_many(f->c, &p, 1);
+        assert_call(c, LK_ACQUIRED);
+        assert_int_equal(c.res.token, fresh);
+        assert_int_equal(c.res.replayed, 1);
+        c.supersede = -1;
+        lk_call_many(f->c, &p, 1);
+        assert_call(c, LK_EINVAL);
+    }
+}
+
 /* Every call refused before sending (bad names, a bad lease, an unknown kind) is answered
  * EINVAL with a reason, and nothing reaches Redis. */
 static void test_call_many_refuses_bad_calls(void **state)
@@ -211,6 +270,7 @@ int main(void)
         cmocka_unit_test(test_call_many_survives_a_flushed_script_cache),
         cmocka_unit_test(test_call_many_stall_is_unavailable_and_retry_replays),
         cmocka_unit_test(test_call_many_refuses_bad_calls),
+        cmocka_unit_test(test_call_supersedes_a_refused_idempotency_record),
         cmocka_unit_test(test_call_many_with_replicas_rolls_each_back),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);

@@ -257,6 +257,12 @@ typedef struct lk_call {
                             * marks the lock so that its release publishes; a grant does so
                             * only when this is 1 (lua/prelude/wanted.lua) */
     int64_t token;         /* TOKEN_CHECK: the token in hand */
+    int64_t supersede;     /* ACQUIRE, ACQUIRE_FAIR with idem_key: 0, or a token this owner
+                            * must not be handed again (a token ledger refused it and its
+                            * hold was given back): an idempotency record of idem_key and
+                            * owner answering exactly this token is dropped instead of
+                            * replayed, so the call acts afresh (a new token, recorded in its
+                            * place when ACQUIRED). A record with another token is replayed. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */

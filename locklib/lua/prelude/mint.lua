@@ -66,10 +66,22 @@ end
 -- The first answer to an idempotent acquisition (idem.lua's idem_replay): nil, false, or
 -- {token, holds, lease_ms}. Records written before the lease was stored fall back to this
 -- call's lease.
-local function acquire_replay(k_idem, idem_ms, owner, lease_ms)
+--
+-- supersede (0 for none) is a token the caller must not hand out (a shared token ledger
+-- refused it, and the hold it came with was given back): a record of this owner that
+-- answers exactly that token is deleted and nil returned, so this call acts afresh and, if
+-- it acquires, records its own answer in its place; if it does not, the key is free, as
+-- after any answer that was not ACQUIRED. A record with another token is replayed as usual:
+-- a concurrent call of the same key already superseded it.
+local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede)
     local rec = idem_replay(k_idem, idem_ms, 'acquire', owner, 'token', 'holds', 'lease')
     if rec then
-        return {tonumber(rec[1]), tonumber(rec[2]), tonumber(rec[3]) or lease_ms}
+        local token = tonumber(rec[1])
+        if supersede > 0 and token == supersede then
+            redis.call('DEL', k_idem)
+            return nil
+        end
+        return {token, tonumber(rec[2]), tonumber(rec[3]) or lease_ms}
     end
     return rec
 end
