@@ -17,6 +17,14 @@
  * otherwise write thousands of lines a second. */
 #define GW_MHD_LOG_PER_S 10
 
+/* Lines are buffered and written by a flusher thread from gw__log_start() (0, or -1 when
+ * the thread could not start: lines are then written directly) until gw__log_stop(), which
+ * writes what is left. Before and after, each line is written at once. */
+int gw__log_start(void);
+void gw__log_stop(void);
+/* Lines dropped because the buffer was full (stderr not keeping up). */
+unsigned long long gw__log_dropped(void);
+
 /* One line per request on stderr: method, path, status, microseconds. Never owners,
  * headers or bodies. method is printable already; url is the raw request path (client
  * bytes, made printable here). */

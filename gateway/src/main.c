@@ -186,7 +186,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
          * lock whose answer is never sent expires with its lease. */
         gw__log_event(cfg, "warn", "%ld requests still running after %d ms; exiting anyway",
                       atomic_load(&server.inflight), GW_DRAIN_MS);
-        fflush(stderr);
+        gw__log_stop();
         _exit(0);
     }
     store_close(server.st);
@@ -239,5 +239,12 @@ int main(int argc, char **argv)
         printf("fencegate: configuration ok\n");
         return 0;
     }
-    return serve(&cfg, &stop_signals);
+    /* Lines are buffered from here (log.c); gw__log_stop() writes the rest, also after an
+     * error. Without the flusher thread lines are written one by one, as before. */
+    if (gw__log_start() != 0) {
+        fprintf(stderr, "fencegate: cannot start the log thread; logging unbuffered\n");
+    }
+    int rc = serve(&cfg, &stop_signals);
+    gw__log_stop();
+    return rc;
 }

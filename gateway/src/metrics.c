@@ -13,6 +13,7 @@
 
 #include <microhttpd.h>
 
+#include "log.h"
 #include "metrics.h"
 #include "util.h"
 
@@ -222,6 +223,10 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
            "deadline (a slow or trickling client).");
     put(&b, "fencegate_request_deadline_closed_total %llu\n",
         atomic_load(&m->deadline_closed));
+    header(&b, "fencegate_log_lines_dropped_total", "counter",
+           "Log lines dropped because stderr did not keep up and the log buffer was full "
+           "(a request never waits for its log line).");
+    put(&b, "fencegate_log_lines_dropped_total %llu\n", gw__log_dropped());
     static const char *const pipelines[2] = {"redis", "storage"};
     header(&b, "fencegate_pipeline_batches_total", "counter",
            "Batches sent by the pipelines: Redis script calls sent as one pipeline, "

@@ -714,7 +714,7 @@ static void test_password_never_shown(void **state)
     assert_null(strstr(r.body, s->pg.password));
     gwt_resp_free(&r);
     for (int i = 0; i < N_GW; i++) {
-        assert_true(gwt_log_contains(&s->gw[i], "store: postgresql://"));
+        assert_true(gwt_log_wait(&s->gw[i], "store: postgresql://"));
         assert_false(gwt_log_contains(&s->gw[i], s->pg.password));
     }
 }

@@ -268,6 +268,35 @@ static void assert_fresh_tokens_above(const gwt_proc *gw, long long max)
     }
 }
 
+/* The access log is buffered (gateway/src/log.c): a clean stop still writes every line. The
+ * requests end just before SIGTERM, so their lines are still in the buffer when it comes. */
+static void test_sigterm_loses_no_log_line(void **state)
+{
+    res_state *st = *state;
+    gwt_proc *gw = &st->gw;
+    enum { N = 300 };
+    char path[64];
+    gwt_resp r;
+
+    th_redis_start(&st->redis, 0, NULL);
+    gwt_start(gw, st->redis.url, NULL, NULL);
+    for (int i = 0; i < N; i++) {
+        snprintf(path, sizeof path, "/resources/log-line-%d", i);
+        gwt_get(gw, path, &r);
+        assert_int_equal(r.status, 404);
+        gwt_resp_free(&r);
+    }
+    assert_int_equal(gwt_signal_wait(gw, SIGTERM), 0);
+    for (int i = 0; i < N; i++) {
+        snprintf(path, sizeof path, "/resources/log-line-%d ", i);
+        if (!gwt_log_contains(gw, path)) {
+            fail_msg("the log lacks GET %s after SIGTERM", path);
+        }
+    }
+    assert_true(gwt_log_contains(gw, "stopped"));
+    gwt_cleanup(gw);
+}
+
 static void test_tokens_never_repeat_after_redis_loss(void **state)
 {
     res_state *st = *state;
@@ -411,6 +440,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_starts_without_redis_and_recovers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_ends_waiting_request_and_exits_zero, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigterm_loses_no_log_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens_never_repeat_after_redis_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_token_keys_expire_and_tokens_still_grow, setup,
                                         teardown),
