@@ -91,6 +91,20 @@ struct MHD_Response *__wrap_MHD_create_response_from_buffer(size_t size, void *b
 }
 
 static gw_server srv; /* zero: not shutting down, a zero owner secret */
+static gw_config cfg; /* the defaults, as fencegate without flags has them */
+
+/* srv with the default configuration (a handler reads limits such as --max-ttl from it). */
+static void server_init(void)
+{
+    char argv0[] = "fencegate";
+    char *argv[] = {argv0, NULL};
+    char err[512];
+
+    if (srv.cfg == NULL) {
+        fuzz_check(gw__config_parse(&cfg, 1, argv, err, sizeof err) == 0, "default configuration");
+        srv.cfg = &cfg;
+    }
+}
 
 /* The one answer of a refused request is a well-formed 400 invalid_request. */
 static void check_refused(void)
@@ -245,6 +259,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
     }
     memset(&req, 0, sizeof req);
+    server_init();
     req.srv = &srv;
     req.conn = FAKE_CONN;
     req.param = "";
