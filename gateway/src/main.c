@@ -40,9 +40,10 @@ static int probe_redis(const gw_config *cfg, const lk_options *opts, int quiet)
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
     if (c == NULL) {
         fprintf(stderr, "fencegate: --redis: cannot use '%s': %s%s\n", shown, lk_status_str(st),
-                strncmp(cfg->redis_url, "redlock://", 10) == 0
-                    ? " (redlock:// takes an odd number of host:port, 3 to 15)"
-                    : "");
+                strncmp(cfg->redis_url, "redlock://", 10) != 0 ? ""
+                : opts->min_replicas > 0
+                    ? " (--redis-min-replicas does not apply: Redlock's masters have no replicas)"
+                    : " (redlock:// takes an odd number of host:port, 3 to 15)");
         return -1;
     }
     if (!quiet && st == LK_OK) {

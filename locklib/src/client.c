@@ -237,6 +237,9 @@ lk_status lk__client_new(lk_client **out, const char *url, const lk_options *opt
         bad = parse_node_list_url(&node, &sentinels, url, cluster ? 16 : 10);
         /* Redlock needs an odd number of masters: 3, 5, ... up to LK_REDLOCK_NODES_MAX. */
         bad = bad || (redlock && !lk__rl_valid_n(sentinels.n));
+        /* Redlock's masters have no replicas to WAIT for (the majority is its redundancy):
+         * min_replicas would refuse every acquisition, so it is refused here, at open. */
+        bad = bad || (redlock && c->opts.min_replicas > 0);
     } else if (sentinel) {
         bad = parse_sentinel_url(&node, &sentinels, url);
     } else {

@@ -232,6 +232,12 @@ static void test_check_config(void **state)
                                              NULL},
                        NULL, "only white space");
     th_rmtree(dir);
+
+    /* Redlock's masters have no replicas to wait for. */
+    expect_usage_error((const char *const[]){"--check-config", "--redis",
+                                             "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3",
+                                             "--redis-min-replicas", "1", NULL},
+                       NULL, "--redis-min-replicas does not apply");
 }
 
 /* A malformed owner secret in the data directory stops the start with exit 1 and a message

@@ -219,6 +219,14 @@ static void test_fair_refused_and_bad_urls(void **state)
         assert_int_equal(lk_client_open(&bad, urls[i], NULL), LK_EINVAL);
         assert_null(bad);
     }
+    /* Masters without replicas: a WAIT for one would refuse every acquisition. */
+    lk_options opts;
+    lk_options_init(&opts);
+    opts.min_replicas = 1;
+    opts.replica_timeout_ms = 500;
+    assert_int_equal(lk_client_open(&bad, "redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3", &opts),
+                     LK_EINVAL);
+    assert_null(bad);
 }
 
 /* Grants resource once, takes the minority of nodes 0 .. n/2 - 1 down (wipe: restarted
