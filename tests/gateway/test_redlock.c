@@ -87,23 +87,12 @@ static long lock(const gwt_proc *gw, const char *resource, const char *owner, in
     return status;
 }
 
-static long unlock(const gwt_proc *gw, const char *resource, const char *owner)
-{
-    char body[256];
-    gwt_resp r;
-    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\"}", resource, owner);
-    gwt_post(gw, "/unlock", body, &r);
-    long status = r.status;
-    gwt_resp_free(&r);
-    return status;
-}
-
 /* Locks and unlocks resource; returns the token. */
 static long long grant(const rl_state *st, const char *resource)
 {
     long long token = 0;
     assert_int_equal(lock(&st->gw, resource, "G", 10000, &token), 200);
-    assert_int_equal(unlock(&st->gw, resource, "G"), 200);
+    assert_int_equal(gwt_unlock(&st->gw, resource, "G"), 200);
     return token;
 }
 
@@ -177,7 +166,7 @@ static void test_lock_write_and_observability(void **state)
     assert_true(b > a);
     assert_int_equal(gwt_put_fenced(&st->gw, "rl.doc", a, "late from A", NULL), 409);
     assert_int_equal(gwt_put_fenced(&st->gw, "rl.doc", b, "from B", NULL), 200);
-    assert_int_equal(unlock(&st->gw, "rl.doc", "B"), 200);
+    assert_int_equal(gwt_unlock(&st->gw, "rl.doc", "B"), 200);
 
     gwt_post(&st->gw, "/lock", "{\"resource\":\"rl.fair\",\"owner\":\"A\",\"fair\":true}", &r);
     gwt_assert_status(&r, 400, "fair_unavailable");
@@ -269,12 +258,12 @@ static void test_waiter_woken_once(void **state)
     assert_int_equal(lock(&st->gw, "rl.wait", "H", 60000, &held), 200);
     assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
     gwt_await_metric(&st->gw, "fencegate_waiters", 1);
-    assert_int_equal(unlock(&st->gw, "rl.wait", "H"), 200);
+    assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "H"), 200);
     pthread_join(th, NULL);
     assert_int_equal(w.status, 200);
     assert_true(w.token > held);
     assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"release\"}"), 1);
-    assert_int_equal(unlock(&st->gw, "rl.wait", "W"), 200);
+    assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "W"), 200);
 }
 
 #define TESTS(setup)                                                                       \
