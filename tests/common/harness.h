@@ -158,7 +158,7 @@ typedef struct th_sentinel {
 } th_sentinel;
 
 /* Starts the master, `replicas` replicas (replicaof the master) and `sentinels` sentinels
- * (quorum sentinels/2+1, down-after-milliseconds 1000, failover-timeout 5000), each in its
+ * (quorum sentinels/2+1, down-after-milliseconds 3000, failover-timeout 5000), each in its
  * own temp dir on a free port. Returns once every sentinel reports the master, every replica
  * (linked, master-link-status ok) and every other sentinel: only then can a failover pick a
  * replica. Exits loudly on failure (redis-sentinel missing, no agreement within 30 s). */

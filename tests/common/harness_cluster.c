@@ -32,7 +32,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-/* Failure detection after 1 s, like the sentinel set's down-after-milliseconds. */
+/* Failure detection after 1 s (the sentinel sets wait 3 s: harness_sentinel.c says why). */
 #define CLUSTER_NODE_TIMEOUT "1000"
 #define CLUSTER_START_TIMEOUT_MS 30000
 

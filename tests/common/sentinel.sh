@@ -3,7 +3,7 @@
 # shellcheck disable=SC2034
 # A Redis Sentinel set for the shell tests (fault scenarios), like the C harness's
 # th_sentinel_start: 1 master, R replicas, M sentinels (quorum M/2+1, down-after-milliseconds
-# 1000, failover-timeout 5000), each a child of the calling shell on a free loopback port in
+# 3000, failover-timeout 5000), each a child of the calling shell on a free loopback port in
 # its own directory, with the options of tests/common/topo.sh. Sourced, never run; call the
 # functions directly, not in $(...), except those that only print.
 #
@@ -131,7 +131,7 @@ fg_sentinel_start() {
         mkdir -p "$sdir"
         {
             echo "sentinel monitor $name 127.0.0.1 ${FG_SENTINEL_REDIS_PORTS[0]} $quorum"
-            echo "sentinel down-after-milliseconds $name 1000"
+            echo "sentinel down-after-milliseconds $name 3000"
             echo "sentinel failover-timeout $name 5000"
             echo "sentinel parallel-syncs $name 1"
             if [ -n "$password" ]; then
@@ -164,6 +164,7 @@ fg_sentinel_kill_master() {
     local port i
     if ! port=$(fg_sentinel_master_port); then
         fg_sentinel__fail "the sentinels agree on no master"
+        fg_sentinel__dump
         return 1
     fi
     for i in "${!FG_SENTINEL_REDIS_PORTS[@]}"; do
@@ -190,20 +191,46 @@ fg_sentinel_wait_failover() {
     fg_topo_wait "$2" "a sentinel failover away from master $1" fg_sentinel__failed_over "$1"
 }
 
+# fg_sentinel__dump: what each sentinel and data node says, and the ends of the sentinels'
+# logs, on stderr: why a wait for the set failed.
+fg_sentinel__dump() {
+    local i port
+    for i in "${!FG_SENTINEL_PORTS[@]}"; do
+        port=${FG_SENTINEL_PORTS[$i]}
+        [ -n "${FG_SENTINEL_PIDS[$i]}" ] || continue
+        echo "--- sentinel $port: master $(fg_sentinel__cli "$port" sentinel \
+            get-master-addr-by-name "$FG_SENTINEL_NAME" 2>/dev/null | tr -d '\r' | sed -n 2p)," \
+            "flags $(fg_sentinel__field "$port" flags)," \
+            "other sentinels $(fg_sentinel__field "$port" num-other-sentinels);" \
+            "replicas (port flags link master-port):"
+        fg_sentinel__replicas "$port"
+        tail -n 15 "$FG_SENTINEL_DIR/sentinel-$i"/*.log 2>/dev/null
+    done
+    for i in "${!FG_SENTINEL_REDIS_PORTS[@]}"; do
+        port=${FG_SENTINEL_REDIS_PORTS[$i]}
+        [ -n "${FG_SENTINEL_REDIS_PIDS[$i]}" ] || continue
+        echo "--- data node $port: $(fg_sentinel__cli "$port" info replication 2>/dev/null \
+            | tr -d '\r' | grep -E '^(role|master_port|master_link_status|connected_slaves)' \
+            | tr '\n' ' ')"
+    done
+} >&2
+
 fg_sentinel_wait_ready() {
     local master
     if ! master=$(fg_sentinel_master_port); then
         fg_sentinel__fail "the sentinels agree on no master"
+        fg_sentinel__dump
         return 1
     fi
     fg_topo_wait "$1" "the sentinels seeing every replica under master $master" \
-        fg_sentinel__ready "$master"
+        fg_sentinel__ready "$master" || { fg_sentinel__dump; return 1; }
 }
 
 fg_sentinel_restart_replica() {
     local port=$1 secs=$2 master i
     if ! master=$(fg_sentinel_master_port); then
         fg_sentinel__fail "the sentinels agree on no master"
+        fg_sentinel__dump
         return 1
     fi
     for i in "${!FG_SENTINEL_REDIS_PORTS[@]}"; do
@@ -215,7 +242,7 @@ fg_sentinel_restart_replica() {
         # A replica of the current master at once, so no client ever finds two masters.
         fg_sentinel__spawn_redis "$i" "$master" "$port" || return 1
         fg_topo_wait "$secs" "the sentinels listing $port as a replica again" \
-            fg_sentinel__ready "$master"
+            fg_sentinel__ready "$master" || { fg_sentinel__dump; return 1; }
         return
     done
     echo "FAIL: no node on port $port" >&2
