@@ -16,7 +16,7 @@
  *   - a waiter in lk_acquire_wait() is woken by the holder's release;
  *   - lk_sub subscribes on every master and reports each release once.
  *   - lk_acquire_wait() is woken by a release that only the other masters publish, the
- *     master its subscriber used first being paused (SIGSTOP);
+ *     master its subscriber used first being paused (SIGSTOP) or SIGKILLed;
  *   - lk_sub resubscribes a master whose subscriber connection was killed, by itself, and
  *     reports the resubscription and a release published only on that master.
  */
@@ -381,40 +381,50 @@ static void test_waiter_woken_by_release(void **state)
 }
 
 /* A waiter is woken by a release although master 0, the one a single subscriber connection
- * uses first, is paused (SIGSTOP: its connections stay open and say nothing) when the holder
- * releases: only the other masters publish. The holder's lease (60 s) outlasts the wait
+ * uses first, is down when the holder releases: only the other masters publish. sig says
+ * how: SIGSTOP pauses it (its connections stay open and say nothing), SIGKILL kills it (it
+ * is restarted with its data afterwards). The holder's lease (60 s) outlasts the wait
  * (20 s); the outcome tells whether the release woke it: if the waiter is not done 10 s after
  * the release, another holder takes the lock, so that a waiter that would only have looked
  * again at its deadline finds it held and ends HELD. Before lk_acquire_wait() subscribed
- * through lk_sub, it waited on master 0 alone and ended HELD here. */
-static void test_waiter_woken_master_paused(void **state)
+ * through lk_sub, it waited on master 0 alone and ended HELD with SIGSTOP; with SIGKILL the
+ * closed connection sent it to 100 ms naps and a new subscriber on another master, so that
+ * case passed before too and guards the new path (a master dropped while the others go on). */
+static void wait_with_master0_down(rl_fixture *f, const char *resource, int sig)
 {
-    rl_fixture *f = *state;
     lk_client *c = f->c;
     lk_result r;
-    waiter w = {.url = f->url, .resource = "rl-wait2", .wait_ms = 20000};
+    waiter w = {.url = f->url, .resource = resource, .wait_ms = 20000};
     pthread_t th;
 
     hold_and_wait(f, &w, &th);
-    /* Until the waiter listens on master 0 and on every other master (whichever way). */
+    /* Until the waiter listens on master 0 (and, whichever way, on the others). */
     int64_t deadline = th_now_ms() + 20000;
-    while (numsub(f, 0, "rl-wait2") < 1 && th_now_ms() < deadline) {
+    while (numsub(f, 0, resource) < 1 && th_now_ms() < deadline) {
         th_nap_ms(20);
     }
-    assert_true(numsub(f, 0, "rl-wait2") >= 1);
-    assert_int_equal(kill(f->set.nodes[0].pid, SIGSTOP), 0);
-    assert_lk(c, lk_release(c, "rl-wait2", "holder", NULL, &r), LK_RELEASED);
+    assert_true(numsub(f, 0, resource) >= 1);
+    if (sig == SIGKILL) {
+        th_redis_kill(&f->set.nodes[0]);
+    } else {
+        assert_int_equal(kill(f->set.nodes[0].pid, SIGSTOP), 0);
+    }
+    assert_lk(c, lk_release(c, resource, "holder", NULL, &r), LK_RELEASED);
     deadline = th_now_ms() + 10000;
     while (!w.done && th_now_ms() < deadline) {
         th_nap_ms(20);
     }
     if (!w.done) {
-        lk_acquire(c, "rl-wait2", "blocker", 60000, 0, NULL, &r);
+        lk_acquire(c, resource, "blocker", 60000, 0, NULL, &r);
     }
     pthread_join(th, NULL);
-    assert_int_equal(kill(f->set.nodes[0].pid, SIGCONT), 0);
+    if (sig == SIGKILL) {
+        th_redis_restart(&f->set.nodes[0]); /* AOF: with its data and its marker */
+    } else {
+        assert_int_equal(kill(f->set.nodes[0].pid, SIGCONT), 0);
+    }
     if (w.st != LK_ACQUIRED) {
-        lk_release(c, "rl-wait2", "blocker", NULL, &r);
+        lk_release(c, resource, "blocker", NULL, &r);
     }
     assert_int_equal(w.st, LK_ACQUIRED);
     /* Master 0 counts again for the handle before the next test counts on it. */
@@ -423,6 +433,16 @@ static void test_waiter_woken_master_paused(void **state)
         th_nap_ms(20);
     }
     assert_int_equal(counting(c), f->set.n);
+}
+
+static void test_waiter_woken_master_paused(void **state)
+{
+    wait_with_master0_down(*state, "rl-wait2", SIGSTOP);
+}
+
+static void test_waiter_woken_master_killed(void **state)
+{
+    wait_with_master0_down(*state, "rl-wait3", SIGKILL);
 }
 
 /* Counts the events of lk_sub per resource: [0] the watched one, [1 + k] mark k. */
@@ -574,6 +594,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_waiter_woken_by_release),                                \
             cmocka_unit_test(test_sub_every_master_once),                                  \
             cmocka_unit_test(test_waiter_woken_master_paused),                             \
+            cmocka_unit_test(test_waiter_woken_master_killed),                             \
             cmocka_unit_test(test_sub_resubscribes_dropped_master),                        \
             cmocka_unit_test(test_minority_down_then_majority_down),                       \
             cmocka_unit_test(test_data_loss_held_out),                                     \
