@@ -168,39 +168,38 @@ static int multi_wait(lk_sub *s, int64_t timeout_ms)
     }
 }
 
-/* Redlock: (re)connects s and subscribes it to resource, waiting for the first master's
- * confirmation up to timeout_ms. Returns 0 on success. */
-static int multi_subscribe(lk_sub *s, const char *resource, int64_t timeout_ms)
-{
-    if (lk_sub_reconnect(s) != LK_OK || lk_sub_add(s, resource) != LK_OK) {
-        return -1;
-    }
-    return multi_wait(s, timeout_ms) == 1 ? 0 : -1;
-}
-
 /* The subscriber of one call: the handle's connection, or an lk_sub on Redlock. */
 typedef struct waitsub {
     lk_client *c;
-    lk_sub *s; /* Redlock only */
+    int multi; /* Redlock */
+    lk_sub *s; /* Redlock: NULL until the first subscription, and after ENOMEM */
     const char *resource;
     const char *channel;
 } waitsub;
 
-/* Step 1 of the file head. Returns 1 when subscribed, 0 when not (fall back to naps). */
+/* Step 1 of the file head. Returns 1 when subscribed, 0 when not (fall back to naps).
+ * Redlock: each time a new lk_sub, so that a retry never inherits a half-done subscription
+ * whose confirmation was already consumed; it waits for the first master's confirmation up
+ * to the command timeout (or the deadline). */
 static int ws_subscribe(waitsub *w, int64_t deadline)
 {
-    if (w->s == NULL) {
+    if (!w->multi) {
         return sub_subscribe(w->c, w->channel) == 0;
+    }
+    lk_sub_close(w->s);
+    w->s = NULL;
+    if (lk__sub_open_client(&w->s, w->c) != LK_OK || lk_sub_add(w->s, w->resource) != LK_OK) {
+        return 0;
     }
     int64_t left = deadline - lk__now_ms();
     int64_t cap = w->c->opts.command_timeout_ms;
-    return multi_subscribe(w->s, w->resource, left < cap ? left : cap) == 0;
+    return multi_wait(w->s, left < cap ? left : cap) == 1;
 }
 
 /* Step 3 of the file head. Returns 1 or 0 as sub_wait(), -1 when the subscriber failed. */
 static int ws_wait(waitsub *w, int64_t timeout_ms)
 {
-    if (w->s == NULL) {
+    if (!w->multi) {
         int r = sub_wait(w->c, timeout_ms);
         if (r < 0) {
             sub_drop(w->c);
@@ -212,7 +211,7 @@ static int ws_wait(waitsub *w, int64_t timeout_ms)
 
 static void ws_end(waitsub *w, int subscribed)
 {
-    if (w->s != NULL) {
+    if (w->multi) {
         lk_sub_close(w->s); /* the connections go with it; the handle stays */
     } else if (subscribed) {
         sub_unsubscribe(w->c);
@@ -225,7 +224,7 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
 {
     char channel[LK__KEY_MAX];
     lk_status st;
-    waitsub w = {c, NULL, resource, channel};
+    waitsub w = {c, lk__redlock_is(&c->tp), NULL, resource, channel};
 
     if (wait_ms <= 0) {
         return lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
@@ -235,10 +234,6 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
         return lk__fail(c, LK_EINVAL, "invalid resource");
     }
     int64_t deadline = lk__now_ms() + wait_ms;
-    if (lk__redlock_is(&c->tp) && lk__sub_open_client(&w.s, c) == LK_ENOMEM) {
-        memset(res, 0, sizeof *res);
-        return lk__fail(c, LK_ENOMEM, "out of memory");
-    }
     int subscribed = ws_subscribe(&w, deadline);
     for (;;) {
         st = lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
