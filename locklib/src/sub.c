@@ -23,29 +23,59 @@
  * reports nothing twice); LK_SUB_SUBSCRIBED is reported at the first master's confirmation.
  * A master whose connection fails is dropped and the others go on; when none is left the
  * handle is disconnected, as with one connection.
+ *
+ * Redlock, a master that dropped (or could not be reached at (re)connect time) comes back
+ * on its own, while the others go on:
+ *   1. dropping it arms a timerfd that sits in the same epoll set, so lk_sub_fd() turns
+ *      readable when it is time to retry, with no help from the caller's loop;
+ *   2. lk_sub_dispatch() then connects to every dropped master (each connect is bounded by
+ *      the per-node connect timeout, a write by the per-node command timeout) and sends it
+ *      one SUBSCRIBE per resource subscribed; a master that still fails is retried after a
+ *      backoff that doubles from RETRY_MIN_MS up to RETRY_MAX_MS;
+ *   3. releases published while it was away were missed only if no other master published
+ *      them; since that cannot be known, the resubscription re-arms LK_SUB_SUBSCRIBED for
+ *      every resource, so the master's confirmation is reported again: the caller's "look
+ *      again" (waiters.c wakes one waiter) covers what may have been lost;
+ *   4. at master k's first confirmation after its resubscription, its count for the
+ *      resource is set to the number of releases reported, so that a release published only
+ *      there afterwards is reported, not taken for one it missed. (Not at the first
+ *      subscription: there a master that confirms late would report again a release the
+ *      others reported meanwhile.)
  */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "sub_internal.h"
+
+/* The backoff between attempts to resubscribe a dropped master (Redlock). */
+#define RETRY_MIN_MS 100
+#define RETRY_MAX_MS 2000
+/* The epoll tag of the retry timer: above every master's index. */
+#define TIMER_TAG ((uint32_t)LK_REDLOCK_NODES_MAX)
 
 /* Redlock: one subscribed resource, for reporting each release once. */
 typedef struct sub_seen {
     char resource[LK_RESOURCE_MAX + 1];
     uint32_t got[LK_REDLOCK_NODES_MAX]; /* messages from each master */
     uint32_t reported;                  /* releases reported */
+    uint32_t resync;                    /* bit k: master k was resubscribed (file head) */
     int subscribed;                     /* LK_SUB_SUBSCRIBED reported */
 } sub_seen;
 
 struct lk_sub {
     lk_client *c;          /* connection settings and the error text; never connected */
+    int borrowed;          /* c belongs to the caller (lk__sub_open_client) */
     redisContext *ctx;     /* NULL while disconnected (not Redlock) */
     /* Redlock only (multi 1): */
     int multi;
     int epfd;              /* -1 while disconnected */
+    int tfd;               /* the retry timer in epfd; -1 while disconnected */
+    int64_t retry_ms;      /* the next backoff; 0 while the timer is not armed */
     int nnodes;
     redisContext *node[LK_REDLOCK_NODES_MAX]; /* NULL: not subscribed on that master */
     sub_seen *seen;
@@ -73,6 +103,34 @@ static void sub_disconnect(lk_sub *s)
         close(s->epfd);
         s->epfd = -1;
     }
+    if (s->tfd >= 0) {
+        close(s->tfd);
+        s->tfd = -1;
+    }
+    s->retry_ms = 0;
+}
+
+/* Arms the retry timer to fire once after ms. */
+static void timer_arm(lk_sub *s, int64_t ms)
+{
+    struct itimerspec its;
+
+    memset(&its, 0, sizeof its);
+    its.it_value.tv_sec = (time_t)(ms / 1000);
+    its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+    if (s->tfd >= 0) {
+        timerfd_settime(s->tfd, 0, &its, NULL);
+    }
+}
+
+/* Redlock: drops master k and schedules its resubscription, unless one is pending. */
+static void node_lost(lk_sub *s, int k)
+{
+    node_drop(s, k);
+    if (s->retry_ms == 0) {
+        s->retry_ms = RETRY_MIN_MS;
+        timer_arm(s, RETRY_MIN_MS);
+    }
 }
 
 /* The number of masters still subscribed on (Redlock). */
@@ -85,24 +143,43 @@ static int nodes_up(const lk_sub *s)
     return up;
 }
 
-lk_status lk_sub_open(lk_sub **out, const char *url, const lk_options *opts)
+/* Allocates s around c (owned unless borrowed) and connects it. */
+static lk_status sub_new(lk_sub **out, lk_client *c, int borrowed)
 {
     lk_sub *s = calloc(1, sizeof *s);
 
     *out = NULL;
     if (s == NULL) {
+        if (!borrowed) {
+            lk_client_close(c);
+        }
         return LK_ENOMEM;
     }
-    lk_status st = lk__client_new(&s->c, url, opts);
-    if (st != LK_OK) {
-        free(s);
-        return st;
-    }
+    s->c = c;
+    s->borrowed = borrowed;
     s->epfd = -1;
+    s->tfd = -1;
     s->multi = lk__redlock_is(&s->c->tp);
     s->nnodes = s->multi ? lk__redlock_size(&s->c->tp) : 0;
     *out = s;
     return lk_sub_reconnect(s);
+}
+
+lk_status lk_sub_open(lk_sub **out, const char *url, const lk_options *opts)
+{
+    lk_client *c = NULL;
+
+    *out = NULL;
+    lk_status st = lk__client_new(&c, url, opts);
+    if (st != LK_OK) {
+        return st;
+    }
+    return sub_new(out, c, 0);
+}
+
+lk_status lk__sub_open_client(lk_sub **out, lk_client *c)
+{
+    return sub_new(out, c, 1);
 }
 
 void lk_sub_close(lk_sub *s)
@@ -111,7 +188,9 @@ void lk_sub_close(lk_sub *s)
         return;
     }
     sub_disconnect(s);
-    lk_client_close(s->c);
+    if (!s->borrowed) {
+        lk_client_close(s->c);
+    }
     free(s->seen);
     free(s);
 }
@@ -129,18 +208,33 @@ int lk_sub_fd(const lk_sub *s)
     return s->ctx != NULL ? s->ctx->fd : -1;
 }
 
-/* Redlock: connects to every master that counts, each watched by a new epfd. */
+/* Redlock: connects to master k and watches it in epfd. Returns 0, or -1 (not connected). */
+static int node_open(lk_sub *s, int k)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)k};
+
+    s->node[k] = lk__redlock_open_node(&s->c->tp, k);
+    if (s->node[k] != NULL && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->node[k]->fd, &ev) != 0) {
+        node_drop(s, k);
+    }
+    return s->node[k] != NULL ? 0 : -1;
+}
+
+/* Redlock: connects to every master that counts, each watched by a new epfd, with the retry
+ * timer for those that do not answer. */
 static lk_status reconnect_nodes(lk_sub *s)
 {
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = TIMER_TAG};
+
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (s->epfd < 0) {
-        return lk__fail(s->c, LK_EUNAVAILABLE, "epoll_create1 failed");
+    s->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (s->epfd < 0 || s->tfd < 0 || epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->tfd, &ev) != 0) {
+        sub_disconnect(s);
+        return lk__fail(s->c, LK_EUNAVAILABLE, "epoll or timerfd failed");
     }
     for (int k = 0; k < s->nnodes; k++) {
-        s->node[k] = lk__redlock_open_node(&s->c->tp, k);
-        struct epoll_event ev = {.events = EPOLLIN, .data.u32 = (uint32_t)k};
-        if (s->node[k] != NULL && epoll_ctl(s->epfd, EPOLL_CTL_ADD, s->node[k]->fd, &ev) != 0) {
-            node_drop(s, k);
+        if (node_open(s, k) != 0) {
+            node_lost(s, k);
         }
     }
     /* Every subscription is gone with the connections. */
@@ -253,7 +347,7 @@ static lk_status send_command(lk_sub *s, const char *cmd, const char *resource)
     }
     for (int k = 0; k < s->nnodes; k++) {
         if (s->node[k] != NULL && write_command(s, s->node[k], cmd, channel) != 0) {
-            node_drop(s, k);
+            node_lost(s, k);
         }
     }
     if (nodes_up(s) == 0) {
@@ -328,6 +422,11 @@ static void report_once(lk_sub *s, int k, const redisReply *r, lk_sub_fn fn, voi
         return; /* not an event, or a resource no longer subscribed */
     }
     if (event == LK_SUB_SUBSCRIBED) {
+        if (e->resync & (1u << k)) {
+            /* From here on master k hears what the others hear (file head, step 4). */
+            e->got[k] = e->reported;
+            e->resync &= ~(1u << k);
+        }
         if (!e->subscribed) {
             e->subscribed = 1;
             fn(resource, event, userdata);
@@ -370,17 +469,78 @@ fail:
     return -1;
 }
 
-/* Redlock: reads every master epfd reports readable. */
+/* Redlock: connects to master k again and subscribes it to every resource subscribed, in
+ * one write. Returns 0, or -1 when it is still unreachable (then it is dropped). */
+static int node_resubscribe(lk_sub *s, int k)
+{
+    char channel[LK__KEY_MAX];
+    int done = 0;
+    int rc = REDIS_OK;
+    lk__sigpipe guard;
+
+    if (node_open(s, k) != 0) {
+        return -1;
+    }
+    for (size_t i = 0; i < s->nseen && rc == REDIS_OK; i++) {
+        const char *argv[2] = {"SUBSCRIBE", channel};
+        lk_channel_name(s->seen[i].resource, channel, sizeof channel);
+        size_t lens[2] = {9, strlen(channel)};
+        rc = redisAppendCommandArgv(s->node[k], 2, argv, lens);
+    }
+    lk__sigpipe_block(&guard);
+    while (!done && rc == REDIS_OK) {
+        rc = redisBufferWrite(s->node[k], &done);
+    }
+    lk__sigpipe_restore(&guard);
+    if (rc != REDIS_OK) {
+        node_drop(s, k);
+        return -1;
+    }
+    return 0;
+}
+
+/* Redlock: the retry timer fired: resubscribes every dropped master (file head, steps 2-3)
+ * and re-arms the timer, with a longer backoff, for those still unreachable. */
+static void retry_nodes(lk_sub *s)
+{
+    uint64_t expirations = 0;
+    int missing = 0;
+
+    if (read(s->tfd, &expirations, sizeof expirations) < 0) {
+        return; /* not fired yet (EAGAIN) */
+    }
+    for (int k = 0; k < s->nnodes; k++) {
+        if (s->node[k] == NULL && node_resubscribe(s, k) == 0) {
+            for (size_t i = 0; i < s->nseen; i++) {
+                s->seen[i].subscribed = 0; /* the confirmation is reported again */
+                s->seen[i].resync |= 1u << k;
+            }
+        } else if (s->node[k] == NULL) {
+            missing++;
+        }
+    }
+    if (missing == 0) {
+        s->retry_ms = 0;
+        return;
+    }
+    s->retry_ms = s->retry_ms * 2 < RETRY_MAX_MS ? s->retry_ms * 2 : RETRY_MAX_MS;
+    timer_arm(s, s->retry_ms);
+}
+
+/* Redlock: reads every master epfd reports readable, and retries dropped ones when the
+ * timer fired. */
 static lk_status dispatch_nodes(lk_sub *s, lk_sub_fn fn, void *userdata)
 {
-    struct epoll_event evs[LK_REDLOCK_NODES_MAX];
-    int n = epoll_wait(s->epfd, evs, LK_REDLOCK_NODES_MAX, 0);
+    struct epoll_event evs[LK_REDLOCK_NODES_MAX + 1];
+    int n = epoll_wait(s->epfd, evs, LK_REDLOCK_NODES_MAX + 1, 0);
 
     for (int i = 0; i < n; i++) {
         int k = (int)evs[i].data.u32;
-        if (k < s->nnodes && s->node[k] != NULL &&
-            read_replies(s, s->node[k], k, fn, userdata) != 0) {
-            node_drop(s, k); /* the others go on */
+        if (evs[i].data.u32 == TIMER_TAG) {
+            retry_nodes(s);
+        } else if (k < s->nnodes && s->node[k] != NULL &&
+                   read_replies(s, s->node[k], k, fn, userdata) != 0) {
+            node_lost(s, k); /* the others go on */
         }
     }
     if (nodes_up(s) == 0) {

@@ -10,13 +10,23 @@
  * Because the subscription exists before each attempt, a release that happens between a
  * failed attempt and the wait still wakes us. If the subscriber connection fails, the wait
  * falls back to short naps bounded by the lease and the deadline: slower, never a hang.
+ *
+ * Redlock (redlock://): a release publishes on every master it ran on, so one subscriber
+ * connection would hear nothing while its master is down, paused or held out. The wait then
+ * subscribes through an lk_sub on every master that counts (sub.c), opened for the call on
+ * the handle's transport: step 1 sends SUBSCRIBE to each master and waits for the first
+ * confirmation (the others' were written before the attempt is sent), and step 3 wakes at
+ * the first release reported by any master, de-duplicated, or at a resubscription (a master
+ * that came back: a release may have been missed, so look again). Failed attempts are
+ * answered held, which marks the lock wanted on every master they reach
+ * (lua/prelude/wanted.lua), so each of those masters publishes the release.
  */
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
 #include <time.h>
 
-#include "client_internal.h"
+#include "sub_internal.h"
 
 static void sub_drop(lk_client *c)
 {
@@ -124,12 +134,97 @@ static void nap_ms(int64_t ms)
     }
 }
 
+static void on_event(const char *resource, int event, void *userdata)
+{
+    (void)resource;
+    (void)event;
+    *(int *)userdata = 1; /* a release, or a (re)subscription: either way, look again */
+}
+
+/* Redlock: waits up to timeout_ms for an event of s. Returns 1 when one came, 0 on timeout,
+ * -1 when s is disconnected. */
+static int multi_wait(lk_sub *s, int64_t timeout_ms)
+{
+    int64_t end = lk__now_ms() + timeout_ms;
+    int woken = 0;
+
+    for (;;) {
+        int64_t left = end - lk__now_ms();
+        if (left <= 0) {
+            return 0;
+        }
+        struct pollfd pfd = {lk_sub_fd(s), POLLIN, 0};
+        int n = poll(&pfd, 1, (int)left);
+        if (n < 0 && errno != EINTR) {
+            return -1;
+        }
+        /* Readable without an event: another master's copy, or the retry timer. */
+        if (n > 0 && lk_sub_dispatch(s, on_event, &woken) != LK_OK) {
+            return -1;
+        }
+        if (woken) {
+            return 1;
+        }
+    }
+}
+
+/* The subscriber of one call: the handle's connection, or an lk_sub on Redlock. */
+typedef struct waitsub {
+    lk_client *c;
+    int multi; /* Redlock */
+    lk_sub *s; /* Redlock: NULL until the first subscription, and after ENOMEM */
+    const char *resource;
+    const char *channel;
+} waitsub;
+
+/* Step 1 of the file head. Returns 1 when subscribed, 0 when not (fall back to naps).
+ * Redlock: each time a new lk_sub, so that a retry never inherits a half-done subscription
+ * whose confirmation was already consumed; it waits for the first master's confirmation up
+ * to the command timeout (or the deadline). */
+static int ws_subscribe(waitsub *w, int64_t deadline)
+{
+    if (!w->multi) {
+        return sub_subscribe(w->c, w->channel) == 0;
+    }
+    lk_sub_close(w->s);
+    w->s = NULL;
+    if (lk__sub_open_client(&w->s, w->c) != LK_OK || lk_sub_add(w->s, w->resource) != LK_OK) {
+        return 0;
+    }
+    int64_t left = deadline - lk__now_ms();
+    int64_t cap = w->c->opts.command_timeout_ms;
+    return multi_wait(w->s, left < cap ? left : cap) == 1;
+}
+
+/* Step 3 of the file head. Returns 1 or 0 as sub_wait(), -1 when the subscriber failed. */
+static int ws_wait(waitsub *w, int64_t timeout_ms)
+{
+    if (!w->multi) {
+        int r = sub_wait(w->c, timeout_ms);
+        if (r < 0) {
+            sub_drop(w->c);
+        }
+        return r;
+    }
+    return multi_wait(w->s, timeout_ms);
+}
+
+static void ws_end(waitsub *w, int subscribed)
+{
+    if (w->multi) {
+        lk_sub_close(w->s); /* the connections go with it; the handle stays */
+    } else if (subscribed) {
+        sub_unsubscribe(w->c);
+    }
+}
+
 lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
                           int64_t lease_ms, int64_t floor, const char *idem_key,
                           int64_t wait_ms, lk_result *res)
 {
     char channel[LK__KEY_MAX];
     lk_status st;
+    waitsub w = {c, lk__redlock_is(&c->tp), NULL, resource, channel};
 
     if (wait_ms <= 0) {
         return lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
@@ -139,7 +234,7 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
         return lk__fail(c, LK_EINVAL, "invalid resource");
     }
     int64_t deadline = lk__now_ms() + wait_ms;
-    int subscribed = sub_subscribe(c, channel) == 0;
+    int subscribed = ws_subscribe(&w, deadline);
     for (;;) {
         st = lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
         if (st != LK_HELD) {
@@ -153,17 +248,14 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
         if (res->ttl_ms > 0 && res->ttl_ms < wait) {
             wait = res->ttl_ms;
         }
-        if (subscribed && sub_wait(c, wait) < 0) {
-            sub_drop(c);
+        if (subscribed && ws_wait(&w, wait) < 0) {
             subscribed = 0;
         } else if (!subscribed) {
             /* Subscriber unavailable (Redis down or restarting): nap briefly, then retry. */
             nap_ms(wait < 100 ? wait : 100);
-            subscribed = sub_subscribe(c, channel) == 0;
+            subscribed = ws_subscribe(&w, deadline);
         }
     }
-    if (subscribed) {
-        sub_unsubscribe(c);
-    }
+    ws_end(&w, subscribed);
     return st;
 }

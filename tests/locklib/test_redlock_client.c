@@ -15,7 +15,12 @@
  *     once the hold-out (redlock_max_lease_ms, short here) has passed it counts again;
  *   - a waiter in lk_acquire_wait() is woken by the holder's release;
  *   - lk_sub subscribes on every master and reports each release once.
+ *   - lk_acquire_wait() is woken by a release that only the other masters publish, the
+ *     master its subscriber used first being paused (SIGSTOP) or SIGKILLed;
+ *   - lk_sub resubscribes a master whose subscriber connection was killed, by itself, and
+ *     reports the resubscription and a release published only on that master.
  */
+#include <signal.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -313,22 +318,45 @@ static void test_data_loss_held_out(void **state)
 
 typedef struct waiter {
     const char *url;
+    const char *resource;
+    int64_t wait_ms;
+    _Atomic int done;
     lk_status st;
     lk_result res;
 } waiter;
+
+static long long numsub(rl_fixture *f, int k, const char *resource)
+{
+    char script[160];
+    snprintf(script, sizeof script,
+             "return redis.call('PUBSUB','NUMSUB','fg:{%s}:released')[2]", resource);
+    return th_redis_cmd(&f->set.nodes[k], NULL, 0, "EVAL %s 0", script);
+}
 
 static void *wait_thread(void *arg)
 {
     waiter *w = arg;
     lk_client *c = open_redlock(w->url);
-    /* The holder's lease (60 s) outlasts the wait (30 s): only a release lets it in. */
-    w->st = lk_acquire_wait(c, "rl-wait", "waiter", LEASE_MS, 0, NULL, 30000, &w->res);
+    /* The holder's lease (60 s) outlasts the wait: only a release lets it in. */
+    w->st = lk_acquire_wait(c, w->resource, "waiter", LEASE_MS, 0, NULL, w->wait_ms, &w->res);
     if (w->st == LK_ACQUIRED) {
         lk_result r;
-        lk_release(c, "rl-wait", "waiter", NULL, &r);
+        lk_release(c, w->resource, "waiter", NULL, &r);
     }
     lk_client_close(c);
+    w->done = 1;
     return NULL;
+}
+
+/* The holder takes w's resource for 60 s and w's thread starts waiting for it. Returns the
+ * holder's token. */
+static int64_t hold_and_wait(rl_fixture *f, waiter *w, pthread_t *th)
+{
+    lk_result r;
+
+    assert_lk(f->c, lk_acquire(f->c, w->resource, "holder", 60000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(pthread_create(th, NULL, wait_thread, w), 0);
+    return r.token;
 }
 
 static void test_waiter_woken_by_release(void **state)
@@ -336,21 +364,17 @@ static void test_waiter_woken_by_release(void **state)
     rl_fixture *f = *state;
     lk_client *c = f->c;
     lk_result r;
-    waiter w = {.url = f->url};
+    waiter w = {.url = f->url, .resource = "rl-wait", .wait_ms = 30000};
     pthread_t th;
 
-    assert_lk(c, lk_acquire(c, "rl-wait", "holder", 60000, 0, NULL, &r), LK_ACQUIRED);
-    int64_t token = r.token;
-    assert_int_equal(pthread_create(&th, NULL, wait_thread, &w), 0);
+    int64_t token = hold_and_wait(f, &w, &th);
     /* Release once the waiter found the lock held: its subscriber is then on some node. */
     int64_t deadline = th_now_ms() + 20000;
     long long subs = 0;
     while (subs < 1 && th_now_ms() < deadline) {
         subs = 0;
         for (int i = 0; i < f->set.n; i++) {
-            long long k = th_redis_cmd(&f->set.nodes[i], NULL, 0, "EVAL %s 0",
-                                       "return redis.call('PUBSUB','NUMSUB',"
-                                       "'fg:{rl-wait}:released')[2]");
+            long long k = numsub(f, i, "rl-wait");
             subs += k > 0 ? k : 0;
         }
         if (subs < 1) {
@@ -362,6 +386,71 @@ static void test_waiter_woken_by_release(void **state)
     pthread_join(th, NULL);
     assert_int_equal(w.st, LK_ACQUIRED);
     assert_true(w.res.token > token);
+}
+
+/* A waiter is woken by a release although master 0, the one a single subscriber connection
+ * uses first, is down when the holder releases: only the other masters publish. sig says
+ * how: SIGSTOP pauses it (its connections stay open and say nothing), SIGKILL kills it (it
+ * is restarted with its data afterwards). The holder's lease (60 s) outlasts the wait
+ * (20 s); the outcome tells whether the release woke it: if the waiter is not done 10 s after
+ * the release, another holder takes the lock, so that a waiter that would only have looked
+ * again at its deadline finds it held and ends HELD. Before lk_acquire_wait() subscribed
+ * through lk_sub, it waited on master 0 alone and ended HELD with SIGSTOP; with SIGKILL the
+ * closed connection sent it to 100 ms naps and a new subscriber on another master, so that
+ * case passed before too and guards the new path (a master dropped while the others go on). */
+static void wait_with_master0_down(rl_fixture *f, const char *resource, int sig)
+{
+    lk_client *c = f->c;
+    lk_result r;
+    waiter w = {.url = f->url, .resource = resource, .wait_ms = 20000};
+    pthread_t th;
+
+    hold_and_wait(f, &w, &th);
+    /* Until the waiter listens on master 0 (and, whichever way, on the others). */
+    int64_t deadline = th_now_ms() + 20000;
+    while (numsub(f, 0, resource) < 1 && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_true(numsub(f, 0, resource) >= 1);
+    if (sig == SIGKILL) {
+        th_redis_kill(&f->set.nodes[0]);
+    } else {
+        assert_int_equal(kill(f->set.nodes[0].pid, SIGSTOP), 0);
+    }
+    assert_lk(c, lk_release(c, resource, "holder", NULL, &r), LK_RELEASED);
+    deadline = th_now_ms() + 10000;
+    while (!w.done && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    if (!w.done) {
+        lk_acquire(c, resource, "blocker", 60000, 0, NULL, &r);
+    }
+    pthread_join(th, NULL);
+    if (sig == SIGKILL) {
+        th_redis_restart(&f->set.nodes[0]); /* AOF: with its data and its marker */
+    } else {
+        assert_int_equal(kill(f->set.nodes[0].pid, SIGCONT), 0);
+    }
+    if (w.st != LK_ACQUIRED) {
+        lk_release(c, resource, "blocker", NULL, &r);
+    }
+    assert_int_equal(w.st, LK_ACQUIRED);
+    /* Master 0 counts again for the handle before the next test counts on it. */
+    deadline = th_now_ms() + 20000;
+    while ((lk_ping(c) != LK_OK || counting(c) < f->set.n) && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_int_equal(counting(c), f->set.n);
+}
+
+static void test_waiter_woken_master_paused(void **state)
+{
+    wait_with_master0_down(*state, "rl-wait2", SIGSTOP);
+}
+
+static void test_waiter_woken_master_killed(void **state)
+{
+    wait_with_master0_down(*state, "rl-wait3", SIGKILL);
 }
 
 /* Counts the events of lk_sub per resource: [0] the watched one, [1 + k] mark k. */
@@ -442,10 +531,7 @@ static void test_sub_every_master_once(void **state)
     dispatch_until(s, &n, all_subscribed, f->set.n);
     assert_int_equal(n.subscribed[0], 1); /* once, not once per master */
     for (int k = 0; k < f->set.n; k++) {
-        long long subs = th_redis_cmd(&f->set.nodes[k], NULL, 0, "EVAL %s 0",
-                                      "return redis.call('PUBSUB','NUMSUB',"
-                                      "'fg:{rl-sub}:released')[2]");
-        assert_int_equal(subs, 1); /* subscribed on every master */
+        assert_int_equal(numsub(f, k, "rl-sub"), 1); /* subscribed on every master */
     }
     for (int round = 1; round <= 2; round++) {
         assert_lk(f->c, lk_acquire(f->c, "rl-sub", "alice", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
@@ -463,12 +549,61 @@ static void test_sub_every_master_once(void **state)
     lk_sub_close(s);
 }
 
+static int subscribed_again(const sub_count *n, int want)
+{
+    return n->subscribed[0] >= want;
+}
+
+/* lk_sub on Redlock: master 0's subscriber connection is killed (CLIENT KILL TYPE pubsub)
+ * while the others stay. The handle resubscribes it by itself, reports LK_SUB_SUBSCRIBED
+ * again (the caller's cue that a release may have been missed), and a release published on
+ * master 0 alone is then reported. Before the retry timer, master 0 stayed unsubscribed
+ * until every master had dropped. */
+static void test_sub_resubscribes_dropped_master(void **state)
+{
+    rl_fixture *f = *state;
+    lk_sub *s = NULL;
+    sub_count n;
+
+    memset(&n, 0, sizeof n);
+    assert_int_equal(lk_sub_open(&s, f->url, NULL), LK_OK);
+    assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
+    dispatch_until(s, &n, subscribed_again, 1);
+    int64_t deadline = th_now_ms() + 20000;
+    for (int k = 0; k < f->set.n; k++) {
+        while (numsub(f, k, "rl-sub") < 1 && th_now_ms() < deadline) {
+            th_nap_ms(20);
+        }
+        assert_int_equal(numsub(f, k, "rl-sub"), 1);
+    }
+    assert_true(th_redis_cmd(&f->set.nodes[0], NULL, 0, "CLIENT KILL TYPE pubsub") >= 1);
+    deadline = th_now_ms() + 20000;
+    while ((numsub(f, 0, "rl-sub") < 1 || n.subscribed[0] < 2) && th_now_ms() < deadline) {
+        struct pollfd p = {.fd = lk_sub_fd(s), .events = POLLIN};
+        if (poll(&p, 1, 100) > 0) {
+            assert_int_equal(lk_sub_dispatch(s, on_event, &n), LK_OK);
+        }
+    }
+    assert_int_equal(numsub(f, 0, "rl-sub"), 1);
+    assert_int_equal(n.subscribed[0], 2); /* reported again once, for master 0 */
+    for (int k = 1; k < f->set.n; k++) {
+        assert_int_equal(numsub(f, k, "rl-sub"), 1);
+    }
+    th_redis_cmd(&f->set.nodes[0], NULL, 0, "PUBLISH fg:{rl-sub}:released released");
+    dispatch_until(s, &n, released_at_least, 1);
+    assert_int_equal(n.released[0], 1);
+    lk_sub_close(s);
+}
+
 #define GROUP(n)                                                                           \
     {                                                                                      \
         cmocka_unit_test(test_lock_cycle), cmocka_unit_test(test_batch),                   \
             cmocka_unit_test(test_fair_refused_and_bad_urls),                              \
             cmocka_unit_test(test_waiter_woken_by_release),                                \
             cmocka_unit_test(test_sub_every_master_once),                                  \
+            cmocka_unit_test(test_waiter_woken_master_paused),                             \
+            cmocka_unit_test(test_waiter_woken_master_killed),                             \
+            cmocka_unit_test(test_sub_resubscribes_dropped_master),                        \
             cmocka_unit_test(test_minority_down_then_majority_down),                       \
             cmocka_unit_test(test_data_loss_held_out),                                     \
     }

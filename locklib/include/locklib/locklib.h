@@ -192,7 +192,9 @@ LK_EXTERN lk_status lk_acquire(lk_client *c, const char *resource, const char *o
 /* Like lk_acquire(), but while another owner holds the lock it waits up to wait_ms for the
  * release message on the resource's channel, or for the holder's lease to run out, and tries
  * again. It subscribes before each attempt, so a release between attempt and wait is never
- * missed. Returns HELD (with the holder's remaining lease) when wait_ms passes. */
+ * missed. On Redlock it subscribes on every master that counts (through an lk_sub opened
+ * for the call), so a release published by any of them wakes it. Returns HELD (with the
+ * holder's remaining lease) when wait_ms passes. */
 LK_EXTERN lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
                                     int64_t lease_ms, int64_t floor, const char *idem_key,
                                     int64_t wait_ms, lk_result *res);
@@ -403,7 +405,11 @@ LK_EXTERN lk_status lk_sub_remove(lk_sub *s, const char *resource);
 /* Reads what has arrived (one read(), so call it only when lk_sub_fd() is readable) and
  * calls fn for each event, on this thread. Returns OK, or EUNAVAILABLE when the connection
  * was closed or failed: the handle is then disconnected and nothing more is reported until
- * lk_sub_reconnect() and new subscriptions. */
+ * lk_sub_reconnect() and new subscriptions.
+ * Redlock: one connection per master behind lk_sub_fd(). A master whose connection fails is
+ * retried by the handle itself (backoff 100 ms doubling to 2 s, driven by a timer behind the
+ * same descriptor, so it may be readable with no event), and once resubscribed each resource
+ * is reported LK_SUB_SUBSCRIBED again; EUNAVAILABLE only when every master dropped. */
 LK_EXTERN lk_status lk_sub_dispatch(lk_sub *s, lk_sub_fn fn, void *userdata);
 
 #ifdef __cplusplus
