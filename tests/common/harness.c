@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -641,10 +642,40 @@ void th_pg_restart(th_pg *pg)
     }
 }
 
+void th_pg_signal(th_pg *pg, int sig)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e = NULL;
+    while (d != NULL && (e = readdir(d)) != NULL) {
+        char path[300];
+        int pid = 0, ppid = 0;
+        char comm[256];
+        char st = 0;
+        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+        FILE *fp = fopen(path, "r");
+        if (fp == NULL) {
+            continue;
+        }
+        if (fscanf(fp, "%d %255s %c %d", &pid, comm, &st, &ppid) == 4 && ppid == pg->pid) {
+            kill(pid, sig);
+        }
+        fclose(fp);
+    }
+    if (d != NULL) {
+        closedir(d);
+    }
+    /* Last: once the postmaster is gone, its children are no longer its children. */
+    if (pg->pid > 0) {
+        kill(pg->pid, sig);
+    }
+}
+
 void th_pg_kill(th_pg *pg)
 {
     if (pg->pid > 0) {
-        kill(pg->pid, SIGKILL);
+        /* Backends too: a postmaster killed alone leaves its backends serving their
+         * connections until they notice, and a write can still commit through one. */
+        th_pg_signal(pg, SIGKILL);
         waitpid(pg->pid, NULL, 0);
         pg->pid = 0;
     }

@@ -99,8 +99,13 @@ void th_pg_start(th_pg *pg);
 /* Starts it again on the same port and data (after th_pg_kill or th_pg_crash). */
 void th_pg_restart(th_pg *pg);
 
-/* SIGKILL the postmaster and reap it: a crash. Its backends exit by themselves. */
+/* SIGKILL the postmaster and every process it started, and reap it: a crash of the whole
+ * server, so no backend serves its connection a moment longer. */
 void th_pg_kill(th_pg *pg);
+
+/* Sends sig to the postmaster and every process it started (SIGSTOP/SIGCONT: a frozen
+ * server whose sockets stay open). */
+void th_pg_signal(th_pg *pg, int sig);
 
 /* SIGQUIT the postmaster (pg_ctl stop -m immediate) and reap it. */
 void th_pg_stop_immediate(th_pg *pg);

@@ -10,7 +10,7 @@
 #   fg_pg_restart     starts it again on the same port and data (after fg_pg_kill/stop);
 #                     fails at once (returns 1) while a killed server's backends still hold
 #                     its shared memory: call it in a loop with a deadline.
-#   fg_pg_kill        SIGKILL the postmaster (a crash; its backends exit on their own).
+#   fg_pg_kill        SIGKILL the postmaster and its backends (a crash of the whole server).
 #   fg_pg_stop        stops it by PID (SIGTERM: smart shutdown, then SIGQUIT, SIGKILL).
 #   fg_pg_psql SQL    runs SQL as the superuser over the socket.
 #
@@ -105,7 +105,14 @@ fg_pg_restart() {
 }
 
 fg_pg_kill() {
+    local stat pid ppid
     [ -n "$FG_PG_PID" ] || return 0
+    # Backends too, before the postmaster (then they are still its children): a postmaster
+    # killed alone leaves its backends serving their connections until they notice.
+    for stat in /proc/[0-9]*/stat; do
+        read -r pid _ _ ppid _ 2>/dev/null <"$stat" || continue
+        [ "$ppid" = "$FG_PG_PID" ] && kill -KILL "$pid" 2>/dev/null
+    done
     kill -KILL "$FG_PG_PID" 2>/dev/null || true
     while kill -0 "$FG_PG_PID" 2>/dev/null; do sleep 0.05; done
     FG_PG_PID=

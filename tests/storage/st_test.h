@@ -74,17 +74,20 @@ static inline void st_close_tiny(st_fixture *f)
     th_rmtree(f->dir);
 }
 
-/* PostgreSQL: makes a fresh database for one test and points f->url at it. */
-static inline void st_new_db(st_fixture *f)
+/* PostgreSQL: makes a fresh database for one test and points f->url at it; -1 (with a
+ * message) when the server refuses. */
+static inline int st_new_db(st_fixture *f)
 {
     static int seq;
     char sql[128];
     snprintf(f->db, sizeof f->db, "fg_%d_%d", (int)getpid(), ++seq);
     snprintf(sql, sizeof sql, "CREATE DATABASE %s", f->db);
     if (th_pg_exec(st_pg, sql) != 0) {
-        fail_msg("cannot create database %s", f->db);
+        print_error("cannot create database %s\n", f->db);
+        return -1;
     }
     th_pg_url(st_pg, f->db, f->url, sizeof f->url);
+    return 0;
 }
 
 static inline void st_drop_db(st_fixture *f)
@@ -105,7 +108,11 @@ static inline int st_setup(void **state)
     f->opts.dir = f->dir;
     f->opts.ledger_step = 1000;
     if (st_is_pg()) {
-        st_new_db(f);
+        if (st_new_db(f) != 0) {
+            th_rmtree(f->dir);
+            free(f); /* cmocka runs no teardown after a failed setup */
+            return -1;
+        }
         f->opts.url = f->url;
     }
     st_open(f);

@@ -2,7 +2,6 @@
  * many threads, two stores (two gateways) on one database, concurrent schema migration, the
  * password kept out of every text, and a database that crashes and comes back while the
  * store stays open. A real PostgreSQL started by the group setup. */
-#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -237,7 +236,7 @@ static void test_concurrent_migration(void **state)
     open_arg args[6];
 
     memset(&g, 0, sizeof g);
-    st_new_db(&g);
+    assert_int_equal(st_new_db(&g), 0);
     for (int i = 0; i < 6; i++) {
         args[i].url = g.url;
         pthread_create(&t[i], NULL, open_worker, &args[i]);
@@ -371,32 +370,6 @@ static store_status write_until_back(store *s, const char *name, uint64_t token)
     return st;
 }
 
-/* Sends sig to the postmaster and every process it started: the whole server. */
-static void signal_server(pid_t postmaster, int sig)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e = NULL;
-    assert_non_null(d);
-    while ((e = readdir(d)) != NULL) {
-        char path[300];
-        int pid = 0, ppid = 0;
-        char comm[256];
-        char st = 0;
-        snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
-        FILE *fp = fopen(path, "r");
-        if (fp == NULL) {
-            continue;
-        }
-        if (fscanf(fp, "%d %255s %c %d", &pid, comm, &st, &ppid) == 4 && ppid == postmaster) {
-            kill(pid, sig);
-        }
-        fclose(fp);
-    }
-    closedir(d);
-    /* Last: once the postmaster is gone, its children are no longer its children. */
-    kill(postmaster, sig);
-}
-
 /* A frozen server (every process stopped, its sockets still open: nothing ever answers and
  * TCP does not notice) makes calls answer EIO within about timeout_ms, not hang. */
 static void test_frozen_database_is_bounded(void **state)
@@ -413,14 +386,14 @@ static void test_frozen_database_is_bounded(void **state)
     o.timeout_ms = 1000;
     assert_st(store_open(&s, &o, err, sizeof err), STORE_OK);
     assert_st(store_write(s, "frozen", 1, "x", 1, NULL, 1, &res), STORE_ACCEPTED);
-    signal_server(st_pg->pid, SIGSTOP);
+    th_pg_signal(st_pg, SIGSTOP);
     int64_t start = th_now_ms();
     store_status w = store_write(s, "frozen", 2, "y", 1, NULL, 2, &res);
     int64_t t_write = th_now_ms() - start;
     start = th_now_ms();
     store_status g = store_grant(s, "frozen", 2, &hi);
     int64_t t_grant = th_now_ms() - start;
-    signal_server(st_pg->pid, SIGCONT);
+    th_pg_signal(st_pg, SIGCONT);
     print_message("frozen: write %s in %lld ms, grant %s in %lld ms\n", store_status_name(w),
                   (long long)t_write, store_status_name(g), (long long)t_grant);
     assert_st(w, STORE_EIO);
@@ -532,7 +505,6 @@ static void test_kill9_loses_no_acknowledged_write(void **state)
     /* The whole server at once, backends too: what a backend had not yet written to the
      * WAL is gone. (The kernel's page cache survives any process crash; a power loss is
      * beyond a test, and synchronous_commit is what covers it.) */
-    signal_server(st_pg->pid, SIGKILL);
     th_pg_kill(st_pg);
     atomic_store(&stop, 1);
     for (int i = 0; i < CRASH_WRITERS; i++) {
