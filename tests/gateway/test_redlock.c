@@ -11,7 +11,8 @@
  *   - a minority restarted without its data: /readyz and /metrics show it held out, with
  *     the time it rejoins; locks keep working with larger tokens;
  *   - a parked waiter (wait_ms) is woken by the release, once, though every master
- *     publishes it.
+ *     publishes it; and, when every master's subscriber connection dropped and the release
+ *     reached nobody, by the resubscriptions.
  * No test asserts timing; every wait is a loop on a condition with a deadline.
  */
 #include <pthread.h>
@@ -246,23 +247,87 @@ static void *wait_main(void *arg)
     return NULL;
 }
 
+/* H locks rl.wait with a lease (60 s) that outlasts W's wait (20 s), and W's /lock is
+ * parked in the gateway. Returns H's token. */
+static long long park_waiter(const rl_state *st, waiter *w, pthread_t *th)
+{
+    long long held = 0;
+    assert_int_equal(lock(&st->gw, "rl.wait", "H", 60000, &held), 200);
+    assert_int_equal(pthread_create(th, NULL, wait_main, w), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 1);
+    return held;
+}
+
 /* A parked waiter is woken by the release, once, though every master publishes it. */
 static void test_waiter_woken_once(void **state)
 {
     rl_state *st = *state;
-    long long held = 0;
     waiter w = {&st->gw, 0, 0};
     pthread_t th;
+    long long held = park_waiter(st, &w, &th);
 
-    /* The holder's lease (60 s) outlasts the wait (20 s): only the release lets W in. */
-    assert_int_equal(lock(&st->gw, "rl.wait", "H", 60000, &held), 200);
-    assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
-    gwt_await_metric(&st->gw, "fencegate_waiters", 1);
     assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "H"), 200);
     pthread_join(th, NULL);
     assert_int_equal(w.status, 200);
     assert_true(w.token > held);
     assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"release\"}"), 1);
+    assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "W"), 200);
+}
+
+static long long numsub(const rl_state *st, int k, const char *resource)
+{
+    char script[160];
+    snprintf(script, sizeof script,
+             "return redis.call('PUBSUB','NUMSUB','fg:{%s}:released')[2]", resource);
+    return th_redis_cmd(&st->set.nodes[k], NULL, 0, "EVAL %s 0", script);
+}
+
+/* Waits (with a deadline) until every master has want subscribers of resource's channel. */
+static void numsub_until(const rl_state *st, const char *resource, long long want)
+{
+    int64_t deadline = th_now_ms() + 20000;
+    for (int k = 0; k < st->set.n; k++) {
+        while (numsub(st, k, resource) != want) {
+            if (th_now_ms() > deadline) {
+                fail_msg("master %d: subscribers of %s never became %lld", k, resource, want);
+            }
+            th_nap_ms(20);
+        }
+    }
+}
+
+/* Every master's subscriber connection is killed, and resubscribing is refused (an ACL
+ * takes SUBSCRIBE away) while the holder releases: the release's message reaches nobody.
+ * Once SUBSCRIBE is allowed again, each master is resubscribed by itself, and the gateway
+ * takes the repeated confirmation for a release it may have missed: the parked waiter
+ * looks again and is granted, long before its own deadline (20 s) or the holder's lease
+ * (60 s). Without that it waits out its 20 s (checked: a deadline wake, then granted by
+ * its last look). */
+static void test_waiter_woken_after_missed_release(void **state)
+{
+    rl_state *st = *state;
+    waiter w = {&st->gw, 0, 0};
+    pthread_t th;
+    long long held = park_waiter(st, &w, &th);
+
+    numsub_until(st, "rl.wait", 1);
+    for (int k = 0; k < st->set.n; k++) {
+        assert_int_equal(th_redis_cmd(&st->set.nodes[k], NULL, 0,
+                                      "ACL SETUSER default -subscribe"), 0);
+        assert_true(th_redis_cmd(&st->set.nodes[k], NULL, 0, "CLIENT KILL TYPE pubsub") >= 1);
+    }
+    numsub_until(st, "rl.wait", 0);
+    assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "H"), 200); /* published to nobody */
+    for (int k = 0; k < st->set.n; k++) {
+        assert_int_equal(th_redis_cmd(&st->set.nodes[k], NULL, 0,
+                                      "ACL SETUSER default +subscribe"), 0);
+    }
+    pthread_join(th, NULL);
+    assert_int_equal(w.status, 200);
+    assert_true(w.token > held);
+    /* Woken as by a release, not granted by the last look at its own deadline. */
+    assert_true(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"release\"}") >= 1);
+    assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
     assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "W"), 200);
 }
 
@@ -273,6 +338,8 @@ static void test_waiter_woken_once(void **state)
                                             teardown),                                     \
             cmocka_unit_test_setup_teardown(test_minority_loses_data, setup, teardown),    \
             cmocka_unit_test_setup_teardown(test_waiter_woken_once, setup, teardown),      \
+            cmocka_unit_test_setup_teardown(test_waiter_woken_after_missed_release, setup, \
+                                            teardown),                                     \
     }
 
 int main(void)
