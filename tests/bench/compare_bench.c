@@ -459,6 +459,27 @@ static void print_targets(const bench *b, const pass_stats *ps)
                "gateway CPU seconds per 1,000 pairs at 64 conns", (ps->user_s + ps->sys_s) / k,
                ps->user_s / k, ps->sys_s / k);
     }
+
+    /* Issue 17's targets (the second round), from the same rows. */
+    int always = strcmp(aof, "always") == 0;
+    printf("\nissue 17 targets, appendfsync %s:\n", aof);
+    x = ps->cpu_ok && ps->cpu_pairs > 0 ? (ps->user_s + ps->sys_s) * 1e6 / (double)ps->cpu_pairs
+                                        : 0;
+    snprintf(shown, sizeof shown, "%.1f us (need <= 20 us)", x);
+    target("1. gateway CPU per pair at 64 conns, uncontended", ps->cpu_ok && ps->cpu_pairs > 0,
+           shown, x <= 20);
+    x = gw && raw && raw->r.rate > 0 ? gw->r.rate / raw->r.rate : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need >= %.2fx)", x, always ? 0.85 : 0.75);
+    target("2. uncontended pairs at 64 conns vs raw Redis scripts", gw && raw, shown,
+           x >= (always ? 0.85 : 0.75));
+    x = gwc && raw1 ? gwc->r.rate / (2 * raw1->r.rate) : 0;
+    snprintf(shown, sizeof shown, "%.0f%% (need >= 70%%)", 100 * x);
+    target("3. contended pairs at 64 clients vs the contended ceiling", gwc && raw1, shown,
+           x >= 0.7);
+    x = gw && raw && raw->r.op_p99_ms > 0 ? gw->r.op_p99_ms / raw->r.op_p99_ms : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need <= 1.5x)", x);
+    target("4. /lock p99 at 64 conns vs raw acquire script p99 (one run)", gw && raw, shown,
+           x <= 1.5);
 }
 
 static void print_report(const bench *b)
