@@ -54,17 +54,11 @@ static void send_all(int fd, const char *buf, size_t len)
     }
 }
 
-long ab_raw(int port, const void *req, size_t len, int timeout_ms, char *body, size_t bodylen)
+long ab_read_answer(int fd, int timeout_ms, char *body, size_t bodylen)
 {
     char buf[8192];
     size_t used = 0;
     long status = 0;
-    int fd = ab_connect(port);
-
-    if (fd < 0) {
-        return 0;
-    }
-    send_all(fd, req, len);
     int64_t deadline = th_now_ms() + timeout_ms;
     for (;;) {
         int64_t left = deadline - th_now_ms();
@@ -91,6 +85,17 @@ long ab_raw(int port, const void *req, size_t len, int timeout_ms, char *body, s
         snprintf(body, bodylen, "%s", start != NULL ? start + 4 : buf);
     }
     return status;
+}
+
+long ab_raw(int port, const void *req, size_t len, int timeout_ms, char *body, size_t bodylen)
+{
+    int fd = ab_connect(port);
+
+    if (fd < 0) {
+        return 0;
+    }
+    send_all(fd, req, len);
+    return ab_read_answer(fd, timeout_ms, body, bodylen);
 }
 
 int ab_fd_count(int pid)

@@ -17,6 +17,11 @@ int ab_connect(int port);
  * NUL-terminated. */
 long ab_raw(int port, const void *req, size_t len, int timeout_ms, char *body, size_t bodylen);
 
+/* Reads the answer on fd until the gateway closes the connection or timeout_ms pass, then
+ * closes fd. Returns the status code (0 when nothing parseable came back) and copies the
+ * body as ab_raw does. */
+long ab_read_answer(int fd, int timeout_ms, char *body, size_t bodylen);
+
 /* The number of open descriptors of process pid (/proc/PID/fd), -1 when unreadable. */
 int ab_fd_count(int pid);
 

@@ -245,9 +245,6 @@ static void test_json(void **state)
 static long send_all_then_read(int port, const char *req, size_t len, char *body,
                                size_t bodylen)
 {
-    char buf[4096];
-    size_t used = 0;
-    long status = 0;
     int fd = ab_connect(port);
     int sndbuf = 16 * 1024; /* the body cannot sit in our own buffer: the gateway must read */
 
@@ -265,30 +262,7 @@ static long send_all_then_read(int port, const char *req, size_t len, char *body
         req += n;
         len -= (size_t)n;
     }
-    int64_t deadline = th_now_ms() + 10000;
-    for (;;) {
-        int64_t left = deadline - th_now_ms();
-        struct pollfd p = {fd, POLLIN, 0};
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0) {
-            break;
-        }
-        ssize_t n = recv(fd, buf + used, sizeof buf - 1 - used, 0);
-        if (n <= 0) {
-            break;
-        }
-        used += (size_t)n;
-        if (used == sizeof buf - 1) {
-            break;
-        }
-    }
-    close(fd);
-    buf[used] = '\0';
-    if (sscanf(buf, "HTTP/1.%*d %ld", &status) != 1) {
-        status = 0;
-    }
-    const char *start = strstr(buf, "\r\n\r\n");
-    snprintf(body, bodylen, "%.*s", (int)(bodylen - 1), start != NULL ? start + 4 : buf);
-    return status;
+    return ab_read_answer(fd, 10000, body, bodylen);
 }
 
 static void expect_sent_first(abuse_state *s, const char *what, const char *req, size_t len,
