@@ -259,22 +259,35 @@ lk_status lk_sub_reconnect(lk_sub *s)
 }
 
 /* Writes cmd channel on ctx. Returns 0, or -1 with the reason in s's error text. */
-static int write_command(lk_sub *s, redisContext *ctx, const char *cmd, const char *channel)
+/* Appends cmd channel to ctx's output buffer. */
+static int append_command(redisContext *ctx, const char *cmd, const char *channel)
+{
+    const char *argv[2] = {cmd, channel};
+    size_t lens[2] = {strlen(cmd), strlen(channel)};
+    return redisAppendCommandArgv(ctx, 2, argv, lens);
+}
+
+/* Writes all of ctx's output buffer, SIGPIPE blocked. Returns REDIS_OK or REDIS_ERR. */
+static int flush_commands(redisContext *ctx)
 {
     lk__sigpipe guard;
     int done = 0;
     int rc = REDIS_OK;
-    const char *argv[2] = {cmd, channel};
-    size_t lens[2] = {strlen(cmd), strlen(channel)};
 
-    if (redisAppendCommandArgv(ctx, 2, argv, lens) != REDIS_OK) {
-        rc = REDIS_ERR;
-    }
     lk__sigpipe_block(&guard);
     while (!done && rc == REDIS_OK) {
         rc = redisBufferWrite(ctx, &done);
     }
     lk__sigpipe_restore(&guard);
+    return rc;
+}
+
+static int write_command(lk_sub *s, redisContext *ctx, const char *cmd, const char *channel)
+{
+    int rc = append_command(ctx, cmd, channel);
+    if (rc == REDIS_OK) {
+        rc = flush_commands(ctx);
+    }
     if (rc != REDIS_OK) {
         lk__fail(s->c, LK_EUNAVAILABLE, "subscriber connection failed: %s", ctx->errstr);
         return -1;
@@ -474,24 +487,18 @@ fail:
 static int node_resubscribe(lk_sub *s, int k)
 {
     char channel[LK__KEY_MAX];
-    int done = 0;
     int rc = REDIS_OK;
-    lk__sigpipe guard;
 
     if (node_open(s, k) != 0) {
         return -1;
     }
     for (size_t i = 0; i < s->nseen && rc == REDIS_OK; i++) {
-        const char *argv[2] = {"SUBSCRIBE", channel};
         lk_channel_name(s->seen[i].resource, channel, sizeof channel);
-        size_t lens[2] = {9, strlen(channel)};
-        rc = redisAppendCommandArgv(s->node[k], 2, argv, lens);
+        rc = append_command(s->node[k], "SUBSCRIBE", channel);
     }
-    lk__sigpipe_block(&guard);
-    while (!done && rc == REDIS_OK) {
-        rc = redisBufferWrite(s->node[k], &done);
+    if (rc == REDIS_OK) {
+        rc = flush_commands(s->node[k]);
     }
-    lk__sigpipe_restore(&guard);
     if (rc != REDIS_OK) {
         node_drop(s, k);
         return -1;
