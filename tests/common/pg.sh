@@ -111,7 +111,7 @@ fg_pg_kill() {
     # killed alone leaves its backends serving their connections until they notice.
     for stat in /proc/[0-9]*/stat; do
         read -r pid _ _ ppid _ 2>/dev/null <"$stat" || continue
-        [ "$ppid" = "$FG_PG_PID" ] && kill -KILL "$pid" 2>/dev/null
+        [ "$ppid" = "$FG_PG_PID" ] && { kill -KILL "$pid" 2>/dev/null || true; } # it may be gone
     done
     kill -KILL "$FG_PG_PID" 2>/dev/null || true
     while kill -0 "$FG_PG_PID" 2>/dev/null; do sleep 0.05; done
