@@ -69,6 +69,7 @@ void lk__transport_drop(lk__transport *t)
     }
     memset(t->sha, 0, sizeof t->sha);
     t->stale = 0;
+    t->owed = 0; /* gone with the connection they would have come on */
 }
 
 void lk__transport_free(lk__transport *t)
@@ -92,8 +93,9 @@ lk_status lk__transport_connect(lk__transport *t)
         return t->ops->connect(t);
     }
     /* hiredis refuses every command on a context whose err is set (a timed-out reply, say),
-     * so such a context is as dead as a closed socket. */
-    if (t->ctx != NULL && (t->ctx->err != 0 || !lk__idle_alive(t->ctx))) {
+     * so such a context is as dead as a closed socket. With replies owed, bytes are
+     * expected: an EOF then shows when they are read. */
+    if (t->ctx != NULL && (t->ctx->err != 0 || (t->owed == 0 && !lk__idle_alive(t->ctx)))) {
         lk__transport_drop(t);
     }
     if (t->hint != NULL) {
@@ -144,10 +146,38 @@ static lk_status io_failure(lk__transport *t)
     return st;
 }
 
+/* One owed reply (lk__transport_settle), dropped. A NOSCRIPT says the script cache was
+ * flushed: every SHA is loaded again before it is used (which script it was is not known
+ * here). */
+static void drop_owed(lk__transport *t, redisReply *reply)
+{
+    if (reply->type == REDIS_REPLY_ERROR && strncmp(reply->str, "NOSCRIPT", 8) == 0) {
+        memset(t->sha, 0, sizeof t->sha);
+    }
+    freeReplyObject(reply);
+    t->owed--;
+}
+
+lk_status lk__transport_settle(lk__transport *t)
+{
+    while (t->ctx != NULL && t->owed > 0) {
+        redisReply *reply = NULL;
+        if (redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
+            return io_failure(t);
+        }
+        drop_owed(t, reply);
+    }
+    return t->ctx != NULL ? LK_OK : lk__errf(t->err, LK_EUNAVAILABLE, "not connected");
+}
+
 static lk_status load_script(lk__transport *t, enum lk__script s)
 {
     const char *argv[3] = {"SCRIPT", "LOAD", lk__scripts[s].text};
     size_t lens[3] = {6, 4, lk__scripts[s].len};
+    lk_status settled = lk__transport_settle(t);
+    if (settled != LK_OK) {
+        return settled;
+    }
     redisReply *reply = lk__command_argv(t->ctx, 3, argv, lens);
 
     if (reply == NULL) {
@@ -163,6 +193,19 @@ static lk_status load_script(lk__transport *t, enum lk__script s)
     }
     memcpy(t->sha[s], reply->str, 41);
     freeReplyObject(reply);
+    return LK_OK;
+}
+
+lk_status lk__transport_load_all(lk__transport *t)
+{
+    for (int s = 0; s < LK__SCRIPT_COUNT; s++) {
+        if (t->sha[s][0] == '\0') {
+            lk_status st = load_script(t, (enum lk__script)s);
+            if (st != LK_OK) {
+                return st;
+            }
+        }
+    }
     return LK_OK;
 }
 
@@ -269,22 +312,10 @@ static lk_status load_missing(lk__transport *t, const batch *b)
     return LK_OK;
 }
 
-/* Reads the reply of call i, which was sent. Returns EUNAVAILABLE when there is none: the
- * connection is then dropped. */
-static lk_status read_reply(lk__transport *t, batch *b, size_t i)
+/* Handles the reply of call i (freed here). Returns EUNAVAILABLE for a transient error
+ * reply (the connection stays), else OK. */
+static lk_status handle_reply(lk__transport *t, batch *b, size_t i, redisReply *reply)
 {
-    redisReply *reply = NULL;
-
-    if (t->asking && t->ctx != NULL && redisGetReply(t->ctx, (void **)&reply) == REDIS_OK) {
-        freeReplyObject(reply); /* ASKING's +OK; an error shows in the call's own reply */
-        reply = NULL;
-    }
-    if (t->ctx == NULL || redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
-        lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
-                 t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
-        lk__transport_drop(t);
-        return LK_EUNAVAILABLE;
-    }
     if (reply->type == REDIS_REPLY_ARRAY) {
         answer(b, i, LK_OK, reply);
         return LK_OK;
@@ -309,6 +340,28 @@ static lk_status read_reply(lk__transport *t, batch *b, size_t i)
     freeReplyObject(reply);
     answer(b, i, st, NULL);
     return st == LK_EUNAVAILABLE ? st : LK_OK;
+}
+
+/* Reads the reply of call i, which was sent, after any owed ones. Returns EUNAVAILABLE when
+ * there is none: the connection is then dropped. */
+static lk_status read_reply(lk__transport *t, batch *b, size_t i)
+{
+    redisReply *reply = NULL;
+
+    if (t->ctx != NULL && t->owed > 0 && lk__transport_settle(t) != LK_OK) {
+        return LK_EUNAVAILABLE; /* dropped; t->err says why */
+    }
+    if (t->asking && t->ctx != NULL && redisGetReply(t->ctx, (void **)&reply) == REDIS_OK) {
+        freeReplyObject(reply); /* ASKING's +OK; an error shows in the call's own reply */
+        reply = NULL;
+    }
+    if (t->ctx == NULL || redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
+        lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
+                 t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
+        lk__transport_drop(t);
+        return LK_EUNAVAILABLE;
+    }
+    return handle_reply(t, b, i, reply);
 }
 
 /* Reads the replies of the calls marked ITEM_SENT, in the order they were appended. */
@@ -486,6 +539,88 @@ void lk__transport_finish(lk__transport *t, lk__inflight *b)
     b->state = NULL;
 }
 
+/* ---- Reading several nodes at once (transport_internal.h) ------------------------------ */
+
+/* The first call of b still waiting for its reply, or b->n. */
+static size_t first_sent(const batch *b)
+{
+    size_t i = 0;
+    while (i < b->n && b->state[i] != ITEM_SENT) {
+        i++;
+    }
+    return i;
+}
+
+int lk__transport_waiting(const lk__transport *t, const lk__inflight *b)
+{
+    return t->ctx != NULL && b->state != NULL && b->st == LK_OK && first_sent(b) < b->n;
+}
+
+/* The connection failed with calls of b waiting: as read_replies() without a reply. */
+static void fail_waiting(lk__transport *t, batch *b)
+{
+    b->st = lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
+                     t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
+    b->worst = b->st;
+    lk__transport_drop(t);
+    for (size_t j = first_sent(b); j < b->n; j++) {
+        if (b->state[j] == ITEM_SENT) {
+            answer(b, j, LK_EUNAVAILABLE, NULL);
+        }
+    }
+}
+
+void lk__transport_read_ready(lk__transport *t, lk__inflight *b)
+{
+    if (!lk__transport_waiting(t, b)) {
+        return;
+    }
+    lk__sigpipe guard;
+    lk__sigpipe_block(&guard);
+    /* One read(): poll() said it does not block. */
+    if (redisBufferRead(t->ctx) != REDIS_OK) {
+        fail_waiting(t, b);
+    }
+    for (size_t i = first_sent(b); t->ctx != NULL && i < b->n; i = first_sent(b)) {
+        redisReply *reply = NULL;
+        if (redisGetReplyFromReader(t->ctx, (void **)&reply) != REDIS_OK) {
+            fail_waiting(t, b); /* a protocol error */
+            break;
+        }
+        if (reply == NULL) {
+            break; /* the rest has not arrived yet */
+        }
+        if (t->owed > 0) {
+            drop_owed(t, reply);
+        } else if (handle_reply(t, b, i, reply) != LK_OK) {
+            b->worst = LK_EUNAVAILABLE;
+        }
+    }
+    lk__sigpipe_restore(&guard);
+}
+
+void lk__transport_abandon(lk__transport *t, lk__inflight *b)
+{
+    if (b->state == NULL) {
+        return; /* answered by start() */
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        if (b->state[i] == ITEM_SENT && t->ctx != NULL) {
+            t->owed++;
+        }
+        if (b->state[i] != ITEM_DONE) {
+            /* Waiting: it may run, unseen. To resend (NOSCRIPT): it did not run. */
+            answer(b, i, LK_EUNAVAILABLE, NULL);
+        }
+    }
+    lk__breaker_leave(t->breaker, b->probe, b->worst, 0);
+    if (t->stale) {
+        lk__transport_drop(t);
+    }
+    free(b->state);
+    b->state = NULL;
+}
+
 void lk__transport_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
                        lk__reply_fn done, void *ctx)
 {
@@ -535,6 +670,9 @@ static lk_status ping(lk__transport *t)
     lk_status st = lk__transport_connect(t);
     redisReply *reply = NULL;
 
+    if (st == LK_OK) {
+        st = lk__transport_settle(t);
+    }
     if (st != LK_OK) {
         return st;
     }

@@ -92,6 +92,10 @@ struct lk__transport {
     long long connects;                /* connections opened by lk__transport_connect(), so
                                         * a layer above notices a reconnect (Redlock) */
     int stale;                         /* a reply said READONLY: drop after this batch */
+    size_t owed;                       /* replies of earlier batches still to come on ctx,
+                                        * read and dropped before any later reply (a
+                                        * Redlock node left behind by its majority:
+                                        * lk__transport_abandon) */
     int asking;                        /* send ASKING before each call (a Cluster ASK
                                         * redirection) */
     lk_breaker *breaker;               /* NULL for none */
@@ -140,6 +144,32 @@ typedef struct lk__inflight {
 void lk__transport_start(lk__transport *t, lk__inflight *b, size_t n,
                          const lk__cmd *const *cmds, lk__reply_fn done, void *ctx);
 void lk__transport_finish(lk__transport *t, lk__inflight *b);
+
+/* For a caller that polls several nodes at once (redlock_transport.c), between start() and
+ * finish():
+ *  - waiting() is 1 while some call of b waits for its reply on a live connection;
+ *  - read_ready(), when poll() says t's connection is readable, reads what has arrived
+ *    without waiting for more and handles each complete reply as finish() would (the
+ *    replies owed by earlier batches come first and are dropped). A connection that fails
+ *    is dropped and the calls still waiting are answered EUNAVAILABLE. finish() then reads
+ *    nothing more: it only resends calls answered NOSCRIPT, and answers and frees;
+ *  - abandon() ends b instead of finish(): the calls still waiting are answered
+ *    EUNAVAILABLE now, as if the node had not answered, and their replies become owed:
+ *    read and dropped by whatever reads the connection next. Nothing waits for them.
+ * Not for a batch that sends ASKING (a Cluster ASK redirection). */
+int lk__transport_waiting(const lk__transport *t, const lk__inflight *b);
+void lk__transport_read_ready(lk__transport *t, lk__inflight *b);
+void lk__transport_abandon(lk__transport *t, lk__inflight *b);
+
+/* Loads every script t's connection lacks now, so that no later batch needs to (a batch
+ * on a connection that owes replies would first wait for them: lk__transport_settle).
+ * Returns OK, or the failure (EUNAVAILABLE with the connection dropped, or EREDIS). */
+lk_status lk__transport_load_all(lk__transport *t);
+
+/* Reads and drops the replies t owes (above), waiting for them with the command timeout,
+ * before a command whose reply is read at once. Returns OK, or EUNAVAILABLE with the
+ * connection dropped. */
+lk_status lk__transport_settle(lk__transport *t);
 
 /* Runs the n built calls of cmds (none NULL) as one batch, with the breaker, the SIGPIPE
  * guard, reconnection and NOSCRIPT handling, and calls done() once for each, in an order
