@@ -41,8 +41,12 @@
  *          (as long as a majority is left to grant at all);
  *      (ii) once a lost node's hold-out has ended it counts again with an empty counter,
  *          and then x exists when |W1 \ L| >= q. The write-back goes to every node that
- *          counts and the transport waits for all answers within the per-node timeout, so
- *          with all nodes up W1 is all N, and any minority may lose its data;
+ *          counts, so with all nodes up W1 is all N, and any minority may lose its data.
+ *          The transport answers once a majority acknowledged; a node slower than that
+ *          majority is sent its write-back without being waited for (redlock_transport.c,
+ *          step 2), and applies it on the same connection right after its own mint, long
+ *          before any hold-out ends. If that connection fails first, W1 is the majority,
+ *          as when the node was down (the case below);
  *      (iii) a grant of R during the hold-out writes its larger token back to every node
  *          that counts, all outside L, so (ii) holds again for it with W = N \ L >= q.
  *    Not covered: more than |W1| - q nodes of W1 losing their data with no grant of R

@@ -19,7 +19,8 @@
  *   3. calls the combiner of the call's kind with the N outcomes and the elapsed time;
  *   4. does what the combiner's lk__rl_next says: LK__RL_WRITE_BACK runs fence_raise.lua
  *      (KEYS fence, base, recent, lock; ARGV token, owner) on every node that counts, waits
- *      for all of them within the per-node timeout (-1 for a held-out or silent node) and
+ *      for those that answered step 2 within the per-node timeout (-1 for a held-out or
+ *      silent node; a node left behind in step 2 is sent it without waiting) and
  *      ends with lk__rl_combine_raise(); LK__RL_UNDO sends release.lua to all N nodes
  *      (the ones that did not answer too) and answers as told;
  *   5. hands the combined outcome back; decode is then not run again.

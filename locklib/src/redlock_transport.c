@@ -11,14 +11,25 @@
  *      data gets the hold-out key (so every other client, even one that meets the node for
  *      the first time, holds it out as long) before its new marker is written.
  *   1. The calls go to every node that counts: each node's pipeline is written before any
- *      reply is read, so the nodes work at the same time; each node's socket has the
- *      per-node timeout (the command timeout / N, at least PER_NODE_MIN_MS), so a silent
- *      minority costs at most its share of the command timeout.
- *   2. Each reply is decoded by the call's kind (calls.c) into that node's lk__rl_node.
+ *      reply is read, so the nodes work at the same time; each node has the per-node
+ *      timeout (the command timeout / N, at least PER_NODE_MIN_MS), so a silent minority
+ *      costs at most its share of the command timeout.
+ *   2. The replies are read as they arrive, whichever node first (fan_read()), and each is
+ *      decoded by the call's kind (calls.c) into that node's lk__rl_node. Once the nodes
+ *      that answered decide every call of the batch (a majority granted with the same
+ *      token, renewed, released: decided()), the others get as long again as that took;
+ *      a node still slower is left behind: its replies become owed, read and dropped
+ *      unread before its next ones (lk__transport_abandon), and it is sent the write-back
+ *      without being waited for (step 4). So a slow minority (a far zone, a slow disk, a
+ *      paused process) costs a batch at most twice its majority's time instead of its own,
+ *      and stays in step: everything sent to it runs there in order. A node that owes
+ *      OWED_MAX replies is waited for again, so one that stays slow falls behind by a
+ *      bounded amount and then meets its timeout. A node that owes replies gets no grace:
+ *      it is behind already.
  *   3. The combiner of the call's kind merges the N outcomes.
  *   4. Grants are written back (fence_raise.lua to every node that counts, one pipeline per
- *      node) and checked with lk__rl_combine_raise(); calls to undo are released on all N
- *      nodes, those that did not answer too.
+ *      node; not waited for on a node left behind) and checked with lk__rl_combine_raise();
+ *      calls to undo are released on all N nodes, those that did not answer too.
  *   5. Each call is answered with the combined outcome, written into its lk_call (cmd->out)
  *      and handed back with a NULL reply: run.c does not decode it again.
  * Fair acquisition (and its cancel) is refused with EINVAL before anything is sent: a FIFO
@@ -29,7 +40,9 @@
  * that ran there; lk_sub subscribes on every node that counts (lk__redlock_open_node()) and
  * reports each release once (sub.c).
  */
+#include <errno.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -46,6 +59,12 @@
  * validity of every grant; a refused connection costs nothing and is retried at once, so a
  * restarted node rejoins at the next call. */
 #define SLOW_RETRY_MS 1000
+/* The most replies a node may owe (left unread after its majority answered, step 1) before
+ * fan-outs wait for it again: a node slower than the others for good falls behind by at
+ * most this much, instead of without bound. */
+#define OWED_MAX 1024
+/* The least time a node behind a majority that decided gets before it is left behind. */
+#define LEAVE_MIN_MS 1
 
 /* A master's delayed-restart state, one per address in the process (below). */
 typedef struct shared_health {
@@ -162,6 +181,9 @@ static redisReply *node_cmd(rl_node *nd, int argc, const char **argv)
     for (int i = 0; i < argc; i++) {
         lens[i] = strlen(argv[i]);
     }
+    if (lk__transport_settle(&nd->tp) != LK_OK) {
+        return NULL; /* dropped */
+    }
     redisReply *r = lk__command_argv(nd->tp.ctx, argc, argv, lens);
     if (r == NULL) {
         lk__transport_drop(&nd->tp);
@@ -260,6 +282,12 @@ static void check_node(lk__redlock *rl, rl_node *nd)
         }
         health_feed(nd, seen, 0, rl->max_lease_ms, &until_ms);
     }
+    /* Every script now, while nothing is owed: a node left behind (step 2) is then sent
+     * its write-back and later calls without waiting for it first. */
+    if (lk__transport_load_all(&nd->tp) != LK_OK) {
+        note_failure(nd, start_ms);
+        return;
+    }
     nd->checked = nd->tp.connects;
 }
 
@@ -284,7 +312,18 @@ typedef struct fanout {
     lk__rl_node *out;           /* out[i * n + k]: call i on node k */
     int64_t *counter;           /* fence_raise.lua: out[..] is not used, this is */
     const unsigned char *skip;  /* skip[i * n + k] 1: call i is not sent to node k; or NULL */
+    const int *forget;          /* forget[k] 1: node k's replies are not waited for (they
+                                 * are owed); or NULL */
+    int64_t start_ms;           /* when the batch began: the validity counts from it */
+    int64_t sent_ms;            /* when this fan-out was written to every node: each
+                                 * node's timeout counts from it (set by fan_out()) */
+    int at_majority;            /* 1: stop waiting once the nodes that answered decide every
+                                 * call (decided()); the others are then late */
+    int late[LK__RL_MAX_NODES]; /* out: 1 for a node left behind that way */
 } fanout;
+
+static lk__rl_next combine(const lk__redlock *rl, const lk_call *call, const lk__rl_node *nodes,
+                           int64_t elapsed_ms, lk__rl_out *out);
 
 typedef struct fan_ctx {
     fanout *f;
@@ -318,9 +357,139 @@ static void fan_done(void *ctx, size_t j, lk_status st, redisReply *reply)
     freeReplyObject(reply);
 }
 
+/* 1 when node o minted token t itself, or a larger one: its counter is >= t already. */
+static int minted(const lk__rl_node *o, int64_t t)
+{
+    return !o->held_out && o->st == LK_ACQUIRED && o->res.token >= t;
+}
+
+/* 1 when the nodes that answered so far decide each of the m calls, whatever the others
+ * answer: a grant whose token a majority minted itself (so it needs no write-back to be
+ * acknowledged by a majority), a renewal, a release. Anything else (a refusal, an error, a
+ * token check or status read, which merge every answer) waits for every node. */
+static int decided(const fanout *f, size_t m)
+{
+    size_t n = (size_t)f->rl->n;
+    int64_t elapsed_ms = lk__now_ms() - f->start_ms;
+
+    for (size_t i = 0; i < m; i++) {
+        const lk__rl_node *nodes = f->out + i * n;
+        const lk_call *call = f->cmds[i]->out;
+        lk__rl_out out;
+        lk__rl_next next = combine(f->rl, call, nodes, elapsed_ms, &out);
+        int have = 0;
+        if (call->kind == LK_CALL_ACQUIRE && next == LK__RL_WRITE_BACK) {
+            int q = 0;
+            for (size_t k = 0; k < n; k++) {
+                q += minted(&nodes[k], out.res.token);
+            }
+            have = q >= lk__rl_quorum(f->rl->n);
+        } else if (call->kind == LK_CALL_RENEW) {
+            have = out.st == LK_RENEWED;
+        } else if (call->kind == LK_CALL_RELEASE) {
+            have = out.st == LK_RELEASED;
+        }
+        if (!have) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* Ends node k's part of the fan-out: its NOSCRIPT resends, its answers. */
+static void finish_node(fanout *f, lk__inflight *fl, int k)
+{
+    lk__transport_finish(&f->rl->node[k].tp, fl);
+    note_failure(&f->rl->node[k], f->sent_ms);
+}
+
+/* Step 2: reads the replies of every node with wait[k] set as they arrive, whichever node
+ * first, until each has answered or failed. With f->at_majority it stops as soon as the
+ * nodes that answered decide every call (decided()): the others are late, their replies
+ * owed and dropped unread later (lk__transport_abandon), so a batch takes as long as its
+ * majority, not its slowest node. A node is left behind only while it owes fewer than
+ * OWED_MAX replies, so one that stays slow is waited for again (and then dropped at its
+ * timeout). A node that has not answered within its per-node timeout is
+ * dropped: no answer, and its late replies can never be read as another call's. Timed from
+ * f->sent_ms. */
+static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
+{
+    lk__redlock *rl = f->rl;
+    int64_t leave_ms = -1; /* once decided: when the others are left behind */
+
+    for (;;) {
+        struct pollfd pfd[LK__RL_MAX_NODES];
+        int at[LK__RL_MAX_NODES];
+        int may_leave = f->at_majority;
+        int behind = 1; /* every node waited for still owes replies of earlier batches */
+        nfds_t np = 0;
+        for (int k = 0; k < rl->n; k++) {
+            lk__transport *tp = &rl->node[k].tp;
+            if (wait[k] && !lk__transport_waiting(tp, &fl[k])) {
+                finish_node(f, &fl[k], k); /* answered in full, failed, or never sent */
+                wait[k] = 0;
+            }
+            if (wait[k]) {
+                may_leave = may_leave && tp->owed < OWED_MAX;
+                behind = behind && tp->owed > 0;
+                pfd[np] = (struct pollfd){tp->ctx->fd, POLLIN, 0};
+                at[np++] = k;
+            }
+        }
+        if (np == 0) {
+            return;
+        }
+        int64_t now_ms = lk__now_ms();
+        if (may_leave && leave_ms < 0 && decided(f, m)) {
+            /* The others get as long again as the majority took (at least LEAVE_MIN_MS):
+             * nodes that are merely a little behind are read as before, which costs
+             * nothing more; only a node really slower than the majority is left behind,
+             * and then it costs its write-back (write_back()) and a batch at most twice
+             * the majority's time. Nodes still behind from earlier batches (they owe
+             * replies) are left at once: they are slower than the majority for now. */
+            int64_t took_ms = now_ms - f->sent_ms;
+            leave_ms = behind ? now_ms
+                              : now_ms + (took_ms > LEAVE_MIN_MS ? took_ms : LEAVE_MIN_MS);
+        }
+        if (may_leave && leave_ms >= 0 && now_ms >= leave_ms) {
+            for (nfds_t j = 0; j < np; j++) {
+                lk__transport_abandon(&rl->node[at[j]].tp, &fl[at[j]]);
+                f->late[at[j]] = 1;
+            }
+            return;
+        }
+        /* Every node has the same per-node timeout (lk__redlock_init). */
+        int64_t left_ms = f->sent_ms + rl->node[at[0]].tp.node.command_timeout_ms - now_ms;
+        if (may_leave && leave_ms >= 0 && leave_ms - now_ms < left_ms) {
+            left_ms = leave_ms - now_ms;
+        }
+        int ready = left_ms > 0 ? poll(pfd, np, (int)left_ms) : 0;
+        if (ready < 0 && errno == EINTR) {
+            continue;
+        }
+        if (ready == 0 && leave_ms >= 0 && lk__now_ms() >= leave_ms &&
+            lk__now_ms() < f->sent_ms + rl->node[at[0]].tp.node.command_timeout_ms) {
+            continue; /* the time to leave them behind, not their timeout */
+        }
+        if (ready <= 0) {
+            /* The time is up (or poll() failed): every node still waited for did not
+             * answer. The next pass answers their calls EUNAVAILABLE. */
+            for (nfds_t j = 0; j < np; j++) {
+                lk__transport_drop(&rl->node[at[j]].tp);
+            }
+            continue;
+        }
+        for (nfds_t j = 0; j < np; j++) {
+            if (pfd[j].revents != 0) {
+                lk__transport_read_ready(&rl->node[at[j]].tp, &fl[at[j]]);
+            }
+        }
+    }
+}
+
 /* Sends the m calls to every node with send[k] set (but not the calls f->skip names), all
- * written before any reply is read, and records the outcomes. Returns 0, or -1 when out of
- * memory: then nothing was sent. */
+ * written before any reply is read, and records the outcomes (step 2, fan_read()). Returns
+ * 0, or -1 when out of memory: then nothing was sent. */
 static int fan_out(fanout *f, size_t m, const int *send)
 {
     lk__redlock *rl = f->rl;
@@ -328,6 +497,7 @@ static int fan_out(fanout *f, size_t m, const int *send)
     lk__inflight fl[LK__RL_MAX_NODES];
     fan_ctx fc[LK__RL_MAX_NODES];
     size_t count[LK__RL_MAX_NODES] = {0};
+    int wait[LK__RL_MAX_NODES];
     const lk__cmd **sub = calloc(m * n + 1, sizeof *sub);
     size_t *index = calloc(m * n + 1, sizeof *index);
 
@@ -347,15 +517,16 @@ static int fan_out(fanout *f, size_t m, const int *send)
         if (count[k] > 0) {
             lk__transport_start(&rl->node[k].tp, &fl[k], count[k], sub + k * m, fan_done, &fc[k]);
         }
-    }
-    for (size_t k = 0; k < n; k++) {
-        if (count[k] > 0) {
-            /* Timed per node: the replies of the others arrived while it waited. */
-            int64_t start_ms = lk__now_ms();
-            lk__transport_finish(&rl->node[k].tp, &fl[k]);
-            note_failure(&rl->node[k], start_ms);
+        wait[k] = count[k] > 0;
+        if (wait[k] && f->forget != NULL && f->forget[k]) {
+            lk__transport_abandon(&rl->node[k].tp, &fl[k]);
+            wait[k] = 0;
         }
     }
+    /* From here: a node whose start() took long (a slow SCRIPT LOAD) does not eat the
+     * others' timeout. */
+    f->sent_ms = lk__now_ms();
+    fan_read(f, m, fl, wait);
     free(sub);
     free(index);
     return 0;
@@ -391,15 +562,19 @@ static lk__rl_next combine(const lk__redlock *rl, const lk_call *call, const lk_
     }
 }
 
-/* Step 4, write-back: fence_raise.lua with each granted token on every node that counts. */
 /* Step 4, write-back: fence_raise.lua with each granted token T on every node that counts,
  * except the nodes that granted with T itself: their counter already is T (the mint's INCR
  * answered it), their lock's token is T and T heads their recent list, which is all the
  * script would do. When the counters agree, as they do while no node lost data or missed a
- * grant, nothing is sent: the write-back costs a round trip only after a divergence. */
+ * grant, nothing is waited for: the write-back costs a round trip only after a divergence.
+ * A late node (left behind by its majority in step 2: late[k]) is sent the write-back too,
+ * since what it minted is not known, but not waited for: the majority that minted T
+ * acknowledged it already, and the late node's copy is what keeps W1 all N for redlock.c's
+ * argument (ii) once it is applied, in order, after its acquisition on the same connection.
+ * If its connection fails first, W1 is that majority, as for a node that was down. */
 static void write_back(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
                        const lk__rl_node *nodes, lk__rl_out *outs, lk__rl_next *next,
-                       int64_t start_ms, const int *send)
+                       int64_t start_ms, const int *send, const int *late)
 {
     size_t nn = (size_t)rl->n;
     lk__cmd *raise = calloc(n, sizeof *raise);
@@ -435,13 +610,13 @@ static void write_back(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
     for (size_t j = 0; j < m; j++) {
         for (size_t k = 0; k < nn; k++) {
             const lk__rl_node *o = &nodes[index[j] * nn + k];
-            int minted_t = !o->held_out && o->st == LK_ACQUIRED &&
-                           o->res.token >= outs[index[j]].res.token;
+            int minted_t = minted(o, outs[index[j]].res.token);
             counter[j * nn + k] = minted_t ? o->res.token : -1; /* -1: not acknowledged */
             skip[j * nn + k] = (unsigned char)minted_t;
         }
     }
-    fanout f = {rl, sent, NULL, counter, skip};
+    fanout f = {.rl = rl, .cmds = sent, .counter = counter, .skip = skip, .forget = late,
+                .start_ms = start_ms};
     if (m > 0 && fan_out(&f, m, send) != 0) {
         memset(counter, 0xff, m * nn * sizeof *counter); /* -1: nothing acknowledged */
     }
@@ -488,7 +663,7 @@ static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
     if (m > 0) {
         /* The release's own outcome is not needed: a node that keeps the hold after all
          * lets it run out with its lease, which the grant never reported. */
-        fanout f = {rl, sent, NULL, NULL, NULL};
+        fanout f = {.rl = rl, .cmds = sent, .start_ms = lk__now_ms()};
         (void)fan_out(&f, m, all);
     }
     free(rel);
@@ -548,13 +723,13 @@ static void run_calls(lk__transport *t, size_t m, const lk__cmd *const *cmds,
     }
     /* The validity counts from before the first node is asked. */
     int64_t start_ms = lk__now_ms();
-    fanout f = {rl, cmds, nodes, NULL, NULL};
+    fanout f = {.rl = rl, .cmds = cmds, .out = nodes, .start_ms = start_ms, .at_majority = 1};
     (void)fan_out(&f, m, send); /* out of memory: every node stays "no answer" */
     int64_t elapsed_ms = lk__now_ms() - start_ms;
     for (size_t j = 0; j < m; j++) {
         next[j] = combine(rl, cmds[j]->out, nodes + j * (size_t)rl->n, elapsed_ms, &outs[j]);
     }
-    write_back(rl, m, cmds, nodes, outs, next, start_ms, send);
+    write_back(rl, m, cmds, nodes, outs, next, start_ms, send, f.late);
     for (size_t j = 0; j < m; j++) {
         undos += next[j] == LK__RL_UNDO;
     }

@@ -18,7 +18,11 @@
  *   - lk_acquire_wait() is woken by a release that only the other masters publish, the
  *     master its subscriber used first being paused (SIGSTOP) or SIGKILLed;
  *   - lk_sub resubscribes a master whose subscriber connection was killed, by itself, and
- *     reports the resubscription and a release published only on that master.
+ *     reports the resubscription and a release published only on that master;
+ *   - a minority that is slow but not down (paused within the per-node timeout) is left
+ *     behind by the majority, not dropped: once it runs again it applies, in order, the
+ *     acquisition, the write-back of the granted token (its counter was behind) and the
+ *     release, and it still counts.
  */
 #include <signal.h>
 #include <poll.h>
@@ -254,6 +258,66 @@ static int64_t grant_around_minority(rl_fixture *f, const char *resource, int wi
 
 /* f nodes (a minority) down: still works; f + 1 down: unavailable; back with their data:
  * they count again at once. */
+/* 1 when every node of the minority 0 .. n/2 - 1 has counter >= token for resource and no
+ * lock for it. */
+static int minority_caught_up(const rl_fixture *f, const char *resource, int64_t token)
+{
+    for (int i = 0; i < f->set.n / 2; i++) {
+        if (fence_on(f, i, resource) < token ||
+            th_redis_cmd(&f->set.nodes[i], NULL, 0, "EXISTS fg:{%s}:lock", resource) != 0) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* A slow minority: nodes 0 .. n/2 - 1 are paused (SIGSTOP) while a lock is granted and
+ * released, and their counters are behind the majority's. The majority answers both calls;
+ * the paused nodes are left behind with their replies owed (redlock_transport.c, step 2),
+ * not dropped, so the write-back of the granted token is still queued for them. Once they
+ * run again each applies the acquisition, the write-back and the release in order: its
+ * counter reaches the token and the lock is gone. Dropping a slow node at its timeout, as
+ * the transport did before, leaves its counter behind (the write-back only went to the
+ * nodes that counted), and this test fails. */
+static void test_slow_minority_left_behind(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    int n = f->set.n, minority = n / 2;
+    lk_result r;
+
+    grant_once(c, "rl-slow-warm", "alice");
+    assert_int_equal(counting(c), n); /* every node connected before the pause */
+    /* The majority's counters ahead of the minority's, as after grants it missed. */
+    for (int i = minority; i < n; i++) {
+        th_redis_cmd(&f->set.nodes[i], NULL, 0, "SET fg:{rl-slow}:fence 100");
+    }
+    for (int i = 0; i < minority; i++) {
+        assert_int_equal(kill(f->set.nodes[i].pid, SIGSTOP), 0);
+    }
+    assert_lk(c, lk_acquire(c, "rl-slow", "alice", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    assert_true(token > 100);
+    assert_lk(c, lk_release(c, "rl-slow", "alice", NULL, &r), LK_RELEASED);
+    for (int i = 0; i < minority; i++) {
+        assert_int_equal(kill(f->set.nodes[i].pid, SIGCONT), 0);
+    }
+    int64_t deadline = th_now_ms() + 10000;
+    while (!minority_caught_up(f, "rl-slow", token) && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_true(minority_caught_up(f, "rl-slow", token));
+    /* The connections to the slow nodes are in step again: the replies they owed are read
+     * and dropped before anything else, so every node still counts and the next grant is
+     * larger. */
+    assert_lk(c, lk_ping(c), LK_OK);
+    assert_int_equal(counting(c), n);
+    assert_true(grant_once(c, "rl-slow", "bob") > token);
+    for (int i = 0; i < n; i++) {
+        assert_true(fence_on(f, i, "rl-slow") > token);
+    }
+}
+
 static void test_minority_down_then_majority_down(void **state)
 {
     rl_fixture *f = *state;
@@ -604,6 +668,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_waiter_woken_master_paused),                             \
             cmocka_unit_test(test_waiter_woken_master_killed),                             \
             cmocka_unit_test(test_sub_resubscribes_dropped_master),                        \
+            cmocka_unit_test(test_slow_minority_left_behind),                              \
             cmocka_unit_test(test_minority_down_then_majority_down),                       \
             cmocka_unit_test(test_data_loss_held_out),                                     \
     }
