@@ -10,5 +10,5 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 build="${FENCEGATE_BUILD_DIR:-build-bench}"
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" --target topo_bench fencegate -j2 >&2
+cmake --build "$build" --target topo_bench fencegate fg_proxy -j2 >&2
 exec "$build/tests/bench/topo_bench" "$@"

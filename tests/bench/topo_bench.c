@@ -1,13 +1,15 @@
 /*
  * topo_bench: fencegate on a single Redis, on Sentinel (1 master, 1 replica, 3 sentinels),
  * on a Redis Cluster of 3 masters and 3 replicas (issue 15) and on Redlock over 3 and over 5
- * independent masters (issue 16), one run side by side.
+ * independent masters (issue 16), one run side by side. One more Redlock row has one of its 3
+ * masters further away: behind tests/faults/fg_proxy holding every chunk SLOW_MS ms each
+ * way, as a master in another zone or on a slow disk: what a slow minority costs.
  *
  *   topo_bench [--seconds N] [--conns N] [--only TAG,TAG...]
  *                                           (tests/bench/run-topo-bench.sh builds it)
  *
  * --only keeps the rows whose tag is listed (single, sentinel, cluster, redlockthree,
- * redlockfive); the single row always runs, as the reference.
+ * redlockfive, redlockslow); the single row always runs, as the reference.
  * For each topology, started by the test harness on free loopback ports (every data node
  * with AOF, appendfsync always, as in the tests): the gateway with --redis on its URL, then
  * the load generator of compare_bench (loadgen.c, cw_gateway_pairs: each connection locks
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "compare_procs.h"
@@ -134,7 +137,54 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
     return rc;
 }
 
-#define TOPOS 5
+#define TOPOS 6
+/* The delay of the slow master's proxy, each way. */
+#define SLOW_MS 5
+
+/* fg_proxy in front of 127.0.0.1:target, steered through its stdin (kept open in *ctl),
+ * set to delay every chunk by delay_ms. Returns its port, or -1 (printed). */
+static int start_proxy(int target, int delay_ms, pid_t *pid, FILE **ctl)
+{
+    int in[2], out[2];
+    char line[128], target_s[16];
+    int port = -1;
+
+    snprintf(target_s, sizeof target_s, "%d", target);
+    if (pipe(in) != 0 || pipe(out) != 0) {
+        perror("topo_bench: pipe");
+        return -1;
+    }
+    *pid = fork();
+    if (*pid == 0) {
+        dup2(in[0], STDIN_FILENO);
+        dup2(out[1], STDOUT_FILENO);
+        close(in[1]);
+        close(out[0]);
+        execl(FG_PROXY_BIN, "fg_proxy", target_s, (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    *ctl = fdopen(in[1], "w");
+    FILE *answers = fdopen(out[0], "r");
+    if (*pid < 0 || *ctl == NULL || answers == NULL) {
+        fprintf(stderr, "topo_bench: cannot start %s\n", FG_PROXY_BIN);
+        return -1;
+    }
+    setvbuf(*ctl, NULL, _IONBF, 0);
+    /* Each read waits for the proxy's answer: it prints its port once it listens, and
+     * answers each command once it is in force. */
+    if (fgets(line, sizeof line, answers) == NULL || sscanf(line, "port %d", &port) != 1) {
+        fprintf(stderr, "topo_bench: fg_proxy did not start\n");
+        port = -1;
+    } else if (fprintf(*ctl, "delay %d\n", delay_ms) < 0 ||
+               fgets(line, sizeof line, answers) == NULL || strncmp(line, "ok delay", 8) != 0) {
+        fprintf(stderr, "topo_bench: fg_proxy refused the delay\n");
+        port = -1;
+    }
+    fclose(answers);
+    return port;
+}
 
 /* 1 when the row tagged tag runs: no --only, or tag in its comma-separated list. */
 static int wanted(const char *only, const char *tag)
@@ -182,8 +232,10 @@ int main(int argc, char **argv)
     static th_redis single;
     static th_sentinel sentinel;
     static th_cluster cluster;
-    static th_redis_set three, five;
-    static char url3[256], url5[256];
+    static th_redis_set three, five, slow;
+    static char url3[256], url5[256], url_slow[256];
+    pid_t proxy_pid = -1;
+    FILE *proxy_ctl = NULL;
     topo topos[TOPOS];
     lg_result res[TOPOS];
     int ok[TOPOS] = {0}, run[TOPOS] = {0};
@@ -211,6 +263,18 @@ int main(int argc, char **argv)
     }
     if ((run[4] = wanted(only, "redlockfive"))) {
         start_redlock(&five, 5, &topos[4], url5, sizeof url5, "redlock 5", "redlockfive");
+    }
+    if ((run[5] = wanted(only, "redlockslow"))) {
+        static char name[64];
+        snprintf(name, sizeof name, "redlock 3, one +%d ms each way", SLOW_MS);
+        start_redlock(&slow, 3, &topos[5], url_slow, sizeof url_slow, name, "redlockslow");
+        int port = start_proxy(slow.nodes[2].port, SLOW_MS, &proxy_pid, &proxy_ctl);
+        char *last = strrchr(url_slow, ':');
+        if (port < 0 || last == NULL) {
+            run[5] = 0;
+        } else {
+            snprintf(last + 1, sizeof url_slow - (size_t)(last + 1 - url_slow), "%d", port);
+        }
     }
     for (int k = 0; k < TOPOS; k++) {
         if (!run[k]) {
@@ -240,6 +304,16 @@ int main(int argc, char **argv)
                res[k].op_p99_ms, topos[k].cpu_s * 1000.0 / pairs,
                topos[k].master_cpu_s * 1000.0 / pairs, topos[k].gw_cpu_s * 1e6 / pairs,
                (unsigned long long)res[k].failures);
+    }
+    if (proxy_pid > 0) {
+        kill(proxy_pid, SIGTERM);
+        waitpid(proxy_pid, NULL, 0);
+    }
+    if (proxy_ctl != NULL) {
+        fclose(proxy_ctl);
+    }
+    if (run[5]) {
+        th_redis_set_stop(&slow);
     }
     if (run[4]) {
         th_redis_set_stop(&five);
