@@ -388,14 +388,35 @@ static void wake(gw_waitq *wq, gw_waiter *w, gw_wake reason)
     resume_later(wq, w->conn);
 }
 
-/* Wakes the first parked waiter of r that is not already being woken. Returns 1 if one was. */
+/* Wakes the first parked waiter of r that is not already being woken, passing over one
+ * whose own deadline is due (its deadline wakes it in this round of waitd or the next) while
+ * another parked waiter has time left. A waiter past its deadline makes only a last attempt
+ * and then answers; if that attempt cannot take the lock (Redis dropped it from the fair
+ * queue at its deadline, or it is refused), the release or expiry it was woken for ends
+ * with it, and the others, parked with no timer but their deadlines, sleep on a free lock.
+ * That happens when timers fire late together: a gateway stopped (SIGSTOP) across a
+ * holder's lease and a short waiter's deadline fires both at once on SIGCONT.
+ * Returns 1 if one was woken. */
 static int wake_one(gw_waitq *wq, gw_wres *r, gw_wake reason)
 {
+    int64_t now = gw__now_ms();
+    gw_waiter *due = NULL;
+
     for (gw_waiter *w = r->head; w != NULL; w = w->next) {
         if (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING) {
+            if (w->timer.idx != GW_TIMER_OFF && w->timer.at <= now) {
+                if (due == NULL) {
+                    due = w;
+                }
+                continue;
+            }
             wake(wq, w, reason);
             return 1;
         }
+    }
+    if (due != NULL) {
+        wake(wq, due, reason); /* nobody with time left: it may still take the lock */
+        return 1;
     }
     return 0;
 }

@@ -643,6 +643,89 @@ static void test_new_holders_lease_is_watched(void **state)
     assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
 }
 
+/* 1 when the kernel reports process pid stopped (state T). */
+static int proc_stopped(pid_t pid)
+{
+    char path[64], line[256];
+    int stopped = 0;
+    snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        return 0;
+    }
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "State:", 6) == 0) {
+            stopped = strchr(line, 'T') != NULL;
+            break;
+        }
+    }
+    fclose(f);
+    return stopped;
+}
+
+/* The gateway stopped (SIGSTOP) across both the holder's lease and a short fair waiter's
+ * deadline, as in the gateway_stop fault scenario: on SIGCONT the lease's expiry timer and
+ * the short waiter's deadline fire in one go. The expiry must wake the long waiter, which
+ * can take the lock; given to the short waiter (first in line, but out of time) it was
+ * used up by a last attempt that could not take it (Redis had dropped the short waiter from
+ * the fair queue at its deadline, so the long waiter was first there), and the long waiter
+ * was left parked with no timer but its own deadline, the lock free all along. */
+static void test_expiry_after_sigcont_wakes_a_waiter_with_time_left(void **state)
+{
+    wt_state *s = *state;
+    waiter shortw, longw;
+    /* 1 once the holder's lease is over in Redis and the short waiter's deadline (Redis
+     * time, which is never earlier than the gateway's) has passed. */
+    static const char *const both_over =
+        "local t = redis.call('TIME') "
+        "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) "
+        "local d = redis.call('ZSCORE', KEYS[2], ARGV[1]) "
+        "if redis.call('EXISTS', KEYS[1]) == 0 and d and tonumber(d) < now then return 1 end "
+        "return 0";
+
+    memset(&shortw, 0, sizeof shortw);
+    memset(&longw, 0, sizeof longw);
+    /* The short waiter's deadline comes 500 ms after the holder's lease ends, so the
+     * expiry timer is the first to fire on SIGCONT. */
+    lock_as(&s->gw, "wt.stopped", "holder", 3000);
+    shortw.fair = 1;
+    waiter_start(&shortw, &s->gw, "wt.stopped", "short", 3500);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    longw.fair = 1;
+    waiter_start(&longw, &s->gw, "wt.stopped", "long", 60000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 2);
+
+    assert_int_equal(kill(s->gw.pid, SIGSTOP), 0);
+    int64_t deadline = th_now_ms() + 10000;
+    while (!proc_stopped(s->gw.pid) && th_now_ms() < deadline) {
+        th_nap_ms(5);
+    }
+    /* Stopped before its expiry timer could fire, or this test tests nothing. */
+    long long pttl = th_redis_cmd(&s->redis, NULL, 0, "PTTL fg:{wt.stopped}:lock");
+    int stopped = proc_stopped(s->gw.pid);
+    deadline = th_now_ms() + 15000;
+    while (th_redis_cmd(&s->redis, NULL, 0, "EVAL %s 2 %s %s %s", both_over,
+                        "fg:{wt.stopped}:lock", "fg:{wt.stopped}:qtimeout", "short") != 1 &&
+           th_now_ms() < deadline) {
+        th_nap_ms(10);
+    }
+    kill(s->gw.pid, SIGCONT);
+    if (!stopped || pttl <= 0) {
+        fail_msg("the gateway was not stopped while the holder's lease ran (stopped %d, "
+                 "lease left %lld ms): the setup was too slow to test the wake on SIGCONT",
+                 stopped, pttl);
+    }
+
+    pthread_join(shortw.thread, NULL);
+    gwt_assert_status(&shortw.r, 409, "locked"); /* its deadline passed while stopped */
+    gwt_resp_free(&shortw.r);
+    /* Fails (the long waiter still parked, its wait 60 s) when the expiry wake was lost. */
+    gwt_await_metric(&s->gw, "fencegate_waiters", 0);
+    pthread_join(longw.thread, NULL);
+    gwt_assert_status(&longw.r, 200, NULL);
+    gwt_resp_free(&longw.r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -661,6 +744,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_fair_waiters_sent_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_holders_lease_is_watched, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expiry_after_sigcont_wakes_a_waiter_with_time_left,
+                                        setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiters_beyond_the_cap_are_refused, setup_capped,
                                         teardown),
     };
