@@ -24,8 +24,8 @@
  *      paused process) costs a batch at most twice its majority's time instead of its own,
  *      and stays in step: everything sent to it runs there in order. A node that owes
  *      OWED_MAX replies is waited for again, so one that stays slow falls behind by a
- *      bounded amount and then meets its timeout. A node that owes replies gets no grace:
- *      it is behind already.
+ *      bounded amount and then meets its timeout. A node left behind by the last two
+ *      batches gets no grace: it is slower than the majority for now, not by chance.
  *   3. The combiner of the call's kind merges the N outcomes.
  *   4. Grants are written back (fence_raise.lua to every node that counts, one pipeline per
  *      node; not waited for on a node left behind) and checked with lk__rl_combine_raise();
@@ -80,6 +80,7 @@ typedef struct rl_node {
     long long checked;          /* tp.connects when the marker was last read, -1 never */
     int64_t retry_ms;           /* a node that timed out is not tried again before this
                                  * monotonic time (0: no wait) */
+    int late_streak;            /* batches in a row it was left behind in (step 2) */
 } rl_node;
 
 typedef struct lk__redlock {
@@ -401,6 +402,9 @@ static void finish_node(fanout *f, lk__inflight *fl, int k)
 {
     lk__transport_finish(&f->rl->node[k].tp, fl);
     note_failure(&f->rl->node[k], f->sent_ms);
+    if (f->at_majority) {
+        f->rl->node[k].late_streak = 0; /* it kept up (or failed, and starts afresh) */
+    }
 }
 
 /* Step 2: reads the replies of every node with wait[k] set as they arrive, whichever node
@@ -414,6 +418,10 @@ static void finish_node(fanout *f, lk__inflight *fl, int k)
  * f->sent_ms. */
 static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
 {
+    int sent[LK__RL_MAX_NODES];
+    for (int k = 0; k < f->rl->n; k++) {
+        sent[k] = wait[k];
+    }
     lk__redlock *rl = f->rl;
     int64_t leave_ms = -1; /* once decided: when the others are left behind */
 
@@ -421,7 +429,7 @@ static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
         struct pollfd pfd[LK__RL_MAX_NODES];
         int at[LK__RL_MAX_NODES];
         int may_leave = f->at_majority;
-        int behind = 1; /* every node waited for still owes replies of earlier batches */
+        int behind = 1; /* every node waited for was left behind by the last two batches */
         nfds_t np = 0;
         for (int k = 0; k < rl->n; k++) {
             lk__transport *tp = &rl->node[k].tp;
@@ -431,7 +439,7 @@ static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
             }
             if (wait[k]) {
                 may_leave = may_leave && tp->owed < OWED_MAX;
-                behind = behind && tp->owed > 0;
+                behind = behind && rl->node[k].late_streak >= 2;
                 pfd[np] = (struct pollfd){tp->ctx->fd, POLLIN, 0};
                 at[np++] = k;
             }
@@ -440,13 +448,18 @@ static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
             return;
         }
         int64_t now_ms = lk__now_ms();
-        if (may_leave && leave_ms < 0 && decided(f, m)) {
+        /* Fewer than a majority done: nothing can be decided yet (decided() is skipped). */
+        int done = 0;
+        for (int k = 0; k < rl->n; k++) {
+            done += sent[k] && !wait[k];
+        }
+        if (may_leave && leave_ms < 0 && done >= lk__rl_quorum(rl->n) && decided(f, m)) {
             /* The others get as long again as the majority took (at least LEAVE_MIN_MS):
              * nodes that are merely a little behind are read as before, which costs
              * nothing more; only a node really slower than the majority is left behind,
              * and then it costs its write-back (write_back()) and a batch at most twice
-             * the majority's time. Nodes still behind from earlier batches (they owe
-             * replies) are left at once: they are slower than the majority for now. */
+             * the majority's time. Nodes left behind by the last two batches are left at
+             * once: they are slower than the majority for now, not by chance. */
             int64_t took_ms = now_ms - f->sent_ms;
             leave_ms = behind ? now_ms
                               : now_ms + (took_ms > LEAVE_MIN_MS ? took_ms : LEAVE_MIN_MS);
@@ -455,6 +468,7 @@ static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
             for (nfds_t j = 0; j < np; j++) {
                 lk__transport_abandon(&rl->node[at[j]].tp, &fl[at[j]]);
                 f->late[at[j]] = 1;
+                rl->node[at[j]].late_streak++;
             }
             return;
         }

@@ -575,9 +575,7 @@ void lk__transport_read_ready(lk__transport *t, lk__inflight *b)
     if (!lk__transport_waiting(t, b)) {
         return;
     }
-    lk__sigpipe guard;
-    lk__sigpipe_block(&guard);
-    /* One read(): poll() said it does not block. */
+    /* One read(): poll() said it does not block. Only reads here: no SIGPIPE to guard. */
     if (redisBufferRead(t->ctx) != REDIS_OK) {
         fail_waiting(t, b);
     }
@@ -596,7 +594,6 @@ void lk__transport_read_ready(lk__transport *t, lk__inflight *b)
             b->worst = LK_EUNAVAILABLE;
         }
     }
-    lk__sigpipe_restore(&guard);
 }
 
 void lk__transport_abandon(lk__transport *t, lk__inflight *b)
