@@ -45,8 +45,9 @@
  *          The transport answers once a majority acknowledged; a node slower than that
  *          majority is sent its write-back without being waited for (redlock_transport.c,
  *          step 2), and applies it on the same connection right after its own mint, long
- *          before any hold-out ends. If that connection fails first, W1 is the majority,
- *          as when the node was down (the case below);
+ *          before any hold-out ends. If that connection fails first, or the node answers
+ *          the write-back with an error (-OOM, or NOSCRIPT after a SCRIPT FLUSH: it is not
+ *          sent again), W1 is the majority, as when the node was down (the case below);
  *      (iii) a grant of R during the hold-out writes its larger token back to every node
  *          that counts, all outside L, so (ii) holds again for it with W = N \ L >= q.
  *    Not covered: more than |W1| - q nodes of W1 losing their data with no grant of R

@@ -473,19 +473,17 @@ static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
             return;
         }
         /* Every node has the same per-node timeout (lk__redlock_init). */
-        int64_t left_ms = f->sent_ms + rl->node[at[0]].tp.node.command_timeout_ms - now_ms;
-        if (may_leave && leave_ms >= 0 && leave_ms - now_ms < left_ms) {
-            left_ms = leave_ms - now_ms;
-        }
-        int ready = left_ms > 0 ? poll(pfd, np, (int)left_ms) : 0;
+        int64_t deadline_ms = f->sent_ms + rl->node[at[0]].tp.node.command_timeout_ms;
+        int64_t until_ms = may_leave && leave_ms >= 0 && leave_ms < deadline_ms ? leave_ms
+                                                                                 : deadline_ms;
+        /* Past the time, poll() still looks without waiting: replies that arrived while
+         * this thread was elsewhere (descheduled, paused, a NOSCRIPT resend on another
+         * node) are read, not taken for silence. */
+        int ready = poll(pfd, np, until_ms > now_ms ? (int)(until_ms - now_ms) : 0);
         if (ready < 0 && errno == EINTR) {
             continue;
         }
-        if (ready == 0 && leave_ms >= 0 && lk__now_ms() >= leave_ms &&
-            lk__now_ms() < f->sent_ms + rl->node[at[0]].tp.node.command_timeout_ms) {
-            continue; /* the time to leave them behind, not their timeout */
-        }
-        if (ready <= 0) {
+        if (ready < 0 || (ready == 0 && lk__now_ms() >= deadline_ms)) {
             /* The time is up (or poll() failed): every node still waited for did not
              * answer. The next pass answers their calls EUNAVAILABLE. */
             for (nfds_t j = 0; j < np; j++) {
@@ -648,9 +646,10 @@ out:
     free(skip);
 }
 
-/* Step 4, undo: release.lua for each call to undo, on all N nodes. */
+/* Step 4, undo: release.lua for each call to undo, on all N nodes; not waited for on a
+ * node left behind in step 2 (late[k]): it runs there after the acquisition, in order. */
 static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
-                 const lk__rl_next *next)
+                 const lk__rl_next *next, const int *late)
 {
     lk__cmd *rel = calloc(n, sizeof *rel);
     const lk__cmd **sent = calloc(n, sizeof *sent);
@@ -677,7 +676,7 @@ static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
     if (m > 0) {
         /* The release's own outcome is not needed: a node that keeps the hold after all
          * lets it run out with its lease, which the grant never reported. */
-        fanout f = {.rl = rl, .cmds = sent, .start_ms = lk__now_ms()};
+        fanout f = {.rl = rl, .cmds = sent, .forget = late, .start_ms = lk__now_ms()};
         (void)fan_out(&f, m, all);
     }
     free(rel);
@@ -748,7 +747,7 @@ static void run_calls(lk__transport *t, size_t m, const lk__cmd *const *cmds,
         undos += next[j] == LK__RL_UNDO;
     }
     if (undos > 0) {
-        undo(rl, m, cmds, next);
+        undo(rl, m, cmds, next, f.late);
     }
     for (size_t j = 0; j < m; j++) {
         answer(t, index[j], cmds[j], &outs[j], done, ctx);

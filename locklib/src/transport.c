@@ -160,8 +160,17 @@ static void drop_owed(lk__transport *t, redisReply *reply)
 
 lk_status lk__transport_settle(lk__transport *t)
 {
+    /* The command timeout bounds the whole catch-up, not each reply: a node that owes many
+     * replies and sends each late is dropped, not waited for reply by reply. */
+    int64_t deadline_ms = lk__now_ms() + t->node.command_timeout_ms;
     while (t->ctx != NULL && t->owed > 0) {
         redisReply *reply = NULL;
+        if (lk__now_ms() > deadline_ms) {
+            lk__errf(t->err, LK_EUNAVAILABLE, "Redis node %s:%d is too far behind",
+                     t->node.host, t->node.port);
+            lk__transport_drop(t);
+            break;
+        }
         if (redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
             return io_failure(t);
         }
