@@ -179,43 +179,57 @@ lk_status lk__transport_settle(lk__transport *t)
     return t->ctx != NULL ? LK_OK : lk__errf(t->err, LK_EUNAVAILABLE, "not connected");
 }
 
-static lk_status load_script(lk__transport *t, enum lk__script s)
+/* Loads the scripts marked in want[] that the connection lacks, with every SCRIPT LOAD
+ * written before the first reply is read: one round trip however many are missing (after a
+ * reconnect a batch may need several, and each round trip to a slow Redis counts against
+ * the request). Every reply is read, so a script that fails to load leaves the connection
+ * in step. Returns OK, the first failure (EREDIS, or EUNAVAILABLE for a transient error),
+ * or EUNAVAILABLE with the connection dropped when a reply is missing. */
+static lk_status load_scripts(lk__transport *t, const unsigned char *want)
 {
-    const char *argv[3] = {"SCRIPT", "LOAD", lk__scripts[s].text};
-    size_t lens[3] = {6, 4, lk__scripts[s].len};
-    lk_status settled = lk__transport_settle(t);
-    if (settled != LK_OK) {
-        return settled;
-    }
-    redisReply *reply = lk__command_argv(t->ctx, 3, argv, lens);
+    lk_status st = lk__transport_settle(t);
+    int queued[LK__SCRIPT_COUNT] = {0};
 
-    if (reply == NULL) {
-        return io_failure(t);
+    for (int s = 0; st == LK_OK && s < LK__SCRIPT_COUNT; s++) {
+        if (want[s] && t->sha[s][0] == '\0') {
+            const char *argv[3] = {"SCRIPT", "LOAD", lk__scripts[s].text};
+            size_t lens[3] = {6, 4, lk__scripts[s].len};
+            if (redisAppendCommandArgv(t->ctx, 3, argv, lens) != REDIS_OK) {
+                return io_failure(t); /* out of memory: what was queued is not in step */
+            }
+            queued[s] = 1;
+        }
     }
-    if (reply->type != REDIS_REPLY_STRING || reply->len != 40) {
-        lk_status st = lk__errf(t->err, transient_error(reply->str ? reply->str : "") ?
-                                            LK_EUNAVAILABLE : LK_EREDIS,
-                                "SCRIPT LOAD %s failed: %s", lk__scripts[s].name,
-                                reply->str ? reply->str : "?");
+    lk__sigpipe guard; /* the first read writes what was queued */
+    lk__sigpipe_block(&guard);
+    for (int s = 0; s < LK__SCRIPT_COUNT; s++) {
+        redisReply *reply = NULL;
+        if (!queued[s]) {
+            continue;
+        }
+        if (redisGetReply(t->ctx, (void **)&reply) != REDIS_OK || reply == NULL) {
+            lk__sigpipe_restore(&guard);
+            return io_failure(t);
+        }
+        if (reply->type == REDIS_REPLY_STRING && reply->len == 40) {
+            memcpy(t->sha[s], reply->str, 41);
+        } else if (st == LK_OK) {
+            st = lk__errf(t->err, transient_error(reply->str ? reply->str : "") ?
+                                      LK_EUNAVAILABLE : LK_EREDIS,
+                          "SCRIPT LOAD %s failed: %s", lk__scripts[s].name,
+                          reply->str ? reply->str : "?");
+        }
         freeReplyObject(reply);
-        return st;
     }
-    memcpy(t->sha[s], reply->str, 41);
-    freeReplyObject(reply);
-    return LK_OK;
+    lk__sigpipe_restore(&guard);
+    return st;
 }
 
 lk_status lk__transport_load_all(lk__transport *t)
 {
-    for (int s = 0; s < LK__SCRIPT_COUNT; s++) {
-        if (t->sha[s][0] == '\0') {
-            lk_status st = load_script(t, (enum lk__script)s);
-            if (st != LK_OK) {
-                return st;
-            }
-        }
-    }
-    return LK_OK;
+    unsigned char want[LK__SCRIPT_COUNT];
+    memset(want, 1, sizeof want);
+    return load_scripts(t, want);
 }
 
 /* Was Redis slow, or was this process paused while Redis answered? A call that got its reply
@@ -309,16 +323,17 @@ static int append_cmd(lk__transport *t, const lk__cmd *cmd)
 /* Loads every script the unanswered calls use that this connection lacks. */
 static lk_status load_missing(lk__transport *t, const batch *b)
 {
+    unsigned char want[LK__SCRIPT_COUNT] = {0};
+    int any = 0;
+
     for (size_t i = 0; i < b->n; i++) {
         enum lk__script s = b->cmds[i]->script;
         if (b->state[i] != ITEM_DONE && t->sha[s][0] == '\0') {
-            lk_status st = load_script(t, s);
-            if (st != LK_OK) {
-                return st;
-            }
+            want[s] = 1;
+            any = 1;
         }
     }
-    return LK_OK;
+    return any ? load_scripts(t, want) : LK_OK;
 }
 
 /* Handles the reply of call i (freed here). Returns EUNAVAILABLE for a transient error
