@@ -399,8 +399,13 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
 {
     gw_server *srv = req->srv;
 
-    gw__wait_end(srv->waitq, &call->waiter,
-                 st == LK_ACQUIRED ? (res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms) : -1);
+    int64_t held_ms = -1;
+    if (st == LK_ACQUIRED) {
+        held_ms = res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms;
+    } else if (st == LK_HELD && call->turn.refused == ATTEMPT_ASKED) {
+        held_ms = res->ttl_ms; /* the holder Redis found, its time left */
+    }
+    gw__wait_end(srv->waitq, &call->waiter, held_ms);
     if (st != LK_ACQUIRED) {
         leave_fair_queue(req, call);
     }

@@ -788,7 +788,7 @@ int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource)
     return others;
 }
 
-void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms)
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms)
 {
     if (w->res == NULL) {
         return;
@@ -802,10 +802,13 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms)
         timer_cancel(wq, &w->timer);
         atomic_fetch_sub(&wq->srv->metrics.waiters_parked, 1);
     }
-    if (granted_ttl_ms >= 0 && w->res->head != NULL) {
-        /* This waiter took the lock: the others now wait for its lease, which nobody else
-         * has seen (no attempt since), and whose end publishes nothing. */
-        expiry_at(wq, w->res, gw__now_ms() + granted_ttl_ms + 1);
+    if (held_ms >= 0 && w->res->head != NULL) {
+        /* This waiter took the lock, or its last attempt (woken by a release or an expiry,
+         * its deadline passing meanwhile) found a new holder: the others now wait for that
+         * lease, which none of them has seen (no attempt of theirs since), and whose end
+         * publishes nothing. Without this they would sleep on a lock freed by that expiry
+         * until their own deadlines. (+1: PTTL rounds down.) */
+        expiry_at(wq, w->res, gw__now_ms() + held_ms + 1);
     }
     if (w->parked_before) {
         w->parked_before = 0;

@@ -80,10 +80,11 @@ void gw__wait_place(gw_waitq *wq, gw_waiter *w);
 int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource);
 
 /* After the attempt that ends the wait (or from request completion): leaves the queue, drops
- * the reference, and passes on a wake the waiter never used. granted_ttl_ms is the lease of
- * the lock this waiter just took (the others then wait for it), or -1. No-op without a
- * reference. */
-void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t granted_ttl_ms);
+ * the reference, and passes on a wake the waiter never used. held_ms is how long the lock is
+ * held from now as that attempt saw it: the lease this waiter just took, or the time left of
+ * the holder it found (its wait over); -1 when unknown. The waiters still parked then wait
+ * for that lease, whose end publishes nothing. No-op without a reference. */
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms);
 /* After an attempt answered HELD with time left: parks the waiter and suspends conn (the
  * caller is the access handler of conn). deadline_ms is monotonic; hint_ms is the holder's
  * remaining lease (-1 unknown). */

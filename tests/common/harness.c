@@ -425,6 +425,29 @@ void th_redis_stop(th_redis *r)
     th_rmtree(r->dir);
 }
 
+int th_redis_unread_conns(const th_redis *r)
+{
+    char line[512];
+    int n = 0;
+    FILE *f = fopen("/proc/net/tcp", "r");
+    if (f == NULL) {
+        return -1;
+    }
+    /* "sl local_address rem_address st tx_queue:rx_queue ...", addresses and queues in hex;
+     * st 01 is ESTABLISHED. The server's end of a connection has the server's port. */
+    while (fgets(line, sizeof line, f) != NULL) {
+        unsigned local_port, state;
+        unsigned long tx, rx;
+        if (sscanf(line, " %*u: %*x:%x %*x:%*x %x %lx:%lx", &local_port, &state, &tx, &rx) ==
+                4 &&
+            (int)local_port == r->port && state == 1 && rx > 0) {
+            n++;
+        }
+    }
+    fclose(f);
+    return n;
+}
+
 long long th_redis_cmd(const th_redis *r, char *out, size_t outlen, const char *fmt, ...)
 {
     struct timeval tv = {5, 0};

@@ -726,6 +726,81 @@ static void test_expiry_after_sigcont_wakes_a_waiter_with_time_left(void **state
     gwt_resp_free(&longw.r);
 }
 
+/* A waiter woken with time left whose attempt ends after its deadline, because Redis was
+ * slow to answer, finds a new holder (one of another gateway, whose lock no waiter here has
+ * seen) and answers 409. The waiter behind it, still parked, must be woken when that new
+ * holder's lease runs out, which publishes nothing: the attempt's answer carries the time
+ * left, and the wait's end sets the expiry timer from it. Without that the waiter behind
+ * sleeps on a free lock until its own deadline (60 s here). Redis is stopped (SIGSTOP)
+ * across the woken waiter's deadline while its attempt is sent, and continued within a
+ * second, before the stall breaker's half of the 2 s command timeout. */
+static void test_woken_waiter_out_of_time_passes_on_the_new_lease(void **state)
+{
+    wt_state *s = *state;
+    enum { SHORT_WAIT_MS = 2500 };
+    waiter shortw, longw;
+
+    memset(&shortw, 0, sizeof shortw);
+    memset(&longw, 0, sizeof longw);
+    gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
+    lock_as(&s->gw, "wt.slowwake", "holder", 1000);
+    int64_t sent = th_now_ms();
+    waiter_start(&shortw, &s->gw, "wt.slowwake", "short", SHORT_WAIT_MS);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    int64_t seen = th_now_ms(); /* the short waiter's deadline is in [sent, seen] + its wait */
+    waiter_start(&longw, &s->gw, "wt.slowwake", "long", 60000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 2);
+
+    assert_int_equal(kill(s->gw.pid, SIGSTOP), 0);
+    int64_t deadline = th_now_ms() + 10000;
+    while (!proc_stopped(s->gw.pid) && th_now_ms() < deadline) {
+        th_nap_ms(5);
+    }
+    long long pttl = th_redis_cmd(&s->redis, NULL, 0, "PTTL fg:{wt.slowwake}:lock");
+    int stopped = proc_stopped(s->gw.pid);
+    /* The holder's lease runs out while the gateway is stopped; another gateway's client
+     * takes the lock for 4 s. */
+    deadline = th_now_ms() + 15000;
+    while (th_redis_cmd(&s->redis, NULL, 0, "EXISTS fg:{wt.slowwake}:lock") != 0 &&
+           th_now_ms() < deadline) {
+        th_nap_ms(10);
+    }
+    lock_as(&s->gw2, "wt.slowwake", "newcomer", 4000);
+    /* 400 ms before the short waiter's deadline at the earliest: Redis stops, the gateway
+     * goes on, its expiry timer wakes the short waiter (first in line, with time left), and
+     * its attempt goes to the stopped Redis. */
+    while (th_now_ms() < seen + SHORT_WAIT_MS - 400) {
+        th_nap_ms(5);
+    }
+    assert_int_equal(kill(s->redis.pid, SIGSTOP), 0);
+    kill(s->gw.pid, SIGCONT);
+    if (!stopped || pttl <= 0 || th_now_ms() >= sent + SHORT_WAIT_MS - 100) {
+        kill(s->redis.pid, SIGCONT);
+        fail_msg("the setup was too slow to test a wake that ends past its deadline (stopped "
+                 "%d, lease left at the stop %lld ms, %lld ms past the short waiter's start)",
+                 stopped, pttl, (long long)(th_now_ms() - sent));
+    }
+    /* The attempt is sent (not /metrics: its Redis ping would wait for the stopped Redis). */
+    deadline = th_now_ms() + 15000;
+    while (th_redis_unread_conns(&s->redis) < 1 && th_now_ms() < deadline) {
+        th_nap_ms(2);
+    }
+    while (th_now_ms() < seen + SHORT_WAIT_MS + 50) {
+        th_nap_ms(5);
+    }
+    assert_int_equal(kill(s->redis.pid, SIGCONT), 0);
+
+    pthread_join(shortw.thread, NULL);
+    gwt_assert_status(&shortw.r, 409, "locked"); /* the newcomer held it, its time was up */
+    gwt_resp_free(&shortw.r);
+    /* Fails (the long waiter still parked, its wait 60 s) when nothing watched the
+     * newcomer's lease. */
+    gwt_await_metric(&s->gw, "fencegate_waiters", 0);
+    pthread_join(longw.thread, NULL);
+    gwt_assert_status(&longw.r, 200, NULL);
+    gwt_resp_free(&longw.r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -745,6 +820,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fair_waiters_sent_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_new_holders_lease_is_watched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expiry_after_sigcont_wakes_a_waiter_with_time_left,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_woken_waiter_out_of_time_passes_on_the_new_lease,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiters_beyond_the_cap_are_refused, setup_capped,
                                         teardown),
