@@ -290,6 +290,7 @@ static void check_node(lk__redlock *rl, rl_node *nd)
         return;
     }
     nd->checked = nd->tp.connects;
+    nd->late_streak = 0; /* a new connection owes nothing: it was not left behind yet */
 }
 
 /* Step 0 for every node. Returns how many count. */
@@ -424,6 +425,7 @@ static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
     }
     lk__redlock *rl = f->rl;
     int64_t leave_ms = -1; /* once decided: when the others are left behind */
+    int looked = 0;        /* the last look before leaving them was taken */
 
     for (;;) {
         struct pollfd pfd[LK__RL_MAX_NODES];
@@ -463,6 +465,20 @@ static void fan_read(fanout *f, size_t m, lk__inflight *fl, int *wait)
             int64_t took_ms = now_ms - f->sent_ms;
             leave_ms = behind ? now_ms
                               : now_ms + (took_ms > LEAVE_MIN_MS ? took_ms : LEAVE_MIN_MS);
+        }
+        if (may_leave && leave_ms >= 0 && now_ms >= leave_ms && !looked) {
+            /* One look without waiting before leaving them: replies already here are read
+             * (the next pass finishes the nodes they complete) rather than left owed, so a
+             * node that has in fact answered is not sent a write-back for nothing. */
+            looked = 1;
+            if (poll(pfd, np, 0) > 0) {
+                for (nfds_t j = 0; j < np; j++) {
+                    if (pfd[j].revents != 0) {
+                        lk__transport_read_ready(&rl->node[at[j]].tp, &fl[at[j]]);
+                    }
+                }
+            }
+            continue;
         }
         if (may_leave && leave_ms >= 0 && now_ms >= leave_ms) {
             for (nfds_t j = 0; j < np; j++) {
