@@ -8,8 +8,14 @@
  *   topo_bench [--seconds N] [--conns N] [--only TAG,TAG...]
  *                                           (tests/bench/run-topo-bench.sh builds it)
  *
- * --only keeps the rows whose tag is listed (single, sentinel, cluster, redlockthree,
- * redlockfive, redlockslow); the single row always runs, as the reference.
+ * --only keeps the rows whose tag is listed (single, sentinel, sentinelplain, cluster,
+ * clusternorep, redlockthree, redlockfive, redlockslow); the single row always runs, as the
+ * reference. Two rows take a topology apart, to show where its cost comes from:
+ * sentinelplain is the Sentinel set's master (its replica attached) through a plain
+ * redis:// URL, so against the Sentinel row it is what the Sentinel client costs and against
+ * the single row what the replica costs; clusternorep is a cluster of 3 masters without
+ * replicas, so against the 3+3 row it is what the replicas cost and against the single row
+ * what sharding costs.
  * For each topology, started by the test harness on free loopback ports (every data node
  * with AOF, appendfsync always, as in the tests): the gateway with --redis on its URL, then
  * the load generator of compare_bench (loadgen.c, cw_gateway_pairs: each connection locks
@@ -137,7 +143,7 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
     return rc;
 }
 
-#define TOPOS 6
+#define TOPOS 8
 /* The delay of the slow master's proxy, each way. */
 #define SLOW_MS 5
 
@@ -231,7 +237,7 @@ int main(int argc, char **argv)
     }
     static th_redis single;
     static th_sentinel sentinel;
-    static th_cluster cluster;
+    static th_cluster cluster, cluster_norep;
     static th_redis_set three, five, slow;
     static char url3[256], url5[256], url_slow[256];
     pid_t proxy_pid = -1;
@@ -258,6 +264,24 @@ int main(int argc, char **argv)
             topos[2].nodes[i] = &cluster.nodes[i];
         }
     }
+    if ((run[6] = wanted(only, "sentinelplain"))) {
+        if (!run[1]) {
+            th_sentinel_start(&sentinel, "benchmaster", 1, 3, NULL);
+        }
+        topos[6] = (topo){.name = "sentinel's master, redis://", .tag = "sentinelplain",
+                          .nnodes = sentinel.nredis, .url = sentinel.redis[0].url};
+        for (int i = 0; i < sentinel.nredis; i++) {
+            topos[6].nodes[i] = &sentinel.redis[i];
+        }
+    }
+    if ((run[7] = wanted(only, "clusternorep"))) {
+        th_cluster_start(&cluster_norep, 3, 0, NULL);
+        topos[7] = (topo){.name = "cluster 3+0", .tag = "clusternorep",
+                          .nnodes = cluster_norep.nnodes, .url = cluster_norep.url};
+        for (int i = 0; i < cluster_norep.nnodes; i++) {
+            topos[7].nodes[i] = &cluster_norep.nodes[i];
+        }
+    }
     if ((run[3] = wanted(only, "redlockthree"))) {
         start_redlock(&three, 3, &topos[3], url3, sizeof url3, "redlock 3", "redlockthree");
     }
@@ -276,7 +300,10 @@ int main(int argc, char **argv)
             snprintf(last + 1, sizeof url_slow - (size_t)(last + 1 - url_slow), "%d", port);
         }
     }
-    for (int k = 0; k < TOPOS; k++) {
+    /* Measured and printed with each decomposition row next to the topology it explains. */
+    static const int order[TOPOS] = {0, 1, 6, 2, 7, 3, 4, 5};
+    for (int o = 0; o < TOPOS; o++) {
+        int k = order[o];
         if (!run[k]) {
             continue;
         }
@@ -288,7 +315,8 @@ int main(int argc, char **argv)
            "errors |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     int all_ok = 1;
-    for (int k = 0; k < TOPOS; k++) {
+    for (int o = 0; o < TOPOS; o++) {
+        int k = order[o];
         if (!run[k]) {
             continue;
         }
@@ -321,10 +349,13 @@ int main(int argc, char **argv)
     if (run[3]) {
         th_redis_set_stop(&three);
     }
+    if (run[7]) {
+        th_cluster_stop(&cluster_norep);
+    }
     if (run[2]) {
         th_cluster_stop(&cluster);
     }
-    if (run[1]) {
+    if (run[1] || run[6]) {
         th_sentinel_stop(&sentinel);
     }
     th_redis_stop(&single);
