@@ -3,14 +3,16 @@
  * on a Redis Cluster of 3 masters and 3 replicas (issue 15) and on Redlock over 3 and over 5
  * independent masters (issue 16), one run side by side. One more Redlock row has one of its 3
  * masters further away: behind tests/faults/fg_proxy holding every chunk SLOW_MS ms each
- * way, as a master in another zone or on a slow disk: what a slow minority costs.
+ * way, as a master in another zone or on a slow disk: what a slow minority costs. And one
+ * has a master cut off (the proxy forwards nothing, its connections stay open, as in a
+ * network partition): what a minority the gateway cannot reach costs while it lasts.
  *
  *   topo_bench [--seconds N] [--conns N] [--only TAG,TAG...]
  *                                           (tests/bench/run-topo-bench.sh builds it)
  *
  * --only keeps the rows whose tag is listed (single, sentinel, sentinelplain, cluster,
- * clusternorep, redlockthree, redlockfive, redlockslow); the single row always runs, as the
- * reference. Two rows take a topology apart, to show where its cost comes from:
+ * clusternorep, redlockthree, redlockfive, redlockslow, redlockcut); the single row always
+ * runs, as the reference. Two rows take a topology apart, to show where its cost comes from:
  * sentinelplain is the Sentinel set's master (its replica attached) through a plain
  * redis:// URL, so against the Sentinel row it is what the Sentinel client costs and against
  * the single row what the replica costs; clusternorep is a cluster of 3 masters without
@@ -143,13 +145,13 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
     return rc;
 }
 
-#define TOPOS 8
+#define TOPOS 9
 /* The delay of the slow master's proxy, each way. */
 #define SLOW_MS 5
 
 /* fg_proxy in front of 127.0.0.1:target, steered through its stdin (kept open in *ctl),
- * set to delay every chunk by delay_ms. Returns its port, or -1 (printed). */
-static int start_proxy(int target, int delay_ms, pid_t *pid, FILE **ctl)
+ * given `command` ("delay 5", "blackhole"). Returns its port, or -1 (printed). */
+static int start_proxy(int target, const char *command, pid_t *pid, FILE **ctl)
 {
     int in[2], out[2];
     char line[128], target_s[16];
@@ -183,9 +185,9 @@ static int start_proxy(int target, int delay_ms, pid_t *pid, FILE **ctl)
     if (fgets(line, sizeof line, answers) == NULL || sscanf(line, "port %d", &port) != 1) {
         fprintf(stderr, "topo_bench: fg_proxy did not start\n");
         port = -1;
-    } else if (fprintf(*ctl, "delay %d\n", delay_ms) < 0 ||
-               fgets(line, sizeof line, answers) == NULL || strncmp(line, "ok delay", 8) != 0) {
-        fprintf(stderr, "topo_bench: fg_proxy refused the delay\n");
+    } else if (fprintf(*ctl, "%s\n", command) < 0 ||
+               fgets(line, sizeof line, answers) == NULL || strncmp(line, "ok ", 3) != 0) {
+        fprintf(stderr, "topo_bench: fg_proxy refused '%s'\n", command);
         port = -1;
     }
     fclose(answers);
@@ -222,6 +224,20 @@ static void start_redlock(th_redis_set *set, int n, topo *t, char *url, size_t l
     }
 }
 
+/* Puts set's last master behind an fg_proxy given `command`, in url (len bytes) too.
+ * Returns 1, or 0 when the proxy could not be started (printed): the row does not run. */
+static int behind_proxy(th_redis_set *set, char *url, size_t len, const char *command,
+                        pid_t *pid, FILE **ctl)
+{
+    int port = start_proxy(set->nodes[set->n - 1].port, command, pid, ctl);
+    char *last = strrchr(url, ':');
+    if (port < 0 || last == NULL) {
+        return 0;
+    }
+    snprintf(last + 1, len - (size_t)(last + 1 - url), "%d", port);
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     int seconds = 5, conns = 32;
@@ -238,10 +254,10 @@ int main(int argc, char **argv)
     static th_redis single;
     static th_sentinel sentinel;
     static th_cluster cluster, cluster_norep;
-    static th_redis_set three, five, slow;
-    static char url3[256], url5[256], url_slow[256];
-    pid_t proxy_pid = -1;
-    FILE *proxy_ctl = NULL;
+    static th_redis_set three, five, slow, cut;
+    static char url3[256], url5[256], url_slow[256], url_cut[256];
+    pid_t proxy_pid[2] = {-1, -1};
+    FILE *proxy_ctl[2] = {NULL, NULL};
     topo topos[TOPOS];
     lg_result res[TOPOS];
     int ok[TOPOS] = {0}, run[TOPOS] = {0};
@@ -292,16 +308,19 @@ int main(int argc, char **argv)
         static char name[64];
         snprintf(name, sizeof name, "redlock 3, one +%d ms each way", SLOW_MS);
         start_redlock(&slow, 3, &topos[5], url_slow, sizeof url_slow, name, "redlockslow");
-        int port = start_proxy(slow.nodes[2].port, SLOW_MS, &proxy_pid, &proxy_ctl);
-        char *last = strrchr(url_slow, ':');
-        if (port < 0 || last == NULL) {
-            run[5] = 0;
-        } else {
-            snprintf(last + 1, sizeof url_slow - (size_t)(last + 1 - url_slow), "%d", port);
-        }
+        char delay[32];
+        snprintf(delay, sizeof delay, "delay %d", SLOW_MS);
+        run[5] = behind_proxy(&slow, url_slow, sizeof url_slow, delay, &proxy_pid[0],
+                              &proxy_ctl[0]);
+    }
+    if ((run[8] = wanted(only, "redlockcut"))) {
+        start_redlock(&cut, 3, &topos[8], url_cut, sizeof url_cut, "redlock 3, one cut off",
+                      "redlockcut");
+        run[8] = behind_proxy(&cut, url_cut, sizeof url_cut, "blackhole", &proxy_pid[1],
+                              &proxy_ctl[1]);
     }
     /* Measured and printed with each decomposition row next to the topology it explains. */
-    static const int order[TOPOS] = {0, 1, 6, 2, 7, 3, 4, 5};
+    static const int order[TOPOS] = {0, 1, 6, 2, 7, 3, 4, 5, 8};
     for (int o = 0; o < TOPOS; o++) {
         int k = order[o];
         if (!run[k]) {
@@ -333,12 +352,17 @@ int main(int argc, char **argv)
                topos[k].master_cpu_s * 1000.0 / pairs, topos[k].gw_cpu_s * 1e6 / pairs,
                (unsigned long long)res[k].failures);
     }
-    if (proxy_pid > 0) {
-        kill(proxy_pid, SIGTERM);
-        waitpid(proxy_pid, NULL, 0);
+    for (int i = 0; i < 2; i++) {
+        if (proxy_pid[i] > 0) {
+            kill(proxy_pid[i], SIGTERM);
+            waitpid(proxy_pid[i], NULL, 0);
+        }
+        if (proxy_ctl[i] != NULL) {
+            fclose(proxy_ctl[i]);
+        }
     }
-    if (proxy_ctl != NULL) {
-        fclose(proxy_ctl);
+    if (run[8]) {
+        th_redis_set_stop(&cut);
     }
     if (run[5]) {
         th_redis_set_stop(&slow);
