@@ -430,6 +430,31 @@ int lk__rl_health_counts(const lk__rl_health *h)
     return h->state == LK__RL_OK;
 }
 
+void lk__rl_health_silent(lk__rl_health *h, int64_t now_ms)
+{
+    if (now_ms < h->retry_ms) {
+        return;
+    }
+    int64_t wait_ms = LK__RL_SILENT_RETRY_MS;
+    for (int i = 0; i < h->silences && wait_ms < LK__RL_SILENT_RETRY_MAX_MS; i++) {
+        wait_ms *= 2;
+    }
+    h->retry_ms = now_ms + (wait_ms < LK__RL_SILENT_RETRY_MAX_MS ? wait_ms
+                                                                  : LK__RL_SILENT_RETRY_MAX_MS);
+    h->silences++;
+}
+
+int lk__rl_health_may_try(const lk__rl_health *h, int64_t now_ms)
+{
+    return now_ms >= h->retry_ms;
+}
+
+void lk__rl_health_answered(lk__rl_health *h)
+{
+    h->silences = 0;
+    h->retry_ms = 0;
+}
+
 int64_t lk__rl_held_out_until(const lk__rl_health *h)
 {
     return h->state == LK__RL_HELD_OUT ? h->until_ms : 0;

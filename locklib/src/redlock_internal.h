@@ -139,7 +139,15 @@ typedef struct lk__rl_health {
     lk__rl_state state;
     int64_t until_ms;                     /* HELD_OUT: the monotonic time it may count again */
     char marker[LK__RL_MARKER_LEN + 1];   /* the marker value this gateway knows, "" none */
+    int64_t retry_ms;                     /* silent: not tried again before this monotonic
+                                           * time (0: try now) */
+    int silences;                         /* silences in a row (lk__rl_health_silent) */
 } lk__rl_health;
+
+/* How long a silent node (one that did not answer within its timeout: a partition, a frozen
+ * process) is left alone after its first silence in a row, and the most it is left alone. */
+#define LK__RL_SILENT_RETRY_MS 1000
+#define LK__RL_SILENT_RETRY_MAX_MS 8000
 
 /* Sets *h to UNKNOWN. */
 void lk__rl_health_init(lk__rl_health *h);
@@ -159,6 +167,21 @@ void lk__rl_health_hold(lk__rl_health *h, int64_t until_ms);
 
 /* 1 when the node counts towards a majority (OK). */
 int lk__rl_health_counts(const lk__rl_health *h);
+
+/* The node was silent at now_ms (it did not answer within its timeout): it is not tried
+ * again for LK__RL_SILENT_RETRY_MS, doubled for each silence in a row up to
+ * LK__RL_SILENT_RETRY_MAX_MS. Trying a silent node costs the batch that tries it the
+ * node's whole timeout, so a node cut off for long is tried less and less often, and is
+ * back within LK__RL_SILENT_RETRY_MAX_MS of answering again. A silence seen while the node
+ * is left alone already (another handle's batch, sent before the first silence) adds
+ * nothing: it is the same silence. */
+void lk__rl_health_silent(lk__rl_health *h, int64_t now_ms);
+
+/* 1 when the node may be tried at now_ms (it is not being left alone for a silence). */
+int lk__rl_health_may_try(const lk__rl_health *h, int64_t now_ms);
+
+/* The node answered a check on a new connection: its silences in a row are over. */
+void lk__rl_health_answered(lk__rl_health *h);
 
 /* For /readyz and /metrics: the monotonic time until which the node is held out, or 0 when
  * it is not held out. */

@@ -54,11 +54,13 @@
 
 /* The shortest per-node timeout: below it a loaded machine times out healthy nodes. */
 #define PER_NODE_MIN_MS 100
-/* How long a node that timed out is left alone. A silent node (a partition, a frozen
- * process) would otherwise cost every batch its per-node timeout, which also eats the
- * validity of every grant; a refused connection costs nothing and is retried at once, so a
- * restarted node rejoins at the next call. */
-#define SLOW_RETRY_MS 1000
+/* A node that timed out is left alone for a while (lk__rl_health_silent: 1 s, doubling for
+ * each silence in a row, at most 8 s), by every handle of the process, since its state is
+ * the process's (shared_health). A silent node (a partition, a frozen process) would
+ * otherwise cost a batch its per-node timeout every second on every handle (a gateway's
+ * pipeline threads each have one), which also eats the validity of every grant: with one
+ * master of three cut off, topo_bench's rate halved. A refused connection costs nothing and
+ * is retried at once, so a restarted node rejoins at the next call. */
 /* The most replies a node may owe (left unread after its majority answered, step 1) before
  * fan-outs wait for it again: a node slower than the others for good falls behind by at
  * most this much, instead of without bound. */
@@ -78,8 +80,6 @@ typedef struct rl_node {
     shared_health *sh;          /* NULL when the process has too many masters: then the
                                  * node never counts */
     long long checked;          /* tp.connects when the marker was last read, -1 never */
-    int64_t retry_ms;           /* a node that timed out is not tried again before this
-                                 * monotonic time (0: no wait) */
     int late_streak;            /* batches in a row it was left behind in (step 2) */
 } rl_node;
 
@@ -238,14 +238,31 @@ static int write_marker(rl_node *nd, char *seen)
     return nd->tp.ctx != NULL ? read_marker(nd, seen, &left_ms) : -1;
 }
 
-/* Leaves a node that failed alone for SLOW_RETRY_MS when the failure took at least half its
- * timeout (it is silent, not refusing), from start_ms on. */
+/* Leaves a node that failed alone for a while (lk__rl_health_silent), in every handle of
+ * the process, when the failure took at least half its timeout (it is silent, not
+ * refusing), from start_ms on. */
 static void note_failure(rl_node *nd, int64_t start_ms)
 {
     int64_t now_ms = lk__now_ms();
-    if (nd->tp.ctx == NULL && (now_ms - start_ms) * 2 >= nd->tp.node.command_timeout_ms) {
-        nd->retry_ms = now_ms + SLOW_RETRY_MS;
+    if (nd->sh != NULL && nd->tp.ctx == NULL &&
+        (now_ms - start_ms) * 2 >= nd->tp.node.command_timeout_ms) {
+        pthread_mutex_lock(&registry_mu);
+        lk__rl_health_silent(&nd->sh->health, now_ms);
+        pthread_mutex_unlock(&registry_mu);
     }
+}
+
+/* 1 when nd may be tried now: it has its shared state, and is not left alone for a
+ * silence (by this handle or another). */
+static int may_try(const rl_node *nd, int64_t now_ms)
+{
+    int ok = 0;
+    if (nd->sh != NULL) {
+        pthread_mutex_lock(&registry_mu);
+        ok = lk__rl_health_may_try(&nd->sh->health, now_ms);
+        pthread_mutex_unlock(&registry_mu);
+    }
+    return ok;
 }
 
 /* Step 0 for one node. The order of the writes matters: the hold-out key goes on the node
@@ -257,7 +274,7 @@ static void check_node(lk__redlock *rl, rl_node *nd)
     int64_t until_ms = 0;
     int64_t start_ms = lk__now_ms();
 
-    if (nd->sh == NULL || nd->retry_ms > start_ms) {
+    if (!may_try(nd, start_ms)) {
         lk__transport_drop(&nd->tp); /* it does not count meanwhile */
         return;
     }
@@ -291,6 +308,9 @@ static void check_node(lk__redlock *rl, rl_node *nd)
     }
     nd->checked = nd->tp.connects;
     nd->late_streak = 0; /* a new connection owes nothing: it was not left behind yet */
+    pthread_mutex_lock(&registry_mu);
+    lk__rl_health_answered(&nd->sh->health);
+    pthread_mutex_unlock(&registry_mu);
 }
 
 /* Step 0 for every node. Returns how many count. */

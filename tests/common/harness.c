@@ -434,13 +434,14 @@ int th_redis_unread_conns(const th_redis *r)
         return -1;
     }
     /* "sl local_address rem_address st tx_queue:rx_queue ...", addresses and queues in hex;
-     * st 01 is ESTABLISHED. The server's end of a connection has the server's port. */
+     * st 01 is ESTABLISHED, 08 CLOSE_WAIT. The server's end of a connection has the server's
+     * port. rx_queue counts sequence numbers, so the client's FIN (CLOSE_WAIT) is one. */
     while (fgets(line, sizeof line, f) != NULL) {
         unsigned local_port, state;
         unsigned long tx, rx;
         if (sscanf(line, " %*u: %*x:%x %*x:%*x %x %lx:%lx", &local_port, &state, &tx, &rx) ==
                 4 &&
-            (int)local_port == r->port && state == 1 && rx > 0) {
+            (int)local_port == r->port && ((state == 1 && rx > 0) || (state == 8 && rx > 1))) {
             n++;
         }
     }

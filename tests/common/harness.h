@@ -77,9 +77,10 @@ void th_redis_stop(th_redis *r);
  * For test setup and inspection only. */
 long long th_redis_cmd(const th_redis *r, char *out, size_t outlen, const char *fmt, ...);
 
-/* How many established TCP connections to r hold bytes r has not read yet (the kernel's
- * receive queue, /proc/net/tcp): with r stopped (SIGSTOP), how many connections have sent
- * it something since. -1 when /proc/net/tcp cannot be read. */
+/* How many TCP connections to r hold bytes r has not read yet (the kernel's receive queue,
+ * /proc/net/tcp), open or closed by the client since (ESTABLISHED or CLOSE_WAIT on r's
+ * side): with r stopped (SIGSTOP), how many connections have sent it something since. -1
+ * when /proc/net/tcp cannot be read. */
 int th_redis_unread_conns(const th_redis *r);
 
 /* A real PostgreSQL 15 server: initdb into a private temp dir (as the postgres user when the

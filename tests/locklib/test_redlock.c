@@ -226,6 +226,38 @@ static void test_combine_token_check(void **state)
 }
 
 /* The delayed-restart state machine with a fake clock. */
+/* A silent node is left alone 1 s after its first silence in a row, then 2, 4 and 8 s, never
+ * longer; a silence seen while it is left alone already is the same one (another handle's
+ * batch); an answer ends the run, so the next silence is a first one again. */
+static void test_silent_node_backoff(void **state)
+{
+    lk__rl_health h;
+    (void)state;
+
+    lk__rl_health_init(&h);
+    assert_true(lk__rl_health_may_try(&h, 0));
+    lk__rl_health_silent(&h, 10000);
+    assert_false(lk__rl_health_may_try(&h, 10999));
+    assert_true(lk__rl_health_may_try(&h, 11000));
+    lk__rl_health_silent(&h, 10500); /* the same silence, seen by another handle */
+    assert_true(lk__rl_health_may_try(&h, 11000));
+
+    int64_t now = 11000;
+    static const int64_t waits[] = {2000, 4000, 8000, 8000, 8000};
+    for (size_t i = 0; i < sizeof waits / sizeof *waits; i++) {
+        lk__rl_health_silent(&h, now);
+        assert_false(lk__rl_health_may_try(&h, now + waits[i] - 1));
+        assert_true(lk__rl_health_may_try(&h, now + waits[i]));
+        now += waits[i];
+    }
+
+    lk__rl_health_answered(&h);
+    assert_true(lk__rl_health_may_try(&h, now));
+    lk__rl_health_silent(&h, now);
+    assert_false(lk__rl_health_may_try(&h, now + LK__RL_SILENT_RETRY_MS - 1));
+    assert_true(lk__rl_health_may_try(&h, now + LK__RL_SILENT_RETRY_MS));
+}
+
 static void test_health_state_machine(void **state)
 {
     const int64_t lease_ms = 30000, hold_ms = 30000 + 302;
@@ -744,6 +776,7 @@ int main(void)
         cmocka_unit_test(test_minority_data_loss_token_still_grows),
         cmocka_unit_test(test_holder_calls_report_the_grant_token),
         cmocka_unit_test(test_clean_restart_not_held_out),
+        cmocka_unit_test(test_silent_node_backoff),
     };
     int failed = cmocka_run_group_tests_name("redlock_pure", pure, NULL, NULL);
     failed += cmocka_run_group_tests_name("redlock_3_nodes", nodes, group_setup_3,

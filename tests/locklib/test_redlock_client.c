@@ -318,6 +318,51 @@ static void test_slow_minority_left_behind(void **state)
     }
 }
 
+/* A master that says nothing (SIGSTOP: its connections stay open, new ones are accepted by
+ * the kernel) costs a batch that meets it on a new connection the per-node timeout of its
+ * marker read, and then every handle of the process leaves it alone for a while: a handle
+ * connected to it before, which would otherwise leave it behind batch after batch and then
+ * wait out its timeout, sends it nothing. Seen from the stopped master's side (the kernel's
+ * receive queues, since it reads nothing): the new handle's marker read reached it, the old
+ * handle's acquisition did not. Before, each handle left it alone on its own, so a gateway's
+ * pipeline threads each paid the timeout again every second; with one master of three cut
+ * off that halved topo_bench's rate. */
+static void test_silent_master_left_alone_by_every_handle(void **state)
+{
+    rl_fixture *f = *state;
+    lk_result r;
+
+    grant_once(f->c, "rl-silent-a", "warm");
+    assert_int_equal(counting(f->c), f->set.n);
+    assert_int_equal(th_redis_unread_conns(&f->set.nodes[0]), 0);
+
+    assert_int_equal(kill(f->set.nodes[0].pid, SIGSTOP), 0);
+    lk_client *c2 = open_redlock(f->url);
+    assert_lk(c2, lk_acquire(c2, "rl-silent-b", "bob", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    int first = th_redis_unread_conns(&f->set.nodes[0]);
+    assert_lk(f->c, lk_acquire(f->c, "rl-silent-a", "alice", LEASE_MS, 0, NULL, &r),
+              LK_ACQUIRED);
+    int second = th_redis_unread_conns(&f->set.nodes[0]);
+    assert_int_equal(kill(f->set.nodes[0].pid, SIGCONT), 0);
+    print_message("connections with unread bytes at the silent master: %d after the new "
+                  "handle's call, %d after the old one's\n", first, second);
+    assert_int_equal(first, 1);
+    assert_int_equal(second, 1);
+
+    assert_lk(f->c, lk_release(f->c, "rl-silent-a", "alice", NULL, &r), LK_RELEASED);
+    assert_lk(c2, lk_release(c2, "rl-silent-b", "bob", NULL, &r), LK_RELEASED);
+    /* Back within the first silence's 1 s, for both handles, before the next test. */
+    int64_t deadline = th_now_ms() + 20000;
+    while ((lk_ping(f->c) != LK_OK || lk_ping(c2) != LK_OK || counting(f->c) < f->set.n ||
+            counting(c2) < f->set.n) &&
+           th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_int_equal(counting(f->c), f->set.n);
+    assert_int_equal(counting(c2), f->set.n);
+    lk_client_close(c2);
+}
+
 static void test_minority_down_then_majority_down(void **state)
 {
     rl_fixture *f = *state;
@@ -669,6 +714,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_waiter_woken_master_killed),                             \
             cmocka_unit_test(test_sub_resubscribes_dropped_master),                        \
             cmocka_unit_test(test_slow_minority_left_behind),                              \
+            cmocka_unit_test(test_silent_master_left_alone_by_every_handle),               \
             cmocka_unit_test(test_minority_down_then_majority_down),                       \
             cmocka_unit_test(test_data_loss_held_out),                                     \
     }
