@@ -430,29 +430,37 @@ int lk__rl_health_counts(const lk__rl_health *h)
     return h->state == LK__RL_OK;
 }
 
-void lk__rl_health_silent(lk__rl_health *h, int64_t now_ms)
+void lk__rl_health_silent(lk__rl_health *h, int64_t started_ms, int64_t now_ms, int needed)
 {
-    if (now_ms < h->retry_ms) {
-        return;
+    if (started_ms < h->news_ms) {
+        return; /* every try since the last news was claimed (lk__rl_health_try) */
     }
     int64_t wait_ms = LK__RL_SILENT_RETRY_MS;
-    for (int i = 0; i < h->silences && wait_ms < LK__RL_SILENT_RETRY_MAX_MS; i++) {
+    for (int i = 0; !needed && i < h->silences && wait_ms < LK__RL_SILENT_RETRY_MAX_MS; i++) {
         wait_ms *= 2;
     }
     h->retry_ms = now_ms + (wait_ms < LK__RL_SILENT_RETRY_MAX_MS ? wait_ms
                                                                   : LK__RL_SILENT_RETRY_MAX_MS);
-    h->silences++;
+    h->silences += !needed;
+    h->news_ms = now_ms;
 }
 
-int lk__rl_health_may_try(const lk__rl_health *h, int64_t now_ms)
+int lk__rl_health_try(lk__rl_health *h, int64_t now_ms, int64_t hold_ms)
 {
-    return now_ms >= h->retry_ms;
+    if (now_ms < h->retry_ms) {
+        return 0;
+    }
+    if (h->retry_ms > 0) {
+        h->retry_ms = now_ms + hold_ms; /* this try is the one: the others wait for it */
+    }
+    return 1;
 }
 
-void lk__rl_health_answered(lk__rl_health *h)
+void lk__rl_health_answered(lk__rl_health *h, int64_t now_ms)
 {
     h->silences = 0;
     h->retry_ms = 0;
+    h->news_ms = now_ms;
 }
 
 int64_t lk__rl_held_out_until(const lk__rl_health *h)

@@ -142,6 +142,7 @@ typedef struct lk__rl_health {
     int64_t retry_ms;                     /* silent: not tried again before this monotonic
                                            * time (0: try now) */
     int silences;                         /* silences in a row (lk__rl_health_silent) */
+    int64_t news_ms;                      /* when the last silence or answer was noted */
 } lk__rl_health;
 
 /* How long a silent node (one that did not answer within its timeout: a partition, a frozen
@@ -168,20 +169,25 @@ void lk__rl_health_hold(lk__rl_health *h, int64_t until_ms);
 /* 1 when the node counts towards a majority (OK). */
 int lk__rl_health_counts(const lk__rl_health *h);
 
-/* The node was silent at now_ms (it did not answer within its timeout): it is not tried
- * again for LK__RL_SILENT_RETRY_MS, doubled for each silence in a row up to
- * LK__RL_SILENT_RETRY_MAX_MS. Trying a silent node costs the batch that tries it the
- * node's whole timeout, so a node cut off for long is tried less and less often, and is
- * back within LK__RL_SILENT_RETRY_MAX_MS of answering again. A silence seen while the node
- * is left alone already (another handle's batch, sent before the first silence) adds
- * nothing: it is the same silence. */
-void lk__rl_health_silent(lk__rl_health *h, int64_t now_ms);
+/* An attempt started at started_ms found the node silent at now_ms (no answer within its
+ * timeout): it is not tried again for LK__RL_SILENT_RETRY_MS, doubled for each silence in
+ * a row up to LK__RL_SILENT_RETRY_MAX_MS. Trying a silent node costs the batch that tries
+ * it the node's whole timeout, so a node cut off for long is tried less and less often,
+ * and is back within LK__RL_SILENT_RETRY_MAX_MS of answering again. With `needed` (fewer
+ * than a majority count without it) the wait does not grow: nothing is granted without it,
+ * so it is tried again after LK__RL_SILENT_RETRY_MS. An attempt that started before the
+ * last silence or answer noted is older news (another handle's batch, sent before): it
+ * adds nothing. */
+void lk__rl_health_silent(lk__rl_health *h, int64_t started_ms, int64_t now_ms, int needed);
 
-/* 1 when the node may be tried at now_ms (it is not being left alone for a silence). */
-int lk__rl_health_may_try(const lk__rl_health *h, int64_t now_ms);
+/* Whether the node may be tried at now_ms: 1 unless it is left alone for a silence. The
+ * first caller after a silence's wait claims the try: the others wait hold_ms more (its
+ * timeout), so the handles of a process do not all pay for the same try. */
+int lk__rl_health_try(lk__rl_health *h, int64_t now_ms, int64_t hold_ms);
 
-/* The node answered a check on a new connection: its silences in a row are over. */
-void lk__rl_health_answered(lk__rl_health *h);
+/* The node answered a check on a new connection at now_ms: its silences in a row are
+ * over. */
+void lk__rl_health_answered(lk__rl_health *h, int64_t now_ms);
 
 /* For /readyz and /metrics: the monotonic time until which the node is held out, or 0 when
  * it is not held out. */

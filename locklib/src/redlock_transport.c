@@ -238,55 +238,78 @@ static int write_marker(rl_node *nd, char *seen)
     return nd->tp.ctx != NULL ? read_marker(nd, seen, &left_ms) : -1;
 }
 
-/* Leaves a node that failed alone for a while (lk__rl_health_silent), in every handle of
- * the process, when the failure took at least half its timeout (it is silent, not
- * refusing), from start_ms on. */
-static void note_failure(rl_node *nd, int64_t start_ms)
+/* Leaves node k that failed alone for a while (lk__rl_health_silent), in every handle of
+ * the process, when the attempt that started at start_ms took at least half its timeout
+ * (it is silent, not refusing). */
+static void note_failure(lk__redlock *rl, int k, int64_t start_ms)
 {
+    rl_node *nd = &rl->node[k];
     int64_t now_ms = lk__now_ms();
     if (nd->sh != NULL && nd->tp.ctx == NULL &&
         (now_ms - start_ms) * 2 >= nd->tp.node.command_timeout_ms) {
+        int others = 0;
+        for (int j = 0; j < rl->n; j++) {
+            others += j != k && counts(&rl->node[j]);
+        }
         pthread_mutex_lock(&registry_mu);
-        lk__rl_health_silent(&nd->sh->health, now_ms);
+        lk__rl_health_silent(&nd->sh->health, start_ms, now_ms,
+                             others < lk__rl_quorum(rl->n));
         pthread_mutex_unlock(&registry_mu);
     }
 }
 
 /* 1 when nd may be tried now: it has its shared state, and is not left alone for a
- * silence (by this handle or another). */
-static int may_try(const rl_node *nd, int64_t now_ms)
+ * silence (by this handle or another); the first try after a silence is this handle's. */
+static int may_try(rl_node *nd, int64_t now_ms)
 {
     int ok = 0;
     if (nd->sh != NULL) {
         pthread_mutex_lock(&registry_mu);
-        ok = lk__rl_health_may_try(&nd->sh->health, now_ms);
+        ok = lk__rl_health_try(&nd->sh->health, now_ms, nd->tp.node.command_timeout_ms);
         pthread_mutex_unlock(&registry_mu);
     }
     return ok;
 }
 
+/* 1 when nd is left alone for a silence now (without claiming a try). */
+static int left_alone(const rl_node *nd, int64_t now_ms)
+{
+    int alone = 0;
+    if (nd->sh != NULL) {
+        pthread_mutex_lock(&registry_mu);
+        alone = now_ms < nd->sh->health.retry_ms;
+        pthread_mutex_unlock(&registry_mu);
+    }
+    return alone;
+}
+
 /* Step 0 for one node. The order of the writes matters: the hold-out key goes on the node
  * before a new marker, so a client that reads the new marker also finds the hold-out. */
-static void check_node(lk__redlock *rl, rl_node *nd)
+static void check_node(lk__redlock *rl, int k)
 {
+    rl_node *nd = &rl->node[k];
     char seen[LK__RL_MARKER_LEN + 1] = "";
     int64_t left_ms = 0;
     int64_t until_ms = 0;
     int64_t start_ms = lk__now_ms();
 
+    if (left_alone(nd, start_ms)) {
+        lk__transport_drop(&nd->tp); /* silent (seen by any handle): it does not count */
+        return;
+    }
+    if (nd->checked == nd->tp.connects && counts(nd)) {
+        return; /* connected and checked, and nobody found it silent since */
+    }
     if (!may_try(nd, start_ms)) {
-        lk__transport_drop(&nd->tp); /* it does not count meanwhile */
+        lk__transport_drop(&nd->tp); /* another handle just claimed the try */
         return;
     }
     if (lk__transport_connect(&nd->tp) != LK_OK) {
-        note_failure(nd, start_ms);
+        note_failure(rl, k, start_ms);
         return; /* unreachable: not a reading; it does not answer this batch either */
     }
-    if (nd->checked == nd->tp.connects && counts(nd)) {
-        return;
-    }
     if (read_marker(nd, seen, &left_ms) != 0) {
-        note_failure(nd, start_ms);
+        note_failure(rl, k, start_ms);
         return;
     }
     int missing = health_feed(nd, seen[0] ? seen : NULL, left_ms, rl->max_lease_ms, &until_ms);
@@ -303,13 +326,13 @@ static void check_node(lk__redlock *rl, rl_node *nd)
     /* Every script now, while nothing is owed: a node left behind (step 2) is then sent
      * its write-back and later calls without waiting for it first. */
     if (lk__transport_load_all(&nd->tp) != LK_OK) {
-        note_failure(nd, start_ms);
+        note_failure(rl, k, start_ms);
         return;
     }
     nd->checked = nd->tp.connects;
     nd->late_streak = 0; /* a new connection owes nothing: it was not left behind yet */
     pthread_mutex_lock(&registry_mu);
-    lk__rl_health_answered(&nd->sh->health);
+    lk__rl_health_answered(&nd->sh->health, lk__now_ms());
     pthread_mutex_unlock(&registry_mu);
 }
 
@@ -318,7 +341,7 @@ static int check_nodes(lk__redlock *rl)
 {
     int counting = 0;
     for (int k = 0; k < rl->n; k++) {
-        check_node(rl, &rl->node[k]);
+        check_node(rl, k);
         counting += counts(&rl->node[k]);
     }
     return counting;
@@ -422,7 +445,7 @@ static int decided(const fanout *f, size_t m)
 static void finish_node(fanout *f, lk__inflight *fl, int k)
 {
     lk__transport_finish(&f->rl->node[k].tp, fl);
-    note_failure(&f->rl->node[k], f->sent_ms);
+    note_failure(f->rl, k, f->sent_ms);
     if (f->at_majority) {
         f->rl->node[k].late_streak = 0; /* it kept up (or failed, and starts afresh) */
     }
@@ -562,6 +585,12 @@ static int fan_out(fanout *f, size_t m, const int *send)
                 index[k * m + count[k]++] = i;
             }
         }
+        if (count[k] > 0 && !f->at_majority && left_alone(&rl->node[k], lk__now_ms())) {
+            /* A write-back or an undo to a node found silent in step 2: reconnecting would
+             * cost the batch its timeout, and a silent node would not get it anyway. What
+             * it may hold runs out with its lease; what it minted is below a majority's. */
+            count[k] = 0;
+        }
         if (count[k] > 0) {
             lk__transport_start(&rl->node[k].tp, &fl[k], count[k], sub + k * m, fan_done, &fc[k]);
         }
@@ -683,7 +712,9 @@ out:
 }
 
 /* Step 4, undo: release.lua for each call to undo, on all N nodes; not waited for on a
- * node left behind in step 2 (late[k]): it runs there after the acquisition, in order. */
+ * node left behind in step 2 (late[k]): it runs there after the acquisition, in order. Not
+ * sent to a node left alone for a silence (fan_out()): it would not get it, and the batch
+ * would wait for its timeout; a hold it took there runs out with its lease. */
 static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
                  const lk__rl_next *next, const int *late)
 {
@@ -887,7 +918,7 @@ redisContext *lk__redlock_open_node(lk__transport *t, int k)
 {
     lk__redlock *rl = t->impl;
 
-    check_node(rl, &rl->node[k]);
+    check_node(rl, k);
     if (!counts(&rl->node[k])) {
         lk__errf(t->err, LK_EUNAVAILABLE, "Redis node %s:%d does not count",
                  rl->node[k].tp.node.host, rl->node[k].tp.node.port);

@@ -737,13 +737,13 @@ static void test_expiry_after_sigcont_wakes_a_waiter_with_time_left(void **state
 static void test_woken_waiter_out_of_time_passes_on_the_new_lease(void **state)
 {
     wt_state *s = *state;
-    enum { SHORT_WAIT_MS = 2500 };
+    enum { SHORT_WAIT_MS = 3500 };
     waiter shortw, longw;
 
     memset(&shortw, 0, sizeof shortw);
     memset(&longw, 0, sizeof longw);
     gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
-    lock_as(&s->gw, "wt.slowwake", "holder", 1000);
+    lock_as(&s->gw, "wt.slowwake", "holder", 2000);
     int64_t sent = th_now_ms();
     waiter_start(&shortw, &s->gw, "wt.slowwake", "short", SHORT_WAIT_MS);
     gwt_await_metric(&s->gw, "fencegate_waiters", 1);
@@ -775,10 +775,19 @@ static void test_woken_waiter_out_of_time_passes_on_the_new_lease(void **state)
     assert_int_equal(kill(s->redis.pid, SIGSTOP), 0);
     kill(s->gw.pid, SIGCONT);
     if (!stopped || pttl <= 0 || th_now_ms() >= sent + SHORT_WAIT_MS - 100) {
+        /* The machine was too slow for the schedule: nothing can be judged. Said, and the
+         * test skipped, rather than failed or passed. */
         kill(s->redis.pid, SIGCONT);
-        fail_msg("the setup was too slow to test a wake that ends past its deadline (stopped "
-                 "%d, lease left at the stop %lld ms, %lld ms past the short waiter's start)",
-                 stopped, pttl, (long long)(th_now_ms() - sent));
+        print_message("the setup was too slow to test a wake that ends past its deadline "
+                      "(stopped %d, lease left at the stop %lld ms, %lld ms past the short "
+                      "waiter's start)\n",
+                      stopped, pttl, (long long)(th_now_ms() - sent));
+        assert_int_equal(gwt_stop(&s->gw), 0); /* answers both waiters: join them first */
+        pthread_join(shortw.thread, NULL);
+        pthread_join(longw.thread, NULL);
+        gwt_resp_free(&shortw.r);
+        gwt_resp_free(&longw.r);
+        skip();
     }
     /* The attempt is sent (not /metrics: its Redis ping would wait for the stopped Redis). */
     deadline = th_now_ms() + 15000;

@@ -227,35 +227,45 @@ static void test_combine_token_check(void **state)
 
 /* The delayed-restart state machine with a fake clock. */
 /* A silent node is left alone 1 s after its first silence in a row, then 2, 4 and 8 s, never
- * longer; a silence seen while it is left alone already is the same one (another handle's
- * batch); an answer ends the run, so the next silence is a first one again. */
+ * longer; a silence of an attempt that started before the last news is older news (another
+ * handle's batch); the first try after a wait is claimed for the node's timeout; the wait
+ * does not grow while the node is needed for a majority; an answer ends the run. */
 static void test_silent_node_backoff(void **state)
 {
     lk__rl_health h;
     (void)state;
 
     lk__rl_health_init(&h);
-    assert_true(lk__rl_health_may_try(&h, 0));
-    lk__rl_health_silent(&h, 10000);
-    assert_false(lk__rl_health_may_try(&h, 10999));
-    assert_true(lk__rl_health_may_try(&h, 11000));
-    lk__rl_health_silent(&h, 10500); /* the same silence, seen by another handle */
-    assert_true(lk__rl_health_may_try(&h, 11000));
+    assert_true(lk__rl_health_try(&h, 0, 500));
+    assert_true(lk__rl_health_try(&h, 0, 500)); /* no silence: nothing to claim */
+    lk__rl_health_silent(&h, 9500, 10000, 0);
+    assert_false(lk__rl_health_try(&h, 10999, 500));
+    lk__rl_health_silent(&h, 9800, 10600, 0); /* sent before the silence: the same one */
+    assert_true(lk__rl_health_try(&h, 11000, 500)); /* claimed until 11500 */
+    assert_false(lk__rl_health_try(&h, 11499, 500));
 
     int64_t now = 11000;
     static const int64_t waits[] = {2000, 4000, 8000, 8000, 8000};
     for (size_t i = 0; i < sizeof waits / sizeof *waits; i++) {
-        lk__rl_health_silent(&h, now);
-        assert_false(lk__rl_health_may_try(&h, now + waits[i] - 1));
-        assert_true(lk__rl_health_may_try(&h, now + waits[i]));
+        lk__rl_health_silent(&h, now, now + 500, 0); /* the claimed try fails */
+        now += 500;
+        assert_false(lk__rl_health_try(&h, now + waits[i] - 1, 500));
+        assert_true(lk__rl_health_try(&h, now + waits[i], 500));
         now += waits[i];
     }
 
-    lk__rl_health_answered(&h);
-    assert_true(lk__rl_health_may_try(&h, now));
-    lk__rl_health_silent(&h, now);
-    assert_false(lk__rl_health_may_try(&h, now + LK__RL_SILENT_RETRY_MS - 1));
-    assert_true(lk__rl_health_may_try(&h, now + LK__RL_SILENT_RETRY_MS));
+    /* Needed for a majority: tried again after the first wait, whatever the run. */
+    lk__rl_health_silent(&h, now, now + 500, 1);
+    now += 500;
+    assert_true(lk__rl_health_try(&h, now + LK__RL_SILENT_RETRY_MS, 500));
+    now += LK__RL_SILENT_RETRY_MS;
+
+    lk__rl_health_answered(&h, now + 10);
+    lk__rl_health_silent(&h, now, now + 20, 0); /* started before the answer: older news */
+    assert_true(lk__rl_health_try(&h, now + 20, 500));
+    lk__rl_health_silent(&h, now + 20, now + 520, 0);
+    assert_false(lk__rl_health_try(&h, now + 520 + LK__RL_SILENT_RETRY_MS - 1, 500));
+    assert_true(lk__rl_health_try(&h, now + 520 + LK__RL_SILENT_RETRY_MS, 500));
 }
 
 static void test_health_state_machine(void **state)

@@ -33,6 +33,8 @@
 #include "lk_test.h"
 
 #define LEASE_MS 20000
+/* How long a master found silent is left alone first (LK__RL_SILENT_RETRY_MS). */
+#define LK__TEST_SILENT_WAIT_MS 1000
 /* The hold-out of a node that lost its data: the longest lease the tests grant, short so
  * that the rejoin is seen within the test. */
 #define MAX_LEASE_MS 1500
@@ -333,26 +335,40 @@ static void test_silent_master_left_alone_by_every_handle(void **state)
     lk_result r;
 
     grant_once(f->c, "rl-silent-a", "warm");
+    assert_lk(f->c, lk_ping(f->c), LK_OK); /* reads what master 0 still owed, if anything */
     assert_int_equal(counting(f->c), f->set.n);
+    int64_t deadline = th_now_ms() + 10000;
+    while (th_redis_unread_conns(&f->set.nodes[0]) != 0 && th_now_ms() < deadline) {
+        th_nap_ms(5); /* master 0 reads what was sent to it last */
+    }
     assert_int_equal(th_redis_unread_conns(&f->set.nodes[0]), 0);
 
     assert_int_equal(kill(f->set.nodes[0].pid, SIGSTOP), 0);
     lk_client *c2 = open_redlock(f->url);
     assert_lk(c2, lk_acquire(c2, "rl-silent-b", "bob", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    int64_t silent_seen = th_now_ms();
     int first = th_redis_unread_conns(&f->set.nodes[0]);
     assert_lk(f->c, lk_acquire(f->c, "rl-silent-a", "alice", LEASE_MS, 0, NULL, &r),
               LK_ACQUIRED);
+    int64_t gap_ms = th_now_ms() - silent_seen;
     int second = th_redis_unread_conns(&f->set.nodes[0]);
     assert_int_equal(kill(f->set.nodes[0].pid, SIGCONT), 0);
     print_message("connections with unread bytes at the silent master: %d after the new "
-                  "handle's call, %d after the old one's\n", first, second);
+                  "handle's call, %d after the old one's (%lld ms later)\n", first, second,
+                  (long long)gap_ms);
     assert_int_equal(first, 1);
-    assert_int_equal(second, 1);
+    if (second != 1 && gap_ms >= LK__TEST_SILENT_WAIT_MS) {
+        /* The old handle came after the first wait (1 s) was over: its try was a new one. */
+        print_message("too slow to judge: the old handle's call ended %lld ms after the "
+                      "silence was seen\n", (long long)gap_ms);
+    } else {
+        assert_int_equal(second, 1);
+    }
 
     assert_lk(f->c, lk_release(f->c, "rl-silent-a", "alice", NULL, &r), LK_RELEASED);
     assert_lk(c2, lk_release(c2, "rl-silent-b", "bob", NULL, &r), LK_RELEASED);
     /* Back within the first silence's 1 s, for both handles, before the next test. */
-    int64_t deadline = th_now_ms() + 20000;
+    deadline = th_now_ms() + 20000;
     while ((lk_ping(f->c) != LK_OK || lk_ping(c2) != LK_OK || counting(f->c) < f->set.n ||
             counting(c2) < f->set.n) &&
            th_now_ms() < deadline) {
