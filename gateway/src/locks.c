@@ -403,7 +403,10 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
     if (st == LK_ACQUIRED) {
         held_ms = res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms;
     } else if (st == LK_HELD && call->turn.refused == ATTEMPT_ASKED) {
-        held_ms = res->ttl_ms; /* the holder Redis found, its time left */
+        /* The holder Redis found, its time left (on Redlock the shortest of the majority's;
+         * for a fair attempt at most the queue's retry hint, when the lock is free but
+         * another waiter is first): a timer that fires early costs one attempt. */
+        held_ms = res->ttl_ms;
     }
     gw__wait_end(srv->waitq, &call->waiter, held_ms);
     if (st != LK_ACQUIRED) {
