@@ -3,13 +3,17 @@
  *
  * /healthz says the process is up and serving; it needs no dependency and no auth, so an
  * orchestrator can use it as a liveness probe. /readyz asks both dependencies: a Redis PING
- * on this thread's connection (bounded by locklib's timeouts, so a dead Redis answers within
- * about 2 s) and a read-only storage transaction.
+ * (bounded by locklib's timeouts, so a dead Redis answers within about 2 s) and a read-only
+ * storage transaction. /readyz and /metrics make their calls on the side pipeline (pipe.c):
+ * start suspends the request and queues the probe, the probe runs on a side thread with
+ * that thread's lk_client and fills the request's probe state, and resumed answers from it.
+ * A stalled Redis or PostgreSQL so delays the probe's own answer, never a server thread.
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "health.h"
+#include "pipe.h"
 #include "redis_client.h"
 #include "respond.h"
 #include "util.h"
@@ -41,42 +45,88 @@ static json_t *nodes_json(const lk_topology *topo)
     return nodes;
 }
 
-/* {"kind", "master", "failovers", "url"[, "nodes"]} of the Redis deployment, as this
- * thread's handle sees it ("nodes" for Redlock). The URL comes redacted: the password never
- * leaves the process. */
-static json_t *topology_json(gw_server *srv, const lk_client *c)
+/* What a /readyz or /metrics probe found, filled on a side thread. Freed at completion. */
+typedef struct probe {
+    gw_job job;
+    gw_server *srv;
+    int ready;            /* 1: /readyz, which also reads the store */
+    int have_client;      /* the side thread had an lk_client: topo is filled */
+    lk_status redis;
+    store_status storage;
+    lk_topology topo;     /* as the side thread's handle saw it after the PING */
+} probe;
+
+/* The job's work, on a side thread: the PING (and for /readyz the storage read). */
+static void probe_work(gw_job *job)
 {
-    lk_topology topo;
+    probe *p = job->arg;
+    lk_client *c = gw__client(p->srv);
+    uint64_t highest = 0;
+
+    p->redis = c != NULL ? lk_ping(c) : LK_ENOMEM;
+    if (c != NULL) {
+        p->have_client = 1;
+        lk_client_topology(c, &p->topo);
+        gw__metrics_note_topology(&p->srv->metrics, &p->topo);
+    }
+    atomic_store(&p->srv->metrics.redis_up, p->redis == LK_OK);
+    if (p->ready) {
+        p->storage = store_highest(p->srv->st, READY_PROBE_RESOURCE, &highest);
+    }
+}
+
+/* Starts a probe: the request is suspended until the side pipeline has run it. */
+static enum MHD_Result probe_start(gw_request *req, int ready)
+{
+    probe *p = calloc(1, sizeof *p);
+    if (p != NULL) {
+        p->srv = req->srv;
+        p->ready = ready;
+    }
+    return gw__pipe_offload(req, req->srv->side, p, p != NULL ? &p->job : NULL, probe_work);
+}
+
+static void probe_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
+{
+    (void)toe;
+    free(req->op_state);
+    req->op_state = NULL;
+}
+
+/* {"kind", "master", "failovers", "url"[, "nodes"]} of the Redis deployment, as the probe's
+ * handle saw it ("nodes" for Redlock). The URL comes redacted: the password never leaves
+ * the process. */
+static json_t *topology_json(gw_server *srv, const lk_topology *topo)
+{
     char url[sizeof srv->cfg->redis_url + 8];
 
-    lk_client_topology(c, &topo);
-    gw__metrics_note_topology(&srv->metrics, &topo);
     gw__config_redact_url(srv->cfg->redis_url, url, sizeof url);
-    json_t *j = json_pack("{s:s, s:s, s:I, s:s}", "kind", lk_topology_name(topo.kind), "master",
-                          topo.master, "failovers",
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s}", "kind", lk_topology_name(topo->kind),
+                          "master", topo->master, "failovers",
                           (json_int_t)atomic_load(&srv->metrics.redis_failovers), "url", url);
-    if (j != NULL && topo.nnodes > 0) {
-        json_object_set_new(j, "nodes", nodes_json(&topo));
+    if (j != NULL && topo->nnodes > 0) {
+        json_object_set_new(j, "nodes", nodes_json(topo));
     }
     return j;
 }
 
-static enum MHD_Result readyz(gw_request *req)
+static enum MHD_Result readyz_start(gw_request *req)
+{
+    return probe_start(req, 1);
+}
+
+static enum MHD_Result readyz_resumed(gw_request *req)
 {
     gw_server *srv = req->srv;
-    lk_client *c = gw__client(srv);
-    lk_status lst = c != NULL ? lk_ping(c) : LK_ENOMEM;
-    uint64_t highest = 0;
-    store_status sst = store_highest(srv->st, READY_PROBE_RESOURCE, &highest);
-    int redis_ok = lst == LK_OK;
-    int storage_ok = sst == STORE_OK;
+    const probe *p = req->op_state;
+    int redis_ok = p->redis == LK_OK;
+    int storage_ok = p->storage == STORE_OK;
 
-    atomic_store(&srv->metrics.redis_up, redis_ok);
     if (redis_ok && storage_ok) {
         return gw__send_json(req, MHD_HTTP_OK,
                              json_pack("{s:s, s:s, s:s, s:s, s:o}", "status", "ready", "redis",
                                        "up", "storage", "up", "store", srv->store_desc,
-                                       "topology", topology_json(srv, c)));
+                                       "topology", topology_json(srv, &p->topo)));
     }
     const char *failed = !redis_ok && !storage_ok ? "redis and storage"
                          : !redis_ok             ? "redis"
@@ -84,28 +134,27 @@ static enum MHD_Result readyz(gw_request *req)
     json_t *details = json_pack("{s:s, s:s, s:s}", "redis", redis_ok ? "up" : "down",
                                 "storage", storage_ok ? "up" : "down", "store",
                                 srv->store_desc);
-    if (details != NULL && c != NULL) {
+    if (details != NULL && p->have_client) {
         /* Which nodes are down or held out (Redlock) is what an operator needs here. */
-        json_object_set_new(details, "topology", topology_json(srv, c));
+        json_object_set_new(details, "topology", topology_json(srv, &p->topo));
     }
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", details,
                           "%s unavailable", failed);
 }
 
-static enum MHD_Result metrics(gw_request *req)
+/* The probe refreshes the gauge, so a scrape sees Redis as it is, not as the last request
+ * saw it. */
+static enum MHD_Result metrics_start(gw_request *req)
+{
+    return probe_start(req, 0);
+}
+
+static enum MHD_Result metrics_resumed(gw_request *req)
 {
     size_t len = 0;
-    lk_client *c = gw__client(req->srv);
-    lk_topology topo;
+    const probe *p = req->op_state;
 
-    /* Refresh the gauge so a scrape sees Redis as it is, not as the last request saw it. */
-    atomic_store(&req->srv->metrics.redis_up, c != NULL && lk_ping(c) == LK_OK);
-    memset(&topo, 0, sizeof topo);
-    if (c != NULL) {
-        lk_client_topology(c, &topo);
-        gw__metrics_note_topology(&req->srv->metrics, &topo);
-    }
-    char *text = gw__metrics_render(&req->srv->metrics, &topo, &len);
+    char *text = gw__metrics_render(&req->srv->metrics, &p->topo, &len);
     if (text == NULL) {
         return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
                               "out of memory while rendering metrics");
@@ -121,5 +170,5 @@ static enum MHD_Result metrics(gw_request *req)
 }
 
 const gw_op gw__op_healthz = {healthz, NULL, NULL};
-const gw_op gw__op_readyz = {readyz, NULL, NULL};
-const gw_op gw__op_metrics = {metrics, NULL, NULL};
+const gw_op gw__op_readyz = {readyz_start, readyz_resumed, probe_completed};
+const gw_op gw__op_metrics = {metrics_start, metrics_resumed, probe_completed};

@@ -14,8 +14,8 @@
 typedef struct gw_job gw_job;
 
 /* One call for a pipeline: `call` for the Redis pipeline, `write` for the storage writer,
- * both owned by the submitter, which keeps the job alive until done has run (conn's request
- * owns it: a suspended request cannot complete). */
+ * `work` for the side pipeline, all owned by the submitter, which keeps the job alive until
+ * done has run (conn's request owns it: a suspended request cannot complete). */
 struct gw_job {
     gw_job *next;                   /* the pipeline's queue */
     lk_call *call;                  /* in: the call; out: status, result and reason */
@@ -26,7 +26,11 @@ struct gw_job {
     /* On the pipeline thread, before the resume; may be NULL. Returns 1; 0 would mean it
      * handed the request on to someone who resumes it (then the job may be gone). */
     int (*done)(gw_job *job);
-    void *arg;                      /* for done */
+    /* For the side pipeline (gw__pipe_offload): a call that may block on Redis or the store,
+     * made on a side thread (its own lk_client through gw__client()) and never on a server
+     * thread. It leaves its outcome in its state (arg) for the operation's resumed. */
+    void (*work)(gw_job *job);
+    void *arg;                      /* for done and work */
     void *ctx;                      /* for done */
 };
 

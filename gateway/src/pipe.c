@@ -18,6 +18,17 @@
  * runs the ledger's grants of fresh tokens (fence.c hands an answered acquisition on to it),
  * committed with the batch's writes in one transaction (store_grant_many).
  *
+ * Two side pipelines run the calls that may block and are neither of those: srv->side a
+ * /readyz or /metrics probe (a PING; /readyz also reads the store) and a GET /locks status
+ * read, srv->reads a GET /resources read (a network round trip on PostgreSQL). Each job's
+ * work runs on a side thread, with that thread's own lk_client. On a server thread such a
+ * call held every connection of the thread until Redis or PostgreSQL answered or timed out
+ * (2 s): a client polling /metrics during a Redis stall could hold up the lock traffic of
+ * every connection sharing its thread. Now a stall delays only the calls queued behind it
+ * on its side pipeline (a stalled Redis does not delay value reads, nor a stalled store
+ * Redis probes), and the server threads never wait for the network, so a few of them (one
+ * per core, config.c) serve every connection.
+ *
  * Failures: a Redis batch whose connection fails answers each job EUNAVAILABLE
  * (lk_call_many: the outcome of each is unknown) and the next batch reconnects; while the
  * breaker (lk_breaker, shared with the server threads' clients) is open, every job fails
@@ -31,6 +42,7 @@
 
 #include "pipe.h"
 #include "request.h"
+#include "respond.h"
 
 /* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
 #define GW_PIPE_BATCH 256
@@ -38,6 +50,7 @@
 /* A kind of pipeline: what each thread keeps, and how it runs a batch. */
 typedef struct pipe_kind {
     int metric;                          /* index in gw_metrics.pipe_batches */
+    size_t max_batch;                    /* the most jobs a thread takes at once */
     void *(*open)(gw_server *srv);
     void (*close)(void *state);
     void (*run)(gw_server *srv, void *state, gw_job **jobs, size_t n);
@@ -51,7 +64,7 @@ struct gw_pipe {
     gw_job *head, *tail;
     int stopping;
     int started;
-    pthread_t threads[GW_PIPE_THREADS];
+    pthread_t threads[GW_PIPE_THREADS > GW_SIDE_THREADS ? GW_PIPE_THREADS : GW_SIDE_THREADS];
 };
 
 void gw__pipe_submit(gw_pipe *p, gw_job *job)
@@ -68,7 +81,7 @@ void gw__pipe_submit(gw_pipe *p, gw_job *job)
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Takes up to GW_PIPE_BATCH jobs; 0 when stopping and nothing is left. */
+/* Takes up to the kind's max_batch jobs; 0 when stopping and nothing is left. */
 static size_t take_batch(gw_pipe *p, gw_job **batch)
 {
     size_t n = 0;
@@ -77,7 +90,7 @@ static size_t take_batch(gw_pipe *p, gw_job **batch)
     while (p->head == NULL && !p->stopping) {
         pthread_cond_wait(&p->cv, &p->mu);
     }
-    while (p->head != NULL && n < GW_PIPE_BATCH) {
+    while (p->head != NULL && n < p->kind->max_batch) {
         batch[n++] = p->head;
         p->head = p->head->next;
     }
@@ -151,7 +164,7 @@ static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     }
 }
 
-static const pipe_kind redis_kind = {0, redis_open, redis_close, redis_run};
+static const pipe_kind redis_kind = {0, GW_PIPE_BATCH, redis_open, redis_close, redis_run};
 
 /* ---- The storage writer ------------------------------------------------------------- */
 
@@ -187,7 +200,41 @@ static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     }
 }
 
-static const pipe_kind store_kind = {1, store_open_state, store_close_state, store_run};
+static const pipe_kind store_kind = {1, GW_PIPE_BATCH, store_open_state, store_close_state,
+                                     store_run};
+
+/* ---- The side pipeline: calls that may block ----------------------------------------- */
+
+static void side_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    (void)srv;
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        jobs[i]->work(jobs[i]);
+    }
+}
+
+/* No state: a job's work takes this thread's lk_client from gw__client() when it needs one.
+ * One job at a time: each blocks on its own, and a job must not wait behind another taken
+ * in the same batch while the other side thread is free. */
+static const pipe_kind side_kind = {2, 1, store_open_state, store_close_state, side_run};
+static const pipe_kind reads_kind = {3, 1, store_open_state, store_close_state, side_run};
+
+enum MHD_Result gw__pipe_offload(gw_request *req, gw_pipe *p, void *state, gw_job *job,
+                                 void (*work)(gw_job *job))
+{
+    if (state == NULL) {
+        return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
+                              "out of memory");
+    }
+    req->op_state = state; /* the operation's completed frees it */
+    job->work = work;
+    job->arg = state;
+    job->conn = req->conn;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(p, job);
+    return MHD_YES;
+}
 
 /* ---- Start and stop ------------------------------------------------------------------- */
 
@@ -221,12 +268,26 @@ int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
         return -1;
     }
     srv->writer = pipe_start(srv, &store_kind, 1, err, errlen);
-    if (srv->writer == NULL) {
-        gw__pipe_stop(srv->pipe);
-        srv->pipe = NULL;
+    if (srv->writer != NULL) {
+        srv->side = pipe_start(srv, &side_kind, GW_SIDE_THREADS, err, errlen);
+    }
+    if (srv->side != NULL) {
+        srv->reads = pipe_start(srv, &reads_kind, GW_SIDE_THREADS, err, errlen);
+    }
+    if (srv->reads == NULL) {
+        gw__pipes_stop(srv);
         return -1;
     }
     return 0;
+}
+
+void gw__pipes_stop(gw_server *srv)
+{
+    gw__pipe_stop(srv->pipe);
+    gw__pipe_stop(srv->writer);
+    gw__pipe_stop(srv->side);
+    gw__pipe_stop(srv->reads);
+    srv->pipe = srv->writer = srv->side = srv->reads = NULL;
 }
 
 void gw__pipe_stop(gw_pipe *p)

@@ -5,11 +5,14 @@
  * Threads: libmicrohttpd runs an epoll thread pool that parses requests and answers them.
  * Locks, unlocks, renewals and token checks go to the Redis pipeline and token-checked
  * writes to the storage writer (pipe.c): the request is suspended meanwhile, so pool
- * threads do not wait for those Redis calls or commits. What still runs on a pool thread:
- * rare Redis calls (/metrics, /readyz, GET /locks, leaving a fair queue, giving back a hold
- * nobody will use) on its own lk_client (gw__client(), a hiredis context is not
- * thread-safe). The token ledger's cover, a small LMDB commit once per block of tokens, runs
- * on the pipeline thread that got the token (gw__fence_answered). The store is shared:
+ * threads do not wait for those Redis calls or commits. The other calls that may block
+ * (/metrics, /readyz, GET /locks, GET /resources: a Redis PING or status read, a PostgreSQL
+ * read) go to the side pipelines' threads the same way. What still runs on a pool thread:
+ * two rare Redis calls (leaving a fair queue, giving back a hold nobody will use: each must
+ * come before what the operation does next) on its own lk_client (gw__client(), a hiredis
+ * context is not thread-safe), and LMDB reads, which never wait for the network. The token
+ * ledger's cover, a small LMDB commit once per block of tokens, runs on the pipeline thread
+ * that got the token (gw__fence_answered). The store is shared:
  * storage is thread-safe. Counters in gw_metrics are atomics.
  * The fence's stripes and the pipelines' queues have their own mutexes.
  */
@@ -53,6 +56,8 @@ typedef struct gw_server {
     gw_fence fence;               /* the floor stripes, max_token, the ledger (fence.c) */
     gw_pipe *pipe;                /* Redis calls (pipe.c) */
     gw_pipe *writer;              /* token-checked writes (pipe.c) */
+    gw_pipe *side;                /* Redis probes and status reads (pipe.c) */
+    gw_pipe *reads;               /* value reads from the store (pipe.c) */
     struct gw_conns *conns;       /* open connections and their request deadlines (server.c) */
 } gw_server;
 

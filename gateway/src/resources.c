@@ -265,17 +265,46 @@ static enum MHD_Result write_start(gw_request *req)
     return MHD_YES;
 }
 
-static enum MHD_Result resource_get(gw_request *req)
+/* A GET /resources/{resource} on the reads pipeline (pipe.c): the read runs on a side thread,
+ * since on PostgreSQL it is a network round trip that a stalled server would make a server
+ * thread wait for. Freed at completion, with the value read. */
+struct gw_value_read {
+    gw_job job;
+    store *st;
+    const char *resource;       /* req->param: valid while the request lives */
+    store_status status;
+    store_value v;
+};
+
+static void value_read_work(gw_job *job)
+{
+    struct gw_value_read *vr = job->arg;
+    vr->status = store_read(vr->st, vr->resource, &vr->v);
+}
+
+static enum MHD_Result resource_get_start(gw_request *req)
 {
     enum MHD_Result result = MHD_YES;
-    store_value v;
-    char token[24], etag[48];
 
     if (gw__path_resource(req, &result) != 0) {
         return result;
     }
-    memset(&v, 0, sizeof v);
-    store_status st = store_read(req->srv->st, req->param, &v);
+    struct gw_value_read *vr = calloc(1, sizeof *vr);
+    if (vr != NULL) {
+        vr->st = req->srv->st;
+        vr->resource = req->param;
+    }
+    return gw__pipe_offload(req, req->srv->reads, vr, vr != NULL ? &vr->job : NULL,
+                            value_read_work);
+}
+
+static enum MHD_Result resource_get_resumed(gw_request *req)
+{
+    const struct gw_value_read *vr = req->op_state;
+    const store_value v = vr->v; /* freed at completion, after MHD copied the bytes */
+    store_status st = vr->status;
+    char token[24], etag[48];
+
     if (st == STORE_NOT_FOUND) {
         return gw__send_error(req, MHD_HTTP_NOT_FOUND, "not_found", NULL,
                               "%s has never been written", req->param);
@@ -304,9 +333,20 @@ static enum MHD_Result resource_get(gw_request *req)
         MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
         MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'none'; sandbox");
     }
-    store_value_free(&v);
     return gw__queue(req, MHD_HTTP_OK, resp);
 }
 
+static void resource_get_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
+{
+    struct gw_value_read *vr = req->op_state;
+    (void)toe;
+    if (vr->status == STORE_OK) {
+        store_value_free(&vr->v);
+    }
+    free(vr);
+    req->op_state = NULL;
+}
+
 const gw_op gw__op_resource_put = {write_start, write_resumed, write_completed};
-const gw_op gw__op_resource_get = {resource_get, NULL, NULL};
+const gw_op gw__op_resource_get = {resource_get_start, resource_get_resumed,
+                                   resource_get_completed};

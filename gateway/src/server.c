@@ -621,9 +621,7 @@ static void stop_threads(gw_server *srv)
 {
     gw__waitq_stop(srv->waitq);
     srv->waitq = NULL;
-    gw__pipe_stop(srv->pipe);
-    gw__pipe_stop(srv->writer);
-    srv->pipe = srv->writer = NULL;
+    gw__pipes_stop(srv);
 }
 
 int gw__server_start(gw_server *srv, char *err, size_t errlen)
@@ -644,9 +642,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         return -1;
     }
     if (gw__waitq_start(srv, err, errlen) != 0) {
-        gw__pipe_stop(srv->pipe);
-        gw__pipe_stop(srv->writer);
-        srv->pipe = srv->writer = NULL;
+        gw__pipes_stop(srv);
         return -1;
     }
     uint16_t port = addr.ss_family == AF_INET6

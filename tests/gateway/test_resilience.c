@@ -12,6 +12,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -221,6 +222,81 @@ static void test_sigterm_ends_waiting_request_and_exits_zero(void **state)
     expect(gw, "GET", "/healthz", NULL, 200, NULL);
     assert_int_equal(gwt_signal_wait(gw, SIGINT), 0);
     gwt_cleanup(gw);
+}
+
+/* A GET sent from a thread of its own; done is set once its answer is in. */
+typedef struct bg_get {
+    const gwt_proc *gw;
+    const char *path;
+    gwt_resp r;
+    atomic_int done;
+    pthread_t thread;
+} bg_get;
+
+static void *bg_get_main(void *arg)
+{
+    bg_get *g = arg;
+    gwt_get(g->gw, g->path, &g->r);
+    atomic_store(&g->done, 1);
+    return NULL;
+}
+
+/* With one server thread and Redis stopped, a /readyz and a GET /locks wait for Redis on the
+ * side pipeline's two threads, not on the server thread: a /healthz and a GET /resources
+ * (another pipeline) on other connections are answered while both are still waiting. Before,
+ * the server thread made the PING itself and served nothing else on its connections until
+ * Redis answered or timed out; the GET /locks then waited behind it, so the two calls never
+ * reached Redis together. */
+static void test_stalled_redis_call_holds_up_no_server_thread(void **state)
+{
+    res_state *st = *state;
+    th_redis *redis = &st->redis;
+    gwt_proc *gw = &st->gw;
+    static const char *const args[] = {"--threads", "1", NULL};
+    bg_get probe = {.gw = gw, .path = "/readyz"};
+    bg_get status = {.gw = gw, .path = "/locks/res.stall"};
+    long long token = 0;
+
+    th_redis_start(redis, 0, NULL);
+    gwt_start(gw, redis->url, NULL, args);
+    assert_int_equal(gwt_lock(gw, "res.stall", "stall-holder", &token), 200);
+    assert_int_equal(gwt_put_fenced(gw, "res.stall", token, "kept", NULL), 200);
+    assert_int_equal(gwt_unlock(gw, "res.stall", "stall-holder"), 200);
+
+    assert_int_equal(kill(redis->pid, SIGSTOP), 0);
+    assert_int_equal(pthread_create(&probe.thread, NULL, bg_get_main, &probe), 0);
+    assert_int_equal(pthread_create(&status.thread, NULL, bg_get_main, &status), 0);
+    /* Both calls have reached the stopped Redis: two connections with bytes it has not read. */
+    int64_t deadline = th_now_ms() + 10000;
+    int unread = 0;
+    while ((unread = th_redis_unread_conns(redis)) < 2 && !atomic_load(&probe.done) &&
+           !atomic_load(&status.done) && th_now_ms() < deadline) {
+        th_nap_ms(5);
+    }
+    int both_sent = unread >= 2;
+    gwt_resp health;
+    gwt_get(gw, "/healthz", &health);
+    int waiting_at_health = !atomic_load(&probe.done) && !atomic_load(&status.done);
+    gwt_assert_value(gw, "res.stall", "kept");
+    int waiting_at_read = !atomic_load(&probe.done) && !atomic_load(&status.done);
+    kill(redis->pid, SIGCONT);
+    pthread_join(probe.thread, NULL);
+    pthread_join(status.thread, NULL);
+    print_message("connections with unread bytes at the stopped Redis: %d; the two calls "
+                  "still waiting at /healthz's answer: %d, at GET /resources's: %d\n",
+                  unread, waiting_at_health, waiting_at_read);
+    gwt_assert_status(&health, 200, NULL);
+    gwt_resp_free(&health);
+    assert_true(both_sent);
+    assert_true(waiting_at_health);
+    assert_true(waiting_at_read);
+    /* Each is answered in the end: 503 when its call timed out, 200 when Redis came back
+     * within the timeout. */
+    assert_true(probe.r.status == 200 || probe.r.status == 503);
+    assert_true(status.r.status == 200 || status.r.status == 503);
+    gwt_resp_free(&probe.r);
+    gwt_resp_free(&status.r);
+    assert_int_equal(gwt_stop(gw), 0);
 }
 
 /* Takes a few tokens on several resources, writes with one of them, and returns the
@@ -440,6 +516,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_starts_without_redis_and_recovers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_ends_waiting_request_and_exits_zero, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stalled_redis_call_holds_up_no_server_thread, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_sigterm_loses_no_log_line, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tokens_never_repeat_after_redis_loss, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_token_keys_expire_and_tokens_still_grow, setup,
