@@ -61,7 +61,10 @@ static const gw_option options[] = {
      "LMDB map size of the storage: the most it can ever hold; writes beyond answer 507 "
      "(default 1073741824, 1 GiB)",
      OPT_SIZE, 1048576, 17592186044416LL},
-    {"--threads", "FENCEGATE_THREADS", "N", "HTTP worker threads (default 8)", OPT_INT, 1, 1024},
+    {"--threads", "FENCEGATE_THREADS", "N",
+     "HTTP worker threads (default 8; more when --max-connections needs them, at most 120 "
+     "connections each)",
+     OPT_INT, 1, 1024},
     {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
      "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},
     {"--max-waiters", "FENCEGATE_MAX_WAITERS", "N",

@@ -624,6 +624,38 @@ static void stop_threads(gw_server *srv)
     gw__pipes_stop(srv);
 }
 
+/* The most connections one libmicrohttpd worker thread may hold.
+ *
+ * libmicrohttpd 0.9.75's epoll loop (MHD_epoll) takes events with epoll_wait(..., 128,
+ * timeout) and, when a call returns exactly 128, calls it again with the same timeout
+ * before it handles any of them. The timeout was computed before the first call, when
+ * nothing was ready: up to the 30 s connection timeout. With edge-triggered connections
+ * the 128 events already taken are not reported again, so when nothing else happens the
+ * worker sleeps in the second call while 128 requests wait unread: every connection of the
+ * worker stalls until some other event (a resume, a new connection) or the timeout wakes
+ * it. A worker whose epoll set holds fewer than 128 descriptors (its connections, the
+ * listening socket and its wake-up channel) can never fill one call. Measured before this
+ * cap: 256 keep-alive connections on 2 workers (128 each) stalled one worker's 127 or 128
+ * connections for 0.8 s or more in 5 of 10 runs, and once both for the whole 3 s of a
+ * benchmark row (0 answers); on 8 workers, 1 to 4 connections now and then. */
+#define GW_WORKER_CONNS 120
+
+/* At most this many worker threads are added for the cap above: past 122,880 connections
+ * a worker holds more than GW_WORKER_CONNS again (and the stall is possible again). */
+#define GW_WORKERS_MAX 1024
+
+/* Worker threads: --threads, raised so that no worker holds more than GW_WORKER_CONNS of
+ * --max-connections (libmicrohttpd splits the limit evenly), up to GW_WORKERS_MAX. */
+static unsigned int worker_threads(const gw_config *cfg)
+{
+    unsigned int need = ((unsigned int)cfg->max_connections + GW_WORKER_CONNS - 1) /
+                        GW_WORKER_CONNS;
+    if (need > GW_WORKERS_MAX) {
+        need = GW_WORKERS_MAX;
+    }
+    return (unsigned int)cfg->threads > need ? (unsigned int)cfg->threads : need;
+}
+
 int gw__server_start(gw_server *srv, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
@@ -658,7 +690,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     srv->conns->srv = srv;
     srv->daemon = MHD_start_daemon(
         flags, port, NULL, NULL, access_handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned int)srv->cfg->threads,
+        MHD_OPTION_THREAD_POOL_SIZE, worker_threads(srv->cfg),
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)srv->cfg->max_connections,
         /* An address over its limit is closed at accept (issue 18, item 2: one client's idle
          * flood left /healthz answering 4 probes of 16). */
