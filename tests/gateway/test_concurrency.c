@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -422,6 +423,57 @@ static void test_tokens_are_per_resource(void **state)
     }
 }
 
+
+/* The gateway's threads named comm (libmicrohttpd names its pool's "MHD-worker"). */
+static int threads_named(pid_t pid, const char *comm)
+{
+    char path[320], name[64];
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    for (struct dirent *e = readdir(d); e != NULL; e = readdir(d)) {
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        snprintf(path, sizeof path, "/proc/%d/task/%s/comm", (int)pid, e->d_name);
+        FILE *f = fopen(path, "r");
+        if (f != NULL && fgets(name, sizeof name, f) != NULL) {
+            name[strcspn(name, "\n")] = '\0';
+            n += strcmp(name, comm) == 0;
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* No libmicrohttpd worker holds more than 120 connections (server.c, GW_WORKER_CONNS: with
+ * 128 descriptors ready at once, libmicrohttpd 0.9.75 can sleep on them for up to 30 s), so
+ * --threads is raised to ceil(--max-connections / 120), and kept when it is larger. */
+static void test_no_worker_holds_more_than_120_connections(void **state)
+{
+    conc_state *s = *state;
+    static const char *const few[] = {"--threads", "1", "--max-connections", "1000", NULL};
+    static const char *const many[] = {"--threads", "12", "--max-connections", "1000", NULL};
+    gwt_proc gw;
+
+    memset(&gw, 0, sizeof gw);
+    gwt_start(&gw, s->redis.url, NULL, few);
+    int raised = threads_named(gw.pid, "MHD-worker");
+    assert_int_equal(gwt_stop(&gw), 0);
+    memset(&gw, 0, sizeof gw);
+    gwt_start(&gw, s->redis.url, NULL, many);
+    int kept = threads_named(gw.pid, "MHD-worker");
+    assert_int_equal(gwt_stop(&gw), 0);
+    print_message("workers: %d for --threads 1, %d for --threads 12 (1,000 connections)\n",
+                  raised, kept);
+    assert_int_equal(raised, 9);
+    assert_int_equal(kept, 12);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +482,7 @@ int main(void)
         cmocka_unit_test(test_hang_up_during_attempt_keeps_no_lock),
         cmocka_unit_test(test_tokens_are_per_resource),
         cmocka_unit_test(test_half_closed_lock_is_answered),
+        cmocka_unit_test(test_no_worker_holds_more_than_120_connections),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
