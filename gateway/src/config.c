@@ -62,8 +62,8 @@ static const gw_option options[] = {
      "(default 1073741824, 1 GiB)",
      OPT_SIZE, 1048576, 17592186044416LL},
     {"--threads", "FENCEGATE_THREADS", "N",
-     "HTTP worker threads (default 8; more when --max-connections needs them, at most 120 "
-     "connections each)",
+     "HTTP worker threads (default 8; more when --max-connections needs them, so that each "
+     "holds at most 120 connections up to 122880)",
      OPT_INT, 1, 1024},
     {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
      "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},

@@ -49,19 +49,38 @@ static json_t *nodes_json(const lk_topology *topo)
 typedef struct probe {
     gw_job job;
     gw_server *srv;
-    int ready;            /* 1: /readyz, which also reads the store */
+    int ready;            /* 1: /readyz, which also reads the store (a second step) */
     int have_client;      /* the side thread had an lk_client: topo is filled */
     lk_status redis;
     store_status storage;
     lk_topology topo;     /* as the side thread's handle saw it after the PING */
 } probe;
 
-/* The job's work, on a side thread: the PING (and for /readyz the storage read). */
+/* /readyz's second step, on a reads thread: the storage read. */
+static void probe_store_work(gw_job *job)
+{
+    probe *p = job->arg;
+    uint64_t highest = 0;
+    p->storage = store_highest(p->srv->st, READY_PROBE_RESOURCE, &highest);
+}
+
+/* After /readyz's PING: the same job goes on to the reads pipeline, which resumes the
+ * request (0: handed on). The store read waits behind other store reads only, never behind
+ * a Redis call, and no Redis probe waits behind it. */
+static int probe_to_store(gw_job *job)
+{
+    probe *p = job->arg;
+    job->work = probe_store_work;
+    job->done = NULL;
+    gw__pipe_submit(p->srv->reads, job);
+    return 0;
+}
+
+/* The job's work, on a side thread: the PING. */
 static void probe_work(gw_job *job)
 {
     probe *p = job->arg;
     lk_client *c = gw__client(p->srv);
-    uint64_t highest = 0;
 
     p->redis = c != NULL ? lk_ping(c) : LK_ENOMEM;
     if (c != NULL) {
@@ -70,9 +89,6 @@ static void probe_work(gw_job *job)
         gw__metrics_note_topology(&p->srv->metrics, &p->topo);
     }
     atomic_store(&p->srv->metrics.redis_up, p->redis == LK_OK);
-    if (p->ready) {
-        p->storage = store_highest(p->srv->st, READY_PROBE_RESOURCE, &highest);
-    }
 }
 
 /* Starts a probe: the request is suspended until the side pipeline has run it. */
@@ -82,6 +98,7 @@ static enum MHD_Result probe_start(gw_request *req, int ready)
     if (p != NULL) {
         p->srv = req->srv;
         p->ready = ready;
+        p->job.done = ready ? probe_to_store : NULL;
     }
     return gw__pipe_offload(req, req->srv->side, p, p != NULL ? &p->job : NULL, probe_work);
 }

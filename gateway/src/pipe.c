@@ -18,16 +18,16 @@
  * runs the ledger's grants of fresh tokens (fence.c hands an answered acquisition on to it),
  * committed with the batch's writes in one transaction (store_grant_many).
  *
- * Two side pipelines run the calls that may block and are neither of those: srv->side a
- * /readyz or /metrics probe (a PING; /readyz also reads the store) and a GET /locks status
- * read, srv->reads a GET /resources read (a network round trip on PostgreSQL). Each job's
- * work runs on a side thread, with that thread's own lk_client. On a server thread such a
- * call held every connection of the thread until Redis or PostgreSQL answered or timed out
- * (2 s): a client polling /metrics during a Redis stall could hold up the lock traffic of
- * every connection sharing its thread. Now a stall delays only the calls queued behind it
- * on its side pipeline (a stalled Redis does not delay value reads, nor a stalled store
- * Redis probes), and the server threads never wait for the network, so a few of them (one
- * per core, config.c) serve every connection.
+ * Two side pipelines run the calls that may block and are neither of those: srv->side the
+ * Redis calls (a /readyz or /metrics PING, a GET /locks status read), srv->reads the store
+ * reads (a GET /resources value, /readyz's probe read: a network round trip on PostgreSQL;
+ * /readyz goes to one, then the other). Each job's work runs on a side thread, with that
+ * thread's own lk_client. On a server thread such a call held every connection of the
+ * thread until Redis or PostgreSQL answered or timed out (2 s for Redis, 5 s for
+ * PostgreSQL): a client polling /metrics during a Redis stall could hold up the lock
+ * traffic of every connection sharing its thread. Now a stall delays only the calls queued
+ * behind it on its own side pipeline: a stalled Redis does not delay value reads, nor a
+ * stalled store Redis probes. What still runs on a server thread is listed in request.h.
  *
  * Failures: a Redis batch whose connection fails answers each job EUNAVAILABLE
  * (lk_call_many: the outcome of each is unknown) and the next batch reconnects; while the
@@ -281,6 +281,8 @@ int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
     return 0;
 }
 
+/* In this order: the side pipeline hands /readyz jobs on to the reads pipeline, so it
+ * drains first. */
 void gw__pipes_stop(gw_server *srv)
 {
     gw__pipe_stop(srv->pipe);

@@ -7,10 +7,11 @@
  * writes to the storage writer (pipe.c): the request is suspended meanwhile, so pool
  * threads do not wait for those Redis calls or commits. The other calls that may block
  * (/metrics, /readyz, GET /locks, GET /resources: a Redis PING or status read, a PostgreSQL
- * read) go to the side pipelines' threads the same way. What still runs on a pool thread:
- * two rare Redis calls (leaving a fair queue, giving back a hold nobody will use: each must
- * come before what the operation does next) on its own lk_client (gw__client(), a hiredis
- * context is not thread-safe), and LMDB reads, which never wait for the network. The token
+ * read) go to the side pipelines' threads the same way (on LMDB too, where a read costs
+ * microseconds and the hop is the larger part). What still runs on a pool thread: two rare
+ * Redis calls (leaving a fair queue, giving back a hold nobody will use: each must come
+ * before what the operation does next) on its own lk_client (gw__client(), a hiredis context
+ * is not thread-safe), and the fence's LMDB floor read before an attempt. The token
  * ledger's cover, a small LMDB commit once per block of tokens, runs on the pipeline thread
  * that got the token (gw__fence_answered). The store is shared:
  * storage is thread-safe. Counters in gw_metrics are atomics.

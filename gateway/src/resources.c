@@ -300,8 +300,8 @@ static enum MHD_Result resource_get_start(gw_request *req)
 
 static enum MHD_Result resource_get_resumed(gw_request *req)
 {
-    const struct gw_value_read *vr = req->op_state;
-    const store_value v = vr->v; /* freed at completion, after MHD copied the bytes */
+    struct gw_value_read *vr = req->op_state;
+    const store_value v = vr->v; /* freed below, once MHD has copied the bytes */
     store_status st = vr->status;
     char token[24], etag[48];
 
@@ -333,6 +333,7 @@ static enum MHD_Result resource_get_resumed(gw_request *req)
         MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
         MHD_add_response_header(resp, "Content-Security-Policy", "default-src 'none'; sandbox");
     }
+    store_value_free(&vr->v); /* a large value is not held twice while the answer is sent */
     return gw__queue(req, MHD_HTTP_OK, resp);
 }
 
@@ -341,7 +342,7 @@ static void resource_get_completed(gw_request *req, enum MHD_RequestTerminationC
     struct gw_value_read *vr = req->op_state;
     (void)toe;
     if (vr->status == STORE_OK) {
-        store_value_free(&vr->v);
+        store_value_free(&vr->v); /* a no-op once resumed has freed it */
     }
     free(vr);
     req->op_state = NULL;

@@ -641,12 +641,11 @@ static void stop_threads(gw_server *srv)
 #define GW_WORKER_CONNS 120
 
 /* At most this many worker threads are added for the cap above: past 122,880 connections
- * a worker holds more than GW_WORKER_CONNS again (and the stall is possible again). */
+ * a worker holds more than GW_WORKER_CONNS again (and the stall is possible again; main.c
+ * warns). */
 #define GW_WORKERS_MAX 1024
 
-/* Worker threads: --threads, raised so that no worker holds more than GW_WORKER_CONNS of
- * --max-connections (libmicrohttpd splits the limit evenly), up to GW_WORKERS_MAX. */
-static unsigned int worker_threads(const gw_config *cfg)
+unsigned int gw__server_workers(const gw_config *cfg)
 {
     unsigned int need = ((unsigned int)cfg->max_connections + GW_WORKER_CONNS - 1) /
                         GW_WORKER_CONNS;
@@ -690,7 +689,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     srv->conns->srv = srv;
     srv->daemon = MHD_start_daemon(
         flags, port, NULL, NULL, access_handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_THREAD_POOL_SIZE, worker_threads(srv->cfg),
+        MHD_OPTION_THREAD_POOL_SIZE, gw__server_workers(srv->cfg),
         MHD_OPTION_CONNECTION_LIMIT, (unsigned int)srv->cfg->max_connections,
         /* An address over its limit is closed at accept (issue 18, item 2: one client's idle
          * flood left /healthz answering 4 probes of 16). */

@@ -423,7 +423,6 @@ static void test_tokens_are_per_resource(void **state)
     }
 }
 
-
 /* The gateway's threads named comm (libmicrohttpd names its pool's "MHD-worker"). */
 static int threads_named(pid_t pid, const char *comm)
 {
@@ -450,28 +449,37 @@ static int threads_named(pid_t pid, const char *comm)
     return n;
 }
 
+/* libmicrohttpd's pool threads of a gateway started with args. */
+static int workers_of(const conc_state *s, const char *const *args)
+{
+    gwt_proc gw;
+    memset(&gw, 0, sizeof gw);
+    gwt_start(&gw, s->redis.url, NULL, args);
+    int n = threads_named(gw.pid, "MHD-worker");
+    assert_int_equal(gwt_stop(&gw), 0);
+    return n;
+}
+
 /* No libmicrohttpd worker holds more than 120 connections (server.c, GW_WORKER_CONNS: with
  * 128 descriptors ready at once, libmicrohttpd 0.9.75 can sleep on them for up to 30 s), so
  * --threads is raised to ceil(--max-connections / 120), and kept when it is larger. */
 static void test_no_worker_holds_more_than_120_connections(void **state)
 {
     conc_state *s = *state;
+    static const char *const at_cap[] = {"--threads", "2", "--max-connections", "240", NULL};
+    static const char *const past_cap[] = {"--threads", "2", "--max-connections", "241", NULL};
     static const char *const few[] = {"--threads", "1", "--max-connections", "1000", NULL};
     static const char *const many[] = {"--threads", "12", "--max-connections", "1000", NULL};
-    gwt_proc gw;
 
-    memset(&gw, 0, sizeof gw);
-    gwt_start(&gw, s->redis.url, NULL, few);
-    int raised = threads_named(gw.pid, "MHD-worker");
-    assert_int_equal(gwt_stop(&gw), 0);
-    memset(&gw, 0, sizeof gw);
-    gwt_start(&gw, s->redis.url, NULL, many);
-    int kept = threads_named(gw.pid, "MHD-worker");
-    assert_int_equal(gwt_stop(&gw), 0);
-    print_message("workers: %d for --threads 1, %d for --threads 12 (1,000 connections)\n",
-                  raised, kept);
-    assert_int_equal(raised, 9);
-    assert_int_equal(kept, 12);
+    int w_at = workers_of(s, at_cap), w_past = workers_of(s, past_cap);
+    int w_few = workers_of(s, few), w_many = workers_of(s, many);
+    print_message("workers: %d for 240 connections and --threads 2, %d for 241; %d for 1,000 "
+                  "and --threads 1, %d for --threads 12\n",
+                  w_at, w_past, w_few, w_many);
+    assert_int_equal(w_at, 2);
+    assert_int_equal(w_past, 3);
+    assert_int_equal(w_few, 9);
+    assert_int_equal(w_many, 12);
 }
 
 int main(void)

@@ -6,8 +6,9 @@
  * waiter, and "fair": true hands the lock over in arrival order, across gateways, past a
  * waiter that vanished.
  *
- * The gateway runs with --threads 2: every test parks more waiters than that, so a waiter
- * that held a thread would stall the others.
+ * The gateway runs with 2 HTTP workers (--threads 2, and --max-connections 240, which needs
+ * no more: server.c raises the workers to one per 120 connections): every test parks more
+ * waiters than that, so a waiter that held a thread would stall the others.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -34,7 +35,7 @@ typedef struct wt_state {
     gwt_proc gw2;       /* a second gateway on the same Redis, for the tests that need one */
 } wt_state;
 
-static const char *const gw_args[] = {"--threads", "2", NULL};
+static const char *const gw_args[] = {"--threads", "2", "--max-connections", "240", NULL};
 
 static int setup(void **state)
 {
