@@ -9,7 +9,7 @@
  *   1. a trivial libmicrohttpd server (null_server), to measure the load generator's ceiling;
  *   2. etcd from Debian's etcd-server package;
  *   3. per pass, a redis-server with AOF (appendfsync always, then everysec) and the
- *      gateway (default flags but --listen, --redis, --data and --max-connections 2048).
+ *      gateway (default flags but --listen, --redis, --data and --max-connections 1024).
  * Per pass, at 1, 16, 64 and 256 connections, side by side: raw script pairs, fencegate
  * /lock + /unlock pairs and etcd lock + unlock pairs; then contended pairs (16 and 64
  * clients on one name) on fencegate and etcd; then token-checked PUTs at 1, 16 and 64
@@ -257,7 +257,7 @@ static int start_gateway(bench *b, const char *aof)
     snprintf(listen, sizeof listen, "127.0.0.1:%d", b->gw.port);
     snprintf(data, sizeof data, "%s/gateway-%s", b->dir, aof);
     char *argv[] = {(char *)b->fencegate, "--listen", listen, "--redis", b->redis.url,
-                    "--data", data, "--max-connections", "2048",
+                    "--data", data, "--max-connections", "1024",
                     /* every client is this process, one address */
                     "--max-connections-per-address", "0", NULL};
     if (cp_spawn(&b->gw, "fencegate", argv, log != NULL ? log : "/dev/null") != 0) {

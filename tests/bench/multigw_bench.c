@@ -164,7 +164,7 @@ static int start_gateway(cp_proc *p, const char *name, const char *redis_url, co
     p->port = th_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", p->port);
     char *argv[] = {FENCEGATE_BIN, "--listen", listen, "--redis", (char *)redis_url, "--data",
-                    (char *)data, "--max-connections", "2048",
+                    (char *)data, "--max-connections", "1024",
                     "--max-connections-per-address", "0", /* every client is 127.0.0.1 */
                     store != NULL ? "--store" : NULL, (char *)store, NULL};
     if (cp_spawn(p, name, argv, "/dev/null") != 0) {

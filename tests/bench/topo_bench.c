@@ -127,7 +127,7 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
     gw.port = th_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", gw.port);
     char *argv[] = {FENCEGATE_BIN, "--listen", listen, "--redis", (char *)t->url, "--data", data,
-                    "--max-connections", "2048", "--max-connections-per-address", "0",
+                    "--max-connections", "1024", "--max-connections-per-address", "0",
                     NULL}; /* every client is 127.0.0.1 */
     if (cp_spawn(&gw, "fencegate", argv, "/dev/null") != 0 ||
         cp_wait_http(&gw, "/readyz", 20000) != 0) {
