@@ -4,10 +4,11 @@
  * /healthz says the process is up and serving; it needs no dependency and no auth, so an
  * orchestrator can use it as a liveness probe. /readyz asks both dependencies: a Redis PING
  * (bounded by locklib's timeouts, so a dead Redis answers within about 2 s) and a read-only
- * storage transaction. /readyz and /metrics make their calls on the side pipeline (pipe.c):
- * start suspends the request and queues the probe, the probe runs on a side thread with
- * that thread's lk_client and fills the request's probe state, and resumed answers from it.
- * A stalled Redis or PostgreSQL so delays the probe's own answer, never a server thread.
+ * storage transaction. /readyz and /metrics make their calls on the side pipelines
+ * (pipe.c): start suspends the request and queues the probe; its PING runs on a side thread
+ * with that thread's lk_client, /readyz's storage read then on a reads thread, each filling
+ * the request's probe state; resumed answers from it. A stalled Redis or PostgreSQL so
+ * delays the probe's own answer, never a server thread.
  */
 #include <stdlib.h>
 #include <string.h>
