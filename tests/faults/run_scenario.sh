@@ -342,11 +342,19 @@ fd_count() { ls "/proc/$gw_pid/fd" | wc -l; }
 waiters() { curl -fsS --max-time 2 "$(gw_url)/metrics" | awk '$1 == "fencegate_waiters" { print $2 }'; }
 http_clients() { ss -Htn state established "( sport = :$gport )" | wc -l; }
 fd_base=$(fd_count)
-# The gateway opens a Redis connection per server thread (--threads 4) on its first rare call
-# there, plus one for the subscriber and two for the Redis pipeline: the warm-up may not have
-# reached every thread, so the connections still to come count as baseline too.
+# The gateway's HTTP workers, from its start-up line ("..., N threads)"): gw_start gives
+# --threads 4, which server.c raises to one worker per 120 of --max-connections (9 for the
+# default 1,024).
+gw_workers=$(grep -o '[0-9]* threads)' "$tmp/gateway.log" | tail -n 1 | cut -d' ' -f1)
+[ -n "$gw_workers" ] || gw_workers=9
+# The gateway opens a Redis connection per worker on its first rare call there (a give-back,
+# leaving a fair queue), one per side pipeline thread (GW_SIDE_THREADS in
+# gateway/src/pipe.h: /metrics, /readyz, GET /locks), plus one for the subscriber and two for
+# the Redis pipeline: the warm-up may not have reached every thread, so the connections still
+# to come count as baseline too.
+gw_redis_max=$((gw_workers + 2 + 1 + 2))
 gw_redis_conns() { ss -Htnp state established "( dport = :$rport )" | grep -c "pid=$gw_pid," || true; }
-fd_slack=$((2 + 7 - $(gw_redis_conns) + ${fd_slack_extra:-0}))
+fd_slack=$((2 + gw_redis_max - $(gw_redis_conns) + ${fd_slack_extra:-0}))
 [ "$fd_slack" -ge 2 ] || fd_slack=2
 # fd_report: what the gateway's descriptors are (at the baseline and now), and Redis's view of
 # its clients, for a leak report.
@@ -357,15 +365,12 @@ fd_at_base=$(fd_list)
 threads() { awk '$1 == "Threads:" { print $2 }' "/proc/$gw_pid/status"; }
 thread_base=$(threads)
 # Redis's own count of its clients, less the redis-cli asking (its command is CLIENT): at idle
-# these are the gateway's connections (or a proxy's on their behalf), at most one per server
-# thread plus the subscriber, however many the warm-up happened to open.
+# these are the gateway's connections (or a proxy's on their behalf), at most gw_redis_max
+# (above) per gateway, however many the warm-up happened to open: the Redis pipeline's two
+# (GW_PIPE_THREADS), which carry every lock, unlock, renew and token check, among them.
 redis_clients() { rcli client list | grep -vc 'cmd=client' || true; }
 redis_client_base=$(redis_clients)
-# gw_start gives --threads 4: a connection per server thread opened on its first rare call
-# (/metrics, /readyz, GET /locks, a give-back), the subscriber, and the Redis pipeline's two
-# (GW_PIPE_THREADS in gateway/src/pipe.h), which carry every lock, unlock, renew and
-# token check.
-redis_client_max=$(((4 + 1 + 2) * ${gateways:-1})) # a scenario may run several gateways
+redis_client_max=$((gw_redis_max * ${gateways:-1})) # a scenario may run several gateways
 [ "$redis_client_base" -le "$redis_client_max" ] || redis_client_max=$redis_client_base
 rss_kb() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$gw_pid/status"; }
 rss_base=$(rss_kb)
