@@ -636,8 +636,8 @@ static void stop_threads(gw_server *srv)
  * it. A worker whose epoll set holds fewer than 128 descriptors (its connections, the
  * listening socket and its wake-up channel) can never fill one call. Measured before this
  * cap: 256 keep-alive connections on 2 workers (128 each) stalled one worker's 127 or 128
- * connections for 0.8 s or more in 5 of 10 runs, and once both for the whole 3 s of a
- * benchmark row (0 answers); on 8 workers, 1 to 4 connections now and then. */
+ * connections for 0.8 s or more in 4 of 6 watched runs, and once both for the whole 3 s of
+ * a benchmark row (0 answers); on 8 workers, 1 to 4 connections now and then. */
 #define GW_WORKER_CONNS 120
 
 /* At most this many worker threads are added for the cap above: past 122,880 connections
