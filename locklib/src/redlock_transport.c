@@ -4,7 +4,8 @@
  * steps 0-5 below are the ones listed at the head of redlock_internal.h.
  *
  * A batch, in this order:
- *   0. Every node is connected when it is not (its single-node transport). After every new
+ *   0. Every node is connected when it is not, or when its connection died while idle;
+ *      only this step opens a node's connection (tp.owner_opens), and after every new
  *      connection, and before every batch while the node does not count, its marker is read
  *      together with the time left of a hold-out another client left on it
  *      (LK__RL_HOLDOUT_KEY), and fed to its lk__rl_health. A node found to have lost its
@@ -297,6 +298,15 @@ static void check_node(lk__redlock *rl, int k)
         lk__transport_drop(&nd->tp); /* silent (seen by any handle): it does not count */
         return;
     }
+    /* A connection that died while idle (the master restarted, maybe without its data) is
+     * dropped here, so that the new one below reads the marker before this batch counts
+     * the node. Nothing else opens a node's connection (tp.owner_opens): before, a batch
+     * that met the dead connection in step 1 reopened it there unchecked, and an empty
+     * master granted at once (test_redlock_client.c,
+     * test_master_wiped_under_idle_connection_held_out). */
+    if (nd->tp.ctx != NULL) {
+        (void)lk__transport_connect(&nd->tp);
+    }
     if (nd->checked == nd->tp.connects && counts(nd)) {
         return; /* connected and checked, and nobody found it silent since */
     }
@@ -304,7 +314,7 @@ static void check_node(lk__redlock *rl, int k)
         lk__transport_drop(&nd->tp); /* another handle just claimed the try */
         return;
     }
-    if (lk__transport_connect(&nd->tp) != LK_OK) {
+    if (lk__transport_reopen(&nd->tp) != LK_OK) {
         note_failure(rl, k, start_ms);
         return; /* unreachable: not a reading; it does not answer this batch either */
     }
@@ -712,9 +722,11 @@ out:
 }
 
 /* Step 4, undo: release.lua for each call to undo, on all N nodes; not waited for on a
- * node left behind in step 2 (late[k]): it runs there after the acquisition, in order. Not
- * sent to a node left alone for a silence (fan_out()): it would not get it, and the batch
- * would wait for its timeout; a hold it took there runs out with its lease. */
+ * node left behind in step 2 (late[k]): it runs there after the acquisition, in order. A
+ * node whose connection failed in step 2 is connected again first, through step 0 (its
+ * marker read), like every new connection. Not sent to a node left alone for a silence
+ * (fan_out()): it would not get it, and the batch would wait for its timeout; a hold it
+ * took there runs out with its lease. */
 static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
                  const lk__rl_next *next, const int *late)
 {
@@ -741,6 +753,14 @@ static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
         }
     }
     if (m > 0) {
+        lk__sigpipe guard;
+        lk__sigpipe_block(&guard);
+        for (int k = 0; k < rl->n; k++) {
+            if (rl->node[k].tp.ctx == NULL) {
+                check_node(rl, k);
+            }
+        }
+        lk__sigpipe_restore(&guard);
         /* The release's own outcome is not needed: a node that keeps the hold after all
          * lets it run out with its lease, which the grant never reported. */
         fanout f = {.rl = rl, .cmds = sent, .forget = late, .start_ms = lk__now_ms()};
@@ -984,6 +1004,7 @@ lk_status lk__redlock_init(lk__transport *t, const lk__node *login, const lk__se
         /* No breaker per node: one slow node is a minority that does not answer, not a
          * reason to fail the calls of the others. */
         lk__transport_init(&rl->node[k].tp, &node, NULL, NULL, err);
+        rl->node[k].tp.owner_opens = 1; /* only check_node() connects (step 0) */
         memset(node.password, 0, sizeof node.password);
         char addr[300];
         snprintf(addr, sizeof addr, "%s:%d", nodes[k].host, nodes[k].port);

@@ -87,7 +87,7 @@ void lk__transport_free(lk__transport *t)
     memset(t->node.password, 0, sizeof t->node.password);
 }
 
-lk_status lk__transport_connect(lk__transport *t)
+static lk_status connect_now(lk__transport *t, int may_open)
 {
     if (t->ops != NULL) {
         return t->ops->connect(t);
@@ -107,6 +107,10 @@ lk_status lk__transport_connect(lk__transport *t)
             lk__transport_drop(t); /* the next lines ask the sentinels again */
         }
     }
+    if (t->ctx == NULL && !may_open) {
+        return lk__errf(t->err, LK_EUNAVAILABLE, "%s:%d: not connected (a new connection "
+                        "is checked before it is used)", t->node.host, t->node.port);
+    }
     if (t->ctx == NULL) {
         t->ctx = lk__transport_open(t);
         if (t->ctx == NULL) {
@@ -120,6 +124,16 @@ lk_status lk__transport_connect(lk__transport *t)
         }
     }
     return LK_OK;
+}
+
+lk_status lk__transport_connect(lk__transport *t)
+{
+    return connect_now(t, !t->owner_opens);
+}
+
+lk_status lk__transport_reopen(lk__transport *t)
+{
+    return connect_now(t, 1);
 }
 
 /* Error replies that describe the server's state rather than our request: the command did

@@ -89,8 +89,13 @@ struct lk__transport {
     char master[300];                  /* "host:port" of the last connect, "" before */
     long long failovers;               /* times a connect found another master than the
                                         * one before */
-    long long connects;                /* connections opened by lk__transport_connect(), so
-                                        * a layer above notices a reconnect (Redlock) */
+    long long connects;                /* connections opened, so a layer above notices a
+                                        * reconnect (Redlock) */
+    int owner_opens;                   /* 1: batches, PING and lk__transport_connect()
+                                        * never open a connection (they drop a dead one and
+                                        * answer EUNAVAILABLE); only lk__transport_reopen()
+                                        * does. A Redlock node: its marker is read on each
+                                        * new connection before anything sent there counts */
     int stale;                         /* a reply said READONLY: drop after this batch */
     size_t owed;                       /* replies of earlier batches still to come on ctx,
                                         * read and dropped before any later reply (a
@@ -115,8 +120,13 @@ void lk__transport_init(lk__transport *t, const lk__node *node, const lk__sentin
  * The caller frees it with redisFree(). */
 redisContext *lk__transport_open(lk__transport *t);
 
-/* Connects now if not connected. Returns OK or EUNAVAILABLE/ENOMEM with the reason. */
+/* Connects now if not connected (drops a connection found dead first). Returns OK or
+ * EUNAVAILABLE/ENOMEM with the reason. With owner_opens set it opens nothing: EUNAVAILABLE
+ * when there is no live connection. */
 lk_status lk__transport_connect(lk__transport *t);
+
+/* lk__transport_connect() that opens a connection even with owner_opens set. */
+lk_status lk__transport_reopen(lk__transport *t);
 
 /* Frees the connection (the next batch reconnects) and forgets the loaded scripts. */
 void lk__transport_drop(lk__transport *t);

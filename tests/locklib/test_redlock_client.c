@@ -441,6 +441,54 @@ static void test_data_loss_held_out(void **state)
     assert_true(grant_once(c, "rl-loss", "alice") > last);
 }
 
+/* The masters that count, asked again (lk_ping) until all n do or 20 s have passed. */
+static void wait_all_counting(lk_client *c, int n)
+{
+    int64_t deadline = th_now_ms() + 20000;
+    while ((lk_ping(c) != LK_OK || counting(c) < n) && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_int_equal(counting(c), n);
+}
+
+/* A master that lost its data while a handle's connection to it sat idle must not count
+ * before its marker is read, even in the batch that first finds the connection dead. alice
+ * is granted while the last n/2 masters are down, so only the first n/2 + 1 hold her lock;
+ * the others come back with their data. Master 0 then loses its data, the handle idle. If
+ * the batch replaced the dead connection without reading the marker (as the transport did:
+ * step 0 took a connected node as checked, and step 1's connect reopened it), bob would
+ * get the empty master 0 and the n/2 masters alice missed, a majority: two holders at
+ * once (redlock_multi_gateway saw it as overlapping leases). Held out, master 0 gives bob
+ * nothing and he is refused. */
+static void test_master_wiped_under_idle_connection_held_out(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    int n = f->set.n, minority = n / 2;
+    lk_result r;
+
+    wait_all_counting(c, n);
+    for (int i = n - minority; i < n; i++) {
+        th_redis_kill(&f->set.nodes[i]);
+    }
+    assert_lk(c, lk_acquire(c, "rl-idle-wipe", "alice", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    for (int i = n - minority; i < n; i++) {
+        th_redis_restart(&f->set.nodes[i]); /* AOF: with its data, without alice's lock */
+    }
+    wait_all_counting(c, n);
+    th_redis_kill(&f->set.nodes[0]);
+    th_redis_wipe_files(&f->set.nodes[0]);
+    th_redis_restart(&f->set.nodes[0]);
+
+    lk_status st = lk_acquire(c, "rl-idle-wipe", "bob", LEASE_MS, 0, NULL, &r);
+    print_message("bob, with master 0 wiped under an idle connection: %s\n",
+                  lk_status_name(st));
+    assert_lk(c, st, LK_HELD);
+    assert_false(counting(c) == n);
+    assert_lk(c, lk_release(c, "rl-idle-wipe", "alice", NULL, &r), LK_RELEASED);
+    wait_all_counting(c, n); /* the hold-out (MAX_LEASE_MS) over, before the next test */
+}
+
 typedef struct waiter {
     const char *url;
     const char *resource;
@@ -733,6 +781,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_silent_master_left_alone_by_every_handle),               \
             cmocka_unit_test(test_minority_down_then_majority_down),                       \
             cmocka_unit_test(test_data_loss_held_out),                                     \
+            cmocka_unit_test(test_master_wiped_under_idle_connection_held_out),            \
     }
 
 int main(void)
