@@ -144,11 +144,12 @@ static void health_put(shared_health *sh)
     pthread_mutex_unlock(&registry_mu);
 }
 
-/* 1 when the node counts towards a majority now (its state OK and a connection up). */
+/* 1 when the node counts towards a majority now: its state OK, and a connection up on
+ * which its marker was read (step 0). */
 static int counts(const rl_node *nd)
 {
     int ok = 0;
-    if (nd->sh != NULL && nd->tp.ctx != NULL) {
+    if (nd->sh != NULL && nd->tp.ctx != NULL && nd->checked == nd->tp.connects) {
         pthread_mutex_lock(&registry_mu);
         ok = lk__rl_health_counts(&nd->sh->health);
         pthread_mutex_unlock(&registry_mu);
@@ -304,10 +305,8 @@ static void check_node(lk__redlock *rl, int k)
      * that met the dead connection in step 1 reopened it there unchecked, and an empty
      * master granted at once (test_redlock_client.c,
      * test_master_wiped_under_idle_connection_held_out). */
-    if (nd->tp.ctx != NULL) {
-        (void)lk__transport_connect(&nd->tp);
-    }
-    if (nd->checked == nd->tp.connects && counts(nd)) {
+    lk__transport_drop_dead(&nd->tp);
+    if (counts(nd)) {
         return; /* connected and checked, and nobody found it silent since */
     }
     if (!may_try(nd, start_ms)) {
@@ -599,6 +598,11 @@ static int fan_out(fanout *f, size_t m, const int *send)
             /* A write-back or an undo to a node found silent in step 2: reconnecting would
              * cost the batch its timeout, and a silent node would not get it anyway. What
              * it may hold runs out with its lease; what it minted is below a majority's. */
+            count[k] = 0;
+        }
+        if (rl->node[k].tp.ctx == NULL) {
+            /* Dropped in step 2 (a write-back or an undo): only step 0 connects it again
+             * (undo() does so first). Left out, it acknowledges nothing. */
             count[k] = 0;
         }
         if (count[k] > 0) {

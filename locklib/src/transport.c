@@ -87,17 +87,23 @@ void lk__transport_free(lk__transport *t)
     memset(t->node.password, 0, sizeof t->node.password);
 }
 
+void lk__transport_drop_dead(lk__transport *t)
+{
+    /* hiredis refuses every command on a context whose err is set (a timed-out reply, say),
+     * so such a context is as dead as a closed socket. With replies owed, bytes are
+     * expected: an EOF then shows when they are read. */
+    if (t->ops == NULL && t->ctx != NULL &&
+        (t->ctx->err != 0 || (t->owed == 0 && !lk__idle_alive(t->ctx)))) {
+        lk__transport_drop(t);
+    }
+}
+
 static lk_status connect_now(lk__transport *t, int may_open)
 {
     if (t->ops != NULL) {
         return t->ops->connect(t);
     }
-    /* hiredis refuses every command on a context whose err is set (a timed-out reply, say),
-     * so such a context is as dead as a closed socket. With replies owed, bytes are
-     * expected: an EOF then shows when they are read. */
-    if (t->ctx != NULL && (t->ctx->err != 0 || (t->owed == 0 && !lk__idle_alive(t->ctx)))) {
-        lk__transport_drop(t);
-    }
+    lk__transport_drop_dead(t);
     if (t->hint != NULL) {
         int switched = lk__sentinel_hint_switched(&t->sentinels, t->hint);
         if (switched < 0) {

@@ -128,6 +128,11 @@ lk_status lk__transport_connect(lk__transport *t);
 /* lk__transport_connect() that opens a connection even with owner_opens set. */
 lk_status lk__transport_reopen(lk__transport *t);
 
+/* The first step of lk__transport_connect() alone: drops a single node's connection when
+ * it is dead (an error on it, or EOF or stray bytes while it owes no reply). Writes no
+ * reason. */
+void lk__transport_drop_dead(lk__transport *t);
+
 /* Frees the connection (the next batch reconnects) and forgets the loaded scripts. */
 void lk__transport_drop(lk__transport *t);
 
