@@ -104,13 +104,6 @@ static enum MHD_Result probe_start(gw_request *req, int ready)
     return gw__pipe_offload(req, req->srv->side, p, p != NULL ? &p->job : NULL, probe_work);
 }
 
-static void probe_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
-{
-    (void)toe;
-    free(req->op_state);
-    req->op_state = NULL;
-}
-
 /* {"kind", "master", "failovers", "url"[, "nodes"]} of the Redis deployment, as the probe's
  * handle saw it ("nodes" for Redlock). The URL comes redacted: the password never leaves
  * the process. */
@@ -188,5 +181,5 @@ static enum MHD_Result metrics_resumed(gw_request *req)
 }
 
 const gw_op gw__op_healthz = {healthz, NULL, NULL};
-const gw_op gw__op_readyz = {readyz_start, readyz_resumed, probe_completed};
-const gw_op gw__op_metrics = {metrics_start, metrics_resumed, probe_completed};
+const gw_op gw__op_readyz = {readyz_start, readyz_resumed, NULL};
+const gw_op gw__op_metrics = {metrics_start, metrics_resumed, NULL};

@@ -761,11 +761,4 @@ static enum MHD_Result status_resumed(gw_request *req)
                                    "last_token", (json_int_t)info->last_token));
 }
 
-static void status_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
-{
-    (void)toe;
-    free(req->op_state);
-    req->op_state = NULL;
-}
-
-const gw_op gw__op_lock_status = {status_start, status_resumed, status_completed};
+const gw_op gw__op_lock_status = {status_start, status_resumed, NULL};

@@ -74,7 +74,9 @@ typedef struct gw_request gw_request;
  *              that suspends at more than one point keeps its own stage in its state;
  *   completed  the request ended, answered or not (toe says how): called once when the
  *              operation has state (req->op_state != NULL). It frees that state.
- * An operation that never suspends has no resumed; one without state no completed.
+ * An operation that never suspends has no resumed; one without state, or whose state is one
+ * block that free() releases with nothing else to do at the end, no completed (server.c
+ * then frees op_state).
  */
 typedef struct gw_op {
     enum MHD_Result (*start)(gw_request *req);

@@ -9,7 +9,7 @@
  *              writer -> STORING;
  *   STORING    resumed with storage's answer, which checked the token again atomically
  *              with the write: answer it;
- *   completed  free the call.
+ *   completed  the call is freed (server.c: the operation has no completed of its own).
  * Why a token is refused, and why refusing is safe: fence.c. If Redis is unreachable the
  * write is refused with 503: without the counter a forged token cannot be told from a real
  * one.
@@ -167,13 +167,6 @@ struct gw_write_call {
     store_write_req w;
     gw_job job;
 };
-
-static void write_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
-{
-    (void)toe;
-    free(req->op_state);
-    req->op_state = NULL;
-}
 
 /* CHECKING: the token check is in; refuses the write, or sends it to the storage writer. */
 static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
@@ -348,6 +341,6 @@ static void resource_get_completed(gw_request *req, enum MHD_RequestTerminationC
     req->op_state = NULL;
 }
 
-const gw_op gw__op_resource_put = {write_start, write_resumed, write_completed};
+const gw_op gw__op_resource_put = {write_start, write_resumed, NULL};
 const gw_op gw__op_resource_get = {resource_get_start, resource_get_resumed,
                                    resource_get_completed};

@@ -598,8 +598,10 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
     gw__log_request(srv->cfg, req->method, req->url, req->status, micros, toe);
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
-    if (req->op_state != NULL) {
+    if (req->op_state != NULL && req->op->completed != NULL) {
         req->op->completed(req, toe);
+    } else {
+        free(req->op_state); /* one block and nothing else (request.h, gw_op) */
     }
     request_free(req);
     *req_cls = NULL;
