@@ -227,7 +227,7 @@ enum MHD_Result gw__pipe_offload(gw_request *req, gw_pipe *p, void *state, gw_jo
         return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
                               "out of memory");
     }
-    req->op_state = state; /* the operation's completed frees it */
+    req->op_state = state; /* freed when the request completes (request.h, gw_op) */
     job->work = work;
     job->arg = state;
     job->conn = req->conn;
