@@ -5,6 +5,14 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[3]  release channel fg:{R}:released
+-- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
+--          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
+--          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
+--          idempotency record (ARGV[2] must then be "0": the release keeps no record of its
+--          own), and the record is deleted when it is this owner's acquisition answering
+--          token ARGV[4] ("-1": any token), whatever the release finds. A retry of the
+--          acquisition with its key then acts afresh instead of replaying a grant whose hold
+--          is gone.
 --
 -- Returns  {1, 0, replayed}      released: the lock is deleted, and "released" is published
 --                                when the lock was marked wanted (prelude/wanted.lua)
@@ -21,12 +29,21 @@
 
 local owner = ARGV[1]
 local idem_ms = tonumber(ARGV[2])
+local undo = ARGV[4] or '0'
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
-if idem_ms == nil then
+if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
+        (undo ~= '0' and idem_ms ~= 0) then
     return redis.error_reply('fencegate: invalid argument')
+end
+
+if undo ~= '0' then
+    local rec = redis.call('HMGET', KEYS[2], 'op', 'owner', 'token')
+    if rec[1] == 'acquire' and rec[2] == owner and (undo == '-1' or rec[3] == undo) then
+        redis.call('DEL', KEYS[2])
+    end
 end
 
 local rec = idem_replay(KEYS[2], idem_ms, 'release', owner, 'status', 'holds')

@@ -106,8 +106,10 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
 
 /* ---- release.lua, renew.lua ----------------------------------------------------------- */
 
-/* KEYS lock, idem; ARGV owner, idem_ttl, channel (release.lua) or KEYS lock, idem, fence,
- * base, recent; ARGV owner, lease, idem_ttl, token_key_idle_ttl (renew.lua). */
+/* KEYS lock, idem; ARGV owner, idem_ttl, channel, undo (release.lua) or KEYS lock, idem,
+ * fence, base, recent; ARGV owner, lease, idem_ttl, token_key_idle_ttl (renew.lua). A release
+ * with supersede set undoes an acquisition: idem is that acquisition's key, and the release
+ * itself keeps no record (idem_ttl 0). */
 static lk_status build_owner_call(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                   char *err)
 {
@@ -121,6 +123,10 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
     if (renew && !lk__valid_lease(call->lease_ms)) {
         return lk__errf(err, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
                         LK_LEASE_MAX_MS);
+    }
+    int64_t undo = !renew && call->idem_key != NULL ? call->supersede : 0;
+    if (undo < -1 || undo >= LK_TOKEN_MAX) {
+        return lk__errf(err, LK_EINVAL, "supersede must be -1..2^53-2");
     }
     lk__cmd_start(cmd, renew ? LK__SCRIPT_RENEW : LK__SCRIPT_RELEASE, call->resource);
     lk__cmd_key(cmd, "lock");
@@ -136,8 +142,9 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
         lk__cmd_num(cmd, idem_ttl);
         lk__cmd_num(cmd, opts->token_key_idle_ttl_ms);
     } else {
-        lk__cmd_num(cmd, idem_ttl);
+        lk__cmd_num(cmd, undo != 0 ? 0 : idem_ttl);
         lk__cmd_channel(cmd);
+        lk__cmd_num(cmd, undo);
     }
     return LK_OK;
 }

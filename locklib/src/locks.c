@@ -24,16 +24,26 @@ static void settle(lk_client *c, lk_call *call, lk_status st)
     }
 }
 
+static lk_status call_one(lk_client *c, lk_call *call, lk_result *res);
+
+/* Releases the hold the acquisition acq took, and drops its idempotency record, so that a
+ * retry with its key acts afresh instead of replaying a grant that no longer stands
+ * (release.lua, ARGV[4]). */
+static lk_status undo_acquisition(lk_client *c, const lk_call *acq)
+{
+    lk_call undo = {.kind = LK_CALL_RELEASE, .resource = acq->resource, .owner = acq->owner,
+                    .idem_key = acq->idem_key, .supersede = acq->res.token};
+    return call_one(c, &undo, NULL);
+}
+
 /* Undoes one hold after too few replicas acknowledged it. Returns EREPLICAS when the hold
  * is gone (released, or the lease already ran out), or EUNAVAILABLE when the rollback itself
  * failed: the lock may then still be held until its lease runs out, and the message says
  * that the outcome is unknown. */
-static lk_status roll_back(lk_client *c, const char *resource, const char *owner,
-                           long long acked)
+static lk_status roll_back(lk_client *c, const lk_call *acq, long long acked)
 {
     char why[sizeof c->err];
-    lk_result undo;
-    lk_status st = lk_release(c, resource, owner, NULL, &undo);
+    lk_status st = undo_acquisition(c, acq);
 
     if (st == LK_RELEASED || st == LK_STILL_HELD || st == LK_NOT_OWNER) {
         return lk__fail(c, LK_EREPLICAS,
@@ -51,7 +61,7 @@ static lk_status roll_back(lk_client *c, const char *resource, const char *owner
  * undone (one hold released) so a failover cannot promote a replica that never saw it.
  * Returns OK, EREPLICAS (rolled back) or EUNAVAILABLE (the rollback failed, or the
  * connection was gone before WAIT). */
-static lk_status check_replicas(lk_client *c, const char *resource, const char *owner)
+static lk_status check_replicas(lk_client *c, const lk_call *acq)
 {
     long long acked = 0;
     lk_status st = lk__transport_wait(&c->tp, c->opts.min_replicas, c->opts.replica_timeout_ms,
@@ -62,28 +72,26 @@ static lk_status check_replicas(lk_client *c, const char *resource, const char *
     if (acked >= c->opts.min_replicas) {
         return LK_OK;
     }
-    return roll_back(c, resource, owner, acked);
+    return roll_back(c, acq, acked);
 }
 
-/* What follows a successful acquisition script: WAIT for min_replicas (rolled back on
- * failure) and the watchdog when `watchdog`. Returns ACQUIRED or the error. */
-static lk_status acquired(lk_client *c, const char *resource, const char *owner, int watchdog,
-                          const lk_result *res)
+/* What follows a successful acquisition script (acq): WAIT for min_replicas (rolled back
+ * on failure) and the watchdog for a watchdog lease. Returns ACQUIRED or the error. */
+static lk_status acquired(lk_client *c, const lk_call *acq)
 {
     lk_status st;
 
-    if (!res->replayed && c->opts.min_replicas > 0) {
-        st = check_replicas(c, resource, owner);
+    if (!acq->res.replayed && c->opts.min_replicas > 0) {
+        st = check_replicas(c, acq);
         if (st != LK_OK) {
             return st;
         }
     }
-    if (watchdog) {
-        st = lk__watch_add(c, resource, owner);
+    if (acq->lease_ms == LK_LEASE_WATCHDOG) {
+        st = lk__watch_add(c, acq->resource, acq->owner);
         if (st != LK_OK) {
             /* Without a watchdog the lock would silently expire under its holder. */
-            lk_result undo;
-            lk_release(c, resource, owner, NULL, &undo);
+            undo_acquisition(c, acq);
             return lk__fail(c, st, "cannot start the watchdog");
         }
     }
@@ -139,8 +147,7 @@ static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kin
             release_settled(c, call);
         }
         if (call->status == LK_ACQUIRED) {
-            settle(c, call, acquired(c, call->resource, call->owner,
-                                     call->lease_ms == LK_LEASE_WATCHDOG, &call->res));
+            settle(c, call, acquired(c, call));
         }
     }
 }

@@ -741,15 +741,19 @@ static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
     int all[LK__RL_MAX_NODES];
     size_t m = 0;
 
-    /* A release without an idempotency key reads no option. */
+    /* A release that undoes reads no option: it keeps no record of its own. */
     memset(&opts, 0, sizeof opts);
     for (int k = 0; k < rl->n; k++) {
         all[k] = 1;
     }
     for (size_t i = 0; rel != NULL && sent != NULL && i < n; i++) {
         const lk_call *call = cmds[i]->out;
+        /* With its idempotency record: a retry of the call must act afresh, not replay a
+         * node's ACQUIRED that made no majority (release.lua, ARGV[4]; each node minted its
+         * own token, so any token of this owner's record). */
         lk_call release = {.kind = LK_CALL_RELEASE, .resource = call->resource,
-                           .owner = call->owner};
+                           .owner = call->owner, .idem_key = call->idem_key,
+                           .supersede = -1};
         if (next[i] == LK__RL_UNDO &&
             lk__call_kind_of(LK_CALL_RELEASE)->build(&opts, &release, &rel[m], err) == LK_OK) {
             sent[m] = &rel[m];

@@ -263,6 +263,40 @@ static void test_call_many_with_replicas_rolls_each_back(void **state)
     lk_client_close(c);
 }
 
+/* A keyed acquisition rolled back for want of replicas leaves no idempotency record: its
+ * retry acts afresh (rolled back again here), where it replayed ACQUIRED before, skipping
+ * the WAIT, for a lock nobody held (the rollback had released it). The same when the
+ * watchdog cannot start: the undo goes through the same release (release.lua, ARGV[4]). */
+static void test_rolled_back_acquisition_is_not_replayed(void **state)
+{
+    lk_fixture *f = *state;
+    lk_options o;
+    lk_options_init(&o);
+    o.min_replicas = 1;
+    o.replica_timeout_ms = 50;
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1000;
+    lk_client *c = lk_test_open(&f->redis, &o);
+    char name[64];
+    snprintf(name, sizeof name, "%s", res_name("rollback-key"));
+    lk_result r;
+    lk_lock_info info;
+
+    for (int attempt = 0; attempt < 2; attempt++) {
+        lk_status st = lk_acquire(c, name, "alice", 10000, 0, "key-1", &r);
+        print_message("attempt %d with the key: %s (replayed %d)\n", attempt,
+                      lk_status_name(st), r.replayed);
+        assert_lk(c, st, LK_EREPLICAS);
+        assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:idem:key-1", name), 0);
+        assert_lk(f->c, lk_lock_status(f->c, name, &info), LK_OK);
+        assert_int_equal(info.locked, 0);
+    }
+    /* Another owner takes the lock: the key's retry must not report alice as its holder. */
+    assert_lk(f->c, lk_acquire(f->c, name, "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire(c, name, "alice", 10000, 0, "key-1", &r), LK_HELD);
+    lk_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -272,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_call_many_refuses_bad_calls),
         cmocka_unit_test(test_call_supersedes_a_refused_idempotency_record),
         cmocka_unit_test(test_call_many_with_replicas_rolls_each_back),
+        cmocka_unit_test(test_rolled_back_acquisition_is_not_replayed),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
 }

@@ -492,6 +492,49 @@ static void test_master_wiped_under_idle_connection_held_out(void **state)
     wait_all_counting(c, n); /* the hold-out (MAX_LEASE_MS) over, before the next test */
 }
 
+/* An acquisition that won only a minority is undone on every master, and its idempotency
+ * record with it. Before, the record stayed where the master had granted, and a retry of
+ * the key replayed ACQUIRED there even after another owner took the lock: with the masters
+ * the other owner's grant missed, a majority, and two holders at once. The schedule: bob
+ * holds the lock on all but the first n/2 masters (down during his grant); alice's keyed
+ * attempt wins only those n/2 and is undone; bob releases; carol is granted while master
+ * n/2 is down, so she holds all the others; alice retries with her key. */
+static void test_undone_acquisition_is_not_replayed(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    int n = f->set.n, minority = n / 2;
+    const char *res = "rl-undo-key";
+    lk_result r;
+
+    wait_all_counting(c, n);
+    for (int i = 0; i < minority; i++) {
+        th_redis_kill(&f->set.nodes[i]);
+    }
+    assert_lk(c, lk_acquire(c, res, "bob", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    for (int i = 0; i < minority; i++) {
+        th_redis_restart(&f->set.nodes[i]); /* AOF: with their data, without bob's lock */
+    }
+    wait_all_counting(c, n);
+    assert_lk(c, lk_acquire(c, res, "alice", LEASE_MS, 0, "alice-key", &r), LK_HELD);
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(th_redis_cmd(&f->set.nodes[i], NULL, 0,
+                                      "EXISTS fg:{%s}:idem:alice-key", res), 0);
+    }
+    assert_lk(c, lk_release(c, res, "bob", NULL, &r), LK_RELEASED);
+    th_redis_kill(&f->set.nodes[minority]);
+    assert_lk(c, lk_acquire(c, res, "carol", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    th_redis_restart(&f->set.nodes[minority]);
+    wait_all_counting(c, n);
+
+    lk_status st = lk_acquire(c, res, "alice", LEASE_MS, 0, "alice-key", &r);
+    print_message("alice's retry with her key while carol holds the lock: %s (replayed %d)\n",
+                  lk_status_name(st), r.replayed);
+    assert_lk(c, st, LK_HELD);
+    assert_lk(c, lk_renew(c, res, "carol", LEASE_MS, NULL, &r), LK_RENEWED);
+    assert_lk(c, lk_release(c, res, "carol", NULL, &r), LK_RELEASED);
+}
+
 typedef struct waiter {
     const char *url;
     const char *resource;
@@ -785,6 +828,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_minority_down_then_majority_down),                       \
             cmocka_unit_test(test_data_loss_held_out),                                     \
             cmocka_unit_test(test_master_wiped_under_idle_connection_held_out),            \
+            cmocka_unit_test(test_undone_acquisition_is_not_replayed),                     \
     }
 
 int main(void)

@@ -264,7 +264,14 @@ typedef struct lk_call {
                             * hold was given back): an idempotency record of idem_key and
                             * owner answering exactly this token is dropped instead of
                             * replayed, so the call acts afresh (a new token, recorded in its
-                            * place when ACQUIRED). A record with another token is replayed. */
+                            * place when ACQUIRED). A record with another token is replayed.
+                            * RELEASE with idem_key: 0 for a plain release; else the release
+                            * undoes an acquisition whose ACQUIRED never reached its caller
+                            * or did not stand (rolled back, given back): idem_key is then
+                            * that acquisition's key, and its record for this owner answering
+                            * this token (-1: any token) is deleted with the hold, so a retry
+                            * of the acquisition acts afresh instead of replaying a grant
+                            * whose hold is gone. The release itself is not recorded. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */
