@@ -232,18 +232,24 @@ static void test_call_many_refuses_bad_calls(void **state)
     lk_call_many(f->c, ptrs, 0); /* an empty batch is a no-op */
 }
 
-/* With min_replicas and no replica, each acquisition of a batch is answered as lk_acquire()
- * would: EREPLICAS, and rolled back, every one (each WAIT on its own live connection). */
-static void test_call_many_with_replicas_rolls_each_back(void **state)
+/* A client that wants one replica's acknowledgement (the fixture's Redis has none). */
+static lk_client *open_with_replicas(lk_fixture *f)
 {
-    lk_fixture *f = *state;
     lk_options o;
     lk_options_init(&o);
     o.min_replicas = 1;
     o.replica_timeout_ms = 50;
     o.connect_timeout_ms = 1000;
     o.command_timeout_ms = 1000;
-    lk_client *c = lk_test_open(&f->redis, &o);
+    return lk_test_open(&f->redis, &o);
+}
+
+/* With min_replicas and no replica, each acquisition of a batch is answered as lk_acquire()
+ * would: EREPLICAS, and rolled back, every one (each WAIT on its own live connection). */
+static void test_call_many_with_replicas_rolls_each_back(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_with_replicas(f);
     char names[3][64];
     lk_call calls[3];
     lk_call *ptrs[3];
@@ -270,13 +276,7 @@ static void test_call_many_with_replicas_rolls_each_back(void **state)
 static void test_rolled_back_acquisition_is_not_replayed(void **state)
 {
     lk_fixture *f = *state;
-    lk_options o;
-    lk_options_init(&o);
-    o.min_replicas = 1;
-    o.replica_timeout_ms = 50;
-    o.connect_timeout_ms = 1000;
-    o.command_timeout_ms = 1000;
-    lk_client *c = lk_test_open(&f->redis, &o);
+    lk_client *c = open_with_replicas(f);
     char name[64];
     snprintf(name, sizeof name, "%s", res_name("rollback-key"));
     lk_result r;
