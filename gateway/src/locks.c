@@ -80,6 +80,8 @@ struct gw_lock_call {
     const char *idem_key;                /* "" for none */
     int64_t ttl_ms;
     int64_t deadline_ms;                 /* monotonic */
+    int64_t token;                       /* the token answered 200 (for a give-back at
+                                          * completion) */
     int64_t supersede;                   /* a keyed call's token the shared ledger refused,
                                           * whose idempotency record the next attempt drops
                                           * (lk_call.supersede); else 0 */
@@ -265,13 +267,24 @@ static void attempt_grant(gw_fence *f, gw_job *job)
 const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_grant};
 
 /* Gives back a hold taken for a client that will never use it, on the server thread's own
- * connection. If the release fails (Redis gone), the hold ends with its lease. */
-static lk_status give_back(gw_server *srv, const struct gw_lock_call *call)
+ * connection, with the idempotency record of the acquisition that answered token: a retry
+ * with its key then acts afresh, where it would have replayed a 200 for a hold that is gone
+ * (lk_call.supersede of a release). If the release fails (Redis gone), the hold ends with
+ * its lease and the record stays: a retry within the lease then replays the grant as
+ * before, which the fencing token still guards. */
+static lk_status give_back(gw_server *srv, const struct gw_lock_call *call, int64_t token)
 {
-    lk_result ignored;
     lk_client *c = gw__client(srv);
-    return c != NULL ? lk_release(c, call->turn.resource, call->owner, NULL, &ignored)
-                     : LK_EUNAVAILABLE;
+    lk_call undo = {.kind = LK_CALL_RELEASE, .resource = call->turn.resource,
+                    .owner = call->owner,
+                    .idem_key = call->idem_key[0] != '\0' ? call->idem_key : NULL,
+                    .supersede = token};
+    lk_call *one[1] = {&undo};
+    if (c == NULL) {
+        return LK_EUNAVAILABLE;
+    }
+    lk_call_many(c, one, 1);
+    return undo.status;
 }
 
 /* The ledger could not cover the token (gw__fence_answered): it must not be handed out.
@@ -280,7 +293,7 @@ static enum MHD_Result answer_uncovered(gw_request *req, const struct gw_lock_ca
                                         const lk_result *res)
 {
     if (!res->replayed) {
-        give_back(req->srv, call);
+        give_back(req->srv, call, res->token);
     }
     if (call->turn.cover == STORE_STALE) {
         /* Not an error of the store: the shared ledger holds this token, or a larger one,
@@ -317,6 +330,7 @@ static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *cal
         atomic_fetch_add(&srv->metrics.floor_corrections, 1);
     }
     call->acquired = (unsigned char)!res->replayed;
+    call->token = res->token;
     /* The lease is the one granted: a replay reports the first answer's, not this retry's. */
     return gw__send_json(req, MHD_HTTP_OK,
                          json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->turn.resource,
@@ -440,7 +454,7 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
         gw_peer peer = res->replayed ? GW_PEER_OPEN : gw__conn_peer(req->conn);
         if (peer == GW_PEER_GONE) {
             /* The client hung up while the lock was taken: nobody will use this hold. */
-            give_back(srv, call);
+            give_back(srv, call, res->token);
             count_acquire(req, GW_ACQ_abandoned);
             return MHD_NO;
         }
@@ -491,10 +505,11 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
  * (at most GRANT_TRIES times, each counted as a floor correction); 0 to answer 503. A
  * re-entry or a replay repeats the refused token whatever the floor: those are answered 503.
  * A keyed request's fresh hold left an idempotency record of the refused token, which the
- * next attempt would replay: that attempt supersedes it (lk_call.supersede drops exactly
- * that record in the acquire script), so it mints afresh above the ledger and records the
- * new answer, which a retry of the key then replays. A record that already answers another
- * token (a concurrent call of the key superseded it first) is replayed as usual. */
+ * next attempt would replay. The give-back drops it with the hold; should that release fail
+ * (Redis gone), the next attempt supersedes it (lk_call.supersede drops exactly that record
+ * in the acquire script), so it mints afresh above the ledger and records the new answer,
+ * which a retry of the key then replays. A record that already answers another token (a
+ * concurrent call of the key superseded it first) is replayed as usual. */
 #define GRANT_TRIES 3
 static int refused_fresh_grant(gw_request *req, struct gw_lock_call *call, const lk_result *res)
 {
@@ -502,7 +517,7 @@ static int refused_fresh_grant(gw_request *req, struct gw_lock_call *call, const
         call->grant_tries >= GRANT_TRIES) {
         return 0;
     }
-    give_back(req->srv, call);
+    give_back(req->srv, call, res->token);
     call->grant_tries++;
     call->turn.min_floor = (int64_t)call->turn.granted;
     call->supersede = call->idem_key[0] != '\0' ? res->token : 0;
@@ -672,7 +687,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
          * its whole lease: give it back (if that release fails, Redis gone, the lease ends
          * it). A replayed answer took nothing. */
         if (at->call.status == LK_ACQUIRED && !at->call.res.replayed) {
-            give_back(req->srv, call);
+            give_back(req->srv, call, at->call.res.token);
         }
         call->attempt = NULL;
         attempt_free(at);
@@ -684,7 +699,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (call->acquired && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || reset)) {
         /* The answer never reached the client (it disconnected as the lock was taken):
          * give the hold back, so no lock stays held for a client that is gone. */
-        if (give_back(req->srv, call) == LK_RELEASED) {
+        if (give_back(req->srv, call, call->token) == LK_RELEASED) {
             atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
         }
         /* Its outcome is that of a client gone as the lock was taken, as when that is seen

@@ -245,15 +245,16 @@ static void test_one_resource_at_once_has_one_winner(void **state)
     assert_value(&s->gw, "/resources/conc.one", "write ", winner);
 }
 
-/* Sends a whole POST /lock on a raw socket and closes it without reading the answer. */
-static void lock_and_hang_up(const gwt_proc *gw, const char *body)
+/* Sends a whole POST /lock on a raw socket (with the header line extra, "" for none) and
+ * closes it without reading the answer. */
+static void lock_and_hang_up(const gwt_proc *gw, const char *body, const char *extra)
 {
-    char req[512];
+    char req[640];
     struct sockaddr_in addr;
     int n = snprintf(req, sizeof req,
                      "POST /lock HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                     "Content-Length: %zu\r\n\r\n%s",
-                     strlen(body), body);
+                     "%sContent-Length: %zu\r\n\r\n%s",
+                     extra, strlen(body), body);
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(fd >= 0);
     memset(&addr, 0, sizeof addr);
@@ -328,6 +329,33 @@ static void test_half_closed_lock_is_answered(void **state)
     gwt_resp_free(&r);
 }
 
+/* Sends a /lock for resource (with the header line extra) whose client hangs up while Redis
+ * is paused, and waits until the gateway has counted it abandoned: the lock is not held. */
+static void hang_up_during_attempt(conc_state *s, const char *resource, const char *extra)
+{
+    char body[160], path[160];
+    long long abandoned =
+        metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}");
+
+    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"gone\",\"ttl_ms\":60000}",
+             resource);
+    th_redis_cmd(&s->redis, NULL, 0, "CLIENT PAUSE 700 WRITE");
+    lock_and_hang_up(&s->gw, body, extra);
+    int64_t deadline = th_now_ms() + 10000;
+    while (metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}") == abandoned &&
+           th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_int_equal(metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}"),
+                     abandoned + 1);
+    gwt_resp r;
+    snprintf(path, sizeof path, "/locks/%s", resource);
+    gwt_get(&s->gw, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    gwt_resp_free(&r);
+}
+
 /* A client that hangs up while its (non-waiting) /lock is in the pipeline keeps no lock: the
  * attempt is suspended meanwhile, unseen by libmicrohttpd, and an answer written to the
  * closed socket can still complete "OK", so the gateway looks at the socket when the answer
@@ -341,22 +369,33 @@ static void test_half_closed_lock_is_answered(void **state)
 static void test_hang_up_during_attempt_keeps_no_lock(void **state)
 {
     conc_state *s = *state;
-    long long abandoned =
-        metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}");
+    hang_up_during_attempt(s, "conc.gone", "");
+}
 
-    th_redis_cmd(&s->redis, NULL, 0, "CLIENT PAUSE 700 WRITE");
-    lock_and_hang_up(&s->gw, "{\"resource\":\"conc.gone\",\"owner\":\"gone\",\"ttl_ms\":60000}");
-    int64_t deadline = th_now_ms() + 10000;
-    while (metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}") == abandoned &&
-           th_now_ms() < deadline) {
-        th_nap_ms(20);
-    }
-    assert_int_equal(metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}"),
-                     abandoned + 1);
+/* The same with an Idempotency-Key, then the client retries with its key (as a client that
+ * timed out should): the hold was given back with its idempotency record, so the retry is
+ * granted afresh and holds the lock. Before, the record stayed and the retry replayed the
+ * first 200 for a hold that was gone: nobody held the lock, and anyone could take it. */
+static void test_hang_up_with_key_then_retry_holds_the_lock(void **state)
+{
+    conc_state *s = *state;
+    const char *body = "{\"resource\":\"conc.gone-key\",\"owner\":\"gone\",\"ttl_ms\":60000}";
+    const char *const headers[] = {"Content-Type: application/json",
+                                   "Idempotency-Key: conc-gone-key-0000001", NULL};
     gwt_resp r;
-    gwt_get(&s->gw, "/locks/conc.gone", &r);
+
+    hang_up_during_attempt(s, "conc.gone-key", "Idempotency-Key: conc-gone-key-0000001\r\n");
+    gwt_http(&s->gw, "POST", "/lock", headers, body, strlen(body), 0, &r);
     gwt_assert_status(&r, 200, NULL);
-    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    long long token = gwt_int(&r, "token");
+    gwt_resp_free(&r);
+    gwt_get(&s->gw, "/locks/conc.gone-key", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_true(json_object_get(r.json, "locked")));
+    assert_int_equal(gwt_int(&r, "token"), token);
+    gwt_resp_free(&r);
+    gwt_post(&s->gw, "/unlock", "{\"resource\":\"conc.gone-key\",\"owner\":\"gone\"}", &r);
+    gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
 }
 
@@ -495,6 +534,7 @@ int main(void)
         cmocka_unit_test(test_many_resources_at_once_each_get_their_answer),
         cmocka_unit_test(test_one_resource_at_once_has_one_winner),
         cmocka_unit_test(test_hang_up_during_attempt_keeps_no_lock),
+        cmocka_unit_test(test_hang_up_with_key_then_retry_holds_the_lock),
         cmocka_unit_test(test_tokens_are_per_resource),
         cmocka_unit_test(test_half_closed_lock_is_answered),
         cmocka_unit_test(test_no_worker_holds_more_than_120_connections),
