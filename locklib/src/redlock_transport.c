@@ -225,8 +225,10 @@ static void write_holdout(rl_node *nd, int64_t hold_ms)
 }
 
 /* The node lost its data (or is new): writes a fresh marker unless another client was
- * first, and reads back what won. */
-static int write_marker(rl_node *nd, char *seen)
+ * first, and reads back what won, with the hold-out left on the node (*left_ms): a client
+ * that found the loss first writes its hold-out before its marker, so one that meets the
+ * node while that happens holds it out too, even when it takes the node as new. */
+static int write_marker(rl_node *nd, char *seen, int64_t *left_ms)
 {
     char fresh[LK__RL_MARKER_LEN + 1];
 
@@ -236,8 +238,7 @@ static int write_marker(rl_node *nd, char *seen)
         return -1;
     }
     freeReplyObject(node_cmd(nd, 4, set));
-    int64_t left_ms = 0;
-    return nd->tp.ctx != NULL ? read_marker(nd, seen, &left_ms) : -1;
+    return nd->tp.ctx != NULL ? read_marker(nd, seen, left_ms) : -1;
 }
 
 /* Leaves node k that failed alone for a while (lk__rl_health_silent), in every handle of
@@ -327,10 +328,10 @@ static void check_node(lk__redlock *rl, int k)
         write_holdout(nd, hold_ms); /* this client found the loss (or knows it longer) */
     }
     if (missing) {
-        if (nd->tp.ctx == NULL || write_marker(nd, seen) != 0 || seen[0] == '\0') {
+        if (nd->tp.ctx == NULL || write_marker(nd, seen, &left_ms) != 0 || seen[0] == '\0') {
             return;
         }
-        health_feed(nd, seen, 0, rl->max_lease_ms, &until_ms);
+        health_feed(nd, seen, left_ms, rl->max_lease_ms, &until_ms);
     }
     /* Every script now, while nothing is owed: a node left behind (step 2) is then sent
      * its write-back and later calls without waiting for it first. */
