@@ -10,9 +10,11 @@
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
 --          idempotency record (ARGV[2] must then be "0": the release keeps no record of its
 --          own), and the record is deleted when it is this owner's acquisition answering
---          token ARGV[4] ("-1": any token), whatever the release finds. A retry of the
---          acquisition with its key then acts afresh instead of replaying a grant whose hold
---          is gone.
+--          token ARGV[4] or a smaller one ("-1": any token), whatever the release finds. A
+--          retry of the acquisition with its key then acts afresh instead of replaying a
+--          grant whose hold is gone. "Or smaller": on Redlock each master records the token
+--          it minted, and the grant answered the largest; a record with a larger token is a
+--          later call of the key that superseded this one, and stays.
 --
 -- Returns  {1, 0, replayed}      released: the lock is deleted, and "released" is published
 --                                when the lock was marked wanted (prelude/wanted.lua)
@@ -41,7 +43,8 @@ end
 
 if undo ~= '0' then
     local rec = redis.call('HMGET', KEYS[2], 'op', 'owner', 'token')
-    if rec[1] == 'acquire' and rec[2] == owner and (undo == '-1' or rec[3] == undo) then
+    if rec[1] == 'acquire' and rec[2] == owner and
+            (undo == '-1' or (tonumber(rec[3]) or 0) <= tonumber(undo)) then
         redis.call('DEL', KEYS[2])
     end
 end

@@ -227,7 +227,10 @@ static void write_holdout(rl_node *nd, int64_t hold_ms)
 /* The node lost its data (or is new): writes a fresh marker unless another client was
  * first, and reads back what won, with the hold-out left on the node (*left_ms): a client
  * that found the loss first writes its hold-out before its marker, so one that meets the
- * node while that happens holds it out too, even when it takes the node as new. */
+ * node for the first time and reads back that client's marker holds it out too. This
+ * narrows, not closes, the window of a process that never saw the node before: if its
+ * whole check runs between the other client's reading of the loss and its writes, it takes
+ * the node as new (README, "Not guaranteed": a master first met without its marker). */
 static int write_marker(rl_node *nd, char *seen, int64_t *left_ms)
 {
     char fresh[LK__RL_MARKER_LEN + 1];
@@ -752,9 +755,10 @@ static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
         /* With its idempotency record: a retry of the call must act afresh, not replay a
          * node's ACQUIRED that made no majority (release.lua, ARGV[4]; each node minted its
          * own token, so any token of this owner's record). */
+        int acq = call->kind == LK_CALL_ACQUIRE;
         lk_call release = {.kind = LK_CALL_RELEASE, .resource = call->resource,
-                           .owner = call->owner, .idem_key = call->idem_key,
-                           .supersede = -1};
+                           .owner = call->owner, .idem_key = acq ? call->idem_key : NULL,
+                           .supersede = acq ? -1 : 0};
         if (next[i] == LK__RL_UNDO &&
             lk__call_kind_of(LK_CALL_RELEASE)->build(&opts, &release, &rel[m], err) == LK_OK) {
             sent[m] = &rel[m];

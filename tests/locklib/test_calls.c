@@ -271,8 +271,9 @@ static void test_call_many_with_replicas_rolls_each_back(void **state)
 
 /* A keyed acquisition rolled back for want of replicas leaves no idempotency record: its
  * retry acts afresh (rolled back again here), where it replayed ACQUIRED before, skipping
- * the WAIT, for a lock nobody held (the rollback had released it). The same when the
- * watchdog cannot start: the undo goes through the same release (release.lua, ARGV[4]). */
+ * the WAIT, for a lock nobody held (the rollback had released it). (An acquisition undone
+ * because the watchdog cannot start goes through the same undo_acquisition(); no test makes
+ * the watchdog fail to start.) */
 static void test_rolled_back_acquisition_is_not_replayed(void **state)
 {
     lk_fixture *f = *state;

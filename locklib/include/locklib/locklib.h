@@ -269,7 +269,8 @@ typedef struct lk_call {
                             * undoes an acquisition whose ACQUIRED never reached its caller
                             * or did not stand (rolled back, given back): idem_key is then
                             * that acquisition's key, and its record for this owner answering
-                            * this token (-1: any token) is deleted with the hold, so a retry
+                            * this token or a smaller one (-1: any token) is deleted with the
+                            * hold, so a retry
                             * of the acquisition acts afresh instead of replaying a grant
                             * whose hold is gone. The release itself is not recorded. */
     lk_status status;      /* out: what the function would have returned */
