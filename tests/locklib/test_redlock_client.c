@@ -548,6 +548,42 @@ static void test_undone_acquisition_is_not_replayed(void **state)
     assert_lk(c, lk_release(c, res, "carol", NULL, &r), LK_RELEASED);
 }
 
+/* A grant given back by its caller (the gateway's give-back: a release with the grant's key
+ * and token, lk_call.supersede) drops the key's record on every master, also where the
+ * master minted a smaller token than the grant's: the minority's counters are behind here,
+ * so it records its own token while the grant answers the majority's. */
+static void test_given_back_grant_drops_every_record(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    int n = f->set.n, minority = n / 2;
+    const char *res = "rl-give-back";
+    lk_result r;
+
+    wait_all_counting(c, n);
+    for (int i = minority; i < n; i++) {
+        th_redis_cmd(&f->set.nodes[i], NULL, 0, "SET fg:{%s}:fence 100", res);
+    }
+    assert_lk(c, lk_acquire(c, res, "alice", LEASE_MS, 0, "give-back-key", &r), LK_ACQUIRED);
+    assert_true(r.token > 100);
+    lk_call back = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "alice",
+                    .idem_key = "give-back-key", .supersede = r.token};
+    lk_call *one[1] = {&back};
+    lk_call_many(c, one, 1);
+    assert_lk(c, back.status, LK_RELEASED);
+    int64_t deadline = th_now_ms() + 10000;
+    while (records_left(f, res, "give-back-key") > 0 && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_int_equal(records_left(f, res, "give-back-key"), 0);
+    /* The retry acts afresh: a new grant, with a larger token. */
+    int64_t given_back = r.token;
+    assert_lk(c, lk_acquire(c, res, "alice", LEASE_MS, 0, "give-back-key", &r), LK_ACQUIRED);
+    assert_false(r.replayed);
+    assert_true(r.token > given_back);
+    assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_RELEASED);
+}
+
 typedef struct waiter {
     const char *url;
     const char *resource;
@@ -842,6 +878,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_data_loss_held_out),                                     \
             cmocka_unit_test(test_master_wiped_under_idle_connection_held_out),            \
             cmocka_unit_test(test_undone_acquisition_is_not_replayed),                     \
+            cmocka_unit_test(test_given_back_grant_drops_every_record),                    \
     }
 
 int main(void)
