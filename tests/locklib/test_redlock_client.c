@@ -503,6 +503,16 @@ static int records_left(const rl_fixture *f, const char *resource, const char *k
     return k;
 }
 
+/* Waits (10 s at most) until no master keeps a record of key for resource. */
+static void assert_records_gone(const rl_fixture *f, const char *resource, const char *key)
+{
+    int64_t deadline = th_now_ms() + 10000;
+    while (records_left(f, resource, key) > 0 && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    assert_int_equal(records_left(f, resource, key), 0);
+}
+
 /* An acquisition that won only a minority is undone on every master, and its idempotency
  * record with it. Before, the record stayed where the master had granted, and a retry of
  * the key replayed ACQUIRED there even after another owner took the lock: with the masters
@@ -529,11 +539,7 @@ static void test_undone_acquisition_is_not_replayed(void **state)
     wait_all_counting(c, n);
     assert_lk(c, lk_acquire(c, res, "alice", LEASE_MS, 0, "alice-key", &r), LK_HELD);
     /* The undo is waited for, except on a master left behind (it runs there in order). */
-    int64_t deadline = th_now_ms() + 10000;
-    while (records_left(f, res, "alice-key") > 0 && th_now_ms() < deadline) {
-        th_nap_ms(20);
-    }
-    assert_int_equal(records_left(f, res, "alice-key"), 0);
+    assert_records_gone(f, res, "alice-key");
     assert_lk(c, lk_release(c, res, "bob", NULL, &r), LK_RELEASED);
     th_redis_kill(&f->set.nodes[minority]);
     assert_lk(c, lk_acquire(c, res, "carol", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
@@ -571,11 +577,7 @@ static void test_given_back_grant_drops_every_record(void **state)
     lk_call *one[1] = {&back};
     lk_call_many(c, one, 1);
     assert_lk(c, back.status, LK_RELEASED);
-    int64_t deadline = th_now_ms() + 10000;
-    while (records_left(f, res, "give-back-key") > 0 && th_now_ms() < deadline) {
-        th_nap_ms(20);
-    }
-    assert_int_equal(records_left(f, res, "give-back-key"), 0);
+    assert_records_gone(f, res, "give-back-key");
     /* The retry acts afresh: a new grant, with a larger token. */
     int64_t given_back = r.token;
     assert_lk(c, lk_acquire(c, res, "alice", LEASE_MS, 0, "give-back-key", &r), LK_ACQUIRED);
