@@ -13,7 +13,8 @@
 --          only, < 2^53; anything else, "5.5" or "1e3" say, is refused)
 -- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[5]  idle expiry of the token keys KEYS[2], KEYS[4], KEYS[5] in ms, "0" for never:
---          every grant sets their time to live to max(ARGV[5], lease) (prelude/idle.lua)
+--          every grant makes their time to live at least max(ARGV[5], lease, ARGV[4])
+--          (prelude/idle.lua: the counter outlives a record that can replay its token)
 -- ARGV[6]  "1" when the caller knows of other waiters for this lock (a gateway's parked
 --          waiters): the grant marks the lock as wanted (prelude/wanted.lua); "0" or absent
 --          when not
@@ -84,6 +85,6 @@ if others == '1' then
     mark_wanted(KEYS[1])
 end
 
-keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms)
+keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms, idem_ms)
 acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
 return {1, token, holds, lease_ms, raised, 0}

@@ -14,7 +14,8 @@
 -- ARGV[4]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[5]  this waiter's remaining wait in ms, 0..3600000
 -- ARGV[6]  idle expiry of the token keys KEYS[2], KEYS[4], KEYS[7] in ms, "0" for never:
---          every grant sets their time to live to max(ARGV[6], lease) (prelude/idle.lua)
+--          every grant makes their time to live at least max(ARGV[6], lease, ARGV[4])
+--          (prelude/idle.lua: the counter outlives a record that can replay its token)
 -- ARGV[7]  optional: a token to supersede, "0" (or absent) for none, as in acquire.lua
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1}  acquired
@@ -122,7 +123,7 @@ local held = redis.call('EXISTS', KEYS[1]) == 1
 if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
     local holds, token = reenter(KEYS[1], owner, lease_ms)
     leave_queue()
-    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms)
+    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, idem_ms)
     acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
     return {1, token, holds, lease_ms, 0, 0, -1}
 end
@@ -137,7 +138,7 @@ if not held and (not head or head == owner) then
     if redis.call('EXISTS', KEYS[5]) == 1 then
         mark_wanted(KEYS[1]) -- the others in line wait for this holder's release
     end
-    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms)
+    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, idem_ms)
     acquire_record(KEYS[3], idem_ms, owner, token, 1, lease_ms)
     return {1, token, 1, lease_ms, raised, 0, -1}
 end

@@ -27,6 +27,13 @@ static long long key_pttl(lk_fixture *f, const char *res, const char *name)
     return th_redis_cmd(&f->redis, NULL, 0, "PTTL fg:{%s}:%s", res, name);
 }
 
+/* When the key fg:{res}:name expires, in ms since the epoch (PEXPIRETIME); -1 for never,
+ * -2 when missing. */
+static long long key_expires_at(lk_fixture *f, const char *res, const char *name)
+{
+    return th_redis_cmd(&f->redis, NULL, 0, "PEXPIRETIME fg:{%s}:%s", res, name);
+}
+
 /* A handle whose token keys expire after idle_ms. */
 static lk_client *open_idle(lk_fixture *f, int64_t idle_ms)
 {
@@ -97,6 +104,42 @@ static void test_token_keys_get_idle_ttl(void **state)
     assert_lk(shortc, lk_release(shortc, res, "carol", NULL, &r), LK_STILL_HELD);
     assert_lk(shortc, lk_release(shortc, res, "carol", NULL, &r), LK_RELEASED);
     lk_client_close(shortc);
+    lk_client_close(c);
+}
+
+/* A grant recorded for an idempotency key keeps the token keys at least as long as the
+ * record (10 minutes by default), whatever the idle time, and a later renewal or short grant
+ * does not shorten them: a retry may replay the record's token while it lives, so the
+ * counter must outlive it. Before, with a 1 s idle time, the counter expired long before
+ * the record: a grant whose answer was lost (so the gateway's floor never counted it) could
+ * then be minted again for another owner, and the keyed retry replayed the same token. */
+static void test_token_keys_outlive_an_idempotency_record(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    char res[64], res2[64];
+    const char *names[] = {"fence", "base", "recent"};
+    lk_client *c = open_idle(f, 1000);
+
+    snprintf(res, sizeof res, "%s", res_name("idle-idem"));
+    snprintf(res2, sizeof res2, "%s", res_name("idle-idem-fair"));
+    assert_lk(c, lk_acquire(c, res, "alice", 1000, 7, "idle-idem-key-01", &r), LK_ACQUIRED);
+    assert_lk(c, lk_renew(c, res, "alice", 1000, NULL, &r), LK_RENEWED);
+    assert_lk(c, lk_acquire(c, res, "alice", 1000, 7, NULL, &r), LK_ACQUIRED); /* re-entry */
+    assert_lk(c, lk_acquire_fair(c, res2, "bob", 1000, 7, "idle-idem-key-02", 0, &r),
+              LK_ACQUIRED);
+    /* Absolute expiry times (ms since the epoch), so reading one after the other is exact. */
+    long long rec = key_expires_at(f, res, "idem:idle-idem-key-01");
+    long long rec2 = key_expires_at(f, res2, "idem:idle-idem-key-02");
+    assert_true(rec > 0 && rec2 > 0);
+    assert_true(key_pttl(f, res, "idem:idle-idem-key-01") > 1000);
+    for (size_t i = 0; i < 3; i++) {
+        assert_true(key_expires_at(f, res, names[i]) >= rec);
+        assert_true(key_expires_at(f, res2, names[i]) >= rec2);
+    }
+    assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_STILL_HELD);
+    assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_release(c, res2, "bob", NULL, &r), LK_RELEASED);
     lk_client_close(c);
 }
 
@@ -505,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_exhausted_counter_is_left_unchanged),
         cmocka_unit_test(test_non_integer_floor_refused_by_scripts),
         cmocka_unit_test(test_token_keys_get_idle_ttl),
+        cmocka_unit_test(test_token_keys_outlive_an_idempotency_record),
         cmocka_unit_test(test_expired_token_keys_restart_from_floor),
     };
     return cmocka_run_group_tests_name("locklib_tokens", tests, group_setup, lk_group_teardown);

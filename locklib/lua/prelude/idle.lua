@@ -1,12 +1,17 @@
 -- prelude/idle.lua: the idle expiry of a resource's token keys (fence, base, recent), shared
 -- by acquire.lua, fair_acquire.lua and renew.lua. Not a script of its own.
 --
--- Every grant and renewal sets the keys' time to live to max(idle_ms, lease_ms), so the keys
--- of a resource used within idle_ms stay, and they never expire while the lease they were
--- last touched for runs. When they do expire, the next acquisition finds no counter and lifts
--- it to the floor it is passed (mint.lua): tokens stay monotonic only for a caller whose floor
--- covers every token handed out (the gateway's ledger), the same argument as for Redis data
--- loss. idle_ms 0 means never: the keys are made persistent again.
+-- Every grant and renewal makes the keys' time to live at least max(idle_ms, lease_ms), so the
+-- keys of a resource used within idle_ms stay, and they never expire while the lease they were
+-- last touched for runs. A grant recorded for an idempotency key keeps them at least as long
+-- as that record (record_ms): a retry may replay the record's token as long as it lives, so
+-- the counter must outlive it, or an acquisition after the keys expired could mint the same
+-- token again for another owner (the counter gone, and the replayed token never counted by
+-- the caller's floor when the first answer was lost). A time to live is never shortened.
+-- When the keys do expire, the next acquisition finds no counter and lifts it to the floor it
+-- is passed (mint.lua): tokens stay monotonic only for a caller whose floor covers every
+-- token handed out (the gateway's ledger), the same argument as for Redis data loss. idle_ms
+-- 0 means never: the keys are made persistent again.
 
 -- The idle time as a number, or nil unless it is plain decimal digits.
 local function idle_arg(arg)
@@ -16,9 +21,10 @@ local function idle_arg(arg)
     return tonumber(arg)
 end
 
--- Sets the time to live of the keys k_fence, k_base and k_recent (a missing one is left
--- missing) to max(idle_ms, lease_ms), or removes it when idle_ms is 0.
-local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms)
+-- Makes the time to live of the keys k_fence, k_base and k_recent (a missing one is left
+-- missing) at least max(idle_ms, lease_ms, record_ms), or removes it when idle_ms is 0.
+-- record_ms: the retention of the idempotency record written with this grant, 0 for none.
+local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms, record_ms)
     local keys = {k_fence, k_base, k_recent}
     if idle_ms == 0 then
         for _, k in ipairs(keys) do
@@ -26,11 +32,11 @@ local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms)
         end
         return
     end
-    local ttl_ms = idle_ms
-    if lease_ms > ttl_ms then
-        ttl_ms = lease_ms
-    end
+    local ttl_ms = math.max(idle_ms, lease_ms, record_ms)
     for _, k in ipairs(keys) do
-        redis.call('PEXPIRE', k, ttl_ms)
+        local left = redis.call('PTTL', k)
+        if left == -1 or (left >= 0 and left < ttl_ms) then
+            redis.call('PEXPIRE', k, ttl_ms)
+        end
     end
 end
