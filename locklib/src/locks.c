@@ -76,15 +76,12 @@ static lk_status check_replicas(lk_client *c, const lk_call *acq)
 }
 
 /* What follows a successful acquisition script (acq): WAIT for min_replicas (rolled back
- * on failure) and the watchdog for a watchdog lease. Returns ACQUIRED or the error. A replay
- * waits too: the first grant's own WAIT may never have run (its answer was lost, or its
- * connection dropped before WAIT), and the replay's script writes, so this WAIT covers the
- * first grant's write as well. */
+ * on failure) and the watchdog for a watchdog lease. Returns ACQUIRED or the error. */
 static lk_status acquired(lk_client *c, const lk_call *acq)
 {
     lk_status st;
 
-    if (c->opts.min_replicas > 0) {
+    if (!acq->res.replayed && c->opts.min_replicas > 0) {
         st = check_replicas(c, acq);
         if (st != LK_OK) {
             return st;

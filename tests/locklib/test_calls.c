@@ -298,29 +298,6 @@ static void test_rolled_back_acquisition_is_not_replayed(void **state)
     lk_client_close(c);
 }
 
-/* A keyed grant whose replicas were never waited for (here it was taken without
- * min_replicas; in life its answer was lost, so its WAIT never ran) is not confirmed by its
- * retry's replay: the replay waits for the replicas too, and with none it is rolled back,
- * where it answered ACQUIRED before without a WAIT. */
-static void test_replay_waits_for_replicas(void **state)
-{
-    lk_fixture *f = *state;
-    lk_client *c = open_with_replicas(f);
-    char name[64];
-    snprintf(name, sizeof name, "%s", res_name("replay-wait"));
-    lk_result r;
-    lk_lock_info info;
-
-    assert_lk(f->c, lk_acquire(f->c, name, "alice", 10000, 0, "replay-wait-key1", &r),
-              LK_ACQUIRED);
-    assert_lk(c, lk_acquire(c, name, "alice", 10000, 0, "replay-wait-key1", &r), LK_EREPLICAS);
-    assert_lk(f->c, lk_lock_status(f->c, name, &info), LK_OK);
-    assert_int_equal(info.locked, 0);
-    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:idem:replay-wait-key1",
-                                  name), 0);
-    lk_client_close(c);
-}
-
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -331,7 +308,6 @@ int main(void)
         cmocka_unit_test(test_call_supersedes_a_refused_idempotency_record),
         cmocka_unit_test(test_call_many_with_replicas_rolls_each_back),
         cmocka_unit_test(test_rolled_back_acquisition_is_not_replayed),
-        cmocka_unit_test(test_replay_waits_for_replicas),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
 }

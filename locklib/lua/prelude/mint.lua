@@ -73,10 +73,6 @@ end
 -- it acquires, records its own answer in its place; if it does not, the key is free, as
 -- after any answer that was not ACQUIRED. A record with another token is replayed as usual:
 -- a concurrent call of the same key already superseded it.
---
--- A replay writes (it counts itself in the record): a caller that waits for replicas after
--- it (WAIT, min_replicas) then waits for everything written before, the first grant
--- included, whose own WAIT may never have run (its answer was lost).
 local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede)
     local rec = idem_replay(k_idem, idem_ms, 'acquire', owner, 'token', 'holds', 'lease')
     if rec then
@@ -85,7 +81,6 @@ local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede)
             redis.call('DEL', k_idem)
             return nil
         end
-        redis.call('HINCRBY', k_idem, 'replays', 1)
         return {token, tonumber(rec[2]), tonumber(rec[3]) or lease_ms}
     end
     return rec
