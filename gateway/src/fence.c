@@ -30,8 +30,9 @@
  *     ceiling as its floor, so the floor of the next process is above every token any
  *     earlier one handed out, also after a crash between minting and answering.
  *   - A resource's token keys expire (--token-key-idle-ttl, lk_options.token_key_idle_ttl_ms:
- *     fence, base and recent get a time to live of max(idle, lease) at every grant and
- *     renewal, so Redis does not keep every name ever locked). For that resource this is
+ *     fence, base and recent get a time to live of at least max(idle, lease) at every
+ *     grant and renewal, and at least an idempotency record's retention with a keyed one,
+ *     so Redis does not keep every name ever locked). For that resource this is
  *     exactly the data loss above, and the floor covers it the same way: the next mint lifts
  *     the empty counter to the floor, above every token handed out before. The keys never
  *     expire under a live lease, and a mint needs the lock free, so no holder outlives them.

@@ -3,8 +3,8 @@
 -- KEYS[1]  lock hash fg:{R}:lock
 -- KEYS[2]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[3] is "0")
 -- KEYS[3]  fence counter fg:{R}:fence  \
--- KEYS[4]  lift point    fg:{R}:base    } their time to live becomes max(ARGV[4], lease)
--- KEYS[5]  recent tokens fg:{R}:recent  /  on a renewal (prelude/idle.lua)
+-- KEYS[4]  lift point    fg:{R}:base    } their time to live becomes at least max(ARGV[4],
+-- KEYS[5]  recent tokens fg:{R}:recent  /  lease, ARGV[3]) on a renewal (prelude/idle.lua)
 -- ARGV[1]  owner id
 -- ARGV[2]  lease in ms
 -- ARGV[3]  idempotency retention in ms, "0" for no idempotency key
@@ -46,7 +46,7 @@ if redis.call('HEXISTS', KEYS[1], owner) == 0 then
     return {0, 0, 0, 0, redis.call('EXISTS', KEYS[1])}
 end
 redis.call('PEXPIRE', KEYS[1], lease_ms)
-keep_token_keys(KEYS[3], KEYS[4], KEYS[5], idle_ms, lease_ms, 0)
+keep_token_keys(KEYS[3], KEYS[4], KEYS[5], idle_ms, lease_ms, idem_ms)
 local token = tonumber(redis.call('HGET', KEYS[1], '#token'))
 
 idem_record(KEYS[2], idem_ms, 'renew', owner, 'token', token, 'lease', lease_ms)

@@ -60,8 +60,9 @@ static void assert_keys_expire(lk_fixture *f, const char *res, long long max_ms)
 }
 
 /* With token_key_idle_ttl_ms, every grant (plain, fair, re-entry) and renewal gives the token
- * keys a time to live of at most max(option, lease); the default, 0, leaves them without
- * one, and a handle with 0 makes expiring keys persistent again. */
+ * keys a time to live of max(option, lease) (never shortening a longer one: none here); the
+ * default, 0, leaves them without one, and a handle with 0 makes expiring keys persistent
+ * again. */
 static void test_token_keys_get_idle_ttl(void **state)
 {
     lk_fixture *f = *state;
@@ -117,29 +118,38 @@ static void test_token_keys_outlive_an_idempotency_record(void **state)
 {
     lk_fixture *f = *state;
     lk_result r;
-    char res[64], res2[64];
+    char res[64], res2[64], res3[64];
     const char *names[] = {"fence", "base", "recent"};
     lk_client *c = open_idle(f, 1000);
 
     snprintf(res, sizeof res, "%s", res_name("idle-idem"));
+    snprintf(res3, sizeof res3, "%s", res_name("idle-idem-renew"));
     snprintf(res2, sizeof res2, "%s", res_name("idle-idem-fair"));
     assert_lk(c, lk_acquire(c, res, "alice", 1000, 7, "idle-idem-key-01", &r), LK_ACQUIRED);
     assert_lk(c, lk_renew(c, res, "alice", 1000, NULL, &r), LK_RENEWED);
     assert_lk(c, lk_acquire(c, res, "alice", 1000, 7, NULL, &r), LK_ACQUIRED); /* re-entry */
+    /* A keyed renewal's record replays the token too: on a lock taken without a key (its
+     * keys kept for 1 s only), the renewal keeps them as long as its record. */
+    assert_lk(c, lk_acquire(c, res3, "carol", 1000, 7, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_renew(c, res3, "carol", 1000, "idle-idem-key-03", &r), LK_RENEWED);
     assert_lk(c, lk_acquire_fair(c, res2, "bob", 1000, 7, "idle-idem-key-02", 0, &r),
               LK_ACQUIRED);
     /* Absolute expiry times (ms since the epoch), so reading one after the other is exact. */
     long long rec = key_expires_at(f, res, "idem:idle-idem-key-01");
+    long long rec3 = key_expires_at(f, res3, "idem:idle-idem-key-03");
     long long rec2 = key_expires_at(f, res2, "idem:idle-idem-key-02");
     assert_true(rec > 0 && rec2 > 0);
     assert_true(key_pttl(f, res, "idem:idle-idem-key-01") > 1000);
+    assert_true(rec3 > 0);
     for (size_t i = 0; i < 3; i++) {
         assert_true(key_expires_at(f, res, names[i]) >= rec);
         assert_true(key_expires_at(f, res2, names[i]) >= rec2);
+        assert_true(key_expires_at(f, res3, names[i]) >= rec3);
     }
     assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_STILL_HELD);
     assert_lk(c, lk_release(c, res, "alice", NULL, &r), LK_RELEASED);
     assert_lk(c, lk_release(c, res2, "bob", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_release(c, res3, "carol", NULL, &r), LK_RELEASED);
     lk_client_close(c);
 }
 
