@@ -23,7 +23,8 @@
 --          replayed (acquire_replay in prelude/mint.lua)
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
---          {0, holder_pttl_ms}                                  held by another owner
+--          {0, holder_pttl_ms, holder_token}                    held by another owner, whose
+--                                                               hold has that token
 --          {-1, 0}   the idempotency key was used by another owner or operation
 -- Errors   "fencegate: ..." for a bad argument or an exhausted token space; nothing is
 --          written before either is found (a script error does not roll back).
@@ -79,7 +80,7 @@ elseif redis.call('HEXISTS', KEYS[1], owner) == 1 then
     holds, token = reenter(KEYS[1], owner, lease_ms)
 else
     mark_wanted(KEYS[1])
-    return {0, redis.call('PTTL', KEYS[1])}
+    return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('HGET', KEYS[1], '#token'))}
 end
 if others == '1' then
     mark_wanted(KEYS[1])

@@ -19,8 +19,11 @@
 -- ARGV[7]  optional: a token to supersede, "0" (or absent) for none, as in acquire.lua
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1}  acquired
---          {0, retry_ms, position}  not this owner's turn: it is queued at 0-based
---                                   position; retry within retry_ms or on a release message
+--          {0, retry_ms, position, holder_token}
+--                                   not this owner's turn: it is queued at 0-based
+--                                   position; retry within retry_ms or on a release message;
+--                                   holder_token is the holder's token, 0 when the lock is
+--                                   free (another waiter is first)
 --          {-1, 0, -1}  the idempotency key was used by another owner or operation
 -- Errors   "fencegate: ..." for a bad argument or an exhausted token space; neither the
 --          counter nor the base is written before either is found (a script error does not
@@ -155,9 +158,11 @@ redis.call('PEXPIRE', KEYS[5], keep_ms)
 redis.call('PEXPIRE', KEYS[6], keep_ms)
 
 local retry_ms
+local holder_token = 0
 if held then
     mark_wanted(KEYS[1])
     retry_ms = redis.call('PTTL', KEYS[1])
+    holder_token = tonumber(redis.call('HGET', KEYS[1], '#token')) or 0
 else
     -- head is another live waiter, so head_deadline >= now.
     retry_ms = math.min(head_deadline - now, HEAD_POLL_MS)
@@ -165,4 +170,4 @@ end
 if retry_ms < 1 then
     retry_ms = 1
 end
-return {0, retry_ms, position}
+return {0, retry_ms, position, holder_token}

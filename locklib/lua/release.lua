@@ -16,8 +16,11 @@
 --          it minted, and the grant answered the largest; a record with a larger token is a
 --          later call of the key that superseded this one, and stays.
 --
--- Returns  {1, 0, replayed}      released: the lock is deleted, and "released" is published
---                                when the lock was marked wanted (prelude/wanted.lua)
+-- Returns  {1, 0, replayed, published}
+--                                released: the lock is deleted, and the token of the hold
+--                                released (decimal) is published on ARGV[3] when the lock
+--                                was marked wanted (prelude/wanted.lua); published is 1 when
+--                                it was, else 0 (a replay: 0)
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
@@ -61,15 +64,20 @@ if redis.call('HEXISTS', KEYS[1], owner) == 0 then
 end
 local holds = redis.call('HINCRBY', KEYS[1], owner, -1)
 local status = 2
+local published = 0
 if holds <= 0 then
     holds = 0
     status = 1
     local wanted = is_wanted(KEYS[1])
+    local token = redis.call('HGET', KEYS[1], '#token')
     redis.call('DEL', KEYS[1])
     if wanted then
-        redis.call('PUBLISH', ARGV[3], 'released')
+        -- The token tells a listener which hold ended: one that saw a later holder since
+        -- knows this release changed nothing for it (gateway/src/waiters.c).
+        redis.call('PUBLISH', ARGV[3], token or '0')
+        published = 1
     end
 end
 
 idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)
-return {status, holds, 0}
+return {status, holds, 0, published}

@@ -98,6 +98,9 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
         call->res.ttl_ms = lk__int_at(reply, 1);
         if (call->kind == LK_CALL_ACQUIRE_FAIR) {
             call->res.queue_pos = (int)lk__int_at(reply, 2);
+            call->res.holder_token = lk__int_at(reply, 3);
+        } else {
+            call->res.holder_token = lk__int_at(reply, 2);
         }
         return LK_HELD;
     }
@@ -154,6 +157,7 @@ static lk_status decode_release(lk_call *call, const redisReply *reply, char *er
     long long code = lk__int_at(reply, 0);
     call->res.holds = lk__int_at(reply, 1);
     call->res.replayed = (int)lk__int_at(reply, 2);
+    call->res.published = (int)lk__int_at(reply, 3);
     switch (code) {
     case 1:
         return LK_RELEASED;

@@ -269,8 +269,15 @@ lk__rl_next lk__rl_combine_release(int n, const lk__rl_node *nodes, lk__rl_out *
     int released = count_st(n, nodes, LK_RELEASED);
     int not_owner = count_st(n, nodes, LK_NOT_OWNER);
     int still = count_st(n, nodes, LK_STILL_HELD);
+    int published = 0;
 
+    for (int i = 0; i < n; i++) {
+        if (answered(&nodes[i]) && nodes[i].st == LK_RELEASED) {
+            published += nodes[i].res.published; /* whatever the majority says */
+        }
+    }
     out_init(out);
+    out->res.published = published;
     if (released + not_owner >= q && released > 0) {
         out->st = LK_RELEASED;
         merge_res(n, nodes, LK_RELEASED, &out->res);

@@ -80,6 +80,7 @@ struct lk_sub {
     redisContext *node[LK_REDLOCK_NODES_MAX]; /* NULL: not subscribed on that master */
     sub_seen *seen;
     size_t nseen, capseen;
+    int64_t event_token;   /* lk_sub_event_token() inside a callback */
 };
 
 static void node_drop(lk_sub *s, int k)
@@ -413,6 +414,30 @@ static int sub_event(const redisReply *r, char *resource)
     return event >= 0 && channel_resource(r->element[1], resource) != NULL ? event : -1;
 }
 
+/* The token a release message carries (release.lua publishes the token of the hold it
+ * ended), or 0 for any other payload ("released" from fair_cancel.lua, older scripts). */
+static int64_t message_token(const redisReply *r)
+{
+    const redisReply *p = r->type == REDIS_REPLY_ARRAY && r->elements == 3 ? r->element[2]
+                                                                            : NULL;
+    int64_t t = 0;
+    if (p == NULL || p->type != REDIS_REPLY_STRING || p->len < 1 || p->len > 16) {
+        return 0;
+    }
+    for (size_t i = 0; i < p->len; i++) {
+        if (p->str[i] < '0' || p->str[i] > '9') {
+            return 0;
+        }
+        t = t * 10 + (p->str[i] - '0');
+    }
+    return t;
+}
+
+int64_t lk_sub_event_token(const lk_sub *s)
+{
+    return s->event_token;
+}
+
 void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
 {
     char resource[LK_RESOURCE_MAX + 1];
@@ -469,10 +494,13 @@ static int read_replies(lk_sub *s, redisContext *ctx, int k, lk_sub_fn fn, void 
             return 0;
         }
         if (k < 0) {
+            s->event_token = message_token(reply);
             lk__sub_report(reply, fn, userdata);
         } else {
+            s->event_token = 0; /* each master counts tokens of its own */
             report_once(s, k, reply, fn, userdata);
         }
+        s->event_token = 0;
         freeReplyObject(reply);
         reply = NULL;
     }

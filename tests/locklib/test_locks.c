@@ -227,11 +227,17 @@ static void test_release_publishes(void **state)
 
     /* bob was answered held: the release to zero publishes, the partial one does not. */
     assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    char alice_token[24];
+    snprintf(alice_token, sizeof alice_token, "%lld", (long long)r.token);
+    int64_t held_by = r.token;
     assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
     assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 0, NULL, &r), LK_HELD);
+    assert_int_equal(r.holder_token, held_by); /* the held answer names the hold it found */
     assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_STILL_HELD);
+    assert_int_equal(r.published, 0);
     assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
-    lk_expect_message(sub, channel, "released");
+    assert_int_equal(r.published, 1);
+    lk_expect_message(sub, channel, alice_token); /* the token of the hold released */
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe2", channel), 1);
     lk_expect_message(sub, channel, "probe2");
 
@@ -247,8 +253,10 @@ static void test_release_publishes(void **state)
     lk_call *calls[] = {&call};
     lk_call_many(f->c, calls, 1);
     assert_lk(f->c, call.status, LK_ACQUIRED);
+    char carol_token[24];
+    snprintf(carol_token, sizeof carol_token, "%lld", (long long)call.res.token);
     assert_lk(f->c, lk_release(f->c, res, "carol", NULL, &r), LK_RELEASED);
-    lk_expect_message(sub, channel, "released");
+    lk_expect_message(sub, channel, carol_token);
     redisFree(sub);
 }
 

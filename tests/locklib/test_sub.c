@@ -14,6 +14,8 @@
 typedef struct seen {
     int released[4];   /* by resource index */
     int subscribed[4];
+    int64_t token[4];  /* lk_sub_event_token() of the last release reported */
+    const lk_sub *sub;
 } seen;
 
 static const char *const names[4] = {"sub.a", "sub.b", "sub.c", "sub:d.-_"};
@@ -24,6 +26,9 @@ static void record(const char *resource, int event, void *userdata)
     for (int i = 0; i < 4; i++) {
         if (strcmp(resource, names[i]) == 0) {
             (event == LK_SUB_RELEASED ? s->released : s->subscribed)[i]++;
+            if (event == LK_SUB_RELEASED) {
+                s->token[i] = lk_sub_event_token(s->sub);
+            }
         }
     }
 }
@@ -62,13 +67,16 @@ static int a_subscribed_twice(const seen *s)
     return s->subscribed[0] >= 2;
 }
 
-/* A release somebody waits for (another owner was answered held), so it is published. */
-static void release_cycle(lk_client *c, const char *resource)
+/* A release somebody waits for (another owner was answered held), so it is published.
+ * Returns the token of the hold released. */
+static int64_t release_cycle(lk_client *c, const char *resource)
 {
     lk_result r;
     assert_lk(c, lk_acquire(c, resource, "owner", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
     assert_lk(c, lk_acquire(c, resource, "waiter", 10000, 0, NULL, &r), LK_HELD);
     assert_lk(c, lk_release(c, resource, "owner", NULL, &r), LK_RELEASED);
+    return token;
 }
 
 static void test_events(void **state)
@@ -79,6 +87,7 @@ static void test_events(void **state)
 
     memset(&s, 0, sizeof s);
     assert_int_equal(lk_sub_open(&sub, f->redis.url, NULL), LK_OK);
+    s.sub = sub;
     assert_true(lk_sub_fd(sub) >= 0);
     assert_int_equal(lk_sub_add(sub, "bad name"), LK_EINVAL);
     assert_int_equal(lk_sub_add(sub, names[0]), LK_OK);
@@ -89,9 +98,13 @@ static void test_events(void **state)
 
     /* c is not subscribed: its release is not reported. */
     release_cycle(f->c, names[2]);
-    release_cycle(f->c, names[0]);
-    release_cycle(f->c, names[3]);
+    int64_t a_token = release_cycle(f->c, names[0]);
+    int64_t d_token = release_cycle(f->c, names[3]);
     assert_int_equal(pump_until(sub, &s, a_and_d_released), LK_OK);
+    /* Each release names the hold it ended. */
+    assert_int_equal(s.token[0], a_token);
+    assert_int_equal(s.token[3], d_token);
+    assert_int_equal(lk_sub_event_token(sub), 0); /* outside a callback */
     assert_int_equal(s.released[0], 1);
     assert_int_equal(s.released[1], 0);
     assert_int_equal(s.released[2], 0);
