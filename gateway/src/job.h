@@ -18,6 +18,8 @@ typedef struct gw_job gw_job;
  * done has run (conn's request owns it: a suspended request cannot complete). */
 struct gw_job {
     gw_job *next;                   /* the pipeline's queue */
+    int glued;                      /* the next job in the queue goes in the same batch,
+                                     * right after this one (gw__pipe_hold) */
     lk_call *call;                  /* in: the call; out: status, result and reason */
     store_write_req *write;         /* in: the write; out: its answer */
     store_grant_req *grant;         /* for the storage writer instead of write: a grant

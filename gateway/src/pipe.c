@@ -67,21 +67,60 @@ struct gw_pipe {
     pthread_t threads[GW_PIPE_THREADS > GW_SIDE_THREADS ? GW_PIPE_THREADS : GW_SIDE_THREADS];
 };
 
-void gw__pipe_submit(gw_pipe *p, gw_job *job)
+/* Jobs this thread holds back for one pipeline (gw__pipe_hold). */
+static _Thread_local struct {
+    gw_pipe *p;
+    size_t n;
+    gw_job *jobs[GW_PIPE_HOLD_MAX];
+} held;
+
+/* Queues jobs[0..n) in order, under one lock; each but the last glued to the next. */
+static void enqueue(gw_pipe *p, gw_job *const *jobs, size_t n)
 {
-    job->next = NULL;
     pthread_mutex_lock(&p->mu);
-    if (p->tail != NULL) {
-        p->tail->next = job;
-    } else {
-        p->head = job;
+    for (size_t i = 0; i < n; i++) {
+        gw_job *job = jobs[i];
+        job->next = NULL;
+        job->glued = i + 1 < n;
+        if (p->tail != NULL) {
+            p->tail->next = job;
+        } else {
+            p->head = job;
+        }
+        p->tail = job;
     }
-    p->tail = job;
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
-/* Takes up to the kind's max_batch jobs; 0 when stopping and nothing is left. */
+void gw__pipe_submit(gw_pipe *p, gw_job *job)
+{
+    if (held.p == p && held.n < GW_PIPE_HOLD_MAX) {
+        held.jobs[held.n++] = job;
+        return;
+    }
+    enqueue(p, &job, 1);
+}
+
+void gw__pipe_hold(gw_pipe *p)
+{
+    held.p = p;
+    held.n = 0;
+}
+
+void gw__pipe_flush(gw_pipe *p)
+{
+    size_t n = held.n;
+    held.p = NULL;
+    held.n = 0;
+    if (n > 0) {
+        enqueue(p, held.jobs, n);
+    }
+}
+
+/* Takes up to the kind's max_batch jobs, never parting a job from the one glued to it (a
+ * glued pair that does not fit waits for the next batch, unless it would be alone); 0 when
+ * stopping and nothing is left. */
 static size_t take_batch(gw_pipe *p, gw_job **batch)
 {
     size_t n = 0;
@@ -91,6 +130,13 @@ static size_t take_batch(gw_pipe *p, gw_job **batch)
         pthread_cond_wait(&p->cv, &p->mu);
     }
     while (p->head != NULL && n < p->kind->max_batch) {
+        size_t span = 1;
+        for (const gw_job *j = p->head; j->glued && j->next != NULL; j = j->next) {
+            span++;
+        }
+        if (n > 0 && n + span > p->kind->max_batch) {
+            break;
+        }
         batch[n++] = p->head;
         p->head = p->head->next;
     }

@@ -32,6 +32,14 @@ int gw__pipes_start(struct gw_server *srv, char *err, size_t errlen);
 void gw__pipes_stop(struct gw_server *srv);
 /* Queues a job. The caller has suspended job->conn first. Never blocks on Redis or disk. */
 void gw__pipe_submit(gw_pipe *p, gw_job *job);
+/* Between these two, the jobs this thread submits to p are held back, then queued together
+ * by gw__pipe_flush() so that one batch carries them all, in order, on one connection: an
+ * /unlock's release and the attempt of the waiter it hands the lock to (owner_calls.c), so
+ * that Redis runs both in one pass of its event loop (one fsync). Not nested; at most
+ * GW_PIPE_HOLD_MAX jobs (more are queued as usual). */
+#define GW_PIPE_HOLD_MAX 2
+void gw__pipe_hold(gw_pipe *p);
+void gw__pipe_flush(gw_pipe *p);
 /* Starts an operation whose one call may block, on side pipeline p (srv->side or
  * srv->reads). state is the operation's state, calloc'd by the caller, with job inside it;
  * NULL when that failed (the answer is then 500 and MHD_NO or MHD_YES as gw__send_error
