@@ -98,6 +98,10 @@ struct gw_lock_call {
     unsigned char waiting;               /* this attempt may park when the lock is held */
     unsigned char stage;                 /* lock_stage: what resumes it */
     unsigned char grant_tries;           /* attempts the shared ledger refused (STALE) */
+    unsigned char handed_off;            /* its attempt was started by a hand-off, not on
+                                          * its own thread (gw__lock_handoff) */
+    unsigned char marked;                /* its last attempt marked the lock wanted if it
+                                          * took it (lk_call.others_waiting) */
     gw_fence_turn turn;                  /* its place in its stripe's line (fence.c); its
                                           * refused says why it was answered without Redis
                                           * (ATTEMPT_*) */
@@ -416,6 +420,10 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
     int64_t held_ms = -1;
     if (st == LK_ACQUIRED) {
         held_ms = res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms;
+        if (call->marked && !res->replayed && res->holds == 1 &&
+            call->turn.refused == ATTEMPT_ASKED && call->turn.cover == STORE_OK) {
+            gw__wait_note_holder(srv->waitq, &call->waiter, call->owner, res->token, held_ms);
+        }
     } else if (st == LK_HELD && call->turn.refused == ATTEMPT_ASKED) {
         /* The holder Redis found, its time left (on Redlock the shortest of the majority's;
          * for a fair attempt at most the queue's retry hint, when the lock is free but
@@ -474,10 +482,74 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
     return gw__send_lk_error(req, why, st);
 }
 
-/* Starts an attempt of the lock through the pipeline (see "Attempts in the pipeline"):
- * suspends the connection and returns; lock_answered() goes on when the answer is in.
- * Called on the first pass, on every wake, and again when a release came during an
- * attempt. */
+/* Sends an attempt whose connection conn is suspended: its stripe's turn, then the
+ * pipeline (see "Attempts in the pipeline"). */
+static void attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_Connection *conn)
+{
+    call->turn.refused = ATTEMPT_ASKED;
+    call->turn.cover = STORE_OK;
+    call->attempt = NULL;
+    call->waiter.conn = conn; /* the same connection it parks, if it does */
+    call->stage = LOCK_ATTEMPTING;
+    gw_floor floor;
+    if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
+        stripe_send(&srv->fence, &call->turn, floor); /* else the fence sends it in turn */
+    }
+}
+
+/*
+ * Known holders. In a queue of waiters on one lock, every holder's release is followed by
+ * attempts: the one waiter it wakes or hands the lock to, and each new waiting /lock (the
+ * holder that just released often asks again at once). A new waiting request that found
+ * the lock held used to learn it from Redis: a script call that holds the resource's
+ * stripe (fence.c) for a round trip, so the hand-off behind the next release queued behind
+ * it and went out alone. Now, when this gateway just granted the lock to another owner in
+ * an attempt that marked it wanted (so its release publishes a message naming its token),
+ * and since then no message released that token or a later one, and no expiry timer or
+ * resubscription moved the resource's epoch (waiters.c), a new waiting /lock parks at once,
+ * as if its attempt had answered HELD with that lease: what it would have been answered.
+ * What may differ, and why it is safe:
+ *   - The holder released through another gateway, or its hold was given back: the release
+ *     publishes (the lock was marked wanted) and its message voids what is known; a request
+ *     parked before it came is woken by it, or retried at once (gw__wait_park).
+ *   - The lease ran out, or Redis lost the lock (a failover, a restart): nothing publishes;
+ *     the expiry timer, set from the lease, wakes a waiter then, as it does for waiters
+ *     parked on a HELD answer. A new request parks until then instead of taking the freed
+ *     lock at once: at most one lease, only after Redis lost data, and only while others
+ *     wait.
+ *   - The subscriber is down: nothing is known (messages may be lost); every request asks.
+ *   - The request's owner is the known holder (a re-entry), or it carries an
+ *     Idempotency-Key (a replay), or it is fair (it must join the queue in Redis): it asks.
+ */
+static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held_ms,
+                        enum MHD_Result *result)
+{
+    gw_server *srv = req->srv;
+    lk_result res = {.ttl_ms = held_ms, .queue_pos = -1};
+
+    call->stage = LOCK_PARKED;
+    switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms, held_ms, 0)) {
+    case GW_PARKED:
+        atomic_fetch_add(&srv->metrics.parked_unasked, 1);
+        *result = MHD_YES;
+        return 1;
+    case GW_PARK_SHUTDOWN:
+        *result = answer_stopped(req, call);
+        return 1;
+    case GW_PARK_FULL:
+        *result = answer_too_many_waiters(req, call, &res);
+        return 1;
+    case GW_PARK_RETRY:
+    case GW_PARK_NOMEM:
+        break;
+    }
+    call->stage = LOCK_ATTEMPTING;
+    return 0; /* ask Redis after all */
+}
+
+/* Starts an attempt of the lock through the pipeline: suspends the connection and returns;
+ * lock_answered() goes on when the answer is in. Called on the first pass, on every wake,
+ * and again when a release came during an attempt. */
 static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
 {
     gw_server *srv = req->srv;
@@ -486,17 +558,74 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
-    call->turn.refused = ATTEMPT_ASKED;
-    call->turn.cover = STORE_OK;
-    call->attempt = NULL;
-    call->waiter.conn = req->conn; /* the same connection it parks, if it does */
-    call->stage = LOCK_ATTEMPTING;
-    MHD_suspend_connection(req->conn);
-    gw_floor floor;
-    if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
-        stripe_send(&srv->fence, &call->turn, floor); /* else the fence sends it in turn */
+    if (call->waiting && !call->fair && call->idem_key[0] == '\0' && call->supersede == 0) {
+        int64_t held_ms = gw__wait_known_held(srv->waitq, &call->waiter, call->owner);
+        if (held_ms > 0 && call->deadline_ms > gw__now_ms()) {
+            enum MHD_Result parked = 0;
+            if (park_unasked(req, call, held_ms, &parked)) {
+                return parked;
+            }
+        }
     }
+    MHD_suspend_connection(req->conn);
+    attempt_send(srv, call, req->conn);
     return MHD_YES;
+}
+
+/*
+ * Hand-offs. A release that frees a lock others wait for publishes a message; the waiter it
+ * wakes then makes its attempt: two Redis passes per hand-off (under appendfsync always, two
+ * fsyncs in a row), with the subscriber, waitd and a server thread in between. When the
+ * waiter is parked here, the /unlock that releases the lock sends that waiter's attempt
+ * itself, right behind the release in the same Redis pipeline batch (gw__pipe_hold): Redis
+ * reads both at once, runs the release and then the attempt in one pass, and one fsync
+ * covers both. The release's message, when it comes, is that waiter's wake (waiters.c,
+ * gw__wait_claim), so a release still costs one attempt, not two.
+ *
+ * Nothing about the attempt changes: it is the one the waiter would have made when woken,
+ * with its own stripe turn and floor (fence.c), answered by lock_answered() on its own
+ * thread. It is only sent early, on the releasing request's thread, while the waiter's
+ * connection stays suspended (a claimed waiter is this code's alone: waitd no longer
+ * touches it). What may differ:
+ *   - The release did not free the lock (the owner still holds it, reentered; it was not
+ *     the owner; the lock had expired and someone else holds it): the attempt finds it held
+ *     and the waiter parks again, as after any wake that lost the race. One attempt more
+ *     than a plain /unlock costs, and only while someone waits.
+ *   - The stripe is busy (another acquisition of the same stripe is out): the attempt waits
+ *     its turn as any would and goes out in a later batch, after the release: no fsync is
+ *     saved, nothing else changes.
+ *   - On Redlock the batch goes to every master in order, so each master runs the release
+ *     before the attempt; on a cluster both go to the resource's slot owner, in order.
+ *   - The gateway is killed after the release is sent: the attempt may or may not have
+ *     run; its hold, if granted, was never answered to anybody and ends with its lease, as
+ *     any answer lost to a crash. The waiter's client sees its connection close.
+ *   - The waiter's client hung up while parked: it is no longer watched once claimed, so
+ *     the attempt may take the lock for nobody; its answer finds the socket gone and gives
+ *     the hold back (lock_answered, as for any attempt), which wakes the next waiter.
+ *   - The hand-off waiter's own deadline is due: claimed only when no other parked waiter
+ *     has time left, as a wake would choose (waiters.c, wake_one).
+ */
+int gw__lock_handoff(gw_server *srv, const char *resource)
+{
+    gw_waiter *w = gw__wait_claim(srv->waitq, resource);
+    if (w == NULL) {
+        return 0;
+    }
+    struct gw_lock_call *call =
+        (struct gw_lock_call *)((char *)w - offsetof(struct gw_lock_call, waiter));
+    call->last = 0;
+    call->waiting = 1; /* it parked, so it waits, and its reference is held */
+    call->handed_off = 1;
+    attempt_send(srv, call, w->conn);
+    return 1;
+}
+
+/* A request that waited restarts MHD's idle timer: the wait counted as idle time. */
+static void restart_idle_timer(struct MHD_Connection *conn)
+{
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT,
+                              (unsigned int)GW_CONN_TIMEOUT_S);
 }
 
 /* The shared ledger refused the token of a fresh hold (STALE: another gateway granted this
@@ -536,6 +665,11 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     char why[sizeof at->call.err];
 
     call->attempt = NULL;
+    if (call->handed_off) {
+        call->handed_off = 0;
+        call->waiter.state = GW_WAITER_IDLE;
+        restart_idle_timer(req->conn); /* as lock_woken() does, on this thread */
+    }
     memset(&res, 0, sizeof res);
     why[0] = '\0';
     if (at != NULL) {
@@ -544,6 +678,7 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
             call->fair_queued = 0; /* the script took it off the queue */
         }
         res = at->call.res;
+        call->marked = (unsigned char)at->call.others_waiting;
         snprintf(why, sizeof why, "%s", at->call.err);
         attempt_free(at);
         gw__note_redis(srv, st);
@@ -559,7 +694,7 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     }
     call->stage = LOCK_PARKED; /* what resumes it now, unless it is answered below */
     switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms,
-                          res.ttl_ms >= 0 ? res.ttl_ms : -1)) {
+                          res.ttl_ms >= 0 ? res.ttl_ms : -1, res.holder_token)) {
     case GW_PARKED:
         return MHD_YES;
     case GW_PARK_RETRY:
@@ -581,10 +716,7 @@ static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
     gw_wake reason = w->reason;
 
     w->state = GW_WAITER_IDLE;
-    /* The wait counted as idle time for MHD's connection timeout: restart the timer. */
-    MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
-    MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT,
-                              (unsigned int)GW_CONN_TIMEOUT_S);
+    restart_idle_timer(req->conn);
     if (reason == GW_WAKE_SHUTDOWN) {
         return answer_stopped(req, call);
     }
@@ -711,7 +843,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
         /* Ended without an answer: MHD found the client gone when it resumed the waiter. */
         count_acquire(req, GW_ACQ_abandoned);
     }
-    free(call);
+    gw__wait_free(req->srv->waitq, &call->waiter, call);
     req->op_state = NULL;
 }
 

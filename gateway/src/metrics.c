@@ -214,6 +214,14 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
              "Parked waiters woken, by reason: a release message, the holder's lease running "
              "out, the waiter's own deadline, its client hanging up, or shutdown.",
              "reason", wake_names, m->waiter_wakes, GW_WAKE_COUNT);
+    header(&b, "fencegate_waiters_parked_unasked_total", "counter",
+           "Waiting POST /lock requests parked without a Redis call: this gateway had just "
+           "granted the lock to another owner, and no release or expiry was seen since.");
+    put(&b, "fencegate_waiters_parked_unasked_total %llu\n", atomic_load(&m->parked_unasked));
+    header(&b, "fencegate_lock_handoffs_total", "counter",
+           "Parked waiters whose attempt was sent right behind an /unlock's release, in the "
+           "same Redis pipeline (counted in the release wakes as well).");
+    put(&b, "fencegate_lock_handoffs_total %llu\n", atomic_load(&m->handoffs));
     header(&b, "fencegate_redis_subscriber_up", "gauge",
            "1 while the release subscriber connection to Redis is up.");
     put(&b, "fencegate_redis_subscriber_up %d\n", atomic_load(&m->subscriber_up));

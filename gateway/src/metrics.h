@@ -69,6 +69,10 @@ typedef struct gw_metrics {
     atomic_ullong responses[GW_STATUS_COUNT];
     atomic_llong waiters_parked;          /* /lock requests parked, waiting for a release */
     atomic_ullong waiter_wakes[GW_WAKE_COUNT];
+    atomic_ullong parked_unasked;         /* waiting /locks parked on a known holder
+                                           * without asking Redis (locks.c) */
+    atomic_ullong handoffs;               /* waiters whose attempt went out behind an
+                                           * /unlock's release (locks.c, hand-offs) */
     atomic_int subscriber_up;             /* the release subscriber is connected */
     atomic_llong redis_failovers;         /* the most master changes one handle saw */
     atomic_ullong deadline_closed;        /* connections closed for missing their request

@@ -12,9 +12,11 @@
 #include <string.h>
 
 #include "args.h"
+#include "locks.h"
 #include "owner_calls.h"
 #include "pipe.h"
 #include "respond.h"
+#include "waiters.h"
 
 /* An /unlock or /renew in the pipeline: its parsed body (the names point into it) and its
  * call. Freed at request completion. */
@@ -33,6 +35,16 @@ static void owner_call_completed(gw_request *req, enum MHD_RequestTerminationCod
     json_decref(oc->root);
     free(oc);
     req->op_state = NULL;
+}
+
+/* The release of a hand-off is answered, on the pipeline thread (waiters.c, "Hand-offs"). */
+static int handoff_release_done(gw_job *job)
+{
+    const struct gw_owner_call *oc = job->arg;
+    gw_server *srv = job->ctx;
+    gw__wait_handoff_settled(srv->waitq, oc->a.resource,
+                             oc->call.status == LK_RELEASED ? oc->call.res.published : 0);
+    return 1;
 }
 
 /* Reads {"resource", "owner"} (both required), ttl_ms when renewing, and the
@@ -60,7 +72,19 @@ static int send_owner_call(gw_request *req, int renew, enum MHD_Result *result)
     oc->job.call = &oc->call;
     oc->job.conn = req->conn;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(req->srv->pipe, &oc->job);
+    if (renew) {
+        gw__pipe_submit(req->srv->pipe, &oc->job);
+    } else {
+        /* A waiter parked here is handed the lock in the same batch (locks.c, "Hand-offs"). */
+        gw__pipe_hold(req->srv->pipe);
+        gw__pipe_submit(req->srv->pipe, &oc->job);
+        if (gw__lock_handoff(req->srv, oc->a.resource)) {
+            oc->job.done = handoff_release_done;
+            oc->job.arg = oc;
+            oc->job.ctx = req->srv;
+        }
+        gw__pipe_flush(req->srv->pipe);
+    }
     *result = MHD_YES;
     return 0;
 }

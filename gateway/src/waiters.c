@@ -42,6 +42,36 @@
  * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
  * of the resource, so a vanished waiter never swallows a release.
  *
+ * Hand-offs (locks.c, gw__lock_handoff). An /unlock on this gateway claims the first parked
+ * waiter of its resource (gw__wait_claim: what wake_one would pick, SUSPENDED only) and
+ * sends its attempt right behind the release, in the same Redis batch. The claim is a wake
+ * taken before the release: the waiter's epoch is read then, and the resource gets a
+ * credit. The release's message, when it comes, uses the credit: it wakes nobody and does
+ * not move the epoch, since the attempt ran after it (in the same pass of Redis, on the same
+ * connection). Which message uses a credit, and why that is safe:
+ *   - Messages of one connection arrive in the order Redis published them, so the first
+ *     release message after a claim was published by the hand-off's release or before it
+ *     (another gateway's), never after its attempt: the attempt saw that release. On
+ *     Redlock lk_sub reports each release once, in the order of each master's messages.
+ *   - The release published nothing (it did not free the lock, or nobody had marked it
+ *     wanted: lk_result.published): no message comes for it. Its answer cancels the credit
+ *     (gw__wait_handoff_settled); if a message used it first, that message may be of a
+ *     release after the attempt, so its wake is passed on to the next parked waiter.
+ *   - A message lost (the subscriber dropped: every credit goes with the connection, and
+ *     the resubscription's confirmation wakes a waiter, as always) or late: a credit is
+ *     void WQ_CREDIT_MS after its claim, and a confirmation never uses one.
+ * waitd may hold an epoll event of the claimed waiter's socket from an epoll_wait that
+ * returned before the claim; handle_event passes over a waiter that is not SUSPENDED, and
+ * the request, with the waiter in it, is freed through gw__wait_free(), which leaves it to
+ * waitd until that batch is done (claim_loop). Nothing waits for waitd.
+ *
+ * Known holders (locks.c, park_unasked). When a waiter here takes the lock in an attempt
+ * that marked it wanted, its resource remembers the owner and the lease end, with the
+ * epoch: while the epoch has not moved, the lease is not over and the subscriber is
+ * connected, a new waiting /lock of another owner parks at once (gw__wait_known_held),
+ * which is what its attempt would have answered. A release since publishes and moves the
+ * epoch; an expiry is the expiry timer's; a dropped subscriber forgets every holder.
+ *
  * The cap. A parked waiter keeps its connection, and connections are limited
  * (--max-connections): 1,024 waiters would take them all, and then /healthz and the
  * holder's own /unlock, which the waiters wait for, could not even connect. So at most
@@ -56,6 +86,7 @@
 #define _GNU_SOURCE /* EPOLLRDHUP */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -75,6 +106,11 @@
 #define WQ_EVENTS 64
 #define WQ_RECONNECT_MIN_MS 100
 #define WQ_RECONNECT_MAX_MS 2000
+/* Release messages with a token a resource remembers ("Missed wake-ups"). */
+#define WQ_RING 8
+/* How long a hand-off's credit waits for its release message (see "Hand-offs"): far more
+ * than a message takes, far less than a lease. */
+#define WQ_CREDIT_MS 1000
 
 enum { TIMER_WAITER, TIMER_EXPIRY };
 
@@ -84,11 +120,24 @@ struct gw_wres {
     struct gw_wres *hnext;             /* hash chain */
     gw_waiter *head, *tail;            /* parked waiters, in arrival order */
     int refs;                          /* waiters between gw__wait_begin and their end */
-    uint64_t epoch;                    /* release messages + subscription confirmations */
+    uint64_t epoch;                    /* events that may have freed it without saying which
+                                        * hold ended: confirmations, expiry timer, messages
+                                        * without a token ("Missed wake-ups") */
+    uint64_t msgs;                     /* release messages with a token, ever */
+    int64_t msg_token[WQ_RING];        /* the token of message k at [k % WQ_RING] */
     gw_timer expiry;                   /* when the holder's lease runs out, if known */
     int subscribed;                    /* SUBSCRIBE sent on the current connection */
     int need_sub;                      /* waitd must (re)subscribe */
     int kicks;                         /* wakes to pass on to the next waiter */
+    int credits;                       /* release messages due for hand-offs (below) */
+    int64_t credit_until;              /* monotonic ms; credits are void after it */
+    /* The known holder ("Known holders"), valid while epoch == known_epoch and the
+     * monotonic clock is below known_until (0: none). */
+    uint64_t known_epoch;
+    uint64_t known_msgs;
+    int64_t known_token;
+    int64_t known_until;
+    char known_owner[LK_OWNER_MAX + 1];
     struct gw_wres *pend_prev, *pend_next;
     int in_pending;
 };
@@ -122,6 +171,14 @@ struct gw_waitq {
     pthread_t thread;
     int waiting;                       /* waiters counted against max_waiters */
     int max_waiters;                   /* --max-waiters */
+    uint64_t loops;                    /* epoll batches waitd has finished */
+    struct grave *graves;              /* requests to free after waitd's batch (gw__wait_free) */
+};
+
+/* The memory of a request whose waiter was claimed, laid over its first bytes until waitd
+ * frees it. */
+struct grave {
+    struct grave *next;
 };
 
 static void signal_waitd(gw_waitq *wq)
@@ -349,6 +406,25 @@ static void expiry_at(gw_waitq *wq, gw_wres *r, int64_t at)
 
 /* ---- Waking (waitd, under mu) ------------------------------------------------------- */
 
+/* Whether a release message with a token since message count `since` may have freed a hold
+ * of token `token` (0: of an unknown hold): one with that token or a larger one did, and
+ * when more came than the ring keeps, or the hold is unknown, any may have. Under mu. */
+static int released_since(const gw_wres *r, uint64_t since, int64_t token)
+{
+    if (r->msgs == since) {
+        return 0;
+    }
+    if (token <= 0 || r->msgs - since > WQ_RING) {
+        return 1;
+    }
+    for (uint64_t k = since + 1; k <= r->msgs; k++) {
+        if (r->msg_token[k % WQ_RING] >= token) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
 {
     if (wq->resume_len == wq->resume_cap) {
@@ -436,12 +512,25 @@ static void on_sub_event(const char *resource, int event, void *userdata)
 {
     gw_waitq *wq = userdata;
     gw_wres *r = wres_find(wq, resource);
-    (void)event;
 
     if (r == NULL) {
         return; /* nobody waits here any more (or a late confirmation) */
     }
-    r->epoch++;
+    int64_t token = event == LK_SUB_RELEASED ? lk_sub_event_token(wq->sub) : 0;
+    if (token > 0) {
+        r->msgs++;
+        r->msg_token[r->msgs % WQ_RING] = token;
+    }
+    if (event == LK_SUB_RELEASED && r->credits > 0 && gw__now_ms() <= r->credit_until) {
+        /* The release of a hand-off, or one before it: its attempt ran after it, so this
+         * message wakes nobody ("Hand-offs"). */
+        r->credits--;
+        return;
+    }
+    r->credits = 0;
+    if (token <= 0) {
+        r->epoch++;
+    }
     wake_one(wq, r, GW_WAKE_RELEASE);
 }
 
@@ -520,6 +609,9 @@ static void sub_lost(gw_waitq *wq)
         for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
             r->subscribed = 0;
             r->need_sub = 1;
+            r->credits = 0; /* the messages they waited for are lost; the resubscription's
+                             * confirmation wakes a waiter instead */
+            r->known_until = 0; /* a release may go unseen now */
         }
     }
 }
@@ -636,10 +728,20 @@ static void *waitd_main(void *arg)
         }
         run_pending(wq);
         fire_timers(wq);
+        /* Every event of this batch is handled: a waiter claimed before now can no longer
+         * be reached through one (gw__wait_end). */
+        wq->loops++;
+        struct grave *graves = wq->graves;
+        wq->graves = NULL;
         size_t len = wq->resume_len;
         wq->resume_len = 0;
         /* Resume outside mu. The array is only touched by this thread. */
         pthread_mutex_unlock(&wq->mu);
+        while (graves != NULL) {
+            struct grave *g = graves;
+            graves = g->next;
+            free(g);
+        }
         for (size_t i = 0; i < len; i++) {
             MHD_resume_connection(wq->resume[i]);
         }
@@ -733,6 +835,11 @@ void gw__waitq_stop(gw_waitq *wq)
         wq->unsub = u->next;
         free(u);
     }
+    while (wq->graves != NULL) {
+        struct grave *g = wq->graves;
+        wq->graves = g->next;
+        free(g);
+    }
     lk_sub_close(wq->sub);
     close(wq->epfd);
     close(wq->evfd);
@@ -760,9 +867,84 @@ int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource)
         w->timer.kind = TIMER_WAITER;
     }
     w->epoch = w->res->epoch;
+    w->msgs = w->res->msgs;
     w->wake_unused = 0; /* this attempt uses the wake */
     pthread_mutex_unlock(&wq->mu);
     return 0;
+}
+
+gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
+{
+    int64_t now = gw__now_ms();
+    gw_waiter *claimed = NULL, *due = NULL;
+
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = wq->shutting_down ? NULL : wres_find(wq, resource);
+    /* As wake_one() chooses, but only among SUSPENDED waiters: a PARKING one's thread is
+     * still suspending its connection, and only that thread may start its attempt then. */
+    for (gw_waiter *w = r != NULL ? r->head : NULL; w != NULL; w = w->next) {
+        if (w->state != GW_WAITER_SUSPENDED) {
+            continue;
+        }
+        if (w->timer.idx != GW_TIMER_OFF && w->timer.at <= now) {
+            if (due == NULL) {
+                due = w;
+            }
+            continue;
+        }
+        claimed = w;
+        break;
+    }
+    if (claimed == NULL) {
+        claimed = due;
+    }
+    if (claimed != NULL) {
+        gw_metrics *m = &wq->srv->metrics;
+        timer_cancel(wq, &claimed->timer);
+        /* Off the disconnect watch: a hang-up now is found when its attempt is answered.
+         * waitd may hold an event of this socket from an epoll_wait that returned before
+         * this; it passes over a waiter that is not SUSPENDED, and gw__wait_free() keeps
+         * the request alive until waitd has finished that batch (claim_loop). */
+        if (claimed->fd >= 0) {
+            epoll_ctl(wq->epfd, EPOLL_CTL_DEL, claimed->fd, NULL);
+            claimed->fd = -1;
+        }
+        claimed->state = GW_WAITER_IDLE;
+        claimed->reason = GW_WAKE_RELEASE;
+        claimed->wake_unused = 0; /* its attempt goes out now */
+        claimed->epoch = r->epoch;
+        claimed->msgs = r->msgs;
+        claimed->claimed = 1;
+        claimed->claim_loop = wq->loops;
+        atomic_fetch_sub(&m->waiters_parked, 1);
+        atomic_fetch_add(&m->waiter_wakes[GW_WAKE_RELEASE], 1);
+        atomic_fetch_add(&m->handoffs, 1);
+        r->credits++;
+        r->credit_until = now + WQ_CREDIT_MS;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return claimed;
+}
+
+void gw__wait_handoff_settled(gw_waitq *wq, const char *resource, int published)
+{
+    if (published > 0) {
+        return; /* its message comes (or came): it takes the credit */
+    }
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = wres_find(wq, resource);
+    if (r != NULL) {
+        if (r->credits > 0) {
+            r->credits--;
+        } else {
+            /* A message took this claim's credit already, though the release published
+             * none: it came from another release, maybe one after the attempt. Its wake is
+             * passed on, as the message would have done. */
+            r->kicks++;
+            pending_add(wq, r);
+        }
+    }
+    pthread_mutex_unlock(&wq->mu);
 }
 
 void gw__wait_place(gw_waitq *wq, gw_waiter *w)
@@ -786,6 +968,45 @@ int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource)
     }
     pthread_mutex_unlock(&wq->mu);
     return others;
+}
+
+void gw__wait_note_holder(gw_waitq *wq, const gw_waiter *w, const char *owner,
+                          int64_t token, int64_t lease_ms)
+{
+    gw_wres *r = w->res;
+    if (r == NULL || lease_ms <= 0 || token <= 0) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    /* The epoch must not have moved since the attempt began: a release message seen since
+     * may have come after the grant (another gateway's hand-off of a lease that ran out,
+     * say), and then nothing says who holds the lock now. */
+    if (r->epoch == w->epoch && !released_since(r, w->msgs, token) && wq->sub_fd >= 0) {
+        r->known_epoch = r->epoch;
+        r->known_msgs = r->msgs;
+        r->known_token = token;
+        r->known_until = gw__now_ms() + lease_ms;
+        snprintf(r->known_owner, sizeof r->known_owner, "%s", owner);
+    }
+    pthread_mutex_unlock(&wq->mu);
+}
+
+int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner)
+{
+    gw_wres *r = w->res;
+    int64_t left = -1;
+    if (r == NULL) {
+        return -1;
+    }
+    pthread_mutex_lock(&wq->mu);
+    int64_t now = gw__now_ms();
+    if (r->known_until > now && r->known_epoch == r->epoch && r->epoch == w->epoch &&
+        !released_since(r, r->known_msgs, r->known_token) && wq->sub_fd >= 0 &&
+        strcmp(r->known_owner, owner) != 0) {
+        left = r->known_until - now;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return left;
 }
 
 void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms)
@@ -825,8 +1046,26 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms)
     pthread_mutex_unlock(&wq->mu);
 }
 
+void gw__wait_free(gw_waitq *wq, const gw_waiter *w, void *mem)
+{
+    if (w->claimed) {
+        pthread_mutex_lock(&wq->mu);
+        if (wq->loops == w->claim_loop && !wq->stop) {
+            /* waitd may still hold an event of its socket from before the claim: it frees
+             * mem once that batch is done (gw__wait_claim). */
+            struct grave *g = mem;
+            g->next = wq->graves;
+            wq->graves = g;
+            signal_waitd(wq);
+            mem = NULL;
+        }
+        pthread_mutex_unlock(&wq->mu);
+    }
+    free(mem);
+}
+
 gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
-                      int64_t deadline_ms, int64_t hint_ms)
+                      int64_t deadline_ms, int64_t hint_ms, int64_t holder_token)
 {
     gw_wres *r = w->res;
 
@@ -835,9 +1074,10 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_SHUTDOWN;
     }
-    if (r->epoch != w->epoch) {
+    if (r->epoch != w->epoch || released_since(r, w->msgs, holder_token)) {
         /* Released (or resubscribed) since the attempt began: look again now. */
         w->epoch = r->epoch;
+        w->msgs = r->msgs;
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_RETRY;
     }

@@ -261,6 +261,181 @@ static void test_no_herd_script_calls_per_release(void **state)
     free(w);
 }
 
+/* A Redis that refuses SUBSCRIBE to the gateway (ACL), so that no release message ever
+ * reaches its waiters: only a hand-off, the expiry timer or a deadline can wake them. */
+static int setup_no_subscribe(void **state)
+{
+    wt_state *s = calloc(1, sizeof *s);
+    th_redis_start(&s->redis, 0, NULL);
+    assert_int_not_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                      "ACL SETUSER default -subscribe -psubscribe -ssubscribe"),
+                         -1);
+    gwt_start(&s->gw, s->redis.url, NULL, gw_args);
+    *state = s;
+    return 0;
+}
+
+/* Hand-offs (gateway/src/locks.c): an /unlock sends the attempt of a waiter parked on its
+ * resource right behind its release, in the same Redis pipeline batch, so the waiter needs
+ * no release message. Here no message can arrive (the gateway may not SUBSCRIBE), the
+ * holder's lease is 60 s and the waiters wait 30 s: before hand-offs each waiter slept
+ * until its deadline, whose last attempt took the freed lock. Each waiter releases as soon
+ * as it is granted, so the lock goes down the line by hand-offs alone. */
+static void test_unlock_hands_the_lock_to_a_parked_waiter(void **state)
+{
+    wt_state *s = *state;
+    enum { N = 3 };
+    waiter w[N];
+    int64_t tokens[N];
+
+    memset(w, 0, sizeof w);
+    lock_as(&s->gw, "wt.handoff", "holder", 60000);
+    for (int i = 0; i < N; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "ho%d", i);
+        w[i].unlock_after = 1;
+        waiter_start(&w[i], &s->gw, "wt.handoff", owner, 30000);
+    }
+    gwt_await_metric(&s->gw, "fencegate_waiters", N);
+    unlock_as(&s->gw, "wt.handoff", "holder");
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 200, NULL);
+        tokens[i] = json_integer_value(json_object_get(w[i].r.json, "token"));
+        gwt_resp_free(&w[i].r);
+    }
+    for (int i = 0; i < N; i++) {
+        for (int j = i + 1; j < N; j++) {
+            assert_int_not_equal(tokens[i], tokens[j]);
+        }
+    }
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_lock_handoffs_total"), N);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"expiry\"}"), 0);
+    assert_false(is_locked(&s->gw, "wt.handoff"));
+}
+
+/* A hand-off whose release did not free the lock (the holder had re-entered it) publishes
+ * nothing, so it must not take the next release message for its own: here that message
+ * comes from the holder's final release through another gateway, and it must wake the
+ * waiter, which otherwise sleeps until its deadline (the holder's lease is 60 s). */
+static void test_failed_handoff_leaves_the_next_release_message(void **state)
+{
+    wt_state *s = *state;
+    waiter w;
+    gwt_resp r;
+
+    memset(&w, 0, sizeof w);
+    gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
+    lock_as(&s->gw, "wt.handoff2", "holder", 60000);
+    lock_as(&s->gw, "wt.handoff2", "holder", 60000); /* holds: 2 */
+    waiter_start(&w, &s->gw, "wt.handoff2", "waiter", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+
+    /* One hold of two: the waiter's attempt goes out behind it and finds the lock held. A
+     * hand-off needs the waiter suspended; the confirmation of the resource's subscription
+     * wakes it once (waiters.c), so should the unlock meet it awake, take the hold again
+     * and repeat. */
+    for (int tries = 0; gwt_metric(&s->gw, "fencegate_lock_handoffs_total") == 0; tries++) {
+        assert_true(tries < 20);
+        if (tries > 0) {
+            lock_as(&s->gw, "wt.handoff2", "holder", 60000);
+        }
+        gwt_post(&s->gw, "/unlock", "{\"resource\":\"wt.handoff2\",\"owner\":\"holder\"}",
+                 &r);
+        gwt_assert_status(&r, 200, NULL);
+        assert_int_equal(json_integer_value(json_object_get(r.json, "holds")), 1);
+        gwt_resp_free(&r);
+        gwt_await_metric(&s->gw, "fencegate_waiters", 1); /* parked (again) */
+    }
+
+    unlock_as(&s->gw2, "wt.handoff2", "holder"); /* the last hold, on the other gateway */
+    pthread_join(w.thread, NULL);
+    gwt_assert_status(&w.r, 200, NULL);
+    gwt_resp_free(&w.r);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"expiry\"}"), 0);
+}
+
+/* Known holders (gateway/src/locks.c): alice was just granted the lock here while bob
+ * waited (so her release will publish), so carol's waiting /lock parks without a Redis call
+ * (Redis counts no script for it) and still gets the lock in turn, after bob. */
+static void test_waiting_request_parks_on_a_known_holder(void **state)
+{
+    wt_state *s = *state;
+    waiter alice, bob, carol;
+
+    memset(&alice, 0, sizeof alice);
+    memset(&bob, 0, sizeof bob);
+    memset(&carol, 0, sizeof carol);
+    lock_as(&s->gw, "wt.known", "holder", 60000);
+    waiter_start(&alice, &s->gw, "wt.known", "alice", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    bob.unlock_after = 1;
+    waiter_start(&bob, &s->gw, "wt.known", "bob", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 2);
+    unlock_as(&s->gw, "wt.known", "holder"); /* to alice, the first parked */
+    pthread_join(alice.thread, NULL);
+    gwt_assert_status(&alice.r, 200, NULL);
+    int64_t alice_token = json_integer_value(json_object_get(alice.r.json, "token"));
+    gwt_resp_free(&alice.r);
+
+    long long before = evalsha_calls(&s->redis);
+    carol.unlock_after = 1;
+    waiter_start(&carol, &s->gw, "wt.known", "carol", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters_parked_unasked_total", 1);
+    assert_int_equal(evalsha_calls(&s->redis), before);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 2);
+
+    unlock_as(&s->gw, "wt.known", "alice"); /* bob, then carol, by hand-offs */
+    pthread_join(bob.thread, NULL);
+    pthread_join(carol.thread, NULL);
+    gwt_assert_status(&bob.r, 200, NULL);
+    gwt_assert_status(&carol.r, 200, NULL);
+    int64_t bob_token = json_integer_value(json_object_get(bob.r.json, "token"));
+    int64_t carol_token = json_integer_value(json_object_get(carol.r.json, "token"));
+    assert_true(alice_token < bob_token && bob_token < carol_token);
+    gwt_resp_free(&bob.r);
+    gwt_resp_free(&carol.r);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+    assert_false(is_locked(&s->gw, "wt.known"));
+}
+
+/* The known holder's own waiting /lock is a re-entry: it asks Redis and is answered at once
+ * (holds 2), never parked behind its own hold. */
+static void test_known_holder_waiting_again_reenters(void **state)
+{
+    wt_state *s = *state;
+    waiter alice, bob;
+    gwt_resp r;
+
+    memset(&alice, 0, sizeof alice);
+    memset(&bob, 0, sizeof bob);
+    lock_as(&s->gw, "wt.known2", "holder", 60000);
+    waiter_start(&alice, &s->gw, "wt.known2", "alice", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    waiter_start(&bob, &s->gw, "wt.known2", "bob", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 2);
+    unlock_as(&s->gw, "wt.known2", "holder");
+    pthread_join(alice.thread, NULL);
+    gwt_assert_status(&alice.r, 200, NULL);
+    gwt_resp_free(&alice.r);
+
+    gwt_post(&s->gw, "/lock",
+             "{\"resource\":\"wt.known2\",\"owner\":\"alice\",\"wait_ms\":30000}", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(json_integer_value(json_object_get(r.json, "holds")), 2);
+    gwt_resp_free(&r);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiters_parked_unasked_total"), 0);
+
+    unlock_as(&s->gw, "wt.known2", "alice");
+    unlock_as(&s->gw, "wt.known2", "alice"); /* to bob */
+    pthread_join(bob.thread, NULL);
+    gwt_assert_status(&bob.r, 200, NULL);
+    gwt_resp_free(&bob.r);
+    unlock_as(&s->gw, "wt.known2", "bob");
+}
+
 /* Opens a raw connection and sends a waiting /lock; returns the socket. */
 static int raw_lock_request(const gwt_proc *gw, const char *resource, const char *owner)
 {
@@ -818,6 +993,14 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_waiter_woken_by_lease_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_herd_script_calls_per_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_herd_with_1000_waiters, setup_1k, teardown),
+        cmocka_unit_test_setup_teardown(test_unlock_hands_the_lock_to_a_parked_waiter,
+                                        setup_no_subscribe, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_handoff_leaves_the_next_release_message,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(test_waiting_request_parks_on_a_known_holder, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_known_holder_waiting_again_reenters, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_disconnected_waiter_is_dropped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiters_across_gateways, setup, teardown),
         cmocka_unit_test_setup_teardown(test_lost_release_message_does_not_strand_waiter, setup,
