@@ -195,13 +195,15 @@ static void attempt_free(gw_attempt *at)
     free(at);
 }
 
-/* gw__lock_fence_ops.send: sends the attempt of t, which holds its stripe with floor, to the
- * pipeline; or answers it without Redis and passes the stripe on, until one is sent or the
- * stripe is free. */
-static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
+/* Sends the attempt of t, which holds its stripe with floor, to the pipeline; or answers it
+ * without Redis and passes the stripe on, until one is sent or the stripe is free. Returns
+ * 1 when t's own attempt went to the pipeline (read before anything is resumed: an answered
+ * one may be freed by then). */
+static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
 {
     gw_server *srv = f->owner;
     struct gw_lock_call *lc = call_of_turn(t);
+    int first = 1;
 
     while (lc != NULL) {
         int64_t now_ms = gw__now_ms();
@@ -237,14 +239,22 @@ static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
             at->job.ctx = f;
             lc->attempt = at;
             gw__pipe_submit(srv->pipe, &at->job);
-            return;
+            return first;
         }
         struct MHD_Connection *conn = lc->waiter.conn;
         struct gw_lock_call *next =
             call_of_turn(gw__fence_leave(f, &lc->turn, 0, &floor));
         MHD_resume_connection(conn); /* lc may be freed from here on */
         lc = next;
+        first = 0;
     }
+    return 0;
+}
+
+/* gw__lock_fence_ops.send: stripe_send_first() for the fence. */
+static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
+{
+    stripe_send_first(f, t, floor);
 }
 
 /* gw__lock_fence_ops.held, on the pipeline thread: a fair waiter was queued in Redis just
@@ -483,8 +493,10 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
 }
 
 /* Sends an attempt whose connection conn is suspended: its stripe's turn, then the
- * pipeline (see "Attempts in the pipeline"). */
-static void attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_Connection *conn)
+ * pipeline (see "Attempts in the pipeline"). Returns 1 when it went to the pipeline now; 0
+ * when it waits for its stripe, or was answered without Redis (then it may be resumed, and
+ * even freed, already). */
+static int attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_Connection *conn)
 {
     call->turn.refused = ATTEMPT_ASKED;
     call->turn.cover = STORE_OK;
@@ -493,8 +505,9 @@ static void attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_C
     call->stage = LOCK_ATTEMPTING;
     gw_floor floor;
     if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
-        stripe_send(&srv->fence, &call->turn, floor); /* else the fence sends it in turn */
+        return stripe_send_first(&srv->fence, &call->turn, floor);
     }
+    return 0; /* the fence sends it in turn */
 }
 
 /*
@@ -568,7 +581,7 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
         }
     }
     MHD_suspend_connection(req->conn);
-    attempt_send(srv, call, req->conn);
+    (void)attempt_send(srv, call, req->conn);
     return MHD_YES;
 }
 
@@ -591,9 +604,12 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
  *     the owner; the lock had expired and someone else holds it): the attempt finds it held
  *     and the waiter parks again, as after any wake that lost the race. One attempt more
  *     than a plain /unlock costs, and only while someone waits.
- *   - The stripe is busy (another acquisition of the same stripe is out): the attempt waits
- *     its turn as any would and goes out in a later batch, after the release: no fsync is
- *     saved, nothing else changes.
+ *   - The attempt does not go out with the release: its stripe is busy (another acquisition
+ *     of the same stripe is out), or it is answered without Redis (its deadline passed, the
+ *     floor could not be read). It then waits its turn or is answered as any attempt, and
+ *     may even reach Redis before the release (another batch, another connection), so the
+ *     claim gives up its credit at once (gw__wait_handoff_settled with nothing published):
+ *     the release's message wakes a parked waiter as usual.
  *   - On Redlock the batch goes to every master in order, so each master runs the release
  *     before the attempt; on a cluster both go to the resource's slot owner, in order.
  *   - The gateway is killed after the release is sent: the attempt may or may not have
@@ -616,7 +632,11 @@ int gw__lock_handoff(gw_server *srv, const char *resource)
     call->last = 0;
     call->waiting = 1; /* it parked, so it waits, and its reference is held */
     call->handed_off = 1;
-    attempt_send(srv, call, w->conn);
+    if (!attempt_send(srv, call, w->conn)) {
+        gw__wait_handoff_settled(srv->waitq, resource, 0); /* call may be gone: not read */
+        return 0;
+    }
+    atomic_fetch_add(&srv->metrics.handoffs, 1);
     return 1;
 }
 

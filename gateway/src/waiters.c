@@ -46,9 +46,12 @@
  * waiter of its resource (gw__wait_claim: what wake_one would pick, SUSPENDED only) and
  * sends its attempt right behind the release, in the same Redis batch. The claim is a wake
  * taken before the release: the waiter's epoch is read then, and the resource gets a
- * credit. The release's message, when it comes, uses the credit: it wakes nobody and does
- * not move the epoch, since the attempt ran after it (in the same pass of Redis, on the same
- * connection). Which message uses a credit, and why that is safe:
+ * credit. The release's message, when it comes, uses the credit: it wakes nobody, since the
+ * attempt ran after it (in the same pass of Redis, on the same connection), and it is kept
+ * in the resource's ring of released tokens like any message (without a token, on Redlock,
+ * it moves the epoch instead). A claim whose attempt does not go out with the release
+ * (locks.c) gives its credit up at once. Which message uses a credit, and why that is
+ * safe:
  *   - Messages of one connection arrive in the order Redis published them, so the first
  *     release message after a claim was published by the hand-off's release or before it
  *     (another gateway's), never after its attempt: the attempt saw that release. On
@@ -521,13 +524,20 @@ static void on_sub_event(const char *resource, int event, void *userdata)
         r->msgs++;
         r->msg_token[r->msgs % WQ_RING] = token;
     }
-    if (event == LK_SUB_RELEASED && r->credits > 0 && gw__now_ms() <= r->credit_until) {
+    if (event == LK_SUB_RELEASED && r->credits > 0 && gw__now_ms() > r->credit_until) {
+        r->credits = 0; /* their messages are lost or very late: wake as usual */
+    }
+    if (event == LK_SUB_RELEASED && r->credits > 0) {
         /* The release of a hand-off, or one before it: its attempt ran after it, so this
-         * message wakes nobody ("Hand-offs"). */
+         * message wakes nobody ("Hand-offs"). Without a token (Redlock) nothing tells an
+         * attempt of another waiter that ran before the release that it did: the epoch
+         * moves, so that one tries again rather than park. */
         r->credits--;
+        if (token <= 0) {
+            r->epoch++;
+        }
         return;
     }
-    r->credits = 0;
     if (token <= 0) {
         r->epoch++;
     }
@@ -880,10 +890,11 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
 
     pthread_mutex_lock(&wq->mu);
     gw_wres *r = wq->shutting_down ? NULL : wres_find(wq, resource);
-    /* As wake_one() chooses, but only among SUSPENDED waiters: a PARKING one's thread is
-     * still suspending its connection, and only that thread may start its attempt then. */
+    /* The waiter wake_one() would choose, if it is SUSPENDED: a PARKING one's thread is still
+     * suspending its connection, and only that thread may start its attempt then; nobody
+     * else is claimed in its place (for fair waiters it may be the head of the queue). */
     for (gw_waiter *w = r != NULL ? r->head : NULL; w != NULL; w = w->next) {
-        if (w->state != GW_WAITER_SUSPENDED) {
+        if (w->state != GW_WAITER_SUSPENDED && w->state != GW_WAITER_PARKING) {
             continue;
         }
         if (w->timer.idx != GW_TIMER_OFF && w->timer.at <= now) {
@@ -897,6 +908,9 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
     }
     if (claimed == NULL) {
         claimed = due;
+    }
+    if (claimed != NULL && claimed->state != GW_WAITER_SUSPENDED) {
+        claimed = NULL;
     }
     if (claimed != NULL) {
         gw_metrics *m = &wq->srv->metrics;
@@ -918,8 +932,8 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
         claimed->claim_loop = wq->loops;
         atomic_fetch_sub(&m->waiters_parked, 1);
         atomic_fetch_add(&m->waiter_wakes[GW_WAKE_RELEASE], 1);
-        atomic_fetch_add(&m->handoffs, 1);
         r->credits++;
+        r->known_until = 0; /* a release goes out now: nothing is known of the holder */
         r->credit_until = now + WQ_CREDIT_MS;
     }
     pthread_mutex_unlock(&wq->mu);

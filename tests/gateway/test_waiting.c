@@ -402,15 +402,18 @@ static void test_waiting_request_parks_on_a_known_holder(void **state)
 }
 
 /* The known holder's own waiting /lock is a re-entry: it asks Redis and is answered at once
- * (holds 2), never parked behind its own hold. */
+ * (holds 2), never parked behind its own hold, while another owner's does park unasked. */
 static void test_known_holder_waiting_again_reenters(void **state)
 {
     wt_state *s = *state;
-    waiter alice, bob;
+    waiter alice, bob, carol;
     gwt_resp r;
 
     memset(&alice, 0, sizeof alice);
     memset(&bob, 0, sizeof bob);
+    memset(&carol, 0, sizeof carol);
+    bob.unlock_after = 1;
+    carol.unlock_after = 1;
     lock_as(&s->gw, "wt.known2", "holder", 60000);
     waiter_start(&alice, &s->gw, "wt.known2", "alice", 30000);
     gwt_await_metric(&s->gw, "fencegate_waiters", 1);
@@ -420,20 +423,25 @@ static void test_known_holder_waiting_again_reenters(void **state)
     pthread_join(alice.thread, NULL);
     gwt_assert_status(&alice.r, 200, NULL);
     gwt_resp_free(&alice.r);
+    waiter_start(&carol, &s->gw, "wt.known2", "carol", 30000); /* alice is known: unasked */
+    gwt_await_metric(&s->gw, "fencegate_waiters_parked_unasked_total", 1);
 
     gwt_post(&s->gw, "/lock",
              "{\"resource\":\"wt.known2\",\"owner\":\"alice\",\"wait_ms\":30000}", &r);
     gwt_assert_status(&r, 200, NULL);
     assert_int_equal(json_integer_value(json_object_get(r.json, "holds")), 2);
     gwt_resp_free(&r);
-    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiters_parked_unasked_total"), 0);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_waiters_parked_unasked_total"), 1);
 
     unlock_as(&s->gw, "wt.known2", "alice");
-    unlock_as(&s->gw, "wt.known2", "alice"); /* to bob */
+    unlock_as(&s->gw, "wt.known2", "alice"); /* to bob, then carol */
     pthread_join(bob.thread, NULL);
+    pthread_join(carol.thread, NULL);
     gwt_assert_status(&bob.r, 200, NULL);
+    gwt_assert_status(&carol.r, 200, NULL);
     gwt_resp_free(&bob.r);
-    unlock_as(&s->gw, "wt.known2", "bob");
+    gwt_resp_free(&carol.r);
+    assert_false(is_locked(&s->gw, "wt.known2"));
 }
 
 /* Opens a raw connection and sends a waiting /lock; returns the socket. */
