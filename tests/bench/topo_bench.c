@@ -7,9 +7,13 @@
  * has a master cut off (the proxy forwards nothing, its connections stay open, as in a
  * network partition): what a minority the gateway cannot reach costs while it lasts.
  *
- *   topo_bench [--seconds N] [--conns N] [--only TAG,TAG...]
+ *   topo_bench [--seconds N] [--conns N] [--only TAG,TAG...] [--contended]
+ *              [--fencegate PATH]
  *                                           (tests/bench/run-topo-bench.sh builds it)
  *
+ * --contended: every connection locks and unlocks one shared resource, waiting for it
+ * (compare_bench's contended workload), instead of a resource of its own: hand-offs, on each
+ * topology. --fencegate runs another gateway binary (an older build, to compare).
  * --only keeps the rows whose tag is listed (single, sentinel, sentinelplain, cluster,
  * clusternorep, redlockthree, redlockfive, redlockslow, redlockcut); the single row always
  * runs, as the reference. Two rows take a topology apart, to show where its cost comes from:
@@ -115,6 +119,9 @@ static void window(void *arg, int begin)
     }
 }
 
+static int g_contended;                      /* --contended */
+static const char *g_fencegate = FENCEGATE_BIN; /* --fencegate */
+
 /* Runs the gateway on t->url and the pairs workload. Returns 0 with *res filled. */
 static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *res)
 {
@@ -126,7 +133,7 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
     th_tempdir(data, sizeof data, "topo-bench-gw");
     gw.port = th_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", gw.port);
-    char *argv[] = {FENCEGATE_BIN, "--listen", listen, "--redis", (char *)t->url, "--data", data,
+    char *argv[] = {(char *)g_fencegate, "--listen", listen, "--redis", (char *)t->url, "--data", data,
                     "--max-connections", "1024", "--max-connections-per-address", "0",
                     NULL}; /* every client is 127.0.0.1 */
     if (cp_spawn(&gw, "fencegate", argv, "/dev/null") != 0 ||
@@ -135,6 +142,7 @@ static int measure(topo *t, int conns, int warm_ms, int measure_ms, lg_result *r
     }
     t->gw_pid = gw.pid;
     snprintf(ctx.tag, sizeof ctx.tag, "%s-%d", t->tag, (int)getpid());
+    ctx.contended = g_contended;
     cw_gateway_pairs(&w, &ctx);
     int rc = lg_run(&w, gw.port, conns, warm_ms, measure_ms, window, t, res, err, sizeof err);
     if (rc != 0) {
@@ -242,13 +250,22 @@ int main(int argc, char **argv)
 {
     int seconds = 5, conns = 32;
     const char *only = NULL;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--seconds") == 0) {
-            seconds = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--conns") == 0) {
-            conns = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--only") == 0) {
-            only = argv[i + 1];
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--contended") == 0) {
+            g_contended = 1;
+        } else if (v != NULL && strcmp(argv[i], "--seconds") == 0) {
+            seconds = atoi(v);
+            i++;
+        } else if (v != NULL && strcmp(argv[i], "--conns") == 0) {
+            conns = atoi(v);
+            i++;
+        } else if (v != NULL && strcmp(argv[i], "--only") == 0) {
+            only = v;
+            i++;
+        } else if (v != NULL && strcmp(argv[i], "--fencegate") == 0) {
+            g_fencegate = v;
+            i++;
         }
     }
     static th_redis single;
@@ -329,6 +346,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "topo_bench: %s, %d conns, %d s\n", topos[k].name, conns, seconds);
         ok[k] = measure(&topos[k], conns, 1000, seconds * 1000, &res[k]) == 0;
     }
+    printf("%s, %d connections\n\n",
+           g_contended ? "contended: every connection on one resource, waiting" :
+                         "uncontended: a resource per connection", conns);
     printf("| Redis topology | pairs/s | vs single | /lock p50 ms | /lock p99 ms | "
            "Redis CPU s per 1,000 pairs (all nodes / masters) | gateway CPU µs per pair | "
            "errors |\n");
