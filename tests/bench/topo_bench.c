@@ -57,6 +57,8 @@ typedef struct topo {
     double cpu_s;        /* every data node */
     double master_cpu_s; /* the masters only */
     double gw_cpu_s;     /* the gateway */
+    long long scripts_start;
+    long long scripts;   /* script calls the masters served in the window */
     pid_t gw_pid;
 } topo;
 
@@ -86,6 +88,34 @@ static int node_is_master(const th_redis *r)
            strstr(info, "role:master") != NULL;
 }
 
+/* EVALSHA + EVAL calls a node served (INFO commandstats), or 0. */
+static long long node_scripts(const th_redis *r)
+{
+    static char info[16384];
+    long long n = 0;
+    if (th_redis_cmd(r, info, sizeof info, "INFO commandstats") != 0) {
+        return 0;
+    }
+    static const char *const keys[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+    for (int i = 0; i < 2; i++) {
+        const char *p = strstr(info, keys[i]);
+        n += p != NULL ? strtoll(p + strlen(keys[i]), NULL, 10) : 0;
+    }
+    return n;
+}
+
+/* Script calls served by t's masters. */
+static long long topo_scripts(const topo *t)
+{
+    long long sum = 0;
+    for (int i = 0; i < t->nnodes; i++) {
+        if (t->nodes[i]->pid > 0 && node_is_master(t->nodes[i])) {
+            sum += node_scripts(t->nodes[i]);
+        }
+    }
+    return sum;
+}
+
 /* CPU seconds of t's data nodes: all of them, or only the masters. */
 static double topo_cpu(const topo *t, int masters_only)
 {
@@ -112,7 +142,9 @@ static void window(void *arg, int begin)
         t->cpu_start = topo_cpu(t, 0);
         t->master_cpu_start = topo_cpu(t, 1);
         t->gw_cpu_start = gateway_cpu(t);
+        t->scripts_start = topo_scripts(t);
     } else {
+        t->scripts = topo_scripts(t) - t->scripts_start;
         t->gw_cpu_s = gateway_cpu(t) - t->gw_cpu_start;
         t->cpu_s = topo_cpu(t, 0) - t->cpu_start;
         t->master_cpu_s = topo_cpu(t, 1) - t->master_cpu_start;
@@ -351,8 +383,8 @@ int main(int argc, char **argv)
                          "uncontended: a resource per connection", conns);
     printf("| Redis topology | pairs/s | vs single | /lock p50 ms | /lock p99 ms | "
            "Redis CPU s per 1,000 pairs (all nodes / masters) | gateway CPU µs per pair | "
-           "errors |\n");
-    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+           "script calls per pair (masters) | errors |\n");
+    printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     int all_ok = 1;
     for (int o = 0; o < TOPOS; o++) {
         int k = order[o];
@@ -361,16 +393,16 @@ int main(int argc, char **argv)
         }
         all_ok = all_ok && ok[k];
         if (!ok[k]) {
-            printf("| %s | failed | | | | | | |\n", topos[k].name);
+            printf("| %s | failed | | | | | | | |\n", topos[k].name);
             continue;
         }
         double pairs = res[k].units > 0 ? (double)res[k].units : 1;
-        printf("| %s | %.0f | %.2fx | %.2f | %.2f | %.3f / %.3f | %.1f | %llu |\n",
+        printf("| %s | %.0f | %.2fx | %.2f | %.2f | %.3f / %.3f | %.1f | %.2f | %llu |\n",
                topos[k].name, res[k].rate,
                ok[0] && res[0].rate > 0 ? res[k].rate / res[0].rate : 0, res[k].op_p50_ms,
                res[k].op_p99_ms, topos[k].cpu_s * 1000.0 / pairs,
                topos[k].master_cpu_s * 1000.0 / pairs, topos[k].gw_cpu_s * 1e6 / pairs,
-               (unsigned long long)res[k].failures);
+               (double)topos[k].scripts / pairs, (unsigned long long)res[k].failures);
     }
     for (int i = 0; i < 2; i++) {
         if (proxy_pid[i] > 0) {
