@@ -225,7 +225,8 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
              * release wakes them (locklib/lua/prelude/wanted.lua): the one waiter a
              * release wakes may be the one that takes the lock. */
             at->call.others_waiting =
-                !lc->fair && gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource);
+                !lc->fair && (lc->handed_off ||
+                              gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource));
             at->call.supersede = lc->supersede;
             if (lc->fair) {
                 int64_t left = lc->deadline_ms - now_ms;
@@ -568,6 +569,7 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     gw_server *srv = req->srv;
 
     call->waiting = (unsigned char)(call->wants_wait && !call->last);
+    call->waiter.fair = call->fair;
     if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
@@ -612,6 +614,10 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
  *     the release's message wakes a parked waiter as usual.
  *   - On Redlock the batch goes to every master in order, so each master runs the release
  *     before the attempt; on a cluster both go to the resource's slot owner, in order.
+ *   - A request may park unasked (below, "Known holders") between the claim and the
+ *     answer, on a holder that the release ends: a non-fair hand-off attempt is therefore
+ *     always sent as marking the lock wanted if it takes it (lk_call.others_waiting), so
+ *     that the grant's release publishes and wakes it; a fair one forgets the holder.
  *   - The gateway is killed after the release is sent: the attempt may or may not have
  *     run; its hold, if granted, was never answered to anybody and ends with its lease, as
  *     any answer lost to a crash. The waiter's client sees its connection close.

@@ -933,7 +933,12 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
         atomic_fetch_sub(&m->waiters_parked, 1);
         atomic_fetch_add(&m->waiter_wakes[GW_WAKE_RELEASE], 1);
         r->credits++;
-        r->known_until = 0; /* a release goes out now: nothing is known of the holder */
+        if (claimed->fair) {
+            /* A fair grant is marked wanted only while others are in line in Redis: a
+             * request parked unasked on the holder this release ends could miss the
+             * release of the grant (locks.c, "Hand-offs"). */
+            r->known_until = 0;
+        }
         r->credit_until = now + WQ_CREDIT_MS;
     }
     pthread_mutex_unlock(&wq->mu);

@@ -47,6 +47,7 @@ typedef struct gw_waiter {
     int parked_before;            /* parked at least once in this wait: counted against
                                    * --max-waiters until gw__wait_end */
     int wake_unused;              /* woken by a release/expiry and not yet attempted */
+    int fair;                     /* its attempts are fair (set by its owner, read by claims) */
     int claimed;                  /* claimed once: gw__wait_free() leaves its request to
                                    * waitd until the epoll batch it was claimed in is done */
     uint64_t claim_loop;          /* waitd's loop count when it was claimed */
