@@ -629,6 +629,11 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
  */
 int gw__lock_handoff(gw_server *srv, const char *resource)
 {
+    /* Most unlocks have nobody parked anywhere: no lock to take, no lookup. A waiter that
+     * parks meanwhile is woken by the release's message, as without hand-offs. */
+    if (atomic_load(&srv->metrics.waiters_parked) <= 0) {
+        return 0;
+    }
     gw_waiter *w = gw__wait_claim(srv->waitq, resource);
     if (w == NULL) {
         return 0;

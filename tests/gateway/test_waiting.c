@@ -179,6 +179,22 @@ static void waiter_start(waiter *w, const gwt_proc *gw, const char *resource, co
 
 /* ---- Tests ---------------------------------------------------------------------------- */
 
+/* A chain: the lock is taken by "holder", then n waiters (owners prefix0, prefix1, ...) each
+ * waiting wait_ms and releasing as soon as they are granted are parked behind it. */
+static void start_chain(const gwt_proc *gw, const char *resource, const char *prefix,
+                        waiter *w, int n, int wait_ms)
+{
+    lock_as(gw, resource, "holder", 60000);
+    for (int i = 0; i < n; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "%s%d", prefix, i);
+        w[i].unlock_after = 1;
+        waiter_start(&w[i], gw, resource, owner, wait_ms);
+    }
+    gwt_await_metric(gw, "fencegate_waiters", n);
+}
+
+
 /* 20 waiters park on a gateway with 2 threads; other requests are still served at once,
  * and every waiter gets the lock in turn as each holder releases it. */
 static void test_parked_waiters_hold_no_thread(void **state)
@@ -188,14 +204,7 @@ static void test_parked_waiters_hold_no_thread(void **state)
     waiter w[N];
 
     memset(w, 0, sizeof w);
-    lock_as(&s->gw, "wt.threads", "holder", 60000);
-    for (int i = 0; i < N; i++) {
-        char owner[32];
-        snprintf(owner, sizeof owner, "w%d", i);
-        w[i].unlock_after = 1;
-        waiter_start(&w[i], &s->gw, "wt.threads", owner, 30000);
-    }
-    gwt_await_metric(&s->gw, "fencegate_waiters", N);
+    start_chain(&s->gw, "wt.threads", "w", w, N, 30000);
     /* Both pool threads are free: other resources and endpoints answer. */
     lock_as(&s->gw, "wt.threads.other", "someone", 1000);
     unlock_as(&s->gw, "wt.threads.other", "someone");
@@ -238,14 +247,7 @@ static void test_no_herd_script_calls_per_release(void **state)
     enum { N = 100 };
     waiter *w = calloc(N, sizeof *w);
 
-    lock_as(&s->gw, "wt.herd", "holder", 60000);
-    for (int i = 0; i < N; i++) {
-        char owner[32];
-        snprintf(owner, sizeof owner, "h%d", i);
-        w[i].unlock_after = 1;
-        waiter_start(&w[i], &s->gw, "wt.herd", owner, 60000);
-    }
-    gwt_await_metric(&s->gw, "fencegate_waiters", N);
+    start_chain(&s->gw, "wt.herd", "h", w, N, 60000);
     long long before = evalsha_calls(&s->redis);
     unlock_as(&s->gw, "wt.herd", "holder");
     for (int i = 0; i < N; i++) {
@@ -289,14 +291,7 @@ static void test_unlock_hands_the_lock_to_a_parked_waiter(void **state)
     int64_t tokens[N];
 
     memset(w, 0, sizeof w);
-    lock_as(&s->gw, "wt.handoff", "holder", 60000);
-    for (int i = 0; i < N; i++) {
-        char owner[32];
-        snprintf(owner, sizeof owner, "ho%d", i);
-        w[i].unlock_after = 1;
-        waiter_start(&w[i], &s->gw, "wt.handoff", owner, 30000);
-    }
-    gwt_await_metric(&s->gw, "fencegate_waiters", N);
+    start_chain(&s->gw, "wt.handoff", "ho", w, N, 30000);
     unlock_as(&s->gw, "wt.handoff", "holder");
     for (int i = 0; i < N; i++) {
         pthread_join(w[i].thread, NULL);
