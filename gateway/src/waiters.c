@@ -48,14 +48,17 @@
  * taken before the release: the waiter's epoch is read then, and the resource gets a
  * credit. The release's message, when it comes, uses the credit: it wakes nobody, since the
  * attempt ran after it (in the same pass of Redis, on the same connection), and it is kept
- * in the resource's ring of released tokens like any message (without a token, on Redlock,
- * it moves the epoch instead). A claim whose attempt does not go out with the release
- * (locks.c) gives its credit up at once. Which message uses a credit, and why that is
- * safe:
+ * in the resource's ring of released tokens like any message (without a token, from an
+ * older release script, it moves the epoch instead). A claim whose attempt does not go out
+ * with the release (locks.c) gives its credit up at once. Which message uses a credit, and
+ * why that is safe:
  *   - Messages of one connection arrive in the order Redis published them, so the first
  *     release message after a claim was published by the hand-off's release or before it
  *     (another gateway's), never after its attempt: the attempt saw that release. On
- *     Redlock lk_sub reports each release once, in the order of each master's messages.
+ *     Redlock lk_sub reports each release once, in the order of each master's messages,
+ *     and again only with a larger token (a master whose token write-back failed published
+ *     a smaller one first): such a repeat that takes a later hand-off's credit only makes
+ *     that hand-off's own message wake a waiter, one attempt more.
  *   - The release published nothing (it did not free the lock, or nobody had marked it
  *     wanted: lk_result.published): no message comes for it. Its answer cancels the credit
  *     (gw__wait_handoff_settled); if a message used it first, that message may be of a
@@ -529,9 +532,9 @@ static void on_sub_event(const char *resource, int event, void *userdata)
     }
     if (event == LK_SUB_RELEASED && r->credits > 0) {
         /* The release of a hand-off, or one before it: its attempt ran after it, so this
-         * message wakes nobody ("Hand-offs"). Without a token (Redlock) nothing tells an
-         * attempt of another waiter that ran before the release that it did: the epoch
-         * moves, so that one tries again rather than park. */
+         * message wakes nobody ("Hand-offs"). Without a token nothing tells an attempt
+         * of another waiter that ran before the release that it did: the epoch moves, so
+         * that one tries again rather than park. */
         r->credits--;
         if (token <= 0) {
             r->epoch++;

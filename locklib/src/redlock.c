@@ -153,17 +153,27 @@ static void merge_res(int n, const lk__rl_node *nodes, lk_status st, lk_result *
     }
 }
 
-/* The shortest remaining lease among the nodes that answered HELD: when to try again. */
-static int64_t shortest_holder_ms(int n, const lk__rl_node *nodes)
+/* Over the nodes that answered HELD: the shortest remaining lease (when to try again) and
+ * the smallest holder's token (0 when one did not know it). A release message of that hold
+ * from any of them names that token or a larger one, since a master's "#token" is the one
+ * it minted or the grant's written back, which is larger: a listener that compares a
+ * release's token with it (lk_sub_event_token) misses none of them. */
+static void holder_hint(int n, const lk__rl_node *nodes, lk_result *res)
 {
-    int64_t best = -1;
+    int seen = 0;
     for (int i = 0; i < n; i++) {
-        if (answered(&nodes[i]) && nodes[i].st == LK_HELD &&
-            (best < 0 || nodes[i].res.ttl_ms < best)) {
-            best = nodes[i].res.ttl_ms;
+        if (!answered(&nodes[i]) || nodes[i].st != LK_HELD) {
+            continue;
         }
+        const lk_result *r = &nodes[i].res;
+        if (!seen || r->ttl_ms < res->ttl_ms) {
+            res->ttl_ms = r->ttl_ms;
+        }
+        if (!seen || r->holder_token < res->holder_token) {
+            res->holder_token = r->holder_token;
+        }
+        seen = 1;
     }
-    return best < 0 ? 0 : best;
 }
 
 /* Step b of the token construction (file head): the largest token of the granting majority.
@@ -196,7 +206,7 @@ lk__rl_next lk__rl_combine_acquire(int n, const lk__rl_node *nodes, int64_t ttl_
     } else if (granted + held >= q) {
         /* Held elsewhere, or split between contenders: try again later. */
         out->st = LK_HELD;
-        out->res.ttl_ms = shortest_holder_ms(n, nodes);
+        holder_hint(n, nodes, &out->res);
     } else {
         lk__errf(out->err, LK_EUNAVAILABLE, "%d of %d Redis nodes answered, no majority agreed",
                  count_answered(n, nodes), n);

@@ -41,6 +41,23 @@
  *      there afterwards is reported, not taken for one it missed. (Not at the first
  *      subscription: there a master that confirms late would report again a release the
  *      others reported meanwhile.)
+ *   5. a message's token (lk_sub_event_token) is that master's token of the hold released.
+ *      The masters agree on it: a grant's token is written back to every master that holds
+ *      the lock (fence_raise.lua sets its "#token"). One whose write-back never arrived (its
+ *      connection failed) keeps the token it minted, a smaller one. So a message that counts
+ *      as a release reported already is still reported when its token is larger than any
+ *      reported for the resource: a listener that saw the larger token of the hold then
+ *      hears of its release. A listener may still miss that hold's release when only masters
+ *      with the smaller token published it (the others lost the lock with their data); it
+ *      hears of it when that hold's lease ends (expiry publishes nothing anyway).
+ *      The token also covers a gap in the counts: a master publishes a release only where
+ *      the lock was marked wanted (lua/prelude/wanted.lua), and an acquisition given back
+ *      on a minority publishes there alone, so the masters' counts drift apart. A release
+ *      published only by masters whose counts are behind another's passes no count, and
+ *      is reported because its token is larger. (Drift also reports some releases twice,
+ *      with the same token: one attempt more for a listener, never a missed release.) A
+ *      release whose token is not larger either (a master ahead minted a larger one for
+ *      an acquisition given back) is heard of when the hold's lease ends.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -63,6 +80,7 @@ typedef struct sub_seen {
     char resource[LK_RESOURCE_MAX + 1];
     uint32_t got[LK_REDLOCK_NODES_MAX]; /* messages from each master */
     uint32_t reported;                  /* releases reported */
+    int64_t top_token;                  /* the largest token reported (file head, step 5) */
     uint32_t resync;                    /* bit k: master k was resubscribed (file head) */
     int subscribed;                     /* LK_SUB_SUBSCRIBED reported */
 } sub_seen;
@@ -449,7 +467,7 @@ void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
 }
 
 /* Redlock: reports a reply from master k unless another master reported the same event
- * (file head). */
+ * and it carries no larger token than any reported (file head, steps 4-5). */
 static void report_once(lk_sub *s, int k, const redisReply *r, lk_sub_fn fn, void *userdata)
 {
     char resource[LK_RESOURCE_MAX + 1];
@@ -471,10 +489,16 @@ static void report_once(lk_sub *s, int k, const redisReply *r, lk_sub_fn fn, voi
         }
         return;
     }
+    int64_t token = s->event_token;
     if (++e->got[k] > e->reported) {
         e->reported = e->got[k];
-        fn(resource, event, userdata);
+    } else if (token <= e->top_token) {
+        return; /* a release another master reported, and no larger token (step 5) */
     }
+    if (token > e->top_token) {
+        e->top_token = token;
+    }
+    fn(resource, event, userdata);
 }
 
 /* Reads what arrived on ctx (one read()) and reports each reply: through report_once() for
@@ -493,11 +517,10 @@ static int read_replies(lk_sub *s, redisContext *ctx, int k, lk_sub_fn fn, void 
         if (reply == NULL) {
             return 0;
         }
+        s->event_token = message_token(reply);
         if (k < 0) {
-            s->event_token = message_token(reply);
             lk__sub_report(reply, fn, userdata);
         } else {
-            s->event_token = 0; /* each master counts tokens of its own */
             report_once(s, k, reply, fn, userdata);
         }
         s->event_token = 0;

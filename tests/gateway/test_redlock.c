@@ -12,7 +12,9 @@
  *     the time it rejoins; locks keep working with larger tokens;
  *   - a parked waiter (wait_ms) is woken by the release, once, though every master
  *     publishes it; and, when every master's subscriber connection dropped and the release
- *     reached nobody, by the resubscriptions.
+ *     reached nobody, by the resubscriptions;
+ *   - an unlock hands the lock to a parked waiter, and a new waiting /lock parks on that
+ *     known holder without a script on any master.
  * No test asserts timing; every wait is a loop on a condition with a deadline.
  */
 #include <pthread.h>
@@ -232,18 +234,29 @@ typedef struct waiter {
     const gwt_proc *gw;
     long status;
     long long token;
+    const char *resource; /* NULL: rl.wait */
+    const char *owner;    /* NULL: W */
+    int unlock_after;     /* release the lock as soon as it is granted */
+    long unlocked;        /* the status of that /unlock */
 } waiter;
 
 static void *wait_main(void *arg)
 {
     waiter *w = arg;
+    const char *resource = w->resource != NULL ? w->resource : "rl.wait";
+    const char *owner = w->owner != NULL ? w->owner : "W";
+    char body[256];
     gwt_resp r;
-    gwt_post(w->gw, "/lock",
-             "{\"resource\":\"rl.wait\",\"owner\":\"W\",\"ttl_ms\":10000,\"wait_ms\":20000}",
-             &r);
+    snprintf(body, sizeof body,
+             "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":10000,\"wait_ms\":20000}",
+             resource, owner);
+    gwt_post(w->gw, "/lock", body, &r);
     w->status = r.status;
     w->token = r.status == 200 ? gwt_int(&r, "token") : 0;
     gwt_resp_free(&r);
+    if (w->status == 200 && w->unlock_after) {
+        w->unlocked = gwt_unlock(w->gw, resource, owner);
+    }
     return NULL;
 }
 
@@ -268,7 +281,7 @@ static void numsub_until(const rl_state *st, const char *resource, long long wan
 static void test_waiter_woken_once(void **state)
 {
     rl_state *st = *state;
-    waiter w = {&st->gw, 0, 0};
+    waiter w = {.gw = &st->gw};
     pthread_t th;
     long long held = park_waiter(st, &w, &th);
 
@@ -316,7 +329,7 @@ static void numsub_until(const rl_state *st, const char *resource, long long wan
 static void test_waiter_woken_after_missed_release(void **state)
 {
     rl_state *st = *state;
-    waiter w = {&st->gw, 0, 0};
+    waiter w = {.gw = &st->gw};
     pthread_t th;
     long long held = park_waiter(st, &w, &th);
 
@@ -341,6 +354,62 @@ static void test_waiter_woken_after_missed_release(void **state)
     assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "W"), 200);
 }
 
+/* EVALSHA calls served, summed over every master (INFO commandstats). */
+static long long evalsha_calls(const rl_state *st)
+{
+    long long sum = 0;
+    for (int k = 0; k < st->set.n; k++) {
+        char info[8192] = "";
+        th_redis_cmd(&st->set.nodes[k], info, sizeof info, "INFO commandstats");
+        const char *p = strstr(info, "cmdstat_evalsha:calls=");
+        sum += p != NULL ? strtoll(p + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
+    }
+    return sum;
+}
+
+/* Known holders and hand-offs on Redlock (gateway/src/waiters.c): every master's release
+ * message names the grant's token, as on one Redis. H's unlock hands the lock to A, the
+ * first parked waiter, in the same batch; A's hand-off grant is then the known holder, so
+ * C's waiting /lock parks without a script on any master, and A's unlock hands the lock to
+ * B, whose unlock hands it to C. Before the messages had a token, the hand-off's message
+ * moved the resource's epoch, which forgot the holder, and C asked every master. */
+static void test_waiting_request_parks_on_a_known_holder(void **state)
+{
+    rl_state *st = *state;
+    waiter a = {.gw = &st->gw, .resource = "rl.known", .owner = "A"};
+    waiter b = {.gw = &st->gw, .resource = "rl.known", .owner = "B", .unlock_after = 1};
+    waiter c = {.gw = &st->gw, .resource = "rl.known", .owner = "C", .unlock_after = 1};
+    pthread_t ta, tb, tc;
+    long long held = 0;
+
+    assert_int_equal(lock(&st->gw, "rl.known", "H", 60000, &held), 200);
+    assert_int_equal(pthread_create(&ta, NULL, wait_main, &a), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 1);
+    numsub_until(st, "rl.known", 1);
+    assert_int_equal(pthread_create(&tb, NULL, wait_main, &b), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 2);
+    assert_int_equal(gwt_unlock(&st->gw, "rl.known", "H"), 200); /* to A */
+    pthread_join(ta, NULL);
+    assert_int_equal(a.status, 200);
+    assert_true(a.token > held);
+
+    long long before = evalsha_calls(st);
+    assert_int_equal(pthread_create(&tc, NULL, wait_main, &c), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters_parked_unasked_total", 1);
+    assert_int_equal(evalsha_calls(st), before);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 2);
+
+    assert_int_equal(gwt_unlock(&st->gw, "rl.known", "A"), 200); /* B, then C */
+    pthread_join(tb, NULL);
+    pthread_join(tc, NULL);
+    assert_int_equal(b.status, 200);
+    assert_int_equal(c.status, 200);
+    assert_int_equal(b.unlocked, 200);
+    assert_int_equal(c.unlocked, 200);
+    assert_true(a.token < b.token && b.token < c.token);
+    assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
+}
+
 #define TESTS(setup)                                                                       \
     {                                                                                      \
         cmocka_unit_test_setup_teardown(test_lock_write_and_observability, setup, teardown), \
@@ -350,6 +419,8 @@ static void test_waiter_woken_after_missed_release(void **state)
             cmocka_unit_test_setup_teardown(test_waiter_woken_once, setup, teardown),      \
             cmocka_unit_test_setup_teardown(test_waiter_woken_after_missed_release, setup, \
                                             teardown),                                     \
+            cmocka_unit_test_setup_teardown(test_waiting_request_parks_on_a_known_holder,  \
+                                            setup, teardown),                              \
     }
 
 int main(void)

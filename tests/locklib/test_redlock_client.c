@@ -727,6 +727,8 @@ static void test_waiter_woken_master_killed(void **state)
 typedef struct sub_count {
     int released[1 + TH_MAX_NODES];
     int subscribed[1 + TH_MAX_NODES];
+    lk_sub *s;
+    int64_t token[8]; /* the tokens of the watched resource's first releases */
 } sub_count;
 
 static void on_event(const char *resource, int event, void *userdata)
@@ -734,6 +736,9 @@ static void on_event(const char *resource, int event, void *userdata)
     sub_count *n = userdata;
     int i = strcmp(resource, "rl-sub") == 0 ? 0 : 1 + atoi(resource + strlen("rl-mark-"));
     if (event == LK_SUB_RELEASED) {
+        if (i == 0 && n->s != NULL && n->released[0] < 8) {
+            n->token[n->released[0]] = lk_sub_event_token(n->s);
+        }
         n->released[i]++;
     } else {
         n->subscribed[i]++;
@@ -780,9 +785,13 @@ static int marks_seen(const sub_count *n, int nodes)
 }
 
 /* lk_sub on Redlock subscribes on every master and reports each release once, though every
- * master publishes it (each was asked by a waiter while the lock was held). To know that every master's messages were read, mark k is published
- * on master k alone after the releases: a connection delivers in order, so once every mark
- * is reported, every release message before it was read too. */
+ * master publishes it (each was asked by a waiter while the lock was held), with the grant's
+ * token, which the waiter's held answer named too. A repeat of a release is reported only
+ * when its token is larger than any reported (a master whose write-back failed published
+ * a smaller one first: here a message with a small token, published on master 0 alone).
+ * To know that every master's messages were read, mark k is published on master k alone
+ * after the releases: a connection delivers in order, so once every mark is reported,
+ * every release message before it was read too. */
 static void test_sub_every_master_once(void **state)
 {
     rl_fixture *f = *state;
@@ -790,9 +799,11 @@ static void test_sub_every_master_once(void **state)
     sub_count n;
     lk_result r;
     char mark[32];
+    int64_t granted[2];
 
     memset(&n, 0, sizeof n);
     assert_int_equal(lk_sub_open(&s, f->url, NULL), LK_OK);
+    n.s = s;
     assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
     for (int k = 0; k < f->set.n; k++) {
         snprintf(mark, sizeof mark, "rl-mark-%d", k);
@@ -805,17 +816,32 @@ static void test_sub_every_master_once(void **state)
     }
     for (int round = 1; round <= 2; round++) {
         assert_lk(f->c, lk_acquire(f->c, "rl-sub", "alice", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+        granted[round - 1] = r.token;
         /* bob is answered held on every master, so every master's release publishes
          * (locklib/lua/prelude/wanted.lua). */
         assert_lk(f->c, lk_acquire(f->c, "rl-sub", "bob", LEASE_MS, 0, NULL, &r), LK_HELD);
+        assert_int_equal(r.holder_token, granted[round - 1]);
         assert_lk(f->c, lk_release(f->c, "rl-sub", "alice", NULL, &r), LK_RELEASED);
         dispatch_until(s, &n, released_at_least, round);
+        assert_int_equal(n.token[round - 1], granted[round - 1]);
+    }
+    /* A third release message, from master 0 alone and with a small token: reported, as
+     * a release the other masters have not published yet. */
+    th_redis_cmd(&f->set.nodes[0], NULL, 0, "PUBLISH fg:{rl-sub}:released 1");
+    dispatch_until(s, &n, released_at_least, 3);
+    /* The same release from the others, with the grant's larger token: reported once. */
+    for (int k = 1; k < f->set.n; k++) {
+        th_redis_cmd(&f->set.nodes[k], NULL, 0, "PUBLISH fg:{rl-sub}:released %lld",
+                     (long long)granted[1] + 100);
     }
     for (int k = 0; k < f->set.n; k++) {
         th_redis_cmd(&f->set.nodes[k], NULL, 0, "PUBLISH fg:{rl-mark-%d}:released released", k);
     }
     dispatch_until(s, &n, marks_seen, f->set.n);
-    assert_int_equal(n.released[0], 2); /* two releases, each published by every master */
+    /* two releases, each published by every master, then the third twice */
+    assert_int_equal(n.released[0], 4);
+    assert_int_equal(n.token[2], 1);
+    assert_int_equal(n.token[3], granted[1] + 100);
     lk_sub_close(s);
 }
 

@@ -175,9 +175,10 @@ typedef struct lk_result {
     int replayed;        /* 1 when an idempotency key replayed the first answer */
     int floor_raised;    /* ACQUIRED: the counter was below the floor and was raised to it */
     int queue_pos;       /* lk_acquire_fair HELD: 0-based place in the fair queue; else -1 */
-    int64_t holder_token; /* HELD: the token of the hold found, 0 when unknown (Redlock,
-                           * where each master has its own; a free lock whose fair queue has
-                           * another waiter first) */
+    int64_t holder_token; /* HELD: the token of the hold found, 0 when unknown (a free
+                           * lock whose fair queue has another waiter first). Redlock: the
+                           * smallest of the masters that answered held (a master whose
+                           * write-back of the grant's token failed keeps its own) */
     int published;       /* RELEASED: how many Redis nodes published the release message
                           * (only a lock others were known to wait for publishes one): 0 or
                           * 1, on Redlock up to the number of masters; 0 on a replay */
@@ -399,9 +400,11 @@ typedef struct lk_sub lk_sub;
 typedef void (*lk_sub_fn)(const char *resource, int event, void *userdata);
 
 /* Inside fn, for LK_SUB_RELEASED: the token of the hold released (the message's payload), or
- * 0 when unknown (Redlock: each master counts its own tokens; a message of an older
- * release script). A release of token t tells a listener that saw a holder with a larger
- * token since that the lock did not become free for it. */
+ * 0 when unknown (a message of an older release script). A release of token t tells a
+ * listener that saw a holder with a larger token since that the lock did not become free
+ * for it. Redlock: the token of the master whose message is reported; a message of a
+ * release reported already is reported again when its token is larger than any reported
+ * for the resource (a master whose write-back failed publishes a smaller one). */
 LK_EXTERN int64_t lk_sub_event_token(const lk_sub *s);
 
 /* Opens a subscriber for url (as lk_client_open()). A failed connection is not fatal: it
