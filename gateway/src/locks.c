@@ -529,20 +529,24 @@ static int attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_Co
  *   - The lease ran out, or Redis lost the lock (a failover, a restart): nothing publishes;
  *     the expiry timer, set from the lease, wakes a waiter then, as it does for waiters
  *     parked on a HELD answer. A new request parks until then instead of taking the freed
- *     lock at once: at most one lease, only after Redis lost data, and only while others
- *     wait.
+ *     lock at once: at most one lease, only after Redis lost data (or, on Redlock, when a
+ *     release was published only by masters whose write-back of the grant's token failed,
+ *     so its message names a smaller one), and only while others wait.
  *   - The subscriber is down: nothing is known (messages may be lost); every request asks.
  *   - The request's owner is the known holder (a re-entry), or it carries an
  *     Idempotency-Key (a replay), or it is fair (it must join the queue in Redis): it asks.
  */
 static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held_ms,
-                        enum MHD_Result *result)
+                        int64_t token, enum MHD_Result *result)
 {
     gw_server *srv = req->srv;
     lk_result res = {.ttl_ms = held_ms, .queue_pos = -1};
 
     call->stage = LOCK_PARKED;
-    switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms, held_ms, 0)) {
+    /* As if Redis had answered HELD with the known holder's token: a release message of an
+     * older hold since this request began (a hand-off's, say) does not send it to Redis. */
+    switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms, held_ms,
+                          token)) {
     case GW_PARKED:
         atomic_fetch_add(&srv->metrics.parked_unasked, 1);
         *result = MHD_YES;
@@ -574,10 +578,11 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
         call->waiting = 0;
     }
     if (call->waiting && !call->fair && call->idem_key[0] == '\0' && call->supersede == 0) {
-        int64_t held_ms = gw__wait_known_held(srv->waitq, &call->waiter, call->owner);
+        int64_t token = 0;
+        int64_t held_ms = gw__wait_known_held(srv->waitq, &call->waiter, call->owner, &token);
         if (held_ms > 0 && call->deadline_ms > gw__now_ms()) {
             enum MHD_Result parked = 0;
-            if (park_unasked(req, call, held_ms, &parked)) {
+            if (park_unasked(req, call, held_ms, token, &parked)) {
                 return parked;
             }
         }

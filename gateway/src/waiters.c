@@ -55,10 +55,10 @@
  *   - Messages of one connection arrive in the order Redis published them, so the first
  *     release message after a claim was published by the hand-off's release or before it
  *     (another gateway's), never after its attempt: the attempt saw that release. On
- *     Redlock lk_sub reports each release once, in the order of each master's messages,
- *     and again only with a larger token (a master whose token write-back failed published
- *     a smaller one first): such a repeat that takes a later hand-off's credit only makes
- *     that hand-off's own message wake a waiter, one attempt more.
+ *     Redlock lk_sub reports each release once (by its hold id), at its first master's
+ *     message. (A release by an older script, without a hold id, may be reported twice: a
+ *     repeat that takes a later hand-off's credit only makes that hand-off's own message
+ *     wake a waiter, one attempt more.)
  *   - The release published nothing (it did not free the lock, or nobody had marked it
  *     wanted: lk_result.published): no message comes for it. Its answer cancels the credit
  *     (gw__wait_handoff_settled); if a message used it first, that message may be of a
@@ -75,8 +75,9 @@
  * that marked it wanted, its resource remembers the owner and the lease end, with the
  * epoch: while the epoch has not moved, the lease is not over and the subscriber is
  * connected, a new waiting /lock of another owner parks at once (gw__wait_known_held),
- * which is what its attempt would have answered. A release since publishes and moves the
- * epoch; an expiry is the expiry timer's; a dropped subscriber forgets every holder.
+ * which is what its attempt would have answered. A release since publishes a message that
+ * names its token (or moves the epoch, without one); an expiry is the expiry timer's; a
+ * dropped subscriber forgets every holder.
  *
  * The cap. A parked waiter keeps its connection, and connections are limited
  * (--max-connections): 1,024 waiters would take them all, and then /healthz and the
@@ -1013,7 +1014,8 @@ void gw__wait_note_holder(gw_waitq *wq, const gw_waiter *w, const char *owner,
     pthread_mutex_unlock(&wq->mu);
 }
 
-int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner)
+int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner,
+                            int64_t *token)
 {
     gw_wres *r = w->res;
     int64_t left = -1;
@@ -1026,6 +1028,7 @@ int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner)
         !released_since(r, r->known_msgs, r->known_token) && wq->sub_fd >= 0 &&
         strcmp(r->known_owner, owner) != 0) {
         left = r->known_until - now;
+        *token = r->known_token;
     }
     pthread_mutex_unlock(&wq->mu);
     return left;

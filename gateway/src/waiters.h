@@ -106,9 +106,10 @@ void gw__wait_note_holder(gw_waitq *wq, const gw_waiter *w, const char *owner,
                           int64_t token, int64_t lease_ms);
 /* After gw__wait_begin(): the known holder's remaining lease when the lock is known to be
  * held, marked wanted, by an owner other than `owner`: a waiting attempt may park without
- * asking Redis, since that lock's release publishes a message and its expiry has a timer.
- * -1 when nothing is known. */
-int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner);
+ * asking Redis, since that lock's release publishes a message and its expiry has a timer;
+ * its token then goes to *token (the holder token to park with). -1 when nothing is known. */
+int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner,
+                            int64_t *token);
 
 /* After the attempt that ends the wait (or from request completion): leaves the queue, drops
  * the reference, and passes on a wake the waiter never used. held_ms is how long the lock is

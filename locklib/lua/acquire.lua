@@ -1,6 +1,7 @@
 -- acquire.lua: take, or re-enter, a fenced reentrant lock. Runs atomically in Redis.
 --
--- KEYS[1]  lock hash    fg:{R}:lock   field <owner> = hold count, field "#token" = token
+-- KEYS[1]  lock hash    fg:{R}:lock   field <owner> = hold count, field "#token" = token,
+--          "#hold" = the hold id (ARGV[8]), "#wait" = marked wanted (prelude/wanted.lua)
 -- KEYS[2]  fence counter fg:{R}:fence  never deleted; expires after ARGV[5] idle
 -- KEYS[3]  idempotency record fg:{R}:idem:<key> (untouched when ARGV[4] is "0")
 -- KEYS[4]  lift point   fg:{R}:base   never deleted; expires after ARGV[5] idle
@@ -21,6 +22,12 @@
 -- ARGV[7]  optional, decimal digits: a token to supersede, "0" (or absent) for none: a
 --          record of KEYS[3] for this owner answering exactly this token is dropped, not
 --          replayed (acquire_replay in prelude/mint.lua)
+-- ARGV[8]  optional: the hold id, 1 to 16 lowercase hex digits, "" (or absent) for none:
+--          a new hold keeps it in the field "#hold", and its release names it in the
+--          message (release.lua). The caller draws a new one per call, the same for every
+--          master of a Redlock call, so that a listener to several masters tells one
+--          release published by many from two releases with the same token
+--          (locklib/src/sub.c).
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
 --          {0, holder_pttl_ms, holder_token}                    held by another owner, whose
@@ -50,13 +57,14 @@ local idem_ms = tonumber(ARGV[4])
 local idle_ms = idle_arg(ARGV[5])
 local others = ARGV[6] or '0'
 local supersede = mint_floor(ARGV[7] or '0')
+local hold_id = ARGV[8] or ''
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') or
-        supersede == nil then
+        supersede == nil or #hold_id > 16 or string.match(hold_id, '^[0-9a-f]*$') == nil then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -74,6 +82,9 @@ if redis.call('EXISTS', KEYS[1]) == 0 then
     token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[5], owner, floor, lease_ms)
     if token == nil then
         return redis.error_reply('fencegate: token space exhausted')
+    end
+    if hold_id ~= '' then
+        redis.call('HSET', KEYS[1], '#hold', hold_id)
     end
     holds = 1
 elseif redis.call('HEXISTS', KEYS[1], owner) == 1 then

@@ -18,9 +18,10 @@
 --
 -- Returns  {1, 0, replayed, published}
 --                                released: the lock is deleted, and the token of the hold
---                                released (decimal) is published on ARGV[3] when the lock
---                                was marked wanted (prelude/wanted.lua); published is 1 when
---                                it was, else 0 (a replay: 0)
+--                                released (decimal; then ':' and its hold id when it has
+--                                one, acquire.lua ARGV[8]) is published on ARGV[3] when the
+--                                lock was marked wanted (prelude/wanted.lua); published is 1
+--                                when it was, else 0 (a replay: 0)
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
@@ -69,12 +70,18 @@ if holds <= 0 then
     holds = 0
     status = 1
     local wanted = is_wanted(KEYS[1])
-    local token = redis.call('HGET', KEYS[1], '#token')
+    local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])
     if wanted then
         -- The token tells a listener which hold ended: one that saw a later holder since
-        -- knows this release changed nothing for it (gateway/src/waiters.c).
-        redis.call('PUBLISH', ARGV[3], token or '0')
+        -- knows this release changed nothing for it (gateway/src/waiters.c). The hold id,
+        -- when the acquisition gave one, tells one release published by several Redlock
+        -- masters from two releases with the same token (locklib/src/sub.c).
+        local msg = ids[1] or '0'
+        if ids[2] then
+            msg = msg .. ':' .. ids[2]
+        end
+        redis.call('PUBLISH', ARGV[3], msg)
         published = 1
     end
 end

@@ -17,7 +17,7 @@ local holds = 0
 for i = 1, #fields, 2 do
     if fields[i] == '#token' then
         token = tonumber(fields[i + 1])
-    elseif fields[i] ~= '#wait' then
+    elseif string.sub(fields[i], 1, 1) ~= '#' then -- "#wait", "#hold": never an owner
         holds = tonumber(fields[i + 1])
     end
 end

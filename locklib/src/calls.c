@@ -85,6 +85,9 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
         lk__cmd_num(cmd, call->others_waiting != 0);
     }
     lk__cmd_num(cmd, call->idem_key != NULL ? call->supersede : 0);
+    if (!fair) {
+        lk__cmd_hold_id(cmd); /* built once, so every Redlock master gets the same */
+    }
     return LK_OK;
 }
 

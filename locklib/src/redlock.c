@@ -154,10 +154,15 @@ static void merge_res(int n, const lk__rl_node *nodes, lk_status st, lk_result *
 }
 
 /* Over the nodes that answered HELD: the shortest remaining lease (when to try again) and
- * the smallest holder's token (0 when one did not know it). A release message of that hold
- * from any of them names that token or a larger one, since a master's "#token" is the one
- * it minted or the grant's written back, which is larger: a listener that compares a
- * release's token with it (lk_sub_event_token) misses none of them. */
+ * the smallest holder's token (0 when one did not know it). A listener compares a release
+ * message's token with it (lk_sub_event_token). A master's message names its "#token" for
+ * the hold: the one it minted, or the grant's T once the write-back arrived, and a master
+ * of the granting majority minted at most T. So each held answer's token is at most what
+ * that master publishes, and lk_sub reports a release again when a later master names a
+ * larger token for it. Not guaranteed: a master left behind by the granting majority may
+ * have minted above T, and the write-back lowers it to T; when every held answer came from
+ * such masters (5 masters: held on 2 of them, granted to the caller on a third), a listener
+ * hears of the release when the lease ends instead. */
 static void holder_hint(int n, const lk__rl_node *nodes, lk_result *res)
 {
     int seen = 0;

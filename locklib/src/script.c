@@ -55,6 +55,14 @@ void lk__cmd_num(lk__cmd *cmd, int64_t n)
     lk__cmd_arg(cmd, s);
 }
 
+void lk__cmd_hold_id(lk__cmd *cmd)
+{
+    assert(cmd->nnum < LK__CMD_NUMS);
+    char *s = cmd->num[cmd->nnum++];
+    lk__hold_id(s);
+    lk__cmd_arg(cmd, s);
+}
+
 void lk__cmd_channel(lk__cmd *cmd)
 {
     lk_channel_name(cmd->route, next_str(cmd), LK__KEY_MAX);

@@ -13,7 +13,7 @@
 
 #define LK__ARGV_MAX 14
 #define LK__CMD_KEYS 8 /* key names and other long strings (the channel) one call may hold */
-#define LK__CMD_NUMS 6 /* numbers one call may hold (fair_acquire.lua: six) */
+#define LK__CMD_NUMS 7 /* numbers one call may hold (acquire.lua: six and the hold id) */
 
 /* Keys first, then the arguments, all pointing into the storage below or into the caller's
  * strings (which must outlive the send). `route` is the resource: every key is
@@ -45,5 +45,7 @@ void lk__cmd_idem_key(lk__cmd *cmd, const char *idem_key);
 void lk__cmd_arg(lk__cmd *cmd, const char *arg);
 void lk__cmd_num(lk__cmd *cmd, int64_t n);
 void lk__cmd_channel(lk__cmd *cmd);
+/* A new hold id (lk__hold_id) as the next argument. */
+void lk__cmd_hold_id(lk__cmd *cmd);
 
 #endif

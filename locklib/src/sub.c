@@ -41,23 +41,25 @@
  *      there afterwards is reported, not taken for one it missed. (Not at the first
  *      subscription: there a master that confirms late would report again a release the
  *      others reported meanwhile.)
- *   5. a message's token (lk_sub_event_token) is that master's token of the hold released.
- *      The masters agree on it: a grant's token is written back to every master that holds
- *      the lock (fence_raise.lua sets its "#token"). One whose write-back never arrived (its
- *      connection failed) keeps the token it minted, a smaller one. So a message that counts
- *      as a release reported already is still reported when its token is larger than any
- *      reported for the resource: a listener that saw the larger token of the hold then
- *      hears of its release. A listener may still miss that hold's release when only masters
- *      with the smaller token published it (the others lost the lock with their data); it
- *      hears of it when that hold's lease ends (expiry publishes nothing anyway).
- *      The token also covers a gap in the counts: a master publishes a release only where
- *      the lock was marked wanted (lua/prelude/wanted.lua), and an acquisition given back
- *      on a minority publishes there alone, so the masters' counts drift apart. A release
- *      published only by masters whose counts are behind another's passes no count, and
- *      is reported because its token is larger. (Drift also reports some releases twice,
- *      with the same token: one attempt more for a listener, never a missed release.) A
- *      release whose token is not larger either (a master ahead minted a larger one for
- *      an acquisition given back) is heard of when the hold's lease ends.
+ *   5. a message's token (lk_sub_event_token) is that master's token of the hold released:
+ *      the grant's once its write-back arrived (fence_raise.lua sets "#token"), else the one
+ *      that master minted.
+ *   6. Counting cannot tell releases apart: a master publishes a release only where the
+ *      lock was marked wanted (lua/prelude/wanted.lua), and an acquisition given back on a
+ *      minority publishes there alone, so the masters' counts drift apart; then a release
+ *      published only by masters behind another's passes no count and is lost to every
+ *      listener (its waiters sleep until the lease ends), and some releases are reported
+ *      twice. Tokens cannot either: two holds can have the same token on different
+ *      masters (a minority's give-back, and the next grant on the others). So every
+ *      acquisition carries a hold id drawn by the caller, the same on every master
+ *      (acquire.lua ARGV[8], kept in the lock's "#hold"), and the release message names it
+ *      ("<token>:<hold id>"). A message with a hold id is reported unless one with the
+ *      same id was, among the last SEEN_HOLDS: each release once, whichever masters
+ *      published it; again only when it names a larger token than was reported for that
+ *      hold (the first master's write-back had failed, step 5), so that a listener that saw
+ *      the grant's token hears of the release too. Messages without one (a release script from before hold ids, a fair
+ *      queue's cancel) go by the counts, and a repeat of a release is then reported too
+ *      when its token is larger than any reported.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -72,6 +74,9 @@
 /* The backoff between attempts to resubscribe a dropped master (Redlock). */
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 2000
+/* Hold ids a Redlock resource remembers (file head, step 6): far more releases than can
+ * happen between the first and the last master's message of one. */
+#define SEEN_HOLDS 16
 /* The epoll tag of the retry timer: above every master's index. */
 #define TIMER_TAG ((uint32_t)LK_REDLOCK_NODES_MAX)
 
@@ -81,6 +86,11 @@ typedef struct sub_seen {
     uint32_t got[LK_REDLOCK_NODES_MAX]; /* messages from each master */
     uint32_t reported;                  /* releases reported */
     int64_t top_token;                  /* the largest token reported (file head, step 5) */
+    struct {
+        uint64_t id;                    /* hold ids of the last releases reported (step 6) */
+        int64_t token;                  /* the largest token reported for it */
+    } holds[SEEN_HOLDS];
+    unsigned nholds;                    /* hold ids ever put in holds[] */
     uint32_t resync;                    /* bit k: master k was resubscribed (file head) */
     int subscribed;                     /* LK_SUB_SUBSCRIBED reported */
 } sub_seen;
@@ -99,6 +109,7 @@ struct lk_sub {
     sub_seen *seen;
     size_t nseen, capseen;
     int64_t event_token;   /* lk_sub_event_token() inside a callback */
+    uint64_t event_hold;   /* the message's hold id, 0 when it names none */
 };
 
 static void node_drop(lk_sub *s, int k)
@@ -434,21 +445,46 @@ static int sub_event(const redisReply *r, char *resource)
 
 /* The token a release message carries (release.lua publishes the token of the hold it
  * ended), or 0 for any other payload ("released" from fair_cancel.lua, older scripts). */
-static int64_t message_token(const redisReply *r)
+/* A release message "<token>" or "<token>:<hold id>" (release.lua): its token into
+ * s->event_token and its hold id into s->event_hold, each 0 when the message has none (or
+ * is not a release message). */
+static void message_ids(lk_sub *s, const redisReply *r)
 {
     const redisReply *p = r->type == REDIS_REPLY_ARRAY && r->elements == 3 ? r->element[2]
                                                                             : NULL;
     int64_t t = 0;
-    if (p == NULL || p->type != REDIS_REPLY_STRING || p->len < 1 || p->len > 16) {
-        return 0;
+    uint64_t h = 0;
+    size_t i = 0;
+
+    s->event_token = 0;
+    s->event_hold = 0;
+    if (p == NULL || p->type != REDIS_REPLY_STRING) {
+        return;
     }
-    for (size_t i = 0; i < p->len; i++) {
-        if (p->str[i] < '0' || p->str[i] > '9') {
-            return 0;
-        }
+    for (; i < p->len && i < 16 && p->str[i] >= '0' && p->str[i] <= '9'; i++) {
         t = t * 10 + (p->str[i] - '0');
     }
-    return t;
+    if (i == 0 || (i < p->len && p->str[i] != ':')) {
+        return; /* no token: "released" (an older script, a fair cancel) */
+    }
+    if (i < p->len) {
+        size_t n = p->len - i - 1;
+        if (n < 1 || n > LK__HOLD_ID_LEN) {
+            return;
+        }
+        for (i++; i < p->len; i++) {
+            char c = p->str[i];
+            if (c >= '0' && c <= '9') {
+                h = h << 4 | (uint64_t)(c - '0');
+            } else if (c >= 'a' && c <= 'f') {
+                h = h << 4 | (uint64_t)(c - 'a' + 10);
+            } else {
+                return;
+            }
+        }
+    }
+    s->event_token = t;
+    s->event_hold = h;
 }
 
 int64_t lk_sub_event_token(const lk_sub *s)
@@ -467,7 +503,7 @@ void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
 }
 
 /* Redlock: reports a reply from master k unless another master reported the same event
- * and it carries no larger token than any reported (file head, steps 4-5). */
+ * (file head, steps 4-6). */
 static void report_once(lk_sub *s, int k, const redisReply *r, lk_sub_fn fn, void *userdata)
 {
     char resource[LK_RESOURCE_MAX + 1];
@@ -487,6 +523,24 @@ static void report_once(lk_sub *s, int k, const redisReply *r, lk_sub_fn fn, voi
             e->subscribed = 1;
             fn(resource, event, userdata);
         }
+        return;
+    }
+    if (s->event_hold != 0) {
+        /* Every master names the same hold id for one release (step 6). */
+        for (unsigned i = 0; i < SEEN_HOLDS; i++) {
+            if (e->holds[i].id == s->event_hold) {
+                if (s->event_token <= e->holds[i].token) {
+                    return;
+                }
+                e->holds[i].token = s->event_token; /* step 5: a failed write-back */
+                fn(resource, event, userdata);
+                return;
+            }
+        }
+        unsigned i = e->nholds++ % SEEN_HOLDS;
+        e->holds[i].id = s->event_hold;
+        e->holds[i].token = s->event_token;
+        fn(resource, event, userdata);
         return;
     }
     int64_t token = s->event_token;
@@ -517,13 +571,14 @@ static int read_replies(lk_sub *s, redisContext *ctx, int k, lk_sub_fn fn, void 
         if (reply == NULL) {
             return 0;
         }
-        s->event_token = message_token(reply);
+        message_ids(s, reply);
         if (k < 0) {
             lk__sub_report(reply, fn, userdata);
         } else {
             report_once(s, k, reply, fn, userdata);
         }
         s->event_token = 0;
+        s->event_hold = 0;
         freeReplyObject(reply);
         reply = NULL;
     }

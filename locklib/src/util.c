@@ -2,6 +2,8 @@
  * guard: the bottom layer (util_internal.h). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -81,6 +83,39 @@ lk_status lk_channel_name(const char *resource, char *buf, size_t len)
     }
     int n = snprintf(buf, len, "fg:{%s}:released", resource);
     return n >= 0 && (size_t)n < len ? LK_OK : LK_EINVAL;
+}
+
+/* lk__hold_id: a per-process random key, drawn once, mixed with a counter. */
+static uint64_t hold_key;
+static _Atomic uint64_t hold_count;
+static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
+
+static void hold_key_init(void)
+{
+    uuid_t raw;
+    uuid_generate_random(raw); /* the kernel CSPRNG; 8 of its bytes are the key */
+    memcpy(&hold_key, raw, sizeof hold_key);
+}
+
+void lk__hold_id(char *buf)
+{
+    static const char hex[] = "0123456789abcdef";
+
+    pthread_once(&hold_once, hold_key_init);
+    /* splitmix64's finaliser of key + count: a bijection of the count, so one process never
+     * repeats an id; two processes repeat one with probability about 2^-64 per pair. */
+    uint64_t z = hold_key + atomic_fetch_add(&hold_count, 1) * UINT64_C(0x9e3779b97f4a7c15);
+    z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+    z ^= z >> 31;
+    if (z == 0) {
+        z = 1; /* 0 reads as "no hold id" (sub.c) */
+    }
+    for (int i = 15; i >= 0; i--) {
+        buf[i] = hex[z & 0x0f];
+        z >>= 4;
+    }
+    buf[16] = '\0';
 }
 
 char *lk_random_id(char *buf)

@@ -50,6 +50,13 @@ lk_status lk__verrf(char *err, lk_status st, const char *fmt, va_list ap)
 void lk__key(char *buf, const char *resource, const char *suffix);
 void lk__idem_key(char *buf, const char *resource, const char *idem_key);
 
+/* A hold id: 16 lowercase hex digits and a NUL into buf (17 bytes), unique in this process
+ * and random across processes. An acquisition passes one (acquire.lua ARGV[8]); every
+ * master of a Redlock call gets the same, so their release messages name the same hold
+ * (sub.c). Thread-safe. */
+#define LK__HOLD_ID_LEN 16
+void lk__hold_id(char *buf);
+
 /* Validation shared by the calls. */
 int lk__valid_lease(int64_t lease_ms);
 int lk__valid_idem(const char *idem_key); /* NULL (no key) or a valid name */

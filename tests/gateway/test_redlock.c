@@ -388,10 +388,12 @@ static void test_waiting_request_parks_on_a_known_holder(void **state)
     numsub_until(st, "rl.known", 1);
     assert_int_equal(pthread_create(&tb, NULL, wait_main, &b), 0);
     gwt_await_metric(&st->gw, "fencegate_waiters", 2);
+    long long handoffs = gwt_metric(&st->gw, "fencegate_lock_handoffs_total");
     assert_int_equal(gwt_unlock(&st->gw, "rl.known", "H"), 200); /* to A */
     pthread_join(ta, NULL);
     assert_int_equal(a.status, 200);
     assert_true(a.token > held);
+    assert_int_equal(gwt_metric(&st->gw, "fencegate_lock_handoffs_total"), handoffs + 1);
 
     long long before = evalsha_calls(st);
     assert_int_equal(pthread_create(&tc, NULL, wait_main, &c), 0);

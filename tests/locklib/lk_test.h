@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -84,14 +85,35 @@ static inline void lk_test_reap(pid_t pid)
 }
 
 /* Reads one pub/sub message from sub and checks its channel and payload. */
-static inline void lk_expect_message(redisContext *sub, const char *channel, const char *payload)
+/* The next message on sub, on channel; the caller frees it. */
+static inline redisReply *lk_next_message(redisContext *sub, const char *channel)
 {
     redisReply *msg = NULL;
     assert_int_equal(redisGetReply(sub, (void **)&msg), REDIS_OK);
     assert_int_equal(msg->type, REDIS_REPLY_ARRAY);
     assert_string_equal(msg->element[0]->str, "message");
     assert_string_equal(msg->element[1]->str, channel);
+    return msg;
+}
+
+static inline void lk_expect_message(redisContext *sub, const char *channel, const char *payload)
+{
+    redisReply *msg = lk_next_message(sub, channel);
     assert_string_equal(msg->element[2]->str, payload);
+    freeReplyObject(msg);
+}
+
+/* The next message on sub is a release of the hold with token `token`, naming a hold id
+ * ("<token>:<16 hex digits>", release.lua). */
+static inline void lk_expect_release(redisContext *sub, const char *channel, const char *token)
+{
+    redisReply *msg = lk_next_message(sub, channel);
+    const char *p = msg->element[2]->str;
+    size_t n = strlen(token);
+    assert_int_equal(strncmp(p, token, n), 0);
+    assert_int_equal(p[n], ':');
+    assert_int_equal(strspn(p + n + 1, "0123456789abcdef"), 16);
+    assert_int_equal(strlen(p + n + 1), 16);
     freeReplyObject(msg);
 }
 

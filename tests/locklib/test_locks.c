@@ -237,7 +237,7 @@ static void test_release_publishes(void **state)
     assert_int_equal(r.published, 0);
     assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
     assert_int_equal(r.published, 1);
-    lk_expect_message(sub, channel, alice_token); /* the token of the hold released */
+    lk_expect_release(sub, channel, alice_token); /* the token of the hold released */
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "PUBLISH %s probe2", channel), 1);
     lk_expect_message(sub, channel, "probe2");
 
@@ -256,7 +256,7 @@ static void test_release_publishes(void **state)
     char carol_token[24];
     snprintf(carol_token, sizeof carol_token, "%lld", (long long)call.res.token);
     assert_lk(f->c, lk_release(f->c, res, "carol", NULL, &r), LK_RELEASED);
-    lk_expect_message(sub, channel, carol_token);
+    lk_expect_release(sub, channel, carol_token);
     redisFree(sub);
 }
 
