@@ -55,10 +55,10 @@
  *   - Messages of one connection arrive in the order Redis published them, so the first
  *     release message after a claim was published by the hand-off's release or before it
  *     (another gateway's), never after its attempt: the attempt saw that release. On
- *     Redlock lk_sub reports each release once (by its hold id), at its first master's
- *     message. (A release by an older script, without a hold id, may be reported twice: a
+ *     Redlock lk_sub reports a release at its first master's message (by its hold id), and
+ *     again only with a larger token or in rare cases (locklib.h, lk_sub_event_token): a
  *     repeat that takes a later hand-off's credit only makes that hand-off's own message
- *     wake a waiter, one attempt more.)
+ *     wake a waiter, one attempt more.
  *   - The release published nothing (it did not free the lock, or nobody had marked it
  *     wanted: lk_result.published): no message comes for it. Its answer cancels the credit
  *     (gw__wait_handoff_settled); if a message used it first, that message may be of a

@@ -17,10 +17,10 @@
  * Redlock (redlock://): a release runs on every master, and each master it ran on publishes
  * it. The handle subscribes on every master that counts at (re)connect time, one connection
  * each, behind one epoll descriptor: lk_sub_fd() is that descriptor, readable when any of
- * them is, so the caller's loop is the same. Each release is reported once: per resource and
- * master the handle counts the messages, and reports a release when a master's count passes
- * the number already reported (a master that missed one release, or subscribed late, then
- * reports nothing twice); LK_SUB_SUBSCRIBED is reported at the first master's confirmation.
+ * them is, so the caller's loop is the same. Each release is reported once, at the first
+ * master's message, by the hold id its message names (step 6 below), and again only when
+ * a later master's message names a larger token for it (step 5); LK_SUB_SUBSCRIBED is
+ * reported at the first master's confirmation.
  * A master whose connection fails is dropped and the others go on; when none is left the
  * handle is disconnected, as with one connection.
  *
@@ -55,11 +55,14 @@
  *      (acquire.lua ARGV[8], kept in the lock's "#hold"), and the release message names it
  *      ("<token>:<hold id>"). A message with a hold id is reported unless one with the
  *      same id was, among the last SEEN_HOLDS: each release once, whichever masters
- *      published it; again only when it names a larger token than was reported for that
- *      hold (the first master's write-back had failed, step 5), so that a listener that saw
- *      the grant's token hears of the release too. Messages without one (a release script from before hold ids, a fair
- *      queue's cancel) go by the counts, and a repeat of a release is then reported too
- *      when its token is larger than any reported.
+ *      published it; again when it names a larger token than was reported for that hold
+ *      (the first master's write-back had failed, step 5), so that a listener that saw the
+ *      grant's token hears of the release too. One hold can also carry different ids on
+ *      different masters (a retry with an idempotency key draws a new id, and a master that
+ *      missed the first call mints with it while the others replay): its release is then
+ *      reported once per id, one attempt more for a listener. Messages without one (a
+ *      release script from before hold ids, a fair queue's cancel) go by the counts, and a
+ *      repeat of a release is then reported too when its token is larger than any reported.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -74,8 +77,10 @@
 /* The backoff between attempts to resubscribe a dropped master (Redlock). */
 #define RETRY_MIN_MS 100
 #define RETRY_MAX_MS 2000
-/* Hold ids a Redlock resource remembers (file head, step 6): far more releases than can
- * happen between the first and the last master's message of one. */
+/* Hold ids a Redlock resource remembers (file head, step 6): more releases than usually
+ * happen between the first and the last master's message of one. A master that lags
+ * further behind has its messages reported again: one attempt more for a listener each,
+ * nothing lost. */
 #define SEEN_HOLDS 16
 /* The epoll tag of the retry timer: above every master's index. */
 #define TIMER_TAG ((uint32_t)LK_REDLOCK_NODES_MAX)
@@ -443,8 +448,6 @@ static int sub_event(const redisReply *r, char *resource)
     return event >= 0 && channel_resource(r->element[1], resource) != NULL ? event : -1;
 }
 
-/* The token a release message carries (release.lua publishes the token of the hold it
- * ended), or 0 for any other payload ("released" from fair_cancel.lua, older scripts). */
 /* A release message "<token>" or "<token>:<hold id>" (release.lua): its token into
  * s->event_token and its hold id into s->event_hold, each 0 when the message has none (or
  * is not a release message). */

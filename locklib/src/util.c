@@ -90,11 +90,20 @@ static uint64_t hold_key;
 static _Atomic uint64_t hold_count;
 static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
 
-static void hold_key_init(void)
+static void hold_key_draw(void)
 {
     uuid_t raw;
-    uuid_generate_random(raw); /* the kernel CSPRNG; 8 of its bytes are the key */
-    memcpy(&hold_key, raw, sizeof hold_key);
+    uuid_generate_random(raw); /* the kernel CSPRNG */
+    /* Bytes 0-5 and 10-11: 64 random bits (byte 6 holds the version, byte 8 the variant). */
+    memcpy(&hold_key, raw, 6);
+    memcpy((unsigned char *)&hold_key + 6, raw + 10, 2);
+}
+
+static void hold_key_init(void)
+{
+    hold_key_draw();
+    /* A forked child would repeat its parent's ids: it draws a key of its own. */
+    pthread_atfork(NULL, NULL, hold_key_draw);
 }
 
 void lk__hold_id(char *buf)
@@ -103,7 +112,8 @@ void lk__hold_id(char *buf)
 
     pthread_once(&hold_once, hold_key_init);
     /* splitmix64's finaliser of key + count: a bijection of the count, so one process never
-     * repeats an id; two processes repeat one with probability about 2^-64 per pair. */
+     * repeats an id (but for the 0 below); two processes (a forked child too: it draws a new
+     * key) repeat one with probability about 2^-64 per pair. */
     uint64_t z = hold_key + atomic_fetch_add(&hold_count, 1) * UINT64_C(0x9e3779b97f4a7c15);
     z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
     z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);

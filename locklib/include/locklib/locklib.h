@@ -402,9 +402,11 @@ typedef void (*lk_sub_fn)(const char *resource, int event, void *userdata);
 /* Inside fn, for LK_SUB_RELEASED: the token of the hold released (the message's payload), or
  * 0 when unknown (a message of an older release script). A release of token t tells a
  * listener that saw a holder with a larger token since that the lock did not become free
- * for it. Redlock: each release is reported once, with the token of the master whose message
- * came first (the grant's, unless that master's write-back of it failed: then a smaller
- * one); messages of older release scripts, which name no hold id, may be reported twice. */
+ * for it. Redlock: a release is reported at the first master's message, with that master's
+ * token (the grant's, unless its write-back failed: then a smaller one), and again when a
+ * later master's message names a larger token; rarely more often (a master far behind, a
+ * hold that carries different ids on different masters, a message of an older script):
+ * a repeat never names a smaller token than the first report. */
 LK_EXTERN int64_t lk_sub_event_token(const lk_sub *s);
 
 /* Opens a subscriber for url (as lk_client_open()). A failed connection is not fatal: it
