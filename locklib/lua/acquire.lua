@@ -79,12 +79,9 @@ local token
 local holds
 local raised = 0
 if redis.call('EXISTS', KEYS[1]) == 0 then
-    token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[5], owner, floor, lease_ms)
+    token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[5], owner, floor, lease_ms, hold_id)
     if token == nil then
         return redis.error_reply('fencegate: token space exhausted')
-    end
-    if hold_id ~= '' then
-        redis.call('HSET', KEYS[1], '#hold', hold_id)
     end
     holds = 1
 elseif redis.call('HEXISTS', KEYS[1], owner) == 1 then

@@ -133,7 +133,7 @@ end
 
 -- 4. This owner's turn: mint (prelude/mint.lua).
 if not held and (not head or head == owner) then
-    local token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[7], owner, floor, lease_ms)
+    local token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[7], owner, floor, lease_ms, '')
     if token == nil then
         return redis.error_reply('fencegate: token space exhausted')
     end

@@ -23,10 +23,11 @@ end
 
 -- A first acquisition of the free lock k_lock by owner: lifts the counter k_fence (and the
 -- lift point k_base) to the floor when it is below, mints the next token, remembers it in
--- the list k_recent (the last 16, newest first) and takes the lock for lease_ms.
+-- the list k_recent (the last 16, newest first) and takes the lock for lease_ms, with the
+-- hold id hold_id when it is not '' (acquire.lua ARGV[8]).
 -- Returns token, raised (1 when the counter was lifted); or nil when the token space is
 -- exhausted, and then nothing has been written.
-local function mint(k_lock, k_fence, k_base, k_recent, owner, floor, lease_ms)
+local function mint(k_lock, k_fence, k_base, k_recent, owner, floor, lease_ms, hold_id)
     local current = tonumber(redis.call('GET', k_fence) or '0') or 0
     local lift = floor
     local base = tonumber(redis.call('GET', k_base) or '0') or 0
@@ -49,7 +50,11 @@ local function mint(k_lock, k_fence, k_base, k_recent, owner, floor, lease_ms)
     local token = redis.call('INCR', k_fence)
     redis.call('LPUSH', k_recent, string.format('%d', token))
     redis.call('LTRIM', k_recent, 0, 15)
-    redis.call('HSET', k_lock, '#token', string.format('%d', token), owner, 1)
+    if hold_id ~= '' then
+        redis.call('HSET', k_lock, '#token', string.format('%d', token), owner, 1, '#hold', hold_id)
+    else
+        redis.call('HSET', k_lock, '#token', string.format('%d', token), owner, 1)
+    end
     redis.call('PEXPIRE', k_lock, lease_ms)
     return token, raised
 end
