@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "locklib/locklib.h"
 #include "storage/storage.h"
@@ -62,8 +63,7 @@ static const gw_option options[] = {
      "(default 1073741824, 1 GiB)",
      OPT_SIZE, 1048576, 17592186044416LL},
     {"--threads", "FENCEGATE_THREADS", "N",
-     "HTTP worker threads (default 8; more when --max-connections needs them, so that each "
-     "holds at most 120 connections up to 122880)",
+     "HTTP event loop threads (default: one per online CPU, at least 2)",
      OPT_INT, 1, 1024},
     {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
      "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},
@@ -129,7 +129,8 @@ static void set_defaults(gw_config *cfg)
     snprintf(cfg->redis_url, sizeof cfg->redis_url, "redis://127.0.0.1:6379");
     snprintf(cfg->data_dir, sizeof cfg->data_dir, "./data");
     cfg->max_value_bytes = 1048576;
-    cfg->threads = 8;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    cfg->threads = cpus > 2 ? (cpus < 1024 ? (int)cpus : 1024) : 2;
     cfg->max_connections = 1024;
     cfg->max_connections_per_address = -1; /* half of max_connections, once that is known */
     cfg->token_key_idle_ttl_ms = GW_TOKEN_KEY_IDLE_TTL_DEFAULT_MS;

@@ -245,7 +245,7 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
         struct MHD_Connection *conn = lc->waiter.conn;
         struct gw_lock_call *next =
             call_of_turn(gw__fence_leave(f, &lc->turn, 0, &floor));
-        MHD_resume_connection(conn); /* lc may be freed from here on */
+        gw__loops_resume(srv->loops, conn); /* lc may be freed from here on */
         lc = next;
         first = 0;
     }

@@ -134,9 +134,9 @@ static void raise_fd_limit(const gw_config *cfg)
         setrlimit(RLIMIT_NOFILE, &rl); /* on failure the old limit stays: warned below */
         getrlimit(RLIMIT_NOFILE, &rl);
     }
-    /* Room for the listener, each worker's Redis connection, epoll set and wake-up channel,
+    /* Room for the listener, each loop's Redis connection, epoll set and wake-up channel,
      * the store and the waiters' loop. */
-    rlim_t need = (rlim_t)cfg->max_connections + 3 * (rlim_t)gw__server_workers(cfg) + 64;
+    rlim_t need = (rlim_t)cfg->max_connections + 3 * (rlim_t)gw__server_loops(cfg) + 64;
     if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
         gw__log_event(cfg, "warn",
                       "open-file limit %llu is below --max-connections %d plus internal "
@@ -178,14 +178,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
     gw__log_event(cfg, "info", "fencegate %s listening on %s (redis %s, store %s, %u threads)",
                   FENCEGATE_VERSION, cfg->listen, shown, server.store_desc,
-                  gw__server_workers(cfg));
-    if (cfg->max_connections > 120 * 1024) {
-        gw__log_event(cfg, "warn",
-                      "--max-connections %d puts more than 120 connections on some of the 1024 "
-                      "HTTP workers: libmicrohttpd 0.9.75 can then stall a worker for up to "
-                      "30 s when 128 of its requests arrive at once",
-                      cfg->max_connections);
-    }
+                  gw__server_loops(cfg));
     while (sigwait(stop_signals, &sig) != 0) {
     }
     gw__log_event(cfg, "info", "signal %d: no new connections; finishing in-flight requests",

@@ -1,6 +1,6 @@
 /*
  * /metrics in the Prometheus text format (version 0.0.4). Counters are atomics updated by
- * the pool threads; rendering reads them without a lock, so one scrape may mix values from
+ * the loop threads; rendering reads them without a lock, so one scrape may mix values from
  * slightly different instants, as every Prometheus client library does.
  *
  * Labels are fixed vocabularies (outcome names, status codes, route templates). They never

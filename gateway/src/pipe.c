@@ -167,7 +167,7 @@ static void *pipe_main(void *arg)
             struct MHD_Connection *conn = batch[i]->conn;
             int resume = batch[i]->done != NULL ? batch[i]->done(batch[i]) : 1;
             if (resume && conn != NULL) {
-                MHD_resume_connection(conn);
+                gw__loops_resume(p->srv->loops, conn);
             }
         }
     }

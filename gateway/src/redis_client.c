@@ -1,5 +1,5 @@
 /*
- * One lk_client per pool thread, opened on first use and closed when the thread exits: a
+ * One lk_client per loop thread, opened on first use and closed when the thread exits: a
  * hiredis context is not thread-safe. The pipelines and the waiters' subscriber keep their
  * own connections.
  */

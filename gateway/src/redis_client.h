@@ -1,5 +1,5 @@
 /*
- * Each pool thread's own locklib handle (redis_client.c), for the rare Redis calls that do
+ * Each loop thread's own locklib handle (redis_client.c), for the rare Redis calls that do
  * not go through the pipeline: a hiredis context is not thread-safe.
  */
 #ifndef GATEWAY_REDIS_CLIENT_H

@@ -2,20 +2,20 @@
  * The state every layer above the bottom one sees: the server (gw_server), a request
  * (gw_request) and the operation that serves it (gw_op). Types only; no functions.
  *
- * Threads: libmicrohttpd runs an epoll thread pool that parses requests and answers them.
- * Locks, unlocks, renewals and token checks go to the Redis pipeline and token-checked
- * writes to the storage writer (pipe.c): the request is suspended meanwhile, so pool
- * threads do not wait for those Redis calls or commits. The other calls that may block
- * (/metrics, /readyz, GET /locks, GET /resources: a Redis PING or status read, a PostgreSQL
- * read) go to the side pipelines' threads the same way (on LMDB too, where a read costs
- * microseconds and the hop is the larger part). What still runs on a pool thread: two rare
- * Redis calls (leaving a fair queue, giving back a hold nobody will use: each must come
- * before what the operation does next) on its own lk_client (gw__client(), a hiredis context
- * is not thread-safe), and the fence's LMDB floor read before an attempt. The token
- * ledger's cover, a small LMDB commit once per block of tokens, runs on the pipeline thread
- * that got the token (gw__fence_answered). The store is shared:
- * storage is thread-safe. Counters in gw_metrics are atomics.
- * The fence's stripes and the pipelines' queues have their own mutexes.
+ * Threads: the HTTP event loops (loops.c, --threads of them) each run a libmicrohttpd
+ * daemon that parses requests and answers them. Locks, unlocks, renewals and token checks
+ * go to the Redis pipeline and token-checked writes to the storage writer (pipe.c): the
+ * request is suspended meanwhile, so loop threads do not wait for those Redis calls or
+ * commits. The other calls that may block (/metrics, /readyz, GET /locks, GET /resources:
+ * a Redis PING or status read, a PostgreSQL read) go to the side pipelines' threads the
+ * same way (on LMDB too, where a read costs microseconds and the hop is the larger part).
+ * What still runs on a loop thread: two rare Redis calls (leaving a fair queue, giving back
+ * a hold nobody will use: each must come before what the operation does next) on its own
+ * lk_client (gw__client(), a hiredis context is not thread-safe), and the fence's LMDB
+ * floor read before an attempt. The token ledger's cover, a small LMDB commit once per
+ * block of tokens, runs on the pipeline thread that got the token (gw__fence_answered). The
+ * store is shared: storage is thread-safe. Counters in gw_metrics are atomics. The fence's
+ * stripes and the pipelines' queues have their own mutexes.
  */
 #ifndef GATEWAY_REQUEST_H
 #define GATEWAY_REQUEST_H
@@ -33,6 +33,7 @@
 
 #include "config.h"
 #include "fence.h"
+#include "loops.h"
 #include "metrics.h"
 #include "routes.h"
 
@@ -52,7 +53,9 @@ typedef struct gw_server {
     atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
     atomic_long inflight;         /* requests between their first call and completion */
     gw_metrics metrics;
-    struct MHD_Daemon *daemon;
+    gw_loops *loops;              /* the HTTP event loops and their daemons (loops.c) */
+    int listen_fd;                /* the socket every loop's daemon accepts on; -1 once
+                                   * shutdown has closed it */
     gw_waitq *waitq;
     gw_fence fence;               /* the floor stripes, max_token, the ledger (fence.c) */
     gw_pipe *pipe;                /* Redis calls (pipe.c) */

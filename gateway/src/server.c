@@ -1,7 +1,8 @@
 /*
- * The HTTP server and router: libmicrohttpd with epoll and an internal thread pool, the
- * access handler that routes, authenticates, streams and caps request bodies and drives each
- * request through its operation (gw_op, request.h), request deadlines, and graceful shutdown.
+ * The HTTP server and router: one libmicrohttpd daemon per event loop (loops.c) on one
+ * listening socket, the access handler that routes, authenticates, streams and caps
+ * request bodies and drives each request through its operation (gw_op, request.h), request
+ * deadlines, and graceful shutdown.
  *
  * A request's life cycle, every step here:
  *   1. first call: route it (routes.c), refuse what can be refused before the body (framing,
@@ -14,7 +15,7 @@
  *      operation has state.
  *
  * What happens when things go wrong:
- *   - Redis restarts or disappears: each pool thread's lk_client reports EUNAVAILABLE within
+ *   - Redis restarts or disappears: each loop thread's lk_client reports EUNAVAILABLE within
  *     its connect/command timeouts (2 s), the request answers 503 backend_unavailable, and
  *     the next call on that thread reconnects. No restart of the gateway is needed.
  *   - A client disconnects mid-request: while the body streams in, MHD ends the request and
@@ -32,11 +33,17 @@
 #define _DEFAULT_SOURCE
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "health.h"
@@ -137,6 +144,7 @@ static int check_auth(gw_request *req, enum MHD_Result *result)
 
 typedef struct gw_conn {
     struct gw_conn *prev, *next;
+    gw_addr_slot *slot;           /* its place in its address's count (loops.c) */
     int fd;
     int served;                   /* requests completed; only its own thread touches it */
     size_t uri_strlen;            /* strlen() of the raw request target, before any parsing */
@@ -180,9 +188,10 @@ static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_co
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         c = ci != NULL ? calloc(1, sizeof *c) : NULL;
         if (c == NULL) {
-            return;
+            return; /* untracked: the place its accept took is given back (loops.c) */
         }
         c->fd = ci->connect_fd;
+        c->slot = gw__loops_opened(cs->srv->loops);
         atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
         pthread_mutex_lock(&cs->mu);
         c->next = cs->head;
@@ -207,6 +216,7 @@ static void conn_notify(void *cls, struct MHD_Connection *conn, void **socket_co
         c->next->prev = c->prev;
     }
     pthread_mutex_unlock(&cs->mu);
+    gw__loops_closed(cs->srv->loops, c->slot);
     free(c);
     *socket_context = NULL;
 }
@@ -269,7 +279,7 @@ static void conns_free(gw_server *srv)
         pthread_join(cs->reaper, NULL);
         cs->reaper_started = 0;
     }
-    if (srv->daemon == NULL) {
+    if (srv->loops == NULL) {
         pthread_mutex_destroy(&cs->mu);
         free(cs);
         srv->conns = NULL;
@@ -626,49 +636,104 @@ static void stop_threads(gw_server *srv)
     gw__pipes_stop(srv);
 }
 
-/* The most connections one libmicrohttpd worker thread may hold.
- *
- * libmicrohttpd 0.9.75's epoll loop (MHD_epoll) takes events with epoll_wait(..., 128,
- * timeout) and, when a call returns exactly 128, calls it again with the same timeout
- * before it handles any of them. The timeout was computed before the first call, when
- * nothing was ready: up to the 30 s connection timeout. With edge-triggered connections
- * the 128 events already taken are not reported again, so when nothing else happens the
- * worker sleeps in the second call while 128 requests wait unread: every connection of the
- * worker stalls until some other event (a resume, a new connection) or the timeout wakes
- * it. A worker whose epoll set holds fewer than 128 descriptors (its connections, the
- * listening socket and its wake-up channel) can never fill one call. Measured before this
- * cap: 256 keep-alive connections on 2 workers (128 each) stalled one worker's 127 or 128
- * connections for 0.8 s or more in 4 of 6 watched runs, and once both for the whole 3 s of
- * a benchmark row (0 answers); on 8 workers, 1 to 4 connections now and then. */
-#define GW_WORKER_CONNS 120
-
-/* At most this many worker threads are added for the cap above: past 122,880 connections
- * a worker holds more than GW_WORKER_CONNS again (and the stall is possible again; main.c
- * warns). */
-#define GW_WORKERS_MAX 1024
-
-unsigned int gw__server_workers(const gw_config *cfg)
+unsigned int gw__server_loops(const gw_config *cfg)
 {
-    unsigned int need = ((unsigned int)cfg->max_connections + GW_WORKER_CONNS - 1) /
-                        GW_WORKER_CONNS;
-    if (need > GW_WORKERS_MAX) {
-        need = GW_WORKERS_MAX;
+    return cfg->threads > 0 ? (unsigned int)cfg->threads : 1;
+}
+
+/* The listening socket every loop's daemon shares: non-blocking, since every loop accepts
+ * on it and all but one get EAGAIN. Returns it, or -1 with err. */
+static int listen_socket(const gw_config *cfg, const struct sockaddr_storage *addr, char *err,
+                         size_t errlen)
+{
+    int one = 1;
+    int fd = socket(addr->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        snprintf(err, errlen, "cannot create a socket: %s", strerror(errno));
+        return -1;
     }
-    return (unsigned int)cfg->threads > need ? (unsigned int)cfg->threads : need;
+    /* What libmicrohttpd set on a socket it made itself: address reuse, and IPv6 only. */
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+        (addr->ss_family == AF_INET6 &&
+         setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one) != 0)) {
+        snprintf(err, errlen, "cannot set up a socket: %s", strerror(errno));
+        close(fd);
+        return -1;
+    }
+    socklen_t len = addr->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                                : sizeof(struct sockaddr_in);
+    if (bind(fd, (const struct sockaddr *)addr, len) != 0 || listen(fd, SOMAXCONN) != 0) {
+        snprintf(err, errlen, "cannot serve on %s (address in use or not permitted?)",
+                 cfg->listen);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Starts one daemon per loop on the shared socket and the loops' threads. */
+static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
+{
+    /* Suspend/resume parks waiting /lock requests without holding a loop thread. No
+     * internal thread: loops.c runs each daemon (MHD_run). */
+    unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
+                         (ipv6 ? MHD_USE_IPv6 : 0);
+    unsigned int n = gw__server_loops(srv->cfg);
+    /* Each daemon its share of the limit, the remainder to the first ones, as
+     * libmicrohttpd's pool split it. */
+    unsigned int share = (unsigned int)srv->cfg->max_connections / n;
+    unsigned int extra = (unsigned int)srv->cfg->max_connections % n;
+
+    srv->loops = gw__loops_new(n, (unsigned int)srv->cfg->max_connections_per_address, err,
+                               errlen);
+    if (srv->loops == NULL) {
+        return -1;
+    }
+    for (unsigned int i = 0; i < n; i++) {
+        struct MHD_Daemon *d = MHD_start_daemon(
+            flags, 0, gw__loops_accept, srv->loops, access_handler, srv,
+            /* First, so that libmicrohttpd's messages about the options below are ours. */
+            MHD_OPTION_EXTERNAL_LOGGER, gw__log_mhd, (void *)srv->cfg,
+            MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
+            MHD_OPTION_CONNECTION_LIMIT, share + (i < extra ? 1 : 0),
+            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)GW_CONN_TIMEOUT_S,
+            MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
+            MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
+            no_unescape, NULL, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, srv->conns,
+            MHD_OPTION_URI_LOG_CALLBACK, conn_request_line, NULL, MHD_OPTION_END);
+        if (d == NULL) {
+            snprintf(err, errlen, "cannot start HTTP loop %u on %s", i, srv->cfg->listen);
+            return -1;
+        }
+        if (gw__loops_set(srv->loops, i, d, err, errlen) != 0) {
+            return -1;
+        }
+    }
+    return gw__loops_start(srv->loops, err, errlen);
+}
+
+/* Undoes what gw__server_start() did, in reverse; each step only when it was done. */
+static void server_unwind(gw_server *srv)
+{
+    conns_free(srv); /* the reaper first: the daemons' closing notifications need the list */
+    gw__loops_free(srv->loops);
+    srv->loops = NULL;
+    conns_free(srv);
+    if (srv->listen_fd >= 0) {
+        close(srv->listen_fd);
+        srv->listen_fd = -1;
+    }
+    stop_threads(srv);
 }
 
 int gw__server_start(gw_server *srv, char *err, size_t errlen)
 {
     struct sockaddr_storage addr;
-    /* Suspend/resume parks waiting /lock requests without holding a pool thread. */
-    unsigned int flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                         MHD_ALLOW_SUSPEND_RESUME;
 
+    srv->listen_fd = -1;
+    srv->loops = NULL;
     if (gw__config_listen_addr(srv->cfg->listen, &addr, err, errlen) != 0) {
         return -1;
-    }
-    if (addr.ss_family == AF_INET6) {
-        flags |= MHD_USE_IPv6;
     }
     gw__fence_init(&srv->fence, srv->st, &gw__lock_fence_ops, srv);
     if (gw__pipes_start(srv, err, errlen) != 0) {
@@ -678,9 +743,6 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         gw__pipes_stop(srv);
         return -1;
     }
-    uint16_t port = addr.ss_family == AF_INET6
-                        ? ntohs(((struct sockaddr_in6 *)&addr)->sin6_port)
-                        : ntohs(((struct sockaddr_in *)&addr)->sin_port);
     srv->conns = calloc(1, sizeof *srv->conns);
     if (srv->conns == NULL) {
         snprintf(err, errlen, "out of memory");
@@ -689,33 +751,14 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     }
     pthread_mutex_init(&srv->conns->mu, NULL);
     srv->conns->srv = srv;
-    srv->daemon = MHD_start_daemon(
-        flags, port, NULL, NULL, access_handler, srv, MHD_OPTION_SOCK_ADDR, &addr,
-        MHD_OPTION_THREAD_POOL_SIZE, gw__server_workers(srv->cfg),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned int)srv->cfg->max_connections,
-        /* An address over its limit is closed at accept (issue 18, item 2: one client's idle
-         * flood left /healthz answering 4 probes of 16). */
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned int)srv->cfg->max_connections_per_address,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)GW_CONN_TIMEOUT_S,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
-        MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
-        no_unescape, NULL, MHD_OPTION_NOTIFY_CONNECTION, conn_notify, srv->conns,
-        MHD_OPTION_URI_LOG_CALLBACK, conn_request_line, NULL, MHD_OPTION_EXTERNAL_LOGGER,
-        gw__log_mhd, (void *)srv->cfg, MHD_OPTION_END);
-    if (srv->daemon == NULL) {
-        snprintf(err, errlen, "cannot serve on %s (address in use or not permitted?)",
-                 srv->cfg->listen);
-        conns_free(srv);
-        stop_threads(srv);
+    srv->listen_fd = listen_socket(srv->cfg, &addr, err, errlen);
+    if (srv->listen_fd < 0 || loops_start(srv, addr.ss_family == AF_INET6, err, errlen) != 0) {
+        server_unwind(srv);
         return -1;
     }
     if (pthread_create(&srv->conns->reaper, NULL, reaper_main, srv->conns) != 0) {
         snprintf(err, errlen, "cannot start the request deadline thread");
-        MHD_stop_daemon(srv->daemon);
-        srv->daemon = NULL;
-        conns_free(srv);
-        stop_threads(srv);
+        server_unwind(srv);
         return -1;
     }
     srv->conns->reaper_started = 1;
@@ -723,21 +766,21 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
 }
 
 /* Shutdown, in this order:
- *   1. stop accepting: MHD_quiesce_daemon() hands back the listening socket, we close it;
+ *   1. stop accepting: every loop quiesces its daemon, then the listening socket is closed
+ *      (a new connection is refused, not left in the backlog);
  *   2. every answer from now on carries "Connection: close" (see gw__queue), and every parked
  *      /lock is woken and answers 503 shutting_down, as does any that tries to park;
  *   3. wait until no request is in flight, up to drain_ms;
- *   4. the request deadline reaper stops; MHD_stop_daemon() closes idle keep-alive
- *      connections and joins the pool threads,
- *      whose exit closes their lk_clients; then the waiters' thread stops, then the Redis
- *      pipeline's. No connection is suspended by then (MHD forbids stopping with one). */
+ *   4. the request deadline reaper stops; the loop threads stop (their exit closes their
+ *      lk_clients) and MHD_stop_daemon() closes each daemon's idle keep-alive connections;
+ *      then the waiters' thread stops, then the Redis pipeline's. No connection is
+ *      suspended by then (MHD forbids stopping with one). */
 int gw__server_stop(gw_server *srv, int drain_ms)
 {
     atomic_store(&srv->shutting_down, 1);
-    MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
-    if (fd != MHD_INVALID_SOCKET) {
-        close(fd);
-    }
+    gw__loops_quiesce(srv->loops);
+    close(srv->listen_fd); /* no loop has it any more: new connections are refused */
+    srv->listen_fd = -1;
     gw__waitq_shutdown(srv->waitq);
     int64_t deadline = gw__now_us() + (int64_t)drain_ms * 1000;
     while (atomic_load(&srv->inflight) > 0) {
@@ -747,10 +790,6 @@ int gw__server_stop(gw_server *srv, int drain_ms)
         struct timespec nap = {0, 10 * 1000000L};
         nanosleep(&nap, NULL);
     }
-    conns_free(srv); /* the reaper first: the daemon's closing notifications need the list */
-    MHD_stop_daemon(srv->daemon);
-    srv->daemon = NULL;
-    conns_free(srv);
-    stop_threads(srv);
+    server_unwind(srv);
     return 0;
 }

@@ -8,10 +8,9 @@
 
 #include "request.h"
 
-/* The HTTP worker threads the daemon runs: --threads, raised so that no worker holds more
- * than 120 of --max-connections (libmicrohttpd splits the limit evenly), and never above
- * 1,024, past which (122,880 connections) a worker may hold more (server.c). */
-unsigned int gw__server_workers(const gw_config *cfg);
+/* The HTTP event loops the server runs (loops.c): --threads, each with its own daemon and
+ * any number of connections. */
+unsigned int gw__server_loops(const gw_config *cfg);
 /* Starts the daemon on cfg->listen. Returns 0 or -1 with err. */
 int gw__server_start(gw_server *srv, char *err, size_t errlen);
 /* Stops accepting, waits up to drain_ms for in-flight requests, stops the daemon.

@@ -12,7 +12,7 @@
  *     A client that only half-closed (shutdown(SHUT_WR)) looks the same here; it is
  *     answered 409 instead of waiting (locks.c, lock_woken).
  *   - SHUTDOWN: the gateway is stopping: it answers 503.
- * A woken waiter runs its attempt on an MHD pool thread (the access handler is called again
+ * A woken waiter runs its attempt on an HTTP loop thread (the access handler is called again
  * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
  * resource's queue from its first HELD answer until its wait ends, woken or not, so waking
  * "the first parked waiter" follows arrival order. A fair waiter takes its place while its
@@ -22,8 +22,8 @@
  * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll; a
  * short-lived thread reconnects the subscriber when it is down, so a slow connect never
  * delays a deadline.
- * Pool threads park and unpark under wq->mu. The states of a waiter, and who moves them:
- *     pool thread:  (attempting) -> PARKING -> MHD_suspend_connection -> SUSPENDED
+ * Loop threads park and unpark under wq->mu. The states of a waiter, and who moves them:
+ *     loop thread:  (attempting) -> PARKING -> MHD_suspend_connection -> SUSPENDED
  *     waitd:        SUSPENDED -> WOKEN, then MHD_resume_connection (after unlocking)
  *     waitd:        PARKING -> WAKE_PENDING; the parking thread sees it after its suspend and
  *                   resumes the connection itself (WOKEN)
@@ -441,7 +441,7 @@ static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
             /* Cannot happen in practice; the waiter's deadline still cannot fire twice, so
              * resume at once rather than lose it (MHD is then called under mu, which is
              * safe here: waitd holds no MHD lock). */
-            MHD_resume_connection(conn);
+            gw__loops_resume(wq->srv->loops, conn);
             return;
         }
         wq->resume = grown;
@@ -581,7 +581,7 @@ static void sub_write_failed(gw_waitq *wq)
     }
 }
 
-/* Subscriptions, unsubscriptions and passed-on wakes asked for by pool threads. */
+/* Subscriptions, unsubscriptions and passed-on wakes asked for by loop threads. */
 static void run_pending(gw_waitq *wq)
 {
     while (wq->unsub != NULL) {
@@ -757,7 +757,7 @@ static void *waitd_main(void *arg)
             free(g);
         }
         for (size_t i = 0; i < len; i++) {
-            MHD_resume_connection(wq->resume[i]);
+            gw__loops_resume(wq->srv->loops, wq->resume[i]);
         }
     }
 }
@@ -863,7 +863,7 @@ void gw__waitq_stop(gw_waitq *wq)
     free(wq);
 }
 
-/* ---- The pool threads' side ---------------------------------------------------------- */
+/* ---- The loop threads' side ---------------------------------------------------------- */
 
 int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource)
 {
@@ -1147,7 +1147,7 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
     }
     pthread_mutex_unlock(&wq->mu);
     if (resume_now) {
-        MHD_resume_connection(conn);
+        gw__loops_resume(wq->srv->loops, conn);
     }
     return GW_PARKED;
 }

@@ -462,7 +462,7 @@ static void test_tokens_are_per_resource(void **state)
     }
 }
 
-/* The gateway's threads named comm (libmicrohttpd names its pool's "MHD-worker"). */
+/* The gateway's threads named comm (loops.c names its HTTP loops "fg-http"). */
 static int threads_named(pid_t pid, const char *comm)
 {
     char path[320], name[64];
@@ -488,44 +488,101 @@ static int threads_named(pid_t pid, const char *comm)
     return n;
 }
 
-/* libmicrohttpd's pool threads of a gateway started with args, once there are want of them
- * or 10 s have passed: each worker names itself when it first runs, which under a sanitizer
- * can come after /healthz has been answered by another. */
-static int workers_of(const conc_state *s, const char *const *args, int want)
+/* The HTTP loops of gw once there are want of them or 10 s have passed: each names itself
+ * when it first runs, which under a sanitizer can come after /healthz has been answered by
+ * another. */
+static int loops_of(const gwt_proc *gw, int want)
 {
-    gwt_proc gw;
-    memset(&gw, 0, sizeof gw);
-    gwt_start(&gw, s->redis.url, NULL, args);
     int64_t deadline = th_now_ms() + 10000;
-    int n = threads_named(gw.pid, "MHD-worker");
+    int n = threads_named(gw->pid, "fg-http");
     while (n < want && th_now_ms() < deadline) {
         th_nap_ms(10);
-        n = threads_named(gw.pid, "MHD-worker");
+        n = threads_named(gw->pid, "fg-http");
     }
-    assert_int_equal(gwt_stop(&gw), 0);
     return n;
 }
 
-/* No libmicrohttpd worker holds more than 120 connections (server.c, GW_WORKER_CONNS: with
- * 128 descriptors ready at once, libmicrohttpd 0.9.75 can sleep on them for up to 30 s), so
- * --threads is raised to ceil(--max-connections / 120), and kept when it is larger. */
-static void test_no_worker_holds_more_than_120_connections(void **state)
+#define MANY_CONNS 300
+
+/* Sends one GET /healthz on every connection of fds, all before reading any answer, then
+ * reads every answer. Returns how many answered 200 before deadline_ms. */
+static int healthz_on_all(const int *fds, int n, int64_t deadline_ms)
+{
+    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
+    char buf[512];
+    int ok = 0;
+    size_t got[MANY_CONNS] = {0};
+    int done[MANY_CONNS] = {0};
+    for (int i = 0; i < n; i++) {
+        ssize_t sent = send(fds[i], req, sizeof req - 1, MSG_NOSIGNAL);
+        assert_int_equal(sent, (ssize_t)(sizeof req - 1));
+    }
+    for (int left = n; left > 0 && th_now_ms() < deadline_ms;) {
+        for (int i = 0; i < n; i++) {
+            if (done[i]) {
+                continue;
+            }
+            ssize_t r = recv(fds[i], buf, sizeof buf - 1, MSG_DONTWAIT);
+            if (r <= 0) {
+                continue;
+            }
+            /* Every answer is small: its status line comes in the first bytes. */
+            buf[r] = '\0';
+            if (got[i] == 0) {
+                ok += strncmp(buf, "HTTP/1.1 200", 12) == 0;
+            }
+            got[i] += (size_t)r;
+            if (buf[r - 1] == '}') { /* the JSON body is last: the answer is complete */
+                done[i] = 1;
+                left--;
+            }
+        }
+        th_nap_ms(1);
+    }
+    return ok;
+}
+
+/* One HTTP loop serves any number of connections (loops.c). libmicrohttpd 0.9.75's own
+ * epoll loop could sleep up to its 30 s idle timeout when 128 of a worker's sockets were
+ * ready at once, so the gateway used to run one worker per 120 connections; its own loops
+ * call libmicrohttpd with a zero timeout and sleep only in their poll(). Here one loop holds
+ * 300 kept-alive connections, and each sends a request before any answer is read, twice:
+ * every one is answered well within that 30 s. And --threads sets the number of loops,
+ * whatever --max-connections is. */
+static void test_one_loop_serves_more_than_128_ready_connections(void **state)
 {
     conc_state *s = *state;
-    static const char *const at_cap[] = {"--threads", "2", "--max-connections", "240", NULL};
-    static const char *const past_cap[] = {"--threads", "2", "--max-connections", "241", NULL};
-    static const char *const few[] = {"--threads", "1", "--max-connections", "1000", NULL};
-    static const char *const many[] = {"--threads", "12", "--max-connections", "1000", NULL};
+    static const char *const one[] = {"--threads", "1", "--max-connections", "400",
+                                      "--max-connections-per-address", "0", NULL};
+    static const char *const three[] = {"--threads", "3", "--max-connections", "10", NULL};
+    gwt_proc gw;
+    int fds[MANY_CONNS];
 
-    int w_at = workers_of(s, at_cap, 2), w_past = workers_of(s, past_cap, 3);
-    int w_few = workers_of(s, few, 9), w_many = workers_of(s, many, 12);
-    print_message("workers: %d for 240 connections and --threads 2, %d for 241; %d for 1,000 "
-                  "and --threads 1, %d for --threads 12\n",
-                  w_at, w_past, w_few, w_many);
-    assert_int_equal(w_at, 2);
-    assert_int_equal(w_past, 3);
-    assert_int_equal(w_few, 9);
-    assert_int_equal(w_many, 12);
+    memset(&gw, 0, sizeof gw);
+    gwt_start(&gw, s->redis.url, NULL, three);
+    assert_int_equal(loops_of(&gw, 3), 3);
+    assert_int_equal(gwt_stop(&gw), 0);
+
+    memset(&gw, 0, sizeof gw);
+    gwt_start(&gw, s->redis.url, NULL, one);
+    assert_int_equal(loops_of(&gw, 1), 1);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gw.port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < MANY_CONNS; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&addr, sizeof addr), 0);
+    }
+    for (int round = 0; round < 2; round++) {
+        int ok = healthz_on_all(fds, MANY_CONNS, th_now_ms() + 20000);
+        print_message("round %d: %d of %d connections answered\n", round, ok, MANY_CONNS);
+        assert_int_equal(ok, MANY_CONNS);
+    }
+    assert_int_equal(threads_named(gw.pid, "fg-http"), 1);
+    for (int i = 0; i < MANY_CONNS; i++) {
+        close(fds[i]);
+    }
+    assert_int_equal(gwt_stop(&gw), 0);
 }
 
 int main(void)
@@ -537,7 +594,7 @@ int main(void)
         cmocka_unit_test(test_hang_up_with_key_then_retry_holds_the_lock),
         cmocka_unit_test(test_tokens_are_per_resource),
         cmocka_unit_test(test_half_closed_lock_is_answered),
-        cmocka_unit_test(test_no_worker_holds_more_than_120_connections),
+        cmocka_unit_test(test_one_loop_serves_more_than_128_ready_connections),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
