@@ -85,6 +85,8 @@ struct gw_loops {
     unsigned int n;
     gw_loop *loops;
     unsigned int per_address;
+    void (*refused)(void *arg, unsigned int limit);
+    void *refused_arg;
     atomic_int quiesce;
     atomic_uint quiesced;      /* loops that have quiesced their daemon */
     atomic_int stop;
@@ -177,6 +179,9 @@ enum MHD_Result gw__loops_accept(void *cls, const struct sockaddr *addr, socklen
         ok = MHD_YES;
     }
     pthread_mutex_unlock(&ls->mu);
+    if (ok == MHD_NO && ls->refused != NULL) {
+        ls->refused(ls->refused_arg, ls->per_address);
+    }
     return ok;
 }
 
@@ -235,6 +240,13 @@ void gw__loops_resume(gw_loops *ls, struct MHD_Connection *conn)
     }
 }
 
+/* The daemon's open connections (libmicrohttpd cleans up closed ones first). Loop thread. */
+static unsigned int open_connections(struct MHD_Daemon *d)
+{
+    const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_CURRENT_CONNECTIONS);
+    return di != NULL ? di->num_connections : 0;
+}
+
 static void *loop_main(void *arg)
 {
     gw_loop *l = arg;
@@ -266,13 +278,22 @@ static void *loop_main(void *arg)
             }
         }
         atomic_store(&l->wake_pending, 0);
+        unsigned int before = open_connections(l->daemon);
         MHD_run(l->daemon);
         loop_unreserve(l);
+        if (open_connections(l->daemon) < before) {
+            /* A daemon at its connection limit (or out of descriptors) takes the listening
+             * socket out of its epoll set, and puts it back only at the start of its next
+             * run: with nothing else to wake the loop, it would never accept again. */
+            atomic_store(&l->wake_pending, 1);
+        }
     }
     return NULL;
 }
 
-gw_loops *gw__loops_new(unsigned int n, unsigned int per_address, char *err, size_t errlen)
+gw_loops *gw__loops_new(unsigned int n, unsigned int per_address,
+                        void (*refused)(void *arg, unsigned int limit), void *refused_arg,
+                        char *err, size_t errlen)
 {
     gw_loops *ls = calloc(1, sizeof *ls);
     if (ls == NULL || n == 0 || (ls->loops = calloc(n, sizeof *ls->loops)) == NULL) {
@@ -282,6 +303,8 @@ gw_loops *gw__loops_new(unsigned int n, unsigned int per_address, char *err, siz
     }
     ls->n = n;
     ls->per_address = per_address;
+    ls->refused = refused;
+    ls->refused_arg = refused_arg;
     pthread_mutex_init(&ls->mu, NULL);
     for (unsigned int i = 0; i < n; i++) {
         ls->loops[i].ls = ls;

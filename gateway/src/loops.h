@@ -2,8 +2,8 @@
  * The HTTP event loops (loops.c): one thread per loop, each driving its own libmicrohttpd
  * daemon in external-epoll mode on one listening socket they share, and the count of open
  * connections per client address across all of them. server.c makes the daemons (with its
- * callbacks) and hands them over; everything else that resumes a connection goes through
- * gw__loop_resume().
+ * callbacks) and hands them over; everything that resumes a connection goes through
+ * gw__loops_resume().
  */
 #ifndef GATEWAY_LOOPS_H
 #define GATEWAY_LOOPS_H
@@ -18,9 +18,12 @@ typedef struct gw_loops gw_loops;
 typedef struct gw_addr_slot gw_addr_slot;
 
 /* n loops (at least 1), not yet running; per_address is the most connections one client
- * address may hold across every loop (0: no limit). NULL with err when out of memory or
- * descriptors. */
-gw_loops *gw__loops_new(unsigned int n, unsigned int per_address, char *err, size_t errlen);
+ * address may hold across every loop (0: no limit), and refused (may be NULL) is called
+ * with refused_arg for each connection refused for it, on the loop's thread. NULL with err
+ * when out of memory or descriptors. */
+gw_loops *gw__loops_new(unsigned int n, unsigned int per_address,
+                        void (*refused)(void *arg, unsigned int limit), void *refused_arg,
+                        char *err, size_t errlen);
 unsigned int gw__loops_count(const gw_loops *ls);
 /* Gives loop i its daemon, started with MHD_USE_EPOLL and no internal thread, on the shared
  * listening socket, and with gw__loops_accept and ls as its accept policy. Returns 0, or -1

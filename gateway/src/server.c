@@ -34,15 +34,14 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <time.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -266,8 +265,8 @@ static void *reaper_main(void *arg)
     return NULL;
 }
 
-/* Stops the reaper (when it runs) and frees the list, which is empty once the daemon has
- * stopped. */
+/* Stops the reaper (when it runs) and frees the list, which is empty once the loops'
+ * daemons have stopped. */
 static void conns_free(gw_server *srv)
 {
     struct gw_conns *cs = srv->conns;
@@ -638,7 +637,26 @@ static void stop_threads(gw_server *srv)
 
 unsigned int gw__server_loops(const gw_config *cfg)
 {
-    return cfg->threads > 0 ? (unsigned int)cfg->threads : 1;
+    /* No more loops than connections: a daemon needs a share of at least one. */
+    int n = cfg->threads < cfg->max_connections ? cfg->threads : cfg->max_connections;
+    return n > 0 ? (unsigned int)n : 1;
+}
+
+static void log_limited(const gw_config *cfg, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    gw__log_mhd((void *)cfg, fmt, ap);
+    va_end(ap);
+}
+
+/* A connection refused for its address's limit (loops.c): logged the way libmicrohttpd
+ * logged its own per-IP refusals, through the same rate limit (log.h, GW_MHD_LOG_PER_S). */
+static void address_refused(void *arg, unsigned int limit)
+{
+    log_limited(arg, "Server reached connection limit for one address (%u). Closing inbound "
+                     "connection.\n",
+                limit);
 }
 
 /* The listening socket every loop's daemon shares: non-blocking, since every loop accepts
@@ -684,8 +702,8 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
     unsigned int share = (unsigned int)srv->cfg->max_connections / n;
     unsigned int extra = (unsigned int)srv->cfg->max_connections % n;
 
-    srv->loops = gw__loops_new(n, (unsigned int)srv->cfg->max_connections_per_address, err,
-                               errlen);
+    srv->loops = gw__loops_new(n, (unsigned int)srv->cfg->max_connections_per_address,
+                               address_refused, (void *)srv->cfg, err, errlen);
     if (srv->loops == NULL) {
         return -1;
     }

@@ -24,7 +24,7 @@
  * delays a deadline.
  * Loop threads park and unpark under wq->mu. The states of a waiter, and who moves them:
  *     loop thread:  (attempting) -> PARKING -> MHD_suspend_connection -> SUSPENDED
- *     waitd:        SUSPENDED -> WOKEN, then MHD_resume_connection (after unlocking)
+ *     waitd:        SUSPENDED -> WOKEN, then gw__loops_resume (after unlocking)
  *     waitd:        PARKING -> WAKE_PENDING; the parking thread sees it after its suspend and
  *                   resumes the connection itself (WOKEN)
  * Only waitd moves a waiter out of SUSPENDED, and it resumes connections only after it has

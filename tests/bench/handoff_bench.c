@@ -1033,7 +1033,7 @@ static int run_memory(bench *b, int reuse, mem_result *m)
     if (await_gauge(b, 0, deadline) != 0) {
         goto out;
     }
-    th_nap_ms(500); /* let the pool threads settle before the baseline */
+    th_nap_ms(500); /* let the loop threads settle before the baseline */
     m->rss0_kib = read_rss_kib(b->gw.pid);
     snprintf(resource, sizeof resource, "hb-%d-mem-%lu", (int)getpid(), b->seq++);
     holder = take_lock(b, resource, deadline);

@@ -1,8 +1,9 @@
 /*
  * null_server: a libmicrohttpd server that answers 200 "{}" to every request, started by
- * compare_bench to measure its load generator's ceiling. It runs MHD the way the gateway
- * does (gateway/src/server.c: internal epoll threads, a pool of 8), so the figure is the
- * most any MHD server on this machine can get from the load generator.
+ * compare_bench to measure its load generator's ceiling. It runs MHD with its own internal
+ * epoll thread pool of 8 (the gateway's way before its own loops, gateway/src/loops.c; kept,
+ * so that the ceiling stays comparable across rounds): the most a plain MHD server on this
+ * machine gets from the load generator.
  *
  * Usage: null_server PORT   (listens on 127.0.0.1:PORT until SIGTERM or SIGINT)
  */

@@ -342,12 +342,11 @@ fd_count() { ls "/proc/$gw_pid/fd" | wc -l; }
 waiters() { curl -fsS --max-time 2 "$(gw_url)/metrics" | awk '$1 == "fencegate_waiters" { print $2 }'; }
 http_clients() { ss -Htn state established "( sport = :$gport )" | wc -l; }
 fd_base=$(fd_count)
-# The gateway's HTTP workers, from its start-up line ("..., N threads)"): gw_start gives
-# --threads 4, which server.c raises to one worker per 120 of --max-connections (9 for the
-# default 1,024).
+# The gateway's HTTP loops, from its start-up line ("..., N threads)"): gw_start gives
+# --threads 4 (gateway/src/loops.c: one loop per thread, any number of connections each).
 gw_workers=$(grep -o '[0-9]* threads)' "$tmp/gateway.log" | tail -n 1 | cut -d' ' -f1)
-[ -n "$gw_workers" ] || gw_workers=9
-# The gateway opens a Redis connection per worker on its first rare call there (a give-back,
+[ -n "$gw_workers" ] || gw_workers=4
+# The gateway opens a Redis connection per loop on its first rare call there (a give-back,
 # leaving a fair queue), one per side pipeline thread (GW_SIDE_THREADS in
 # gateway/src/pipe.h: /metrics, /readyz, GET /locks), plus one for the subscriber and two for
 # the Redis pipeline: the warm-up may not have reached every thread, so the connections still
@@ -360,7 +359,7 @@ fd_slack=$((2 + gw_redis_max - $(gw_redis_conns) + ${fd_slack_extra:-0}))
 # its clients, for a leak report.
 fd_list() { ls -l "/proc/$gw_pid/fd" | awk 'NR > 1 { print $NF }' | sed 's/[0-9]\{3,\}/N/' | sort | uniq -c; }
 fd_at_base=$(fd_list)
-# Threads: the server's pool, waitd and the storage threads exist after the warm-up; a thread
+# Threads: the server's loops, waitd and the storage threads exist after the warm-up; a thread
 # that outlives its work (a reconnect thread never joined, say) shows up as one more.
 threads() { awk '$1 == "Threads:" { print $2 }' "/proc/$gw_pid/status"; }
 thread_base=$(threads)

@@ -5,6 +5,7 @@
  * their requests share batches.
  */
 #include <pthread.h>
+#include <signal.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -505,8 +506,9 @@ static int loops_of(const gwt_proc *gw, int want)
 #define MANY_CONNS 300
 
 /* Sends one GET /healthz on every connection of fds, all before reading any answer, then
- * reads every answer. Returns how many answered 200 before deadline_ms. */
-static int healthz_on_all(const int *fds, int n, int64_t deadline_ms)
+ * (after SIGCONT to stopped, when it is not 0) reads every answer. Returns how many answered
+ * 200 before deadline_ms. */
+static int healthz_on_all(const int *fds, int n, int64_t deadline_ms, pid_t stopped)
 {
     static const char req[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
     char buf[512];
@@ -516,6 +518,9 @@ static int healthz_on_all(const int *fds, int n, int64_t deadline_ms)
     for (int i = 0; i < n; i++) {
         ssize_t sent = send(fds[i], req, sizeof req - 1, MSG_NOSIGNAL);
         assert_int_equal(sent, (ssize_t)(sizeof req - 1));
+    }
+    if (stopped != 0) {
+        assert_int_equal(kill(stopped, SIGCONT), 0);
     }
     for (int left = n; left > 0 && th_now_ms() < deadline_ms;) {
         for (int i = 0; i < n; i++) {
@@ -542,19 +547,35 @@ static int healthz_on_all(const int *fds, int n, int64_t deadline_ms)
     return ok;
 }
 
+/* Opens n connections to gw and has each answered once, so the gateway holds all of them. */
+static void open_conns(const gwt_proc *gw, int *fds, int n)
+{
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gw->port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < n; i++) {
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(fds[i] >= 0);
+        assert_int_equal(connect(fds[i], (struct sockaddr *)&addr, sizeof addr), 0);
+    }
+    assert_int_equal(healthz_on_all(fds, n, th_now_ms() + 20000, 0), n);
+}
+
 /* One HTTP loop serves any number of connections (loops.c). libmicrohttpd 0.9.75's own
  * epoll loop could sleep up to its 30 s idle timeout when 128 of a worker's sockets were
  * ready at once, so the gateway used to run one worker per 120 connections; its own loops
  * call libmicrohttpd with a zero timeout and sleep only in their poll(). Here one loop holds
- * 300 kept-alive connections, and each sends a request before any answer is read, twice:
- * every one is answered well within that 30 s. And --threads sets the number of loops,
- * whatever --max-connections is. */
+ * 300 kept-alive connections, and each sends a request while the gateway is stopped
+ * (SIGSTOP), so that all 300 are ready at once when it goes on: every one is answered, well
+ * within that 30 s. And --threads sets the number of loops, whatever --max-connections is
+ * (but never more loops than connections). */
 static void test_one_loop_serves_more_than_128_ready_connections(void **state)
 {
     conc_state *s = *state;
     static const char *const one[] = {"--threads", "1", "--max-connections", "400",
                                       "--max-connections-per-address", "0", NULL};
     static const char *const three[] = {"--threads", "3", "--max-connections", "10", NULL};
+    static const char *const capped[] = {"--threads", "4", "--max-connections", "2",
+                                         "--max-waiters", "1", NULL};
     gwt_proc gw;
     int fds[MANY_CONNS];
 
@@ -562,25 +583,51 @@ static void test_one_loop_serves_more_than_128_ready_connections(void **state)
     gwt_start(&gw, s->redis.url, NULL, three);
     assert_int_equal(loops_of(&gw, 3), 3);
     assert_int_equal(gwt_stop(&gw), 0);
+    memset(&gw, 0, sizeof gw);
+    gwt_start(&gw, s->redis.url, NULL, capped);
+    assert_int_equal(loops_of(&gw, 2), 2);
+    assert_int_equal(gwt_stop(&gw), 0);
 
     memset(&gw, 0, sizeof gw);
     gwt_start(&gw, s->redis.url, NULL, one);
     assert_int_equal(loops_of(&gw, 1), 1);
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gw.port)};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    for (int i = 0; i < MANY_CONNS; i++) {
-        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
-        assert_true(fds[i] >= 0);
-        assert_int_equal(connect(fds[i], (struct sockaddr *)&addr, sizeof addr), 0);
-    }
+    open_conns(&gw, fds, MANY_CONNS);
     for (int round = 0; round < 2; round++) {
-        int ok = healthz_on_all(fds, MANY_CONNS, th_now_ms() + 20000);
+        assert_int_equal(kill(gw.pid, SIGSTOP), 0);
+        int ok = healthz_on_all(fds, MANY_CONNS, th_now_ms() + 20000, gw.pid);
         print_message("round %d: %d of %d connections answered\n", round, ok, MANY_CONNS);
         assert_int_equal(ok, MANY_CONNS);
     }
     assert_int_equal(threads_named(gw.pid, "fg-http"), 1);
     for (int i = 0; i < MANY_CONNS; i++) {
         close(fds[i]);
+    }
+    assert_int_equal(gwt_stop(&gw), 0);
+}
+
+/* A loop at its connection limit accepts again once its connections close. libmicrohttpd
+ * takes the listening socket out of a daemon's epoll set when the daemon is full and puts it
+ * back only when it runs again; a loop that slept after its connections closed, with no
+ * connection left to wake it, never accepted another one (loops.c, loop_main). */
+static void test_a_full_loop_accepts_again_once_its_connections_close(void **state)
+{
+    conc_state *s = *state;
+    static const char *const args[] = {"--threads", "1", "--max-connections", "4",
+                                       "--max-waiters", "1", "--max-connections-per-address",
+                                       "0", NULL};
+    gwt_proc gw;
+    int fds[4], more;
+
+    memset(&gw, 0, sizeof gw);
+    gwt_start(&gw, s->redis.url, NULL, args);
+    for (int round = 0; round < 3; round++) {
+        open_conns(&gw, fds, 4);
+        for (int i = 0; i < 4; i++) {
+            close(fds[i]);
+        }
+        /* The next connection, whenever the gateway has seen those close. */
+        open_conns(&gw, &more, 1);
+        close(more);
     }
     assert_int_equal(gwt_stop(&gw), 0);
 }
@@ -595,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_tokens_are_per_resource),
         cmocka_unit_test(test_half_closed_lock_is_answered),
         cmocka_unit_test(test_one_loop_serves_more_than_128_ready_connections),
+        cmocka_unit_test(test_a_full_loop_accepts_again_once_its_connections_close),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

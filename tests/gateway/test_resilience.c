@@ -252,8 +252,7 @@ static void test_stalled_redis_call_holds_up_no_server_thread(void **state)
     res_state *st = *state;
     th_redis *redis = &st->redis;
     gwt_proc *gw = &st->gw;
-    /* One worker: 120 connections need no more (server.c raises the workers to one per
-     * 120 of --max-connections). */
+    /* One HTTP loop: every connection shares its thread. */
     static const char *const args[] = {"--threads", "1", "--max-connections", "120", NULL};
     bg_get probe = {.gw = gw, .path = "/readyz"};
     bg_get status = {.gw = gw, .path = "/locks/res.stall"};

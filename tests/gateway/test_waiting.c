@@ -6,9 +6,8 @@
  * waiter, and "fair": true hands the lock over in arrival order, across gateways, past a
  * waiter that vanished.
  *
- * The gateway runs with 2 HTTP workers (--threads 2, and --max-connections 240, which needs
- * no more: server.c raises the workers to one per 120 connections): every test parks more
- * waiters than that, so a waiter that held a thread would stall the others.
+ * The gateway runs with 2 HTTP loops (--threads 2; --max-connections 240): every test parks
+ * more waiters than that, so a waiter that held a thread would stall the others.
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -205,7 +204,7 @@ static void test_parked_waiters_hold_no_thread(void **state)
 
     memset(w, 0, sizeof w);
     start_chain(&s->gw, "wt.threads", "w", w, N, 30000);
-    /* Both pool threads are free: other resources and endpoints answer. */
+    /* Both loop threads are free: other resources and endpoints answer. */
     lock_as(&s->gw, "wt.threads.other", "someone", 1000);
     unlock_as(&s->gw, "wt.threads.other", "someone");
     post_status(&s->gw, "/lock", "{\"resource\":\"wt.threads\",\"owner\":\"impatient\"}", 409);

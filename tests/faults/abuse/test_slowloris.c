@@ -244,7 +244,7 @@ static void test_flood(void **state)
     /* Its own descriptors (listeners, epoll, Redis, LMDB, log) plus at most the limit. */
     assert_true(max_fds <= baseline_fds + MAX_CONNECTIONS + 8);
     /* And back to the baseline once the flood has gone (the legitimate client's
-     * connection closed with its handle). Each of the gateway's 2 pool threads opens its
+     * connection closed with its handle). Each of the gateway's 2 loop threads opens its
      * Redis connection the first time it serves a lock call, which may be during the
      * flood: those 2 may stay, nothing else. */
     int64_t deadline = th_now_ms() + 5000;

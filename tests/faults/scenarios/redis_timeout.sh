@@ -4,7 +4,7 @@
 #     than 1 s. The gateway's per-thread connections go idle whenever the workload pauses
 #     between bursts, which it does here: each fault freezes the workload's processes
 #     (SIGSTOP of its process group) until Redis has closed every idle gateway connection,
-#     then lets it go on (SIGCONT), so every pool thread meets a closed connection on its
+#     then lets it go on (SIGCONT), so every loop thread meets a closed connection on its
 #     next call. (A subscriber with channels is exempt from the timeout; one with none is
 #     closed like any other.)
 #   - CLIENT KILL TYPE normal and CLIENT KILL TYPE pubsub while the workload runs, so
