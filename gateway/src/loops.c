@@ -251,6 +251,7 @@ static void *loop_main(void *arg)
 {
     gw_loop *l = arg;
     int quiesced = 0;
+    unsigned int open = 0; /* the daemon's connections after its last run (only runs move it) */
 
     this_loop = l;
     prctl(PR_SET_NAME, "fg-http", 0, 0, 0);
@@ -278,15 +279,20 @@ static void *loop_main(void *arg)
             }
         }
         atomic_store(&l->wake_pending, 0);
-        unsigned int before = open_connections(l->daemon);
         MHD_run(l->daemon);
         loop_unreserve(l);
-        if (open_connections(l->daemon) < before) {
-            /* A daemon at its connection limit (or out of descriptors) takes the listening
-             * socket out of its epoll set, and puts it back only at the start of its next
-             * run: with nothing else to wake the loop, it would never accept again. */
+        unsigned int now_open = open_connections(l->daemon);
+        if (now_open < open) {
+            /* A daemon at its connection limit takes the listening socket out of its epoll
+             * set, and puts it back only at the start of its next run: with nothing else to
+             * wake the loop, it would never accept again. The same holds for a daemon that
+             * ran out of descriptors at accept (libmicrohttpd's at_limit), but that one
+             * clears only when one of its own connections closes, so such a loop accepts
+             * again only then: the fd limit is raised at start-up for that reason (main.c,
+             * raise_fd_limit), and a warning says when it cannot be. */
             atomic_store(&l->wake_pending, 1);
         }
+        open = now_open;
     }
     return NULL;
 }
