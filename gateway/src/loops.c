@@ -327,11 +327,6 @@ gw_loops *gw__loops_new(unsigned int n, unsigned int per_address,
     return ls;
 }
 
-unsigned int gw__loops_count(const gw_loops *ls)
-{
-    return ls->n;
-}
-
 int gw__loops_set(gw_loops *ls, unsigned int i, struct MHD_Daemon *d, char *err, size_t errlen)
 {
     const union MHD_DaemonInfo *di = MHD_get_daemon_info(d, MHD_DAEMON_INFO_EPOLL_FD);

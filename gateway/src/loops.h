@@ -24,7 +24,6 @@ typedef struct gw_addr_slot gw_addr_slot;
 gw_loops *gw__loops_new(unsigned int n, unsigned int per_address,
                         void (*refused)(void *arg, unsigned int limit), void *refused_arg,
                         char *err, size_t errlen);
-unsigned int gw__loops_count(const gw_loops *ls);
 /* Gives loop i its daemon, started with MHD_USE_EPOLL and no internal thread, on the shared
  * listening socket, and with gw__loops_accept and ls as its accept policy. Returns 0, or -1
  * with err (the daemon is then stopped here). */
