@@ -3,9 +3,8 @@
  * (locklib) and storage checking it (the token ledger and each resource's highest token).
  * Nothing here speaks HTTP; it meets a token at three points of its life:
  *   1. gw__fence_enter(): before an acquisition is sent, its turn and its floor;
- *   2. gw__fence_answered(): when its answer is in (on the thread that got it: a pipeline
- *      thread, or the HTTP loop that sent the call itself, pipe.c), make the ledger cover
- *      the token before it leaves the process, count it, and pass the turn on (an
+ *   2. gw__fence_answered(): when its answer is in (on the pipeline thread), make the ledger
+ *      cover the token before it leaves the process, count it, and pass the turn on (an
  *      acquisition refused before it was sent leaves with gw__fence_leave());
  *   3. gw__fence_verdict(): when a write brings a token back, judge it.
  *

@@ -62,11 +62,11 @@ typedef struct gw_fence_ops {
      * done = gw__fence_answered, arg = t and ctx = the fence, or answer it without Redis
      * and pass the stripe on (gw__fence_leave). */
     void (*send)(gw_fence *f, gw_fence_turn *t, gw_floor floor);
-    /* On the thread that got the answer: t's attempt was answered HELD, and t still holds
-     * its stripe. May be NULL. */
+    /* On the pipeline thread: t's attempt was answered HELD, and t still holds its stripe.
+     * May be NULL. */
     void (*held)(gw_fence *f, gw_fence_turn *t);
-    /* On the thread that got the answer: submit job (its grant filled, done =
-     * gw__fence_granted) to the storage writer, which runs done and resumes the connection. */
+    /* On the pipeline thread: submit job (its grant filled, done = gw__fence_granted) to the
+     * storage writer, which runs done and resumes the connection. */
     void (*grant)(gw_fence *f, gw_job *job);
 } gw_fence_ops;
 
@@ -96,11 +96,11 @@ int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor);
 gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
                                gw_floor *next_floor);
 
-/* The done of an attempt's job, on the thread that got the answer (job->arg the turn,
- * job->ctx the fence): an ACQUIRED answer's token (also a replayed one) is covered by the ledger's
+/* The done of an attempt's job, on the pipeline thread (job->arg the turn, job->ctx the
+ * fence): an ACQUIRED answer's token (also a replayed one) is covered by the ledger's
  * durable ceiling, the outcome in turn->cover (not STORE_OK: the token must not be handed
  * out), and counted; a HELD answer calls ops->held; then the stripe passes on, and the next
- * turn is sent (ops->send). Returns 1: that thread resumes the attempt's connection.
+ * turn is sent (ops->send). Returns 1: the pipeline resumes the attempt's connection.
  * On a shared ledger (store_grant_needed) an ACQUIRED answer's token is granted instead:
  * the job goes on to the storage writer (ops->grant) with done = gw__fence_granted, still
  * holding the stripe, and this returns 0 (the writer resumes the connection). */

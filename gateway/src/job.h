@@ -25,9 +25,8 @@ struct gw_job {
     store_grant_req *grant;         /* for the storage writer instead of write: a grant
                                      * (fence.c), answered in place */
     struct MHD_Connection *conn;    /* resumed after done, unless done returns 0 */
-    /* On the thread that got the answer (a pipeline thread, or for a Redis call the HTTP
-     * loop that sent it itself: pipe.c), before the resume; may be NULL. Returns 1; 0 would
-     * mean it handed the request on to someone who resumes it (then the job may be gone). */
+    /* On the pipeline thread, before the resume; may be NULL. Returns 1; 0 would mean it
+     * handed the request on to someone who resumes it (then the job may be gone). */
     int (*done)(gw_job *job);
     /* For the side pipeline (gw__pipe_offload): a call that may block on Redis or the store,
      * made on a side thread (its own lk_client through gw__client()) and never on a server

@@ -11,7 +11,7 @@
  *   completed   end the wait, give back a hold whose answer did not reach the client.
  *
  * Fencing is fence.c's: an attempt takes its resource's turn and floor there, and when its
- * answer is in (on the thread that got it) the fence makes the ledger cover the token, counts
+ * answer is in (on the pipeline thread) the fence makes the ledger cover the token, counts
  * it and passes the turn on. If that cover failed the hold is released again and the client
  * gets 503.
  *
@@ -136,9 +136,9 @@ enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY, ATTEMPT_NOMEM }
  * Attempts in the pipeline. An attempt suspends its connection and asks for its resource's
  * turn (gw__fence_enter). When no acquisition of the stripe is out, it gets the turn with its
  * floor and goes to the Redis pipeline at once (stripe_send); else it queues behind, and when
- * the answer of the one before it is in, the fence (gw__fence_answered, on the thread that
- * got it) covers and counts that token, then grants the next turn with its floor and sends
- * it through gw__lock_fence_ops. Why the turns: fence.c, "Concurrent acquisitions".
+ * the answer of the one before it is in, the fence (gw__fence_answered, on a pipeline thread)
+ * covers and counts that token, then grants the next turn with its floor and sends it through
+ * gw__lock_fence_ops. Why the turns: fence.c, "Concurrent acquisitions".
  *
  * An attempt that waited for its stripe past its deadline + GW_STRIPE_GRACE_MS is answered
  * 503 without asking Redis: on a slow Redis (calls that take most of the command timeout
@@ -258,8 +258,8 @@ static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
     stripe_send_first(f, t, floor);
 }
 
-/* gw__lock_fence_ops.held, on the thread that got the answer: a fair waiter was queued in
- * Redis just now; it takes its local place while attempts on this resource are still serialised by
+/* gw__lock_fence_ops.held, on the pipeline thread: a fair waiter was queued in Redis just
+ * now; it takes its local place while attempts on this resource are still serialised by
  * the stripe, so both orders agree. */
 static void attempt_held(gw_fence *f, gw_fence_turn *t)
 {
@@ -271,8 +271,8 @@ static void attempt_held(gw_fence *f, gw_fence_turn *t)
     }
 }
 
-/* gw__lock_fence_ops.grant, on the thread that got the answer: the shared ledger's grant of
- * an answered attempt's token goes to the storage writer, which resumes the connection. */
+/* gw__lock_fence_ops.grant, on the pipeline thread: the shared ledger's grant of an
+ * answered attempt's token goes to the storage writer, which resumes the connection. */
 static void attempt_grant(gw_fence *f, gw_job *job)
 {
     gw_server *srv = f->owner;

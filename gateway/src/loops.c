@@ -78,7 +78,6 @@ struct gw_loop {
     atomic_int wake_pending;   /* resumed since the loop last ran its daemon */
     pthread_t thread;
     int started;
-    void *hook_state;          /* the hook's open() */
     gw_addr_slot *reserved;         /* the place the last accept took, until STARTED takes it */
 };
 
@@ -91,8 +90,6 @@ struct gw_loops {
     atomic_int quiesce;
     atomic_uint quiesced;      /* loops that have quiesced their daemon */
     atomic_int stop;
-    const gw_loop_hook *hook;  /* NULL for none */
-    void *hook_arg;
     pthread_mutex_t mu;        /* peers */
     void *peers;               /* tsearch() tree of gw_addr_slot */
 };
@@ -250,33 +247,14 @@ static unsigned int open_connections(struct MHD_Daemon *d)
     return di != NULL ? di->num_connections : 0;
 }
 
-/* Sleeps until the daemon, the eventfd or the hook's fd has something, at most ms (-1: no
- * limit; 0 with a hook fd: only looks). Returns 1 when the hook's fd is readable. */
-static int loop_sleep(gw_loop *l, int hfd, int ms)
-{
-    struct pollfd fds[3] = {{l->mhd_epfd, POLLIN, 0}, {l->wake, POLLIN, 0}, {hfd, POLLIN, 0}};
-    if (poll(fds, hfd >= 0 ? 3 : 2, ms) <= 0) {
-        return 0;
-    }
-    if (fds[1].revents & POLLIN) {
-        uint64_t count;
-        if (read(l->wake, &count, sizeof count) < 0) {
-            /* EAGAIN: another read took it; nothing to drain */
-        }
-    }
-    return hfd >= 0 && (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
-}
-
 static void *loop_main(void *arg)
 {
     gw_loop *l = arg;
-    const gw_loop_hook *hook = l->ls->hook;
     int quiesced = 0;
     unsigned int open = 0; /* the daemon's connections after its last run (only runs move it) */
 
     this_loop = l;
     prctl(PR_SET_NAME, "fg-http", 0, 0, 0);
-    l->hook_state = hook != NULL ? hook->open(l->ls->hook_arg) : NULL;
     while (!atomic_load(&l->ls->stop)) {
         if (!quiesced && atomic_load(&l->ls->quiesce)) {
             MHD_quiesce_daemon(l->daemon); /* the socket stays open: server.c closes it */
@@ -288,22 +266,21 @@ static void *loop_main(void *arg)
         if (MHD_get_timeout(l->daemon, &to) == MHD_YES) {
             ms = to > 60000 ? 60000 : (int)to;
         }
-        int hfd = -1, hms = -1;
-        if (l->hook_state != NULL) {
-            hfd = hook->fd(l->hook_state, &hms);
-            ms = hms >= 0 && (ms < 0 || hms < ms) ? hms : ms;
-        }
         if (atomic_load(&l->wake_pending)) {
             ms = 0;
         }
-        /* With nothing of the hook's awaited and work pending, not even a look. */
-        int readable = ms != 0 || hfd >= 0 ? loop_sleep(l, hfd, ms) : 0;
+        if (ms != 0) {
+            struct pollfd fds[2] = {{l->mhd_epfd, POLLIN, 0}, {l->wake, POLLIN, 0}};
+            if (poll(fds, 2, ms) > 0 && (fds[1].revents & POLLIN)) {
+                uint64_t count;
+                if (read(l->wake, &count, sizeof count) < 0) {
+                    /* EAGAIN: another read took it; nothing to drain */
+                }
+            }
+        }
         atomic_store(&l->wake_pending, 0);
         MHD_run(l->daemon);
         loop_unreserve(l);
-        if (l->hook_state != NULL) {
-            hook->after(l->hook_state, readable);
-        }
         unsigned int now_open = open_connections(l->daemon);
         if (now_open < open) {
             /* A daemon at its connection limit takes the listening socket out of its epoll
@@ -317,17 +294,7 @@ static void *loop_main(void *arg)
         }
         open = now_open;
     }
-    if (l->hook_state != NULL) {
-        hook->close(l->hook_state);
-        l->hook_state = NULL;
-    }
     return NULL;
-}
-
-void gw__loops_hook(gw_loops *ls, const gw_loop_hook *hook, void *arg)
-{
-    ls->hook = hook;
-    ls->hook_arg = arg;
 }
 
 gw_loops *gw__loops_new(unsigned int n, unsigned int per_address,
@@ -400,8 +367,7 @@ void gw__loops_quiesce(gw_loops *ls)
         loop_wake(&ls->loops[i]);
     }
     /* A loop answers within one round: it never waits for the network but in the rare
-     * calls request.h lists and the rare steps of its own Redis batches that locklib.h
-     * lists (lk_batch), each bounded by its timeout. */
+     * calls request.h lists, each bounded by its timeout. */
     while (atomic_load(&ls->quiesced) < ls->n) {
         struct timespec nap = {0, 1000000L};
         nanosleep(&nap, NULL);

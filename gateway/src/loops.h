@@ -28,20 +28,6 @@ gw_loops *gw__loops_new(unsigned int n, unsigned int per_address,
  * listening socket, and with gw__loops_accept and ls as its accept policy. Returns 0, or -1
  * with err (the daemon is then stopped here). */
 int gw__loops_set(gw_loops *ls, unsigned int i, struct MHD_Daemon *d, char *err, size_t errlen);
-/* Something else every loop polls besides its daemon (the Redis calls a loop sends itself:
- * pipe.c). Function pointers, so that loops.c calls nothing above it. On each loop's
- * thread: open() once before its first round (its state; NULL: none for this loop), then
- * each round fd() before the loop sleeps (the fd to poll for reading or -1, and
- * *timeout_ms, -1 for none, the longest it may sleep), after() once the daemon has run
- * (readable: the fd polled was readable, or hung up), and close() when the loop stops. */
-typedef struct gw_loop_hook {
-    void *(*open)(void *arg);
-    int (*fd)(void *state, int *timeout_ms);
-    void (*after)(void *state, int readable);
-    void (*close)(void *state);
-} gw_loop_hook;
-/* Sets every loop's hook, with arg for open(). Before gw__loops_start(). */
-void gw__loops_hook(gw_loops *ls, const gw_loop_hook *hook, void *arg);
 /* Starts every loop's thread. Returns 0 or -1 with err (none then runs). */
 int gw__loops_start(gw_loops *ls, char *err, size_t errlen);
 /* Every loop stops accepting new connections (its daemon is quiesced on its own thread);

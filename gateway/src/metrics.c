@@ -235,21 +235,19 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
            "Log lines dropped because stderr did not keep up and the log buffer was full "
            "(a request never waits for its log line).");
     put(&b, "fencegate_log_lines_dropped_total %llu\n", gw__log_dropped());
-    static const char *const pipelines[5] = {"redis", "storage", "side", "reads", "loops"};
+    static const char *const pipelines[4] = {"redis", "storage", "side", "reads"};
     header(&b, "fencegate_pipeline_batches_total", "counter",
            "Batches sent by the pipelines: Redis script calls sent as one pipeline, "
            "token-checked writes checked in one transaction (one fsync when any is "
            "accepted), calls that may block run off the server threads (side: probes and "
-           "lock status reads; reads: value reads), and the Redis script calls each HTTP "
-           "loop sends as one pipeline on its own connection (loops: a single Redis or "
-           "Sentinel whose connection is ready; redis carries the rest).");
-    for (int i = 0; i < 5; i++) {
+           "lock status reads; reads: value reads).");
+    for (int i = 0; i < 4; i++) {
         put(&b, "fencegate_pipeline_batches_total{pipeline=\"%s\"} %llu\n", pipelines[i],
             atomic_load(&m->pipe_batches[i]));
     }
     header(&b, "fencegate_pipeline_jobs_total", "counter",
            "Calls and writes carried by those batches (jobs / batches is the mean batch).");
-    for (int i = 0; i < 5; i++) {
+    for (int i = 0; i < 4; i++) {
         put(&b, "fencegate_pipeline_jobs_total{pipeline=\"%s\"} %llu\n", pipelines[i],
             atomic_load(&m->pipe_jobs[i]));
     }

@@ -77,10 +77,9 @@ typedef struct gw_metrics {
     atomic_llong redis_failovers;         /* the most master changes one handle saw */
     atomic_ullong deadline_closed;        /* connections closed for missing their request
                                            * deadline (server.c) */
-    /* The pipelines (pipe.c), [0] Redis, [1] storage, [2] side, [3] reads, [4] the Redis
-     * batches the HTTP loops send themselves: batches, jobs. */
-    atomic_ullong pipe_batches[5];
-    atomic_ullong pipe_jobs[5];
+    /* The pipelines (pipe.c), [0] Redis, [1] storage, [2] side, [3] reads: batches, jobs. */
+    atomic_ullong pipe_batches[4];
+    atomic_ullong pipe_jobs[4];
     /* Latency histogram per route (+1 for unmatched), cumulative at output time. */
     atomic_ullong latency_bucket[GW_R_COUNT + 1][GW_LATENCY_BUCKETS + 1];
     atomic_ullong latency_sum_us[GW_R_COUNT + 1];

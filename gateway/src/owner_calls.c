@@ -37,8 +37,7 @@ static void owner_call_completed(gw_request *req, enum MHD_RequestTerminationCod
     req->op_state = NULL;
 }
 
-/* The release of a hand-off is answered, on the thread that got the answer (waiters.c,
- * "Hand-offs"). */
+/* The release of a hand-off is answered, on the pipeline thread (waiters.c, "Hand-offs"). */
 static int handoff_release_done(gw_job *job)
 {
     const struct gw_owner_call *oc = job->arg;

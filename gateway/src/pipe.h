@@ -12,7 +12,6 @@
 #include "storage/storage.h"
 
 #include "job.h"
-#include "loops.h"
 
 struct gw_server;
 struct gw_request;
@@ -49,12 +48,6 @@ void gw__pipe_flush(gw_pipe *p);
  * the connection is resumed and the operation's resumed answers. */
 enum MHD_Result gw__pipe_offload(struct gw_request *req, gw_pipe *p, void *state, gw_job *job,
                                  void (*work)(gw_job *job));
-/* The index of the loops' own Redis batches in gw_metrics.pipe_batches and pipe_jobs. */
-#define GW_PIPE_LOOPS_METRIC 4
-/* The hook (loops.h) by which each HTTP loop sends the Redis calls its own requests submit
- * to srv->pipe, on a connection of its own, where that cannot block (pipe.c says when);
- * open()'s arg is the gw_server. */
-const gw_loop_hook *gw__pipe_loop_hook(void);
 /* Runs every queued job, then stops the threads. Only after every request has completed. */
 void gw__pipe_stop(gw_pipe *p);
 

@@ -6,17 +6,14 @@
  * daemon that parses requests and answers them. Locks, unlocks, renewals and token checks
  * go to the Redis pipeline and token-checked writes to the storage writer (pipe.c): the
  * request is suspended meanwhile, so loop threads do not wait for those Redis calls or
- * commits. On a single Redis or Sentinel each loop sends its own requests' Redis calls
- * itself, on a connection of its own that it polls with its daemon, and only when that
- * cannot block (pipe.c, "The Redis calls of a loop's own"); the rest go to the pipeline. The other calls that may block (/metrics, /readyz, GET /locks, GET /resources:
+ * commits. The other calls that may block (/metrics, /readyz, GET /locks, GET /resources:
  * a Redis PING or status read, a PostgreSQL read) go to the side pipelines' threads the
  * same way (on LMDB too, where a read costs microseconds and the hop is the larger part).
  * What still runs on a loop thread: two rare Redis calls (leaving a fair queue, giving back
  * a hold nobody will use: each must come before what the operation does next) on its own
  * lk_client (gw__client(), a hiredis context is not thread-safe), and the fence's LMDB
  * floor read before an attempt. The token ledger's cover, a small LMDB commit once per
- * block of tokens (2^20 by default), runs on the thread that got the token
- * (gw__fence_answered): a pipeline thread, or the loop that sent the call. The
+ * block of tokens, runs on the pipeline thread that got the token (gw__fence_answered). The
  * store is shared: storage is thread-safe. Counters in gw_metrics are atomics. The fence's
  * stripes and the pipelines' queues have their own mutexes.
  */

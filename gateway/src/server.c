@@ -727,7 +727,6 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
             return -1;
         }
     }
-    gw__loops_hook(srv->loops, gw__pipe_loop_hook(), srv);
     return gw__loops_start(srv->loops, err, errlen);
 }
 

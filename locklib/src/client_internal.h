@@ -25,7 +25,6 @@ struct lk_client {
     /* Started by the first LK_LEASE_WATCHDOG acquire, freed by lk_client_close(). Atomic so
      * that lk_watch_lost() on another thread never sees a half-built watchdog. */
     _Atomic(lk__watchdog *) wd;
-    int in_batch;                      /* an lk_batch of this handle is in flight */
 };
 
 /* Records the reason of an error in c->err and returns st. */

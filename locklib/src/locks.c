@@ -8,9 +8,7 @@
  * around a release, and after an acquisition WAIT for min_replicas (undone on failure) and
  * the watchdog (undone when it cannot start).
  */
-#include <poll.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "client_internal.h"
@@ -121,21 +119,25 @@ static void release_settled(lk_client *c, const lk_call *call)
     }
 }
 
-/* Before a batch is sent: a renewal answered NOT_OWNER from here on is the batch's release,
- * not a loss. */
-static void before_run(lk_client *c, lk_call *const *calls, size_t n)
+/* lk_call_many() for kinds up to last_kind. */
+static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kind last_kind)
 {
+    if (c->opts.min_replicas > 0 && n > 1) {
+        /* Each acquisition's WAIT must run on the connection that carried it, before any
+         * later call of the batch can drop it, and a rollback's reconnect must not give a
+         * later call a WAIT with nothing to wait for: with replicas, one call at a time. */
+        for (size_t i = 0; i < n; i++) {
+            call_many(c, &calls[i], 1, last_kind);
+        }
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         if (watched_release(calls[i])) {
+            /* A renewal answered NOT_OWNER from here on is this release, not a loss. */
             lk__watch_releasing(c, calls[i]->resource, calls[i]->owner, 1);
         }
     }
-}
-
-/* After every call of a batch is answered: the reasons, the watches, and what follows each
- * acquisition (acquired()). */
-static void after_run(lk_client *c, lk_call *const *calls, size_t n)
-{
+    lk__run(&c->tp, &c->opts, calls, n, last_kind);
     for (size_t i = 0; i < n; i++) {
         lk_call *call = calls[i];
         if (call->status >= LK_EINVAL) {
@@ -150,157 +152,9 @@ static void after_run(lk_client *c, lk_call *const *calls, size_t n)
     }
 }
 
-/* lk_call_many() for kinds up to last_kind. */
-static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kind last_kind)
-{
-    if (c->opts.min_replicas > 0 && n > 1) {
-        /* Each acquisition's WAIT must run on the connection that carried it, before any
-         * later call of the batch can drop it, and a rollback's reconnect must not give a
-         * later call a WAIT with nothing to wait for: with replicas, one call at a time. */
-        for (size_t i = 0; i < n; i++) {
-            call_many(c, &calls[i], 1, last_kind);
-        }
-        return;
-    }
-    before_run(c, calls, n);
-    lk__run(&c->tp, &c->opts, calls, n, last_kind);
-    after_run(c, calls, n);
-}
-
 void lk_call_many(lk_client *c, lk_call *const *calls, size_t n)
 {
     call_many(c, calls, n, LK_CALL_TOKEN_CHECK);
-}
-
-/* ---- lk_batch: lk_call_many() in steps (locklib.h) ----------------------------------------
- * The same three steps as call_many(): before_run(), the run (lk__run() cut at the
- * transport's two halves: lk__run_build(), lk__transport_start(), the replies read as they
- * arrive, lk__transport_finish()), after_run(). What can block is kept out by refusing to
- * start: no connection to open (lk__transport_ready()), no script to load, no WAIT
- * (min_replicas), no watchdog to start for an acquisition. What happens on failure is the
- * transport's, as for a blocking batch: a dead connection found before sending means no
- * start (nothing sent, the caller runs the calls elsewhere, whose connect step reconnects);
- * a connection that fails or goes silent after sending answers the calls still waiting
- * EUNAVAILABLE and is dropped, and the breaker sees the batch as one call. */
-
-struct lk_batch {
-    lk_client *c;
-    lk_call *const *calls;
-    size_t n;
-    lk__runner run;
-    lk__inflight fl;           /* the transport's half-done batch; state NULL when answered */
-    int64_t deadline;          /* lk__now_ms() after which nothing more is awaited */
-};
-
-lk_status lk_client_prepare(lk_client *c)
-{
-    int probe = 0;
-    int64_t start = lk__now_ms();
-    lk_status st;
-
-    if (c->tp.ops != NULL || c->opts.min_replicas > 0) {
-        return lk__fail(c, LK_EINVAL, "batches from an event loop need a single node or "
-                                      "Sentinel, without min_replicas");
-    }
-    if (lk__transport_ready(&c->tp)) {
-        return LK_OK; /* nothing to send: not a call, so not the breaker's */
-    }
-    if (lk__breaker_enter(c->tp.breaker, &probe, c->err) != 0) {
-        return LK_EUNAVAILABLE;
-    }
-    st = lk__transport_connect(&c->tp);
-    if (st == LK_OK) {
-        st = lk__transport_load_all(&c->tp);
-    }
-    /* Slow only when it failed: a connect or load that hung. One that succeeded slowly
-     * proves Redis answers (a starved thread looks slow too; a batch confirms with a PING,
-     * transport.c's redis_slow). */
-    lk__breaker_leave(c->tp.breaker, probe, st,
-                      st != LK_OK && lk__breaker_slow(c->tp.breaker, c->opts.connect_timeout_ms,
-                                                      c->opts.command_timeout_ms,
-                                                      lk__now_ms() - start));
-    return st;
-}
-
-/* A call that would start the watchdog when it acquires. */
-static int wants_watchdog(const lk_call *call)
-{
-    return (call->kind == LK_CALL_ACQUIRE || call->kind == LK_CALL_ACQUIRE_FAIR) &&
-           call->lease_ms == LK_LEASE_WATCHDOG;
-}
-
-int lk_batch_start(lk_client *c, lk_call *const *calls, size_t n, lk_batch **out)
-{
-    *out = NULL;
-    if (c->in_batch || c->opts.min_replicas > 0 || !lk__transport_ready(&c->tp)) {
-        return 0;
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (wants_watchdog(calls[i])) {
-            return 0;
-        }
-    }
-    lk_batch *b = calloc(1, sizeof *b);
-    if (b == NULL) {
-        return 0;
-    }
-    b->c = c;
-    b->calls = calls;
-    b->n = n;
-    c->in_batch = 1;
-    before_run(c, calls, n);
-    lk__run_build(&b->run, &c->tp, &c->opts, calls, n, LK_CALL_TOKEN_CHECK);
-    if (b->run.m > 0) {
-        /* lk__transport_ready() has just checked the connection: start() must not check
-         * it again (a connection that died in between would be reopened here, blocking).
-         * One that died is met by the write or the read: EUNAVAILABLE, as for any batch. */
-        c->tp.checked = 1;
-        lk__transport_start(&c->tp, &b->fl, b->run.m, b->run.sent, lk__run_done, &b->run);
-        c->tp.checked = 0;
-    }
-    b->deadline = lk__now_ms() + c->opts.command_timeout_ms;
-    *out = b;
-    return 1;
-}
-
-int lk_batch_fd(const lk_batch *b)
-{
-    const lk__transport *t = &b->c->tp;
-    return lk__transport_waiting(t, &b->fl) ? t->ctx->fd : -1;
-}
-
-int lk_batch_timeout_ms(const lk_batch *b)
-{
-    int64_t left = b->deadline - lk__now_ms();
-    return lk_batch_fd(b) < 0 || left <= 0 ? 0 : (int)left;
-}
-
-int lk_batch_step(lk_batch *b, int readable)
-{
-    lk_client *c = b->c;
-    lk__transport *t = &c->tp;
-
-    if (readable) {
-        lk__transport_read_ready(t, &b->fl);
-    }
-    if (lk__transport_waiting(t, &b->fl)) {
-        if (lk__now_ms() < b->deadline) {
-            return 0;
-        }
-        /* The time is up, but the caller may have been busy since its poll: what has
-         * arrived counts before the rest is given up on. */
-        struct pollfd pfd = {t->ctx->fd, POLLIN, 0};
-        if (!readable && poll(&pfd, 1, 0) > 0) {
-            lk__transport_read_ready(t, &b->fl);
-        }
-        lk__transport_expire(t, &b->fl, c->opts.command_timeout_ms);
-    }
-    lk__transport_finish(t, &b->fl); /* nothing left to read; a NOSCRIPT resend blocks */
-    lk__run_free(&b->run);
-    after_run(c, b->calls, b->n);
-    c->in_batch = 0;
-    free(b);
-    return 1;
 }
 
 /* One call of any kind: the status, with its reason left in c->err for lk_errstr(). */

@@ -6,14 +6,19 @@
  */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "run_internal.h"
 
+typedef struct run_ctx {
+    lk__transport *t;
+    lk_call *const *calls;
+    const size_t *index; /* the call each sent command belongs to */
+} run_ctx;
+
 /* One sent command's outcome, from the transport. */
-void lk__run_done(void *ctx, size_t j, lk_status st, redisReply *reply)
+static void done(void *ctx, size_t j, lk_status st, redisReply *reply)
 {
-    lk__runner *r = ctx;
+    run_ctx *r = ctx;
     lk_call *call = r->calls[r->index[j]];
 
     if (reply != NULL) {
@@ -29,64 +34,51 @@ void lk__run_done(void *ctx, size_t j, lk_status st, redisReply *reply)
     }
 }
 
-void lk__run_build(lk__runner *r, lk__transport *t, const lk_options *opts,
-                   lk_call *const *calls, size_t n, lk_call_kind last_kind)
+void lk__run(lk__transport *t, const lk_options *opts, lk_call *const *calls, size_t n,
+             lk_call_kind last_kind)
 {
-    memset(r, 0, sizeof *r);
-    r->t = t;
-    r->calls = calls;
-    r->n = n;
-    r->cmds = n <= 1 ? &r->one_cmd : malloc(n * sizeof *r->cmds);
-    r->sent = n <= 1 ? &r->one_sent : malloc(n * sizeof *r->sent);
-    r->index = n <= 1 ? &r->one_index : malloc(n * sizeof *r->index);
+    /* A single call, the common case, needs no allocation. */
+    lk__cmd one_cmd;
+    const lk__cmd *one_sent = NULL;
+    size_t one_index = 0;
+    lk__cmd *cmds = n <= 1 ? &one_cmd : malloc(n * sizeof *cmds);
+    const lk__cmd **sent = n <= 1 ? &one_sent : malloc(n * sizeof *sent);
+    size_t *index = n <= 1 ? &one_index : malloc(n * sizeof *index);
+    size_t m = 0;
+
     for (size_t i = 0; i < n; i++) {
         lk__call_reset(calls[i]);
     }
-    if (r->cmds == NULL || r->sent == NULL || r->index == NULL) {
+    if (cmds == NULL || sent == NULL || index == NULL) {
         for (size_t i = 0; i < n; i++) {
             calls[i]->status = lk__errf(calls[i]->err, LK_ENOMEM, "out of memory");
         }
-        return;
+        goto out;
     }
     for (size_t i = 0; i < n; i++) {
         lk_call *call = calls[i];
         const lk__call_kind *kind =
             (unsigned)call->kind <= (unsigned)last_kind ? lk__call_kind_of(call->kind) : NULL;
-        lk_status st = kind != NULL ? kind->build(opts, call, &r->cmds[r->m], call->err)
+        lk_status st = kind != NULL ? kind->build(opts, call, &cmds[m], call->err)
                                     : lk__errf(call->err, LK_EINVAL, "unknown call kind %d",
                                                (int)call->kind);
         if (st != LK_OK) {
             call->status = st; /* refused before sending */
             continue;
         }
-        r->cmds[r->m].out = call;
-        r->sent[r->m] = &r->cmds[r->m];
-        r->index[r->m] = i;
-        r->m++;
+        cmds[m].out = call;
+        sent[m] = &cmds[m];
+        index[m] = i;
+        m++;
     }
-}
-
-void lk__run_free(lk__runner *r)
-{
-    if (r->n > 1) {
-        free(r->cmds);
-        free(r->sent);
-        free(r->index);
+    if (m > 0) {
+        run_ctx r = {t, calls, index};
+        lk__transport_run(t, m, sent, done, &r);
     }
-    r->cmds = NULL;
-    r->sent = NULL;
-    r->index = NULL;
-    r->m = 0;
-}
-
-void lk__run(lk__transport *t, const lk_options *opts, lk_call *const *calls, size_t n,
-             lk_call_kind last_kind)
-{
-    lk__runner r;
-
-    lk__run_build(&r, t, opts, calls, n, last_kind);
-    if (r.m > 0) {
-        lk__transport_run(t, r.m, r.sent, lk__run_done, &r);
+out:
+    if (n > 1) {
+        free(cmds);
+        free(sent);
+        free(index);
     }
-    lk__run_free(&r);
 }

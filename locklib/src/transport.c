@@ -522,7 +522,7 @@ void lk__transport_start(lk__transport *t, lk__inflight *b, size_t n,
     b->start = lk__now_ms();
     lk__sigpipe guard;
     lk__sigpipe_block(&guard);
-    st = t->checked ? LK_OK : lk__transport_connect(t);
+    st = lk__transport_connect(t);
     if (st == LK_OK) {
         /* A failed load leaves st: the calls not yet answered get it in finish(). */
         st = load_missing(t, b);
@@ -600,11 +600,11 @@ int lk__transport_waiting(const lk__transport *t, const lk__inflight *b)
     return t->ctx != NULL && b->state != NULL && b->st == LK_OK && first_sent(b) < b->n;
 }
 
-/* Drops the connection and answers every call of b still waiting EUNAVAILABLE (each may
- * or may not have run), with the reason already in t->err. */
-static void give_up_waiting(lk__transport *t, batch *b)
+/* The connection failed with calls of b waiting: as read_replies() without a reply. */
+static void fail_waiting(lk__transport *t, batch *b)
 {
-    b->st = LK_EUNAVAILABLE;
+    b->st = lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
+                     t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
     b->worst = b->st;
     lk__transport_drop(t);
     for (size_t j = first_sent(b); j < b->n; j++) {
@@ -612,14 +612,6 @@ static void give_up_waiting(lk__transport *t, batch *b)
             answer(b, j, LK_EUNAVAILABLE, NULL);
         }
     }
-}
-
-/* The connection failed with calls of b waiting: as read_replies() without a reply. */
-static void fail_waiting(lk__transport *t, batch *b)
-{
-    lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: %s",
-             t->ctx != NULL && t->ctx->errstr[0] ? t->ctx->errstr : "no reply");
-    give_up_waiting(t, b);
 }
 
 void lk__transport_read_ready(lk__transport *t, lk__inflight *b)
@@ -646,30 +638,6 @@ void lk__transport_read_ready(lk__transport *t, lk__inflight *b)
             b->worst = LK_EUNAVAILABLE;
         }
     }
-}
-
-int lk__transport_ready(lk__transport *t)
-{
-    if (t->ops != NULL || t->owed > 0 || t->stale || t->asking ||
-        connect_now(t, 0) != LK_OK) {
-        return 0;
-    }
-    for (int s = 0; s < LK__SCRIPT_COUNT; s++) {
-        if (t->sha[s][0] == '\0') {
-            return 0;
-        }
-    }
-    return 1;
-}
-
-void lk__transport_expire(lk__transport *t, lk__inflight *b, int timeout_ms)
-{
-    if (!lk__transport_waiting(t, b)) {
-        return;
-    }
-    lk__errf(t->err, LK_EUNAVAILABLE, "Redis connection failed: no reply within %d ms",
-             timeout_ms);
-    give_up_waiting(t, b);
 }
 
 void lk__transport_abandon(lk__transport *t, lk__inflight *b)

@@ -103,8 +103,6 @@ struct lk__transport {
                                         * lk__transport_abandon) */
     int asking;                        /* send ASKING before each call (a Cluster ASK
                                         * redirection) */
-    int checked;                       /* lk__transport_ready() was 1 just now: the next
-                                        * start() skips its connect step (lk_batch_start) */
     lk_breaker *breaker;               /* NULL for none */
     redisContext *ctx;                 /* NULL while disconnected */
     char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */
@@ -177,18 +175,6 @@ void lk__transport_finish(lk__transport *t, lk__inflight *b);
 int lk__transport_waiting(const lk__transport *t, const lk__inflight *b);
 void lk__transport_read_ready(lk__transport *t, lk__inflight *b);
 void lk__transport_abandon(lk__transport *t, lk__inflight *b);
-
-/* For a caller that must not block (lk_batch_start): 1 when a batch on t now would neither
- * open a connection nor load a script nor wait for owed replies, so that start() only
- * writes to a live connection. A single node's (or Sentinel's) connection found dead is
- * dropped here, and a Sentinel's +switch-master hint is read, as a batch would; 0 otherwise,
- * with nothing written (lk__transport_connect() and lk__transport_load_all(), on a thread
- * that may block, make it 1). Not for a transport with ops (Cluster, Redlock): always 0. */
-int lk__transport_ready(lk__transport *t);
-/* Between start() and finish(), once b's deadline has passed: the calls still waiting are
- * answered EUNAVAILABLE ("no reply within the command timeout") and the connection is
- * dropped, as a blocking read that timed out would. */
-void lk__transport_expire(lk__transport *t, lk__inflight *b, int timeout_ms);
 
 /* Loads every script t's connection lacks now, so that no later batch needs to (a batch
  * on a connection that owes replies would first wait for them: lk__transport_settle).

@@ -300,49 +300,6 @@ typedef struct lk_call {
  * set by any of them. */
 LK_EXTERN void lk_call_many(lk_client *c, lk_call *const *calls, size_t n);
 
-/* ---- Pipelined calls from an event loop ---------------------------------------------- */
-
-/* lk_call_many() in steps, for a thread that must never block because it also serves
- * other sockets (the gateway's HTTP loops): lk_batch_start() writes the batch, the caller
- * polls lk_batch_fd() for reading, at most lk_batch_timeout_ms(), and calls lk_batch_step()
- * each time the fd is readable or the time is up; the call that returns 1 has answered every
- * call exactly as lk_call_many() would have, and freed the batch.
- * It never connects, loads a script or waits for a reply: lk_batch_start() returns 0 and
- * starts nothing unless c is a single node or Sentinel, without min_replicas, connected
- * with every script loaded, no call asks for a watchdog lease, and no batch of c is in
- * flight. The caller then runs the calls some other way (lk_call_many() on a thread that
- * may block) and has lk_client_prepare() run on such a thread. What can still wait:
- *   - the write: the connection is a blocking socket, and lk_batch_start() writes the whole
- *     batch. With the one before answered the socket buffers are empty, so a batch that
- *     fits in them (tens of KiB: the gateway sends at most 64 calls) never waits;
- *   - rare: a call answered NOSCRIPT (SCRIPT FLUSH on a live connection) is loaded and sent
- *     again, and a batch whose replies took over half the command timeout is confirmed
- *     with a PING before the breaker counts it slow, both within the lk_batch_step() that
- *     returns 1, as lk_call_many() would, each bounded by the command timeout.
- * c and calls stay untouched by anything else until lk_batch_step() returns 1. */
-typedef struct lk_batch lk_batch;
-
-/* Connects c if it is not connected and loads every script on its connection, through the
- * breaker like a call, so that lk_batch_start() can start (OK at once, sending nothing,
- * when it already can). Returns OK, EUNAVAILABLE (with the reason), or EINVAL for Cluster,
- * Redlock and min_replicas, where lk_batch_start() never starts. May block up to the
- * connect and command timeouts. */
-LK_EXTERN lk_status lk_client_prepare(lk_client *c);
-/* Starts calls[0..n) on c (above). Returns 1 with *out the batch, or 0 with *out NULL and
- * nothing started: no call's status is touched. */
-LK_EXTERN int lk_batch_start(lk_client *c, lk_call *const *calls, size_t n, lk_batch **out);
-/* The fd to poll for reading, or -1 when nothing is awaited (lk_batch_step() then ends the
- * batch at once). */
-LK_EXTERN int lk_batch_fd(const lk_batch *b);
-/* Milliseconds until the batch gives up waiting (the command timeout from its start); 0
- * when the time is up or nothing is awaited. */
-LK_EXTERN int lk_batch_timeout_ms(const lk_batch *b);
-/* readable: poll() said the fd is readable (reading otherwise would block). Reads what has
- * arrived; once the time is up, the calls still waiting get EUNAVAILABLE (each may or may
- * not have run) and the connection is dropped. Returns 0 while replies are awaited, 1 once
- * every call is answered and b is freed. */
-LK_EXTERN int lk_batch_step(lk_batch *b, int readable);
-
 typedef struct lk_lock_info {
     int locked;
     int64_t token;       /* locked: the holder's token */
