@@ -66,7 +66,9 @@ static const gw_option options[] = {
      "HTTP event loop threads (default: one per online CPU, at least 2)",
      OPT_INT, 1, 1024},
     {"--max-connections", "FENCEGATE_MAX_CONNECTIONS", "N",
-     "concurrent HTTP connections (default 1024)", OPT_INT, 1, 1000000},
+     "concurrent HTTP connections (default 1024; lowered, with a warning, to what the "
+     "open-file limit holds)",
+     OPT_INT, 1, 1000000},
     {"--max-waiters", "FENCEGATE_MAX_WAITERS", "N",
      "parked /lock waiters (wait_ms) at once; more answer 503 too_many_waiters, keeping "
      "connections for /healthz and /unlock (default 3/4 of --max-connections)",

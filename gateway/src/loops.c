@@ -288,8 +288,9 @@ static void *loop_main(void *arg)
              * wake the loop, it would never accept again. The same holds for a daemon that
              * ran out of descriptors at accept (libmicrohttpd's at_limit), but that one
              * clears only when one of its own connections closes, so such a loop accepts
-             * again only then: the fd limit is raised at start-up for that reason (main.c,
-             * raise_fd_limit), and a warning says when it cannot be. */
+             * again only then: that is why start-up lowers --max-connections to what the
+             * open-file limit holds (main.c, fit_fd_limit), so the daemons' connection
+             * limits come first. */
             atomic_store(&l->wake_pending, 1);
         }
         open = now_open;

@@ -120,29 +120,65 @@ static int open_store(const gw_config *cfg)
     return 0;
 }
 
-/* Raises the open-file limit to its hard maximum: every connection, parked waiters
- * included, is a descriptor, and the usual soft limit of 1024 is below the default
- * --max-connections. Warns when even the hard limit cannot hold --max-connections. */
-static void raise_fd_limit(const gw_config *cfg)
+/* Raises the open-file limit to its hard limit (every connection, parked waiters included,
+ * is a descriptor, and the usual soft limit of 1024 is below the default
+ * --max-connections), and lowers --max-connections when even that leaves too few
+ * descriptors, with a warning. A loop that runs out of descriptors at accept (EMFILE)
+ * stops accepting until one of its own connections closes (libmicrohttpd's at_limit; a
+ * loop holding none would spin), and the gateway's own descriptors (a Redis reconnect, a
+ * store file) would fail with it. A daemon at its connection limit stops accepting
+ * instead, and takes new connections again as soon as any of its own closes (loops.c), so
+ * the limit must be reached before the descriptors run out. Returns 0, or -1 (said on
+ * stderr) when the limit leaves no room for two connections. */
+static int fit_fd_limit(gw_config *cfg)
 {
     struct rlimit rl;
     if (getrlimit(RLIMIT_NOFILE, &rl) != 0) {
-        return;
+        return 0;
     }
     if (rl.rlim_cur < rl.rlim_max) {
         rl.rlim_cur = rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl); /* on failure the old limit stays: warned below */
+        setrlimit(RLIMIT_NOFILE, &rl); /* on failure the old limit stays: handled below */
         getrlimit(RLIMIT_NOFILE, &rl);
     }
-    /* Room for the listener, each loop's Redis connection, epoll set and wake-up channel,
-     * the store and the waiters' loop. */
-    rlim_t need = (rlim_t)cfg->max_connections + 3 * (rlim_t)gw__server_loops(cfg) + 64;
-    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < need) {
-        gw__log_event(cfg, "warn",
-                      "open-file limit %llu is below --max-connections %d plus internal "
-                      "descriptors; connections beyond it are refused (raise ulimit -n)",
-                      (unsigned long long)rl.rlim_cur, cfg->max_connections);
+    /* Room for what the gateway opens itself: the listener, each loop's epoll set and two
+     * wake-up channels, the store's files or PostgreSQL connections, the log, and on every
+     * Redis node one connection per lk_client (the pipelines' threads, each loop's own, the
+     * waiters' subscriber, the watchdog: a node URL's commas count its nodes). 25 on one
+     * Redis with 4 loops, measured; this is 88 there. */
+    rlim_t loops = gw__server_loops(cfg), nodes = 1;
+    for (const char *p = cfg->redis_url; *p != '\0'; p++) {
+        nodes += *p == ',';
     }
+    rlim_t reserve = 64 + 3 * loops + nodes * (8 + loops);
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)cfg->max_connections + reserve) {
+        return 0;
+    }
+    if (rl.rlim_cur < reserve + 2) {
+        /* Two: one waiter (below --max-connections) and the /unlock it waits for. */
+        fprintf(stderr, "fencegate: open-file limit %llu leaves too few descriptors for "
+                        "connections: at least %llu needed (raise ulimit -n)\n",
+                (unsigned long long)rl.rlim_cur, (unsigned long long)reserve + 2);
+        return -1;
+    }
+    int fit = (int)(rl.rlim_cur - reserve);
+    /* What was derived from the old limit, or set above the new one, follows it down with
+     * the same rules (config.c): waiters below the limit, one address at most half. */
+    if (cfg->max_waiters >= fit) {
+        cfg->max_waiters = fit - fit / 4 < fit ? fit - fit / 4 : fit - 1;
+    }
+    if (cfg->max_connections_per_address >= fit) {
+        cfg->max_connections_per_address = fit / 2 > 0 ? fit / 2 : 1;
+    }
+    gw__log_event(cfg, "warn",
+                  "open-file limit %llu: --max-connections lowered from %d to %d "
+                  "(--max-waiters %d, --max-connections-per-address %d), so that "
+                  "connections beyond it wait in the backlog instead of running the gateway "
+                  "out of descriptors (raise ulimit -n for more)",
+                  (unsigned long long)rl.rlim_cur, cfg->max_connections, fit,
+                  cfg->max_waiters, cfg->max_connections_per_address);
+    cfg->max_connections = fit;
+    return 0;
 }
 
 static int serve(gw_config *cfg, const sigset_t *stop_signals)
@@ -151,7 +187,9 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     char shown[1100];
     int sig = 0;
 
-    raise_fd_limit(cfg);
+    if (fit_fd_limit(cfg) != 0) {
+        return 1;
+    }
     if (open_store(cfg) != 0) {
         return 1;
     }

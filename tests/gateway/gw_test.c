@@ -11,6 +11,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -122,6 +123,8 @@ static void child_env(const char *const *env)
     }
 }
 
+int gwt_child_nofile = 0;
+
 static pid_t spawn(gwt_proc *p, const char *redis_url, const char *const *extra_args)
 {
     char listen[64];
@@ -148,6 +151,12 @@ static pid_t spawn(gwt_proc *p, const char *redis_url, const char *const *extra_
         /* If the test program dies (a crash, a failed assertion that skips cleanup), the
          * gateway goes with it instead of holding ctest's output pipe open forever. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (gwt_child_nofile > 0) {
+            struct rlimit rl = {(rlim_t)gwt_child_nofile, (rlim_t)gwt_child_nofile};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+                _exit(126);
+            }
+        }
         int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);

@@ -656,6 +656,48 @@ static void test_a_full_loop_accepts_again_once_its_connections_close(void **sta
     assert_int_equal(gwt_stop(&gw), 0);
 }
 
+/* A gateway whose open-file limit cannot hold --max-connections lowers it to what fits and
+ * says so (main.c, fit_fd_limit): running out of descriptors at accept would stop a loop
+ * from accepting until one of its own connections closes, and fail the gateway's own
+ * reconnects. Here the limit is 100 (soft and hard, so it cannot be raised); with one loop
+ * the gateway keeps 76 for itself, so 24 connections are served at once, the next ones wait
+ * in the backlog, and each is served as soon as one of the 24 closes. */
+static void test_a_low_fd_limit_lowers_max_connections(void **state)
+{
+    conc_state *s = *state;
+    static const char *const args[] = {"--threads", "1", "--max-connections-per-address", "0",
+                                       NULL};
+    enum { FIT = 24, MORE = 4 };
+    gwt_proc gw;
+    int fds[FIT], more[MORE];
+
+    memset(&gw, 0, sizeof gw);
+    gwt_child_nofile = 100;
+    gwt_start(&gw, s->redis.url, NULL, args);
+    gwt_child_nofile = 0;
+    assert_true(gwt_log_wait(&gw, "--max-connections lowered from 1024 to 24"));
+    open_conns(&gw, fds, FIT);
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gw.port)};
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    for (int i = 0; i < MORE; i++) {
+        more[i] = socket(AF_INET, SOCK_STREAM, 0);
+        assert_true(more[i] >= 0);
+        assert_int_equal(connect(more[i], (struct sockaddr *)&addr, sizeof addr), 0);
+        close(fds[i]); /* makes room for it */
+    }
+    assert_int_equal(healthz_on_all(more, MORE, th_now_ms() + 20000, 0), MORE);
+    /* The held connections still work too. */
+    assert_int_equal(healthz_on_all(fds + MORE, FIT - MORE, th_now_ms() + 20000, 0),
+                     FIT - MORE);
+    for (int i = 0; i < MORE; i++) {
+        close(more[i]);
+    }
+    for (int i = MORE; i < FIT; i++) {
+        close(fds[i]);
+    }
+    assert_int_equal(gwt_stop(&gw), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -667,6 +709,7 @@ int main(void)
         cmocka_unit_test(test_half_closed_lock_is_answered),
         cmocka_unit_test(test_one_loop_serves_more_than_128_ready_connections),
         cmocka_unit_test(test_a_full_loop_accepts_again_once_its_connections_close),
+        cmocka_unit_test(test_a_low_fd_limit_lowers_max_connections),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
