@@ -4,7 +4,8 @@
  *
  * Exit status: 0 after a clean shutdown (and for --help, --version, --routes,
  * --check-config), 2 for a bad flag, variable or value, 1 when it cannot start (storage
- * cannot be opened, the address cannot be bound).
+ * cannot be opened, the address cannot be bound, the open-file limit leaves room for fewer
+ * than two connections).
  *
  * Signals are handled by sigwait() in the main thread, never by a handler: SIGTERM and
  * SIGINT are blocked before any thread starts, so every thread inherits the mask and only
@@ -142,15 +143,24 @@ static int fit_fd_limit(gw_config *cfg)
         getrlimit(RLIMIT_NOFILE, &rl);
     }
     /* Room for what the gateway opens itself: the listener, each loop's epoll set and two
-     * wake-up channels, the store's files or PostgreSQL connections, the log, and on every
-     * Redis node one connection per lk_client (the pipelines' threads, each loop's own, the
-     * waiters' subscriber, the watchdog: a node URL's commas count its nodes). 25 on one
-     * Redis with 4 loops, measured; this is 88 there. */
-    rlim_t loops = gw__server_loops(cfg), nodes = 1;
-    for (const char *p = cfg->redis_url; *p != '\0'; p++) {
-        nodes += *p == ',';
+     * wake-up channels, the store's files or PostgreSQL connections (at most 8), the log,
+     * and the Redis connections of each lk_client (the pipelines' threads, the side
+     * threads', each loop's own, the waiters' subscriber): one on a single Redis, two on
+     * Sentinel (the master and a sentinel's +switch-master hint), one per node on Redlock
+     * (the URL's commas count them) and per master on a Cluster (at most
+     * 32, locklib's LK__CLUSTER_NODES). 25 on one Redis with 4 loops, measured; this is 88
+     * there. */
+    rlim_t loops = gw__server_loops(cfg), per_client = 1;
+    if (strncmp(cfg->redis_url, "redis-cluster://", 16) == 0) {
+        per_client = 32;
+    } else if (strncmp(cfg->redis_url, "redis-sentinel://", 17) == 0) {
+        per_client = 2;
+    } else if (strncmp(cfg->redis_url, "redlock://", 10) == 0) {
+        for (const char *p = cfg->redis_url; *p != '\0'; p++) {
+            per_client += *p == ',';
+        }
     }
-    rlim_t reserve = 64 + 3 * loops + nodes * (8 + loops);
+    rlim_t reserve = 64 + 3 * loops + per_client * (8 + loops);
     if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)cfg->max_connections + reserve) {
         return 0;
     }
@@ -161,13 +171,17 @@ static int fit_fd_limit(gw_config *cfg)
                 (unsigned long long)rl.rlim_cur, (unsigned long long)reserve + 2);
         return -1;
     }
+    int old = cfg->max_connections;
     int fit = (int)(rl.rlim_cur - reserve);
-    /* What was derived from the old limit, or set above the new one, follows it down with
-     * the same rules (config.c): waiters below the limit, one address at most half. */
-    if (cfg->max_waiters >= fit) {
+    /* What config.c derived from the old limit is derived again from the new one with the
+     * same rules (a quarter of the connections kept from waiters, half from one address);
+     * a value given that the new limit cannot hold is lowered the same way. A value given
+     * that equals the derived one is taken for derived. */
+    if (cfg->max_waiters == old - old / 4 || cfg->max_waiters >= fit) {
         cfg->max_waiters = fit - fit / 4 < fit ? fit - fit / 4 : fit - 1;
     }
-    if (cfg->max_connections_per_address >= fit) {
+    if (cfg->max_connections_per_address == (old / 2 > 0 ? old / 2 : 1) ||
+        cfg->max_connections_per_address >= fit) {
         cfg->max_connections_per_address = fit / 2 > 0 ? fit / 2 : 1;
     }
     gw__log_event(cfg, "warn",

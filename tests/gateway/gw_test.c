@@ -125,7 +125,8 @@ static void child_env(const char *const *env)
 
 int gwt_child_nofile = 0;
 
-static pid_t spawn(gwt_proc *p, const char *redis_url, const char *const *extra_args)
+static pid_t spawn(gwt_proc *p, const char *redis_url, const char *const *extra_args,
+                   int nofile)
 {
     char listen[64];
     const char *argv[64];
@@ -151,16 +152,17 @@ static pid_t spawn(gwt_proc *p, const char *redis_url, const char *const *extra_
         /* If the test program dies (a crash, a failed assertion that skips cleanup), the
          * gateway goes with it instead of holding ctest's output pipe open forever. */
         prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (gwt_child_nofile > 0) {
-            struct rlimit rl = {(rlim_t)gwt_child_nofile, (rlim_t)gwt_child_nofile};
-            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
-                _exit(126);
-            }
-        }
         int fd = open(p->log, O_WRONLY | O_CREAT | O_APPEND, 0644);
         if (fd >= 0) {
             dup2(fd, STDOUT_FILENO);
             dup2(fd, STDERR_FILENO);
+        }
+        if (nofile > 0) {
+            struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+                fprintf(stderr, "gw_test: setrlimit(%d): %s\n", nofile, strerror(errno));
+                _exit(126);
+            }
         }
         child_env(NULL);
         execv(FENCEGATE_BIN, (char *const *)argv);
@@ -197,6 +199,8 @@ static int wait_healthy(gwt_proc *p)
 void gwt_start(gwt_proc *p, const char *redis_url, const char *data_dir,
                const char *const *extra_args)
 {
+    int nofile = gwt_child_nofile;
+    gwt_child_nofile = 0; /* this start only */
     curl_init_once();
     memset(p, 0, sizeof *p);
     th_tempdir(p->dir, sizeof p->dir, "gateway");
@@ -210,7 +214,7 @@ void gwt_start(gwt_proc *p, const char *redis_url, const char *data_dir,
     for (int attempt = 0; attempt < 5; attempt++) {
         p->port = th_free_port();
         snprintf(p->url, sizeof p->url, "http://127.0.0.1:%d", p->port);
-        p->pid = spawn(p, redis_url, extra_args);
+        p->pid = spawn(p, redis_url, extra_args, nofile);
         assert_true(p->pid > 0);
         if (wait_healthy(p)) {
             return;

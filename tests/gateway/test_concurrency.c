@@ -506,19 +506,21 @@ static int loops_of(const gwt_proc *gw, int want)
 
 #define MANY_CONNS 256
 
-/* Sends one GET /healthz on every connection of fds, all before reading any answer, then
+/* Sends one GET path on every connection of fds, all before reading any answer, then
  * (after SIGCONT to stopped, when it is not 0) reads every answer. Returns how many answered
  * 200 before deadline_ms. */
-static int healthz_on_all(const int *fds, int n, int64_t deadline_ms, pid_t stopped)
+static int get_on_all(const int *fds, int n, const char *path, int64_t deadline_ms,
+                      pid_t stopped)
 {
-    static const char req[] = "GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n";
-    char buf[512];
+    char req[128];
+    char buf[2048];
     int ok = 0;
     size_t got[MANY_CONNS] = {0};
     int done[MANY_CONNS] = {0};
     int sent_all = 1;
+    int len = snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: t\r\n\r\n", path);
     for (int i = 0; i < n; i++) {
-        sent_all &= send(fds[i], req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1);
+        sent_all &= send(fds[i], req, (size_t)len, MSG_NOSIGNAL) == (ssize_t)len;
     }
     if (stopped != 0) {
         assert_int_equal(kill(stopped, SIGCONT), 0);
@@ -547,6 +549,11 @@ static int healthz_on_all(const int *fds, int n, int64_t deadline_ms, pid_t stop
         th_nap_ms(1);
     }
     return ok;
+}
+
+static int healthz_on_all(const int *fds, int n, int64_t deadline_ms, pid_t stopped)
+{
+    return get_on_all(fds, n, "/healthz", deadline_ms, stopped);
 }
 
 /* Stops the gateway (SIGSTOP) and returns once it has stopped. */
@@ -661,7 +668,9 @@ static void test_a_full_loop_accepts_again_once_its_connections_close(void **sta
  * from accepting until one of its own connections closes, and fail the gateway's own
  * reconnects. Here the limit is 100 (soft and hard, so it cannot be raised); with one loop
  * the gateway keeps 76 for itself, so 24 connections are served at once, the next ones wait
- * in the backlog, and each is served as soon as one of the 24 closes. */
+ * in the backlog, and each is served as soon as one of the 24 closes. With all 24 held, the
+ * gateway still opens what it needs: /readyz's Redis and store probes run on side threads
+ * whose Redis connections open at their first call. */
 static void test_a_low_fd_limit_lowers_max_connections(void **state)
 {
     conc_state *s = *state;
@@ -677,6 +686,7 @@ static void test_a_low_fd_limit_lowers_max_connections(void **state)
     gwt_child_nofile = 0;
     assert_true(gwt_log_wait(&gw, "--max-connections lowered from 1024 to 24"));
     open_conns(&gw, fds, FIT);
+    assert_int_equal(get_on_all(fds, 1, "/readyz", th_now_ms() + 20000, 0), 1);
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)gw.port)};
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     for (int i = 0; i < MORE; i++) {
