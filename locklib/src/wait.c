@@ -20,6 +20,13 @@
  * that came back: a release may have been missed, so look again). Failed attempts are
  * answered held, which marks the lock wanted on every master they reach
  * (lua/prelude/wanted.lua), so each of those masters publishes the release.
+ * A release reaches the masters one by one, and lk_sub reports it once, at the first
+ * master's message: a retry woken by it can reach a majority before the release does, and
+ * be answered held by the very hold reported released. No other copy of the message will
+ * wake it, so such an answer (its holder token at most the largest reported released) is
+ * looked at again after a short nap, doubling from 10 ms to 100 ms, for at most the command
+ * timeout after the first such answer, by which time the release has reached every master
+ * it will reach. Then, or for any other hold, the wait goes on as in step 3.
  */
 #include <errno.h>
 #include <poll.h>
@@ -134,19 +141,29 @@ static void nap_ms(int64_t ms)
     }
 }
 
+/* What lk_sub_dispatch() reported to multi_wait(). */
+typedef struct wake {
+    lk_sub *s;
+    int woken;
+    int64_t *released;     /* the largest token reported released */
+} wake;
+
 static void on_event(const char *resource, int event, void *userdata)
 {
+    wake *k = userdata;
     (void)resource;
-    (void)event;
-    *(int *)userdata = 1; /* a release, or a (re)subscription: either way, look again */
+    k->woken = 1; /* a release, or a (re)subscription: either way, look again */
+    if (event == LK_SUB_RELEASED && lk_sub_event_token(k->s) > *k->released) {
+        *k->released = lk_sub_event_token(k->s);
+    }
 }
 
-/* Redlock: waits up to timeout_ms for an event of s. Returns 1 when one came, 0 on timeout,
- * -1 when s is disconnected. */
-static int multi_wait(lk_sub *s, int64_t timeout_ms)
+/* Redlock: waits up to timeout_ms for an event of s, raising *released to the token of each
+ * release reported. Returns 1 when one came, 0 on timeout, -1 when s is disconnected. */
+static int multi_wait(lk_sub *s, int64_t timeout_ms, int64_t *released)
 {
     int64_t end = lk__now_ms() + timeout_ms;
-    int woken = 0;
+    wake k = {s, 0, released};
 
     for (;;) {
         int64_t left = end - lk__now_ms();
@@ -159,10 +176,10 @@ static int multi_wait(lk_sub *s, int64_t timeout_ms)
             return -1;
         }
         /* Readable without an event: another master's copy, or the retry timer. */
-        if (n > 0 && lk_sub_dispatch(s, on_event, &woken) != LK_OK) {
+        if (n > 0 && lk_sub_dispatch(s, on_event, &k) != LK_OK) {
             return -1;
         }
-        if (woken) {
+        if (k.woken) {
             return 1;
         }
     }
@@ -175,6 +192,7 @@ typedef struct waitsub {
     lk_sub *s; /* Redlock: NULL until the first subscription, and after ENOMEM */
     const char *resource;
     const char *channel;
+    int64_t released;  /* Redlock: the largest token reported released, 0 for none */
 } waitsub;
 
 /* Step 1 of the file head. Returns 1 when subscribed, 0 when not (fall back to naps).
@@ -193,7 +211,7 @@ static int ws_subscribe(waitsub *w, int64_t deadline)
     }
     int64_t left = deadline - lk__now_ms();
     int64_t cap = w->c->opts.command_timeout_ms;
-    return multi_wait(w->s, left < cap ? left : cap) == 1;
+    return multi_wait(w->s, left < cap ? left : cap, &w->released) == 1;
 }
 
 /* Step 3 of the file head. Returns 1 or 0 as sub_wait(), -1 when the subscriber failed. */
@@ -206,7 +224,7 @@ static int ws_wait(waitsub *w, int64_t timeout_ms)
         }
         return r;
     }
-    return multi_wait(w->s, timeout_ms);
+    return multi_wait(w->s, timeout_ms, &w->released);
 }
 
 static void ws_end(waitsub *w, int subscribed)
@@ -224,7 +242,8 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
 {
     char channel[LK__KEY_MAX];
     lk_status st;
-    waitsub w = {c, lk__redlock_is(&c->tp), NULL, resource, channel};
+    waitsub w = {c, lk__redlock_is(&c->tp), NULL, resource, channel, 0};
+    int64_t settle_until = 0, nap = 10; /* a release on its way (the file head) */
 
     if (wait_ms <= 0) {
         return lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
@@ -244,6 +263,19 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
         if (left <= 0) {
             break;
         }
+        if (w.multi && res->holder_token > 0 && res->holder_token <= w.released) {
+            int64_t now = lk__now_ms();
+            if (settle_until == 0) {
+                settle_until = now + c->opts.command_timeout_ms;
+            }
+            if (now < settle_until) {
+                nap_ms(nap < left ? nap : left);
+                nap = nap * 2 < 100 ? nap * 2 : 100;
+                continue;
+            }
+        }
+        settle_until = 0;
+        nap = 10;
         int64_t wait = left;
         if (res->ttl_ms > 0 && res->ttl_ms < wait) {
             wait = res->ttl_ms;

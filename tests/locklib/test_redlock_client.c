@@ -658,6 +658,21 @@ static void test_waiter_woken_by_release(void **state)
     assert_true(w.res.token > token);
 }
 
+/* After a release that should wake w: waits up to 10 s for it to finish, then has
+ * "blocker" take the lock, so that a waiter the release did not wake (it would only look
+ * again at its deadline) finds the lock held and ends HELD. */
+static void await_or_block(lk_client *c, const waiter *w)
+{
+    lk_result r;
+    int64_t deadline = th_now_ms() + 10000;
+    while (!w->done && th_now_ms() < deadline) {
+        th_nap_ms(20);
+    }
+    if (!w->done) {
+        lk_acquire(c, w->resource, "blocker", 60000, 0, NULL, &r);
+    }
+}
+
 /* A waiter is woken by a release although master 0, the one a single subscriber connection
  * uses first, is down when the holder releases: only the other masters publish. sig says
  * how: SIGSTOP pauses it (its connections stay open and say nothing), SIGKILL kills it (it
@@ -688,13 +703,7 @@ static void wait_with_master0_down(rl_fixture *f, const char *resource, int sig)
         assert_int_equal(kill(f->set.nodes[0].pid, SIGSTOP), 0);
     }
     assert_lk(c, lk_release(c, resource, "holder", NULL, &r), LK_RELEASED);
-    deadline = th_now_ms() + 10000;
-    while (!w.done && th_now_ms() < deadline) {
-        th_nap_ms(20);
-    }
-    if (!w.done) {
-        lk_acquire(c, resource, "blocker", 60000, 0, NULL, &r);
-    }
+    await_or_block(c, &w);
     pthread_join(th, NULL);
     if (sig == SIGKILL) {
         th_redis_restart(&f->set.nodes[0]); /* AOF: with its data and its marker */
@@ -711,6 +720,68 @@ static void wait_with_master0_down(rl_fixture *f, const char *resource, int sig)
         th_nap_ms(20);
     }
     assert_int_equal(counting(c), f->set.n);
+}
+
+/* The EVALSHA calls master k has run so far. */
+static long long evalsha_calls(rl_fixture *f, int k)
+{
+    char info[8192] = "";
+    th_redis_cmd(&f->set.nodes[k], info, sizeof info, "INFO commandstats");
+    const char *p = strstr(info, "cmdstat_evalsha:calls=");
+    return p != NULL ? strtoll(p + strlen("cmdstat_evalsha:calls="), NULL, 10) : 0;
+}
+
+/* Waits until master k has run at least n EVALSHA calls. */
+static void await_evalsha(rl_fixture *f, int k, long long n)
+{
+    int64_t deadline = th_now_ms() + 20000;
+    while (evalsha_calls(f, k) < n && th_now_ms() < deadline) {
+        th_nap_ms(5);
+    }
+    assert_true(evalsha_calls(f, k) >= n);
+}
+
+/* A release reaches the masters one by one and lk_sub reports it once, at the first
+ * master's message, so the waiter's attempt it wakes can find a majority still held by
+ * that very hold, and no other master's copy of the message wakes it again: it has to look
+ * again on its own (wait.c, the file head). Here master 0's message comes first by hand
+ * (the release message of the lock it holds, published without releasing), the attempt it
+ * wakes is seen on master 1 (answered held: the lock is held everywhere), and only then
+ * does the holder release on every master. Without the second look the waiter slept until
+ * its deadline, and then found the blocker's lock: HELD. */
+static void test_waiter_woken_before_the_release_reaches_a_majority(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    lk_result r;
+    waiter w = {.url = f->url, .resource = "rl-wait4", .wait_ms = 20000};
+    pthread_t th;
+    long long before = evalsha_calls(f, 1);
+
+    hold_and_wait(f, &w, &th);
+    /* The holder's acquisition and the waiter's first attempt (held) ran on master 1, and
+     * the waiter listens on every master. */
+    await_evalsha(f, 1, before + 2);
+    for (int k = 0; k < f->set.n; k++) {
+        int64_t deadline = th_now_ms() + 20000;
+        while (numsub(f, k, "rl-wait4") < 1 && th_now_ms() < deadline) {
+            th_nap_ms(20);
+        }
+        assert_true(numsub(f, k, "rl-wait4") >= 1);
+    }
+    assert_int_equal(th_redis_cmd(&f->set.nodes[0], NULL, 0,
+                                  "EVAL %s 2 fg:{rl-wait4}:lock fg:{rl-wait4}:released",
+                                  "local ids = redis.call('HMGET', KEYS[1], '#token', '#hold') "
+                                  "return redis.call('PUBLISH', KEYS[2], ids[1] .. ':' .. ids[2])"),
+                     1);
+    await_evalsha(f, 1, before + 3); /* the attempt it woke: still held */
+    assert_lk(c, lk_release(c, "rl-wait4", "holder", NULL, &r), LK_RELEASED);
+    await_or_block(c, &w);
+    pthread_join(th, NULL);
+    if (w.st != LK_ACQUIRED) {
+        lk_release(c, "rl-wait4", "blocker", NULL, &r);
+    }
+    assert_int_equal(w.st, LK_ACQUIRED);
 }
 
 static void test_waiter_woken_master_paused(void **state)
@@ -930,6 +1001,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_sub_every_master_once),                                  \
             cmocka_unit_test(test_waiter_woken_master_paused),                             \
             cmocka_unit_test(test_waiter_woken_master_killed),                             \
+            cmocka_unit_test(test_waiter_woken_before_the_release_reaches_a_majority),     \
             cmocka_unit_test(test_sub_resubscribes_dropped_master),                        \
             cmocka_unit_test(test_slow_minority_left_behind),                              \
             cmocka_unit_test(test_silent_master_left_alone_by_every_handle),               \
