@@ -373,21 +373,43 @@ static int parse_config(gw_config *cfg, int argc, char **argv, char *err, size_t
     return 0;
 }
 
+/* The limits not given, from --max-connections. */
+static void derive_limits(gw_config *cfg)
+{
+    int n = cfg->max_connections;
+    if (cfg->waiters_derived) {
+        /* A quarter of the connections stays for requests that are not waiting. */
+        cfg->max_waiters = n - n / 4;
+    }
+    if (cfg->per_address_derived) {
+        /* Half stays for the other clients however many one address opens; at least 1, as
+         * 0 would mean no limit. */
+        cfg->max_connections_per_address = n / 2 > 0 ? n / 2 : 1;
+    }
+}
+
+void gw__config_fit_connections(gw_config *cfg, int fit)
+{
+    cfg->max_connections = fit;
+    derive_limits(cfg);
+    if (cfg->max_waiters >= fit) {
+        cfg->max_waiters = fit - 1; /* given above the new limit, or derived from under 4 */
+    }
+    if (cfg->max_connections_per_address > fit) {
+        cfg->max_connections_per_address = fit; /* the same as no more than fit */
+    }
+}
+
 int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen)
 {
     if (errlen > 0) {
         err[0] = '\0';
     }
     int rc = parse_config(cfg, argc, argv, err, errlen);
-    if (rc == 0 && cfg->max_waiters == 0) {
-        /* A quarter of the connections stays for requests that are not waiting. */
-        cfg->max_waiters = cfg->max_connections - cfg->max_connections / 4;
-    }
-    if (rc == 0 && cfg->max_connections_per_address < 0) {
-        /* Half stays for the other clients however many one address opens; at least 1, as
-         * 0 would mean no limit. */
-        cfg->max_connections_per_address =
-            cfg->max_connections / 2 > 0 ? cfg->max_connections / 2 : 1;
+    if (rc == 0) {
+        cfg->waiters_derived = cfg->max_waiters == 0;
+        cfg->per_address_derived = cfg->max_connections_per_address < 0;
+        derive_limits(cfg);
     }
     if (rc == 0 && cfg->max_waiters >= cfg->max_connections) {
         /* Waiters hold their connections: as many as --max-connections would leave none for

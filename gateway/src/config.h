@@ -67,6 +67,8 @@ typedef struct gw_config {
                                   * max_connections (0 before parsing: 3/4 of it) */
     int max_connections_per_address; /* --max-connections-per-address, 0: no limit (-1
                                       * before parsing: half of max_connections) */
+    int waiters_derived;         /* max_waiters was not given: derived from max_connections */
+    int per_address_derived;     /* the same for max_connections_per_address */
     long long token_key_idle_ttl_ms; /* --token-key-idle-ttl, 0: never */
     long long max_ttl_ms;        /* --max-ttl: the largest ttl_ms granted; on Redlock also
                                   * the hold-out of a node that lost its data */
@@ -84,6 +86,11 @@ typedef struct gw_config {
  * printable ASCII): the caller prints it and exits 2. Never exits by itself, so fuzzers can
  * call it. */
 int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t errlen);
+
+/* Lowers max_connections to fit (2 or more, below it; main.c, when the open-file limit
+ * cannot hold it): the limits derived from it are derived again, and given ones it can no
+ * longer hold come down with it (waiters below it, one address at most all of it). */
+void gw__config_fit_connections(gw_config *cfg, int fit);
 
 /* Prints the --help text (every flag with its environment variable) to f. */
 void gw__config_usage(FILE *f, const char *argv0);

@@ -172,26 +172,14 @@ static int fit_fd_limit(gw_config *cfg)
         return -1;
     }
     int old = cfg->max_connections;
-    int fit = (int)(rl.rlim_cur - reserve);
-    /* What config.c derived from the old limit is derived again from the new one with the
-     * same rules (a quarter of the connections kept from waiters, half from one address);
-     * a value given that the new limit cannot hold is lowered the same way. A value given
-     * that equals the derived one is taken for derived. */
-    if (cfg->max_waiters == old - old / 4 || cfg->max_waiters >= fit) {
-        cfg->max_waiters = fit - fit / 4 < fit ? fit - fit / 4 : fit - 1;
-    }
-    if (cfg->max_connections_per_address == (old / 2 > 0 ? old / 2 : 1) ||
-        cfg->max_connections_per_address >= fit) {
-        cfg->max_connections_per_address = fit / 2 > 0 ? fit / 2 : 1;
-    }
+    gw__config_fit_connections(cfg, (int)(rl.rlim_cur - reserve));
     gw__log_event(cfg, "warn",
                   "open-file limit %llu: --max-connections lowered from %d to %d "
                   "(--max-waiters %d, --max-connections-per-address %d), so that "
                   "connections beyond it wait in the backlog instead of running the gateway "
                   "out of descriptors (raise ulimit -n for more)",
-                  (unsigned long long)rl.rlim_cur, cfg->max_connections, fit,
+                  (unsigned long long)rl.rlim_cur, old, cfg->max_connections,
                   cfg->max_waiters, cfg->max_connections_per_address);
-    cfg->max_connections = fit;
     return 0;
 }
 
