@@ -39,6 +39,20 @@
  * wakes one waiter when Redis confirms it. If the subscriber is down, the expiry timer and
  * the deadline still wake waiters: slower, never a hang past wait_ms.
  *
+ * Settling (Redlock). A release reaches the masters one by one, and lk_sub reports it once,
+ * at its first master's message (its hold id); the other masters' copies wake nobody. The
+ * attempt that message wakes can reach a majority before the release does, and be answered
+ * held by the very hold reported released (holder token at most the largest token a message
+ * named). Believed, that answer would park the waiter until the old lease's end or its own
+ * deadline, since nothing else will come. So such an answer sets the resource's expiry
+ * timer to a short nap instead (10 ms, growing with the time since the message up to
+ * 100 ms), for up to the command timeout after the message: one attempt per nap, by the
+ * first parked waiter. Past that, the release did not reach a majority (its client died
+ * half-way, say) and the lease ends the hold, as the answer says. On one Redis, Sentinel
+ * or Cluster the release and its message are one script on the master the attempts go
+ * to, so the case arises only when a failover lost the release: the naps then end it
+ * early too, or stop after the command timeout.
+ *
  * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
  * of the resource, so a vanished waiter never swallows a release.
  *
@@ -118,6 +132,9 @@
 /* How long a hand-off's credit waits for its release message (see "Hand-offs"): far more
  * than a message takes, far less than a lease. */
 #define WQ_CREDIT_MS 1000
+/* The naps of a waiter whose held answer names a hold reported released ("Settling"). */
+#define WQ_SETTLE_MIN_MS 10
+#define WQ_SETTLE_MAX_MS 100
 
 enum { TIMER_WAITER, TIMER_EXPIRY };
 
@@ -132,6 +149,8 @@ struct gw_wres {
                                         * without a token ("Missed wake-ups") */
     uint64_t msgs;                     /* release messages with a token, ever */
     int64_t msg_token[WQ_RING];        /* the token of message k at [k % WQ_RING] */
+    int64_t released_max;              /* the largest token a message named, ever */
+    int64_t released_at;               /* monotonic ms of that message ("Settling") */
     gw_timer expiry;                   /* when the holder's lease runs out, if known */
     int subscribed;                    /* SUBSCRIBE sent on the current connection */
     int need_sub;                      /* waitd must (re)subscribe */
@@ -432,6 +451,23 @@ static int released_since(const gw_wres *r, uint64_t since, int64_t token)
     return 0;
 }
 
+/* The nap before r is looked at again, in ms, when an attempt was answered held by a hold
+ * of token holder_token that a message already reported released ("Settling"); 0 when the
+ * answer is to be believed. Under mu. */
+static int64_t settle_nap(const gw_waitq *wq, const gw_wres *r, int64_t holder_token)
+{
+    if (holder_token <= 0 || holder_token > r->released_max) {
+        return 0;
+    }
+    int64_t since = gw__now_ms() - r->released_at;
+    if (since >= wq->srv->lk_opts.command_timeout_ms) {
+        return 0; /* the release did not reach a majority: the lease ends the hold */
+    }
+    /* About the time since the message, so the naps double from 10 ms up to 100 ms. */
+    return since < WQ_SETTLE_MIN_MS ? WQ_SETTLE_MIN_MS
+                                    : since > WQ_SETTLE_MAX_MS ? WQ_SETTLE_MAX_MS : since;
+}
+
 static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
 {
     if (wq->resume_len == wq->resume_cap) {
@@ -527,6 +563,10 @@ static void on_sub_event(const char *resource, int event, void *userdata)
     if (token > 0) {
         r->msgs++;
         r->msg_token[r->msgs % WQ_RING] = token;
+        if (token >= r->released_max) {
+            r->released_max = token;
+            r->released_at = gw__now_ms();
+        }
     }
     if (event == LK_SUB_RELEASED && r->credits > 0 && gw__now_ms() > r->credit_until) {
         r->credits = 0; /* their messages are lost or very late: wake as usual */
@@ -1114,7 +1154,10 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_NOMEM;
     }
-    if (hint_ms >= 0) {
+    int64_t nap = settle_nap(wq, r, holder_token);
+    if (nap > 0) {
+        expiry_at(wq, r, gw__now_ms() + nap);
+    } else if (hint_ms >= 0) {
         /* +1: PTTL rounds down, and a lock with 0.4 ms left reports 0. */
         expiry_at(wq, r, gw__now_ms() + hint_ms + 1);
     }
