@@ -5,7 +5,7 @@
  * Exit status: 0 after a clean shutdown (and for --help, --version, --routes,
  * --check-config), 2 for a bad flag, variable or value, 1 when it cannot start (storage
  * cannot be opened, the address cannot be bound, the open-file limit leaves room for fewer
- * than two connections).
+ * than two connections; --check-config says so too).
  *
  * Signals are handled by sigwait() in the main thread, never by a handler: SIGTERM and
  * SIGINT are blocked before any thread starts, so every thread inherits the mask and only
@@ -278,7 +278,14 @@ int main(int argc, char **argv)
         return 2;
     }
     if (cfg.check_config) {
+        /* What start-up would do with the open-file limit of this shell: lower the limits
+         * (the warning says so) or refuse. */
+        if (fit_fd_limit(&cfg) != 0) {
+            return 1;
+        }
         printf("fencegate: store %s\n", server.store_desc);
+        printf("fencegate: connections %d (waiters %d, per address %d)\n", cfg.max_connections,
+               cfg.max_waiters, cfg.max_connections_per_address);
         printf("fencegate: configuration ok\n");
         return 0;
     }

@@ -582,6 +582,8 @@ int gwt_run(const char *const *argv, const char *const *env, char **out, char **
         args[n++] = argv[i];
     }
     args[n] = NULL;
+    int nofile = gwt_child_nofile;
+    gwt_child_nofile = 0; /* this run only */
     assert_int_equal(pipe(po), 0);
     assert_int_equal(pipe(pe), 0);
     pid_t pid = fork();
@@ -591,6 +593,13 @@ int gwt_run(const char *const *argv, const char *const *env, char **out, char **
         dup2(pe[1], STDERR_FILENO);
         close(po[0]);
         close(pe[0]);
+        if (nofile > 0) {
+            struct rlimit rl = {(rlim_t)nofile, (rlim_t)nofile};
+            if (setrlimit(RLIMIT_NOFILE, &rl) != 0) {
+                fprintf(stderr, "gw_test: setrlimit(%d): %s\n", nofile, strerror(errno));
+                _exit(126);
+            }
+        }
         child_env(env);
         execv(FENCEGATE_BIN, (char *const *)args);
         _exit(127);

@@ -28,8 +28,8 @@ typedef struct gwt_proc {
  * gateway's log. */
 void gwt_start(gwt_proc *p, const char *redis_url, const char *data_dir,
                const char *const *extra_args);
-/* When > 0, the gateway the next gwt_start() starts runs with this open-file limit, soft
- * and hard (so that the gateway cannot raise it); gwt_start() resets it to 0. */
+/* When > 0, the gateway the next gwt_start() or gwt_run() starts runs with this open-file
+ * limit, soft and hard (so that the gateway cannot raise it); that call resets it to 0. */
 extern int gwt_child_nofile;
 
 /* Sends `sig`, waits up to 20 s, and returns the exit status (0..255), or -1 when it was

@@ -240,6 +240,31 @@ static void test_check_config(void **state)
                        NULL, "--redis-min-replicas does not apply");
 }
 
+/* --check-config applies the open-file limit as start-up does: under a hard limit of 100
+ * it names the lowered --max-connections (12: the reserve is 88 with 4 loops on one Redis,
+ * main.c fit_fd_limit) and exits 0; under 60, which leaves no room for two connections, it
+ * exits 1 naming the limit, as start-up would. Before, it said "ok" to both. */
+static void test_check_config_applies_the_open_file_limit(void **state)
+{
+    run r;
+    (void)state;
+    const char *const argv[] = {"--check-config", "--threads", "4", NULL};
+
+    gwt_child_nofile = 100;
+    run_it(&r, argv, NULL);
+    if (r.status != 0 || strstr(r.out, "connections 12 ") == NULL ||
+        strstr(r.err, "lowered from 1024 to 12") == NULL) {
+        fail_msg("limit 100: exit %d, stdout: %s, stderr: %s", r.status, r.out, r.err);
+    }
+    run_free(&r);
+    gwt_child_nofile = 60;
+    run_it(&r, argv, NULL);
+    if (r.status != 1 || strstr(r.err, "open-file limit 60") == NULL) {
+        fail_msg("limit 60: exit %d, stdout: %s, stderr: %s", r.status, r.out, r.err);
+    }
+    run_free(&r);
+}
+
 /* A malformed owner secret in the data directory stops the start with exit 1 and a message
  * naming the file; the gateway never serves with a secret other than the one it had. */
 static void test_malformed_owner_secret(void **state)
@@ -284,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_unknown_flag_and_bad_values),
         cmocka_unit_test(test_bad_environment_is_named),
         cmocka_unit_test(test_check_config),
+        cmocka_unit_test(test_check_config_applies_the_open_file_limit),
         cmocka_unit_test(test_malformed_owner_secret),
     };
     return cmocka_run_group_tests_name("gateway_cli", tests, NULL, NULL);
