@@ -390,7 +390,7 @@ static void leave_fair_queue(gw_request *req, struct gw_lock_call *call)
 
 static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call)
 {
-    gw__wait_end(req->srv->waitq, &call->waiter, -1);
+    gw__wait_end(req->srv->waitq, &call->waiter, -1, 0);
     leave_fair_queue(req, call);
     count_acquire(req, GW_ACQ_shutting_down);
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down", NULL,
@@ -406,7 +406,7 @@ static enum MHD_Result answer_too_many_waiters(gw_request *req, struct gw_lock_c
     char retry[24];
     int64_t retry_ms = res->ttl_ms > 1000 ? res->ttl_ms : 1000;
 
-    gw__wait_end(req->srv->waitq, &call->waiter, -1);
+    gw__wait_end(req->srv->waitq, &call->waiter, -1, 0);
     leave_fair_queue(req, call);
     count_acquire(req, GW_ACQ_unavailable);
     snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
@@ -428,7 +428,7 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
 {
     gw_server *srv = req->srv;
 
-    int64_t held_ms = -1;
+    int64_t held_ms = -1, holder_token = 0;
     if (st == LK_ACQUIRED) {
         held_ms = res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms;
         if (call->marked && !res->replayed && res->holds == 1 &&
@@ -440,8 +440,9 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
          * for a fair attempt at most the queue's retry hint, when the lock is free but
          * another waiter is first): a timer that fires early costs one attempt. */
         held_ms = res->ttl_ms;
+        holder_token = res->holder_token;
     }
-    gw__wait_end(srv->waitq, &call->waiter, held_ms);
+    gw__wait_end(srv->waitq, &call->waiter, held_ms, holder_token);
     if (st != LK_ACQUIRED) {
         leave_fair_queue(req, call);
     }
@@ -761,7 +762,7 @@ static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
         /* Gone, or closed its side: a lock taken now might be for nobody, so end without
          * acting. A release it was woken for is passed on to the next waiter
          * (gw__wait_end). A client that only half-closed still reads: tell it why. */
-        gw__wait_end(req->srv->waitq, w, -1);
+        gw__wait_end(req->srv->waitq, w, -1, 0);
         leave_fair_queue(req, call);
         count_acquire(req, GW_ACQ_abandoned);
         if (peer != GW_PEER_EOF) {
@@ -846,7 +847,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (at != NULL && at->call.status == LK_ACQUIRED) {
         call->fair_queued = 0; /* the script took it off the queue */
     }
-    gw__wait_end(req->srv->waitq, &call->waiter, -1);
+    gw__wait_end(req->srv->waitq, &call->waiter, -1, 0);
     leave_fair_queue(req, call);
     if (at != NULL) {
         /* The answer came in, but when the pipeline resumed the connection libmicrohttpd

@@ -42,16 +42,22 @@
  * Settling (Redlock). A release reaches the masters one by one, and lk_sub reports it once,
  * at its first master's message (its hold id); the other masters' copies wake nobody. The
  * attempt that message wakes can reach a majority before the release does, and be answered
- * held by the very hold reported released (holder token at most the largest token a message
- * named). Believed, that answer would park the waiter until the old lease's end or its own
- * deadline, since nothing else will come. So such an answer sets the resource's expiry
- * timer to a short nap instead (10 ms, growing with the time since the message up to
- * 100 ms), for up to the command timeout after the message: one attempt per nap, by the
- * first parked waiter. Past that, the release did not reach a majority (its client died
- * half-way, say) and the lease ends the hold, as the answer says. On one Redis, Sentinel
- * or Cluster the release and its message are one script on the master the attempts go
- * to, so the case arises only when a failover lost the release: the naps then end it
- * early too, or stop after the command timeout.
+ * held by the very hold reported released: its holder token is at most the token of a
+ * recent message. Believed, that answer would leave the resource's waiters parked until
+ * the old lease's end or their deadlines, since nothing else will come. So such an answer,
+ * when the message is less than the command timeout old, sets the resource's expiry timer
+ * to a short nap instead (10 ms, growing with the time since the first such message, up to
+ * 100 ms, and never past the holder's time left): each nap wakes the first parked waiter,
+ * one attempt, and, as any expiry fire, moves the epoch (an attempt out meanwhile looks
+ * again; a known holder is forgotten). The last attempt of a waiter whose wait ends with
+ * such an answer does the same for the others (gw__wait_end). Once the messages are older
+ * than the command timeout, the release did not reach a majority (its client died
+ * half-way, say), and the lease ends the hold, as the answer says. False positives cost
+ * naps, never a grant: on Redlock two holds can carry the same token on different masters
+ * (a minority grant given back, whose message names the winner's token too), and each such
+ * message opens the window again. On one Redis, Sentinel or Cluster tokens only grow and
+ * the release and its message are one script on the master the attempts go to, so the case
+ * arises only when a failover lost the release.
  *
  * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
  * of the resource, so a vanished waiter never swallows a release.
@@ -149,8 +155,7 @@ struct gw_wres {
                                         * without a token ("Missed wake-ups") */
     uint64_t msgs;                     /* release messages with a token, ever */
     int64_t msg_token[WQ_RING];        /* the token of message k at [k % WQ_RING] */
-    int64_t released_max;              /* the largest token a message named, ever */
-    int64_t released_at;               /* monotonic ms of that message ("Settling") */
+    int64_t msg_at[WQ_RING];           /* when waitd read it, monotonic ms ("Settling") */
     gw_timer expiry;                   /* when the holder's lease runs out, if known */
     int subscribed;                    /* SUBSCRIBE sent on the current connection */
     int need_sub;                      /* waitd must (re)subscribe */
@@ -451,21 +456,32 @@ static int released_since(const gw_wres *r, uint64_t since, int64_t token)
     return 0;
 }
 
-/* The nap before r is looked at again, in ms, when an attempt was answered held by a hold
- * of token holder_token that a message already reported released ("Settling"); 0 when the
- * answer is to be believed. Under mu. */
-static int64_t settle_nap(const gw_waitq *wq, const gw_wres *r, int64_t holder_token)
+/* The nap before r is looked at again, in ms, when an attempt was answered held by the hold
+ * of token holder_token and a message of the last command timeout named that token or a
+ * larger one ("Settling"); 0 when the answer is to be believed. Never longer than hint_ms
+ * + 1, the holder's time left (-1 unknown). Under mu. */
+static int64_t settle_nap(const gw_waitq *wq, const gw_wres *r, int64_t holder_token,
+                          int64_t hint_ms)
 {
-    if (holder_token <= 0 || holder_token > r->released_max) {
+    int64_t now = gw__now_ms(), window = wq->srv->lk_opts.command_timeout_ms, oldest = -1;
+
+    if (holder_token <= 0) {
         return 0;
     }
-    int64_t since = gw__now_ms() - r->released_at;
-    if (since >= wq->srv->lk_opts.command_timeout_ms) {
-        return 0; /* the release did not reach a majority: the lease ends the hold */
+    for (uint64_t k = r->msgs; k > 0 && r->msgs - k < WQ_RING; k--) {
+        int64_t age = now - r->msg_at[k % WQ_RING];
+        if (r->msg_token[k % WQ_RING] >= holder_token && age < window && age > oldest) {
+            oldest = age;
+        }
     }
-    /* About the time since the message, so the naps double from 10 ms up to 100 ms. */
-    return since < WQ_SETTLE_MIN_MS ? WQ_SETTLE_MIN_MS
-                                    : since > WQ_SETTLE_MAX_MS ? WQ_SETTLE_MAX_MS : since;
+    if (oldest < 0) {
+        return 0; /* none, or the release did not reach a majority: the lease ends it */
+    }
+    /* About the time since the first such message, so the naps double up to 100 ms. */
+    int64_t nap = oldest < WQ_SETTLE_MIN_MS   ? WQ_SETTLE_MIN_MS
+                  : oldest > WQ_SETTLE_MAX_MS ? WQ_SETTLE_MAX_MS
+                                              : oldest;
+    return hint_ms >= 0 && hint_ms + 1 < nap ? hint_ms + 1 : nap;
 }
 
 static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
@@ -563,10 +579,7 @@ static void on_sub_event(const char *resource, int event, void *userdata)
     if (token > 0) {
         r->msgs++;
         r->msg_token[r->msgs % WQ_RING] = token;
-        if (token >= r->released_max) {
-            r->released_max = token;
-            r->released_at = gw__now_ms();
-        }
+        r->msg_at[r->msgs % WQ_RING] = gw__now_ms();
     }
     if (event == LK_SUB_RELEASED && r->credits > 0 && gw__now_ms() > r->credit_until) {
         r->credits = 0; /* their messages are lost or very late: wake as usual */
@@ -1074,7 +1087,7 @@ int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner,
     return left;
 }
 
-void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms)
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms, int64_t holder_token)
 {
     if (w->res == NULL) {
         return;
@@ -1093,8 +1106,11 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms)
          * its deadline passing meanwhile) found a new holder: the others now wait for that
          * lease, which none of them has seen (no attempt of theirs since), and whose end
          * publishes nothing. Without this they would sleep on a lock freed by that expiry
-         * until their own deadlines. (+1: PTTL rounds down.) */
-        expiry_at(wq, w->res, gw__now_ms() + held_ms + 1);
+         * until their own deadlines. (+1: PTTL rounds down.) A last attempt answered held
+         * by a hold reported released used the wake of that release: the others nap
+         * instead ("Settling"). */
+        int64_t nap = settle_nap(wq, w->res, holder_token, held_ms);
+        expiry_at(wq, w->res, gw__now_ms() + (nap > 0 ? nap : held_ms + 1));
     }
     if (w->parked_before) {
         w->parked_before = 0;
@@ -1154,7 +1170,7 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_NOMEM;
     }
-    int64_t nap = settle_nap(wq, r, holder_token);
+    int64_t nap = settle_nap(wq, r, holder_token, hint_ms);
     if (nap > 0) {
         expiry_at(wq, r, gw__now_ms() + nap);
     } else if (hint_ms >= 0) {

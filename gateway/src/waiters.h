@@ -115,8 +115,10 @@ int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner,
  * the reference, and passes on a wake the waiter never used. held_ms is how long the lock is
  * held from now as that attempt saw it: the lease this waiter just took, or the time left of
  * the holder it found (its wait over); -1 when unknown. The waiters still parked then wait
- * for that lease, whose end publishes nothing. No-op without a reference. */
-void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms);
+ * for that lease, whose end publishes nothing. holder_token is the token of the hold that
+ * attempt found held (0 when it took the lock or nothing is known). No-op without a
+ * reference. */
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms, int64_t holder_token);
 /* Frees mem, the request's state that holds w, at its completion (after gw__wait_end):
  * at once, or, when w was claimed while waitd may still hold an event of its socket, on
  * waitd's thread once that event is handled. mem must be at least a pointer long. */
