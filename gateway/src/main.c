@@ -270,6 +270,7 @@ int main(int argc, char **argv)
         return 0;
     }
     signal(SIGPIPE, SIG_IGN);
+    lk_sigpipe_ignored(); /* for good: locklib's writes need no SIGPIPE guard */
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);

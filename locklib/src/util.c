@@ -181,11 +181,22 @@ int64_t lk__now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static atomic_int sigpipe_ignored;
+
+void lk_sigpipe_ignored(void)
+{
+    atomic_store_explicit(&sigpipe_ignored, 1, memory_order_relaxed);
+}
+
 void lk__sigpipe_block(lk__sigpipe *g)
 {
     sigset_t pipe_set;
     sigset_t pending;
 
+    g->skipped = atomic_load_explicit(&sigpipe_ignored, memory_order_relaxed);
+    if (g->skipped) {
+        return; /* a SIGPIPE the writes raise is discarded by the kernel */
+    }
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     pthread_sigmask(SIG_BLOCK, &pipe_set, &g->old);
@@ -199,6 +210,9 @@ void lk__sigpipe_restore(lk__sigpipe *g)
     sigset_t pending;
     struct timespec zero = {0, 0};
 
+    if (g->skipped) {
+        return;
+    }
     sigemptyset(&pipe_set);
     sigaddset(&pipe_set, SIGPIPE);
     /* Swallow only a SIGPIPE that our own writes raised; one that was already pending

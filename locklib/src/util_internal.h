@@ -69,10 +69,12 @@ int64_t lk__now_ms(void);
 
 /* SIGPIPE guard around socket writes: blocks SIGPIPE for this thread and, on restore,
  * swallows one that the writes raised, so a write to a closed socket never kills the process
- * whatever the application's signal disposition is. */
+ * whatever the application's signal disposition is. Does nothing once the application said
+ * it ignores SIGPIPE (lk_sigpipe_ignored). */
 typedef struct lk__sigpipe {
     sigset_t old;
     int was_pending;
+    int skipped;
 } lk__sigpipe;
 void lk__sigpipe_block(lk__sigpipe *g);
 void lk__sigpipe_restore(lk__sigpipe *g);

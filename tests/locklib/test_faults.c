@@ -360,8 +360,9 @@ static int sigpipe_client(const char *url)
 }
 
 /* Runs sigpipe_client(url) in a child whose SIGPIPE has the default disposition (which
- * kills), with closing_server answering on lfd, which it closes. Returns the wait status. */
-static int run_sigpipe_client(int lfd, const char *url)
+ * kills), or, with `ignored`, is ignored and said so (lk_sigpipe_ignored: no guard), with
+ * closing_server answering on lfd, which it closes. Returns the wait status. */
+static int run_sigpipe_client(int lfd, const char *url, int ignored)
 {
     pthread_t t;
     int status = 0;
@@ -372,8 +373,11 @@ static int run_sigpipe_client(int lfd, const char *url)
     if (pid == 0) {
         struct sigaction dfl;
         memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = SIG_DFL;
+        dfl.sa_handler = ignored ? SIG_IGN : SIG_DFL;
         sigaction(SIGPIPE, &dfl, NULL);
+        if (ignored) {
+            lk_sigpipe_ignored();
+        }
         _exit(sigpipe_client(url));
     }
     pthread_create(&t, NULL, closing_server, &lfd);
@@ -382,6 +386,24 @@ static int run_sigpipe_client(int lfd, const char *url)
     close(lfd);
     pthread_join(t, NULL);
     return status;
+}
+
+/* A listening unix socket in a new temp dir (dir[80]: short enough for sun_path); its URL
+ * goes to url. */
+static int listen_unix(char *dir, char *url, size_t url_len)
+{
+    struct sockaddr_un a;
+
+    th_tempdir(dir, 80, "sigpipe");
+    memset(&a, 0, sizeof a);
+    a.sun_family = AF_UNIX;
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/closing.sock", dir);
+    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
+    assert_true(lfd >= 0);
+    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(lfd, 64), 0);
+    snprintf(url, url_len, "unix://%s", a.sun_path);
+    return lfd;
 }
 
 static void assert_client_exited_0(int status, const char *url)
@@ -397,29 +419,34 @@ static void assert_client_exited_0(int status, const char *url)
 static void test_sigpipe_never_kills(void **state)
 {
     (void)state;
-    char dir[80], url[300]; /* dir: short enough for sun_path */
-    struct sockaddr_un a;
+    char dir[80], url[300];
     int port = 0;
 
     /* A unix socket whose peer closed makes write() raise SIGPIPE at once, so a client
      * without the guard dies here with 141 (128 + SIGPIPE). */
-    th_tempdir(dir, sizeof dir, "sigpipe");
-    memset(&a, 0, sizeof a);
-    a.sun_family = AF_UNIX;
-    snprintf(a.sun_path, sizeof a.sun_path, "%s/closing.sock", dir);
-    int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
-    assert_true(lfd >= 0);
-    assert_int_equal(bind(lfd, (struct sockaddr *)&a, sizeof a), 0);
-    assert_int_equal(listen(lfd, 64), 0);
-    snprintf(url, sizeof url, "unix://%s", a.sun_path);
-    int status = run_sigpipe_client(lfd, url);
+    int lfd = listen_unix(dir, url, sizeof url);
+    int status = run_sigpipe_client(lfd, url, 0);
     th_rmtree(dir);
     assert_client_exited_0(status, url);
 
     /* And over TCP, where the server resets every connection. */
     lfd = listen_loopback(&port);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
-    assert_client_exited_0(run_sigpipe_client(lfd, url), url);
+    assert_client_exited_0(run_sigpipe_client(lfd, url, 0), url);
+}
+
+/* A process that ignores SIGPIPE and says so (lk_sigpipe_ignored, as fencegate does) runs
+ * without the guard: the writes to dead sockets still fail as EUNAVAILABLE, every time, and
+ * the process lives. */
+static void test_sigpipe_ignored_needs_no_guard(void **state)
+{
+    (void)state;
+    char dir[80], url[300];
+
+    int lfd = listen_unix(dir, url, sizeof url);
+    int status = run_sigpipe_client(lfd, url, 1);
+    th_rmtree(dir);
+    assert_client_exited_0(status, url);
 }
 
 static void test_auth_and_db_url(void **state)
@@ -481,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_breaker_ignores_a_paused_process),
         cmocka_unit_test(test_redis_busy_script_is_unavailable),
         cmocka_unit_test(test_sigpipe_never_kills),
+        cmocka_unit_test(test_sigpipe_ignored_needs_no_guard),
         cmocka_unit_test(test_auth_and_db_url),
         cmocka_unit_test(test_lock_without_token_is_an_error),
     };

@@ -64,6 +64,14 @@ LK_EXTERN const char *lk_status_str(lk_status st);
 /* The version, "MAJOR.MINOR.PATCH", from the CMake project. */
 LK_EXTERN const char *lk_version(void);
 
+/* SIGPIPE. A write to a Redis connection the peer has closed raises SIGPIPE, which kills a
+ * process that has not changed its disposition. So by default locklib blocks SIGPIPE for the
+ * calling thread around its writes and swallows one they raised: four system calls per batch
+ * of calls. A process that ignores SIGPIPE for good (signal(SIGPIPE, SIG_IGN), never undone)
+ * may say so once, before its first handle, and locklib skips that guard from then on.
+ * Process-wide; thread-safe. */
+LK_EXTERN void lk_sigpipe_ignored(void);
+
 /* Limits checked before Redis sees anything. Names and tokens follow fencegate/limits.h,
  * which storage enforces too. */
 #define LK_RESOURCE_MAX FG_RESOURCE_MAX /* bytes of [A-Za-z0-9._:-] */
