@@ -90,7 +90,8 @@ static const gw_option options[] = {
     {"--log-format", "FENCEGATE_LOG_FORMAT", "text|json",
      "request log format on stderr (default text)", OPT_LOG_FORMAT, 0, 0},
     {"--check-config", NULL, NULL,
-     "validate flags, environment and the open-file limit, then exit 0 without serving",
+     "validate flags, environment and the open-file limit as start-up would, then exit "
+     "without serving",
      OPT_FLAG, 0, 0},
     {"--routes", NULL, NULL, "print one line per served route (METHOD /path) and exit",
      OPT_FLAG, 0, 0},

@@ -2,10 +2,11 @@
  * fencegate: the gateway process. Parses flags and environment, opens storage, serves HTTP
  * until SIGTERM or SIGINT, then shuts down gracefully.
  *
- * Exit status: 0 after a clean shutdown (and for --help, --version, --routes,
- * --check-config), 2 for a bad flag, variable or value, 1 when it cannot start (storage
- * cannot be opened, the address cannot be bound, the open-file limit leaves room for fewer
- * than two connections; --check-config says so too).
+ * Exit status: 0 after a clean shutdown (and for --help, --version, --routes), 2 for a bad
+ * flag, variable or value, 1 when it cannot start (storage cannot be opened, the address
+ * cannot be bound, the open-file limit leaves room for fewer than two connections).
+ * --check-config exits 0, 2 or 1 as start-up would before serving (the open-file limit
+ * included; not the storage or the address).
  *
  * Signals are handled by sigwait() in the main thread, never by a handler: SIGTERM and
  * SIGINT are blocked before any thread starts, so every thread inherits the mask and only

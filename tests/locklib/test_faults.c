@@ -359,10 +359,25 @@ static int sigpipe_client(const char *url)
     return 0;
 }
 
-/* Runs sigpipe_client(url) in a child whose SIGPIPE has the default disposition (which
- * kills), or, with `ignored`, is ignored and said so (lk_sigpipe_ignored: no guard), with
- * closing_server answering on lfd, which it closes. Returns the wait status. */
-static int run_sigpipe_client(int lfd, const char *url, int ignored)
+static volatile sig_atomic_t sigpipes; /* in the child: SIGPIPEs its handler saw */
+
+static void count_sigpipe(int sig)
+{
+    (void)sig;
+    sigpipes++;
+}
+
+/* How the child of run_sigpipe_client() treats SIGPIPE. */
+enum { PIPE_DEFAULT, PIPE_COUNTED, PIPE_COUNTED_UNGUARDED };
+
+/* Runs sigpipe_client(url) in a child, with closing_server answering on lfd, which it
+ * closes. Returns the wait status. The child's SIGPIPE:
+ *   PIPE_DEFAULT: the default disposition, which kills;
+ *   PIPE_COUNTED: a counting handler; the guard must swallow every SIGPIPE (exit 4 if not);
+ *   PIPE_COUNTED_UNGUARDED: the same handler, and lk_sigpipe_ignored() (which a process
+ *     with a handler would never call: here it shows the guard is skipped): the writes'
+ *     SIGPIPEs must reach the handler (exit 5 if none did). */
+static int run_sigpipe_client(int lfd, const char *url, int mode)
 {
     pthread_t t;
     int status = 0;
@@ -371,14 +386,24 @@ static int run_sigpipe_client(int lfd, const char *url, int ignored)
     pid_t pid = fork();
     assert_true(pid >= 0);
     if (pid == 0) {
-        struct sigaction dfl;
-        memset(&dfl, 0, sizeof dfl);
-        dfl.sa_handler = ignored ? SIG_IGN : SIG_DFL;
-        sigaction(SIGPIPE, &dfl, NULL);
-        if (ignored) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = mode == PIPE_DEFAULT ? SIG_DFL : count_sigpipe;
+        sa.sa_flags = SA_RESTART;
+        sigaction(SIGPIPE, &sa, NULL);
+        if (mode == PIPE_COUNTED_UNGUARDED) {
             lk_sigpipe_ignored();
         }
-        _exit(sigpipe_client(url));
+        int rc = sigpipe_client(url);
+        if (rc == 0 && mode == PIPE_COUNTED && sigpipes != 0) {
+            fprintf(stderr, "%d SIGPIPEs got past the guard\n", (int)sigpipes);
+            rc = 4;
+        }
+        if (rc == 0 && mode == PIPE_COUNTED_UNGUARDED && sigpipes == 0) {
+            fprintf(stderr, "no SIGPIPE reached the handler: the guard still ran\n");
+            rc = 5;
+        }
+        _exit(rc);
     }
     pthread_create(&t, NULL, closing_server, &lfd);
     assert_int_equal(waitpid(pid, &status, 0), pid);
@@ -425,26 +450,31 @@ static void test_sigpipe_never_kills(void **state)
     /* A unix socket whose peer closed makes write() raise SIGPIPE at once, so a client
      * without the guard dies here with 141 (128 + SIGPIPE). */
     int lfd = listen_unix(dir, url, sizeof url);
-    int status = run_sigpipe_client(lfd, url, 0);
+    int status = run_sigpipe_client(lfd, url, PIPE_DEFAULT);
     th_rmtree(dir);
     assert_client_exited_0(status, url);
 
     /* And over TCP, where the server resets every connection. */
     lfd = listen_loopback(&port);
     snprintf(url, sizeof url, "redis://127.0.0.1:%d", port);
-    assert_client_exited_0(run_sigpipe_client(lfd, url, 0), url);
+    assert_client_exited_0(run_sigpipe_client(lfd, url, PIPE_DEFAULT), url);
 }
 
-/* A process that ignores SIGPIPE and says so (lk_sigpipe_ignored, as fencegate does) runs
- * without the guard: the writes to dead sockets still fail as EUNAVAILABLE, every time, and
- * the process lives. */
-static void test_sigpipe_ignored_needs_no_guard(void **state)
+/* lk_sigpipe_ignored() (fencegate calls it: it ignores SIGPIPE for good) skips the guard:
+ * with a counting handler, the writes' SIGPIPEs reach it once the call is made, and none
+ * does without it (the guard swallows them). Both clients still get EUNAVAILABLE, every
+ * time, and live. */
+static void test_sigpipe_ignored_skips_the_guard(void **state)
 {
     (void)state;
     char dir[80], url[300];
 
     int lfd = listen_unix(dir, url, sizeof url);
-    int status = run_sigpipe_client(lfd, url, 1);
+    int status = run_sigpipe_client(lfd, url, PIPE_COUNTED);
+    th_rmtree(dir);
+    assert_client_exited_0(status, url);
+    lfd = listen_unix(dir, url, sizeof url);
+    status = run_sigpipe_client(lfd, url, PIPE_COUNTED_UNGUARDED);
     th_rmtree(dir);
     assert_client_exited_0(status, url);
 }
@@ -508,7 +538,7 @@ int main(void)
         cmocka_unit_test(test_breaker_ignores_a_paused_process),
         cmocka_unit_test(test_redis_busy_script_is_unavailable),
         cmocka_unit_test(test_sigpipe_never_kills),
-        cmocka_unit_test(test_sigpipe_ignored_needs_no_guard),
+        cmocka_unit_test(test_sigpipe_ignored_skips_the_guard),
         cmocka_unit_test(test_auth_and_db_url),
         cmocka_unit_test(test_lock_without_token_is_an_error),
     };

@@ -37,8 +37,18 @@ check_set() {
         grep -qx "$name" <<<"$known" \
             || fail "$where sets $name, which fencegate does not know (fencegate --help)"
     done
-    env -i PATH="$PATH" "$@" timeout 20 "$bin" --check-config >/dev/null 2>"$tmp_err" \
-        || { cat "$tmp_err" >&2; fail "fencegate --check-config refuses the settings of $where: $*"; }
+    local rc=0
+    env -i PATH="$PATH" "$@" timeout 20 "$bin" --check-config >/dev/null 2>"$tmp_err" || rc=$?
+    if [ "$rc" -eq 2 ]; then
+        cat "$tmp_err" >&2
+        fail "fencegate --check-config refuses the settings of $where: $*"
+    elif [ "$rc" -ne 0 ]; then
+        # 1: this host's open-file limit is too low for the loops these settings ask for,
+        # which says nothing about the settings; anything else is a crash or a hang.
+        cat "$tmp_err" >&2
+        fail "fencegate --check-config exited $rc for the settings of $where (not a settings" \
+            "error: see above; ulimit -n here is $(ulimit -Hn)): $*"
+    fi
     echo "ok: $where: $*"
 }
 tmp_err=$(mktemp)

@@ -68,8 +68,11 @@ LK_EXTERN const char *lk_version(void);
  * process that has not changed its disposition. So by default locklib blocks SIGPIPE for the
  * calling thread around its writes and swallows one they raised: four system calls per batch
  * of calls. A process that ignores SIGPIPE for good (signal(SIGPIPE, SIG_IGN), never undone)
- * may say so once, before its first handle, and locklib skips that guard from then on.
- * Process-wide; thread-safe. */
+ * may say so, best before its first handle (it takes effect from each thread's next batch),
+ * and locklib skips that guard from then on. It cannot be undone: a process that later
+ * restores SIG_DFL is killed by the first such write, one with a handler runs it for each,
+ * and a thread that blocks SIGPIPE to sigwait() for it receives them. Process-wide;
+ * thread-safe. */
 LK_EXTERN void lk_sigpipe_ignored(void);
 
 /* Limits checked before Redis sees anything. Names and tokens follow fencegate/limits.h,
