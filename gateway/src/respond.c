@@ -13,8 +13,8 @@
 #include "util.h"
 
 /* Answers up to this many bytes are written on the stack (a lock's answer is about 100),
- * larger ones into a heap buffer of their own (the /readyz of 5 Redlock masters, which
- * gateway_redlock reads, is one). */
+ * larger ones into a heap buffer of their own (a Redlock /readyz or its 503, which
+ * gateway_redlock reads with 3 and 5 masters, is one). */
 #define GW_ANSWER_STACK 512
 
 static struct MHD_Response *json_response(json_t *body)
