@@ -76,12 +76,20 @@ static lk_status check_replicas(lk_client *c, const lk_call *acq)
 }
 
 /* What follows a successful acquisition script (acq): WAIT for min_replicas (rolled back
- * on failure) and the watchdog for a watchdog lease. Returns ACQUIRED or the error. */
+ * on failure) and the watchdog for a watchdog lease. Returns ACQUIRED or the error.
+ *
+ * A replayed acquisition WAITs too: its first call may never have had its WAIT (the
+ * client died after the script, the connection broke before WAIT, or the WAIT failed and
+ * so did the rollback, which leaves the record), and ACQUIRED with min_replicas means that
+ * many replicas have the grant. The replay's script wrote to the record again
+ * (acquire_replay in lua/prelude/mint.lua), so this connection's WAIT covers the first
+ * call's writes; too few acknowledgements undo the hold as for a first call, and drop the
+ * record, so the key's next retry acts afresh. */
 static lk_status acquired(lk_client *c, const lk_call *acq)
 {
     lk_status st;
 
-    if (!acq->res.replayed && c->opts.min_replicas > 0) {
+    if (c->opts.min_replicas > 0) {
         st = check_replicas(c, acq);
         if (st != LK_OK) {
             return st;

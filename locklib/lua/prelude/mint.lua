@@ -78,6 +78,16 @@ end
 -- it acquires, records its own answer in its place; if it does not, the key is free, as
 -- after any answer that was not ACQUIRED. A record with another token is replayed as usual:
 -- a concurrent call of the same key already superseded it.
+--
+-- A replay writes the record's 'op' field again, with the value it has: nothing changes,
+-- but the write is replicated. A caller with min_replicas WAITs after a replay too
+-- (locklib/src/locks.c: the first call's client may have died between its script and its
+-- WAIT), and WAIT is documented to wait for the connection's own earlier writes: a
+-- connection that wrote nothing may be answered at once, counting replicas that never saw
+-- the grant. With this write the connection's offset is past the first answer's writes.
+-- (Redis 7.0, Debian 12's, records a connection's offset after any command, reads too, so
+-- there the write is not needed; it keeps the replay right on a server that holds to the
+-- documented rule.)
 local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede)
     local rec = idem_replay(k_idem, idem_ms, 'acquire', owner, 'token', 'holds', 'lease')
     if rec then
@@ -86,6 +96,7 @@ local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede)
             redis.call('DEL', k_idem)
             return nil
         end
+        redis.call('HSET', k_idem, 'op', 'acquire')
         return {token, tonumber(rec[2]), tonumber(rec[3]) or lease_ms}
     end
     return rec
