@@ -28,6 +28,8 @@
 --          master of a Redlock call, so that a listener to several masters tells one
 --          release published by many from two releases with the same token
 --          (locklib/src/sub.c).
+-- ARGV[9]  optional: "1" when the caller WAITs for replicas after the answer, so that a
+--          replay must write (acquire_replay in prelude/mint.lua); "0" (or absent) when not
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
 --          {0, holder_pttl_ms, holder_token}                    held by another owner, whose
@@ -58,17 +60,19 @@ local idle_ms = idle_arg(ARGV[5])
 local others = ARGV[6] or '0'
 local supersede = mint_floor(ARGV[7] or '0')
 local hold_id = ARGV[8] or ''
+local will_wait = ARGV[9] or '0'
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') or
-        supersede == nil or #hold_id > 16 or string.match(hold_id, '^[0-9a-f]*$') == nil then
+        supersede == nil or #hold_id > 16 or string.match(hold_id, '^[0-9a-f]*$') == nil or
+        (will_wait ~= '0' and will_wait ~= '1') then
     return redis.error_reply('fencegate: invalid argument')
 end
 
-local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede)
+local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wait == '1')
 if rec == false then
     return {-1, 0}
 elseif rec then

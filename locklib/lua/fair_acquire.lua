@@ -17,6 +17,8 @@
 --          every grant makes their time to live at least max(ARGV[6], lease, ARGV[4])
 --          (prelude/idle.lua: the counter outlives a record that can replay its token)
 -- ARGV[7]  optional: a token to supersede, "0" (or absent) for none, as in acquire.lua
+-- ARGV[8]  optional: "1" when the caller WAITs for replicas after the answer, "0" (or
+--          absent) when not, as acquire.lua's ARGV[9]
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1}  acquired
 --          {0, retry_ms, position, holder_token}
@@ -67,6 +69,7 @@ local idem_ms = tonumber(ARGV[4])
 local wait_ms = tonumber(ARGV[5])
 local idle_ms = idle_arg(ARGV[6])
 local supersede = mint_floor(ARGV[7] or '0')
+local will_wait = ARGV[8] or '0'
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
@@ -75,12 +78,12 @@ if not valid_owner(owner) then
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 or
-        idle_ms == nil or supersede == nil then
+        idle_ms == nil or supersede == nil or (will_wait ~= '0' and will_wait ~= '1') then
     return redis.error_reply('fencegate: invalid argument')
 end
 
 -- 1. Replay.
-local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede)
+local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wait == '1')
 if rec == false then
     return {-1, 0, -1}
 elseif rec then

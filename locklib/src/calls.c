@@ -37,7 +37,8 @@ static void idem_args(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
 /* ---- acquire.lua, fair_acquire.lua ---------------------------------------------------- */
 
 /* KEYS lock, fence, idem, base, [queue, qtimeout,] recent; ARGV owner, lease, floor,
- * idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not fair)], supersede. */
+ * idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not fair)], supersede[, hold id
+ * (not fair)], will_wait (min_replicas: a replay must write, for the WAIT after it). */
 static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                char *err)
 {
@@ -88,6 +89,7 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     if (!fair) {
         lk__cmd_hold_id(cmd); /* built once, so every Redlock master gets the same */
     }
+    lk__cmd_num(cmd, opts->min_replicas > 0);
     return LK_OK;
 }
 

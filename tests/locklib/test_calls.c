@@ -298,6 +298,76 @@ static void test_rolled_back_acquisition_is_not_replayed(void **state)
     lk_client_close(c);
 }
 
+/* The calls of HSET Redis has counted (INFO commandstats counts a script's calls too). */
+static long long hset_calls(const th_redis *r)
+{
+    char info[16384];
+    assert_int_equal(th_redis_cmd(r, info, sizeof info, "INFO commandstats"), 0);
+    const char *at = strstr(info, "cmdstat_hset:calls=");
+    return at != NULL ? atoll(at + strlen("cmdstat_hset:calls=")) : 0;
+}
+
+/* alice's acquisition of name with the key "key-w", fair or not. */
+static lk_status acquire_key(lk_client *c, int fair, const char *name, lk_result *r)
+{
+    return fair ? lk_acquire_fair(c, name, "alice", 10000, 0, "key-w", 0, r)
+                : lk_acquire(c, name, "alice", 10000, 0, "key-w", r);
+}
+
+/* A replay writes (its record's op field, unchanged) only for a caller that WAITs after
+ * it, so that the WAIT covers the first answer's writes (acquire_replay in
+ * lua/prelude/mint.lua); a replay for a caller without min_replicas stays a read. Both
+ * kinds of acquisition, plain and fair. */
+static void test_replay_writes_only_before_a_wait(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_with_replicas(f);
+    for (int fair = 0; fair < 2; fair++) {
+        char name[64];
+        snprintf(name, sizeof name, "%s", res_name("replay-write"));
+        lk_result r;
+
+        assert_lk(f->c, acquire_key(f->c, fair, name, &r), LK_ACQUIRED);
+        long long before = hset_calls(&f->redis);
+        assert_lk(f->c, acquire_key(f->c, fair, name, &r), LK_ACQUIRED);
+        assert_int_equal(r.replayed, 1);
+        assert_int_equal(hset_calls(&f->redis), before);
+        /* The fixture's Redis has no replica: the replay's WAIT fails and it is undone. */
+        assert_lk(c, acquire_key(c, fair, name, &r), LK_EREPLICAS);
+        assert_true(hset_calls(&f->redis) > before);
+    }
+    lk_client_close(c);
+}
+
+/* A stale record: alice's keyed hold ended, and she took the lock again afresh (a larger
+ * token). A retry of the old key replays the old grant, and its WAIT fails: undoing it
+ * drops the record but leaves the later hold alone (release.lua ARGV[4]). Before, the undo
+ * released whatever hold alice had, and the lock went to the next caller while she worked. */
+static void test_undone_replay_leaves_a_later_hold(void **state)
+{
+    lk_fixture *f = *state;
+    lk_client *c = open_with_replicas(f);
+    char name[64];
+    snprintf(name, sizeof name, "%s", res_name("stale-replay"));
+    lk_result r;
+    lk_lock_info info;
+
+    assert_lk(f->c, lk_acquire(f->c, name, "alice", 10000, 0, "key-old", &r), LK_ACQUIRED);
+    int64_t first = r.token;
+    assert_lk(f->c, lk_release(f->c, name, "alice", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, name, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t later = r.token;
+    assert_true(later > first);
+
+    assert_lk(c, lk_acquire(c, name, "alice", 10000, 0, "key-old", &r), LK_EREPLICAS);
+    assert_lk(f->c, lk_lock_status(f->c, name, &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_int_equal(info.token, later);
+    assert_int_equal(info.holds, 1);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:idem:key-old", name), 0);
+    lk_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -308,6 +378,8 @@ int main(void)
         cmocka_unit_test(test_call_supersedes_a_refused_idempotency_record),
         cmocka_unit_test(test_call_many_with_replicas_rolls_each_back),
         cmocka_unit_test(test_rolled_back_acquisition_is_not_replayed),
+        cmocka_unit_test(test_replay_writes_only_before_a_wait),
+        cmocka_unit_test(test_undone_replay_leaves_a_later_hold),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
 }

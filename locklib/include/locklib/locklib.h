@@ -203,8 +203,9 @@ typedef struct lk_result {
  * Returns ACQUIRED (token, holds, ttl_ms) or HELD (ttl_ms), or an error. With min_replicas,
  * too few acknowledgements give EREPLICAS once the hold is undone, or EUNAVAILABLE when the
  * undo failed too: the lock may then still be held until its lease runs out. A replay
- * waits for the replicas as well (the first call may have died before its WAIT), and is
- * undone the same way when too few acknowledge. */
+ * waits for the replicas as well (the first call may have died before its WAIT); when too
+ * few acknowledge, its record is dropped and the hold it replayed is released, unless the
+ * owner holds the lock under a later token by then (that hold is left alone). */
 LK_EXTERN lk_status lk_acquire(lk_client *c, const char *resource, const char *owner,
                                int64_t lease_ms, int64_t floor, const char *idem_key,
                                lk_result *res);

@@ -79,16 +79,16 @@ end
 -- after any answer that was not ACQUIRED. A record with another token is replayed as usual:
 -- a concurrent call of the same key already superseded it.
 --
--- A replay writes the record's 'op' field again, with the value it has: nothing changes,
--- but the write is replicated. A caller with min_replicas WAITs after a replay too
--- (locklib/src/locks.c: the first call's client may have died between its script and its
--- WAIT), and WAIT is documented to wait for the connection's own earlier writes: a
--- connection that wrote nothing may be answered at once, counting replicas that never saw
--- the grant. With this write the connection's offset is past the first answer's writes.
--- (Redis 7.0, Debian 12's, records a connection's offset after any command, reads too, so
--- there the write is not needed; it keeps the replay right on a server that holds to the
--- documented rule.)
-local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede)
+-- will_wait is true when the caller WAITs for replicas after the answer (locklib's
+-- min_replicas), a replay too (locklib/src/locks.c: the first call's client may have died
+-- between its script and its WAIT). A replay then writes the record's 'op' field again,
+-- with the value it has: nothing changes, but the write is replicated. WAIT waits for the
+-- replication offset of the connection's own last write: since Redis 7.2 a connection that
+-- wrote nothing is answered at once, counting replicas that never saw the grant. With
+-- this write the connection's offset is past the first answer's writes. (Redis 7.0,
+-- Debian 12's, records the offset after any command, reads too.) Without will_wait a
+-- replay writes nothing.
+local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede, will_wait)
     local rec = idem_replay(k_idem, idem_ms, 'acquire', owner, 'token', 'holds', 'lease')
     if rec then
         local token = tonumber(rec[1])
@@ -96,7 +96,9 @@ local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede)
             redis.call('DEL', k_idem)
             return nil
         end
-        redis.call('HSET', k_idem, 'op', 'acquire')
+        if will_wait then
+            redis.call('HSET', k_idem, 'op', 'acquire')
+        end
         return {token, tonumber(rec[2]), tonumber(rec[3]) or lease_ms}
     end
     return rec
