@@ -16,7 +16,8 @@
  * as the stack, while CPU per cycle tells whether two gateways cost more work per cycle.
  * Token-checked writes/s with 1 and 64 writers on PostgreSQL and LMDB: storage_bench.
  *
- * Usage: multigw_bench [--seconds N] [--conns N]
+ * Usage: multigw_bench [--seconds N] [--conns N] [--fencegate PATH]
+ * --fencegate runs another gateway binary (an older tree's, to compare) under the same load.
  */
 #include <dirent.h>
 #include <pthread.h>
@@ -37,6 +38,8 @@
 #endif
 
 #define START_TIMEOUT_MS 20000
+
+static const char *g_fencegate = FENCEGATE_BIN; /* --fencegate */
 #define WARM_MS 1000
 
 typedef struct mg_run {
@@ -163,7 +166,7 @@ static int start_gateway(cp_proc *p, const char *name, const char *redis_url, co
     char listen[64];
     p->port = th_free_port();
     snprintf(listen, sizeof listen, "127.0.0.1:%d", p->port);
-    char *argv[] = {FENCEGATE_BIN, "--listen", listen, "--redis", (char *)redis_url, "--data",
+    char *argv[] = {(char *)g_fencegate, "--listen", listen, "--redis", (char *)redis_url, "--data",
                     (char *)data, "--max-connections", "1024",
                     "--max-connections-per-address", "0", /* every client is 127.0.0.1 */
                     store != NULL ? "--store" : NULL, (char *)store, NULL};
@@ -194,6 +197,8 @@ int main(int argc, char **argv)
             seconds = atoi(argv[i + 1]);
         } else if (strcmp(argv[i], "--conns") == 0) {
             conns = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--fencegate") == 0) {
+            g_fencegate = argv[i + 1];
         }
     }
     int ms = seconds * 1000;
