@@ -15,10 +15,14 @@
 --          grant whose hold is gone. "Or smaller": on Redlock each master records the token
 --          it minted, and the grant answered the largest; a record with a larger token is a
 --          later call of the key that superseded this one, and stays.
---          The hold is released only if it is the undone acquisition's: a lock whose
+--          The hold is released only if it may be the undone acquisition's: a lock whose
 --          token is larger than ARGV[4] is a later hold (the owner took the lock afresh
 --          after that hold ended, and a stale record was replayed): it is left alone, and
---          the answer is {0, 1, 0}. "Or smaller" as above, for Redlock's masters.
+--          the answer is {2, holds, 0}, still held, so that a watchdog keeps renewing it.
+--          "Or smaller" as above, for Redlock's masters; with "-1" (Redlock's own undo of a
+--          minority grant, whose masters minted different tokens) any hold is released.
+--          A stale record of a re-entry has the token of the hold it entered: the token
+--          cannot tell it from that hold, and one hold is released.
 --
 -- Returns  {1, 0, replayed, published}
 --                                released: the lock is deleted, and the token of the hold
@@ -69,7 +73,7 @@ if redis.call('HEXISTS', KEYS[1], owner) == 0 then
 end
 if undo ~= '0' and undo ~= '-1' and
         (tonumber(redis.call('HGET', KEYS[1], '#token')) or 0) > tonumber(undo) then
-    return {0, 1, 0}
+    return {2, tonumber(redis.call('HGET', KEYS[1], owner)), 0}
 end
 local holds = redis.call('HINCRBY', KEYS[1], owner, -1)
 local status = 2

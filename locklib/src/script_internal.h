@@ -11,7 +11,7 @@
 #include "script_table.h"
 #include "util_internal.h"
 
-#define LK__ARGV_MAX 16 /* keys and arguments of one call (fair_acquire.lua: 7 + 8) */
+#define LK__ARGV_MAX 16 /* keys and arguments of one call (fair_acquire.lua: 7 + 8, one spare) */
 #define LK__CMD_KEYS 8 /* key names and other long strings (the channel) one call may hold */
 #define LK__CMD_NUMS 8 /* numbers one call may hold (acquire.lua: seven and the hold id) */
 

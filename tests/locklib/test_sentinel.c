@@ -41,8 +41,9 @@ static int group_teardown(void **state)
 }
 
 /* A handle on url; with min_replicas > 0 it WAITs up to 2 s for that many replicas after
- * each acquisition (a loaded machine's replica acknowledges well within that). */
-static lk_client *open_url_replicas(const char *url, int min_replicas)
+ * each acquisition (a loaded machine's replica acknowledges well within that).
+ * watchdog_lease_ms: its watchdog lease, 0 for the default. */
+static lk_client *open_url_replicas(const char *url, int min_replicas, int64_t watchdog_lease_ms)
 {
     lk_options o;
     lk_client *c = NULL;
@@ -51,6 +52,9 @@ static lk_client *open_url_replicas(const char *url, int min_replicas)
     o.command_timeout_ms = min_replicas > 0 ? 3000 : 1000;
     o.min_replicas = min_replicas;
     o.replica_timeout_ms = 2000;
+    if (watchdog_lease_ms > 0) {
+        o.watchdog_lease_ms = watchdog_lease_ms;
+    }
     lk_status st = lk_client_open(&c, url, &o);
     if (c == NULL) {
         print_error("lk_client_open(%s): %s\n", url, lk_status_name(st));
@@ -61,7 +65,7 @@ static lk_client *open_url_replicas(const char *url, int min_replicas)
 
 static lk_client *open_url(const char *url)
 {
-    return open_url_replicas(url, 0);
+    return open_url_replicas(url, 0, 0);
 }
 
 static void test_finds_master(void **state)
@@ -205,13 +209,13 @@ static void test_replayed_acquisition_waits_for_replicas(void **state)
     assert_lk(c, lk_acquire(c, resource, "alice", 30000, 0, "key-1", &res), LK_ACQUIRED);
     int64_t token = res.token;
 
-    lk_client *r1 = open_url_replicas(f->s.url, 1);
+    lk_client *r1 = open_url_replicas(f->s.url, 1, 0);
     assert_lk(r1, lk_acquire(r1, resource, "alice", 30000, 0, "key-1", &res), LK_ACQUIRED);
     assert_int_equal(res.replayed, 1);
     assert_int_equal(res.token, token);
     lk_client_close(r1);
 
-    lk_client *r2 = open_url_replicas(f->s.url, 1);
+    lk_client *r2 = open_url_replicas(f->s.url, 1, 0);
     assert_int_equal(kill(f->s.redis[replica].pid, SIGSTOP), 0);
     lk_status st = lk_acquire(r2, resource, "alice", 30000, 0, "key-1", &res);
     char err[256];
@@ -228,6 +232,50 @@ static void test_replayed_acquisition_waits_for_replicas(void **state)
     lk_client_close(r2);
     lk_client_close(c);
     /* The failover test that follows needs the replica linked and healthy again. */
+    assert_int_equal(th_sentinel_wait_ready(&f->s, 30000), 0);
+}
+
+/* A stale record: alice's keyed hold ended, and she took the lock again with a watchdog
+ * lease (a larger token). A late retry of the old key replays the old grant while the
+ * replica is paused: its WAIT fails and the undo keeps the later hold (release.lua ARGV[4]),
+ * answered still held, so the watchdog goes on renewing it: several leases later it is
+ * still alice's. Answered "not the owner", the undo stopped the watch and the hold lapsed
+ * after one lease while alice believed she held it. */
+static void test_undone_replay_keeps_the_later_watchdog_hold(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url_replicas(f->s.url, 1, 600);
+    lk_result res;
+    lk_lock_info info;
+    char resource[64];
+
+    snprintf(resource, sizeof resource, "%s", res_name("replay-watch"));
+    int master = th_sentinel_master(&f->s);
+    assert_true(master >= 0);
+    int replica = master == 0 ? 1 : 0;
+    assert_lk(c, lk_acquire(c, resource, "alice", 30000, 0, "key-old", &res), LK_ACQUIRED);
+    int64_t first = res.token;
+    assert_lk(c, lk_release(c, resource, "alice", NULL, &res), LK_RELEASED);
+    assert_lk(c, lk_acquire(c, resource, "alice", LK_LEASE_WATCHDOG, 0, NULL, &res),
+              LK_ACQUIRED);
+    int64_t later = res.token;
+    assert_true(later > first);
+
+    assert_int_equal(kill(f->s.redis[replica].pid, SIGSTOP), 0);
+    lk_status st = lk_acquire(c, resource, "alice", 30000, 0, "key-old", &res);
+    assert_int_equal(kill(f->s.redis[replica].pid, SIGCONT), 0);
+    assert_lk(c, st, LK_EREPLICAS);
+    /* Five leases: renewed all along, never lapsed, never reported lost. */
+    int64_t end = th_now_ms() + 3000;
+    while (th_now_ms() < end) {
+        assert_lk(c, lk_lock_status(c, resource, &info), LK_OK);
+        assert_int_equal(info.locked, 1);
+        assert_int_equal(info.token, later);
+        assert_int_equal(lk_watch_lost(c, resource, "alice"), 0);
+        th_nap_ms(50);
+    }
+    assert_lk(c, lk_release(c, resource, "alice", NULL, &res), LK_RELEASED);
+    lk_client_close(c);
     assert_int_equal(th_sentinel_wait_ready(&f->s, 30000), 0);
 }
 
@@ -317,6 +365,7 @@ int main(void)
         cmocka_unit_test(test_skips_bad_sentinels),
         cmocka_unit_test(test_switch_master_hint),
         cmocka_unit_test(test_replayed_acquisition_waits_for_replicas),
+        cmocka_unit_test(test_undone_replay_keeps_the_later_watchdog_hold),
         cmocka_unit_test(test_failover_floor),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

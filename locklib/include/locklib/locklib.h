@@ -291,9 +291,10 @@ typedef struct lk_call {
                             * or did not stand (rolled back, given back): idem_key is then
                             * that acquisition's key, and its record for this owner answering
                             * this token or a smaller one (-1: any token) is deleted with the
-                            * hold, so a retry
-                            * of the acquisition acts afresh instead of replaying a grant
-                            * whose hold is gone. The release itself is not recorded. */
+                            * hold, so a retry of the acquisition acts afresh instead of
+                            * replaying a grant whose hold is gone. A hold with a larger token
+                            * (the owner took the lock again since) is kept: the release
+                            * answers STILL_HELD. The release itself is not recorded. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */

@@ -82,12 +82,13 @@ end
 -- will_wait is true when the caller WAITs for replicas after the answer (locklib's
 -- min_replicas), a replay too (locklib/src/locks.c: the first call's client may have died
 -- between its script and its WAIT). A replay then writes the record's 'op' field again,
--- with the value it has: nothing changes, but the write is replicated. WAIT waits for the
--- replication offset of the connection's own last write: since Redis 7.2 a connection that
--- wrote nothing is answered at once, counting replicas that never saw the grant. With
--- this write the connection's offset is past the first answer's writes. (Redis 7.0,
--- Debian 12's, records the offset after any command, reads too.) Without will_wait a
--- replay writes nothing.
+-- with the value it has: nothing changes, but the write is replicated. WAIT is documented
+-- to wait for the connection's own earlier writes, and later Redis versions record a
+-- connection's offset only after a command that propagated: a connection that wrote
+-- nothing is answered at once, counting replicas that never saw the grant. With this
+-- write the connection's offset is past the first answer's writes. (Redis 7.0, Debian
+-- 12's, records the offset after any command, reads too.) Without will_wait a replay
+-- writes nothing.
 local function acquire_replay(k_idem, idem_ms, owner, lease_ms, supersede, will_wait)
     local rec = idem_replay(k_idem, idem_ms, 'acquire', owner, 'token', 'holds', 'lease')
     if rec then
