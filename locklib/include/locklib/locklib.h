@@ -40,7 +40,7 @@ extern "C" {
     X(ACQUIRED, "lock acquired")                                                          \
     X(HELD, "lock is held by another owner")                                              \
     X(RELEASED, "lock released")                                                          \
-    X(STILL_HELD, "hold count decremented; the lock is still held")                       \
+    X(STILL_HELD, "the lock is still held by this owner")                                 \
     X(NOT_OWNER, "the lock is not held by this owner")                                    \
     X(RENEWED, "lease renewed")                                                           \
     X(EINVAL, "invalid argument")                                                         \
@@ -293,8 +293,9 @@ typedef struct lk_call {
                             * this token or a smaller one (-1: any token) is deleted with the
                             * hold, so a retry of the acquisition acts afresh instead of
                             * replaying a grant whose hold is gone. A hold with a larger token
-                            * (the owner took the lock again since) is kept: the release
-                            * answers STILL_HELD. The release itself is not recorded. */
+                            * (the owner took the lock again since) is kept, except with -1:
+                            * the release answers STILL_HELD. The release itself is not
+                            * recorded. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */
