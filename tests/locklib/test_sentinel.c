@@ -191,7 +191,7 @@ static lk_status acquire_retry(lk_client *c, const char *resource, const char *o
  * and the record dropped. Each retry runs on a fresh connection, as a gateway's retry
  * would. Before, a replay skipped the WAIT and answered ACQUIRED for a grant no replica had
  * acknowledged. (The replay's write to its record, which makes the WAIT cover the grant on
- * Redis 7.2 and later, is not needed on Debian's 7.0, which records a connection's offset
+ * later Redis versions, is not needed on Debian's 7.0, which records a connection's offset
  * after any command: removing it does not fail this test here; locklib_calls
  * test_replay_writes_only_before_a_wait checks that the write is made.) */
 static void test_replayed_acquisition_waits_for_replicas(void **state)
