@@ -291,7 +291,7 @@ static const lk__call_kind kinds[LK__CALL_KINDS] = {
     [LK_CALL_RENEW] = {build_owner_call, decode_renew},
     [LK_CALL_TOKEN_CHECK] = {build_token_check, decode_token_check},
     [LK__CALL_STATUS] = {build_status, decode_status},
-    [LK__CALL_FAIR_CANCEL] = {build_fair_cancel, decode_fair_cancel},
+    [LK_CALL_FAIR_CANCEL] = {build_fair_cancel, decode_fair_cancel},
 };
 
 const lk__call_kind *lk__call_kind_of(lk_call_kind kind)

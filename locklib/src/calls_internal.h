@@ -11,13 +11,11 @@
 #include "script_internal.h"
 #include "util_internal.h"
 
-/* Two kinds the public enum lk_call_kind does not have, for lk_lock_status() and
- * lk_fair_cancel(); lk_call_many() refuses them. A STATUS call reads the lock's state into
- * res.token, res.holds, res.ttl_ms (the holder's), `last` (the last token issued) and
- * `recent` (1 when the lock is held). A FAIR_CANCEL call has no outcome but its status. */
-#define LK__CALL_STATUS ((lk_call_kind)(LK_CALL_TOKEN_CHECK + 1))
-#define LK__CALL_FAIR_CANCEL ((lk_call_kind)(LK_CALL_TOKEN_CHECK + 2))
-#define LK__CALL_KINDS (LK_CALL_TOKEN_CHECK + 3)
+/* A kind the public enum lk_call_kind does not have, for lk_lock_status(); lk_call_many()
+ * refuses it. A STATUS call reads the lock's state into res.token, res.holds, res.ttl_ms
+ * (the holder's), `last` (the last token issued) and `recent` (1 when the lock is held). */
+#define LK__CALL_STATUS ((lk_call_kind)(LK_CALL_FAIR_CANCEL + 1))
+#define LK__CALL_KINDS (LK_CALL_FAIR_CANCEL + 2)
 
 typedef struct lk__call_kind {
     /* Checks the call's arguments and fills *cmd. Returns OK, or an error status (EINVAL)

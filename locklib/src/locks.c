@@ -162,14 +162,14 @@ static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kin
 
 void lk_call_many(lk_client *c, lk_call *const *calls, size_t n)
 {
-    call_many(c, calls, n, LK_CALL_TOKEN_CHECK);
+    call_many(c, calls, n, LK_CALL_FAIR_CANCEL);
 }
 
 /* One call of any kind: the status, with its reason left in c->err for lk_errstr(). */
 static lk_status call_one(lk_client *c, lk_call *call, lk_result *res)
 {
     lk_call *one[1] = {call};
-    call_many(c, one, 1, LK__CALL_FAIR_CANCEL);
+    call_many(c, one, 1, LK__CALL_STATUS);
     if (res != NULL) {
         *res = call->res;
     }
@@ -203,7 +203,7 @@ lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
  * waiters), so nothing here blocks. */
 lk_status lk_fair_cancel(lk_client *c, const char *resource, const char *owner)
 {
-    lk_call call = {.kind = LK__CALL_FAIR_CANCEL, .resource = resource, .owner = owner};
+    lk_call call = {.kind = LK_CALL_FAIR_CANCEL, .resource = resource, .owner = owner};
     return call_one(c, &call, NULL);
 }
 

@@ -800,7 +800,7 @@ static void answer(lk__transport *t, size_t i, const lk__cmd *cmd, const lk__rl_
 
 static int is_fair(const lk__cmd *cmd)
 {
-    return cmd->out->kind == LK_CALL_ACQUIRE_FAIR || cmd->out->kind == LK__CALL_FAIR_CANCEL;
+    return cmd->out->kind == LK_CALL_ACQUIRE_FAIR || cmd->out->kind == LK_CALL_FAIR_CANCEL;
 }
 
 /* Steps 0 to 5 for the m calls of cmds, none fair; call j is the caller's index[j]. */

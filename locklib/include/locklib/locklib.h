@@ -262,7 +262,8 @@ typedef enum lk_call_kind {
     LK_CALL_ACQUIRE_FAIR,  /* lk_acquire_fair() */
     LK_CALL_RELEASE,       /* lk_release() */
     LK_CALL_RENEW,         /* lk_renew() */
-    LK_CALL_TOKEN_CHECK    /* lk_token_check() */
+    LK_CALL_TOKEN_CHECK,   /* lk_token_check() */
+    LK_CALL_FAIR_CANCEL    /* lk_fair_cancel(): resource and owner; no outcome but status */
 } lk_call_kind;
 
 /* One call of lk_call_many(): the arguments of the function its kind names (owner and
