@@ -301,6 +301,11 @@ int gw__fence_granted(gw_job *job)
     return 1;
 }
 
+int gw__fence_verdict_reads(uint64_t token, const lk_call *check)
+{
+    return (token <= (uint64_t)check->base && !check->recent) || token < (uint64_t)check->last;
+}
+
 gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,
                              const lk_call *check, uint64_t *highest, store_status *st)
 {

@@ -127,5 +127,9 @@ typedef enum gw_verdict {
  * check->last. */
 gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,
                              const lk_call *check, uint64_t *highest, store_status *st);
+/* 1 when gw__fence_verdict() on these would read storage (a refusal, which names the
+ * highest token): then it must run off the loop threads, on a store reader. 0 when the
+ * verdict is WRITE without reading anything. */
+int gw__fence_verdict_reads(uint64_t token, const lk_call *check);
 
 #endif

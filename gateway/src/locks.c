@@ -69,8 +69,12 @@
 /* What resumes a /lock whose connection is suspended. */
 typedef enum lock_stage {
     LOCK_ATTEMPTING,     /* its attempt is in the fence's line or the pipeline */
-    LOCK_PARKED          /* parked in waiters.c */
+    LOCK_PARKED,         /* parked in waiters.c */
+    LOCK_GIVING_BACK     /* a give-back is in the pipeline; then_* says what comes next */
 } lock_stage;
+
+/* What a /lock does once its give-back is answered (undo_then). */
+enum { THEN_ATTEMPT, THEN_ANSWER_UNCOVERED };
 
 /* A POST /lock in progress: its arguments, copied out of the body (which is freed, since a
  * parked waiter should cost little memory), and its waiter. Freed at request completion. */
@@ -102,6 +106,11 @@ struct gw_lock_call {
                                           * its own thread (gw__lock_handoff) */
     unsigned char marked;                /* its last attempt marked the lock wanted if it
                                           * took it (lk_call.others_waiting) */
+    unsigned char then;                  /* THEN_*: after LOCK_GIVING_BACK */
+    unsigned char wait_place;            /* holds a waiting place of its client's address
+                                          * (gw__loops_wait_take) */
+    unsigned char over_share;            /* wanted to wait, but its address's waiters had
+                                          * their share: one attempt, then 503 if held */
     gw_fence_turn turn;                  /* its place in its stripe's line (fence.c); its
                                           * refused says why it was answered without Redis
                                           * (ATTEMPT_*) */
@@ -281,35 +290,110 @@ static void attempt_grant(gw_fence *f, gw_job *job)
 
 const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_grant};
 
-/* Gives back a hold taken for a client that will never use it, on the server thread's own
- * connection, with the idempotency record of the acquisition that answered token: a retry
- * with its key then acts afresh, where it would have replayed a 200 for a hold that is gone
- * (lk_call.supersede of a release). If the release fails (Redis gone), the hold ends with
- * its lease and the record stays: a retry within the lease then replays the grant as
- * before, which the fencing token still guards. */
-static lk_status give_back(gw_server *srv, const struct gw_lock_call *call, int64_t token)
+/*
+ * Redis calls a /lock makes besides its attempts: giving back a hold nobody will use, and
+ * leaving the fair queue. Both go through the Redis pipeline like an attempt, never on a loop
+ * thread.
+ *
+ * A give-back carries the idempotency record of the acquisition that answered token: a
+ * retry with its key then acts afresh, where it would have replayed a 200 for a hold that is
+ * gone (lk_call.supersede of a release). If the release fails (Redis gone), the hold ends
+ * with its lease and the record stays: a retry within the lease then replays the grant,
+ * which the fencing token still guards.
+ *
+ * When the request goes on after the call (an answer, another attempt), the call must run
+ * first: a client that retries on a 503 must not find its old hold still there, nor have
+ * its new one released by a give-back that arrives late. undo_then() suspends the request
+ * for it (LOCK_GIVING_BACK). Once the request has ended, or its client is gone, nothing comes
+ * after: send_errand() sends the call on its own, with copies of its names, and it frees
+ * itself when answered. Leaving the fair queue is always sent so: at worst a late one takes
+ * a same-owner waiter that queued again out of line, and it queues again at its next attempt.
+ */
+struct gw_errand {
+    gw_job job;
+    lk_call call;
+    gw_server *srv;
+    unsigned char uncount_held;          /* a RELEASED answer ends a counted hold */
+    char text[];                         /* resource, owner and key, each NUL-terminated */
+};
+
+/* gw_job.done of an errand, on the pipeline thread. */
+static int errand_done(gw_job *job)
 {
-    lk_client *c = gw__client(srv);
-    lk_call undo = {.kind = LK_CALL_RELEASE, .resource = call->turn.resource,
-                    .owner = call->owner,
-                    .idem_key = call->idem_key[0] != '\0' ? call->idem_key : NULL,
-                    .supersede = token};
-    lk_call *one[1] = {&undo};
-    if (c == NULL) {
-        return LK_EUNAVAILABLE;
+    struct gw_errand *e = job->arg;
+    if (e->uncount_held && e->call.status == LK_RELEASED) {
+        atomic_fetch_sub(&e->srv->metrics.locks_held, 1);
     }
-    lk_call_many(c, one, 1);
-    return undo.status;
+    free(e);
+    return 1;
+}
+
+/* Sends a give-back of token (kind LK_CALL_RELEASE) or a fair-queue exit
+ * (LK_CALL_FAIR_CANCEL) for call's resource and owner, answered by nobody. Out of memory, it
+ * is not sent: the hold ends with its lease, the queue entry at its deadline. */
+static void send_errand(gw_server *srv, const struct gw_lock_call *call, lk_call_kind kind,
+                        int64_t token, int uncount_held)
+{
+    const char *idem = kind == LK_CALL_RELEASE ? call->idem_key : "";
+    size_t rlen = strlen(call->turn.resource) + 1, olen = strlen(call->owner) + 1;
+    size_t ilen = strlen(idem) + 1;
+    struct gw_errand *e = calloc(1, sizeof *e + rlen + olen + ilen);
+    if (e == NULL) {
+        return;
+    }
+    memcpy(e->text, call->turn.resource, rlen);
+    memcpy(e->text + rlen, call->owner, olen);
+    memcpy(e->text + rlen + olen, idem, ilen);
+    e->srv = srv;
+    e->uncount_held = (unsigned char)uncount_held;
+    e->call.kind = kind;
+    e->call.resource = e->text;
+    e->call.owner = e->text + rlen;
+    e->call.idem_key = idem[0] != '\0' ? e->text + rlen + olen : NULL;
+    e->call.supersede = kind == LK_CALL_RELEASE ? token : 0;
+    e->job.call = &e->call;
+    e->job.done = errand_done;
+    e->job.arg = e;
+    gw__pipe_submit(srv->pipe, &e->job);
+}
+
+/* A give-back of a hold whose client is gone or whose request has ended. */
+static void give_back(gw_server *srv, const struct gw_lock_call *call, int64_t token,
+                      int uncount_held)
+{
+    send_errand(srv, call, LK_CALL_RELEASE, token, uncount_held);
+}
+
+/* Gives back the hold of token, taken by this request's last attempt, through the Redis
+ * pipeline, with the connection suspended; lock_resumed() then goes on as `then` says. */
+static enum MHD_Result undo_then(gw_request *req, struct gw_lock_call *call, int64_t token,
+                                 int then)
+{
+    gw_attempt *at = attempt_new();
+    if (at == NULL) {
+        return MHD_NO; /* the hold ends with its lease; MHD closes the connection */
+    }
+    at->call.kind = LK_CALL_RELEASE;
+    at->call.resource = call->turn.resource;
+    at->call.owner = call->owner;
+    at->call.idem_key = call->idem_key[0] != '\0' ? call->idem_key : NULL;
+    at->call.supersede = token;
+    at->job.call = &at->call;
+    at->job.conn = req->conn;
+    call->attempt = at;
+    call->token = token;
+    call->then = (unsigned char)then;
+    call->stage = LOCK_GIVING_BACK;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(req->srv->pipe, &at->job);
+    return MHD_YES;
 }
 
 /* The ledger could not cover the token (gw__fence_answered): it must not be handed out.
- * The hold just taken is given back (a replayed answer took none) and 503 is queued. */
+ * The hold just taken was given back (undo_then; a replayed answer took none): 503. */
 static enum MHD_Result answer_uncovered(gw_request *req, const struct gw_lock_call *call,
-                                        const lk_result *res)
+                                        int64_t token)
 {
-    if (!res->replayed) {
-        give_back(req->srv, call, res->token);
-    }
     if (call->turn.cover == STORE_STALE) {
         /* Not an error of the store: the shared ledger holds this token, or a larger one,
          * for another holder (see refused_fresh_grant). */
@@ -318,7 +402,7 @@ static enum MHD_Result answer_uncovered(gw_request *req, const struct gw_lock_ca
                               "the token ledger holds token %llu or a larger one for another "
                               "holder (Redis lost data or disagrees with another gateway's); "
                               "the lock was not taken, retry",
-                              (unsigned long long)res->token);
+                              (unsigned long long)token);
     }
     gw__log_event(req->srv->cfg, "error", "token ledger: %s",
                   store_status_str((store_status)call->turn.cover));
@@ -374,18 +458,15 @@ static enum MHD_Result answer_locked(gw_request *req, const struct gw_lock_call 
 }
 
 /* Leaves the fair queue when the wait ends without the lock, so the waiters behind it do
- * not wait for its deadline. A failure (Redis gone) leaves the entry to expire then. */
+ * not wait for its deadline (an errand: see send_errand). A failure (Redis gone) leaves the
+ * entry to expire then. */
 static void leave_fair_queue(gw_request *req, struct gw_lock_call *call)
 {
-    lk_client *c = NULL;
     if (!call->fair_queued) {
         return;
     }
     call->fair_queued = 0;
-    c = gw__client(req->srv);
-    if (c != NULL) {
-        lk_fair_cancel(c, call->turn.resource, call->owner);
-    }
+    send_errand(req->srv, call, LK_CALL_FAIR_CANCEL, 0, 0);
 }
 
 static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call)
@@ -398,26 +479,43 @@ static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call
 }
 
 /* The attempt found the lock held and --max-waiters are waiting already (waiters.c, "The
- * cap"): 503 with a Retry-After of the holder's remaining lease (at least 1 s), when the
- * lock may be free and the waiters fewer. */
+ * cap"), or this client address's waiters have their share of its connections
+ * (over_share): 503 with a Retry-After of the holder's remaining lease (at least 1 s), when
+ * the lock may be free and the waiters fewer. Over its share the connection is closed after
+ * the answer, so that the address's connection is free for requests that do not wait. */
 static enum MHD_Result answer_too_many_waiters(gw_request *req, struct gw_lock_call *call,
                                                const lk_result *res)
 {
     char retry[24];
     int64_t retry_ms = res->ttl_ms > 1000 ? res->ttl_ms : 1000;
+    struct MHD_Response *resp = NULL;
 
     gw__wait_end(req->srv->waitq, &call->waiter, -1, 0);
     leave_fair_queue(req, call);
     count_acquire(req, GW_ACQ_unavailable);
     snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
-    struct MHD_Response *resp = gw__error_response(
-        "too_many_waiters",
-        json_pack("{s:s, s:I, s:i}", "resource", call->turn.resource, "retry_after_ms",
-                  (json_int_t)retry_ms, "max_waiters", req->srv->cfg->max_waiters),
-        "%s is held by another owner, and %d requests are waiting already (--max-waiters)",
-        call->turn.resource, req->srv->cfg->max_waiters);
+    if (call->over_share) {
+        unsigned int share = gw__loops_waiter_share(req->srv->loops);
+        resp = gw__error_response(
+            "too_many_waiters",
+            json_pack("{s:s, s:I, s:I}", "resource", call->turn.resource, "retry_after_ms",
+                      (json_int_t)retry_ms, "max_waiters_per_address", (json_int_t)share),
+            "%s is held by another owner, and %u requests of this client address are waiting "
+            "already (7/8 of --max-connections-per-address)",
+            call->turn.resource, share);
+    } else {
+        resp = gw__error_response(
+            "too_many_waiters",
+            json_pack("{s:s, s:I, s:i}", "resource", call->turn.resource, "retry_after_ms",
+                      (json_int_t)retry_ms, "max_waiters", req->srv->cfg->max_waiters),
+            "%s is held by another owner, and %d requests are waiting already (--max-waiters)",
+            call->turn.resource, req->srv->cfg->max_waiters);
+    }
     if (resp != NULL) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
+        if (call->over_share) {
+            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+        }
     }
     return gw__queue(req, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
 }
@@ -464,7 +562,8 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
     }
     if (st == LK_ACQUIRED) {
         if (call->turn.cover != STORE_OK) {
-            return answer_uncovered(req, call, res);
+            return res->replayed ? answer_uncovered(req, call, res->token)
+                                 : undo_then(req, call, res->token, THEN_ANSWER_UNCOVERED);
         }
         /* Every attempt is suspended while it waits for its stripe and for Redis, and MHD
          * does not watch a suspended connection: its client may have hung up meanwhile. An
@@ -474,7 +573,7 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
         gw_peer peer = res->replayed ? GW_PEER_OPEN : gw__conn_peer(req->conn);
         if (peer == GW_PEER_GONE) {
             /* The client hung up while the lock was taken: nobody will use this hold. */
-            give_back(srv, call, res->token);
+            give_back(srv, call, res->token, 0);
             count_acquire(req, GW_ACQ_abandoned);
             return MHD_NO;
         }
@@ -485,7 +584,8 @@ static enum MHD_Result answer_attempt(gw_request *req, struct gw_lock_call *call
         return answered;
     }
     if (st == LK_HELD) {
-        return answer_locked(req, call, res);
+        return call->over_share ? answer_too_many_waiters(req, call, res)
+                                : answer_locked(req, call, res);
     }
     count_acquire(req, st == LK_EUNAVAILABLE     ? GW_ACQ_unavailable
                        : st == LK_EIDEMPOTENCY   ? GW_ACQ_idempotency_conflict
@@ -670,8 +770,9 @@ static void restart_idle_timer(struct MHD_Connection *conn)
  * hold back and returns 1 when the request should attempt again above the ledger's highest
  * (at most GRANT_TRIES times, each counted as a floor correction); 0 to answer 503. A
  * re-entry or a replay repeats the refused token whatever the floor: those are answered 503.
- * A keyed request's fresh hold left an idempotency record of the refused token, which the
- * next attempt would replay. The give-back drops it with the hold; should that release fail
+ * The caller gives the hold back before the next attempt (undo_then). A keyed request's
+ * fresh hold left an idempotency record of the refused token, which the next attempt would
+ * replay. The give-back drops it with the hold; should that release fail
  * (Redis gone), the next attempt supersedes it (lk_call.supersede drops exactly that record
  * in the acquire script), so it mints afresh above the ledger and records the new answer,
  * which a retry of the key then replays. A record that already answers another token (a
@@ -683,7 +784,6 @@ static int refused_fresh_grant(gw_request *req, struct gw_lock_call *call, const
         call->grant_tries >= GRANT_TRIES) {
         return 0;
     }
-    give_back(req->srv, call, res->token);
     call->grant_tries++;
     call->turn.min_floor = (int64_t)call->turn.granted;
     call->supersede = call->idem_key[0] != '\0' ? res->token : 0;
@@ -723,7 +823,7 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         st = call->turn.refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
     }
     if (st == LK_ACQUIRED && refused_fresh_grant(req, call, &res)) {
-        return lock_attempt(req, call);
+        return undo_then(req, call, res.token, THEN_ATTEMPT);
     }
     int64_t left = call->deadline_ms - gw__now_ms();
     if (st != LK_HELD || !call->waiting || left <= 0) {
@@ -778,12 +878,32 @@ static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
     return lock_attempt(req, call);
 }
 
-/* GW_OP_STARTED: the suspended connection was resumed, by the pipeline (an attempt was
- * answered) or by waiters.c (a parked request was woken). */
+/* GIVING_BACK, resumed by the pipeline once the give-back is answered: whatever it
+ * answered (a failed one leaves the hold to its lease), go on. */
+static enum MHD_Result lock_given_back(gw_request *req, struct gw_lock_call *call)
+{
+    attempt_free(call->attempt);
+    call->attempt = NULL;
+    if (call->then == THEN_ATTEMPT) {
+        return lock_attempt(req, call);
+    }
+    return answer_uncovered(req, call, call->token);
+}
+
+/* GW_OP_STARTED: the suspended connection was resumed, by the pipeline (an attempt or a
+ * give-back was answered) or by waiters.c (a parked request was woken). */
 static enum MHD_Result lock_resumed(gw_request *req)
 {
     struct gw_lock_call *call = req->op_state;
-    return call->stage == LOCK_ATTEMPTING ? lock_answered(req, call) : lock_woken(req, call);
+    switch ((lock_stage)call->stage) {
+    case LOCK_ATTEMPTING:
+        return lock_answered(req, call);
+    case LOCK_GIVING_BACK:
+        return lock_given_back(req, call);
+    case LOCK_PARKED:
+        break;
+    }
+    return lock_woken(req, call);
 }
 
 /* The body is in: parse it, keep what the wait needs, and start the first attempt. */
@@ -824,6 +944,12 @@ static enum MHD_Result lock_start(gw_request *req)
     call->turn.owner = call->owner;
     call->ttl_ms = a.ttl_ms;
     call->wants_wait = (unsigned char)(a.wait_ms > 0);
+    if (call->wants_wait) {
+        /* Past its address's share of waiters it may still take a free lock, but not wait. */
+        call->wait_place = (unsigned char)gw__loops_wait_take(req->srv->loops, req->slot);
+        call->over_share = (unsigned char)!call->wait_place;
+        call->wants_wait = call->wait_place;
+    }
     call->fair = (unsigned char)a.fair;
     call->deadline_ms = gw__now_ms() + a.wait_ms;
     call->waiter.fd = -1;
@@ -855,8 +981,9 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
          * (lock_answered), so nobody looked at the answer. A hold it took would stay for
          * its whole lease: give it back (if that release fails, Redis gone, the lease ends
          * it). A replayed answer took nothing. */
-        if (at->call.status == LK_ACQUIRED && !at->call.res.replayed) {
-            give_back(req->srv, call, at->call.res.token);
+        if (at->call.kind != LK_CALL_RELEASE && at->call.status == LK_ACQUIRED &&
+            !at->call.res.replayed) {
+            give_back(req->srv, call, at->call.res.token, 0);
         }
         call->attempt = NULL;
         attempt_free(at);
@@ -868,9 +995,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (call->acquired && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || reset)) {
         /* The answer never reached the client (it disconnected as the lock was taken):
          * give the hold back, so no lock stays held for a client that is gone. */
-        if (give_back(req->srv, call, call->token) == LK_RELEASED) {
-            atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
-        }
+        give_back(req->srv, call, call->token, 1);
         /* Its outcome is that of a client gone as the lock was taken, as when that is seen
          * before answering. */
         atomic_fetch_sub(&req->srv->metrics.acquire[call->counted - 1], 1);
@@ -879,6 +1004,9 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (!call->counted) {
         /* Ended without an answer: MHD found the client gone when it resumed the waiter. */
         count_acquire(req, GW_ACQ_abandoned);
+    }
+    if (call->wait_place) {
+        gw__loops_wait_give(req->srv->loops, req->slot);
     }
     gw__wait_free(req->srv->waitq, &call->waiter, call);
     req->op_state = NULL;

@@ -68,6 +68,7 @@ struct gw_addr_slot {
     unsigned char key[17]; /* family, then the address (4 or 16 bytes) */
     size_t key_len;
     unsigned int count;    /* connections open or being opened from it */
+    unsigned int waiting;  /* its requests that may wait (gw__loops_wait_take) */
 };
 
 struct gw_loop {
@@ -85,6 +86,7 @@ struct gw_loops {
     unsigned int n;
     gw_loop *loops;
     unsigned int per_address;
+    unsigned int waiter_share; /* the most requests of one address that may wait */
     void (*refused)(void *arg, unsigned int limit);
     void *refused_arg;
     atomic_int quiesce;
@@ -166,6 +168,7 @@ enum MHD_Result gw__loops_accept(void *cls, const struct sockaddr *addr, socklen
         if (p != NULL) {
             *p = probe;
             p->count = 0;
+            p->waiting = 0;
             if (tsearch(p, &ls->peers, peer_cmp) == NULL) {
                 free(p);
                 p = NULL;
@@ -183,6 +186,37 @@ enum MHD_Result gw__loops_accept(void *cls, const struct sockaddr *addr, socklen
         ls->refused(ls->refused_arg, ls->per_address);
     }
     return ok;
+}
+
+int gw__loops_wait_take(gw_loops *ls, gw_addr_slot *p)
+{
+    int ok = 1;
+    if (p == NULL) {
+        return 1;
+    }
+    pthread_mutex_lock(&ls->mu);
+    if (p->waiting < ls->waiter_share) {
+        p->waiting++;
+    } else {
+        ok = 0;
+    }
+    pthread_mutex_unlock(&ls->mu);
+    return ok;
+}
+
+void gw__loops_wait_give(gw_loops *ls, gw_addr_slot *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&ls->mu);
+    p->waiting--;
+    pthread_mutex_unlock(&ls->mu);
+}
+
+unsigned int gw__loops_waiter_share(const gw_loops *ls)
+{
+    return ls->waiter_share;
 }
 
 gw_addr_slot *gw__loops_opened(gw_loops *ls)
@@ -310,6 +344,14 @@ gw_loops *gw__loops_new(unsigned int n, unsigned int per_address,
     }
     ls->n = n;
     ls->per_address = per_address;
+    /* An eighth of an address's connections (at least one, from 2) stays for its requests
+     * that do not wait: an application whose waiters fill its share can still unlock the
+     * lock they wait for, renew, and reach /healthz. */
+    unsigned int reserve = per_address / 8;
+    if (reserve == 0 && per_address >= 2) {
+        reserve = 1;
+    }
+    ls->waiter_share = per_address - reserve;
     ls->refused = refused;
     ls->refused_arg = refused_arg;
     pthread_mutex_init(&ls->mu, NULL);

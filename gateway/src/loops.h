@@ -48,6 +48,16 @@ enum MHD_Result gw__loops_accept(void *cls, const struct sockaddr *addr, socklen
 gw_addr_slot *gw__loops_opened(gw_loops *ls);
 void gw__loops_closed(gw_loops *ls, gw_addr_slot *p);
 
+/* A request of the address of p (gw__loops_opened; NULL: none, no limit) that may wait
+ * takes one of the address's waiting places: at most its waiter share (all but an eighth of
+ * --max-connections-per-address), so that its requests that do not wait always find a
+ * connection. Returns 1 with a place, which gw__loops_wait_give() gives back; 0 when the
+ * share is taken. Any thread. */
+int gw__loops_wait_take(gw_loops *ls, gw_addr_slot *p);
+void gw__loops_wait_give(gw_loops *ls, gw_addr_slot *p);
+/* The waiter share of one address. */
+unsigned int gw__loops_waiter_share(const gw_loops *ls);
+
 /* Resumes a suspended connection of one of ls's daemons (MHD_resume_connection()) and
  * makes its loop run that daemon again soon: at once when called on that loop's thread, else
  * with at most one wake-up per round of the loop, however many connections are resumed.

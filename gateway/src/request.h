@@ -9,12 +9,13 @@
  * commits. The other calls that may block (/metrics, /readyz, GET /locks, GET /resources:
  * a Redis PING or status read, a PostgreSQL read) go to the side pipelines' threads the
  * same way (on LMDB too, where a read costs microseconds and the hop is the larger part).
- * What still runs on a loop thread: two rare Redis calls (leaving a fair queue, giving back
- * a hold nobody will use: each must come before what the operation does next) on its own
- * lk_client (gw__client(), a hiredis context is not thread-safe), and the fence's LMDB
- * floor read before an attempt. The token ledger's cover, a small LMDB commit once per
- * block of tokens, runs on the pipeline thread that got the token (gw__fence_answered). The
- * store is shared: storage is thread-safe. Counters in gw_metrics are atomics. The fence's
+ * A write whose token the check does not show current is judged on the store readers, since
+ * the refusal names the highest token written (a PostgreSQL query on a shared store). A
+ * /lock's give-backs and fair-queue exits go through the Redis pipeline (locks.c). What
+ * still runs on a loop thread: the fence's LMDB floor read before an attempt (a read of the
+ * memory map; on PostgreSQL the floor reads nothing). The token ledger's cover, a small LMDB
+ * commit once per block of tokens, runs on the pipeline thread that got the token
+ * (gw__fence_answered). The store is shared: storage is thread-safe. Counters in gw_metrics are atomics. The fence's
  * stripes and the pipelines' queues have their own mutexes.
  */
 #ifndef GATEWAY_REQUEST_H
@@ -101,6 +102,7 @@ struct gw_request {
     const gw_route *route;        /* NULL when no route matched */
     const gw_op *op;              /* the route's operation, NULL when no route matched */
     gw_op_stage stage;
+    gw_addr_slot *slot;           /* its address's connection count (loops.c), NULL: none */
     void *op_state;               /* the operation's own state, freed by op->completed */
     char method[16];
     /* The raw request path and its {resource} part point into libmicrohttpd's connection

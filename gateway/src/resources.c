@@ -4,9 +4,11 @@
  * A write carries `Fencing-Token: <decimal>`. The operation's stages (write_stage):
  *   start      read the path and the headers, send the token check (LK_CALL_TOKEN_CHECK) to
  *              the Redis pipeline -> CHECKING;
- *   CHECKING   resumed with the check's answer: the fence's verdict on the token
- *              (gw__fence_verdict, fence.c) refuses it, or the write goes to the storage
- *              writer -> STORING;
+ *   CHECKING   resumed with the check's answer: a token the check shows current goes to
+ *              the storage writer -> STORING; any other needs the fence's verdict
+ *              (gw__fence_verdict, fence.c), which reads the highest token written, so
+ *              it runs on the store readers, off the loop -> JUDGING;
+ *   JUDGING    resumed with the verdict: refuse the write, or send it on -> STORING;
  *   STORING    resumed with storage's answer, which checked the token again atomically
  *              with the write: answer it;
  *   completed  the call is freed (server.c: the operation has no completed of its own).
@@ -153,6 +155,7 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
 /* What resumes a PUT whose connection is suspended. */
 typedef enum write_stage {
     WRITE_CHECKING,            /* the token check is in the Redis pipeline */
+    WRITE_JUDGING,             /* the fence's verdict is on a store reader */
     WRITE_STORING              /* the write is in the storage writer */
 } write_stage;
 
@@ -161,33 +164,39 @@ typedef enum write_stage {
  * resumed after each. Freed at request completion. */
 struct gw_write_call {
     write_stage stage;
+    gw_server *srv;
+    const char *resource;      /* req->param */
     uint64_t token;
+    gw_verdict verdict;        /* JUDGING's outcome, with highest and hst */
+    uint64_t highest;
+    store_status hst;
     const char *ctype;         /* in libmicrohttpd's connection memory, like req->param */
     lk_call call;
     store_write_req w;
     gw_job job;
 };
 
-/* CHECKING: the token check is in; refuses the write, or sends it to the storage writer. */
-static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
+/* JUDGING, on a store reader: the fence's verdict, which reads the store. */
+static void judge_work(gw_job *job)
+{
+    struct gw_write_call *wc = job->arg;
+    wc->verdict = gw__fence_verdict(&wc->srv->fence, wc->resource, wc->token, &wc->call,
+                                    &wc->highest, &wc->hst);
+}
+
+/* The verdict is in: refuses the write, or sends it to the storage writer. */
+static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
 {
     gw_server *srv = req->srv;
     uint64_t token = wc->token;
-    lk_status lst = wc->call.status;
     int64_t last_issued = wc->call.last;
-    store_status hst = STORE_OK;
     store_write_result wr;
 
-    gw__note_redis(srv, lst);
-    if (lst != LK_OK) {
-        count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
-        return gw__send_lk_error(req, wc->call.err, lst);
-    }
     memset(&wr, 0, sizeof wr);
-    switch (gw__fence_verdict(&srv->fence, req->param, token, &wc->call, &wr.highest_token,
-                              &hst)) {
+    wr.highest_token = wc->highest;
+    switch (wc->verdict) {
     case GW_VERDICT_STORE_FAILED:
-        return answer_write(req, hst, token, &wr);
+        return answer_write(req, wc->hst, token, &wr);
     case GW_VERDICT_STALE:
         return answer_write(req, STORE_STALE, token, &wr);
     case GW_VERDICT_UNKNOWN:
@@ -212,10 +221,38 @@ static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
     wc->w.content_type = wc->ctype;
     wc->w.last_issued = (uint64_t)last_issued;
     wc->job.call = NULL;
+    wc->job.work = NULL;
     wc->job.write = &wc->w;
     wc->stage = WRITE_STORING;
     MHD_suspend_connection(req->conn);
     gw__pipe_submit(srv->writer, &wc->job);
+    return MHD_YES;
+}
+
+/* CHECKING: the token check is in. A current token goes on to the storage writer; any other
+ * is judged on a store reader first (a refusal reads the store: never on a loop thread). */
+static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
+{
+    gw_server *srv = req->srv;
+    lk_status lst = wc->call.status;
+
+    gw__note_redis(srv, lst);
+    if (lst != LK_OK) {
+        count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
+        return gw__send_lk_error(req, wc->call.err, lst);
+    }
+    if (!gw__fence_verdict_reads(wc->token, &wc->call)) {
+        wc->verdict = GW_VERDICT_WRITE;
+        return write_judged(req, wc);
+    }
+    wc->srv = srv;
+    wc->resource = req->param;
+    wc->job.call = NULL;
+    wc->job.work = judge_work;
+    wc->job.arg = wc;
+    wc->stage = WRITE_JUDGING;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(srv->reads, &wc->job);
     return MHD_YES;
 }
 
@@ -226,6 +263,9 @@ static enum MHD_Result write_resumed(gw_request *req)
 
     if (wc->stage == WRITE_CHECKING) {
         return write_checked(req, wc);
+    }
+    if (wc->stage == WRITE_JUDGING) {
+        return write_judged(req, wc);
     }
     return answer_write(req, wc->w.status, wc->token, &wc->w.res);
 }

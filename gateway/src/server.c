@@ -296,6 +296,8 @@ static gw_request *request_new(gw_server *srv, struct MHD_Connection *conn, cons
     }
     req->srv = srv;
     req->conn = conn;
+    gw_conn *c = conn_state(conn);
+    req->slot = c != NULL ? c->slot : NULL;
     req->start_us = gw__now_us();
     gw__printable(req->method, sizeof req->method, method);
     req->url = url;

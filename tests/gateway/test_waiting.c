@@ -70,6 +70,18 @@ static int setup_capped(void **state)
     return 0;
 }
 
+/* A gateway of its own (gw2) whose one address (every client is 127.0.0.1) may hold 16
+ * connections: its waiters may hold 14 of them, 2 stay for requests that do not wait. */
+static int setup_per_address(void **state)
+{
+    static const char *const args[] = {"--threads", "2", "--max-connections-per-address", "16",
+                                       NULL};
+    setup(state);
+    wt_state *s = *state;
+    gwt_start(&s->gw2, s->redis.url, NULL, args);
+    return 0;
+}
+
 static int teardown(void **state)
 {
     wt_state *s = *state;
@@ -582,6 +594,57 @@ static void test_waiters_beyond_the_cap_are_refused(void **state)
     gwt_resp_free(&r);
 }
 
+/* One address's waiters may hold all but an eighth of its connections: the next waiting
+ * /lock from it is answered 503 too_many_waiters with a Retry-After at once (it does not
+ * take the address's last connections), a free lock is still granted to it, and the same
+ * address's /healthz and the holder's /unlock are served, which hands the lock to the
+ * first fair waiter. */
+static void test_one_address_waiters_leave_room(void **state)
+{
+    wt_state *s = *state;
+    enum { SHARE = 14 };
+    waiter w[SHARE];
+    int order = 0;
+    pthread_mutex_t order_mu = PTHREAD_MUTEX_INITIALIZER;
+    gwt_resp r;
+
+    memset(w, 0, sizeof w);
+    lock_as(&s->gw2, "wt.addr", "holder", 60000);
+    for (int i = 0; i < SHARE; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "a%d", i);
+        w[i].unlock_after = 1;
+        w[i].fair = 1;
+        w[i].order = &order;
+        w[i].order_mu = &order_mu;
+        waiter_start(&w[i], &s->gw2, "wt.addr", owner, 20000);
+        gwt_await_metric(&s->gw2, "fencegate_waiters", i + 1); /* in arrival order */
+    }
+    gwt_post(&s->gw2, "/lock",
+             "{\"resource\":\"wt.addr\",\"owner\":\"over\",\"wait_ms\":20000,\"fair\":true}",
+             &r);
+    gwt_assert_status(&r, 503, "too_many_waiters");
+    assert_true(r.retry_after[0] >= '1' && r.retry_after[0] <= '9');
+    assert_int_equal(gwt_int(&r, "max_waiters_per_address"), SHARE);
+    gwt_resp_free(&r);
+    /* Past its share a waiting request still takes a free lock: it did not need to wait. */
+    post_status(&s->gw2, "/lock",
+                "{\"resource\":\"wt.addr.free\",\"owner\":\"free\",\"wait_ms\":20000}", 200);
+    unlock_as(&s->gw2, "wt.addr.free", "free");
+
+    gwt_get(&s->gw2, "/healthz", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    unlock_as(&s->gw2, "wt.addr", "holder");
+    for (int i = 0; i < SHARE; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 200, NULL);
+        gwt_resp_free(&w[i].r);
+    }
+    assert_int_equal(w[0].rank, 1); /* the unlock woke the first waiter */
+    gwt_await_metric(&s->gw2, "fencegate_waiters", 0);
+}
+
 /* /lock requests dropped for a hung-up client: found parked (EPOLLRDHUP), or found gone
  * when woken (before an attempt, or right after one, when the hold is given back). Each
  * request has exactly one outcome. */
@@ -1018,6 +1081,8 @@ int main(void)
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_woken_waiter_out_of_time_passes_on_the_new_lease,
                                         setup, teardown),
+        cmocka_unit_test_setup_teardown(test_one_address_waiters_leave_room, setup_per_address,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_waiters_beyond_the_cap_are_refused, setup_capped,
                                         teardown),
     };
