@@ -1,0 +1,194 @@
+# shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
+# slow_redis_fair_waiters: fair waiters give up on a slow Redis, and the gateway's event loops
+# must not wait on Redis for them.
+#
+# The gateway (--threads 2) reaches Redis through fg_proxy (the helpers of proxy_network.sh).
+# Each fault, while the workload runs:
+#   1. the proxy holds every chunk DELAY_MS (100 ms) each way: about 200 ms per Redis round
+#      trip, well inside the 2 s command timeout (the stall breaker stays closed);
+#   2. the baseline through the slow link, one request at a time: BASELINE_N lock+unlock
+#      pairs on a resource of their own and BASELINE_N GET /locks/{r};
+#   3. holder-I takes HELD (8) resources (30 s leases);
+#   4. WAITERS (32) POST /lock with "fair": true and wait_ms WAIT_MS (300) on them at once,
+#      each on its own connection (curl), 4 per held resource: the acquisition attempts of one
+#      resource take their turns one after the other (its floor stripe, gateway/src/fence.c),
+#      a 200 ms round trip each, so more per resource would be late however free the loops;
+#   5. meanwhile, until every waiter is answered and for at least MIN_PROBE_S s, three
+#      probe loops on fresh connections: GET /healthz; GET /locks/{held}; POST /lock (wait_ms
+#      0) and its /unlock on a resource of their own;
+#   6. the holder unlocks, the proxy passes again; mark heal.
+# What must hold (the figures are printed, p50 and p99):
+#   - every waiter answered 409 (locked: the holder kept the lock) within WAIT_MS +
+#     WAITER_SLACK_MS (1.5 s: a fair waiter's last attempt and its leaving the queue cost a
+#     few Redis round trips of 200 ms);
+#   - every probe answered 200; /healthz p99 at most HEALTHZ_P99_MS (100 ms): /healthz needs
+#     no Redis, so only a loop thread stalled behind something else breaks it;
+#   - GET /locks and lock+unlock on other resources: p99 at most the baseline's slowest +
+#     PROBE_MARGIN_MS (500 ms);
+#   - the checker's invariants over the workload, and the gateway back to its baseline.
+# On this tree up to 99916b4 a fair waiter that gives up leaves the queue with
+# lk_fair_cancel() called on its loop thread (gateway/src/locks.c), one Redis round trip each:
+# 32 of them through 200 ms hold both loops for seconds (the issue measured /healthz p50
+# 0.56 to 4.4 s, and waiters answered 5 s after they were sent).
+# A short run takes about 30 s.
+# ctest: short
+
+source "$(dirname "${BASH_SOURCE[0]}")/proxy_network.sh"
+
+faults=1
+[ "$length" = full ] && faults=3
+steps=30
+gw_extra+=(--threads 2)
+DELAY_MS=100
+BASELINE_N=3
+HELD=8 # 4 waiters each: the acquisitions of one resource take turns (fence.c), a Redis round trip each
+WAITERS=32
+WAIT_MS=300
+WAITER_SLACK_MS=1500
+MIN_PROBE_S=4
+HEALTHZ_P99_MS=100
+PROBE_MARGIN_MS=500
+
+# timed METHOD PATH BODY: one request on a fresh connection; prints "CODE SECONDS" ("000
+# SECONDS" without an answer within 10 s).
+timed() {
+    curl -sS --max-time 10 -o /dev/null -w '%{http_code} %{time_total}\n' -X "$1" \
+        ${3:+-H 'Content-Type: application/json' -d "$3"} "$(gw_url)$2" 2>/dev/null \
+        || true # the code printed tells
+}
+
+# lock_unlock RESOURCE OWNER: a lock (wait_ms 0) and its unlock; prints "LOCK UNLOCK SECONDS".
+lock_unlock() {
+    local lc ls uc us
+    read -r lc ls < <(timed POST /lock "{\"resource\":\"$1\",\"owner\":\"$2\",\"ttl_ms\":5000,\"wait_ms\":0}")
+    read -r uc us < <(timed POST /unlock "{\"resource\":\"$1\",\"owner\":\"$2\"}")
+    echo "$lc $uc $(awk -v a="$ls" -v b="$us" 'BEGIN { printf "%.6f", a + b }')"
+}
+
+# probe_loop NAME COMMAND...: runs COMMAND, appending its line to $tmp/probe.NAME, until the
+# stop file exists.
+probe_loop() {
+    local what=$1
+    shift
+    while [ ! -f "$tmp/probes.stop" ]; do
+        "$@" >>"$tmp/probe.$what"
+        sleep 0.02 # the probes' pace, not a wait for anything
+    done
+}
+
+# stats FILE COLUMN OKCOLS: "n N bad N p50 X p99 X max X" (ms) over column COLUMN of FILE; a
+# line whose first OKCOLS columns are not all 200 counts as bad.
+stats() {
+    sort -k"$2","$2"n "$1" | awk -v c="$2" -v k="$3" '
+        { n++; for (i = 1; i <= k; i++) if ($i != 200) { bad++; break }; ms[n] = $c * 1000 }
+        END {
+            if (n == 0) { print "n 0 bad 0 p50 0 p99 0 max 0"; exit }
+            printf "n %d bad %d p50 %.1f p99 %.1f max %.1f\n", n, bad + 0, ms[int((n + 1) / 2)],
+                ms[int(n * 0.99 + 0.999)], ms[n]
+        }'
+}
+
+# field LINE NAME: the value after NAME in a stats line.
+field() { echo "$1" | awk -v f="$2" '{ for (i = 1; i < NF; i++) if ($i == f) print $(i + 1) }'; }
+
+scenario_fault() {
+    local i=$1 j res_held=() other="$scenario-$seed-other-$1" code pids=() waiter_pids=() t0 line
+    local base_lock base_get st_h st_g st_l st_w bound_l bound_g failed=""
+    progress "$steps"
+    proxy_cmd "delay $DELAY_MS"
+    mark proxy_slow
+    # 2. The baseline through the slow link.
+    : >"$tmp/base.lock"; : >"$tmp/base.get"
+    for ((j = 0; j < BASELINE_N; j++)); do
+        lock_unlock "$other-base" "base-$i" >>"$tmp/base.lock"
+        timed GET "/locks/$other-base" >>"$tmp/base.get"
+    done
+    base_lock=$(stats "$tmp/base.lock" 3 2)
+    base_get=$(stats "$tmp/base.get" 2 1)
+    say "fault $i: baseline through a ${DELAY_MS} ms delay each way: lock+unlock $base_lock; GET /locks $base_get"
+    [ "$(field "$base_lock" bad)" = 0 ] && [ "$(field "$base_get" bad)" = 0 ] \
+        || fail "fault $i: the baseline requests through the slow link were not all answered 200"
+    # 3. The held resources.
+    for ((j = 0; j < HELD; j++)); do
+        res_held+=("$scenario-$seed-held-$i-$j")
+        code=$(post /lock "" "{\"resource\":\"${res_held[j]}\",\"owner\":\"holder-$i\",\"ttl_ms\":30000}" 10)
+        [ "$code" = 200 ] || fail "fault $i: holder-$i could not take ${res_held[j]}: $code $(answer)"
+    done
+    # 4 and 5. The waiters, and the probes meanwhile.
+    rm -f "$tmp/probes.stop" "$tmp"/probe.* "$tmp"/waiter.* "$tmp"/waiter-body.*
+    touch "$tmp/probe.healthz" "$tmp/probe.get" "$tmp/probe.lock"
+    probe_loop healthz timed GET /healthz &
+    pids+=($!)
+    probe_loop get timed GET "/locks/${res_held[0]}" &
+    pids+=($!)
+    probe_loop lock lock_unlock "$other" "probe-$i" &
+    pids+=($!)
+    t0=$SECONDS
+    for ((j = 0; j < WAITERS; j++)); do
+        curl -sS --max-time 10 -o "$tmp/waiter-body.$j" -w '%{http_code} %{time_total}\n' \
+            -H 'Content-Type: application/json' \
+            -d "{\"resource\":\"${res_held[j % HELD]}\",\"owner\":\"waiter-$i-$j\",\"ttl_ms\":5000,\"wait_ms\":$WAIT_MS,\"fair\":true}" \
+            "$(gw_url)/lock" >"$tmp/waiter.$j" 2>/dev/null &
+        waiter_pids+=($!)
+    done
+    mark waiters
+    for j in "${waiter_pids[@]}"; do wait "$j" || true; done
+    say "fault $i: the $WAITERS waiters were answered within $((SECONDS - t0 + 1)) s"
+    probed() { [ $((SECONDS - t0)) -ge "$MIN_PROBE_S" ]; }
+    wait_until "$MIN_PROBE_S s of probes" 30 probed
+    touch "$tmp/probes.stop"
+    for j in "${pids[@]}"; do wait "$j" || true; done
+    # 6. Heal.
+    for ((j = 0; j < HELD; j++)); do
+        code=$(post /unlock "" "{\"resource\":\"${res_held[j]}\",\"owner\":\"holder-$i\"}" 10)
+        [ "$code" = 200 ] || fail "fault $i: holder-$i could not unlock ${res_held[j]}: $code $(answer)"
+    done
+    mark proxy_up
+    proxy_cmd pass
+    mark heal
+    # The figures and the bounds.
+    cat "$tmp"/waiter.[0-9]* >"$tmp/waiters.all"
+    for ((j = 0; j < WAITERS; j++)); do
+        read -r code _ <"$tmp/waiter.$j" || code=000
+        [ "$code" = 409 ] || say "fault $i: waiter $j answered $code: $(tr -d '\n' <"$tmp/waiter-body.$j" 2>/dev/null)"
+    done
+    st_w=$(awk '{ print ($1 == 409 ? 200 : $1), $2 }' "$tmp/waiters.all" | stats /dev/stdin 2 1)
+    st_h=$(stats "$tmp/probe.healthz" 2 1)
+    st_g=$(stats "$tmp/probe.get" 2 1)
+    st_l=$(stats "$tmp/probe.lock" 3 2)
+    bound_l=$(awk -v m="$(field "$base_lock" max)" -v p="$PROBE_MARGIN_MS" 'BEGIN { printf "%.0f", m + p }')
+    bound_g=$(awk -v m="$(field "$base_get" max)" -v p="$PROBE_MARGIN_MS" 'BEGIN { printf "%.0f", m + p }')
+    say "fault $i: waiters (409 expected, bound $((WAIT_MS + WAITER_SLACK_MS)) ms): $st_w; \
+answers $(awk '{ n[$1]++ } END { for (c in n) printf "%s=%d ", c, n[c] }' "$tmp/waiters.all")"
+    say "fault $i: GET /healthz (bound p99 $HEALTHZ_P99_MS ms): $st_h"
+    say "fault $i: GET /locks/{held} (bound p99 $bound_g ms): $st_g"
+    say "fault $i: lock+unlock of $other (bound p99 $bound_l ms): $st_l"
+    [ "$(field "$st_w" n)" = "$WAITERS" ] && [ "$(field "$st_w" bad)" = 0 ] \
+        || failed+="not every waiter answered 409 (locked); "
+    awk -v b="$(field "$st_w" max)" -v l=$((WAIT_MS + WAITER_SLACK_MS)) 'BEGIN { exit !(b <= l) }' \
+        || failed+="a waiter answered after $(field "$st_w" max) ms, past wait_ms + $WAITER_SLACK_MS ms; "
+    for line in "/healthz:$st_h" "GET /locks:$st_g" "lock+unlock:$st_l"; do
+        { [ "$(field "${line#*:}" n)" -gt 0 ] && [ "$(field "${line#*:}" bad)" = 0 ]; } \
+            || failed+="not every ${line%%:*} probe answered 200; "
+    done
+    awk -v p="$(field "$st_h" p99)" -v l="$HEALTHZ_P99_MS" 'BEGIN { exit !(p <= l) }' \
+        || failed+="/healthz p99 $(field "$st_h" p99) ms past $HEALTHZ_P99_MS ms (a loop thread stalled); "
+    awk -v p="$(field "$st_g" p99)" -v l="$bound_g" 'BEGIN { exit !(p <= l) }' \
+        || failed+="GET /locks p99 $(field "$st_g" p99) ms past $bound_g ms; "
+    awk -v p="$(field "$st_l" p99)" -v l="$bound_l" 'BEGIN { exit !(p <= l) }' \
+        || failed+="lock+unlock p99 $(field "$st_l" p99) ms past $bound_l ms; "
+    [ -z "$failed" ] || fail "fault $i: ${failed%; }"
+}
+
+# proxy_network.sh's windows (a lock granted in each slow one) are not this scenario's: only
+# the proxy's own end checks.
+scenario_check() {
+    deadline=$((SECONDS + 15))
+    until proxy_settled; do
+        [ "$SECONDS" -lt "$deadline" ] || fail "15 s after the run the proxy holds $proxy_open \
+connections and $proxy_fds fds (baseline $proxy_fd_base), the gateway $gw_via_proxy through it"
+        sleep 0.05
+    done
+    proxy_cmd stats
+    say "proxy: $proxy_answer"
+}
