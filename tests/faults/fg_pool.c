@@ -30,8 +30,9 @@
  *          until each of the N requests has its answer (at most WAIT_MS + 15 s in all).
  *       Every request must get an HTTP answer (none dropped): 200 (granted, after step 3
  *       only) or 503 too_many_waiters with a Retry-After header; at least one such 503; the
- *       503s answered within 2 x BOUND_MS (p99: 1,100 requests arrive in one burst). Prints the figures, a line "FAIL: ..." for each
- *       assertion that did not hold, and exits 1 if any did not.
+ *       503s answered within 2 x BOUND_MS (p99: they come in one burst). Prints the
+ *       figures, a line "FAIL: ..." for each assertion that did not hold, and exits 1 if
+ *       any did not.
  *
  * RLIMIT_NOFILE is raised to what POOL needs (up to the hard limit). Exits 2 on a setup error.
  * Responses must carry Content-Length (libmicrohttpd's buffer responses do); a chunked one is
