@@ -3,9 +3,9 @@
  * as an application server's HTTP pool has: a request takes an idle connection of the pool,
  * or opens one while the pool has fewer than its cap, or else waits for one. Used by the
  * fault scenarios that load the gateway from one address (scenarios/slow_store_stale.sh,
- * scenarios/waiters_one_address.sh). Plain sockets and poll(), no libcurl: every figure is
- * the time from the request's first byte written to its answer's last byte read, on the
- * connection it went on.
+ * slow_redis_fair_waiters.sh, waiters_one_address.sh). Plain sockets and poll(), no libcurl:
+ * every figure is the time from the moment a request got its connection (for a new one,
+ * before its connect) to its answer's last byte read.
  *
  *   fg_pool repeat SRC PORT CONNS SECONDS METHOD PATH CONTENT_TYPE BODY [HEADER]
  *       CONNS connections from SRC each send the request again as soon as it is answered,
@@ -14,6 +14,12 @@
  *         "repeat sent N answered N dropped N s200 N s409 N stale N other N p50 X p99 X max X"
  *       (dropped: a connection closed without an answer; stale: 409 stale_token answers;
  *       latencies in ms) and, on stderr, the first few answers that were not 409.
+ *
+ *   fg_pool burst SRC PORT N METHOD PATH CONTENT_TYPE BODY
+ *       N requests at once, each on a connection of its own from SRC; every "%d" in BODY
+ *       becomes the request's index (0 to N-1). Waits for every answer (at most 30 s) and
+ *       prints one line per request, "INDEX STATUS MS BODY" (status 0: dropped or not
+ *       answered), in the order they were answered.
  *
  *   fg_pool waiters SRC PORT RESOURCE N POOL WAIT_MS HOLDER HOLDER_TOKEN SETTLE_S BOUND_MS OBS
  *       The waiters of one address on one held resource (scenarios/waiters_one_address.sh):
@@ -550,6 +556,73 @@ static int run_repeat(int argc, char **argv)
     return 0;
 }
 
+/* ---- burst ---------------------------------------------------------------------------- */
+
+static int burst_left;
+
+static void burst_answer(conn *c, req *r)
+{
+    (void)c;
+    burst_left--;
+    for (char *p = r->body; *p != '\0'; p++) {
+        if (*p == '\n' || *p == '\r') {
+            *p = ' ';
+        }
+    }
+    printf("%d %d %.1f %s\n", r->idx, r->dropped ? 0 : r->status,
+           (double)(r->answered_us - r->sent_us) / 1000.0, r->body);
+}
+
+static int run_burst(int argc, char **argv)
+{
+    if (argc != 9) {
+        fprintf(stderr, "usage: fg_pool burst SRC PORT N METHOD PATH CONTENT_TYPE BODY\n");
+        return 2;
+    }
+    int n = atoi(argv[4]);
+    if (n <= 0 || n > MAX_POOL) {
+        fprintf(stderr, "fg_pool: bad N\n");
+        return 2;
+    }
+    setup(argv[2], argv[3], n);
+    on_answer = burst_answer;
+    req **all = xmalloc(sizeof *all * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        /* The template with each %d replaced by i. */
+        const char *t = argv[8];
+        size_t cap = strlen(t) * 2 + 64, o = 0;
+        char *body = xmalloc(cap);
+        for (; *t != '\0' && o + 16 < cap; t++) {
+            if (t[0] == '%' && t[1] == 'd') {
+                o += (size_t)snprintf(body + o, cap - o, "%d", i);
+                t++;
+            } else {
+                body[o++] = *t;
+            }
+        }
+        body[o] = '\0';
+        all[i] = new_req(K_REPEAT, i, argv[5], argv[6], argv[7], body, NULL);
+        free(body);
+    }
+    /* Every connection opened before the first request is written: all at once. */
+    for (int i = 0; i < n; i++) {
+        push(0, all[i]);
+    }
+    burst_left = n;
+    int64_t give_up = now_us() + 30 * 1000000LL;
+    while (!stop && burst_left > 0 && now_us() < give_up) {
+        round_once(ROUND_MS);
+    }
+    for (int i = 0; i < n; i++) {
+        if (all[i]->status == 0 && !all[i]->dropped) {
+            printf("%d 0 %.1f not answered within 30 s\n", i,
+                   (double)(now_us() - all[i]->sent_us) / 1000.0);
+        }
+    }
+    close_all();
+    return 0;
+}
+
 /* ---- waiters -------------------------------------------------------------------------- */
 
 static req **waiters_v;
@@ -873,9 +946,12 @@ int main(int argc, char **argv)
     if (argc >= 2 && strcmp(argv[1], "repeat") == 0) {
         return run_repeat(argc, argv);
     }
+    if (argc >= 2 && strcmp(argv[1], "burst") == 0) {
+        return run_burst(argc, argv);
+    }
     if (argc >= 2 && strcmp(argv[1], "waiters") == 0) {
         return run_waiters(argc, argv);
     }
-    fprintf(stderr, "usage: fg_pool repeat|waiters ...\n");
+    fprintf(stderr, "usage: fg_pool repeat|burst|waiters ...\n");
     return 2;
 }

@@ -10,7 +10,7 @@
 #      pairs on a resource of their own and BASELINE_N GET /locks/{r};
 #   3. holder-I takes HELD (8) resources (30 s leases);
 #   4. WAITERS (32) POST /lock with "fair": true and wait_ms WAIT_MS (300) on them at once,
-#      each on its own connection (curl), 4 per held resource: the acquisition attempts of one
+#      each on its own connection (fg_pool burst), 4 per held resource: the acquisition attempts of one
 #      resource take their turns one after the other (its floor stripe, gateway/src/fence.c),
 #      a 200 ms round trip each, so more per resource would be late however free the loops;
 #   5. meanwhile, until every waiter is answered and for at least MIN_PROBE_S s, three
@@ -34,6 +34,8 @@
 # ctest: short
 
 source "$(dirname "${BASH_SOURCE[0]}")/proxy_network.sh"
+# shellcheck source=SCRIPTDIR/slow_probes.helpers.bash
+source "$(dirname "${BASH_SOURCE[0]}")/slow_probes.helpers.bash"
 
 faults=1
 [ "$length" = full ] && faults=3
@@ -48,51 +50,12 @@ WAITER_SLACK_MS=1500
 MIN_PROBE_S=4
 HEALTHZ_P99_MS=100
 PROBE_MARGIN_MS=500
+pool_bin=$(dirname "$workload")/fg_pool
+[ -x "$pool_bin" ] || fail "not executable: $pool_bin (build the fg_pool target)"
 
-# timed METHOD PATH BODY: one request on a fresh connection; prints "CODE SECONDS" ("000
-# SECONDS" without an answer within 10 s).
-timed() {
-    curl -sS --max-time 10 -o /dev/null -w '%{http_code} %{time_total}\n' -X "$1" \
-        ${3:+-H 'Content-Type: application/json' -d "$3"} "$(gw_url)$2" 2>/dev/null \
-        || true # the code printed tells
-}
-
-# lock_unlock RESOURCE OWNER: a lock (wait_ms 0) and its unlock; prints "LOCK UNLOCK SECONDS".
-lock_unlock() {
-    local lc ls uc us
-    read -r lc ls < <(timed POST /lock "{\"resource\":\"$1\",\"owner\":\"$2\",\"ttl_ms\":5000,\"wait_ms\":0}")
-    read -r uc us < <(timed POST /unlock "{\"resource\":\"$1\",\"owner\":\"$2\"}")
-    echo "$lc $uc $(awk -v a="$ls" -v b="$us" 'BEGIN { printf "%.6f", a + b }')"
-}
-
-# probe_loop NAME COMMAND...: runs COMMAND, appending its line to $tmp/probe.NAME, until the
-# stop file exists.
-probe_loop() {
-    local what=$1
-    shift
-    while [ ! -f "$tmp/probes.stop" ]; do
-        "$@" >>"$tmp/probe.$what"
-        sleep 0.02 # the probes' pace, not a wait for anything
-    done
-}
-
-# stats FILE COLUMN OKCOLS: "n N bad N p50 X p99 X max X" (ms) over column COLUMN of FILE; a
-# line whose first OKCOLS columns are not all 200 counts as bad.
-stats() {
-    sort -k"$2","$2"n "$1" | awk -v c="$2" -v k="$3" '
-        { n++; for (i = 1; i <= k; i++) if ($i != 200) { bad++; break }; ms[n] = $c * 1000 }
-        END {
-            if (n == 0) { print "n 0 bad 0 p50 0 p99 0 max 0"; exit }
-            printf "n %d bad %d p50 %.1f p99 %.1f max %.1f\n", n, bad + 0, ms[int((n + 1) / 2)],
-                ms[int(n * 0.99 + 0.999)], ms[n]
-        }'
-}
-
-# field LINE NAME: the value after NAME in a stats line.
-field() { echo "$1" | awk -v f="$2" '{ for (i = 1; i < NF; i++) if ($i == f) print $(i + 1) }'; }
 
 scenario_fault() {
-    local i=$1 j res_held=() other="$scenario-$seed-other-$1" code pids=() waiter_pids=() t0 line
+    local i=$1 j res_held=() other="$scenario-$seed-other-$1" code pids=() waiter_pids=() t0
     local base_lock base_get st_h st_g st_l st_w bound_l bound_g failed=""
     progress "$steps"
     proxy_cmd "delay $DELAY_MS"
@@ -115,7 +78,7 @@ scenario_fault() {
         [ "$code" = 200 ] || fail "fault $i: holder-$i could not take ${res_held[j]}: $code $(answer)"
     done
     # 4 and 5. The waiters, and the probes meanwhile.
-    rm -f "$tmp/probes.stop" "$tmp"/probe.* "$tmp"/waiter.* "$tmp"/waiter-body.*
+    rm -f "$tmp/probes.stop" "$tmp"/probe.* "$tmp"/waiters.*
     touch "$tmp/probe.healthz" "$tmp/probe.get" "$tmp/probe.lock"
     probe_loop healthz timed GET /healthz &
     pids+=($!)
@@ -124,15 +87,15 @@ scenario_fault() {
     probe_loop lock lock_unlock "$other" "probe-$i" &
     pids+=($!)
     t0=$SECONDS
-    for ((j = 0; j < WAITERS; j++)); do
-        curl -sS --max-time 10 -o "$tmp/waiter-body.$j" -w '%{http_code} %{time_total}\n' \
-            -H 'Content-Type: application/json' \
-            -d "{\"resource\":\"${res_held[j % HELD]}\",\"owner\":\"waiter-$i-$j\",\"ttl_ms\":5000,\"wait_ms\":$WAIT_MS,\"fair\":true}" \
-            "$(gw_url)/lock" >"$tmp/waiter.$j" 2>/dev/null &
+    # Each fg_pool sends its resource's waiters at once, each on a connection of its own.
+    for ((j = 0; j < HELD; j++)); do
+        "$pool_bin" burst 127.0.0.1 "$gport" $((WAITERS / HELD)) POST /lock application/json \
+            "{\"resource\":\"${res_held[j]}\",\"owner\":\"waiter-$i-$j-%d\",\"ttl_ms\":5000,\"wait_ms\":$WAIT_MS,\"fair\":true}" \
+            >"$tmp/waiters.$j" 2>&1 &
         waiter_pids+=($!)
     done
     mark waiters
-    for j in "${waiter_pids[@]}"; do wait "$j" || true; done
+    for j in "${waiter_pids[@]}"; do wait "$j" || fail "fg_pool burst exited with status $? (fault $i)"; done
     say "fault $i: the $WAITERS waiters were answered within $((SECONDS - t0 + 1)) s"
     probed() { [ $((SECONDS - t0)) -ge "$MIN_PROBE_S" ]; }
     wait_until "$MIN_PROBE_S s of probes" 30 probed
@@ -147,19 +110,17 @@ scenario_fault() {
     proxy_cmd pass
     mark heal
     # The figures and the bounds.
-    cat "$tmp"/waiter.[0-9]* >"$tmp/waiters.all"
-    for ((j = 0; j < WAITERS; j++)); do
-        read -r code _ <"$tmp/waiter.$j" || code=000
-        [ "$code" = 409 ] || say "fault $i: waiter $j answered $code: $(tr -d '\n' <"$tmp/waiter-body.$j" 2>/dev/null)"
-    done
-    st_w=$(awk '{ print ($1 == 409 ? 200 : $1), $2 }' "$tmp/waiters.all" | stats /dev/stdin 2 1)
+    cat "$tmp"/waiters.[0-9]* >"$tmp/waiters.all"
+    awk '$2 != 409' "$tmp/waiters.all" | head -n 5 | while read -r line; do say "fault $i: a waiter: $line"; done
+    # fg_pool prints "INDEX STATUS MS BODY": as "STATUS SECONDS" for stats, 409 counting as good.
+    st_w=$(awk '{ print ($2 == 409 ? 200 : $2), $3 / 1000 }' "$tmp/waiters.all" | stats /dev/stdin 2 1)
     st_h=$(stats "$tmp/probe.healthz" 2 1)
     st_g=$(stats "$tmp/probe.get" 2 1)
     st_l=$(stats "$tmp/probe.lock" 3 2)
     bound_l=$(awk -v m="$(field "$base_lock" max)" -v p="$PROBE_MARGIN_MS" 'BEGIN { printf "%.0f", m + p }')
     bound_g=$(awk -v m="$(field "$base_get" max)" -v p="$PROBE_MARGIN_MS" 'BEGIN { printf "%.0f", m + p }')
     say "fault $i: waiters (409 expected, bound $((WAIT_MS + WAITER_SLACK_MS)) ms): $st_w; \
-answers $(awk '{ n[$1]++ } END { for (c in n) printf "%s=%d ", c, n[c] }' "$tmp/waiters.all")"
+answers $(awk '{ n[$2]++ } END { for (c in n) printf "%s=%d ", c, n[c] }' "$tmp/waiters.all")"
     say "fault $i: GET /healthz (bound p99 $HEALTHZ_P99_MS ms): $st_h"
     say "fault $i: GET /locks/{held} (bound p99 $bound_g ms): $st_g"
     say "fault $i: lock+unlock of $other (bound p99 $bound_l ms): $st_l"
@@ -167,16 +128,12 @@ answers $(awk '{ n[$1]++ } END { for (c in n) printf "%s=%d ", c, n[c] }' "$tmp/
         || failed+="not every waiter answered 409 (locked); "
     awk -v b="$(field "$st_w" max)" -v l=$((WAIT_MS + WAITER_SLACK_MS)) 'BEGIN { exit !(b <= l) }' \
         || failed+="a waiter answered after $(field "$st_w" max) ms, past wait_ms + $WAITER_SLACK_MS ms; "
-    for line in "/healthz:$st_h" "GET /locks:$st_g" "lock+unlock:$st_l"; do
-        { [ "$(field "${line#*:}" n)" -gt 0 ] && [ "$(field "${line#*:}" bad)" = 0 ]; } \
-            || failed+="not every ${line%%:*} probe answered 200; "
-    done
-    awk -v p="$(field "$st_h" p99)" -v l="$HEALTHZ_P99_MS" 'BEGIN { exit !(p <= l) }' \
-        || failed+="/healthz p99 $(field "$st_h" p99) ms past $HEALTHZ_P99_MS ms (a loop thread stalled); "
-    awk -v p="$(field "$st_g" p99)" -v l="$bound_g" 'BEGIN { exit !(p <= l) }' \
-        || failed+="GET /locks p99 $(field "$st_g" p99) ms past $bound_g ms; "
-    awk -v p="$(field "$st_l" p99)" -v l="$bound_l" 'BEGIN { exit !(p <= l) }' \
-        || failed+="lock+unlock p99 $(field "$st_l" p99) ms past $bound_l ms; "
+    show_bad "$tmp/probe.healthz" 1 "fault $i: /healthz"
+    show_bad "$tmp/probe.get" 1 "fault $i: GET /locks"
+    show_bad "$tmp/probe.lock" 2 "fault $i: lock, unlock"
+    check_p99 "$st_h" "$HEALTHZ_P99_MS" "/healthz (a stalled loop thread?)"
+    check_p99 "$st_g" "$bound_g" "GET /locks"
+    check_p99 "$st_l" "$bound_l" "lock+unlock"
     [ -z "$failed" ] || fail "fault $i: ${failed%; }"
 }
 

@@ -31,6 +31,8 @@
 # ctest: short
 
 source "$(dirname "${BASH_SOURCE[0]}")/proxy_network.sh"
+# shellcheck source=SCRIPTDIR/slow_probes.helpers.bash
+source "$(dirname "${BASH_SOURCE[0]}")/slow_probes.helpers.bash"
 # shellcheck source=../../common/pg.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../common/pg.sh"
 
@@ -79,47 +81,6 @@ scenario_prestart() {
     say "fg_proxy pid $proxy_pid on port $proxy_port in front of PostgreSQL"
 }
 
-# timed METHOD PATH BODY: one request on a fresh connection; prints "CODE SECONDS" ("000
-# SECONDS" without an answer within 10 s).
-timed() {
-    curl -sS --max-time 10 -o /dev/null -w '%{http_code} %{time_total}\n' -X "$1" \
-        ${3:+-H 'Content-Type: application/json' -d "$3"} "$(gw_url)$2" 2>/dev/null \
-        || true # the code printed tells
-}
-
-# lock_unlock RESOURCE OWNER: a lock (wait_ms 0) and its unlock; prints "LOCK UNLOCK SECONDS".
-lock_unlock() {
-    local lc ls uc us
-    read -r lc ls < <(timed POST /lock "{\"resource\":\"$1\",\"owner\":\"$2\",\"ttl_ms\":5000,\"wait_ms\":0}")
-    read -r uc us < <(timed POST /unlock "{\"resource\":\"$1\",\"owner\":\"$2\"}")
-    echo "$lc $uc $(awk -v a="$ls" -v b="$us" 'BEGIN { printf "%.6f", a + b }')"
-}
-
-# probe_loop NAME COMMAND...: runs COMMAND, appending its line to $tmp/probe.NAME, until the
-# stop file exists.
-probe_loop() {
-    local what=$1
-    shift
-    while [ ! -f "$tmp/probes.stop" ]; do
-        "$@" >>"$tmp/probe.$what"
-        sleep 0.02 # the probes' pace, not a wait for anything
-    done
-}
-
-# stats FILE COLUMN OKCOLS: "n N bad N p50 X p99 X max X" (ms) over column COLUMN of FILE; a
-# line whose first OKCOLS columns are not all 200 counts as bad.
-stats() {
-    sort -k"$2","$2"n "$1" | awk -v c="$2" -v k="$3" '
-        { n++; for (i = 1; i <= k; i++) if ($i != 200) { bad++; break }; ms[n] = $c * 1000 }
-        END {
-            if (n == 0) { print "n 0 bad 0 p50 0 p99 0 max 0"; exit }
-            printf "n %d bad %d p50 %.1f p99 %.1f max %.1f\n", n, bad + 0, ms[int((n + 1) / 2)],
-                ms[int(n * 0.99 + 0.999)], ms[n]
-        }'
-}
-
-# field LINE NAME: the value after NAME in a stats line.
-field() { echo "$1" | awk -v f="$2" '{ for (i = 1; i < NF; i++) if ($i == f) print $(i + 1) }'; }
 
 # take RESOURCE OWNER: a lock (30 s lease); sets token.
 take() {
@@ -138,7 +99,7 @@ write() {
 
 scenario_fault() {
     local i=$1 j res="$scenario-$seed-R-$1" other="$scenario-$seed-other-$1" code t1 t2 pids=()
-    local base_lock base_get st_h st_g st_l bound_l bound_g line stale_pid failed=""
+    local base_lock base_get st_h st_g st_l bound_l bound_g stale_pid failed=""
     local sent answered dropped inflight s200 s409 nstale other_n p50 p99 max
     progress "$steps"
     # 1. Two writes, the second with a newer token.
@@ -204,16 +165,12 @@ scenario_fault() {
     { [ "$answered" -gt 0 ] && [ "$nstale" = "$answered" ] && [ "$dropped" = 0 ] && [ "$inflight" = 0 ]; } \
         || failed+="of $sent stale writes $answered answered, $nstale of them 409 stale_token, \
 $dropped dropped, $inflight unanswered 15 s after the end; "
-    for line in "/healthz:$st_h" "GET /locks:$st_g" "lock+unlock:$st_l"; do
-        { [ "$(field "${line#*:}" n)" -gt 0 ] && [ "$(field "${line#*:}" bad)" = 0 ]; } \
-            || failed+="not every ${line%%:*} probe answered 200; "
-    done
-    awk -v p="$(field "$st_h" p99)" -v l="$HEALTHZ_P99_MS" 'BEGIN { exit !(p <= l) }' \
-        || failed+="/healthz p99 $(field "$st_h" p99) ms past $HEALTHZ_P99_MS ms (a loop thread stalled); "
-    awk -v p="$(field "$st_g" p99)" -v l="$bound_g" 'BEGIN { exit !(p <= l) }' \
-        || failed+="GET /locks p99 $(field "$st_g" p99) ms past $bound_g ms; "
-    awk -v p="$(field "$st_l" p99)" -v l="$bound_l" 'BEGIN { exit !(p <= l) }' \
-        || failed+="lock+unlock p99 $(field "$st_l" p99) ms past $bound_l ms; "
+    show_bad "$tmp/probe.healthz" 1 "fault $i: /healthz"
+    show_bad "$tmp/probe.get" 1 "fault $i: GET /locks"
+    show_bad "$tmp/probe.lock" 2 "fault $i: lock, unlock"
+    check_p99 "$st_h" "$HEALTHZ_P99_MS" "/healthz (a stalled loop thread?)"
+    check_p99 "$st_g" "$bound_g" "GET /locks"
+    check_p99 "$st_l" "$bound_l" "lock+unlock"
     [ -z "$failed" ] || fail "fault $i: ${failed%; }"
 }
 
