@@ -53,7 +53,6 @@ PROBE_MARGIN_MS=500
 pool_bin=$(dirname "$workload")/fg_pool
 [ -x "$pool_bin" ] || fail "not executable: $pool_bin (build the fg_pool target)"
 
-
 scenario_fault() {
     local i=$1 j res_held=() other="$scenario-$seed-other-$1" code pids=() waiter_pids=() t0
     local base_lock base_get st_h st_g st_l st_w bound_l bound_g failed=""
@@ -96,7 +95,6 @@ scenario_fault() {
     done
     mark waiters
     for j in "${waiter_pids[@]}"; do wait "$j" || fail "fg_pool burst exited with status $? (fault $i)"; done
-    say "fault $i: the $WAITERS waiters were answered within $((SECONDS - t0 + 1)) s"
     probed() { [ $((SECONDS - t0)) -ge "$MIN_PROBE_S" ]; }
     wait_until "$MIN_PROBE_S s of probes" 30 probed
     touch "$tmp/probes.stop"
