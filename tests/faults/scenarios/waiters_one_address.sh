@@ -20,8 +20,9 @@
 # What must hold (fg_pool waiters prints the figures and each failure):
 #   - within SETTLE_S s every request was sent and every unanswered one parked: none left
 #     waiting for a pool connection behind parked waiters;
-#   - at least one 503 too_many_waiters; each with Retry-After; their p99 within 2 x BOUND_MS
-#     (they come in one burst: 574 ms measured with the behaviour emulated by --max-waiters 448);
+#   - at least one 503 too_many_waiters; each with Retry-After; their p99 within 5 x BOUND_MS,
+#     long before WAIT_MS (they come in one burst: p99 0.57 to 1.7 s measured with the share
+#     emulated by --max-waiters 448, the latter on a loaded machine with fg_pool under ASan);
 #   - /healthz and the holder's /unlock from the same address (the same pool) answered 200
 #     within BOUND_MS each;
 #   - the unlock wakes a waiter: 200 with a token above the holder's, within 2 x BOUND_MS;
@@ -34,7 +35,7 @@
 # 30 s ran out, no 503 too_many_waiters was answered (the global --max-waiters, 768, was not
 # reached), and the pool had no connection left for the holder's /unlock nor /healthz (a
 # connection beyond the pool's 512 is refused at accept by the per-address limit).
-# A short run takes about 15 s (25 s when it fails on the settle and probe deadlines).
+# A short run takes about 15 s (30 s when it fails on the settle and probe deadlines).
 # ctest: short
 
 faults=1
@@ -44,7 +45,7 @@ WAITERS=1100
 POOL=512             # the default --max-connections-per-address: half of --max-connections 1024
 POOL_ADDR=127.0.0.3  # any 127/8 address is the loopback's on Linux (idle_flood uses .2)
 WAIT_MS=30000
-SETTLE_S=10
+SETTLE_S=15
 BOUND_MS=1000
 pool_bin=$(dirname "$workload")/fg_pool
 [ -x "$pool_bin" ] || fail "not executable: $pool_bin (build the fg_pool target)"
