@@ -7,7 +7,7 @@
 # transcript, in order, it starts a fresh redis-server (a unix socket in a temp dir, no
 # persistence) and a fresh fencegate (a free loopback port, a temp data dir), so tokens start
 # from 1 every time, runs the steps, and stops both by PID. The transcripts:
-#   first-requests  the curl calls of "The gateway": a lock with the defaults, its state, a
+#   first-requests  the curl calls of "First requests": a lock with the defaults, its state, a
 #                   token-checked write, a read and the unlock;
 #   gc-pause        scripts/demo.sh, on the resource gc-pause-demo.
 # Each sits in README.md between <!-- transcript:NAME:begin --> and
