@@ -6,7 +6,7 @@
  *   2. gw__fence_answered(): when its answer is in (on the pipeline thread), make the ledger
  *      cover the token before it leaves the process, count it, and pass the turn on (an
  *      acquisition refused before it was sent leaves with gw__fence_leave());
- *   3. gw__fence_verdict(): when a write brings a token back, judge it.
+ *   3. gw__fence_verdict_many(): when a write brings a token back, judge it.
  *
  * The properties, for one resource:
  *   P1  no token is handed out twice;
@@ -306,8 +306,9 @@ int gw__fence_verdict_reads(uint64_t token, const lk_call *check)
     return (token <= (uint64_t)check->base && !check->recent) || token < (uint64_t)check->last;
 }
 
-gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,
-                             const lk_call *check, uint64_t *highest, store_status *st)
+/* The verdict on token from check, given the highest token written (read with status st)
+ * when the verdict needs it. */
+static gw_verdict judge(uint64_t token, const lk_call *check, uint64_t highest, store_status st)
 {
     uint64_t base = (uint64_t)check->base, last_issued = (uint64_t)check->last;
 
@@ -316,21 +317,40 @@ gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,
          * say stale when it is (highest only grows, so a concurrent write can only make
          * this answer more true). A recent token below the run was issued for this
          * resource before a lift, and is judged superseded below. */
-        *st = store_highest(f->st, resource, highest);
-        if (*st != STORE_OK && *st != STORE_NOT_FOUND) {
+        if (st != STORE_OK && st != STORE_NOT_FOUND) {
             return GW_VERDICT_STORE_FAILED;
         }
-        return token < *highest ? GW_VERDICT_STALE : GW_VERDICT_UNKNOWN;
+        return token < highest ? GW_VERDICT_STALE : GW_VERDICT_UNKNOWN;
     }
     if (token < last_issued) {
         /* Superseded: a larger token was minted since, and tokens are minted only when the
          * lock is free, so this token's lease is over (released, expired or removed). The
          * next holder reads the counter too, so it is never refused by this. */
-        *st = store_highest(f->st, resource, highest);
-        if (*st != STORE_OK && *st != STORE_NOT_FOUND) {
+        if (st != STORE_OK && st != STORE_NOT_FOUND) {
             return GW_VERDICT_STORE_FAILED;
         }
         return GW_VERDICT_SUPERSEDED;
     }
     return GW_VERDICT_WRITE;
+}
+
+void gw__fence_verdict_many(gw_fence *f, gw_verdict_req *const *reqs, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        gw_verdict_req *r = reqs[i];
+        const gw_verdict_req *same = NULL;
+        for (size_t j = 0; j < i && same == NULL; j++) {
+            if (strcmp(reqs[j]->resource, r->resource) == 0) {
+                same = reqs[j];
+            }
+        }
+        if (same != NULL) {
+            r->highest = same->highest;
+            r->st = same->st;
+        } else {
+            r->highest = 0;
+            r->st = store_highest(f->st, r->resource, &r->highest);
+        }
+        r->verdict = judge(r->token, r->check, r->highest, r->st);
+    }
 }

@@ -120,16 +120,32 @@ typedef enum gw_verdict {
     GW_VERDICT_STORE_FAILED  /* storage could not be read */
 } gw_verdict;
 
-/* Judges `token` for a write of `resource` from check, an LK_CALL_TOKEN_CHECK for it that
- * answered LK_OK (its base, last and recent). *highest gets the highest token that has
- * written the resource when the verdict needed it (it is left alone for WRITE); *st the
- * storage error for STORE_FAILED. For WRITE, the write goes to storage with last_issued =
- * check->last. */
-gw_verdict gw__fence_verdict(gw_fence *f, const char *resource, uint64_t token,
-                             const lk_call *check, uint64_t *highest, store_status *st);
-/* 1 when gw__fence_verdict() on these would read storage (a refusal, which names the
- * highest token): then it must run off the loop threads, on a store reader. 0 when the
- * verdict is WRITE without reading anything. */
+/* A write's token is judged from check, an LK_CALL_TOKEN_CHECK for its resource that
+ * answered LK_OK (its base, last and recent). A token the check shows current is WRITE at
+ * once: the write goes to storage with last_issued = check->last. Any other is refused, and
+ * the refusal reads the highest token that has written the resource. */
+/* 1 when the verdict reads storage (a refusal, which names the highest token): it must then
+ * run off the loop threads, on a store reader (gw__fence_verdict_many). 0 when the verdict
+ * is WRITE without reading anything. */
 int gw__fence_verdict_reads(uint64_t token, const lk_call *check);
+
+/* One verdict for gw__fence_verdict_many(): in resource, token and check; out the verdict,
+ * the highest token written (read for it) and st, the storage status of that read (the
+ * error for STORE_FAILED). */
+typedef struct gw_verdict_req {
+    const char *resource;
+    uint64_t token;
+    const lk_call *check;
+    gw_verdict verdict;
+    uint64_t highest;
+    store_status st;
+} gw_verdict_req;
+
+/* The verdict of each of reqs[0..n), reading the highest token written once per
+ * distinct resource: a paused client's stale writes come in floods on one resource, and
+ * each read may be a PostgreSQL round trip. A read shared by later requests of the batch is
+ * as fresh as their own would be (it was made after they arrived), and the highest token
+ * only grows. On a store reader thread, never a loop thread. */
+void gw__fence_verdict_many(gw_fence *f, gw_verdict_req *const *reqs, size_t n);
 
 #endif

@@ -24,6 +24,8 @@ struct gw_job {
     store_write_req *write;         /* in: the write; out: its answer */
     store_grant_req *grant;         /* for the storage writer instead of write: a grant
                                      * (fence.c), answered in place */
+    struct gw_verdict_req *verdict; /* for the store readers instead of work: the fence's
+                                     * verdict on a write's token, answered in place */
     struct MHD_Connection *conn;    /* resumed after done, unless done returns 0 */
     /* On the pipeline thread, before the resume; may be NULL. Returns 1; 0 would mean it
      * handed the request on to someone who resumes it (then the job may be gone). */

@@ -481,8 +481,8 @@ static enum MHD_Result answer_stopped(gw_request *req, struct gw_lock_call *call
 /* The attempt found the lock held and --max-waiters are waiting already (waiters.c, "The
  * cap"), or this client address's waiters have their share of its connections
  * (over_share): 503 with a Retry-After of the holder's remaining lease (at least 1 s), when
- * the lock may be free and the waiters fewer. Over its share the connection is closed after
- * the answer, so that the address's connection is free for requests that do not wait. */
+ * the lock may be free and the waiters fewer. The connection stays open: a client's pool
+ * sends its next request, one that does not wait, on it. */
 static enum MHD_Result answer_too_many_waiters(gw_request *req, struct gw_lock_call *call,
                                                const lk_result *res)
 {
@@ -513,9 +513,6 @@ static enum MHD_Result answer_too_many_waiters(gw_request *req, struct gw_lock_c
     }
     if (resp != NULL) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
-        if (call->over_share) {
-            MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
-        }
     }
     return gw__queue(req, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
 }

@@ -51,6 +51,7 @@
 typedef struct pipe_kind {
     int metric;                          /* index in gw_metrics.pipe_batches */
     size_t max_batch;                    /* the most jobs a thread takes at once */
+    size_t max_work;                     /* of them, the most with a work (0: no limit) */
     void *(*open)(gw_server *srv);
     void (*close)(void *state);
     void (*run)(gw_server *srv, void *state, gw_job **jobs, size_t n);
@@ -123,7 +124,7 @@ void gw__pipe_flush(gw_pipe *p)
  * stopping and nothing is left. */
 static size_t take_batch(gw_pipe *p, gw_job **batch)
 {
-    size_t n = 0;
+    size_t n = 0, works = 0;
 
     pthread_mutex_lock(&p->mu);
     while (p->head == NULL && !p->stopping) {
@@ -137,6 +138,10 @@ static size_t take_batch(gw_pipe *p, gw_job **batch)
         if (n > 0 && n + span > p->kind->max_batch) {
             break;
         }
+        if (p->head->work != NULL && p->kind->max_work > 0 && works == p->kind->max_work) {
+            break;
+        }
+        works += p->head->work != NULL;
         batch[n++] = p->head;
         p->head = p->head->next;
     }
@@ -210,7 +215,7 @@ static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     }
 }
 
-static const pipe_kind redis_kind = {0, GW_PIPE_BATCH, redis_open, redis_close, redis_run};
+static const pipe_kind redis_kind = {0, GW_PIPE_BATCH, 0, redis_open, redis_close, redis_run};
 
 /* ---- The storage writer ------------------------------------------------------------- */
 
@@ -246,7 +251,7 @@ static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     }
 }
 
-static const pipe_kind store_kind = {1, GW_PIPE_BATCH, store_open_state, store_close_state,
+static const pipe_kind store_kind = {1, GW_PIPE_BATCH, 0, store_open_state, store_close_state,
                                      store_run};
 
 /* ---- The side pipeline: calls that may block ----------------------------------------- */
@@ -260,11 +265,35 @@ static void side_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     }
 }
 
+/* The store readers: the fence's verdicts on stale tokens, all of a batch together (one
+ * read of the highest token per resource: gw__fence_verdict_many), then the batch's one
+ * value read. */
+static void reads_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    struct gw_verdict_req *verdicts[GW_PIPE_BATCH];
+    size_t nv = 0;
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i]->verdict != NULL) {
+            verdicts[nv++] = jobs[i]->verdict;
+        }
+    }
+    if (nv > 0) {
+        gw__fence_verdict_many(&srv->fence, verdicts, nv);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i]->verdict == NULL) {
+            jobs[i]->work(jobs[i]);
+        }
+    }
+}
+
 /* No state: a job's work takes this thread's lk_client from gw__client() when it needs one.
- * One job at a time: each blocks on its own, and a job must not wait behind another taken
- * in the same batch while the other side thread is free. */
-static const pipe_kind side_kind = {2, 1, store_open_state, store_close_state, side_run};
-static const pipe_kind reads_kind = {3, 1, store_open_state, store_close_state, side_run};
+ * One job with a work per batch: each blocks on its own, and a job must not wait behind
+ * another taken in the same batch while the other thread is free. */
+static const pipe_kind side_kind = {2, 1, 1, store_open_state, store_close_state, side_run};
+static const pipe_kind reads_kind = {3, GW_PIPE_BATCH, 1, store_open_state, store_close_state,
+                                     reads_run};
 
 enum MHD_Result gw__pipe_offload(gw_request *req, gw_pipe *p, void *state, gw_job *job,
                                  void (*work)(gw_job *job))

@@ -6,8 +6,8 @@
  *              the Redis pipeline -> CHECKING;
  *   CHECKING   resumed with the check's answer: a token the check shows current goes to
  *              the storage writer -> STORING; any other needs the fence's verdict
- *              (gw__fence_verdict, fence.c), which reads the highest token written, so
- *              it runs on the store readers, off the loop -> JUDGING;
+ *              (gw__fence_verdict_many, fence.c), which reads the highest token written,
+ *              so it runs on the store readers, off the loop -> JUDGING;
  *   JUDGING    resumed with the verdict: refuse the write, or send it on -> STORING;
  *   STORING    resumed with storage's answer, which checked the token again atomically
  *              with the write: answer it;
@@ -164,25 +164,13 @@ typedef enum write_stage {
  * resumed after each. Freed at request completion. */
 struct gw_write_call {
     write_stage stage;
-    gw_server *srv;
-    const char *resource;      /* req->param */
     uint64_t token;
-    gw_verdict verdict;        /* JUDGING's outcome, with highest and hst */
-    uint64_t highest;
-    store_status hst;
+    gw_verdict_req verdict;    /* JUDGING: the fence's verdict, on a store reader */
     const char *ctype;         /* in libmicrohttpd's connection memory, like req->param */
     lk_call call;
     store_write_req w;
     gw_job job;
 };
-
-/* JUDGING, on a store reader: the fence's verdict, which reads the store. */
-static void judge_work(gw_job *job)
-{
-    struct gw_write_call *wc = job->arg;
-    wc->verdict = gw__fence_verdict(&wc->srv->fence, wc->resource, wc->token, &wc->call,
-                                    &wc->highest, &wc->hst);
-}
 
 /* The verdict is in: refuses the write, or sends it to the storage writer. */
 static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
@@ -193,10 +181,10 @@ static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
     store_write_result wr;
 
     memset(&wr, 0, sizeof wr);
-    wr.highest_token = wc->highest;
-    switch (wc->verdict) {
+    wr.highest_token = wc->verdict.highest;
+    switch (wc->verdict.verdict) {
     case GW_VERDICT_STORE_FAILED:
-        return answer_write(req, wc->hst, token, &wr);
+        return answer_write(req, wc->verdict.st, token, &wr);
     case GW_VERDICT_STALE:
         return answer_write(req, STORE_STALE, token, &wr);
     case GW_VERDICT_UNKNOWN:
@@ -221,7 +209,7 @@ static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
     wc->w.content_type = wc->ctype;
     wc->w.last_issued = (uint64_t)last_issued;
     wc->job.call = NULL;
-    wc->job.work = NULL;
+    wc->job.verdict = NULL;
     wc->job.write = &wc->w;
     wc->stage = WRITE_STORING;
     MHD_suspend_connection(req->conn);
@@ -242,14 +230,14 @@ static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
         return gw__send_lk_error(req, wc->call.err, lst);
     }
     if (!gw__fence_verdict_reads(wc->token, &wc->call)) {
-        wc->verdict = GW_VERDICT_WRITE;
+        wc->verdict.verdict = GW_VERDICT_WRITE;
         return write_judged(req, wc);
     }
-    wc->srv = srv;
-    wc->resource = req->param;
+    wc->verdict.resource = req->param;
+    wc->verdict.token = wc->token;
+    wc->verdict.check = &wc->call;
     wc->job.call = NULL;
-    wc->job.work = judge_work;
-    wc->job.arg = wc;
+    wc->job.verdict = &wc->verdict;
     wc->stage = WRITE_JUDGING;
     MHD_suspend_connection(req->conn);
     gw__pipe_submit(srv->reads, &wc->job);
