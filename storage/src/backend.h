@@ -1,6 +1,6 @@
 /*
- * The backend layer: what storage.c (storage.h's public functions) calls in LMDB (store.c,
- * commit.c) or PostgreSQL (pg.c, pg_commit.c, pg_schema.c). Never installed.
+ * The backend layer: what storage.c (storage.h's public functions) calls in LMDB (lmdb.c,
+ * lmdb_commit.c) or PostgreSQL (pg.c, pg_commit.c, pg_schema.c). Never installed.
  *
  * storage.c checks what both backends would check the same way (names, tokens, sizes) and
  * then calls one backend through its table; a backend never sees the public `store`, only
@@ -58,10 +58,10 @@ store_status store__pg_describe_url(const char *url, char *desc, size_t desclen,
 typedef struct store__lmdb store__lmdb;
 int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags);
 
-/* LMDB's write_many (commit.c). */
+/* LMDB's write_many (lmdb_commit.c). */
 void store__lmdb_write_many(void *impl, store_write_req *const *reqs, size_t n);
 
-/* LMDB's grant (store.c) and grant_many (commit.c: the writes, then each grant). */
+/* LMDB's grant (lmdb.c) and grant_many (lmdb_commit.c: the writes, then each grant). */
 store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
                                const unsigned char *holder, uint64_t *highest);
 void store__lmdb_grant_many(void *impl, store_grant_req *const *grants, size_t ng,

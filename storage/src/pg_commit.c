@@ -7,7 +7,7 @@
  * at once: BEGIN, one statement per request, COMMIT, Sync. One round trip and one WAL flush
  * serve the batch; requests that arrive meanwhile form the next one. A lone request leads a
  * batch of one at once: nobody waits for company, there is no timer. (The queue is the one
- * of commit.c for LMDB.)
+ * of lmdb_commit.c for LMDB.)
  *
  * Each request is one statement, so the check and the change are atomic in the database
  * whatever other gateways do:
@@ -425,8 +425,8 @@ static void run_batch(store__pg *p, store__pgop *batch)
     free(ops);
 }
 
-/* Queues the chain first..last and waits until a batch holding it has run (as commit.c's
- * write_grouped). */
+/* Queues the chain first..last and waits until a batch holding it has run (as
+ * lmdb_commit.c's write_grouped). */
 static void run_grouped(store__pg *p, store__pgop *first, store__pgop *last)
 {
     pthread_mutex_lock(&p->mu);

@@ -18,7 +18,7 @@
  *
  * Crash at any instruction: before mdb_txn_commit returns nothing of the batch is
  * acknowledged, and LMDB's copy-on-write leaves the old meta page valid until the new one is
- * synced, so a reopened store holds either none or all of the batch (see store.c). A
+ * synced, so a reopened store holds either none or all of the batch (see lmdb.c). A
  * follower is woken only after the leader's commit returned.
  */
 #include <stdio.h>
@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "backend.h"
-#include "store_private.h"
+#include "lmdb_private.h"
 
 /* A write in the group-commit queue: the caller's request, answered in place. */
 struct store__wreq {
@@ -250,7 +250,7 @@ void store__lmdb_grant_many(void *impl, store_grant_req *const *grants, size_t n
     if (nw > 0) {
         store__lmdb_write_many(impl, writes, nw);
     }
-    /* No fsync per grant: one only when the ledger's ceiling must move (store.c). */
+    /* No fsync per grant: one only when the ledger's ceiling must move (lmdb.c). */
     for (size_t i = 0; i < ng; i++) {
         grants[i]->status = store__lmdb_grant(impl, grants[i]->resource, grants[i]->token,
                                               grants[i]->holder, &grants[i]->highest);

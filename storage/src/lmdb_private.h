@@ -1,6 +1,6 @@
-/* The store struct, shared by store.c and commit.c. Never installed. */
-#ifndef STORAGE_STORE_PRIVATE_H
-#define STORAGE_STORE_PRIVATE_H
+/* The LMDB backend's state, shared by lmdb.c and lmdb_commit.c. Never installed. */
+#ifndef STORAGE_LMDB_PRIVATE_H
+#define STORAGE_LMDB_PRIVATE_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -19,7 +19,7 @@ struct store__lmdb {
     store_options opts;
     int lock_fd;                /* DIR/fencegate.lock, flocked until store_close */
 
-    /* Group commit (commit.c): writers queue here; one at a time leads a batch. */
+    /* Group commit (lmdb_commit.c): writers queue here; one at a time leads a batch. */
     pthread_mutex_t mu;
     pthread_cond_t done_cv;
     store__wreq *queue;

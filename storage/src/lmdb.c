@@ -26,7 +26,7 @@
 #include <unistd.h>
 
 #include "backend.h"
-#include "store_private.h"
+#include "lmdb_private.h"
 
 #define LEDGER_KEY "ledger.ceiling"
 #define SECRET_KEY "owner.secret"
