@@ -20,7 +20,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -587,16 +586,6 @@ static store_status lmdb_ledger_cover(void *impl, uint64_t token)
     return st;
 }
 
-/* 1 when the n bytes of p are not all zero. */
-static int any_nonzero(const unsigned char *p, size_t n)
-{
-    unsigned char any = 0;
-    for (size_t i = 0; i < n; i++) {
-        any |= p[i];
-    }
-    return any != 0;
-}
-
 /* Reads DIR/STORE_LEGACY_SECRET_FILE into out. Returns 1 when read, 0 when there is no such
  * file, or -1 with err when it cannot be read or is malformed. */
 static int read_legacy_secret(const char *dir, unsigned char *out, char *err, size_t errlen)
@@ -628,7 +617,7 @@ static int read_legacy_secret(const char *dir, unsigned char *out, char *err, si
         got += n > 0 ? (size_t)n : 0;
     }
     close(fd);
-    if (!ok || !any_nonzero(out, STORE_SECRET_LEN)) {
+    if (!ok || !store__secret_valid(out, STORE_SECRET_LEN)) {
         snprintf(err, errlen, "%s is malformed: it must be a regular file of %d random bytes. "
                  "Restore it from a backup, or delete it to make a new one (then owners derived "
                  "from Idempotency-Keys sent before this restart change)",
@@ -665,7 +654,7 @@ static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN],
     }
     rc = mdb_get(txn, s->meta, &key, &val);
     if (rc == 0) {
-        if (val.mv_size != STORE_SECRET_LEN || !any_nonzero(val.mv_data, val.mv_size)) {
+        if (!store__secret_valid(val.mv_data, val.mv_size)) {
             snprintf(err, errlen, "the store's owner secret is malformed (%zu bytes)",
                      val.mv_size);
             st = STORE_INVALID;
@@ -687,8 +676,7 @@ static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN],
         st = STORE_INVALID;
         goto out;
     }
-    if (found == 0 && (getrandom(made, sizeof made, 0) != (ssize_t)sizeof made ||
-                       !any_nonzero(made, sizeof made))) {
+    if (found == 0 && store__secret_make(made) != 0) {
         mdb_txn_abort(txn); /* never use a partly random key */
         snprintf(err, errlen, "cannot get random bytes for the owner secret");
         st = STORE_EIO;

@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "pg_private.h"
 
@@ -195,16 +194,6 @@ static store_status pg_ledger_cover(void *impl, uint64_t token)
     return STORE_OK;
 }
 
-/* 1 when the n bytes of b are not all zero. */
-static int any_nonzero(const unsigned char *b, size_t n)
-{
-    unsigned char any = 0;
-    for (size_t i = 0; i < n; i++) {
-        any |= b[i];
-    }
-    return any != 0;
-}
-
 /* Made once under concurrency: every caller offers random bytes with INSERT ... ON CONFLICT
  * DO NOTHING (autocommit, durable before it returns), then everyone reads the one row that
  * won. */
@@ -217,8 +206,7 @@ static store_status pg_secret(void *impl, unsigned char out[STORE_SECRET_LEN], c
     PGresult *res = NULL;
     const char *msg = NULL;
 
-    if (getrandom(made, sizeof made, 0) != (ssize_t)sizeof made ||
-        !any_nonzero(made, sizeof made)) {
+    if (store__secret_make(made) != 0) {
         msg = "cannot get random bytes for the owner secret";
         st = STORE_EIO;
         goto out;
@@ -241,8 +229,8 @@ static store_status pg_secret(void *impl, unsigned char out[STORE_SECRET_LEN], c
         msg = "cannot read the owner secret from PostgreSQL";
         goto out;
     }
-    if (PQntuples(res) != 1 || PQgetlength(res, 0, 0) != STORE_SECRET_LEN ||
-        !any_nonzero((const unsigned char *)PQgetvalue(res, 0, 0), STORE_SECRET_LEN)) {
+    if (PQntuples(res) != 1 || !store__secret_valid((const unsigned char *)PQgetvalue(res, 0, 0),
+                                                     (size_t)PQgetlength(res, 0, 0))) {
         msg = "the store's owner secret is malformed";
         st = STORE_INVALID;
         goto out;
