@@ -371,17 +371,29 @@ static store_status get_record(store__lmdb *s, MDB_txn *txn, const char *resourc
     return store__record_decode(val.mv_data, val.mv_size, rec) == 0 ? STORE_OK : STORE_EIO;
 }
 
+/* Begins a read-only transaction in *txn and reads resource's record in it (as get_record).
+ * *txn is NULL when it could not begin; otherwise the caller aborts it once done with rec,
+ * whose bytes live in the transaction's pages. */
+static store_status read_record(store__lmdb *s, const char *resource, MDB_txn **txn,
+                                store__record *rec)
+{
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+    if (rc != 0) {
+        *txn = NULL;
+        return store__mdb_status(rc);
+    }
+    return get_record(s, *txn, resource, rec);
+}
+
 static store_status lmdb_read(void *impl, const char *resource, store_value *v)
 {
-    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
 
-    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        return store__mdb_status(rc);
+    store_status st = read_record(impl, resource, &txn, &rec);
+    if (txn == NULL) {
+        return st;
     }
-    store_status st = get_record(s, txn, resource, &rec);
     if (st == STORE_OK && rec.deleted) {
         st = STORE_NOT_FOUND;
     }
@@ -406,15 +418,13 @@ static store_status lmdb_read(void *impl, const char *resource, store_value *v)
 
 static store_status lmdb_highest(void *impl, const char *resource, uint64_t *highest)
 {
-    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
 
-    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        return store__mdb_status(rc);
+    store_status st = read_record(impl, resource, &txn, &rec);
+    if (txn == NULL) {
+        return st;
     }
-    store_status st = get_record(s, txn, resource, &rec);
     mdb_txn_abort(txn);
     if (st == STORE_NOT_FOUND) {
         return STORE_OK;
