@@ -1,40 +1,44 @@
 /*
- * The backend layer: what storage.c (storage.h's public functions) calls in LMDB (store.c,
- * commit.c) or PostgreSQL (pg.c, pg_commit.c, pg_schema.c). Never installed.
+ * The backend layer: what storage.c (storage.h's public functions) calls in LMDB (lmdb.c,
+ * lmdb_commit.c) or PostgreSQL (pg.c, pg_commit.c, pg_schema.c). Never installed.
  *
- * storage.c checks what both backends would check the same way (names, tokens, sizes) and
- * then calls one backend through its table; a backend never sees the public `store`, only
- * its own state (impl). Each backend keeps its own count of calls in flight, so that its
- * close waits for them.
+ * storage.c does what both backends do alike: it checks every request (names, tokens, sizes,
+ * content types), counts the calls in flight so that close waits for them, and queues writes
+ * (and grants, where the backend batches them) for group commit (group.h). A backend sees only
+ * valid requests and its own state (impl), never the public `store`, and holds only what is
+ * its own: the transaction that carries a batch, the reads, the ledger and the secret.
  */
 #ifndef STORAGE_BACKEND_H
 #define STORAGE_BACKEND_H
 
+#include "group.h"
 #include "storage_internal.h"
 
 typedef struct store__ops {
     const char *name; /* "lmdb" or "postgresql" */
+    /* No call is in flight. */
     void (*close)(void *impl);
-    /* Every request is valid (store__validate_write) and answered in place. */
-    void (*write_many)(void *impl, store_write_req *const *reqs, size_t n);
+    /* One group-commit batch of valid writes, and of valid grants when grant is NULL. */
+    store__run_fn run_batch;
     store_status (*read)(void *impl, const char *resource, store_value *v);
     store_status (*highest)(void *impl, const char *resource, uint64_t *highest);
     store_status (*list)(void *impl, const char *after, store_entry *entries, size_t max,
                          size_t *n);
     store_status (*del)(void *impl, const char *resource);
     uint64_t (*ledger_floor)(void *impl);
+    /* Every token at or below it is covered already: store_ledger_cover() answers OK at
+     * once, without counting a call. */
+    uint64_t (*ledger_ceiling)(void *impl);
+    /* A valid token above ledger_ceiling. */
     store_status (*ledger_cover)(void *impl, uint64_t token);
-    /* resource and token are valid; *highest is zeroed by the caller. */
-    /* holder is NULL or STORE_HOLDER_LEN bytes. */
+    /* One valid grant, answered at once; *highest is zeroed by the caller. holder is NULL or
+     * STORE_HOLDER_LEN bytes. NULL: grants queue for group commit and run_batch answers
+     * them with the writes. */
     store_status (*grant)(void *impl, const char *resource, uint64_t token,
                           const unsigned char *holder, uint64_t *highest);
     int grant_needed; /* store_grant_needed()'s answer */
-    /* Valid grants and writes, answered in place; either count may be 0. */
-    void (*grant_many)(void *impl, store_grant_req *const *grants, size_t ng,
-                       store_write_req *const *writes, size_t nw);
     store_status (*secret)(void *impl, unsigned char out[STORE_SECRET_LEN], char *err,
                            size_t errlen);
-    void (*get_stats)(void *impl, store_stats *out);
 } store__ops;
 
 extern const store__ops store__lmdb_ops;
@@ -55,16 +59,6 @@ store_status store__pg_describe_url(const char *url, char *desc, size_t desclen,
                                     size_t errlen);
 
 /* The LMDB environment flags of an LMDB store's state (see store__env_flags). */
-typedef struct store__lmdb store__lmdb;
-int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags);
-
-/* LMDB's write_many (commit.c). */
-void store__lmdb_write_many(void *impl, store_write_req *const *reqs, size_t n);
-
-/* LMDB's grant (store.c) and grant_many (commit.c: the writes, then each grant). */
-store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
-                               const unsigned char *holder, uint64_t *highest);
-void store__lmdb_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
-                            store_write_req *const *writes, size_t nw);
+int store__lmdb_env_flags(void *impl, unsigned int *flags);
 
 #endif

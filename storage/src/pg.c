@@ -1,8 +1,8 @@
 /*
  * The PostgreSQL backend: opening, reads, listing, deletes, the secret and the ledger's
- * per-store functions. Connections and bounded round trips are pg_conn.c's; writes and
- * grants are group-committed in pg_commit.c; the schema is created and migrated in
- * pg_schema.c (its head comment documents the tables).
+ * per-store functions. Connections and bounded round trips are pg_conn.c's; each
+ * group-commit batch of writes and grants runs in pg_commit.c; the schema is created and
+ * migrated in pg_schema.c (its head comment documents the tables).
  *
  * Passwords. The URL may hold one. It is handed only to libpq. The store's description is
  * rebuilt from the parsed URL without it, and every error text storage returns passes
@@ -11,7 +11,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/random.h>
 
 #include "pg_private.h"
 
@@ -66,7 +65,6 @@ static store_status pg_read(void *impl, const char *resource, store_value *v)
     store_status st = STORE_OK;
     const char *const vals[] = {resource};
 
-    store__pg_call_begin(p);
     PGresult *res = run(p,
                         "SELECT value, content_type, token, highest_token, version, "
                         "written_at_ms, deleted FROM fencegate_resources WHERE resource = $1",
@@ -99,7 +97,6 @@ static store_status pg_read(void *impl, const char *resource, store_value *v)
     v->written_at_ms = (int64_t)get_be64(res, 0, 5);
 out:
     PQclear(res);
-    store__pg_call_end(p);
     return st;
 }
 
@@ -109,14 +106,12 @@ static store_status pg_highest(void *impl, const char *resource, uint64_t *highe
     store_status st = STORE_OK;
     const char *const vals[] = {resource};
 
-    store__pg_call_begin(p);
     PGresult *res = run(p, "SELECT highest_token FROM fencegate_resources WHERE resource = $1",
                         1, vals, NULL, NULL, 1, &st);
     if (res != NULL && PQntuples(res) == 1) {
         *highest = get_be64(res, 0, 0);
     }
     PQclear(res);
-    store__pg_call_end(p);
     return st;
 }
 
@@ -129,7 +124,6 @@ static store_status pg_list(void *impl, const char *after, store_entry *entries,
     snprintf(limit, sizeof limit, "%zu", max > 100000 ? (size_t)100000 : max);
     const char *const vals[] = {after != NULL ? after : "", limit};
 
-    store__pg_call_begin(p);
     /* The resource column is COLLATE "C": byte order, like LMDB's keys. */
     PGresult *res = run(p,
                         "SELECT resource, highest_token, version, octet_length(value)::bigint, "
@@ -152,7 +146,6 @@ static store_status pg_list(void *impl, const char *after, store_entry *entries,
         (*n)++;
     }
     PQclear(res);
-    store__pg_call_end(p);
     return st;
 }
 
@@ -166,7 +159,6 @@ static store_status pg_delete(void *impl, const char *resource)
     snprintf(now, sizeof now, "%lld", (long long)store__wall_ms());
     const char *const vals[] = {resource, now};
 
-    store__pg_call_begin(p);
     PGresult *res = run(p,
                         "UPDATE fencegate_resources SET deleted = true, value = ''::bytea, "
                         "version = version + 1, written_at_ms = $2::bigint "
@@ -176,7 +168,6 @@ static store_status pg_delete(void *impl, const char *resource)
         st = STORE_NOT_FOUND;
     }
     PQclear(res);
-    store__pg_call_end(p);
     return st;
 }
 
@@ -188,21 +179,19 @@ static uint64_t pg_ledger_floor(void *impl)
     return 0;
 }
 
+/* Every token is covered: store_grant() makes each grant durable instead. */
+static uint64_t pg_ledger_ceiling(void *impl)
+{
+    (void)impl;
+    return STORE__TOKEN_MAX;
+}
+
+/* Never called: pg_ledger_ceiling covers every valid token. */
 static store_status pg_ledger_cover(void *impl, uint64_t token)
 {
     (void)impl;
     (void)token;
     return STORE_OK;
-}
-
-/* 1 when the n bytes of b are not all zero. */
-static int any_nonzero(const unsigned char *b, size_t n)
-{
-    unsigned char any = 0;
-    for (size_t i = 0; i < n; i++) {
-        any |= b[i];
-    }
-    return any != 0;
 }
 
 /* Made once under concurrency: every caller offers random bytes with INSERT ... ON CONFLICT
@@ -217,9 +206,7 @@ static store_status pg_secret(void *impl, unsigned char out[STORE_SECRET_LEN], c
     PGresult *res = NULL;
     const char *msg = NULL;
 
-    store__pg_call_begin(p);
-    if (getrandom(made, sizeof made, 0) != (ssize_t)sizeof made ||
-        !any_nonzero(made, sizeof made)) {
+    if (store__secret_make(made) != 0) {
         msg = "cannot get random bytes for the owner secret";
         st = STORE_EIO;
         goto out;
@@ -242,8 +229,8 @@ static store_status pg_secret(void *impl, unsigned char out[STORE_SECRET_LEN], c
         msg = "cannot read the owner secret from PostgreSQL";
         goto out;
     }
-    if (PQntuples(res) != 1 || PQgetlength(res, 0, 0) != STORE_SECRET_LEN ||
-        !any_nonzero((const unsigned char *)PQgetvalue(res, 0, 0), STORE_SECRET_LEN)) {
+    if (PQntuples(res) != 1 || !store__secret_valid((const unsigned char *)PQgetvalue(res, 0, 0),
+                                                     (size_t)PQgetlength(res, 0, 0))) {
         msg = "the store's owner secret is malformed";
         st = STORE_INVALID;
         goto out;
@@ -254,16 +241,7 @@ out:
         store__pg_scrub(p, msg, err, errlen);
     }
     PQclear(res);
-    store__pg_call_end(p);
     return st;
-}
-
-static void pg_get_stats(void *impl, store_stats *out)
-{
-    store__pg *p = impl;
-    out->commits = atomic_load(&p->commits);
-    out->writes = atomic_load(&p->writes);
-    out->max_batch = atomic_load(&p->max_batch);
 }
 
 static void free_pg(store__pg *p)
@@ -286,22 +264,12 @@ static void free_pg(store__pg *p)
     free(p->url);
     pthread_mutex_destroy(&p->pool_mu);
     pthread_cond_destroy(&p->pool_cv);
-    pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->done_cv);
-    pthread_mutex_destroy(&p->calls_mu);
-    pthread_cond_destroy(&p->calls_cv);
     free(p);
 }
 
 static void pg_close(void *impl)
 {
-    store__pg *p = impl;
-    pthread_mutex_lock(&p->calls_mu);
-    while (p->calls > 0) {
-        pthread_cond_wait(&p->calls_cv, &p->calls_mu);
-    }
-    pthread_mutex_unlock(&p->calls_mu);
-    free_pg(p);
+    free_pg(impl);
 }
 
 /* The value of keyword in libpq's parsed options, or NULL when unset or empty. */
@@ -356,16 +324,10 @@ static store__pg *new_pg(const char *url, const store_options *opts,
     }
     p->url = strdup(url);
     p->password = opt(o, "password") != NULL ? strdup(opt(o, "password")) : NULL;
-    p->max_value_bytes = opts->max_value_bytes;
-    p->group_commit = opts->group_commit;
     p->timeout_ms = opts->timeout_ms > 0 ? opts->timeout_ms : 5000;
     p->max_conns = opts->pool_size > 0 ? opts->pool_size : 8;
     pthread_mutex_init(&p->pool_mu, NULL);
     pthread_cond_init(&p->pool_cv, NULL);
-    pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->done_cv, NULL);
-    pthread_mutex_init(&p->calls_mu, NULL);
-    pthread_cond_init(&p->calls_cv, NULL);
     if (p->url == NULL || (opt(o, "password") != NULL && p->password == NULL)) {
         free_pg(p);
         return NULL;
@@ -429,16 +391,15 @@ store_status store__pg_open(void **out, const char *url, const store_options *op
 const store__ops store__pg_ops = {
     .name = "postgresql",
     .close = pg_close,
-    .write_many = store__pg_write_many,
+    .run_batch = store__pg_run_batch,
     .read = pg_read,
     .highest = pg_highest,
     .list = pg_list,
     .del = pg_delete,
     .ledger_floor = pg_ledger_floor,
+    .ledger_ceiling = pg_ledger_ceiling,
     .ledger_cover = pg_ledger_cover,
-    .grant = store__pg_grant,
+    .grant = NULL, /* grants queue with the writes: one transaction carries both */
     .grant_needed = 1,
-    .grant_many = store__pg_grant_many,
     .secret = pg_secret,
-    .get_stats = pg_get_stats,
 };

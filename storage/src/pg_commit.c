@@ -1,13 +1,10 @@
 /*
  * PostgreSQL: token-checked writes and grants, group-committed.
  *
- * The queue. Writers (store_write, store_write_many) and granters (store_grant) queue their
- * requests and wait. Whoever finds no batch in progress leads: it takes the whole queue and
- * runs it as one transaction on one connection in libpq pipeline mode, all statements sent
- * at once: BEGIN, one statement per request, COMMIT, Sync. One round trip and one WAL flush
- * serve the batch; requests that arrive meanwhile form the next one. A lone request leads a
- * batch of one at once: nobody waits for company, there is no timer. (The queue is the one
- * of commit.c for LMDB.)
+ * The batch. Writes and grants queue together for group commit (group.h); each batch the
+ * queue's leader hands over runs as one transaction on one connection in libpq pipeline mode,
+ * all statements sent at once: BEGIN, one statement per request, COMMIT, Sync. One round trip
+ * and one WAL flush serve the batch.
  *
  * Each request is one statement, so the check and the change are atomic in the database
  * whatever other gateways do:
@@ -50,21 +47,16 @@
 
 #define MAX_ATTEMPTS 5
 
-enum { OP_WRITE, OP_GRANT };
+/* An op is a write (op->w) or a grant (op->g), each answered in place. */
+static const char *op_resource(const store__op *op)
+{
+    return op->w != NULL ? op->w->resource : op->g->resource;
+}
 
-/* A write or a grant in the group-commit queue, answered in place. */
-struct store__pgop {
-    int kind;
-    store_write_req *w;      /* OP_WRITE: the caller's request and answer */
-    const char *resource;
-    uint64_t token;
-    store_status status;     /* OP_GRANT: the answer */
-    uint64_t highest;        /* OP_GRANT: the recorded highest on STALE */
-    const unsigned char *holder; /* OP_GRANT: NULL or STORE_HOLDER_LEN bytes */
-    size_t seq;              /* arrival order within the batch */
-    int done;
-    store__pgop *next;
-};
+static uint64_t op_token(const store__op *op)
+{
+    return op->w != NULL ? op->w->token : op->g->token;
+}
 
 static const char WRITE_SQL[] =
     "WITH up AS ("
@@ -96,11 +88,11 @@ static const char GRANT_SQL[] =
 /* Sending order: writes before grants, then by resource in byte order, then arrival. */
 static int by_lock_order(const void *x, const void *y)
 {
-    const store__pgop *a = *(store__pgop *const *)x, *b = *(store__pgop *const *)y;
-    if (a->kind != b->kind) {
-        return a->kind - b->kind;
+    const store__op *a = *(store__op *const *)x, *b = *(store__op *const *)y;
+    if ((a->w == NULL) != (b->w == NULL)) {
+        return a->w == NULL ? 1 : -1;
     }
-    int c = strcmp(a->resource, b->resource);
+    int c = strcmp(op_resource(a), op_resource(b));
     if (c != 0) {
         return c;
     }
@@ -108,26 +100,26 @@ static int by_lock_order(const void *x, const void *y)
 }
 
 /* Sets the answer of op to st (a failure: nothing of it happened). */
-static void fail_op(store__pgop *op, store_status st)
+static void fail_op(store__op *op, store_status st)
 {
-    if (op->kind == OP_WRITE) {
+    if (op->w != NULL) {
         op->w->status = st;
         memset(&op->w->res, 0, sizeof op->w->res);
     } else {
-        op->status = st;
-        op->highest = 0;
+        op->g->status = st;
+        op->g->highest = 0;
     }
 }
 
 /* Queues op's statement in the pipeline (prepared once per session: parsing and planning
  * the statements cost more than running them). 0, or -1 when libpq refused it. */
-static int send_op(PGconn *conn, store__pgop *op)
+static int send_op(PGconn *conn, store__op *op)
 {
     char token[24], now[24];
-    snprintf(token, sizeof token, "%llu", (unsigned long long)op->token);
-    if (op->kind == OP_GRANT) {
+    snprintf(token, sizeof token, "%llu", (unsigned long long)op_token(op));
+    if (op->w == NULL) {
         /* No holder is SQL NULL, which equals nothing: only a larger token is granted. */
-        const char *const vals[] = {op->resource, token, (const char *)op->holder};
+        const char *const vals[] = {op->g->resource, token, (const char *)op->g->holder};
         const int lens[] = {0, 0, STORE_HOLDER_LEN};
         const int fmts[] = {0, 0, 1};
         return PQsendQueryPrepared(conn, "fg_grant", 3, vals, lens, fmts, 0) ? 0 : -1;
@@ -144,13 +136,13 @@ static int send_op(PGconn *conn, store__pgop *op)
 }
 
 /* Reads op's answer from its result row (not yet final: the commit decides). */
-static void take_row(store__pgop *op, const PGresult *res)
+static void take_row(store__op *op, const PGresult *res)
 {
     int hit = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
-    if (op->kind == OP_GRANT) {
+    if (op->w == NULL) {
         uint64_t recorded = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
-        op->status = hit ? STORE_OK : STORE_STALE;
-        op->highest = hit ? 0 : recorded;
+        op->g->status = hit ? STORE_OK : STORE_STALE;
+        op->g->highest = hit ? 0 : recorded;
         return;
     }
     store_write_req *w = op->w;
@@ -207,7 +199,7 @@ static store__pgrc failed(const PGresult *res, char *sqlstate)
 /* Step 1 of run_pipeline: sends the two statements' Parse when this session has not yet
  * (prepares 2), BEGIN, every statement, COMMIT and a Sync, and flushes. 0, or -1 when the
  * connection failed. */
-static int send_pipeline(PGconn *conn, store__pgop **ops, size_t n, size_t prepares,
+static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepares,
                          int64_t deadline)
 {
     if (!PQenterPipelineMode(conn)) {
@@ -235,7 +227,7 @@ static int send_pipeline(PGconn *conn, store__pgop **ops, size_t n, size_t prepa
 /* Step 2: reads the `count` query results in order; the one at index i in [first, first + n)
  * is ops[i - first]'s row. The first failure sets rc (and sqlstate); queries after it answer
  * PIPELINE_ABORTED. Sets *lost on a lost connection or timeout. */
-static store__pgrc read_results(PGconn *conn, store__pgop **ops, size_t n, size_t first,
+static store__pgrc read_results(PGconn *conn, store__op **ops, size_t n, size_t first,
                                 size_t count, int64_t deadline, char *sqlstate,
                                 store__pgrc rc, int *lost)
 {
@@ -283,7 +275,7 @@ static int finish_pipeline(PGconn *conn, int64_t deadline)
  * gets EIO, replaced by its row's answer, so none is left unanswered. Returns OK only when
  * COMMIT succeeded; otherwise RETRY/SQL (sqlstate set) or LOST (drop the connection).
  */
-static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__pgop **ops, size_t n,
+static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops, size_t n,
                                 char *sqlstate)
 {
     int64_t deadline = store__pg_now_ms() + p->timeout_ms;
@@ -311,23 +303,23 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__pgop **op
 
 /* After the commit: a STALE answer whose highest, read from the statement's snapshot, is not
  * above the refused token re-reads the highest, which can only have grown since. */
-static void fix_stale_highest(store__pg *p, store__pgconn *c, store__pgop *op)
+static void fix_stale_highest(store__pg *p, store__pgconn *c, store__op *op)
 {
     char sqlstate[6];
     store__pgrc rc = STORE__PG_OK;
-    int grant = op->kind == OP_GRANT;
-    uint64_t *highest = grant ? &op->highest : &op->w->res.highest_token;
-    store_status st = grant ? op->status : op->w->status;
+    int grant = op->w == NULL;
+    uint64_t *highest = grant ? &op->g->highest : &op->w->res.highest_token;
+    store_status st = grant ? op->g->status : op->w->status;
 
     /* A refused write needs highest > token, a refused grant highest >= token. */
-    if (st != STORE_STALE || *highest > op->token - (grant ? 1 : 0)) {
+    if (st != STORE_STALE || *highest > op_token(op) - (grant ? 1 : 0)) {
         return;
     }
     if (c->conn == NULL) {
         fail_op(op, STORE_EIO); /* an earlier re-read lost the connection */
         return;
     }
-    const char *const vals[] = {op->resource};
+    const char *const vals[] = {op_resource(op)};
     PGresult *res = store__pg_exec(
         p, c,
         grant ? "SELECT token FROM fencegate_ledger WHERE resource = $1"
@@ -341,27 +333,21 @@ static void fix_stale_highest(store__pg *p, store__pgconn *c, store__pgop *op)
     PQclear(res);
 }
 
-static void count_commit(store__pg *p, store__pgop **ops, size_t n)
+static void count_commit(store__counts *counts, store__op **ops, size_t n)
 {
     uint64_t writes = 0;
     int accepted = 0;
     for (size_t i = 0; i < n; i++) {
-        if (ops[i]->kind == OP_WRITE) {
+        if (ops[i]->w != NULL) {
             writes++;
             accepted |= ops[i]->w->status == STORE_ACCEPTED;
         }
     }
-    atomic_fetch_add(&p->writes, writes);
-    if (accepted) {
-        atomic_fetch_add(&p->commits, 1);
-    }
-    uint64_t max = atomic_load(&p->max_batch);
-    while (writes > max && !atomic_compare_exchange_weak(&p->max_batch, &max, writes)) {
-    }
+    store__count_txn(counts, writes, accepted);
 }
 
 /* Runs ops[0..n) (already in lock order) and answers every one of them. */
-static void run_ops(store__pg *p, store__pgop **ops, size_t n)
+static void run_ops(store__pg *p, store__op **ops, size_t n, store__counts *counts)
 {
     char sqlstate[6] = "";
     store__pgrc rc = STORE__PG_LOST;
@@ -378,7 +364,7 @@ static void run_ops(store__pg *p, store__pgop **ops, size_t n)
                 fix_stale_highest(p, c, ops[i]);
             }
             store__pg_put(p, c, 0);
-            count_commit(p, ops, n);
+            count_commit(counts, ops, n);
             return;
         }
         store__pg_put(p, c, rc == STORE__PG_LOST);
@@ -392,7 +378,7 @@ static void run_ops(store__pg *p, store__pgop **ops, size_t n)
          * trigger's): each runs alone, with retries of its own, so only the one that really
          * fails answers an error. */
         for (size_t i = 0; i < n; i++) {
-            run_ops(p, &ops[i], 1);
+            run_ops(p, &ops[i], 1, counts);
         }
         return;
     }
@@ -403,155 +389,25 @@ static void run_ops(store__pg *p, store__pgop **ops, size_t n)
 }
 
 /* Runs a batch list: sorted into lock order, then one transaction. */
-static void run_batch(store__pg *p, store__pgop *batch)
+void store__pg_run_batch(void *impl, store__op *batch, store__counts *counts)
 {
+    store__pg *p = impl;
     size_t n = 0;
-    for (store__pgop *o = batch; o != NULL; o = o->next) {
+    for (store__op *o = batch; o != NULL; o = o->next) {
         o->seq = n++;
     }
-    store__pgop **ops = malloc(n * sizeof *ops);
+    store__op **ops = malloc(n * sizeof *ops);
     if (ops == NULL) {
-        for (store__pgop *o = batch; o != NULL; o = o->next) {
+        for (store__op *o = batch; o != NULL; o = o->next) {
             fail_op(o, STORE_ENOMEM);
         }
         return;
     }
     n = 0;
-    for (store__pgop *o = batch; o != NULL; o = o->next) {
+    for (store__op *o = batch; o != NULL; o = o->next) {
         ops[n++] = o;
     }
     qsort(ops, n, sizeof *ops, by_lock_order);
-    run_ops(p, ops, n);
+    run_ops(p, ops, n, counts);
     free(ops);
-}
-
-/* Queues the chain first..last and waits until a batch holding it has run (as commit.c's
- * write_grouped). */
-static void run_grouped(store__pg *p, store__pgop *first, store__pgop *last)
-{
-    pthread_mutex_lock(&p->mu);
-    if (p->queue_tail != NULL) {
-        p->queue_tail->next = first;
-    } else {
-        p->queue = first;
-    }
-    p->queue_tail = last;
-    while (!last->done) {
-        if (p->leading) {
-            pthread_cond_wait(&p->done_cv, &p->mu);
-            continue;
-        }
-        store__pgop *batch = p->queue;
-        p->queue = NULL;
-        p->queue_tail = NULL;
-        p->leading = 1;
-        pthread_mutex_unlock(&p->mu);
-        run_batch(p, batch);
-        pthread_mutex_lock(&p->mu);
-        for (store__pgop *b = batch; b != NULL;) {
-            store__pgop *next = b->next; /* b may return and vanish once done is set */
-            b->done = 1;
-            b = next;
-        }
-        p->leading = 0;
-        pthread_cond_broadcast(&p->done_cv);
-    }
-    pthread_mutex_unlock(&p->mu);
-}
-
-/* Without group commit: one transaction per call, serialised (the benchmark's baseline). */
-static void run_alone(store__pg *p, store__pgop *first)
-{
-    pthread_mutex_lock(&p->mu);
-    while (p->leading) {
-        pthread_cond_wait(&p->done_cv, &p->mu);
-    }
-    p->leading = 1;
-    pthread_mutex_unlock(&p->mu);
-    run_batch(p, first);
-    pthread_mutex_lock(&p->mu);
-    p->leading = 0;
-    pthread_cond_broadcast(&p->done_cv);
-    pthread_mutex_unlock(&p->mu);
-}
-
-static void run_chain(store__pg *p, store__pgop *first, store__pgop *last)
-{
-    store__pg_call_begin(p);
-    if (p->group_commit) {
-        run_grouped(p, first, last);
-    } else {
-        run_alone(p, first);
-    }
-    store__pg_call_end(p);
-}
-
-void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n)
-{
-    store__pg_grant_many(impl, NULL, 0, reqs, n);
-}
-
-/* Writes and grants as one chain: one transaction when the queue is empty, else they join
- * the batch being formed (run_chain). */
-void store__pg_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
-                          store_write_req *const *reqs, size_t n)
-{
-    store__pg *p = impl;
-    store__pgop *ops = calloc(n + ng, sizeof *ops);
-    store__pgop *first = NULL, *last = NULL;
-
-    for (size_t i = 0; i < ng; i++) {
-        store_grant_req *g = grants[i];
-        if (ops == NULL) {
-            g->status = STORE_ENOMEM;
-            continue;
-        }
-        ops[n + i] = (store__pgop){.kind = OP_GRANT, .resource = g->resource,
-                                   .token = g->token, .holder = g->holder};
-        if (last != NULL) {
-            last->next = &ops[n + i];
-        } else {
-            first = &ops[n + i];
-        }
-        last = &ops[n + i];
-    }
-    for (size_t i = 0; i < n; i++) {
-        store_write_req *r = reqs[i];
-        if (ops == NULL) {
-            r->status = STORE_ENOMEM;
-            continue;
-        }
-        if (r->len > p->max_value_bytes) {
-            r->status = STORE_TOO_LARGE;
-            continue;
-        }
-        ops[i] = (store__pgop){.kind = OP_WRITE, .w = r, .resource = r->resource,
-                               .token = r->token};
-        if (last != NULL) {
-            last->next = &ops[i];
-        } else {
-            first = &ops[i];
-        }
-        last = &ops[i];
-    }
-    if (first != NULL) {
-        run_chain(p, first, last);
-    }
-    for (size_t i = 0; ops != NULL && i < ng; i++) {
-        grants[i]->status = ops[n + i].status;
-        grants[i]->highest = ops[n + i].status == STORE_STALE ? ops[n + i].highest : 0;
-    }
-    free(ops);
-}
-
-store_status store__pg_grant(void *impl, const char *resource, uint64_t token,
-                             const unsigned char *holder, uint64_t *highest)
-{
-    store__pg *p = impl;
-    store__pgop op = {.kind = OP_GRANT, .resource = resource, .token = token,
-                      .holder = holder};
-
-    run_chain(p, &op, &op);
-    *highest = op.status == STORE_STALE ? op.highest : 0;
-    return op.status;
 }

@@ -30,22 +30,6 @@ int64_t store__pg_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void store__pg_call_begin(store__pg *p)
-{
-    pthread_mutex_lock(&p->calls_mu);
-    p->calls++;
-    pthread_mutex_unlock(&p->calls_mu);
-}
-
-void store__pg_call_end(store__pg *p)
-{
-    pthread_mutex_lock(&p->calls_mu);
-    if (--p->calls == 0) {
-        pthread_cond_broadcast(&p->calls_cv);
-    }
-    pthread_mutex_unlock(&p->calls_mu);
-}
-
 void store__pg_scrub(const store__pg *p, const char *msg, char *err, size_t errlen)
 {
     size_t out = 0;

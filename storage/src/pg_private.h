@@ -17,13 +17,9 @@ typedef struct store__pgconn {
     struct store__pgconn *next;
 } store__pgconn;
 
-typedef struct store__pgop store__pgop;
-
 typedef struct store__pg {
     char *url;                 /* as given (may hold a password): only ever passed to libpq */
     char *password;            /* the URL's password, to scrub from error texts, or NULL */
-    size_t max_value_bytes;
-    int group_commit;
     int timeout_ms;
 
     /* Connection pool: at most max_conns open, idle ones on a list. */
@@ -32,22 +28,6 @@ typedef struct store__pg {
     store__pgconn *idle;
     int conns;
     int max_conns;
-
-    /* Group commit (pg_commit.c): writes and grants queue here; one leader at a time. */
-    pthread_mutex_t mu;
-    pthread_cond_t done_cv;
-    store__pgop *queue;
-    store__pgop *queue_tail;
-    int leading;
-
-    /* Calls in flight, so that close waits for them. */
-    pthread_mutex_t calls_mu;
-    pthread_cond_t calls_cv;
-    long calls;
-
-    _Atomic uint64_t commits;
-    _Atomic uint64_t writes;
-    _Atomic uint64_t max_batch;
 } store__pg;
 
 /* What a round trip ended with. */
@@ -57,10 +37,6 @@ typedef enum store__pgrc {
     STORE__PG_RETRY,    /* serialization failure (40001) or deadlock (40P01): run it again */
     STORE__PG_LOST,     /* connection lost or timed out: the slot was reset */
 } store__pgrc;
-
-/* Brackets every public call, so that close waits for calls in flight. */
-void store__pg_call_begin(store__pg *p);
-void store__pg_call_end(store__pg *p);
 
 /* Takes a connection slot with a live connection, connecting (bounded by timeout_ms) when
  * the slot has none or its connection broke. NULL when the database cannot be reached (err,
@@ -99,11 +75,7 @@ void store__pg_scrub(const store__pg *p, const char *msg, char *err, size_t errl
  * is newer than this code, or EIO; err says why. */
 store_status store__pg_migrate(store__pg *p, store__pgconn *c, char *err, size_t errlen);
 
-/* Group commit (pg_commit.c). */
-void store__pg_write_many(void *impl, store_write_req *const *reqs, size_t n);
-void store__pg_grant_many(void *impl, store_grant_req *const *grants, size_t ng,
-                          store_write_req *const *writes, size_t nw);
-store_status store__pg_grant(void *impl, const char *resource, uint64_t token,
-                             const unsigned char *holder, uint64_t *highest);
+/* Runs one group-commit batch of writes and grants (pg_commit.c): the backend's run_batch. */
+void store__pg_run_batch(void *impl, store__op *batch, store__counts *counts);
 
 #endif

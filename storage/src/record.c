@@ -5,8 +5,12 @@
  *   u8  format (1)     u8 flags (bit 0: deleted)   u8 content-type length   u8 reserved
  *   u64 highest_token  u64 token   u64 version   i64 written_at_ms   u32 value length
  *   content type bytes, then value bytes
+ *
+ * Also the checks of values that both backends make alike: names, content types, writes and
+ * the owner secret.
  */
 #include <string.h>
+#include <sys/random.h>
 #include <time.h>
 
 #include "storage_internal.h"
@@ -115,6 +119,23 @@ store_status store__validate_write(const store_write_req *r, size_t max_value_by
         return STORE_TOO_LARGE;
     }
     return STORE_OK;
+}
+
+int store__secret_valid(const unsigned char *b, size_t n)
+{
+    unsigned char any = 0;
+    for (size_t i = 0; i < n; i++) {
+        any |= b[i];
+    }
+    return n == STORE_SECRET_LEN && any != 0;
+}
+
+int store__secret_make(unsigned char out[STORE_SECRET_LEN])
+{
+    if (getrandom(out, STORE_SECRET_LEN, 0) != (ssize_t)STORE_SECRET_LEN) {
+        return -1;
+    }
+    return store__secret_valid(out, STORE_SECRET_LEN) ? 0 : -1;
 }
 
 int64_t store__wall_ms(void)

@@ -1,12 +1,14 @@
 /*
- * storage.h's public functions: choosing the backend from the URL, the checks both backends
- * make alike, and the call through the chosen backend's table (backend.h).
- *
- * The checks live here, before any backend sees a request, so that both backends answer a
- * bad name, token, size or content type with the same status in the same order as
- * store_write() documents; what needs the stored state (STALE, UNKNOWN_TOKEN, FULL, EIO)
- * is the backend's.
+ * storage.h's public functions: choosing the backend from the URL, and what both backends do
+ * alike, before and around the call through the chosen backend's table (backend.h):
+ *  - the checks: both backends answer a bad name, token, size or content type with the same
+ *    status in the same order as store_write() documents; what needs the stored state
+ *    (STALE, UNKNOWN_TOKEN, FULL, EIO) is the backend's;
+ *  - the calls in flight, so that store_close() waits for them;
+ *  - group commit (group.h): writes, and grants where the backend batches them, queue here
+ *    and the backend runs each batch in one transaction.
  */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +20,12 @@
 struct store {
     const store__ops *ops;
     void *impl;
+    size_t max_value_bytes;
+    store__group group;
+    /* Calls in flight (call_begin/call_end), so that store_close() waits for them. */
+    pthread_mutex_t calls_mu;
+    pthread_cond_t calls_cv;
+    long calls;
     char desc[512]; /* store_describe(): never holds a password */
 };
 
@@ -116,6 +124,10 @@ store_status store_open(store **out, const store_options *opts, char *err, size_
         free(s);
         return st;
     }
+    s->max_value_bytes = opts->max_value_bytes;
+    store__group_init(&s->group, opts->group_commit, s->ops->run_batch, s->impl);
+    pthread_mutex_init(&s->calls_mu, NULL);
+    pthread_cond_init(&s->calls_cv, NULL);
     *out = s;
     return STORE_OK;
 }
@@ -140,12 +152,39 @@ store_status store_describe_options(const store_options *opts, char *buf, size_t
     return STORE_OK;
 }
 
+static void call_begin(store *s)
+{
+    pthread_mutex_lock(&s->calls_mu);
+    s->calls++;
+    pthread_mutex_unlock(&s->calls_mu);
+}
+
+static void call_end(store *s)
+{
+    /* The count and the wake-up are under one mutex, so store_close() cannot free the store
+     * between them. */
+    pthread_mutex_lock(&s->calls_mu);
+    if (--s->calls == 0) {
+        pthread_cond_broadcast(&s->calls_cv);
+    }
+    pthread_mutex_unlock(&s->calls_mu);
+}
+
 void store_close(store *s)
 {
     if (s == NULL) {
         return;
     }
+    /* Let calls in flight finish: each write is then durable and answered. */
+    pthread_mutex_lock(&s->calls_mu);
+    while (s->calls > 0) {
+        pthread_cond_wait(&s->calls_cv, &s->calls_mu);
+    }
+    pthread_mutex_unlock(&s->calls_mu);
     s->ops->close(s->impl);
+    store__group_destroy(&s->group);
+    pthread_mutex_destroy(&s->calls_mu);
+    pthread_cond_destroy(&s->calls_cv);
     free(s);
 }
 
@@ -159,22 +198,7 @@ const char *store_describe(store *s, char *buf, size_t len)
 
 void store_write_many(store *s, store_write_req *const *reqs, size_t n)
 {
-    store_write_req **valid = calloc(n > 0 ? n : 1, sizeof *valid);
-    size_t nvalid = 0;
-
-    for (size_t i = 0; i < n; i++) {
-        store_write_req *r = reqs[i];
-        memset(&r->res, 0, sizeof r->res);
-        r->status = valid == NULL ? STORE_ENOMEM : store__validate_write(r, SIZE_MAX);
-        if (r->status == STORE_OK) {
-            valid[nvalid++] = r;
-        }
-    }
-    /* The backend checks the size against its own max_value_bytes (TOO_LARGE). */
-    if (nvalid > 0) {
-        s->ops->write_many(s->impl, valid, nvalid);
-    }
-    free(valid);
+    store_grant_many(s, NULL, 0, reqs, n);
 }
 
 store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
@@ -192,13 +216,27 @@ store_status store_write(store *s, const char *resource, uint64_t token, const v
     return r.status;
 }
 
+/* Appends op to the chain *first..*last. */
+static void chain(store__op *op, store__op **first, store__op **last)
+{
+    if (*last != NULL) {
+        (*last)->next = op;
+    } else {
+        *first = op;
+    }
+    *last = op;
+}
+
 store_status store_read(store *s, const char *resource, store_value *v)
 {
     memset(v, 0, sizeof *v);
     if (!store__valid_name(resource)) {
         return STORE_INVALID;
     }
-    return s->ops->read(s->impl, resource, v);
+    call_begin(s);
+    store_status st = s->ops->read(s->impl, resource, v);
+    call_end(s);
+    return st;
 }
 
 void store_value_free(store_value *v)
@@ -216,7 +254,10 @@ store_status store_highest(store *s, const char *resource, uint64_t *highest)
     if (!store__valid_name(resource)) {
         return STORE_INVALID;
     }
-    return s->ops->highest(s->impl, resource, highest);
+    call_begin(s);
+    store_status st = s->ops->highest(s->impl, resource, highest);
+    call_end(s);
+    return st;
 }
 
 store_status store_list(store *s, const char *after, store_entry *entries, size_t max,
@@ -229,7 +270,10 @@ store_status store_list(store *s, const char *after, store_entry *entries, size_
     if (max == 0) {
         return STORE_OK;
     }
-    return s->ops->list(s->impl, after, entries, max, n);
+    call_begin(s);
+    store_status st = s->ops->list(s->impl, after, entries, max, n);
+    call_end(s);
+    return st;
 }
 
 store_status store_delete(store *s, const char *resource)
@@ -237,7 +281,10 @@ store_status store_delete(store *s, const char *resource)
     if (!store__valid_name(resource)) {
         return STORE_INVALID;
     }
-    return s->ops->del(s->impl, resource);
+    call_begin(s);
+    store_status st = s->ops->del(s->impl, resource);
+    call_end(s);
+    return st;
 }
 
 uint64_t store_ledger_floor(store *s)
@@ -250,7 +297,14 @@ store_status store_ledger_cover(store *s, uint64_t token)
     if (token > STORE__TOKEN_MAX) {
         return STORE_INVALID;
     }
-    return s->ops->ledger_cover(s->impl, token);
+    /* Every /lock covers its token: one that is covered already takes no mutex. */
+    if (token <= s->ops->ledger_ceiling(s->impl)) {
+        return STORE_OK;
+    }
+    call_begin(s);
+    store_status st = s->ops->ledger_cover(s->impl, token);
+    call_end(s);
+    return st;
 }
 
 store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest)
@@ -261,46 +315,72 @@ store_status store_grant(store *s, const char *resource, uint64_t token, uint64_
 store_status store_grant_as(store *s, const char *resource, uint64_t token,
                             const unsigned char *holder, uint64_t *highest)
 {
-    *highest = 0;
-    if (!store__valid_name(resource) || token == 0 || token > STORE__TOKEN_MAX) {
-        return STORE_INVALID;
-    }
-    return s->ops->grant(s->impl, resource, token, holder, highest);
+    store_grant_req g = {.resource = resource, .token = token, .holder = holder};
+    store_grant_req *one[1] = {&g};
+
+    store_grant_many(s, one, 1, NULL, 0);
+    *highest = g.highest;
+    return g.status;
 }
 
+/* Writes, then grants, all checked first. Every valid write, and every valid grant when the
+ * backend batches grants (grant NULL), goes into one chain for group commit; the backend
+ * answers them in place. A backend with a grant of its own answers each grant after the
+ * writes. */
 void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
                       store_write_req *const *writes, size_t nw)
 {
-    store_grant_req **vg = calloc(ng > 0 ? ng : 1, sizeof *vg);
-    store_write_req **vw = calloc(nw > 0 ? nw : 1, sizeof *vw);
-    size_t ngv = 0, nwv = 0;
+    store__op one[1];
+    size_t nops = ng + nw;
+    store__op *ops = nops <= 1 ? one : malloc(nops * sizeof *ops);
+    store__op *first = NULL, *last = NULL;
+    int queue_grants = s->ops->grant == NULL;
+    size_t direct = 0; /* valid grants the backend answers itself */
 
+    for (size_t i = 0; i < nw; i++) {
+        store_write_req *r = writes[i];
+        memset(&r->res, 0, sizeof r->res);
+        r->status = ops == NULL ? STORE_ENOMEM : store__validate_write(r, s->max_value_bytes);
+        if (r->status == STORE_OK) {
+            ops[i] = (store__op){.w = r};
+            chain(&ops[i], &first, &last);
+        }
+    }
     for (size_t i = 0; i < ng; i++) {
         store_grant_req *g = grants[i];
         g->highest = 0;
-        if (vg == NULL || vw == NULL) {
+        if (ops == NULL) {
             g->status = STORE_ENOMEM;
         } else if (!store__valid_name(g->resource) || g->token == 0 ||
                    g->token > STORE__TOKEN_MAX) {
             g->status = STORE_INVALID;
         } else {
             g->status = STORE_OK;
-            vg[ngv++] = g;
+            if (queue_grants) {
+                ops[nw + i] = (store__op){.g = g};
+                chain(&ops[nw + i], &first, &last);
+            } else {
+                direct++;
+            }
         }
     }
-    for (size_t i = 0; i < nw; i++) {
-        store_write_req *r = writes[i];
-        memset(&r->res, 0, sizeof r->res);
-        r->status = vg == NULL || vw == NULL ? STORE_ENOMEM : store__validate_write(r, SIZE_MAX);
-        if (r->status == STORE_OK) {
-            vw[nwv++] = r;
+    if (first != NULL || direct > 0) {
+        call_begin(s);
+        if (first != NULL) {
+            store__group_run(&s->group, first, last);
         }
+        for (size_t i = 0; direct > 0 && i < ng; i++) {
+            store_grant_req *g = grants[i];
+            if (g->status == STORE_OK) {
+                g->status = s->ops->grant(s->impl, g->resource, g->token, g->holder,
+                                          &g->highest);
+            }
+        }
+        call_end(s);
     }
-    if (ngv > 0 || nwv > 0) {
-        s->ops->grant_many(s->impl, vg, ngv, vw, nwv);
+    if (ops != one) {
+        free(ops);
     }
-    free(vg);
-    free(vw);
 }
 
 int store_grant_needed(store *s, uint64_t token)
@@ -312,12 +392,15 @@ int store_grant_needed(store *s, uint64_t token)
 store_status store_secret(store *s, unsigned char out[STORE_SECRET_LEN], char *err,
                           size_t errlen)
 {
-    return s->ops->secret(s->impl, out, err, errlen);
+    call_begin(s);
+    store_status st = s->ops->secret(s->impl, out, err, errlen);
+    call_end(s);
+    return st;
 }
 
 void store_get_stats(store *s, store_stats *out)
 {
-    s->ops->get_stats(s->impl, out);
+    store__group_stats(&s->group, out);
 }
 
 int store__env_flags(store *s, unsigned int *flags)

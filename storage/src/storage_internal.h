@@ -46,6 +46,14 @@ int store__valid_content_type(const char *s);
  * NULL data with a length, or a bad content type; TOO_LARGE over max_value_bytes; else OK. */
 store_status store__validate_write(const store_write_req *r, size_t max_value_bytes);
 
+/* 1 when the n bytes of b are a well-formed owner secret: STORE_SECRET_LEN bytes, not all
+ * zero (a zeroed block is what a torn write leaves). */
+int store__secret_valid(const unsigned char *b, size_t n);
+
+/* Fills out with a new secret from the kernel's random bytes. 0, or -1 when there were none
+ * to be had (never use a partly random key). */
+int store__secret_make(unsigned char out[STORE_SECRET_LEN]);
+
 /* Wall clock (CLOCK_REALTIME) in ms, for written_at_ms. */
 int64_t store__wall_ms(void);
 

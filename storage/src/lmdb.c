@@ -20,13 +20,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
-#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "backend.h"
-#include "store_private.h"
+#include "lmdb_private.h"
 
 #define LEDGER_KEY "ledger.ceiling"
 #define SECRET_KEY "owner.secret"
@@ -327,11 +326,7 @@ store_status store__lmdb_open(void **out, const store_options *opts, char *err, 
         what = "open databases and raise the token ledger";
         goto fail;
     }
-    pthread_mutex_init(&s->mu, NULL);
-    pthread_cond_init(&s->done_cv, NULL);
     pthread_mutex_init(&s->ledger_mu, NULL);
-    pthread_mutex_init(&s->calls_mu, NULL);
-    pthread_cond_init(&s->calls_cv, NULL);
     *out = s;
     return STORE_OK;
 fail:
@@ -351,45 +346,14 @@ fail:
     return st;
 }
 
-void store__call_begin(store__lmdb *s)
-{
-    pthread_mutex_lock(&s->calls_mu);
-    s->calls++;
-    pthread_mutex_unlock(&s->calls_mu);
-}
-
-void store__call_end(store__lmdb *s)
-{
-    /* The count and the wake-up are under one mutex, so store_close() cannot free the store
-     * between them. */
-    pthread_mutex_lock(&s->calls_mu);
-    if (--s->calls == 0) {
-        pthread_cond_broadcast(&s->calls_cv);
-    }
-    pthread_mutex_unlock(&s->calls_mu);
-}
-
 static void lmdb_close(void *impl)
 {
     store__lmdb *s = impl;
-    if (s == NULL) {
-        return;
-    }
-    /* Let calls in flight finish: each write is then durable and answered. Every
-     * acknowledged write is already on disk, so closing adds no sync of its own. */
-    pthread_mutex_lock(&s->calls_mu);
-    while (s->calls > 0) {
-        pthread_cond_wait(&s->calls_cv, &s->calls_mu);
-    }
-    pthread_mutex_unlock(&s->calls_mu);
+    /* Every acknowledged write is already on disk, so closing adds no sync of its own. */
     mdb_env_close(s->env);
     /* Released only once the environment is closed, so the next store finds it quiet. */
     close(s->lock_fd);
-    pthread_mutex_destroy(&s->mu);
-    pthread_cond_destroy(&s->done_cv);
     pthread_mutex_destroy(&s->ledger_mu);
-    pthread_mutex_destroy(&s->calls_mu);
-    pthread_cond_destroy(&s->calls_cv);
     free(s);
 }
 
@@ -407,23 +371,29 @@ static store_status get_record(store__lmdb *s, MDB_txn *txn, const char *resourc
     return store__record_decode(val.mv_data, val.mv_size, rec) == 0 ? STORE_OK : STORE_EIO;
 }
 
+/* Begins a read-only transaction in *txn and reads resource's record in it (as get_record).
+ * *txn is NULL when it could not begin; otherwise the caller aborts it once done with rec,
+ * whose bytes live in the transaction's pages. */
+static store_status read_record(store__lmdb *s, const char *resource, MDB_txn **txn,
+                                store__record *rec)
+{
+    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, txn);
+    if (rc != 0) {
+        *txn = NULL;
+        return store__mdb_status(rc);
+    }
+    return get_record(s, *txn, resource, rec);
+}
+
 static store_status lmdb_read(void *impl, const char *resource, store_value *v)
 {
-    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
 
-    memset(v, 0, sizeof *v);
-    if (!store__valid_name(resource)) {
-        return STORE_INVALID;
+    store_status st = read_record(impl, resource, &txn, &rec);
+    if (txn == NULL) {
+        return st;
     }
-    store__call_begin(s);
-    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        store__call_end(s);
-        return store__mdb_status(rc);
-    }
-    store_status st = get_record(s, txn, resource, &rec);
     if (st == STORE_OK && rec.deleted) {
         st = STORE_NOT_FOUND;
     }
@@ -443,29 +413,19 @@ static store_status lmdb_read(void *impl, const char *resource, store_value *v)
         }
     }
     mdb_txn_abort(txn);
-    store__call_end(s);
     return st;
 }
 
 static store_status lmdb_highest(void *impl, const char *resource, uint64_t *highest)
 {
-    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
 
-    *highest = 0;
-    if (!store__valid_name(resource)) {
-        return STORE_INVALID;
+    store_status st = read_record(impl, resource, &txn, &rec);
+    if (txn == NULL) {
+        return st;
     }
-    store__call_begin(s);
-    int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
-    if (rc != 0) {
-        store__call_end(s);
-        return store__mdb_status(rc);
-    }
-    store_status st = get_record(s, txn, resource, &rec);
     mdb_txn_abort(txn);
-    store__call_end(s);
     if (st == STORE_NOT_FOUND) {
         return STORE_OK;
     }
@@ -476,7 +436,7 @@ static store_status lmdb_highest(void *impl, const char *resource, uint64_t *hig
 }
 
 static store_status lmdb_list(void *impl, const char *after, store_entry *entries, size_t max,
-                        size_t *n)
+                              size_t *n)
 {
     store__lmdb *s = impl;
     MDB_txn *txn = NULL;
@@ -485,11 +445,6 @@ static store_status lmdb_list(void *impl, const char *after, store_entry *entrie
     MDB_val val;
     store_status st = STORE_OK;
 
-    *n = 0;
-    if (after != NULL && after[0] != '\0' && !store__valid_name(after)) {
-        return STORE_INVALID;
-    }
-    store__call_begin(s);
     int rc = mdb_txn_begin(s->env, NULL, MDB_RDONLY, &txn);
     if (rc == 0) {
         rc = mdb_cursor_open(txn, s->resources, &cur);
@@ -498,7 +453,6 @@ static store_status lmdb_list(void *impl, const char *after, store_entry *entrie
         if (txn != NULL) {
             mdb_txn_abort(txn);
         }
-        store__call_end(s);
         return store__mdb_status(rc);
     }
     if (after != NULL && after[0] != '\0') {
@@ -534,7 +488,6 @@ static store_status lmdb_list(void *impl, const char *after, store_entry *entrie
     }
     mdb_cursor_close(cur);
     mdb_txn_abort(txn);
-    store__call_end(s);
     return st;
 }
 
@@ -545,15 +498,10 @@ static store_status lmdb_delete(void *impl, const char *resource)
     store__record rec;
     unsigned char *buf = NULL;
 
-    if (!store__valid_name(resource)) {
-        return STORE_INVALID;
-    }
-    store__call_begin(s);
     /* Its own write transaction: LMDB's writer lock orders it with the group-commit batches,
      * and the commit syncs before the answer, like a write. */
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
     if (rc != 0) {
-        store__call_end(s);
         return store__mdb_status(rc);
     }
     store_status st = get_record(s, txn, resource, &rec);
@@ -586,12 +534,11 @@ static store_status lmdb_delete(void *impl, const char *resource)
         mdb_txn_abort(txn);
     }
     free(buf);
-    store__call_end(s);
     return st;
 }
 
 /*
- * The token ledger. Why it gives P1-P3 (see the storage issue):
+ * The token ledger, and why it keeps its three promises, P1 to P3:
  *  - Every token the gateway hands out is <= the durable ceiling R at that moment
  *    (store_ledger_cover runs before the answer is sent, and raises R durably if needed).
  *  - At open, R_prev is the last durable R, so R_prev >= every token any earlier process
@@ -616,18 +563,20 @@ static uint64_t lmdb_ledger_floor(void *impl)
     return s->floor;
 }
 
+static uint64_t lmdb_ledger_ceiling(void *impl)
+{
+    store__lmdb *s = impl;
+    return atomic_load(&s->ceiling);
+}
+
+/* token <= STORE__TOKEN_MAX (storage.c checks it: a ceiling above the largest token would
+ * make every later open fail). */
 static store_status lmdb_ledger_cover(void *impl, uint64_t token)
 {
     store__lmdb *s = impl;
-    /* Checked first: such a token can never be covered, and a ceiling above the largest
-     * token would make every later open fail. */
-    if (token > STORE__TOKEN_MAX) {
-        return STORE_INVALID;
-    }
     if (token <= atomic_load(&s->ceiling)) {
         return STORE_OK;
     }
-    store__call_begin(s);
     /* ledger_mu makes concurrent raises one fsync each, not one per caller; LMDB's writer
      * lock orders the raise with the group-commit batches. */
     pthread_mutex_lock(&s->ledger_mu);
@@ -644,18 +593,7 @@ static store_status lmdb_ledger_cover(void *impl, uint64_t token)
         }
     }
     pthread_mutex_unlock(&s->ledger_mu);
-    store__call_end(s);
     return st;
-}
-
-/* 1 when the n bytes of p are not all zero. */
-static int any_nonzero(const unsigned char *p, size_t n)
-{
-    unsigned char any = 0;
-    for (size_t i = 0; i < n; i++) {
-        any |= p[i];
-    }
-    return any != 0;
 }
 
 /* Reads DIR/STORE_LEGACY_SECRET_FILE into out. Returns 1 when read, 0 when there is no such
@@ -689,7 +627,7 @@ static int read_legacy_secret(const char *dir, unsigned char *out, char *err, si
         got += n > 0 ? (size_t)n : 0;
     }
     close(fd);
-    if (!ok || !any_nonzero(out, STORE_SECRET_LEN)) {
+    if (!ok || !store__secret_valid(out, STORE_SECRET_LEN)) {
         snprintf(err, errlen, "%s is malformed: it must be a regular file of %d random bytes. "
                  "Restore it from a backup, or delete it to make a new one (then owners derived "
                  "from Idempotency-Keys sent before this restart change)",
@@ -704,7 +642,7 @@ static int read_legacy_secret(const char *dir, unsigned char *out, char *err, si
  * make two secrets. The commit is synchronous (the environment has no NOSYNC flag), so the
  * bytes are durable before anyone derives an owner from them. */
 static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN], char *err,
-                          size_t errlen)
+                                size_t errlen)
 {
     store__lmdb *s = impl;
     char scratch[8];
@@ -718,7 +656,6 @@ static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN],
         err = scratch;
         errlen = sizeof scratch;
     }
-    store__call_begin(s);
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
     if (rc != 0) {
         snprintf(err, errlen, "cannot begin a transaction: %s", mdb_strerror(rc));
@@ -727,7 +664,7 @@ static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN],
     }
     rc = mdb_get(txn, s->meta, &key, &val);
     if (rc == 0) {
-        if (val.mv_size != STORE_SECRET_LEN || !any_nonzero(val.mv_data, val.mv_size)) {
+        if (!store__secret_valid(val.mv_data, val.mv_size)) {
             snprintf(err, errlen, "the store's owner secret is malformed (%zu bytes)",
                      val.mv_size);
             st = STORE_INVALID;
@@ -749,8 +686,7 @@ static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN],
         st = STORE_INVALID;
         goto out;
     }
-    if (found == 0 && (getrandom(made, sizeof made, 0) != (ssize_t)sizeof made ||
-                       !any_nonzero(made, sizeof made))) {
+    if (found == 0 && store__secret_make(made) != 0) {
         mdb_txn_abort(txn); /* never use a partly random key */
         snprintf(err, errlen, "cannot get random bytes for the owner secret");
         st = STORE_EIO;
@@ -771,7 +707,6 @@ static store_status lmdb_secret(void *impl, unsigned char out[STORE_SECRET_LEN],
     }
     memcpy(out, made, STORE_SECRET_LEN);
 out:
-    store__call_end(s);
     return st;
 }
 
@@ -779,7 +714,7 @@ out:
  * gateway's in-process floor keeps its own tokens unique; covering the token by the durable
  * ceiling keeps it above the floor of every later process. A per-grant fsync would cost every
  * /lock one. */
-store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
+static store_status lmdb_grant(void *impl, const char *resource, uint64_t token,
                                const unsigned char *holder, uint64_t *highest)
 {
     store__lmdb *s = impl;
@@ -792,32 +727,24 @@ store_status store__lmdb_grant(void *impl, const char *resource, uint64_t token,
     return lmdb_ledger_cover(impl, token);
 }
 
-int store__lmdb_env_flags(store__lmdb *s, unsigned int *flags)
-{
-    return mdb_env_get_flags(s->env, flags);
-}
-
-static void lmdb_get_stats(void *impl, store_stats *out)
+int store__lmdb_env_flags(void *impl, unsigned int *flags)
 {
     store__lmdb *s = impl;
-    out->commits = atomic_load(&s->commits);
-    out->writes = atomic_load(&s->writes);
-    out->max_batch = atomic_load(&s->max_batch);
+    return mdb_env_get_flags(s->env, flags);
 }
 
 const store__ops store__lmdb_ops = {
     .name = "lmdb",
     .close = lmdb_close,
-    .write_many = store__lmdb_write_many,
+    .run_batch = store__lmdb_run_batch,
     .read = lmdb_read,
     .highest = lmdb_highest,
     .list = lmdb_list,
     .del = lmdb_delete,
     .ledger_floor = lmdb_ledger_floor,
+    .ledger_ceiling = lmdb_ledger_ceiling,
     .ledger_cover = lmdb_ledger_cover,
-    .grant = store__lmdb_grant,
+    .grant = lmdb_grant,
     .grant_needed = 0,
-    .grant_many = store__lmdb_grant_many,
     .secret = lmdb_secret,
-    .get_stats = lmdb_get_stats,
 };
