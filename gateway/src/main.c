@@ -21,11 +21,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
-#include "request.h"
-#include "routes.h"
-#include "server.h"
+#include "base/config.h"
+#include "rt/log.h"
+#include "http/request.h"
+#include "base/routes.h"
+#include "http/server.h"
 #include "token_file.h"
 
 static gw_server server;
