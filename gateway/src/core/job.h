@@ -6,10 +6,11 @@
 #ifndef GATEWAY_JOB_H
 #define GATEWAY_JOB_H
 
-#include <microhttpd.h>
-
 #include "locklib/locklib.h"
 #include "storage/storage.h"
+
+/* The connection a job resumes (libmicrohttpd's; the fence never looks inside). */
+struct MHD_Connection;
 
 typedef struct gw_job gw_job;
 

@@ -45,23 +45,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "ops/health.h"
-#include "ops/locks.h"
 #include "rt/log.h"
-#include "ops/owner_calls.h"
 #include "rt/pipe.h"
-#include "ops/resources.h"
 #include "http/respond.h"
 #include "http/server.h"
 #include "rt/util.h"
 #include "rt/waiters.h"
-
-/* Each route's operation, in the order of gw_route_id. */
-static const gw_op *const ops[GW_R_COUNT] = {
-    &gw__op_lock,         &gw__op_unlock,       &gw__op_renew,
-    &gw__op_lock_status,  &gw__op_resource_get, &gw__op_resource_put,
-    &gw__op_healthz,      &gw__op_readyz,       &gw__op_metrics,
-};
 
 /* ---- Headers and authentication ---------------------------------------------------- */
 
@@ -490,7 +479,7 @@ static int request_start(gw_request *req, const char *url, const char *method,
     size_t plen = strlen(param);
     req->param_too_long = plen > LK_RESOURCE_MAX;
     req->param = param;
-    req->op = ops[req->route->id];
+    req->op = req->srv->ops[req->route->id];
     req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
                                                           : GW_JSON_BODY_MAX;
 
@@ -755,7 +744,6 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     if (gw__config_listen_addr(srv->cfg->listen, &addr, err, errlen) != 0) {
         return -1;
     }
-    gw__fence_init(&srv->fence, srv->st, &gw__lock_fence_ops, srv);
     if (gw__pipes_start(srv, err, errlen) != 0) {
         return -1;
     }

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "ops/health.h"
+#include "http/offload.h"
 #include "rt/pipe.h"
 #include "rt/redis_client.h"
 #include "http/respond.h"

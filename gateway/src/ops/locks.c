@@ -60,6 +60,7 @@
 #include "core/fence.h"
 #include "ops/locks.h"
 #include "rt/log.h"
+#include "http/offload.h"
 #include "rt/pipe.h"
 #include "rt/redis_client.h"
 #include "http/respond.h"

@@ -22,6 +22,7 @@
 
 #include "core/fence.h"
 #include "rt/log.h"
+#include "http/offload.h"
 #include "rt/pipe.h"
 #include "ops/resources.h"
 #include "http/respond.h"

@@ -38,6 +38,8 @@
 /* Opaque here, defined by the layer that owns them (pipe.h, waiters.h). */
 typedef struct gw_pipe gw_pipe;
 typedef struct gw_waitq gw_waitq;
+/* An endpoint's operation (http/request.h). */
+struct gw_op;
 
 typedef struct gw_server {
     const gw_config *cfg;
@@ -60,6 +62,9 @@ typedef struct gw_server {
     gw_pipe *writer;              /* token-checked writes (pipe.c) */
     gw_pipe *side;                /* Redis probes and status reads (pipe.c) */
     gw_pipe *reads;               /* value reads from the store (pipe.c) */
+    /* Each route's operation, in the order of gw_route_id: set by main.c, dispatched to by
+     * http/server.c. */
+    const struct gw_op *const *ops;
     struct gw_conns *conns;       /* open connections and their request deadlines (server.c) */
 } gw_server;
 

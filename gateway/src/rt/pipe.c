@@ -27,7 +27,7 @@
  * PostgreSQL): a client polling /metrics during a Redis stall could hold up the lock
  * traffic of every connection sharing its thread. Now a stall delays only the calls queued
  * behind it on its own side pipeline: a stalled Redis does not delay value reads, nor a
- * stalled store Redis probes. What still runs on a server thread is listed in request.h.
+ * stalled store Redis probes. What still runs on a server thread is listed in rt/gateway.h.
  *
  * Failures: a Redis batch whose connection fails answers each job EUNAVAILABLE
  * (lk_call_many: the outcome of each is unknown) and the next batch reconnects; while the
@@ -40,9 +40,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "rt/gateway.h"
 #include "rt/pipe.h"
-#include "http/request.h"
-#include "http/respond.h"
 
 /* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
 #define GW_PIPE_BATCH 256
@@ -265,22 +264,6 @@ static void side_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
  * in the same batch while the other side thread is free. */
 static const pipe_kind side_kind = {2, 1, store_open_state, store_close_state, side_run};
 static const pipe_kind reads_kind = {3, 1, store_open_state, store_close_state, side_run};
-
-enum MHD_Result gw__pipe_offload(gw_request *req, gw_pipe *p, void *state, gw_job *job,
-                                 void (*work)(gw_job *job))
-{
-    if (state == NULL) {
-        return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
-                              "out of memory");
-    }
-    req->op_state = state; /* freed when the request completes (request.h, gw_op) */
-    job->work = work;
-    job->arg = state;
-    job->conn = req->conn;
-    MHD_suspend_connection(req->conn);
-    gw__pipe_submit(p, job);
-    return MHD_YES;
-}
 
 /* ---- Start and stop ------------------------------------------------------------------- */
 

@@ -14,7 +14,6 @@
 #include "core/job.h"
 
 struct gw_server;
-struct gw_request;
 
 /* Redis pipeline threads, each with its own connection and one batch in flight. */
 #define GW_PIPE_THREADS 2
@@ -40,14 +39,6 @@ void gw__pipe_submit(gw_pipe *p, gw_job *job);
 #define GW_PIPE_HOLD_MAX 2
 void gw__pipe_hold(gw_pipe *p);
 void gw__pipe_flush(gw_pipe *p);
-/* Starts an operation whose one call may block, on side pipeline p (srv->side or
- * srv->reads). state is the operation's state, calloc'd by the caller, with job inside it;
- * NULL when that failed (the answer is then 500 and MHD_NO or MHD_YES as gw__send_error
- * says). Otherwise state becomes req->op_state (the operation's completed frees it), the
- * connection is suspended, and work(job) runs on a side thread with job->arg = state before
- * the connection is resumed and the operation's resumed answers. */
-enum MHD_Result gw__pipe_offload(struct gw_request *req, gw_pipe *p, void *state, gw_job *job,
-                                 void (*work)(gw_job *job));
 /* Runs every queued job, then stops the threads. Only after every request has completed. */
 void gw__pipe_stop(gw_pipe *p);
 
