@@ -124,8 +124,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
-#include "rt/log.h"
 #include "rt/gateway.h"
+#include "rt/log.h"
+#include "rt/timer_heap.h"
 #include "rt/util.h"
 #include "rt/waiters.h"
 
@@ -182,8 +183,7 @@ struct gw_waitq {
     gw_server *srv;
     pthread_mutex_t mu;
     gw_wres *buckets[WQ_BUCKETS];
-    gw_timer **heap;                   /* min-heap on ->at */
-    size_t heap_len, heap_cap;
+    gw_timer_heap timers;              /* waiters' deadlines, resources' expiries */
     gw_wres *pending_head;                /* resources waitd must subscribe or kick */
     unsub_node *unsub;                 /* channels to leave */
     struct MHD_Connection **resume;    /* collected under mu, resumed after unlocking */
@@ -220,76 +220,12 @@ static void signal_waitd(gw_waitq *wq)
     (void)n;
 }
 
-/* ---- The timer heap --------------------------------------------------------------- */
-
-static void heap_swap(gw_waitq *wq, size_t a, size_t b)
-{
-    gw_timer *t = wq->heap[a];
-    wq->heap[a] = wq->heap[b];
-    wq->heap[b] = t;
-    wq->heap[a]->idx = a;
-    wq->heap[b]->idx = b;
-}
-
-static void heap_up(gw_waitq *wq, size_t i)
-{
-    while (i > 0 && wq->heap[(i - 1) / 2]->at > wq->heap[i]->at) {
-        heap_swap(wq, i, (i - 1) / 2);
-        i = (i - 1) / 2;
-    }
-}
-
-static void heap_down(gw_waitq *wq, size_t i)
-{
-    for (;;) {
-        size_t l = 2 * i + 1, r = l + 1, m = i;
-        if (l < wq->heap_len && wq->heap[l]->at < wq->heap[m]->at) {
-            m = l;
-        }
-        if (r < wq->heap_len && wq->heap[r]->at < wq->heap[m]->at) {
-            m = r;
-        }
-        if (m == i) {
-            return;
-        }
-        heap_swap(wq, i, m);
-        i = m;
-    }
-}
-
-static void timer_cancel(gw_waitq *wq, gw_timer *t)
-{
-    if (t->idx == GW_TIMER_OFF) {
-        return;
-    }
-    size_t i = t->idx;
-    wq->heap_len--;
-    if (i != wq->heap_len) {
-        wq->heap[i] = wq->heap[wq->heap_len];
-        wq->heap[i]->idx = i;
-        heap_down(wq, i);
-        heap_up(wq, i);
-    }
-    t->idx = GW_TIMER_OFF;
-}
-
 /* Arms t at `at`. Returns 0, or -1 when the heap cannot grow (the timer stays off). */
 static int timer_set(gw_waitq *wq, gw_timer *t, int64_t at)
 {
-    timer_cancel(wq, t);
-    if (wq->heap_len == wq->heap_cap) {
-        size_t cap = wq->heap_cap == 0 ? 256 : wq->heap_cap * 2;
-        gw_timer **grown = realloc(wq->heap, cap * sizeof *grown);
-        if (grown == NULL) {
-            return -1;
-        }
-        wq->heap = grown;
-        wq->heap_cap = cap;
+    if (gw__timer_set(&wq->timers, t, at) != 0) {
+        return -1;
     }
-    t->at = at;
-    t->idx = wq->heap_len;
-    wq->heap[wq->heap_len++] = t;
-    heap_up(wq, t->idx);
     if (t->idx == 0) {
         signal_waitd(wq); /* the earliest timer changed: waitd sleeps until it */
     }
@@ -380,7 +316,7 @@ static void wres_unref(gw_waitq *wq, gw_wres *r)
         pp = &(*pp)->hnext;
     }
     *pp = r->hnext;
-    timer_cancel(wq, &r->expiry);
+    gw__timer_cancel(&wq->timers, &r->expiry);
     pending_remove(wq, r);
     if (r->subscribed) {
         unsub_node *u = malloc(sizeof *u);
@@ -507,7 +443,7 @@ static void wake(gw_waitq *wq, gw_waiter *w, gw_wake reason)
 {
     gw_metrics *m = &wq->srv->metrics;
 
-    timer_cancel(wq, &w->timer);
+    gw__timer_cancel(&wq->timers, &w->timer);
     w->reason = reason;
     w->wake_unused = reason == GW_WAKE_RELEASE || reason == GW_WAKE_EXPIRY;
     atomic_fetch_sub(&m->waiters_parked, 1);
@@ -604,9 +540,9 @@ static void on_sub_event(const char *resource, int event, void *userdata)
 static void fire_timers(gw_waitq *wq)
 {
     int64_t now = gw__now_ms();
-    while (wq->heap_len > 0 && wq->heap[0]->at <= now) {
-        gw_timer *t = wq->heap[0];
-        timer_cancel(wq, t);
+    for (gw_timer *t = gw__timer_first(&wq->timers); t != NULL && t->at <= now;
+         t = gw__timer_first(&wq->timers)) {
+        gw__timer_cancel(&wq->timers, t);
         if (t->kind == TIMER_EXPIRY) {
             gw_wres *r = (gw_wres *)((char *)t - offsetof(gw_wres, expiry));
             /* A lease running out may free the lock as a release does: a waiter whose
@@ -738,7 +674,8 @@ static void sub_reconnect(gw_waitq *wq)
 static int next_timeout_ms(gw_waitq *wq)
 {
     int64_t now = gw__now_ms();
-    int64_t at = wq->heap_len > 0 ? wq->heap[0]->at : now + 60000;
+    const gw_timer *first = gw__timer_first(&wq->timers);
+    int64_t at = first != NULL ? first->at : now + 60000;
     if (wq->sub_fd < 0 && !wq->reconnecting && wq->reconnect_at_ms < at) {
         at = wq->reconnect_at_ms;
     }
@@ -910,7 +847,7 @@ void gw__waitq_stop(gw_waitq *wq)
     lk_sub_close(wq->sub);
     close(wq->epfd);
     close(wq->evfd);
-    free(wq->heap);
+    gw__timer_heap_free(&wq->timers);
     free(wq->resume);
     pthread_mutex_destroy(&wq->mu);
     free(wq);
@@ -971,7 +908,7 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
     }
     if (claimed != NULL) {
         gw_metrics *m = &wq->srv->metrics;
-        timer_cancel(wq, &claimed->timer);
+        gw__timer_cancel(&wq->timers, &claimed->timer);
         /* Off the disconnect watch: a hang-up now is found when its attempt is answered.
          * waitd may hold an event of this socket from an epoll_wait that returned before
          * this; it passes over a waiter that is not SUSPENDED, and gw__wait_free() keeps
@@ -1098,7 +1035,7 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms, int64_t holder_to
     }
     if (w->state == GW_WAITER_PARKING || w->state == GW_WAITER_SUSPENDED) {
         /* cannot happen on the normal paths; keep the entry consistent */
-        timer_cancel(wq, &w->timer);
+        gw__timer_cancel(&wq->timers, &w->timer);
         atomic_fetch_sub(&wq->srv->metrics.waiters_parked, 1);
     }
     if (held_ms >= 0 && w->res->head != NULL) {

@@ -12,17 +12,11 @@
 #include <microhttpd.h>
 
 #include "rt/metrics.h"
+#include "rt/timer_heap.h"
 
 struct gw_server;
 typedef struct gw_waitq gw_waitq;
 typedef struct gw_wres gw_wres;
-
-#define GW_TIMER_OFF ((size_t)-1)
-typedef struct gw_timer {
-    int64_t at;                   /* monotonic ms */
-    size_t idx;                   /* position in the heap, GW_TIMER_OFF when not armed */
-    int kind;
-} gw_timer;
 
 typedef enum gw_waiter_state {
     GW_WAITER_IDLE = 0,           /* attempting, or never parked */
