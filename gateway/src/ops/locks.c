@@ -30,7 +30,8 @@
  * waiters.c: the connection is suspended and no thread is held. A release message, the
  * holder's lease running out, the waiter's deadline, its client hanging up or shutdown
  * resume it, and the operation runs again (lock_woken): it attempts again and parks again
- * (keeping its place in the queue), or answers. The deadline's wake makes one last attempt, then 409.
+ * (keeping its place in the queue), or answers. The deadline's wake makes one last attempt,
+ * then 409.
  * "fair": true uses the FIFO queue in Redis (lk_acquire_fair); a fair waiter that gives up,
  * hangs up or is stopped leaves the queue (lk_fair_cancel), and one that vanished without
  * leaving (a killed gateway) is dropped from it by Redis at its deadline. Non-fair requests
@@ -732,7 +733,7 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
  *     the attempt may take the lock for nobody; its answer finds the socket gone and gives
  *     the hold back (lock_answered, as for any attempt), which wakes the next waiter.
  *   - The hand-off waiter's own deadline is due: claimed only when no other parked waiter
- *     has time left, as a wake would choose (waiters.c, wake_one).
+ *     has time left, as a wake would choose (rt/waitq.c, gw__wq_wake_one).
  */
 int gw__lock_handoff(gw_server *srv, const char *resource)
 {
