@@ -27,7 +27,9 @@
 #include "base/routes.h"
 #include "http/server.h"
 #include "ops/health.h"
-#include "ops/locks.h"
+#include "ops/lock.h"
+#include "ops/lock_attempt.h"
+#include "ops/lock_status.h"
 #include "ops/owner_calls.h"
 #include "ops/resources.h"
 #include "token_file.h"
@@ -208,7 +210,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         return 1;
     }
     /* The secret keys the owner a /lock without one derives from its Idempotency-Key
-     * (generate_owner in locks.c), so it must outlive the process: a retry that reaches the
+     * (generate_owner in http/args.c), so it must outlive the process: a retry that reaches the
      * gateway after a restart then derives the same owner and replays the first answer,
      * instead of a 422. The store keeps it (store_secret()). */
     store_status sst = store_secret(server.st, server.owner_secret, err, sizeof err);

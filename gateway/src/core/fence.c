@@ -61,7 +61,7 @@
  *     forever after (the ledger only grows), so no token is handed out twice, whatever Redis
  *     says. P2: a grant is recorded only above every earlier grant, so a later grant (one
  *     that starts after an earlier one was answered) gets a larger token. A refused fresh
- *     hold is given back (locks.c) and attempted again with the floor lifted to the recorded
+ *     hold is given back (ops/lock.c) and attempted again with the floor lifted to the recorded
  *     highest, so the next mint lies above it: after Redis lost data the first /lock pays
  *     one extra round, then this gateway's max_token carries the floor. A keyed request
  *     (Idempotency-Key) left a record of the refused token in Redis, which the next attempt
@@ -111,8 +111,9 @@
  * nothing recent) until the next acquisition lifts it above the ledger floor; until then a
  * write with an older token passes the verdict (it is above base 0 and not below last 0) and
  * storage refuses it: stale below the highest written token, else unknown (above last_issued
- * 0). So nothing refused before is accepted: the safe direction. If Redis cannot be asked, the operation refuses the write
- * with 503: without the counter a forged token cannot be told from a real one.
+ * 0). So nothing refused before is accepted: the safe direction. If Redis cannot be asked,
+ * the operation refuses the write with 503: without the counter a forged token cannot be
+ * told from a real one.
  */
 #include <stdio.h>
 #include <string.h>
@@ -149,7 +150,7 @@ static store_status floor_of(gw_fence *f, const char *resource, int64_t min_floo
 {
     uint64_t highest = 0;
     /* A shared ledger refuses every token at or below one it granted, and every written
-     * token was granted: the grant retries above the ledger's highest (locks.c), so reading
+     * token was granted: the grant retries above the ledger's highest (ops/lock.c), so reading
      * the highest written would only cost a round trip per /lock. */
     if (!store_grant_needed(f->st, 0)) {
         store_status st = store_highest(f->st, resource, &highest);

@@ -56,7 +56,7 @@ typedef struct gw_stripe {
 
 typedef struct gw_fence gw_fence;
 
-/* What the fence calls back in the owner of the turns (locks.c), set once. */
+/* What the fence calls back in the owner of the turns (ops/lock_attempt.c), set once. */
 typedef struct gw_fence_ops {
     /* t holds its stripe with floor: send its attempt to the Redis pipeline as a job with
      * done = gw__fence_answered, arg = t and ctx = the fence, or answer it without Redis

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "http/args.h"
-#include "ops/locks.h"
+#include "ops/lock_attempt.h"
 #include "ops/owner_calls.h"
 #include "rt/pipe.h"
 #include "http/respond.h"
@@ -75,7 +75,8 @@ static int send_owner_call(gw_request *req, int renew, enum MHD_Result *result)
     if (renew) {
         gw__pipe_submit(req->srv->pipe, &oc->job);
     } else {
-        /* A waiter parked here is handed the lock in the same batch (locks.c, "Hand-offs"). */
+        /* A waiter parked here is handed the lock in the same batch (lock_attempt.c,
+         * "Hand-offs"). */
         gw__pipe_hold(req->srv->pipe);
         gw__pipe_submit(req->srv->pipe, &oc->job);
         if (gw__lock_handoff(req->srv, oc->a.resource)) {

@@ -11,7 +11,7 @@
  * same way (on LMDB too, where a read costs microseconds and the hop is the larger part).
  * A write whose token the check does not show current is judged on the store readers, since
  * the refusal names the highest token written (a PostgreSQL query on a shared store). A
- * /lock's give-backs and fair-queue exits go through the Redis pipeline (locks.c). What
+ * /lock's give-backs and fair-queue exits go through the Redis pipeline (ops/lock_attempt.c). What
  * still runs on a loop thread: the fence's LMDB floor read before an attempt (a read of the
  * memory map; on PostgreSQL the floor reads nothing). The token ledger's cover, a small LMDB
  * commit once per block of tokens, runs on the pipeline thread that got the token

@@ -410,7 +410,7 @@ void gw__loops_quiesce(gw_loops *ls)
         loop_wake(&ls->loops[i]);
     }
     /* A loop answers within one round: it never waits for the network but in the rare
-     * calls request.h lists, each bounded by its timeout. */
+     * calls rt/gateway.h lists, each bounded by its timeout. */
     while (atomic_load(&ls->quiesced) < ls->n) {
         struct timespec nap = {0, 1000000L};
         nanosleep(&nap, NULL);

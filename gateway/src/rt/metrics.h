@@ -70,9 +70,9 @@ typedef struct gw_metrics {
     atomic_llong waiters_parked;          /* /lock requests parked, waiting for a release */
     atomic_ullong waiter_wakes[GW_WAKE_COUNT];
     atomic_ullong parked_unasked;         /* waiting /locks parked on a known holder
-                                           * without asking Redis (locks.c) */
+                                           * without asking Redis (ops/lock.c) */
     atomic_ullong handoffs;               /* waiters whose attempt went out behind an
-                                           * /unlock's release (locks.c, hand-offs) */
+                                           * /unlock's release (ops/lock_attempt.c) */
     atomic_int subscriber_up;             /* the release subscriber is connected */
     atomic_llong redis_failovers;         /* the most master changes one handle saw */
     atomic_ullong deadline_closed;        /* connections closed for missing their request

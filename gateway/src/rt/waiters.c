@@ -10,7 +10,7 @@
  *   - DEADLINE: the waiter's own wait_ms is over; it makes a last attempt, then answers 409.
  *   - DISCONNECT: its client went away (EPOLLRDHUP on the parked socket): it is dropped.
  *     A client that only half-closed (shutdown(SHUT_WR)) looks the same here; it is
- *     answered 409 instead of waiting (locks.c, lock_woken).
+ *     answered 409 instead of waiting (ops/lock.c, lock_woken).
  *   - SHUTDOWN: the gateway is stopping: it answers 503.
  * A woken waiter runs its attempt on an HTTP loop thread (the access handler is called again
  * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
@@ -63,16 +63,16 @@
  * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
  * of the resource, so a vanished waiter never swallows a release.
  *
- * Hand-offs (locks.c, gw__lock_handoff). An /unlock on this gateway claims the first parked
- * waiter of its resource (gw__wait_claim: what gw__wq_wake_one would pick, SUSPENDED only)
- * and sends its attempt right behind the release, in the same Redis batch. The claim is a wake
- * taken before the release: the waiter's epoch is read then, and the resource gets a
- * credit. The release's message, when it comes, uses the credit: it wakes nobody, since the
+ * Hand-offs (ops/lock_attempt.c, gw__lock_handoff). An /unlock on this gateway claims the
+ * first parked waiter of its resource (gw__wait_claim: what gw__wq_wake_one would pick,
+ * SUSPENDED only) and sends its attempt right behind the release, in the same Redis batch.
+ * The claim is a wake taken before the release: the waiter's epoch is read then, and the
+ * resource gets a credit. The release's message, when it comes, uses the credit: it wakes nobody, since the
  * attempt ran after it (in the same pass of Redis, on the same connection), and it is kept
  * in the resource's ring of released tokens like any message (without a token, from an
  * older release script, it moves the epoch instead). A claim whose attempt does not go out
- * with the release (locks.c) gives its credit up at once. Which message uses a credit, and
- * why that is safe:
+ * with the release (ops/lock_attempt.c) gives its credit up at once. Which message uses a
+ * credit, and why that is safe:
  *   - Messages of one connection arrive in the order Redis published them, so the first
  *     release message after a claim was published by the hand-off's release or before it
  *     (another gateway's), never after its attempt: the attempt saw that release. On
@@ -92,7 +92,7 @@
  * SUSPENDED, and the request, with the waiter in it, is freed through gw__wait_free(), which
  * leaves it to waitd until that batch is done (claim_loop). Nothing waits for waitd.
  *
- * Known holders (locks.c, park_unasked). When a waiter here takes the lock in an attempt
+ * Known holders (ops/lock.c, park_unasked). When a waiter here takes the lock in an attempt
  * that marked it wanted, its resource remembers the owner and the lease end, with the
  * epoch: while the epoch has not moved, the lease is not over and the subscriber is
  * connected, a new waiting /lock of another owner parks at once (gw__wait_known_held),
@@ -206,7 +206,7 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
         if (claimed->fair) {
             /* A fair grant is marked wanted only while others are in line in Redis: a
              * request parked unasked on the holder this release ends could miss the
-             * release of the grant (locks.c, "Hand-offs"). */
+             * release of the grant (ops/lock_attempt.c, "Hand-offs"). */
             r->known_until = 0;
         }
         r->credit_until = now + WQ_CREDIT_MS;
