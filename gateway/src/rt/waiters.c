@@ -67,10 +67,10 @@
  * first parked waiter of its resource (gw__wait_claim: what gw__wq_wake_one would pick,
  * SUSPENDED only) and sends its attempt right behind the release, in the same Redis batch.
  * The claim is a wake taken before the release: the waiter's epoch is read then, and the
- * resource gets a credit. The release's message, when it comes, uses the credit: it wakes nobody, since the
- * attempt ran after it (in the same pass of Redis, on the same connection), and it is kept
- * in the resource's ring of released tokens like any message (without a token, from an
- * older release script, it moves the epoch instead). A claim whose attempt does not go out
+ * resource gets a credit. The release's message, when it comes, uses the credit: it wakes
+ * nobody, since the attempt ran after it (in the same pass of Redis, on the same
+ * connection), and it is kept in the resource's ring of released tokens like any message
+ * (without a token, from an older release script, it moves the epoch instead). A claim whose attempt does not go out
  * with the release (ops/lock_attempt.c) gives its credit up at once. Which message uses a
  * credit, and why that is safe:
  *   - Messages of one connection arrive in the order Redis published them, so the first

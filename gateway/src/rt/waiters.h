@@ -49,9 +49,10 @@ int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource);
  * resource that waitd could wake for a release (SUSPENDED, its deadline not due, or the only
  * one), as if that release's message had woken it already: its deadline timer and
  * disconnect watch stop, it keeps its place in the queue, and its epoch is taken now, before
- * the release is sent. The caller then owns its request's state and sends its attempt right behind the
- * release. The release's message, when it comes, is this wake (waiters.c, "Hand-offs"):
- * waitd wakes nobody else for it. NULL when nobody can be claimed, or when shutting down. */
+ * the release is sent. The caller then owns its request's state and sends its attempt right
+ * behind the release. The release's message, when it comes, is this wake (waiters.c,
+ * "Hand-offs"): waitd wakes nobody else for it. NULL when nobody can be claimed, or when
+ * shutting down. */
 gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource);
 /* The release a claim went out behind is answered (on the pipeline thread): published is
  * lk_result.published, 0 for anything but RELEASED. When nothing was published no message
