@@ -70,9 +70,9 @@
  * resource gets a credit. The release's message, when it comes, uses the credit: it wakes
  * nobody, since the attempt ran after it (in the same pass of Redis, on the same
  * connection), and it is kept in the resource's ring of released tokens like any message
- * (without a token, from an older release script, it moves the epoch instead). A claim whose attempt does not go out
- * with the release (ops/lock_attempt.c) gives its credit up at once. Which message uses a
- * credit, and why that is safe:
+ * (without a token, from an older release script, it moves the epoch instead). A claim
+ * whose attempt does not go out with the release (ops/lock_attempt.c) gives its credit up at
+ * once. Which message uses a credit, and why that is safe:
  *   - Messages of one connection arrive in the order Redis published them, so the first
  *     release message after a claim was published by the hand-off's release or before it
  *     (another gateway's), never after its attempt: the attempt saw that release. On
