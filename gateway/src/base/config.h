@@ -43,7 +43,7 @@
 /* A request must be received in full (request line, headers and body) within this many
  * seconds of its start: the connection's accept for its first request, the request line for
  * a later one on a kept-alive connection. The idle timeout above restarts with every byte, so
- * alone it does not stop a client trickling a byte a second (server.c, "Request deadlines"). */
+ * alone it does not stop a client trickling a byte a second (http/conns.c). */
 #define GW_REQUEST_DEADLINE_S 10
 /* libmicrohttpd's memory pool per connection: the request line and headers and the answer's
  * headers live in it (bodies are streamed into our own buffers). Its default, 32 KiB, is all

@@ -1,6 +1,6 @@
 /*
- * The route table and the path router. The table is in the order of gw_route_id; server.c
- * maps each route to its operation, metrics.c labels by it.
+ * The route table and the path router. The table is in the order of gw_route_id; main.c
+ * maps each route to its operation, rt/metrics.c labels by it.
  */
 #include <stdio.h>
 #include <string.h>

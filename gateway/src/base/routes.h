@@ -1,6 +1,6 @@
 /*
- * The route table and the path router (routes.c). Bottom layer: the router in server.c and
- * the metrics' labels both read the table.
+ * The route table and the path router (routes.c). Bottom layer: the router (http/intake.c)
+ * and the metrics' labels (rt/metrics.c) both read the table.
  */
 #ifndef GATEWAY_ROUTES_H
 #define GATEWAY_ROUTES_H

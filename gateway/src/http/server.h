@@ -1,5 +1,6 @@
 /*
- * The HTTP server and router (server.c): the top of the gateway. main.c starts and stops it.
+ * The HTTP server (server.c): the HTTP event loops' daemons and what runs each request's
+ * operation. main.c starts and stops it.
  */
 #ifndef GATEWAY_SERVER_H
 #define GATEWAY_SERVER_H

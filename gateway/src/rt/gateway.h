@@ -65,7 +65,8 @@ typedef struct gw_server {
     /* Each route's operation, in the order of gw_route_id: set by main.c, dispatched to by
      * http/server.c. */
     const struct gw_op *const *ops;
-    struct gw_conns *conns;       /* open connections and their request deadlines (server.c) */
+    struct gw_conns *conns;       /* open connections and their request deadlines
+                                   * (http/conns.c) */
 } gw_server;
 
 #endif

@@ -291,7 +291,7 @@ static void *loop_main(void *arg)
     prctl(PR_SET_NAME, "fg-http", 0, 0, 0);
     while (!atomic_load(&l->ls->stop)) {
         if (!quiesced && atomic_load(&l->ls->quiesce)) {
-            MHD_quiesce_daemon(l->daemon); /* the socket stays open: server.c closes it */
+            MHD_quiesce_daemon(l->daemon); /* the socket stays open: http/server.c closes it */
             quiesced = 1;
             atomic_fetch_add(&l->ls->quiesced, 1);
         }

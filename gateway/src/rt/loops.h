@@ -1,7 +1,7 @@
 /*
  * The HTTP event loops (loops.c): one thread per loop, each driving its own libmicrohttpd
  * daemon in external-epoll mode on one listening socket they share, and the count of open
- * connections per client address across all of them. server.c makes the daemons (with its
+ * connections per client address across all of them. http/server.c makes the daemons (with its
  * callbacks) and hands them over; everything that resumes a connection goes through
  * gw__loops_resume().
  */

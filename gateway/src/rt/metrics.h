@@ -76,7 +76,7 @@ typedef struct gw_metrics {
     atomic_int subscriber_up;             /* the release subscriber is connected */
     atomic_llong redis_failovers;         /* the most master changes one handle saw */
     atomic_ullong deadline_closed;        /* connections closed for missing their request
-                                           * deadline (server.c) */
+                                           * deadline (http/conns.c) */
     /* The pipelines (pipe.c), [0] Redis, [1] storage, [2] side, [3] reads: batches, jobs. */
     atomic_ullong pipe_batches[4];
     atomic_ullong pipe_jobs[4];
