@@ -96,7 +96,7 @@
  * P3 is storage's: a write is one atomic check-and-write against the resource's highest
  * token, which refuses a lower token (STALE) and a token above the last one Redis issued
  * (UNKNOWN_TOKEN, so a forged huge token cannot lock the real holders out). The verdict
- * (point 4) only refuses earlier, never accepts more:
+ * (point 3) only refuses earlier, never accepts more:
  *   - a token below the last one issued is superseded (409 stale_token with superseded_by):
  *     tokens are minted only while the lock is free, so its lease is over, and its holder is
  *     fenced off as soon as the next holder has locked, not only once that holder has

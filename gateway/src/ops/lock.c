@@ -68,14 +68,14 @@
 /*
  * Known holders. In a queue of waiters on one lock, every holder's release is followed by
  * attempts: the one waiter it wakes or hands the lock to, and each new waiting /lock (the
- * holder that just released often asks again at once). A new waiting request that found
- * the lock held used to learn it from Redis: a script call that holds the resource's
- * stripe (fence.c) for a round trip, so the hand-off behind the next release queued behind
- * it and went out alone. Now, when this gateway just granted the lock to another owner in
- * an attempt that marked it wanted (so its release publishes a message naming its token),
- * and since then no message released that token or a later one, and no expiry timer or
- * resubscription moved the resource's epoch (waiters.c), a new waiting /lock parks at once,
- * as if its attempt had answered HELD with that lease: what it would have been answered.
+ * holder that just released often asks again at once). Asking Redis whether the lock is
+ * held is a script call that holds the resource's stripe (core/fence.c) for a round trip,
+ * so the hand-off behind the next release would queue behind it and go out alone. So when
+ * this gateway just granted the lock to another owner in an attempt that marked it wanted
+ * (so its release publishes a message naming its token), and since then no message
+ * released that token or a later one, and no expiry timer or resubscription moved the
+ * resource's epoch (rt/waiters.c), a new waiting /lock parks at once, as if its attempt had
+ * answered HELD with that lease: what it would have been answered.
  * What may differ, and why it is safe:
  *   - The holder released through another gateway, or its hold was given back: the release
  *     publishes (the lock was marked wanted) and its message voids what is known; a request

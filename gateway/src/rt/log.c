@@ -7,8 +7,8 @@
  * printable ASCII without quotes or backslashes when the request arrived, so a client cannot
  * forge log lines or break the JSON format.
  *
- * Buffered (issue 17): a write(2) per request was one system call per request on the
- * request's own thread. Between gw__log_start() and gw__log_stop(), lines go whole into one
+ * Buffered: a write(2) per request would be one system call per request on the request's
+ * own thread. Between gw__log_start() and gw__log_stop(), lines go whole into one
  * buffer under a mutex, in the order they were formatted, and the flusher thread writes the
  * buffer with as few write(2) calls as it takes, at most FLUSH_DELAY_MS after the first line
  * of a burst, or at once when it is half full. So:

@@ -14,7 +14,7 @@
 
 /* libmicrohttpd logs a line for each connection it refuses at accept ("Server reached
  * connection limit"), and loops.c one for each it refuses for its address's limit (through
- * gw__log_mhd too): a flood of connections over the limits (issue 18, item 2) would
+ * gw__log_mhd too): a flood of connections over the limits would
  * otherwise write thousands of lines a second. */
 #define GW_MHD_LOG_PER_S 10
 

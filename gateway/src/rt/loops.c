@@ -3,23 +3,22 @@
  * in external-epoll mode, all on one listening socket.
  *
  * Why not libmicrohttpd's own thread pool (MHD_USE_EPOLL_INTERNAL_THREAD with
- * MHD_OPTION_THREAD_POOL_SIZE), which the gateway used before:
+ * MHD_OPTION_THREAD_POOL_SIZE):
  *   - its epoll loop (MHD_epoll in 0.9.75) calls epoll_wait() again, with the timeout it
  *     computed while nothing was ready, whenever a call returns exactly its 128-event
  *     maximum, before it handles any of them. With edge-triggered sockets nothing is
  *     reported again, so a worker holding 128 or more connections could sleep up to the 30 s
- *     idle timeout on 128 unread requests. The gateway therefore ran one worker per 120
- *     connections: 9 threads for the default 1,024 on any machine, and each resume woke one
- *     of them. Here libmicrohttpd's epoll_wait() always has a zero timeout (MHD_run); only
+ *     idle timeout on 128 unread requests, and a pool would need one worker per 120
+ *     connections: 9 threads for the default 1,024 on any machine, each resume waking one of
+ *     them. Here libmicrohttpd's epoll_wait() always has a zero timeout (MHD_run); only
  *     the poll() below sleeps, and it wakes whenever the daemon's epoll set has anything
  *     ready, so a loop may hold any number of connections.
- *   - every MHD_resume_connection() wrote the worker's wake-up eventfd, once per resumed
+ *   - each MHD_resume_connection() writes its worker's wake-up eventfd, once per resumed
  *     connection. Here a resume marks its loop and writes the loop's eventfd only when the
  *     mark was not already set, so one batch of answers resumed by a pipeline thread costs
  *     one wake-up per loop, not one write per request.
- * Fewer threads than cores' worth of wake-ups: at 64 connections on 2 cores, 2 loops used
- * about 41 µs of gateway CPU per lock+unlock pair against 47-63 µs for the 9-worker pool
- * (README, Performance, "Own event loops").
+ * So a few loops (--threads) serve any number of connections, and a batch of answers
+ * costs each loop one wake-up.
  *
  * One listening socket, many daemons: each daemon has it in its epoll set (level
  * triggered); a new connection wakes every idle loop, one accept() wins and the others get
@@ -28,7 +27,7 @@
  * accepting while the others go on.
  *
  * Connections per address: libmicrohttpd's MHD_OPTION_PER_IP_CONNECTION_LIMIT counts per
- * daemon (its pool shared the count with its master daemon; separate daemons do not), so
+ * daemon (a pool shares the count with its master daemon; separate daemons do not), so
  * the limit would be --threads times too loose. The count is kept here instead, in one
  * table under one mutex: the accept policy callback refuses an address at its limit, and
  * otherwise takes a place for the connection (the check and the count in one step, so two
