@@ -22,9 +22,8 @@
 #include <unistd.h>
 
 #include "base/config.h"
-#include "rt/log.h"
-#include "http/request.h"
 #include "base/routes.h"
+#include "http/request.h"
 #include "http/server.h"
 #include "ops/health.h"
 #include "ops/lock.h"
@@ -32,6 +31,7 @@
 #include "ops/lock_status.h"
 #include "ops/owner_calls.h"
 #include "ops/resources.h"
+#include "rt/log.h"
 #include "token_file.h"
 
 static gw_server server;

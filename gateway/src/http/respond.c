@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rt/log.h"
 #include "http/respond.h"
+#include "rt/log.h"
 #include "rt/util.h"
 
 /* Answers up to this many bytes are written on the stack (a lock's answer is about 100),

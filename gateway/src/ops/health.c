@@ -13,11 +13,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ops/health.h"
 #include "http/offload.h"
+#include "http/respond.h"
+#include "ops/health.h"
 #include "rt/pipe.h"
 #include "rt/redis_client.h"
-#include "http/respond.h"
 #include "rt/util.h"
 
 /* A valid resource name nobody needs to own: reading its highest token exercises a read

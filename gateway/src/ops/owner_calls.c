@@ -12,10 +12,10 @@
 #include <string.h>
 
 #include "http/args.h"
+#include "http/respond.h"
 #include "ops/lock_attempt.h"
 #include "ops/owner_calls.h"
 #include "rt/pipe.h"
-#include "http/respond.h"
 #include "rt/waiters.h"
 
 /* An /unlock or /renew in the pipeline: its parsed body (the names point into it) and its

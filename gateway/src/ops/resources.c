@@ -21,11 +21,11 @@
 #include <string.h>
 
 #include "core/fence.h"
-#include "rt/log.h"
 #include "http/offload.h"
-#include "rt/pipe.h"
-#include "ops/resources.h"
 #include "http/respond.h"
+#include "ops/resources.h"
+#include "rt/log.h"
+#include "rt/pipe.h"
 #include "rt/util.h"
 
 #define DEFAULT_CONTENT_TYPE "application/octet-stream"
