@@ -3,22 +3,85 @@
 # A module is a file name without its extension (fence.c and fence.h are one module). Module A
 # depends on module B when a file of A includes "B.h", or calls a function that B.c defines
 # (non-static). Counting calls, not only includes, keeps a header that declares everything from
-# hiding a circle. Headers of other folders (locklib/locklib.h, <hiredis/hiredis.h>) and
+# hiding a circle. Headers of other components (locklib/locklib.h, <hiredis/hiredis.h>) and
 # functions of other components do not count.
 #
-#   bash scripts/layers.sh [DIR...]      (default: gateway/src locklib/src storage/src)
+#   bash scripts/layers.sh [DIR[:ORDER]...]
+#       (default: gateway/src:base,core,rt,http,ops,. locklib/src storage/src)
 #
-# For each folder it prints every module with what it depends on, then the layers: layer 0
-# depends on nothing in the folder, layer k only on lower layers. A circle is named, and the
-# exit status is then 1.
+# DIR alone: its files are one folder. For each folder it prints every module with what it
+# depends on, then the layers: layer 0 depends on nothing in the folder, layer k only on lower
+# layers. A circle is named, and the exit status is then 1.
+#
+# DIR:ORDER: DIR's subfolders, listed from the bottom up ("." is DIR itself), each checked for
+# circles as above. A module is then named by its path under DIR ("rt/pipe"), and an include
+# "rt/pipe.h" is resolved from DIR (an include without a folder, from the including file's
+# folder). A module may depend only on modules of its own folder or of a folder before it in
+# ORDER. A dependency on a later folder is named, as is a folder with sources that ORDER does
+# not list, and the exit status is then 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || set -- gateway/src locklib/src storage/src
+[ $# -gt 0 ] || set -- gateway/src:base,core,rt,http,ops,. locklib/src storage/src
 status=0
-for dir in "$@"; do
-    declare -A deps=() owner=()
+
+# Prints the layers of the modules given as arguments, counting only dependencies among them
+# (deps[] as filled below). Sets status=1 on a circle.
+layers_of() {
+    declare -A layer=() in=()
+    local m d k=0 ok
+    for m in "$@"; do in[$m]=1; done
+    while [ "${#layer[@]}" -lt "$#" ]; do
+        next=()
+        for m in "$@"; do
+            [ -n "${layer[$m]:-}" ] && continue
+            ok=1
+            for d in ${deps[$m]}; do
+                [ -n "${in[$d]:-}" ] || continue
+                if [ -z "${layer[$d]:-}" ] || [ "${layer[$d]}" -gt "$k" ]; then ok=0; break; fi
+            done
+            [ $ok -eq 1 ] && next+=("$m")
+        done
+        if [ "${#next[@]}" -eq 0 ]; then
+            left=()
+            for m in "$@"; do [ -z "${layer[$m]:-}" ] && left+=("$m"); done
+            echo "  CIRCLE among: $(printf '%s\n' "${left[@]}" | sort | tr '\n' ' ')"
+            status=1
+            return
+        fi
+        for m in "${next[@]}"; do layer[$m]=$((k + 1)); done
+        echo "  layer $k: $(printf '%s\n' "${next[@]}" | sort | tr '\n' ' ')"
+        k=$((k + 1))
+    done
+}
+
+for arg in "$@"; do
+    dir=${arg%%:*}
+    order=
+    [ "$arg" != "$dir" ] && order=${arg#*:}
+    declare -A deps=() owner=() folder=()
     files=()
-    for f in "$dir"/*.c "$dir"/*.h; do [ -e "$f" ] && files+=("$f"); done
+    folders=(.)
+    if [ -n "$order" ]; then
+        IFS=, read -r -a folders <<<"$order"
+        # A folder with sources that the order leaves out would escape the check.
+        while read -r sub; do
+            sub=${sub#"$dir"/}
+            [ "$sub" = "$dir" ] && sub=.
+            case ",$order," in *",$sub,"*) ;; *)
+                echo "== $dir: folder $sub is not in the order ($order)"
+                status=1 ;;
+            esac
+        done < <(find "$dir" -name '*.[ch]' -printf '%h\n' | sort -u)
+    fi
+    # The module of a file: its path under dir without the extension ("./" dropped).
+    module_of() { local p=${1#"$dir"/}; p=${p%.*}; echo "${p#./}"; }
+    for sub in "${folders[@]}"; do
+        for f in "$dir/$sub"/*.c "$dir/$sub"/*.h; do
+            [ -e "$f" ] || continue
+            files+=("$f")
+            folder[$(module_of "$f")]=$sub
+        done
+    done
     add_dep() { # module dependency
         [ "$2" = "$1" ] && return 0
         case " ${deps[$1]} " in *" $2 "*) ;; *) deps[$1]="${deps[$1]} $2" ;; esac
@@ -26,7 +89,7 @@ for dir in "$@"; do
     # Which module defines each non-static function (a definition starts at column 0 and its
     # line has no ';').
     for f in "${files[@]}"; do
-        m=$(basename "${f%.*}")
+        m=$(module_of "$f")
         deps[$m]="${deps[$m]:-}"
         case "$f" in *.c) ;; *) continue ;; esac
         while read -r sym; do
@@ -36,9 +99,13 @@ for dir in "$@"; do
             sed -E 's/^[^(]*[ *]([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/')
     done
     for f in "${files[@]}"; do
-        m=$(basename "${f%.*}")
+        m=$(module_of "$f")
         while read -r inc; do
-            [ -e "$dir/$inc" ] && add_dep "$m" "${inc%.h}"
+            if [ -n "$order" ] && [ -e "$dir/$inc" ] && [ -n "${folder[$(module_of "$dir/$inc")]:-}" ]; then
+                add_dep "$m" "$(module_of "$dir/$inc")"
+            elif [ -e "$(dirname "$f")/$inc" ]; then
+                add_dep "$m" "$(module_of "$(dirname "$f")/$inc")"
+            fi
         done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
         case "$f" in *.c) ;; *) continue ;; esac
         # Calls: identifiers followed by '(' once the compiler has dropped the comments.
@@ -47,31 +114,32 @@ for dir in "$@"; do
         done < <(gcc -fpreprocessed -dD -E -P "$f" 2>/dev/null |
             grep -oE '[A-Za-z_][A-Za-z0-9_]*[[:space:]]*\(' | sed -E 's/[[:space:]]*\($//' | sort -u)
     done
-    echo "== $dir"
-    for m in $(printf '%s\n' "${!deps[@]}" | sort); do echo "  $m ->${deps[$m]}"; done
-    declare -A layer=()
-    k=0
-    while [ "${#layer[@]}" -lt "${#deps[@]}" ]; do
-        next=()
-        for m in "${!deps[@]}"; do
-            [ -n "${layer[$m]:-}" ] && continue
-            ok=1
-            for d in ${deps[$m]}; do
-                if [ -z "${layer[$d]:-}" ] || [ "${layer[$d]}" -gt "$k" ]; then ok=0; break; fi
-            done
-            [ $ok -eq 1 ] && next+=("$m")
-        done
-        if [ "${#next[@]}" -eq 0 ]; then
-            left=()
-            for m in "${!deps[@]}"; do [ -z "${layer[$m]:-}" ] && left+=("$m"); done
-            echo "  CIRCLE among: $(printf '%s\n' "${left[@]}" | sort | tr '\n' ' ')"
-            status=1
-            break
-        fi
-        for m in "${next[@]}"; do layer[$m]=$((k + 1)); done
-        echo "  layer $k: $(printf '%s\n' "${next[@]}" | sort | tr '\n' ' ')"
-        k=$((k + 1))
+    for sub in "${folders[@]}"; do
+        mods=()
+        for m in "${!deps[@]}"; do [ "${folder[$m]}" = "$sub" ] && mods+=("$m"); done
+        [ "${#mods[@]}" -gt 0 ] || continue
+        if [ "$sub" = . ]; then echo "== $dir"; else echo "== $dir/$sub"; fi
+        for m in $(printf '%s\n' "${mods[@]}" | sort); do echo "  $m ->${deps[$m]}"; done
+        layers_of "${mods[@]}"
     done
-    unset deps layer owner
+    if [ -n "$order" ]; then
+        declare -A rank=()
+        k=0
+        for sub in "${folders[@]}"; do rank[$sub]=$k; k=$((k + 1)); done
+        echo "== $dir: folder order $(echo "$order" | sed 's/,/ < /g')"
+        bad=0
+        for m in $(printf '%s\n' "${!deps[@]}" | sort); do
+            for d in ${deps[$m]}; do
+                if [ "${rank[${folder[$d]}]}" -gt "${rank[${folder[$m]}]}" ]; then
+                    echo "  WRONG WAY: $m -> $d (${folder[$m]} may not depend on ${folder[$d]})"
+                    bad=1
+                fi
+            done
+        done
+        if [ $bad -eq 0 ]; then echo "  every dependency points to its own folder or one below"; fi
+        [ $bad -eq 0 ] || status=1
+        unset rank
+    fi
+    unset deps owner folder
 done
 exit $status

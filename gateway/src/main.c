@@ -21,14 +21,27 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "config.h"
-#include "log.h"
-#include "request.h"
-#include "routes.h"
-#include "server.h"
+#include "base/config.h"
+#include "base/routes.h"
+#include "http/request.h"
+#include "http/server.h"
+#include "ops/health.h"
+#include "ops/lock.h"
+#include "ops/lock_attempt.h"
+#include "ops/lock_status.h"
+#include "ops/owner_calls.h"
+#include "ops/resources.h"
+#include "rt/log.h"
 #include "token_file.h"
 
 static gw_server server;
+
+/* Each route's operation, in the order of gw_route_id. */
+static const gw_op *const route_ops[GW_R_COUNT] = {
+    &gw__op_lock,         &gw__op_unlock,       &gw__op_renew,
+    &gw__op_lock_status,  &gw__op_resource_get, &gw__op_resource_put,
+    &gw__op_healthz,      &gw__op_readyz,       &gw__op_metrics,
+};
 
 /* Opens a Redis client once, to check the URL and report whether Redis answers. Redis being
  * down is not fatal: the gateway starts and /readyz reports it. Returns 0, or -1 for a URL
@@ -197,7 +210,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         return 1;
     }
     /* The secret keys the owner a /lock without one derives from its Idempotency-Key
-     * (generate_owner in locks.c), so it must outlive the process: a retry that reaches the
+     * (generate_owner in http/args.c), so it must outlive the process: a retry that reaches the
      * gateway after a restart then derives the same owner and replays the first answer,
      * instead of a 422. The store keeps it (store_secret()). */
     store_status sst = store_secret(server.st, server.owner_secret, err, sizeof err);
@@ -207,6 +220,10 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         return 1;
     }
     server.fence.holder_key = server.owner_secret; /* before gw__server_start() */
+    /* The operations run on the HTTP server and the fence: the server dispatches each route
+     * to its operation, and the fence sends /lock's attempts through ops/lock's callbacks. */
+    server.ops = route_ops;
+    gw__fence_init(&server.fence, server.st, &gw__lock_fence_ops, &server);
     atomic_store(&server.metrics.redis_up, 1);
     /* Shared by every server thread's Redis client; NULL (out of memory) just means none. */
     server.lk_opts.breaker = lk_breaker_new(GW_BREAKER_OPEN_MS);

@@ -86,7 +86,7 @@ if holds <= 0 then
     redis.call('DEL', KEYS[1])
     if wanted then
         -- The token tells a listener which hold ended: one that saw a later holder since
-        -- knows this release changed nothing for it (gateway/src/waiters.c). The hold id,
+        -- knows this release changed nothing for it (gateway/src/rt/waiters.c). The hold id,
         -- when the acquisition gave one, tells one release published by several Redlock
         -- masters from two releases with the same token (locklib/src/sub.c).
         local msg = ids[1] or '0'

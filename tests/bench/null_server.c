@@ -1,7 +1,7 @@
 /*
  * null_server: a libmicrohttpd server that answers 200 "{}" to every request, started by
  * compare_bench to measure its load generator's ceiling. It runs MHD with its own internal
- * epoll thread pool of 8 (the gateway's way before its own loops, gateway/src/loops.c; kept,
+ * epoll thread pool of 8 (the gateway's way before its own loops, gateway/src/rt/loops.c; kept,
  * so that the ceiling stays comparable across rounds): the most a plain MHD server on this
  * machine gets from the load generator.
  *

@@ -343,12 +343,12 @@ waiters() { curl -fsS --max-time 2 "$(gw_url)/metrics" | awk '$1 == "fencegate_w
 http_clients() { ss -Htn state established "( sport = :$gport )" | wc -l; }
 fd_base=$(fd_count)
 # The gateway's HTTP loops, from its start-up line ("..., N threads)"): gw_start gives
-# --threads 4 (gateway/src/loops.c: one loop per thread, any number of connections each).
+# --threads 4 (gateway/src/rt/loops.c: one loop per thread, any number of connections each).
 gw_workers=$(grep -o '[0-9]* threads)' "$tmp/gateway.log" | tail -n 1 | cut -d' ' -f1)
 [ -n "$gw_workers" ] || gw_workers=4
 # The gateway opens a Redis connection per loop on its first rare call there (a give-back,
 # leaving a fair queue), one per side pipeline thread (GW_SIDE_THREADS in
-# gateway/src/pipe.h: /metrics, /readyz, GET /locks), plus one for the subscriber and two for
+# gateway/src/rt/pipe.h: /metrics, /readyz, GET /locks), plus one for the subscriber and two for
 # the Redis pipeline: the warm-up may not have reached every thread, so the connections still
 # to come count as baseline too.
 gw_redis_max=$((gw_workers + 2 + 1 + 2))

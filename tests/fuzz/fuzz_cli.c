@@ -20,7 +20,7 @@
 
 #include "fc_args.h"
 #include "fuzz.h"
-#include "config.h"
+#include "base/config.h"
 
 #define MAX_ARGS 32
 #define DAY_MS (24LL * 3600 * 1000)

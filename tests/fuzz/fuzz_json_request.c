@@ -28,8 +28,8 @@
 #include <strings.h>
 
 #include "fuzz.h"
-#include "args.h"
-#include "respond.h"
+#include "http/args.h"
+#include "http/respond.h"
 
 #define MAX_HEADERS 8
 

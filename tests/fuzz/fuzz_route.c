@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "routes.h"
+#include "base/routes.h"
 
 /* The oracle: 1 when path matches tmpl, written from the route table's documented rule. */
 static int template_matches(const char *tmpl, const char *path)

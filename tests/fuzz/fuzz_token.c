@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "fuzz.h"
-#include "resources.h"
+#include "ops/resources.h"
 
 #define TOKEN_MAX 9007199254740991ULL /* 2^53 - 1 */
 

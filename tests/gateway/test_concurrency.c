@@ -1,6 +1,6 @@
 /*
  * Many clients at once, end to end against the real fencegate and redis-server: the Redis
- * pipeline and the storage writer (gateway/src/pipe.c) batch their requests, and each must
+ * pipeline and the storage writer (gateway/src/rt/pipe.c) batch their requests, and each must
  * still get its own, correct answer. Client threads start together behind a barrier so that
  * their requests share batches.
  */

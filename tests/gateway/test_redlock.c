@@ -370,7 +370,7 @@ static long long evalsha_calls(const rl_state *st)
     return sum;
 }
 
-/* Known holders and hand-offs on Redlock (gateway/src/waiters.c): every master's release
+/* Known holders and hand-offs on Redlock (gateway/src/rt/waiters.c): every master's release
  * message names the grant's token, as on one Redis. H's unlock hands the lock to A, the
  * first parked waiter, in the same batch; A's hand-off grant is then the known holder, so
  * C's waiting /lock parks without a script on any master, and A's unlock hands the lock to
@@ -415,7 +415,7 @@ static void test_waiting_request_parks_on_a_known_holder(void **state)
     assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
 }
 
-/* Settling (gateway/src/waiters.c): a release reaches the masters one by one and is
+/* Settling (gateway/src/rt/waiters.c): a release reaches the masters one by one and is
  * reported once, at its first master's message, so the attempt that message wakes can find
  * a majority still held by that very hold. Once W is parked behind H (60 s lease), master
  * 0's release message is published by hand, as if master 0 had released first; the attempt

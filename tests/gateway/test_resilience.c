@@ -345,7 +345,7 @@ static void assert_fresh_tokens_above(const gwt_proc *gw, long long max)
     }
 }
 
-/* The access log is buffered (gateway/src/log.c): a clean stop still writes every line. The
+/* The access log is buffered (gateway/src/rt/log.c): a clean stop still writes every line. The
  * requests end just before SIGTERM, so their lines are still in the buffer when it comes. */
 static void test_sigterm_loses_no_log_line(void **state)
 {

@@ -288,12 +288,13 @@ static int setup_no_subscribe(void **state)
     return 0;
 }
 
-/* Hand-offs (gateway/src/locks.c): an /unlock sends the attempt of a waiter parked on its
- * resource right behind its release, in the same Redis pipeline batch, so the waiter needs
- * no release message. Here no message can arrive (the gateway may not SUBSCRIBE), the
- * holder's lease is 60 s and the waiters wait 30 s: before hand-offs each waiter slept
- * until its deadline, whose last attempt took the freed lock. Each waiter releases as soon
- * as it is granted, so the lock goes down the line by hand-offs alone. */
+/* Hand-offs (gateway/src/ops/lock_attempt.c): an /unlock sends the attempt of a waiter
+ * parked on its resource right behind its release, in the same Redis pipeline batch, so the
+ * waiter needs no release message. Here no message can arrive (the gateway may not
+ * SUBSCRIBE), the holder's lease is 60 s and the waiters wait 30 s: without hand-offs each
+ * waiter would sleep until its deadline, whose last attempt would take the freed lock. Each
+ * waiter releases as soon as it is granted, so the lock goes down the line by hand-offs
+ * alone. */
 static void test_unlock_hands_the_lock_to_a_parked_waiter(void **state)
 {
     wt_state *s = *state;
@@ -363,7 +364,7 @@ static void test_failed_handoff_leaves_the_next_release_message(void **state)
     assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"expiry\"}"), 0);
 }
 
-/* Known holders (gateway/src/locks.c): alice was just granted the lock here while bob
+/* Known holders (gateway/src/ops/lock.c): alice was just granted the lock here while bob
  * waited (so her release will publish), so carol's waiting /lock parks without a Redis call
  * (Redis counts no script for it) and still gets the lock in turn, after bob. */
 static void test_waiting_request_parks_on_a_known_holder(void **state)

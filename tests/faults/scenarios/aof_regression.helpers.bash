@@ -9,7 +9,7 @@
 #      resources is lower in the data Redis comes back with than it was just before the
 #      fault (fences, fell); otherwise the scenario would test nothing, and it fails;
 #   2. the gateway got past it: each counter that fell is lifted above its value from before
-#      the fault by the next grant (every acquisition passes a floor, gateway/src/locks.c),
+#      the fault by the next grant (every acquisition passes a floor, gateway/src/core/fence.c),
 #      and fencegate_token_floor_corrections_total went up meanwhile (wait_lifted); also
 #      when the gateway was killed with Redis and lost what it remembered (gw_kill).
 # The checker then checks the history as in every scenario.

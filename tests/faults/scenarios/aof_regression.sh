@@ -25,7 +25,7 @@
 # nothing back and the scenario fails (aof_regression.helpers.bash).
 #
 # Expected: tokens keep growing across the regression (the gateway passes a floor with every
-# acquisition, gateway/src/locks.c), so each counter that fell is lifted above its old value
+# acquisition, gateway/src/core/fence.c), so each counter that fell is lifted above its old value
 # and fencegate_token_floor_corrections_total goes up; the checker's invariants 1-6 and 8
 # hold (7, overlapping leases, is only reported: restored lock keys can hold a lease that
 # its owner already gave up, and a lease lost with the data can be granted again); during

@@ -28,7 +28,7 @@
 # Expected: the gateway answers 503 while Redis is gone or read-only, never 500 (and never
 # 200 to a lock, renew or unlock while read-only: each needs a write), and succeeds
 # again within 5 s of the promotion (the "heal" mark); tokens keep growing across the
-# failover (every acquisition passes a floor, gateway/src/locks.c), so each counter that fell
+# failover (every acquisition passes a floor, gateway/src/core/fence.c), so each counter that fell
 # is lifted above its old value and fencegate_token_floor_corrections_total goes up; the
 # checker's invariants 1-6 and 8 hold, 7 (overlapping leases) is only reported: a lease lost
 # with the data can be granted again. B is stopped by its PID at the end, also on failure.

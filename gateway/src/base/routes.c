@@ -1,0 +1,73 @@
+/*
+ * The route table and the path router. The table is in the order of gw_route_id; main.c
+ * maps each route to its operation, rt/metrics.c labels by it.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "base/routes.h"
+
+const gw_route gw__routes[GW_R_COUNT] = {
+    {"POST", "/lock", GW_R_LOCK},
+    {"POST", "/unlock", GW_R_UNLOCK},
+    {"POST", "/renew", GW_R_RENEW},
+    {"GET", "/locks/{resource}", GW_R_LOCK_STATUS},
+    {"GET", "/resources/{resource}", GW_R_RESOURCE_GET},
+    {"PUT", "/resources/{resource}", GW_R_RESOURCE_PUT},
+    {"GET", "/healthz", GW_R_HEALTHZ},
+    {"GET", "/readyz", GW_R_READYZ},
+    {"GET", "/metrics", GW_R_METRICS},
+};
+
+/* Matches path against a template. A template ending in "{resource}" matches any
+ * non-empty remainder after its prefix; *param points at that remainder. */
+static int path_matches(const char *tmpl, const char *path, const char **param)
+{
+    const char *brace = strchr(tmpl, '{');
+
+    if (brace == NULL) {
+        *param = "";
+        return strcmp(tmpl, path) == 0;
+    }
+    size_t prefix = (size_t)(brace - tmpl);
+    if (strncmp(tmpl, path, prefix) != 0 || path[prefix] == '\0') {
+        return 0;
+    }
+    *param = path + prefix;
+    return 1;
+}
+
+int gw__route_match(const char *method, const char *path, const gw_route **route,
+                    const char **param, char *allow, size_t allowlen)
+{
+    size_t used = 0;
+    int path_known = 0;
+    /* HEAD is served on every GET route: the GET's status and headers, and libmicrohttpd
+     * leaves the body out. */
+    const char *as = strcmp(method, "HEAD") == 0 ? "GET" : method;
+
+    *route = NULL;
+    *param = "";
+    if (allowlen > 0) {
+        allow[0] = '\0';
+    }
+    for (int i = 0; i < GW_R_COUNT; i++) {
+        const char *p = NULL;
+        if (!path_matches(gw__routes[i].path, path, &p)) {
+            continue;
+        }
+        if (strcmp(gw__routes[i].method, as) == 0) {
+            *route = &gw__routes[i];
+            *param = p;
+            return 200;
+        }
+        path_known = 1;
+        int is_get = strcmp(gw__routes[i].method, "GET") == 0;
+        int n = snprintf(allow + used, allowlen - used, "%s%s%s", used > 0 ? ", " : "",
+                         gw__routes[i].method, is_get ? ", HEAD" : "");
+        if (n > 0 && (size_t)n < allowlen - used) {
+            used += (size_t)n;
+        }
+    }
+    return path_known ? 405 : 404;
+}

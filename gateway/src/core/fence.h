@@ -1,0 +1,151 @@
+/*
+ * Fencing tokens (fence.c): the floor of an acquisition, what happens when a token is minted,
+ * and the verdict on a write's token. Goes through storage.h and locklib.h only: no HTTP, no
+ * libmicrohttpd, no thread of its own. The argument for why tokens are safe is in fence.c.
+ */
+#ifndef GATEWAY_FENCE_H
+#define GATEWAY_FENCE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "locklib/locklib.h"
+#include "storage/storage.h"
+
+#include "core/job.h"
+
+#define GW_FLOOR_STRIPES 1024
+
+/* A place in a stripe's line of acquisitions; embedded in the caller's state, which stays
+ * alive from gw__fence_enter() until its turn has ended (gw__fence_answered() or
+ * gw__fence_leave()). */
+typedef struct gw_fence_turn {
+    struct gw_fence_turn *next;
+    const char *resource;                /* what it acquires */
+    const char *owner;                   /* for whom: keys its holder fingerprint */
+    int64_t min_floor;                   /* the floor is at least this (0: none): the ledger's
+                                          * highest after a refused grant */
+    uint64_t granted;                    /* out: on a STALE cover, the ledger's highest */
+    store_grant_req grant;               /* the shared ledger's grant of its token */
+    unsigned char holder[STORE_HOLDER_LEN]; /* the grant's holder fingerprint */
+    unsigned char refused;               /* for the caller: why it was not sent, or 0 */
+    unsigned char cover;                 /* out (store_status): the ledger's cover (LMDB) or
+                                          * grant (shared ledger) of the token an ACQUIRED
+                                          * answer brought, STORE_OK when covered or granted
+                                          * or when there was no token; STALE: the shared
+                                          * ledger holds this token or a larger one for
+                                          * another holder */
+} gw_fence_turn;
+
+/* What a granted turn may pass locklib, computed while the turn is held. status is
+ * STORE_OK, or the storage error that kept the floor from being read: then no acquisition
+ * may be sent (its token could not be fenced). */
+typedef struct gw_floor {
+    int64_t floor;
+    store_status status;
+} gw_floor;
+
+/* Acquisitions of the resources of one stripe run one at a time, from computing the floor
+ * until the token is counted in max_token. The mutex guards only this state. */
+typedef struct gw_stripe {
+    pthread_mutex_t mu;
+    int busy;                            /* an acquisition holds the stripe */
+    gw_fence_turn *first, *last;         /* acquisitions waiting for it, in arrival order */
+} gw_stripe;
+
+typedef struct gw_fence gw_fence;
+
+/* What the fence calls back in the owner of the turns (ops/lock_attempt.c), set once. */
+typedef struct gw_fence_ops {
+    /* t holds its stripe with floor: send its attempt to the Redis pipeline as a job with
+     * done = gw__fence_answered, arg = t and ctx = the fence, or answer it without Redis
+     * and pass the stripe on (gw__fence_leave). */
+    void (*send)(gw_fence *f, gw_fence_turn *t, gw_floor floor);
+    /* On the pipeline thread: t's attempt was answered HELD, and t still holds its stripe.
+     * May be NULL. */
+    void (*held)(gw_fence *f, gw_fence_turn *t);
+    /* On the pipeline thread: submit job (its grant filled, done = gw__fence_granted) to the
+     * storage writer, which runs done and resumes the connection. */
+    void (*grant)(gw_fence *f, gw_job *job);
+} gw_fence_ops;
+
+struct gw_fence {
+    store *st;                           /* the ledger and each resource's highest token */
+    const gw_fence_ops *ops;
+    void *owner;                         /* for ops: the server */
+    atomic_llong max_token;              /* the largest token this process has handed out */
+    const unsigned char *holder_key;     /* 16 bytes (the owner secret) keying the holder
+                                          * fingerprints; set by the owner before the first
+                                          * acquisition, not by gw__fence_init() */
+    gw_stripe stripes[GW_FLOOR_STRIPES];
+};
+
+/* Sets up f over the open store st (not owned), calling back ops with owner. */
+void gw__fence_init(gw_fence *f, store *st, const gw_fence_ops *ops, void *owner);
+
+/* Asks for the turn of t->resource's stripe for an acquisition. Returns 1 when t holds it
+ * now, with its floor in *floor; or 0 when t was queued: the gw__fence_leave() of the turn
+ * before it returns t, which then holds it, with its floor. Never blocks beyond the
+ * stripe's mutex and the floor's storage read. */
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor);
+
+/* Ends t's turn: counts minted (the token of an ACQUIRED answer, 0 when none) in max_token,
+ * then passes the stripe on. Returns the next turn, which holds the stripe now, with its
+ * floor in *next_floor; or NULL when the stripe is free. */
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
+                               gw_floor *next_floor);
+
+/* The done of an attempt's job, on the pipeline thread (job->arg the turn, job->ctx the
+ * fence): an ACQUIRED answer's token (also a replayed one) is covered by the ledger's
+ * durable ceiling, the outcome in turn->cover (not STORE_OK: the token must not be handed
+ * out), and counted; a HELD answer calls ops->held; then the stripe passes on, and the next
+ * turn is sent (ops->send). Returns 1: the pipeline resumes the attempt's connection.
+ * On a shared ledger (store_grant_needed) an ACQUIRED answer's token is granted instead:
+ * the job goes on to the storage writer (ops->grant) with done = gw__fence_granted, still
+ * holding the stripe, and this returns 0 (the writer resumes the connection). */
+int gw__fence_answered(gw_job *job);
+
+/* The done of a grant job, on the storage writer: the grant's outcome in turn->cover (and
+ * turn->granted), then as gw__fence_answered: count, pass the stripe on, send the next.
+ * Returns 1. */
+int gw__fence_granted(gw_job *job);
+
+/* The verdict on a write's token, before storage sees it. */
+typedef enum gw_verdict {
+    GW_VERDICT_WRITE,        /* go on: storage checks it again, atomically with the write */
+    GW_VERDICT_STALE,        /* below the highest token that has written the resource */
+    GW_VERDICT_UNKNOWN,      /* never issued for the resource (or long superseded) */
+    GW_VERDICT_SUPERSEDED,   /* a larger token was minted since: its lease is over */
+    GW_VERDICT_STORE_FAILED  /* storage could not be read */
+} gw_verdict;
+
+/* A write's token is judged from check, an LK_CALL_TOKEN_CHECK for its resource that
+ * answered LK_OK (its base, last and recent). A token the check shows current is WRITE at
+ * once: the write goes to storage with last_issued = check->last. Any other is refused, and
+ * the refusal reads the highest token that has written the resource. */
+/* 1 when the verdict reads storage (a refusal, which names the highest token): it must then
+ * run off the loop threads, on a store reader (gw__fence_verdict_many). 0 when the verdict
+ * is WRITE without reading anything. */
+int gw__fence_verdict_reads(uint64_t token, const lk_call *check);
+
+/* One verdict for gw__fence_verdict_many(): in resource, token and check; out the verdict,
+ * the highest token written (read for it) and st, the storage status of that read (the
+ * error for STORE_FAILED). */
+typedef struct gw_verdict_req {
+    const char *resource;
+    uint64_t token;
+    const lk_call *check;
+    gw_verdict verdict;
+    uint64_t highest;
+    store_status st;
+} gw_verdict_req;
+
+/* The verdict of each of reqs[0..n), reading the highest token written once per
+ * distinct resource: a paused client's stale writes come in floods on one resource, and
+ * each read may be a PostgreSQL round trip. A read shared by later requests of the batch is
+ * as fresh as their own would be (it was made after they arrived), and the highest token
+ * only grows. On a store reader thread, never a loop thread. */
+void gw__fence_verdict_many(gw_fence *f, gw_verdict_req *const *reqs, size_t n);
+
+#endif

@@ -1,0 +1,40 @@
+/*
+ * The arguments of POST /lock, /unlock and /renew (args.c), read from the parsed body and
+ * the headers.
+ */
+#ifndef GATEWAY_ARGS_H
+#define GATEWAY_ARGS_H
+
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "locklib/locklib.h"
+
+#include "http/request.h"
+
+/* The arguments of POST /lock, /unlock and /renew. The names point into the parsed body or
+ * the request's headers, or to owner_buf when the gateway generated the owner. */
+typedef struct gw_lock_args {
+    const char *resource;
+    const char *owner;
+    const char *idem_key;        /* NULL when the request has no Idempotency-Key */
+    int64_t ttl_ms;
+    int64_t wait_ms;
+    int fair;
+    char owner_buf[LK_OWNER_MAX + 1];
+    int owner_generated;
+} gw_lock_args;
+
+/* Reads and checks the /lock arguments: "resource", optional "owner" (generated when absent,
+ * see generate_owner()), "ttl_ms", "wait_ms", "fair" from root (gw__parse_object's), and the
+ * Idempotency-Key header. Returns 0, or -1 after queuing the 400. */
+int gw__lock_args(gw_request *req, json_t *root, gw_lock_args *a, enum MHD_Result *result);
+/* Reads and checks the /unlock (renew 0) or /renew (renew 1) arguments: "resource" and
+ * "owner" (both required), "ttl_ms" when renewing, and the Idempotency-Key header. Returns 0,
+ * or -1 after queuing the 400. */
+int gw__owner_args(gw_request *req, json_t *root, int renew, gw_lock_args *a,
+                   enum MHD_Result *result);
+
+#endif

@@ -1,0 +1,159 @@
+/*
+ * Request deadlines.
+ *
+ * libmicrohttpd's idle timeout restarts with every byte received, and the access handler is
+ * not called before the headers are complete, so neither stops a client that trickles a
+ * request a byte at a time and holds its connection (and a connection slot) for as long as
+ * it likes. Every connection therefore carries the time by which its current request must
+ * have been received in full, moved at these points, each in the connection's own thread:
+ *   1. accepted: now + GW_REQUEST_DEADLINE_S, for the first request;
+ *   2. the request fully received (the handler's last call): none, the handler owns it
+ *      (a parked /lock has its own wait deadline);
+ *   3. the request completed: now + GW_CONN_TIMEOUT_S for the next request line, which is
+ *      what the idle timeout gives an idle kept-alive connection anyway;
+ *   4. a later request's line received (the URI log callback): now + GW_REQUEST_DEADLINE_S.
+ * A reaper thread looks every GW_REAP_MS and shuts down (shutdown(2), never close) the
+ * socket of each connection past its deadline: libmicrohttpd then reads end of file and
+ * closes the connection in its own thread, as if the client had gone. The list is guarded
+ * by one mutex that the CLOSED notification takes too, and libmicrohttpd closes the socket
+ * only after that notification, so the reaper never shuts down a reused descriptor.
+ */
+#define _DEFAULT_SOURCE
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#include "http/server_internal.h"
+#include "rt/log.h"
+#include "rt/loops.h"
+#include "rt/util.h"
+
+#define GW_REAP_MS 100
+
+gw_conn *gw__conn_state(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci != NULL ? ci->socket_context : NULL;
+}
+
+void gw__conn_deadline(struct MHD_Connection *conn, int64_t after_s)
+{
+    gw_conn *c = gw__conn_state(conn);
+    if (c != NULL) {
+        atomic_store(&c->deadline_us, after_s > 0 ? gw__now_us() + after_s * 1000000 : 0);
+    }
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: tracks every open connection. Without memory for its
+ * entry a connection simply has no deadline beyond libmicrohttpd's idle timeout. */
+void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                     enum MHD_ConnectionNotificationCode code)
+{
+    struct gw_conns *cs = cls;
+    gw_conn *c = *socket_context;
+
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        c = ci != NULL ? calloc(1, sizeof *c) : NULL;
+        if (c == NULL) {
+            return; /* untracked: the place its accept took is given back (loops.c) */
+        }
+        c->fd = ci->connect_fd;
+        c->slot = gw__loops_opened(cs->srv->loops);
+        atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
+        pthread_mutex_lock(&cs->mu);
+        c->next = cs->head;
+        if (cs->head != NULL) {
+            cs->head->prev = c;
+        }
+        cs->head = c;
+        pthread_mutex_unlock(&cs->mu);
+        *socket_context = c;
+        return;
+    }
+    if (c == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&cs->mu);
+    if (c->prev != NULL) {
+        c->prev->next = c->next;
+    } else {
+        cs->head = c->next;
+    }
+    if (c->next != NULL) {
+        c->next->prev = c->prev;
+    }
+    pthread_mutex_unlock(&cs->mu);
+    gw__loops_closed(cs->srv->loops, c->slot);
+    free(c);
+    *socket_context = NULL;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK: a request line has arrived. Returns NULL, which stays the
+ * first *req_cls the access handler sees. */
+void *gw__conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    gw_conn *c = gw__conn_state(conn);
+    (void)cls;
+    if (c != NULL) {
+        c->uri_strlen = strlen(uri); /* stops at a NUL inside the target: see gw__request_framing */
+    }
+    if (c != NULL && c->served > 0) {
+        atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
+    }
+    return NULL;
+}
+
+void *gw__conns_reaper_main(void *arg)
+{
+    struct gw_conns *cs = arg;
+
+    while (!atomic_load(&cs->stop)) {
+        struct timespec nap = {0, GW_REAP_MS * 1000000L};
+        nanosleep(&nap, NULL);
+        int64_t now = gw__now_us();
+        unsigned closed = 0;
+        pthread_mutex_lock(&cs->mu);
+        for (gw_conn *c = cs->head; c != NULL; c = c->next) {
+            int64_t at = atomic_load(&c->deadline_us);
+            if (at != 0 && now > at) {
+                shutdown(c->fd, SHUT_RDWR);
+                atomic_store(&c->deadline_us, 0);
+                closed++;
+            }
+        }
+        pthread_mutex_unlock(&cs->mu);
+        if (closed > 0) {
+            atomic_fetch_add(&cs->srv->metrics.deadline_closed, closed);
+            /* One line per sweep, so a flood cannot turn into a flood of log lines. */
+            gw__log_event(cs->srv->cfg, "warn",
+                          "closed %u connection(s) whose request was not received within %d s",
+                          closed, GW_REQUEST_DEADLINE_S);
+        }
+    }
+    return NULL;
+}
+
+/* Stops the reaper (when it runs) and frees the list, which is empty once the loops'
+ * daemons have stopped. */
+void gw__conns_free(gw_server *srv)
+{
+    struct gw_conns *cs = srv->conns;
+    if (cs == NULL) {
+        return;
+    }
+    if (cs->reaper_started) {
+        atomic_store(&cs->stop, 1);
+        pthread_join(cs->reaper, NULL);
+        cs->reaper_started = 0;
+    }
+    if (srv->loops == NULL) {
+        pthread_mutex_destroy(&cs->mu);
+        free(cs);
+        srv->conns = NULL;
+    }
+}

@@ -1,0 +1,343 @@
+/*
+ * Attempts in the pipeline. An attempt suspends its connection and asks for its resource's
+ * turn (gw__fence_enter). When no acquisition of the stripe is out, it gets the turn with its
+ * floor and goes to the Redis pipeline at once (stripe_send); else it queues behind, and when
+ * the answer of the one before it is in, the fence (gw__fence_answered, on a pipeline thread)
+ * covers and counts that token, then grants the next turn with its floor and sends it through
+ * gw__lock_fence_ops. Why the turns: fence.c, "Concurrent acquisitions".
+ *
+ * An attempt that waited for its stripe past its deadline + GW_STRIPE_GRACE_MS is answered
+ * 503 without asking Redis: on a slow Redis (calls that take most of the command timeout
+ * without timing out, where the breaker does not trip) the attempts on one resource would
+ * otherwise queue one round trip each, unbounded. One whose floor cannot be read is answered
+ * 503 too. Either way the stripe passes on to the next. Every attempt is answered: its
+ * connection is resumed exactly once, and the operation runs again (lock_answered).
+ *
+ * The Redis call (gw_attempt) exists only from leaving the stripe's queue until the answer:
+ * thousands of waiters queued on one resource carry none, and parked waiters none either.
+ * Calls are recycled through a free list of at most ATTEMPTS_KEPT, so their churn does not
+ * fragment the heap under parked waiters (tests/bench/handoff_bench, memory per waiter).
+ */
+#include <pthread.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/fence.h"
+#include "ops/lock_attempt.h"
+#include "ops/lock_internal.h"
+#include "rt/loops.h"
+#include "rt/pipe.h"
+#include "rt/util.h"
+#include "rt/waiters.h"
+
+static struct gw_lock_call *call_of_turn(gw_fence_turn *t)
+{
+    return t != NULL ? (struct gw_lock_call *)((char *)t - offsetof(struct gw_lock_call, turn))
+                     : NULL;
+}
+
+#define ATTEMPTS_KEPT 1024
+static pthread_mutex_t attempts_mu = PTHREAD_MUTEX_INITIALIZER;
+static gw_job *attempts_free;
+static size_t attempts_kept;
+
+static gw_attempt *attempt_new(void)
+{
+    pthread_mutex_lock(&attempts_mu);
+    gw_job *job = attempts_free;
+    if (job != NULL) {
+        attempts_free = job->next;
+        attempts_kept--;
+    }
+    pthread_mutex_unlock(&attempts_mu);
+    gw_attempt *at = job != NULL ? job->arg : calloc(1, sizeof *at);
+    if (at != NULL) {
+        memset(at, 0, sizeof *at);
+    }
+    return at;
+}
+
+void gw__lock_attempt_free(gw_attempt *at)
+{
+    if (at == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&attempts_mu);
+    if (attempts_kept < ATTEMPTS_KEPT) {
+        at->job.arg = at;
+        at->job.next = attempts_free;
+        attempts_free = &at->job;
+        attempts_kept++;
+        at = NULL;
+    }
+    pthread_mutex_unlock(&attempts_mu);
+    free(at);
+}
+
+/* Sends the attempt of t, which holds its stripe with floor, to the pipeline; or answers it
+ * without Redis and passes the stripe on, until one is sent or the stripe is free. Returns
+ * 1 when t's own attempt went to the pipeline (read before anything is resumed: an answered
+ * one may be freed by then). */
+static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
+{
+    gw_server *srv = f->owner;
+    struct gw_lock_call *lc = call_of_turn(t);
+    int first = 1;
+
+    while (lc != NULL) {
+        int64_t now_ms = gw__now_ms();
+        gw_attempt *at = NULL;
+        if (now_ms > lc->deadline_ms + GW_STRIPE_GRACE_MS) {
+            lc->turn.refused = ATTEMPT_STRIPE_BUSY;
+        } else if (floor.status != STORE_OK) {
+            lc->turn.refused = ATTEMPT_STORE_FAILED;
+        } else if ((at = attempt_new()) == NULL) {
+            lc->turn.refused = ATTEMPT_NOMEM;
+        } else {
+            at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
+            at->call.resource = lc->turn.resource;
+            at->call.owner = lc->owner;
+            at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
+            at->call.lease_ms = lc->ttl_ms;
+            at->call.floor = floor.floor;
+            /* A grant while others of this gateway wait marks the lock, so that its
+             * release wakes them (locklib/lua/prelude/wanted.lua): the one waiter a
+             * release wakes may be the one that takes the lock. */
+            at->call.others_waiting =
+                !lc->fair && (lc->handed_off ||
+                              gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource));
+            at->call.supersede = lc->supersede;
+            if (lc->fair) {
+                int64_t left = lc->deadline_ms - now_ms;
+                at->call.wait_ms = left > 0 ? left : 0;
+                lc->fair_queued = 1;
+            }
+            at->job.call = &at->call;
+            at->job.conn = lc->waiter.conn;
+            at->job.done = gw__fence_answered;
+            at->job.arg = &lc->turn;
+            at->job.ctx = f;
+            lc->attempt = at;
+            gw__pipe_submit(srv->pipe, &at->job);
+            return first;
+        }
+        struct MHD_Connection *conn = lc->waiter.conn;
+        struct gw_lock_call *next =
+            call_of_turn(gw__fence_leave(f, &lc->turn, 0, &floor));
+        gw__loops_resume(srv->loops, conn); /* lc may be freed from here on */
+        lc = next;
+        first = 0;
+    }
+    return 0;
+}
+
+/* gw__lock_fence_ops.send: stripe_send_first() for the fence. */
+static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
+{
+    stripe_send_first(f, t, floor);
+}
+
+/* gw__lock_fence_ops.held, on the pipeline thread: a fair waiter was queued in Redis just
+ * now; it takes its local place while attempts on this resource are still serialised by
+ * the stripe, so both orders agree. */
+static void attempt_held(gw_fence *f, gw_fence_turn *t)
+{
+    gw_server *srv = f->owner;
+    struct gw_lock_call *lc = call_of_turn(t);
+
+    if (lc->fair) {
+        gw__wait_place(srv->waitq, &lc->waiter);
+    }
+}
+
+/* gw__lock_fence_ops.grant, on the pipeline thread: the shared ledger's grant of an
+ * answered attempt's token goes to the storage writer, which resumes the connection. */
+static void attempt_grant(gw_fence *f, gw_job *job)
+{
+    gw_server *srv = f->owner;
+    gw__pipe_submit(srv->writer, job);
+}
+
+const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_grant};
+
+/*
+ * Redis calls a /lock makes besides its attempts: giving back a hold nobody will use, and
+ * leaving the fair queue. Both go through the Redis pipeline like an attempt, never on a loop
+ * thread.
+ *
+ * A give-back carries the idempotency record of the acquisition that answered token: a
+ * retry with its key then acts afresh, where it would have replayed a 200 for a hold that is
+ * gone (lk_call.supersede of a release). If the release fails (Redis gone), the hold ends
+ * with its lease and the record stays: a retry within the lease then replays the grant,
+ * which the fencing token still guards.
+ *
+ * When the request goes on after the call (an answer, another attempt), the call must run
+ * first: a client that retries on a 503 must not find its old hold still there, nor have
+ * its new one released by a give-back that arrives late. gw__lock_undo_then() suspends the request
+ * for it (LOCK_GIVING_BACK). Once the request has ended, or its client is gone, nothing comes
+ * after: gw__lock_send_errand() sends the call on its own, with copies of its names, and it frees
+ * itself when answered. Leaving the fair queue is always sent so: at worst a late one takes
+ * a same-owner waiter that queued again out of line, and it queues again at its next attempt.
+ */
+struct gw_errand {
+    gw_job job;
+    lk_call call;
+    gw_server *srv;
+    unsigned char uncount_held;          /* a RELEASED answer ends a counted hold */
+    char text[];                         /* resource, owner and key, each NUL-terminated */
+};
+
+/* gw_job.done of an errand, on the pipeline thread. */
+static int errand_done(gw_job *job)
+{
+    struct gw_errand *e = job->arg;
+    if (e->uncount_held && e->call.status == LK_RELEASED) {
+        atomic_fetch_sub(&e->srv->metrics.locks_held, 1);
+    }
+    free(e);
+    return 1;
+}
+
+/* Sends a give-back of token (kind LK_CALL_RELEASE) or a fair-queue exit
+ * (LK_CALL_FAIR_CANCEL) for call's resource and owner, answered by nobody. Out of memory, it
+ * is not sent: the hold ends with its lease, the queue entry at its deadline. */
+void gw__lock_send_errand(gw_server *srv, const struct gw_lock_call *call, lk_call_kind kind,
+                          int64_t token, int uncount_held)
+{
+    const char *idem = kind == LK_CALL_RELEASE ? call->idem_key : "";
+    size_t rlen = strlen(call->turn.resource) + 1, olen = strlen(call->owner) + 1;
+    size_t ilen = strlen(idem) + 1;
+    struct gw_errand *e = calloc(1, sizeof *e + rlen + olen + ilen);
+    if (e == NULL) {
+        return;
+    }
+    memcpy(e->text, call->turn.resource, rlen);
+    memcpy(e->text + rlen, call->owner, olen);
+    memcpy(e->text + rlen + olen, idem, ilen);
+    e->srv = srv;
+    e->uncount_held = (unsigned char)uncount_held;
+    e->call.kind = kind;
+    e->call.resource = e->text;
+    e->call.owner = e->text + rlen;
+    e->call.idem_key = idem[0] != '\0' ? e->text + rlen + olen : NULL;
+    e->call.supersede = kind == LK_CALL_RELEASE ? token : 0;
+    e->job.call = &e->call;
+    e->job.done = errand_done;
+    e->job.arg = e;
+    gw__pipe_submit(srv->pipe, &e->job);
+}
+
+/* A give-back of a hold whose client is gone or whose request has ended. */
+void gw__lock_give_back(gw_server *srv, const struct gw_lock_call *call, int64_t token,
+                        int uncount_held)
+{
+    gw__lock_send_errand(srv, call, LK_CALL_RELEASE, token, uncount_held);
+}
+
+/* Gives back the hold of token, taken by this request's last attempt, through the Redis
+ * pipeline, with the connection suspended; lock_resumed() then goes on as `then` says. */
+enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, int64_t token,
+                                   int then)
+{
+    gw_attempt *at = attempt_new();
+    if (at == NULL) {
+        return MHD_NO; /* the hold ends with its lease; MHD closes the connection */
+    }
+    at->call.kind = LK_CALL_RELEASE;
+    at->call.resource = call->turn.resource;
+    at->call.owner = call->owner;
+    at->call.idem_key = call->idem_key[0] != '\0' ? call->idem_key : NULL;
+    at->call.supersede = token;
+    at->job.call = &at->call;
+    at->job.conn = req->conn;
+    call->attempt = at;
+    call->token = token;
+    call->then = (unsigned char)then;
+    call->stage = LOCK_GIVING_BACK;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(req->srv->pipe, &at->job);
+    return MHD_YES;
+}
+
+/* Sends an attempt whose connection conn is suspended: its stripe's turn, then the
+ * pipeline (see "Attempts in the pipeline"). Returns 1 when it went to the pipeline now; 0
+ * when it waits for its stripe, or was answered without Redis (then it may be resumed, and
+ * even freed, already). */
+int gw__lock_attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_Connection *conn)
+{
+    call->turn.refused = ATTEMPT_ASKED;
+    call->turn.cover = STORE_OK;
+    call->attempt = NULL;
+    call->waiter.conn = conn; /* the same connection it parks, if it does */
+    call->stage = LOCK_ATTEMPTING;
+    gw_floor floor;
+    if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
+        return stripe_send_first(&srv->fence, &call->turn, floor);
+    }
+    return 0; /* the fence sends it in turn */
+}
+
+/*
+ * Hand-offs. A release that frees a lock others wait for publishes a message; the waiter it
+ * wakes then makes its attempt: two Redis passes per hand-off (under appendfsync always, two
+ * fsyncs in a row), with the subscriber, waitd and a server thread in between. When the
+ * waiter is parked here, the /unlock that releases the lock sends that waiter's attempt
+ * itself, right behind the release in the same Redis pipeline batch (gw__pipe_hold): Redis
+ * reads both at once, runs the release and then the attempt in one pass, and one fsync
+ * covers both. The release's message, when it comes, is that waiter's wake (waiters.c,
+ * gw__wait_claim), so a release still costs one attempt, not two.
+ *
+ * Nothing about the attempt changes: it is the one the waiter would have made when woken,
+ * with its own stripe turn and floor (fence.c), answered by lock_answered() on its own
+ * thread. It is only sent early, on the releasing request's thread, while the waiter's
+ * connection stays suspended (a claimed waiter is this code's alone: waitd no longer
+ * touches it). What may differ:
+ *   - The release did not free the lock (the owner still holds it, reentered; it was not
+ *     the owner; the lock had expired and someone else holds it): the attempt finds it held
+ *     and the waiter parks again, as after any wake that lost the race. One attempt more
+ *     than a plain /unlock costs, and only while someone waits.
+ *   - The attempt does not go out with the release: its stripe is busy (another acquisition
+ *     of the same stripe is out), or it is answered without Redis (its deadline passed, the
+ *     floor could not be read). It then waits its turn or is answered as any attempt, and
+ *     may even reach Redis before the release (another batch, another connection), so the
+ *     claim gives up its credit at once (gw__wait_handoff_settled with nothing published):
+ *     the release's message wakes a parked waiter as usual.
+ *   - On Redlock the batch goes to every master in order, so each master runs the release
+ *     before the attempt; on a cluster both go to the resource's slot owner, in order.
+ *   - A request may park unasked (below, "Known holders") between the claim and the
+ *     answer, on a holder that the release ends: a non-fair hand-off attempt is therefore
+ *     always sent as marking the lock wanted if it takes it (lk_call.others_waiting), so
+ *     that the grant's release publishes and wakes it; a fair one forgets the holder.
+ *   - The gateway is killed after the release is sent: the attempt may or may not have
+ *     run; its hold, if granted, was never answered to anybody and ends with its lease, as
+ *     any answer lost to a crash. The waiter's client sees its connection close.
+ *   - The waiter's client hung up while parked: it is no longer watched once claimed, so
+ *     the attempt may take the lock for nobody; its answer finds the socket gone and gives
+ *     the hold back (lock_answered, as for any attempt), which wakes the next waiter.
+ *   - The hand-off waiter's own deadline is due: claimed only when no other parked waiter
+ *     has time left, as a wake would choose (rt/waitq.c, gw__wq_wake_one).
+ */
+int gw__lock_handoff(gw_server *srv, const char *resource)
+{
+    /* Most unlocks have nobody parked anywhere: no lock to take, no lookup. A waiter that
+     * parks meanwhile is woken by the release's message, as without hand-offs. */
+    if (atomic_load(&srv->metrics.waiters_parked) <= 0) {
+        return 0;
+    }
+    gw_waiter *w = gw__wait_claim(srv->waitq, resource);
+    if (w == NULL) {
+        return 0;
+    }
+    struct gw_lock_call *call =
+        (struct gw_lock_call *)((char *)w - offsetof(struct gw_lock_call, waiter));
+    call->last = 0;
+    call->waiting = 1; /* it parked, so it waits, and its reference is held */
+    call->handed_off = 1;
+    if (!gw__lock_attempt_send(srv, call, w->conn)) {
+        gw__wait_handoff_settled(srv->waitq, resource, 0); /* call may be gone: not read */
+        return 0;
+    }
+    atomic_fetch_add(&srv->metrics.handoffs, 1);
+    return 1;
+}

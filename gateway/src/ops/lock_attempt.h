@@ -1,0 +1,21 @@
+/*
+ * The attempts of POST /lock (lock_attempt.c): how the fence sends them, and the hand-off
+ * that sends one behind an /unlock's release.
+ */
+#ifndef GATEWAY_LOCK_ATTEMPT_H
+#define GATEWAY_LOCK_ATTEMPT_H
+
+#include "core/fence.h"
+#include "rt/gateway.h"
+
+/* How the fence sends /lock attempts and tells them a HELD answer (fence.h), for
+ * gw__fence_init(). */
+extern const gw_fence_ops gw__lock_fence_ops;
+/* For an /unlock of resource, between gw__pipe_hold() and gw__pipe_flush() on srv->pipe,
+ * right after submitting its release: sends the attempt of a waiter parked on resource
+ * here, if any, so that it follows the release in the same batch (lock_attempt.c,
+ * "Hand-offs"). Returns 1 when it did: the release's answer must then reach
+ * gw__wait_handoff_settled(). */
+int gw__lock_handoff(gw_server *srv, const char *resource);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * The gateway's shared state (gw_server): what the runtime's threads, the HTTP server and
+ * every operation see. Types only; no functions.
+ *
+ * Threads: the HTTP event loops (loops.c, --threads of them) each run a libmicrohttpd
+ * daemon that parses requests and answers them. Locks, unlocks, renewals and token checks
+ * go to the Redis pipeline and token-checked writes to the storage writer (pipe.c): the
+ * request is suspended meanwhile, so loop threads do not wait for those Redis calls or
+ * commits. The other calls that may block (/metrics, /readyz, GET /locks, GET /resources:
+ * a Redis PING or status read, a PostgreSQL read) go to the side pipelines' threads the
+ * same way (on LMDB too, where a read costs microseconds and the hop is the larger part).
+ * A write whose token the check does not show current is judged on the store readers, since
+ * the refusal names the highest token written (a PostgreSQL query on a shared store). A
+ * /lock's give-backs and fair-queue exits go through the Redis pipeline (ops/lock_attempt.c). What
+ * still runs on a loop thread: the fence's LMDB floor read before an attempt (a read of the
+ * memory map; on PostgreSQL the floor reads nothing). The token ledger's cover, a small LMDB
+ * commit once per block of tokens, runs on the pipeline thread that got the token
+ * (gw__fence_answered). The store is shared: storage is thread-safe. Counters in gw_metrics
+ * are atomics. The fence's stripes and the pipelines' queues have their own mutexes.
+ */
+#ifndef GATEWAY_RT_GATEWAY_H
+#define GATEWAY_RT_GATEWAY_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+
+#include <uuid/uuid.h>
+
+#include "locklib/locklib.h"
+#include "storage/storage.h"
+#include "token_file.h"
+
+#include "base/config.h"
+#include "core/fence.h"
+#include "rt/loops.h"
+#include "rt/metrics.h"
+
+/* Opaque here, defined by the layer that owns them (pipe.h, waiters.h). */
+typedef struct gw_pipe gw_pipe;
+typedef struct gw_waitq gw_waitq;
+/* An endpoint's operation (http/request.h). */
+struct gw_op;
+
+typedef struct gw_server {
+    const gw_config *cfg;
+    store *st;
+    char store_desc[600];         /* store_describe(st): for logs and /readyz, no password */
+    lk_options lk_opts;
+    char auth_token[FG_AUTH_TOKEN_MAX + 1];
+    size_t auth_token_len;
+    int auth_on;
+    uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */
+    atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
+    atomic_long inflight;         /* requests between their first call and completion */
+    gw_metrics metrics;
+    gw_loops *loops;              /* the HTTP event loops and their daemons (loops.c) */
+    int listen_fd;                /* the socket every loop's daemon accepts on; -1 once
+                                   * shutdown has closed it */
+    gw_waitq *waitq;
+    gw_fence fence;               /* the floor stripes, max_token, the ledger (fence.c) */
+    gw_pipe *pipe;                /* Redis calls (pipe.c) */
+    gw_pipe *writer;              /* token-checked writes (pipe.c) */
+    gw_pipe *side;                /* Redis probes and status reads (pipe.c) */
+    gw_pipe *reads;               /* value reads from the store (pipe.c) */
+    /* Each route's operation, in the order of gw_route_id: set by main.c, dispatched to by
+     * http/server.c. */
+    const struct gw_op *const *ops;
+    struct gw_conns *conns;       /* open connections and their request deadlines
+                                   * (http/conns.c) */
+} gw_server;
+
+#endif

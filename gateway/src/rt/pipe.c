@@ -1,0 +1,368 @@
+/*
+ * Pipelines: the Redis pipeline and the storage writer. A request's operation suspends its
+ * connection and submits a job; a pipeline thread takes whatever jobs are queued, runs them
+ * as one batch, runs each job's completion, and resumes each connection; the request's
+ * operation then runs again and answers.
+ *
+ * The Redis pipeline runs every acquire, release, renew and token check of every server
+ * thread: GW_PIPE_THREADS threads, each with its own connection, send each batch as one
+ * pipeline (lk_call_many()). Under appendfsync always Redis fsyncs once per pass of its
+ * event loop, so its throughput comes from commands in flight; server threads that each
+ * waited for one reply kept at most one command each in flight. Here a batch carries every
+ * request waiting, no server thread sleeps on Redis, and with two threads one batch is sent
+ * while the other waits for its fsync.
+ *
+ * The storage writer runs every token-checked write: one thread hands each batch to
+ * store_write_many(), which commits it with one fsync. Server threads that each waited in
+ * store_write() filled a group commit with at most one write each. On a shared store it also
+ * runs the ledger's grants of fresh tokens (fence.c hands an answered acquisition on to it),
+ * committed with the batch's writes in one transaction (store_grant_many).
+ *
+ * Two side pipelines run the calls that may block and are neither of those: srv->side the
+ * Redis calls (a /readyz or /metrics PING, a GET /locks status read), srv->reads the store
+ * reads (a GET /resources value, /readyz's probe read: a network round trip on PostgreSQL;
+ * /readyz goes to one, then the other). Each job's work runs on a side thread, with that
+ * thread's own lk_client. On a server thread such a call held every connection of the
+ * thread until Redis or PostgreSQL answered or timed out (2 s for Redis, 5 s for
+ * PostgreSQL): a client polling /metrics during a Redis stall could hold up the lock
+ * traffic of every connection sharing its thread. Now a stall delays only the calls queued
+ * behind it on its own side pipeline: a stalled Redis does not delay value reads, nor a
+ * stalled store Redis probes. What still runs on a server thread is listed in rt/gateway.h.
+ *
+ * Failures: a Redis batch whose connection fails answers each job EUNAVAILABLE
+ * (lk_call_many: the outcome of each is unknown) and the next batch reconnects; while the
+ * breaker (lk_breaker, shared with the server threads' clients) is open, every job fails
+ * fast. A failed commit answers every write of it with the error, and nothing of it is
+ * acknowledged (storage.h). A job is always completed, so no connection stays suspended: at
+ * shutdown the threads drain their queue before they exit, and the server stops them only
+ * after every request has completed.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rt/gateway.h"
+#include "rt/pipe.h"
+
+/* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
+#define GW_PIPE_BATCH 256
+
+/* A kind of pipeline: what each thread keeps, and how it runs a batch. */
+typedef struct pipe_kind {
+    int metric;                          /* index in gw_metrics.pipe_batches */
+    size_t max_batch;                    /* the most jobs a thread takes at once */
+    size_t max_work;                     /* of them, the most with a work (0: no limit) */
+    void *(*open)(gw_server *srv);
+    void (*close)(void *state);
+    void (*run)(gw_server *srv, void *state, gw_job **jobs, size_t n);
+} pipe_kind;
+
+struct gw_pipe {
+    gw_server *srv;
+    const pipe_kind *kind;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    gw_job *head, *tail;
+    int stopping;
+    int started;
+    pthread_t threads[GW_PIPE_THREADS > GW_SIDE_THREADS ? GW_PIPE_THREADS : GW_SIDE_THREADS];
+};
+
+/* Jobs this thread holds back for one pipeline (gw__pipe_hold). */
+static _Thread_local struct {
+    gw_pipe *p;
+    size_t n;
+    gw_job *jobs[GW_PIPE_HOLD_MAX];
+} held;
+
+/* Queues jobs[0..n) in order, under one lock; each but the last glued to the next. */
+static void enqueue(gw_pipe *p, gw_job *const *jobs, size_t n)
+{
+    pthread_mutex_lock(&p->mu);
+    for (size_t i = 0; i < n; i++) {
+        gw_job *job = jobs[i];
+        job->next = NULL;
+        job->glued = i + 1 < n;
+        if (p->tail != NULL) {
+            p->tail->next = job;
+        } else {
+            p->head = job;
+        }
+        p->tail = job;
+    }
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void gw__pipe_submit(gw_pipe *p, gw_job *job)
+{
+    if (held.p == p && held.n < GW_PIPE_HOLD_MAX) {
+        held.jobs[held.n++] = job;
+        return;
+    }
+    enqueue(p, &job, 1);
+}
+
+void gw__pipe_hold(gw_pipe *p)
+{
+    held.p = p;
+    held.n = 0;
+}
+
+void gw__pipe_flush(gw_pipe *p)
+{
+    size_t n = held.n;
+    held.p = NULL;
+    held.n = 0;
+    if (n > 0) {
+        enqueue(p, held.jobs, n);
+    }
+}
+
+/* Takes up to the kind's max_batch jobs, never parting a job from the one glued to it (a
+ * glued pair that does not fit waits for the next batch, unless it would be alone); 0 when
+ * stopping and nothing is left. */
+static size_t take_batch(gw_pipe *p, gw_job **batch)
+{
+    size_t n = 0, works = 0;
+
+    pthread_mutex_lock(&p->mu);
+    while (p->head == NULL && !p->stopping) {
+        pthread_cond_wait(&p->cv, &p->mu);
+    }
+    while (p->head != NULL && n < p->kind->max_batch) {
+        size_t span = 1;
+        for (const gw_job *j = p->head; j->glued && j->next != NULL; j = j->next) {
+            span++;
+        }
+        if (n > 0 && n + span > p->kind->max_batch) {
+            break;
+        }
+        if (p->head->work != NULL && p->kind->max_work > 0 && works == p->kind->max_work) {
+            break;
+        }
+        works += p->head->work != NULL;
+        batch[n++] = p->head;
+        p->head = p->head->next;
+    }
+    if (p->head == NULL) {
+        p->tail = NULL;
+    }
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+static void *pipe_main(void *arg)
+{
+    gw_pipe *p = arg;
+    gw_job *batch[GW_PIPE_BATCH];
+    void *state = p->kind->open(p->srv);
+    size_t n;
+
+    while ((n = take_batch(p, batch)) > 0) {
+        if (state == NULL) {
+            state = p->kind->open(p->srv); /* out of memory last time: try again */
+        }
+        atomic_fetch_add(&p->srv->metrics.pipe_batches[p->kind->metric], 1);
+        atomic_fetch_add(&p->srv->metrics.pipe_jobs[p->kind->metric], n);
+        p->kind->run(p->srv, state, batch, n);
+        for (size_t i = 0; i < n; i++) {
+            /* Read before done(): once resumed, or handed on, the request may complete and
+             * free the job. */
+            struct MHD_Connection *conn = batch[i]->conn;
+            int resume = batch[i]->done != NULL ? batch[i]->done(batch[i]) : 1;
+            if (resume && conn != NULL) {
+                gw__loops_resume(p->srv->loops, conn);
+            }
+        }
+    }
+    p->kind->close(state);
+    return NULL;
+}
+
+/* ---- The Redis pipeline ------------------------------------------------------------- */
+
+static void *redis_open(gw_server *srv)
+{
+    lk_client *c = NULL;
+    /* EUNAVAILABLE still gives a handle: every batch tries to connect again. */
+    lk_client_open(&c, srv->cfg->redis_url, &srv->lk_opts);
+    return c;
+}
+
+static void redis_close(void *state)
+{
+    lk_client_close(state);
+}
+
+static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    lk_call *calls[GW_PIPE_BATCH];
+    for (size_t i = 0; i < n; i++) {
+        calls[i] = jobs[i]->call;
+    }
+    if (state != NULL) {
+        lk_topology topo;
+        lk_call_many(state, calls, n);
+        /* This handle carries the lock traffic: it is the first to meet a failover. */
+        lk_client_topology(state, &topo);
+        gw__metrics_note_topology(&srv->metrics, &topo);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        calls[i]->status = LK_ENOMEM;
+        snprintf(calls[i]->err, sizeof calls[i]->err, "cannot create a Redis client");
+    }
+}
+
+static const pipe_kind redis_kind = {0, GW_PIPE_BATCH, 0, redis_open, redis_close, redis_run};
+
+/* ---- The storage writer ------------------------------------------------------------- */
+
+static void *store_open_state(gw_server *srv)
+{
+    (void)srv;
+    return NULL;
+}
+
+static void store_close_state(void *state)
+{
+    (void)state;
+}
+
+static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    store_write_req *writes[GW_PIPE_BATCH];
+    store_grant_req *grants[GW_PIPE_BATCH];
+    size_t nw = 0, ng = 0;
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i]->grant != NULL) {
+            grants[ng++] = jobs[i]->grant;
+        } else {
+            writes[nw++] = jobs[i]->write;
+        }
+    }
+    /* Grants (a shared ledger's, fence.c) commit with the writes of the batch. */
+    if (ng > 0) {
+        store_grant_many(srv->st, grants, ng, writes, nw);
+    } else {
+        store_write_many(srv->st, writes, nw);
+    }
+}
+
+static const pipe_kind store_kind = {1, GW_PIPE_BATCH, 0, store_open_state, store_close_state,
+                                     store_run};
+
+/* ---- The side pipeline: calls that may block ----------------------------------------- */
+
+static void side_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    (void)srv;
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        jobs[i]->work(jobs[i]);
+    }
+}
+
+/* The store readers: the fence's verdicts on stale tokens, all of a batch together (one
+ * read of the highest token per resource: gw__fence_verdict_many), then the batch's one
+ * value read. */
+static void reads_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+{
+    struct gw_verdict_req *verdicts[GW_PIPE_BATCH];
+    size_t nv = 0;
+    (void)state;
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i]->verdict != NULL) {
+            verdicts[nv++] = jobs[i]->verdict;
+        }
+    }
+    if (nv > 0) {
+        gw__fence_verdict_many(&srv->fence, verdicts, nv);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (jobs[i]->verdict == NULL) {
+            jobs[i]->work(jobs[i]);
+        }
+    }
+}
+
+/* No state: a job's work takes this thread's lk_client from gw__client() when it needs one.
+ * One job with a work per batch: each blocks on its own, and a job must not wait behind
+ * another taken in the same batch while the other thread is free. */
+static const pipe_kind side_kind = {2, 1, 1, store_open_state, store_close_state, side_run};
+static const pipe_kind reads_kind = {3, GW_PIPE_BATCH, 1, store_open_state, store_close_state,
+                                     reads_run};
+
+/* ---- Start and stop ------------------------------------------------------------------- */
+
+static gw_pipe *pipe_start(gw_server *srv, const pipe_kind *kind, int threads, char *err,
+                           size_t errlen)
+{
+    gw_pipe *p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        snprintf(err, errlen, "out of memory");
+        return NULL;
+    }
+    p->srv = srv;
+    p->kind = kind;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    for (int i = 0; i < threads; i++) {
+        if (pthread_create(&p->threads[i], NULL, pipe_main, p) != 0) {
+            snprintf(err, errlen, "cannot start the pipeline threads");
+            gw__pipe_stop(p);
+            return NULL;
+        }
+        p->started++;
+    }
+    return p;
+}
+
+int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
+{
+    srv->pipe = pipe_start(srv, &redis_kind, GW_PIPE_THREADS, err, errlen);
+    if (srv->pipe == NULL) {
+        return -1;
+    }
+    srv->writer = pipe_start(srv, &store_kind, 1, err, errlen);
+    if (srv->writer != NULL) {
+        srv->side = pipe_start(srv, &side_kind, GW_SIDE_THREADS, err, errlen);
+    }
+    if (srv->side != NULL) {
+        srv->reads = pipe_start(srv, &reads_kind, GW_SIDE_THREADS, err, errlen);
+    }
+    if (srv->reads == NULL) {
+        gw__pipes_stop(srv);
+        return -1;
+    }
+    return 0;
+}
+
+/* In this order: the side pipeline hands /readyz jobs on to the reads pipeline, so it
+ * drains first. */
+void gw__pipes_stop(gw_server *srv)
+{
+    gw__pipe_stop(srv->pipe);
+    gw__pipe_stop(srv->writer);
+    gw__pipe_stop(srv->side);
+    gw__pipe_stop(srv->reads);
+    srv->pipe = srv->writer = srv->side = srv->reads = NULL;
+}
+
+void gw__pipe_stop(gw_pipe *p)
+{
+    if (p == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&p->mu);
+    p->stopping = 1;
+    pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    for (int i = 0; i < p->started; i++) {
+        pthread_join(p->threads[i], NULL);
+    }
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
+    free(p);
+}

@@ -1,0 +1,45 @@
+/*
+ * Pipelines (pipe.c): the Redis pipeline, the storage writer and the side pipelines. An
+ * operation suspends its connection and submits a job; a pipeline thread runs it in a batch
+ * and resumes the connection.
+ */
+#ifndef GATEWAY_PIPE_H
+#define GATEWAY_PIPE_H
+
+#include <microhttpd.h>
+
+#include "locklib/locklib.h"
+#include "storage/storage.h"
+
+#include "core/job.h"
+
+struct gw_server;
+
+/* Redis pipeline threads, each with its own connection and one batch in flight. */
+#define GW_PIPE_THREADS 2
+/* Threads of each side pipeline (calls that may block): two, so that one call waiting out
+ * a timeout does not hold up every other call of its kind. */
+#define GW_SIDE_THREADS 2
+
+typedef struct gw_pipe gw_pipe;
+
+/* Starts the Redis pipeline (srv->pipe; Redis may be down: each batch reconnects), the
+ * storage writer (srv->writer) and the side pipelines (srv->side, srv->reads). Returns 0 or
+ * -1 with err, with none of them running. */
+int gw__pipes_start(struct gw_server *srv, char *err, size_t errlen);
+/* Stops every pipeline gw__pipes_start() started (gw__pipe_stop() on each). */
+void gw__pipes_stop(struct gw_server *srv);
+/* Queues a job. The caller has suspended job->conn first. Never blocks on Redis or disk. */
+void gw__pipe_submit(gw_pipe *p, gw_job *job);
+/* Between these two, the jobs this thread submits to p are held back, then queued together
+ * by gw__pipe_flush() so that one batch carries them all, in order, on one connection: an
+ * /unlock's release and the attempt of the waiter it hands the lock to (owner_calls.c), so
+ * that Redis runs both in one pass of its event loop (one fsync). Not nested; at most
+ * GW_PIPE_HOLD_MAX jobs (more are queued as usual). */
+#define GW_PIPE_HOLD_MAX 2
+void gw__pipe_hold(gw_pipe *p);
+void gw__pipe_flush(gw_pipe *p);
+/* Runs every queued job, then stops the threads. Only after every request has completed. */
+void gw__pipe_stop(gw_pipe *p);
+
+#endif

@@ -1,0 +1,42 @@
+/*
+ * One lk_client per loop thread, opened on first use and closed when the thread exits: a
+ * hiredis context is not thread-safe. The pipelines and the waiters' subscriber keep their
+ * own connections.
+ */
+#include <pthread.h>
+
+#include "rt/log.h"
+#include "rt/redis_client.h"
+
+static pthread_key_t client_key;
+static pthread_once_t client_once = PTHREAD_ONCE_INIT;
+
+static void client_destroy(void *p)
+{
+    lk_client_close(p);
+}
+
+static void client_key_init(void)
+{
+    pthread_key_create(&client_key, client_destroy);
+}
+
+lk_client *gw__client(gw_server *srv)
+{
+    lk_client *c = NULL;
+
+    pthread_once(&client_once, client_key_init);
+    c = pthread_getspecific(client_key);
+    if (c != NULL) {
+        return c;
+    }
+    /* EUNAVAILABLE still gives a handle: Redis being down now is not fatal, every later
+     * call on this handle tries to connect again. */
+    lk_status st = lk_client_open(&c, srv->cfg->redis_url, &srv->lk_opts);
+    if (c == NULL) {
+        gw__log_event(srv->cfg, "error", "cannot create a Redis client: %s", lk_status_str(st));
+        return NULL;
+    }
+    pthread_setspecific(client_key, c);
+    return c;
+}

@@ -1,0 +1,16 @@
+/*
+ * Each loop thread's own locklib handle (redis_client.c), for the rare Redis calls that do
+ * not go through the pipeline: a hiredis context is not thread-safe.
+ */
+#ifndef GATEWAY_REDIS_CLIENT_H
+#define GATEWAY_REDIS_CLIENT_H
+
+#include "locklib/locklib.h"
+
+#include "rt/gateway.h"
+
+/* This thread's locklib handle, opened on first use; NULL on allocation failure or a bad
+ * URL. Closed by a thread-exit destructor. */
+lk_client *gw__client(gw_server *srv);
+
+#endif

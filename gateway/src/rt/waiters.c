@@ -1,0 +1,454 @@
+/*
+ * Parked waiters: a POST /lock with wait_ms > 0 that found the lock held holds no thread.
+ * Its connection is suspended (MHD suspend/resume) and parked here until one of these wakes
+ * it, whichever comes first:
+ *   - RELEASE: a release message on the resource's channel, from the one subscriber
+ *     connection this process keeps (lk_sub). Each message wakes ONE parked waiter of the
+ *     resource, so 1,000 waiters cost one acquire attempt per release, not 1,000.
+ *   - EXPIRY: the holder's lease runs out (expiry publishes nothing). One timer per resource,
+ *     set from the remaining lease the last attempt saw; it too wakes one waiter.
+ *   - DEADLINE: the waiter's own wait_ms is over; it makes a last attempt, then answers 409.
+ *   - DISCONNECT: its client went away (EPOLLRDHUP on the parked socket): it is dropped.
+ *     A client that only half-closed (shutdown(SHUT_WR)) looks the same here; it is
+ *     answered 409 instead of waiting (ops/lock.c, lock_woken).
+ *   - SHUTDOWN: the gateway is stopping: it answers 503.
+ * A woken waiter runs its attempt on an HTTP loop thread (the access handler is called again
+ * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
+ * resource's queue from its first HELD answer until its wait ends, woken or not, so waking
+ * "the first parked waiter" follows arrival order. A fair waiter takes its place while its
+ * first attempt's answer is in and its resource's floor stripe is still busy (fence.c), so
+ * the local order of fair waiters is their order in the Redis queue.
+ *
+ * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll; a
+ * short-lived thread reconnects the subscriber when it is down, so a slow connect never
+ * delays a deadline.
+ * Loop threads park and unpark under wq->mu. The states of a waiter, and who moves them:
+ *     loop thread:  (attempting) -> PARKING -> MHD_suspend_connection -> SUSPENDED
+ *     waitd:        SUSPENDED -> WOKEN, then gw__loops_resume (after unlocking)
+ *     waitd:        PARKING -> WAKE_PENDING; the parking thread sees it after its suspend and
+ *                   resumes the connection itself (WOKEN)
+ * Only waitd moves a waiter out of SUSPENDED, and it resumes connections only after it has
+ * handled every event of an epoll batch. So a waiter that waitd sees SUSPENDED cannot have
+ * been freed: a suspended connection cannot complete. MHD is never called under wq->mu.
+ *
+ * Missed wake-ups. A release between a waiter's attempt and its parking would wake nobody.
+ * Each resource therefore counts the events that may have freed it (its epoch: release
+ * messages, subscription confirmations and its expiry timer firing). A waiter records the
+ * epoch before its attempt and parks only if it has not moved; otherwise it tries again at
+ * once. A new subscription
+ * (or a resubscription after the subscriber connection dropped, when messages were lost)
+ * wakes one waiter when Redis confirms it. If the subscriber is down, the expiry timer and
+ * the deadline still wake waiters: slower, never a hang past wait_ms.
+ *
+ * Settling (Redlock). A release reaches the masters one by one, and lk_sub reports it once,
+ * at its first master's message (its hold id); the other masters' copies wake nobody. The
+ * attempt that message wakes can reach a majority before the release does, and be answered
+ * held by the very hold reported released: its holder token is at most the token of a
+ * recent message. Believed, that answer would leave the resource's waiters parked until
+ * the old lease's end or their deadlines, since nothing else will come. So such an answer,
+ * when the message is less than the command timeout old, sets the resource's expiry timer
+ * to a short nap instead (10 ms, growing with the time since the first such message, up to
+ * 100 ms, and never past the holder's time left): each nap wakes the first parked waiter,
+ * one attempt, and, as any expiry fire, moves the epoch (an attempt out meanwhile looks
+ * again; a known holder is forgotten). The last attempt of a waiter whose wait ends with
+ * such an answer does the same for the others (gw__wait_end). Once the messages are older
+ * than the command timeout, the release did not reach a majority (its client died
+ * half-way, say), and the lease ends the hold, as the answer says. False positives cost
+ * naps, never a grant: on Redlock two holds can carry the same token on different masters
+ * (a minority grant given back, whose message names the winner's token too), and each such
+ * message opens the window again. On one Redis, Sentinel or Cluster tokens only grow and
+ * the release and its message are one script on the master the attempts go to, so the case
+ * arises only when a failover lost the release.
+ *
+ * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
+ * of the resource, so a vanished waiter never swallows a release.
+ *
+ * Hand-offs (ops/lock_attempt.c, gw__lock_handoff). An /unlock on this gateway claims the
+ * first parked waiter of its resource (gw__wait_claim: what gw__wq_wake_one would pick,
+ * SUSPENDED only) and sends its attempt right behind the release, in the same Redis batch.
+ * The claim is a wake taken before the release: the waiter's epoch is read then, and the
+ * resource gets a credit. The release's message, when it comes, uses the credit: it wakes
+ * nobody, since the attempt ran after it (in the same pass of Redis, on the same
+ * connection), and it is kept in the resource's ring of released tokens like any message
+ * (without a token, from an older release script, it moves the epoch instead). A claim
+ * whose attempt does not go out with the release (ops/lock_attempt.c) gives its credit up at
+ * once. Which message uses a credit, and why that is safe:
+ *   - Messages of one connection arrive in the order Redis published them, so the first
+ *     release message after a claim was published by the hand-off's release or before it
+ *     (another gateway's), never after its attempt: the attempt saw that release. On
+ *     Redlock lk_sub reports a release at its first master's message (by its hold id), and
+ *     again only with a larger token or in rare cases (locklib.h, lk_sub_event_token): a
+ *     repeat that takes a later hand-off's credit only makes that hand-off's own message
+ *     wake a waiter, one attempt more.
+ *   - The release published nothing (it did not free the lock, or nobody had marked it
+ *     wanted: lk_result.published): no message comes for it. Its answer cancels the credit
+ *     (gw__wait_handoff_settled); if a message used it first, that message may be of a
+ *     release after the attempt, so its wake is passed on to the next parked waiter.
+ *   - A message lost (the subscriber dropped: every credit goes with the connection, and
+ *     the resubscription's confirmation wakes a waiter, as always) or late: a credit is
+ *     void WQ_CREDIT_MS after its claim, and a confirmation never uses one.
+ * waitd may hold an epoll event of the claimed waiter's socket from an epoll_wait that
+ * returned before the claim; handle_event (waitd.c) passes over a waiter that is not
+ * SUSPENDED, and the request, with the waiter in it, is freed through gw__wait_free(), which
+ * leaves it to waitd until that batch is done (claim_loop). Nothing waits for waitd.
+ *
+ * Known holders (ops/lock.c, park_unasked). When a waiter here takes the lock in an attempt
+ * that marked it wanted, its resource remembers the owner and the lease end, with the
+ * epoch: while the epoch has not moved, the lease is not over and the subscriber is
+ * connected, a new waiting /lock of another owner parks at once (gw__wait_known_held),
+ * which is what its attempt would have answered. A release since publishes a message that
+ * names its token (or moves the epoch, without one); an expiry is the expiry timer's; a
+ * dropped subscriber forgets every holder.
+ *
+ * The cap. A parked waiter keeps its connection, and connections are limited
+ * (--max-connections): 1,024 waiters would take them all, and then /healthz and the
+ * holder's own /unlock, which the waiters wait for, could not even connect. So at most
+ * --max-waiters (below --max-connections, by default 3/4 of it) wait at once, counted from
+ * a waiter's first park to the end of its wait (gw__wait_end), woken and attempting again
+ * included; a waiter that would park beyond that is answered 503 too_many_waiters with a
+ * Retry-After instead (GW_PARK_FULL). A waiter already counted parks again whatever the
+ * count, so the cap never cuts a wait short. Refusing at the cap, rather than at accept
+ * time, keeps the answer explicit (the client learns why and when to retry) and leaves the
+ * remaining connections to requests that finish quickly.
+ */
+#define _GNU_SOURCE /* EPOLLRDHUP */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include "rt/loops.h"
+#include "rt/util.h"
+#include "rt/waiters.h"
+#include "rt/waiters_internal.h"
+
+/* ---- The loop threads' side ---------------------------------------------------------- */
+
+int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource)
+{
+    pthread_mutex_lock(&wq->mu);
+    if (w->res == NULL) {
+        gw_wres *r = gw__wres_get(wq, resource);
+        if (r == NULL) {
+            pthread_mutex_unlock(&wq->mu);
+            return -1;
+        }
+        r->refs++;
+        w->res = r;
+        w->fd = -1;
+        w->timer.idx = GW_TIMER_OFF;
+        w->timer.kind = TIMER_WAITER;
+    }
+    w->epoch = w->res->epoch;
+    w->msgs = w->res->msgs;
+    w->wake_unused = 0; /* this attempt uses the wake */
+    pthread_mutex_unlock(&wq->mu);
+    return 0;
+}
+
+gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
+{
+    int64_t now = gw__now_ms();
+    gw_waiter *claimed = NULL, *due = NULL;
+
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = wq->shutting_down ? NULL : gw__wres_find(wq, resource);
+    /* The waiter gw__wq_wake_one() would choose, if it is SUSPENDED: a PARKING one's thread
+     * is still suspending its connection, and only that thread may start its attempt then;
+     * nobody else is claimed in its place (for fair waiters it may be the head of the
+     * queue). */
+    for (gw_waiter *w = r != NULL ? r->head : NULL; w != NULL; w = w->next) {
+        if (w->state != GW_WAITER_SUSPENDED && w->state != GW_WAITER_PARKING) {
+            continue;
+        }
+        if (w->timer.idx != GW_TIMER_OFF && w->timer.at <= now) {
+            if (due == NULL) {
+                due = w;
+            }
+            continue;
+        }
+        claimed = w;
+        break;
+    }
+    if (claimed == NULL) {
+        claimed = due;
+    }
+    if (claimed != NULL && claimed->state != GW_WAITER_SUSPENDED) {
+        claimed = NULL;
+    }
+    if (claimed != NULL) {
+        gw_metrics *m = &wq->srv->metrics;
+        gw__timer_cancel(&wq->timers, &claimed->timer);
+        /* Off the disconnect watch: a hang-up now is found when its attempt is answered.
+         * waitd may hold an event of this socket from an epoll_wait that returned before
+         * this; it passes over a waiter that is not SUSPENDED, and gw__wait_free() keeps
+         * the request alive until waitd has finished that batch (claim_loop). */
+        if (claimed->fd >= 0) {
+            epoll_ctl(wq->epfd, EPOLL_CTL_DEL, claimed->fd, NULL);
+            claimed->fd = -1;
+        }
+        claimed->state = GW_WAITER_IDLE;
+        claimed->reason = GW_WAKE_RELEASE;
+        claimed->wake_unused = 0; /* its attempt goes out now */
+        claimed->epoch = r->epoch;
+        claimed->msgs = r->msgs;
+        claimed->claimed = 1;
+        claimed->claim_loop = wq->loops;
+        atomic_fetch_sub(&m->waiters_parked, 1);
+        atomic_fetch_add(&m->waiter_wakes[GW_WAKE_RELEASE], 1);
+        r->credits++;
+        if (claimed->fair) {
+            /* A fair grant is marked wanted only while others are in line in Redis: a
+             * request parked unasked on the holder this release ends could miss the
+             * release of the grant (ops/lock_attempt.c, "Hand-offs"). */
+            r->known_until = 0;
+        }
+        r->credit_until = now + WQ_CREDIT_MS;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return claimed;
+}
+
+void gw__wait_handoff_settled(gw_waitq *wq, const char *resource, int published)
+{
+    if (published > 0) {
+        return; /* its message comes (or came): it takes the credit */
+    }
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = gw__wres_find(wq, resource);
+    if (r != NULL) {
+        if (r->credits > 0) {
+            r->credits--;
+        } else {
+            /* A message took this claim's credit already, though the release published
+             * none: it came from another release, maybe one after the attempt. Its wake is
+             * passed on, as the message would have done. */
+            r->kicks++;
+            gw__wq_pending_add(wq, r);
+        }
+    }
+    pthread_mutex_unlock(&wq->mu);
+}
+
+void gw__wait_place(gw_waitq *wq, gw_waiter *w)
+{
+    if (w->res == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    gw__wq_queue_append(w->res, w);
+    pthread_mutex_unlock(&wq->mu);
+}
+
+int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource)
+{
+    int others = 0;
+
+    pthread_mutex_lock(&wq->mu);
+    const gw_wres *r = w->res != NULL ? w->res : gw__wres_find(wq, resource);
+    if (r != NULL) {
+        others = r->refs - (w->res == r) > 0;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return others;
+}
+
+void gw__wait_note_holder(gw_waitq *wq, const gw_waiter *w, const char *owner,
+                          int64_t token, int64_t lease_ms)
+{
+    gw_wres *r = w->res;
+    if (r == NULL || lease_ms <= 0 || token <= 0) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    /* The epoch must not have moved since the attempt began: a release message seen since
+     * may have come after the grant (another gateway's hand-off of a lease that ran out,
+     * say), and then nothing says who holds the lock now. */
+    if (r->epoch == w->epoch && !gw__wres_released_since(r, w->msgs, token) &&
+        wq->sub_fd >= 0) {
+        r->known_epoch = r->epoch;
+        r->known_msgs = r->msgs;
+        r->known_token = token;
+        r->known_until = gw__now_ms() + lease_ms;
+        snprintf(r->known_owner, sizeof r->known_owner, "%s", owner);
+    }
+    pthread_mutex_unlock(&wq->mu);
+}
+
+int64_t gw__wait_known_held(gw_waitq *wq, const gw_waiter *w, const char *owner,
+                            int64_t *token)
+{
+    gw_wres *r = w->res;
+    int64_t left = -1;
+    if (r == NULL) {
+        return -1;
+    }
+    pthread_mutex_lock(&wq->mu);
+    int64_t now = gw__now_ms();
+    if (r->known_until > now && r->known_epoch == r->epoch && r->epoch == w->epoch &&
+        !gw__wres_released_since(r, r->known_msgs, r->known_token) && wq->sub_fd >= 0 &&
+        strcmp(r->known_owner, owner) != 0) {
+        left = r->known_until - now;
+        *token = r->known_token;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return left;
+}
+
+void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms, int64_t holder_token)
+{
+    if (w->res == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    if (w->queued) {
+        gw__wq_queue_remove(w->res, w);
+    }
+    if (w->state == GW_WAITER_PARKING || w->state == GW_WAITER_SUSPENDED) {
+        /* cannot happen on the normal paths; keep the entry consistent */
+        gw__timer_cancel(&wq->timers, &w->timer);
+        atomic_fetch_sub(&wq->srv->metrics.waiters_parked, 1);
+    }
+    if (held_ms >= 0 && w->res->head != NULL) {
+        /* This waiter took the lock, or its last attempt (woken by a release or an expiry,
+         * its deadline passing meanwhile) found a new holder: the others now wait for that
+         * lease, which none of them has seen (no attempt of theirs since), and whose end
+         * publishes nothing. Without this they would sleep on a lock freed by that expiry
+         * until their own deadlines. (+1: PTTL rounds down.) A last attempt answered held
+         * by a hold reported released used the wake of that release: the others nap
+         * instead ("Settling"). */
+        int64_t nap = gw__wres_settle_nap(wq, w->res, holder_token, held_ms);
+        gw__wres_expiry_at(wq, w->res, gw__now_ms() + (nap > 0 ? nap : held_ms + 1));
+    }
+    if (w->parked_before) {
+        w->parked_before = 0;
+        wq->waiting--;
+    }
+    if (w->wake_unused) {
+        /* Woken by a release or an expiry it never acted on: the next waiter gets it. */
+        w->res->kicks++;
+        gw__wq_pending_add(wq, w->res);
+        w->wake_unused = 0;
+    }
+    gw__wres_unref(wq, w->res);
+    w->res = NULL;
+    pthread_mutex_unlock(&wq->mu);
+}
+
+void gw__wait_free(gw_waitq *wq, const gw_waiter *w, void *mem)
+{
+    if (w->claimed) {
+        pthread_mutex_lock(&wq->mu);
+        if (wq->loops == w->claim_loop && !wq->stop) {
+            /* waitd may still hold an event of its socket from before the claim: it frees
+             * mem once that batch is done (gw__wait_claim). */
+            struct grave *g = mem;
+            g->next = wq->graves;
+            wq->graves = g;
+            gw__signal_waitd(wq);
+            mem = NULL;
+        }
+        pthread_mutex_unlock(&wq->mu);
+    }
+    free(mem);
+}
+
+gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
+                      int64_t deadline_ms, int64_t hint_ms, int64_t holder_token)
+{
+    gw_wres *r = w->res;
+
+    pthread_mutex_lock(&wq->mu);
+    if (wq->shutting_down) {
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_SHUTDOWN;
+    }
+    if (r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token)) {
+        /* Released (or resubscribed) since the attempt began: look again now. */
+        w->epoch = r->epoch;
+        w->msgs = r->msgs;
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_RETRY;
+    }
+    if (!w->parked_before && wq->waiting >= wq->max_waiters) {
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_FULL;
+    }
+    if (gw__wq_timer_set(wq, &w->timer, deadline_ms) != 0) {
+        pthread_mutex_unlock(&wq->mu);
+        return GW_PARK_NOMEM;
+    }
+    int64_t nap = gw__wres_settle_nap(wq, r, holder_token, hint_ms);
+    if (nap > 0) {
+        gw__wres_expiry_at(wq, r, gw__now_ms() + nap);
+    } else if (hint_ms >= 0) {
+        /* +1: PTTL rounds down, and a lock with 0.4 ms left reports 0. */
+        gw__wres_expiry_at(wq, r, gw__now_ms() + hint_ms + 1);
+    }
+    w->conn = conn;
+    w->state = GW_WAITER_PARKING;
+    w->reason = GW_WAKE_NONE;
+    if (!w->parked_before) {
+        w->parked_before = 1;
+        wq->waiting++;
+    }
+    gw__wq_queue_append(r, w);
+    atomic_fetch_add(&wq->srv->metrics.waiters_parked, 1);
+    pthread_mutex_unlock(&wq->mu);
+
+    MHD_suspend_connection(conn);
+
+    pthread_mutex_lock(&wq->mu);
+    int resume_now = w->state == GW_WAITER_WAKE_PENDING;
+    if (resume_now) {
+        w->state = GW_WAITER_WOKEN;
+    } else {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        w->state = GW_WAITER_SUSPENDED;
+        w->fd = info != NULL ? info->connect_fd : -1;
+        struct epoll_event ev = {.events = EPOLLRDHUP, .data.ptr = w};
+        if (w->fd >= 0 && epoll_ctl(wq->epfd, EPOLL_CTL_ADD, w->fd, &ev) != 0) {
+            w->fd = -1; /* no disconnect watch: it is found when the waiter wakes */
+        }
+    }
+    pthread_mutex_unlock(&wq->mu);
+    if (resume_now) {
+        gw__loops_resume(wq->srv->loops, conn);
+    }
+    return GW_PARKED;
+}
+
+gw_peer gw__conn_peer(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char byte;
+
+    if (info == NULL) {
+        return GW_PEER_OPEN;
+    }
+    ssize_t n = recv(info->connect_fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))) {
+        return GW_PEER_OPEN;
+    }
+    if (n < 0) {
+        return GW_PEER_GONE;
+    }
+    /* Once the client's FIN is in, recv() reports end of file even after a reset, so ask
+     * TCP: a reset ends the connection (TCP_CLOSE), a FIN alone leaves it in CLOSE_WAIT. */
+    struct tcp_info ti;
+    socklen_t len = sizeof ti;
+    memset(&ti, 0, sizeof ti);
+    if (getsockopt(info->connect_fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+        ti.tcpi_state == TCP_CLOSE) {
+        return GW_PEER_GONE;
+    }
+    return GW_PEER_EOF;
+}
