@@ -98,6 +98,6 @@ if others == '1' then
     mark_wanted(KEYS[1])
 end
 
-keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms, idem_ms)
 acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
+keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms, KEYS[3], idem_ms)
 return {1, token, holds, lease_ms, raised, 0}

@@ -129,8 +129,8 @@ local held = redis.call('EXISTS', KEYS[1]) == 1
 if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
     local holds, token = reenter(KEYS[1], owner, lease_ms)
     leave_queue()
-    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, idem_ms)
     acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
+    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
     return {1, token, holds, lease_ms, 0, 0, -1}
 end
 
@@ -144,8 +144,8 @@ if not held and (not head or head == owner) then
     if redis.call('EXISTS', KEYS[5]) == 1 then
         mark_wanted(KEYS[1]) -- the others in line wait for this holder's release
     end
-    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, idem_ms)
     acquire_record(KEYS[3], idem_ms, owner, token, 1, lease_ms)
+    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
     return {1, token, 1, lease_ms, raised, 0, -1}
 end
 

@@ -46,8 +46,8 @@ if redis.call('HEXISTS', KEYS[1], owner) == 0 then
     return {0, 0, 0, 0, redis.call('EXISTS', KEYS[1])}
 end
 redis.call('PEXPIRE', KEYS[1], lease_ms)
-keep_token_keys(KEYS[3], KEYS[4], KEYS[5], idle_ms, lease_ms, idem_ms)
 local token = tonumber(redis.call('HGET', KEYS[1], '#token'))
-
+-- The record first: keep_token_keys() counts the keys' expiry from the record's.
 idem_record(KEYS[2], idem_ms, 'renew', owner, 'token', token, 'lease', lease_ms)
+keep_token_keys(KEYS[3], KEYS[4], KEYS[5], idle_ms, lease_ms, KEYS[2], idem_ms)
 return {1, token, 0, lease_ms}

@@ -338,6 +338,11 @@ typedef struct cbatch {
     lk__reply_fn done;
     void *ctx;
     int retry;                         /* a TRYAGAIN, CLUSTERDOWN or a slot without master */
+    /* This batch's latest refusal (a MOVED, ASK, TRYAGAIN or CLUSTERDOWN reply, or a slot
+     * without a master), "" for none: the reason given when the rounds run out. Kept apart
+     * from t->err, which may still hold an earlier batch's reason (a round that sends
+     * nothing writes none), so the reason never quotes an earlier one. */
+    char last[LK__ERR_LEN];
 } cbatch;
 
 static int error_is(const char *err, const char *what)
@@ -377,6 +382,10 @@ static void group_done(void *ctx, size_t j, lk_status st, redisReply *reply)
     size_t i = b->subidx[g->off + j];
     const char *err = b->t->err;
 
+    if (st != LK_OK && (error_is(err, "MOVED ") || error_is(err, "ASK ") ||
+                        error_is(err, "TRYAGAIN") || error_is(err, "CLUSTERDOWN"))) {
+        snprintf(b->last, sizeof b->last, "%s", err);
+    }
     if (st != LK_OK && error_is(err, "MOVED ")) {
         cl->stale = 1;
         return;
@@ -454,10 +463,12 @@ static size_t run_round(cbatch *b, size_t n, short *target)
         }
         pending++;
         const char *route = b->cmds[i]->route;
-        target[i] = b->ask[i] >= 0 ? b->ask[i] : cl->owner[lk__cluster_slot(route, strlen(route))];
+        int slot = lk__cluster_slot(route, strlen(route));
+        target[i] = b->ask[i] >= 0 ? b->ask[i] : cl->owner[slot];
         if (target[i] < 0) {
             b->retry = 1; /* no master for the slot: a failover in progress */
             cl->stale = 1;
+            snprintf(b->last, sizeof b->last, "no master for slot %d", slot);
         }
     }
     for (int asking = 0; asking <= 1; asking++) {
@@ -481,7 +492,8 @@ static void cluster_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
 {
     lk__cluster *cl = t->impl;
     cbatch b = {t, cmds, calloc(n + 1, 1), calloc(n + 1, sizeof(short)),
-                calloc(n + 1, sizeof(lk__cmd *)), calloc(n + 1, sizeof(size_t)), done, ctx, 0};
+                calloc(n + 1, sizeof(lk__cmd *)), calloc(n + 1, sizeof(size_t)), done, ctx, 0,
+                ""};
     short *target = calloc(n + 1, sizeof(short));
     int64_t deadline = lk__now_ms() + cl->login.command_timeout_ms;
 
@@ -523,11 +535,11 @@ static void cluster_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
                 left += b.state[i] == C_PENDING;
             }
             if (left > 0) {
-                char last_err[LK__ERR_LEN];
-                memcpy(last_err, t->err, sizeof last_err);
+                /* b.last is bounded (LK__ERR_LEN) and lk__errf truncates to the same size. */
                 answer_pending(&b, n, lk__errf(t->err, LK_EUNAVAILABLE,
                                                "cluster still redirecting after %d rounds, "
-                                               "last: %s", round + 1, last_err));
+                                               "last: %s", round + 1,
+                                               b.last[0] != '\0' ? b.last : "no refusal"));
             }
             break;
         }

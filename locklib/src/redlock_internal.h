@@ -1,5 +1,5 @@
 /*
- * Redlock's topology-independent core (issue 16): the validity of a grant, the combiners that
+ * Redlock's topology-independent core: the validity of a grant, the combiners that
  * turn the N per-node outcomes of one call into the one outcome handed back, the fencing
  * token's write-back, and each node's delayed-restart state. Pure functions: no sockets, no
  * clock (the caller passes elapsed and now), so every rule is tested without Redis.

@@ -305,9 +305,9 @@ static void check_node(lk__redlock *rl, int k)
     }
     /* A connection that died while idle (the master restarted, maybe without its data) is
      * dropped here, so that the new one below reads the marker before this batch counts
-     * the node. Nothing else opens a node's connection (tp.owner_opens): before, a batch
-     * that met the dead connection in step 1 reopened it there unchecked, and an empty
-     * master granted at once (test_redlock_client.c,
+     * the node. Nothing else opens a node's connection (tp.owner_opens): a batch that
+     * reopened the dead connection in step 1 would count the node unchecked, and a master
+     * restarted empty would grant at once (test_redlock_client.c,
      * test_master_wiped_under_idle_connection_held_out). */
     lk__transport_drop_dead(&nd->tp);
     if (counts(nd)) {

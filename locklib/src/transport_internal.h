@@ -7,8 +7,8 @@
  * out (done(): the script's array reply, or an error status with the reason in t->err at
  * the time of the callback). Whatever happens on the wire, every call is answered once, and
  * a call answered EUNAVAILABLE may or may not have run. Each call carries its routing key
- * (cmd->route, the resource whose hash tag {route} every key shares), so the implementations
- * the next issues need fit behind the same function:
+ * (cmd->route, the resource whose hash tag {route} every key shares), so the other
+ * topologies' implementations fit behind the same function:
  *   - Redis Cluster: group the batch by the slot of route (CRC16 of the tag), run each group
  *     as one pipeline on the node that owns the slot (the single-node code below, per node),
  *     hand each reply back under its call's index. MOVED/ASK is, like NOSCRIPT, "did not

@@ -13,9 +13,12 @@
  *     to the importing node after ASKING; an existing one meets TRYAGAIN (its keys are
  *     split) and is answered once the keys moved, within the call's timeout;
  *   - malformed redis-cluster:// URLs are refused;
- *   - last, a master is SIGKILLed: the handle follows its replica's promotion by itself,
+ *   - a master is SIGKILLed: the handle follows its replica's promotion by itself,
  *     reports the failover, and the lock it held there is still its own (it was replicated:
- *     WAIT before the kill).
+ *     WAIT before the kill);
+ *   - last, the promoted master is SIGKILLed too, leaving its slots without a master: each
+ *     call there is answered EUNAVAILABLE with a reason of its own, not one that quotes the
+ *     previous call's.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +30,7 @@
 typedef struct cl_fixture {
     th_cluster cl;
     lk_client *c;
+    int killed; /* the master test_master_failover killed, -1 before */
 } cl_fixture;
 
 static lk_client *open_cluster(const th_cluster *cl, int timeout_ms)
@@ -48,6 +52,7 @@ static lk_client *open_cluster(const th_cluster *cl, int timeout_ms)
 static int group_setup(void **state)
 {
     cl_fixture *f = calloc(1, sizeof *f);
+    f->killed = -1;
     th_cluster_start(&f->cl, 3, 1, PASSWORD);
     f->c = open_cluster(&f->cl, 2000);
     *state = f;
@@ -335,6 +340,7 @@ static void test_master_failover(void **state)
     int64_t token = res.token;
     assert_int_equal(th_redis_cmd(&f->cl.nodes[owner], NULL, 0, "WAIT 1 2000"), 1);
     th_cluster_kill(&f->cl, owner);
+    f->killed = owner;
     int64_t start = th_now_ms();
     lk_status st = LK_EUNAVAILABLE;
     while (st == LK_EUNAVAILABLE && th_now_ms() - start < 30000) {
@@ -354,6 +360,62 @@ static void test_master_failover(void **state)
     assert_int_equal(topo.failovers, 1);
 }
 
+/* How many times needle occurs in hay. */
+static int occurrences(const char *hay, const char *needle)
+{
+    int n = 0;
+    for (const char *p = strstr(hay, needle); p != NULL; p = strstr(p + 1, needle)) {
+        n++;
+    }
+    return n;
+}
+
+/* After test_master_failover: the promoted master (no replica left) is SIGKILLed as well, so
+ * once the others flag it failed, its slots have no master. A call there is retried until its
+ * timeout, then answered EUNAVAILABLE "cluster still redirecting after N rounds, last: ...".
+ * The "last" part is this call's own latest refusal: a message that quoted the handle's
+ * previous reason grew by one level per call (the second call's quoting the first's, and so
+ * on) until it filled the buffer, hiding the actual cause. */
+static void test_masterless_slot_reason_does_not_nest(void **state)
+{
+    cl_fixture *f = *state;
+    lk_result res;
+    const char *r = "failover.x";
+    const char *what = "cluster still redirecting";
+
+    assert_true(f->killed >= 0);
+    int owner = -1;
+    for (int i = 0; i < f->cl.nnodes && owner < 0; i++) {
+        if (i != f->killed) {
+            owner = th_cluster_slot_owner(&f->cl, i, slot_of(r)); /* the promoted replica */
+        }
+    }
+    assert_true(owner >= 0 && owner != f->killed);
+    th_cluster_kill(&f->cl, owner);
+    lk_client *c = open_cluster(&f->cl, 300);
+    /* Until the other nodes flag it failed, calls still go to the dead node and fail to
+     * connect; then the slot has no master in the map. */
+    int64_t start = th_now_ms();
+    lk_status st = LK_OK;
+    while (th_now_ms() - start < 20000) {
+        st = lk_acquire(c, r, "C", 60000, 0, NULL, &res);
+        if (st == LK_EUNAVAILABLE && strstr(lk_errstr(c), what) != NULL) {
+            break;
+        }
+    }
+    assert_lk(c, st, LK_EUNAVAILABLE);
+    for (int i = 0; i < 4; i++) {
+        st = lk_acquire(c, r, "C", 60000, 0, NULL, &res);
+        assert_lk(c, st, LK_EUNAVAILABLE);
+        const char *why = lk_errstr(c);
+        print_message("call %d: %s\n", i, why);
+        assert_int_equal(occurrences(why, what), 1);
+        assert_null(strstr(why, "last: cluster"));
+        assert_true(strlen(why) < 160);
+    }
+    lk_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -365,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_moved),
         cmocka_unit_test(test_ask_and_tryagain),
         cmocka_unit_test(test_master_failover),
+        cmocka_unit_test(test_masterless_slot_reason_does_not_nest),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -153,6 +153,50 @@ static void test_token_keys_outlive_an_idempotency_record(void **state)
     lk_client_close(c);
 }
 
+/* The same property to the millisecond, over many grants: a plain and a fair keyed grant
+ * and a keyed renewal each leave every token key expiring no earlier than the record, as
+ * absolute times (PEXPIREAT/PEXPIRETIME), whatever the server's clock did during the script.
+ * One grant rarely straddles a millisecond tick; 100 rounds of three make a slip of the
+ * keys' expiry behind the record's (relative times taken at different instants within one
+ * script) show in nearly every run. */
+static void test_token_keys_outlive_the_record_to_the_ms(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *names[] = {"fence", "base", "recent"};
+    lk_client *c = open_idle(f, 1000);
+
+    for (int round = 0; round < 100; round++) {
+        char res[3][64], key[3][48];
+        for (int k = 0; k < 3; k++) {
+            snprintf(res[k], sizeof res[k], "%s", res_name("idem-ms"));
+            snprintf(key[k], sizeof key[k], "idem-ms-%d-%d", round, k);
+        }
+        assert_lk(c, lk_acquire(c, res[0], "alice", 1000, 7, key[0], &r), LK_ACQUIRED);
+        assert_lk(c, lk_acquire_fair(c, res[1], "bob", 1000, 7, key[1], 0, &r), LK_ACQUIRED);
+        assert_lk(c, lk_acquire(c, res[2], "carol", 1000, 7, NULL, &r), LK_ACQUIRED);
+        assert_lk(c, lk_renew(c, res[2], "carol", 1000, key[2], &r), LK_RENEWED);
+        for (int k = 0; k < 3; k++) {
+            char idem[64];
+            snprintf(idem, sizeof idem, "idem:idem-ms-%d-%d", round, k);
+            long long rec = key_expires_at(f, res[k], idem);
+            assert_true(rec > 0);
+            for (size_t i = 0; i < 3; i++) {
+                long long at = key_expires_at(f, res[k], names[i]);
+                if (at < rec) {
+                    print_error("round %d: fg:{%s}:%s expires at %lld, its record at %lld\n",
+                                round, res[k], names[i], at, rec);
+                    fail();
+                }
+            }
+        }
+        assert_lk(c, lk_release(c, res[0], "alice", NULL, &r), LK_RELEASED);
+        assert_lk(c, lk_release(c, res[1], "bob", NULL, &r), LK_RELEASED);
+        assert_lk(c, lk_release(c, res[2], "carol", NULL, &r), LK_RELEASED);
+    }
+    lk_client_close(c);
+}
+
 /* Once the token keys expired, the next acquisition mints above its floor, as after a data
  * loss; without a floor the counter starts again, which is why the option is off by default
  * (locklib.h). A negative option is refused. */
@@ -559,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_non_integer_floor_refused_by_scripts),
         cmocka_unit_test(test_token_keys_get_idle_ttl),
         cmocka_unit_test(test_token_keys_outlive_an_idempotency_record),
+        cmocka_unit_test(test_token_keys_outlive_the_record_to_the_ms),
         cmocka_unit_test(test_expired_token_keys_restart_from_floor),
     };
     return cmocka_run_group_tests_name("locklib_tokens", tests, group_setup, lk_group_teardown);

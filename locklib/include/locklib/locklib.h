@@ -123,11 +123,13 @@ typedef struct lk_options {
     int64_t idempotency_ttl_ms;   /* how long a first answer is replayed, default 600000 */
     /* How long a resource's token keys (fg:{R}:fence, :base, :recent) stay after its last
      * grant or renewal, in ms; 0 (the default) keeps them forever. Every grant and renewal
-     * sets their time to live to max(this, the lease), so they never expire under a lease.
-     * Once they have expired the counter starts again from the floor of the next
-     * acquisition: only set this when every acquisition passes a floor above every token
-     * ever handed out for the resource (a durable ledger, as the gateway keeps), or tokens
-     * repeat. Also, token_range then reports 0/0, so an old token reads as never issued. */
+     * sets their time to live to max(this, the lease), so they never expire under a lease;
+     * one with an idempotency key keeps them at least until its record expires (read with
+     * PEXPIRETIME: Redis 7.0 or later when both are set). Once they have expired the
+     * counter starts again from the floor of the next acquisition: only set this when
+     * every acquisition passes a floor above every token ever handed out for the resource
+     * (a durable ledger, as the gateway keeps), or tokens repeat. Also, token_range then
+     * reports 0/0, so an old token reads as never issued. */
     int64_t token_key_idle_ttl_ms;
     int min_replicas;             /* 0: off. >0: WAIT for this many replicas after acquire */
     int replica_timeout_ms;       /* WAIT timeout, default 1000; with min_replicas > 0 it

@@ -23,8 +23,15 @@ end
 
 -- Makes the time to live of the keys k_fence, k_base and k_recent (a missing one is left
 -- missing) at least max(idle_ms, lease_ms, record_ms), or removes it when idle_ms is 0.
--- record_ms: the retention of the idempotency record written with this grant, 0 for none.
-local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms, record_ms)
+-- record_ms: the retention of the idempotency record k_record written with this grant, 0 for
+-- none. The caller writes that record first: with one, every expiry is counted from the
+-- instant the record's own was set (its PEXPIRETIME less record_ms) and set as an absolute
+-- time (PEXPIREAT), so no key expires even a millisecond before the record. Relative
+-- PEXPIREs would not do: Redis before 7.2 reads the clock afresh for each command of a
+-- script, so two PEXPIREs of the same length one after the other can end on different
+-- milliseconds.
+local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms, k_record,
+        record_ms)
     local keys = {k_fence, k_base, k_recent}
     if idle_ms == 0 then
         for _, k in ipairs(keys) do
@@ -32,7 +39,21 @@ local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms, rec
         end
         return
     end
-    local ttl_ms = math.max(idle_ms, lease_ms, record_ms)
+    local ttl_ms = math.max(idle_ms, lease_ms)
+    local record_at = -1
+    if record_ms > 0 then
+        record_at = redis.call('PEXPIRETIME', k_record)
+    end
+    if record_at > 0 then
+        local at = record_at - record_ms + math.max(ttl_ms, record_ms)
+        for _, k in ipairs(keys) do
+            local cur = redis.call('PEXPIRETIME', k)
+            if cur == -1 or (cur >= 0 and cur < at) then
+                redis.call('PEXPIREAT', k, at)
+            end
+        end
+        return
+    end
     for _, k in ipairs(keys) do
         local left = redis.call('PTTL', k)
         if left == -1 or (left >= 0 and left < ttl_ms) then

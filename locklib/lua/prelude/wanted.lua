@@ -1,9 +1,9 @@
 -- prelude/wanted.lua: whether a release has anyone to wake. Shared by acquire.lua,
 -- fair_acquire.lua and release.lua. Not a script of its own.
 --
--- A release used to PUBLISH on every unlock. Nobody listens to most of them (an uncontended
--- lock), yet each one costs: Redis replicates a script's PUBLISH to every replica, and a
--- Redis Cluster forwards a classic PUBLISH over its bus to every node. So a release now
+-- A release does not PUBLISH on every unlock: nobody listens to most of them (an uncontended
+-- lock), yet each one would cost: Redis replicates a script's PUBLISH to every replica, and
+-- a Redis Cluster forwards a classic PUBLISH over its bus to every node. So a release
 -- publishes only when the lock hash carries the field "#wait" ('#' is never in an owner id,
 -- limits.lua), which is set:
 --   - by every attempt that finds the lock held by another owner (acquire.lua's held
@@ -18,8 +18,8 @@
 -- publishes. A waiter that was already waiting when a later grant was made either attempts
 -- again and is answered held by the new holder (marking it), or is counted by the granting
 -- caller (the gateway wakes one parked waiter per release; the one it wakes passes 1 while
--- others stay parked). A lease that runs out publishes nothing, as before: waiters retry
--- when the holder's lease ends (the held answer carries it).
+-- others stay parked). A lease that runs out publishes nothing (Redis runs no script on
+-- expiry): waiters retry when the holder's lease ends (the held answer carries it).
 --
 -- HSETNX writes (and so replicates and appends to the AOF) only the first time per grant.
 
