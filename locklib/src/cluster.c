@@ -41,7 +41,7 @@
  * (open(): the first master that answers) hears every release, and follows a failover by
  * reconnecting to another node. Why not sharded pub/sub (SPUBLISH/SSUBSCRIBE): a subscriber
  * would need one connection per master, and lk_sub hands its caller one descriptor to poll;
- * README, "Redis topologies", has the trade-off.
+ * docs/topologies.md, "Cluster", has the trade-off.
  */
 #include <stdio.h>
 #include <stdlib.h>

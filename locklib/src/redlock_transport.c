@@ -34,7 +34,7 @@
  *   5. Each call is answered with the combined outcome, written into its lk_call (cmd->out)
  *      and handed back with a NULL reply: run.c does not decode it again.
  * Fair acquisition (and its cancel) is refused with EINVAL before anything is sent: a FIFO
- * queue across independent masters is not built (README, "Redis topologies").
+ * queue across independent masters is not built (docs/topologies.md, "Redlock").
  *
  * Release messages: every node the release ran on publishes on fg:{R}:released. open()
  * gives lk_acquire_wait() one connection to a node that counts, which hears every release
@@ -230,7 +230,8 @@ static void write_holdout(rl_node *nd, int64_t hold_ms)
  * node for the first time and reads back that client's marker holds it out too. This
  * narrows, not closes, the window of a process that never saw the node before: if its
  * whole check runs between the other client's reading of the loss and its writes, it takes
- * the node as new (README, "Not guaranteed": a master first met without its marker). */
+ * the node as new (docs/topologies.md, "Redlock", its "Not guaranteed": a master first met
+ * without its marker). */
 static int write_marker(rl_node *nd, char *seen, int64_t *left_ms)
 {
     char fresh[LK__RL_MARKER_LEN + 1];

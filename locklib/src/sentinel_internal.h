@@ -19,7 +19,8 @@
  * without the steps and ROLE. What this cannot prevent is the lost write
  * Sentinel documents ("last failover wins"): an acquisition the old master acknowledged and
  * never replicated. The fencing tokens survive it through the caller's floor, which the
- * gateway passes on every acquisition (README, "Redis topologies").
+ * gateway passes on every acquisition (docs/topologies.md, "What a failover does to locks
+ * and tokens").
  * Layer: above conn. Never installed.
  */
 #ifndef LOCKLIB_SENTINEL_INTERNAL_H

@@ -5,7 +5,7 @@
 #   bash tests/bench/run-topo-bench.sh [--seconds N] [--conns N] [--only redlockthree,...]
 # It builds an optimised tree (FENCEGATE_BUILD_DIR, default build-bench) and starts and
 # stops every process itself. About a minute with the default 5 s per row. Progress goes to
-# stderr, the table (Markdown, as in the README) to stdout.
+# stderr, the table (Markdown, as in docs/performance.md, "Topologies") to stdout.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 build="${FENCEGATE_BUILD_DIR:-build-bench}"

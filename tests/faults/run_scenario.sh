@@ -487,7 +487,8 @@ wl_pid=""
 "$workload" final "$(wl_url)" "$hist" "$scenario-$seed" || fail "the final reads failed"
 say "$(lines) operations recorded, $faults faults"
 say "answers by status: $(awk -F'\t' '$2 != "mark" { n[$6]++ } END { for (s in n) printf "%s=%d ", s, n[s] }' "$hist")"
-# The slowest answer beyond its own wait_ms (invariant 8 allows 5 s), for the README's figures.
+# The slowest answer beyond its own wait_ms (invariant 8 allows 5 s), for the figures of
+# docs/reliability.md ("The fault suite").
 say "slowest answer past its wait_ms: $(awk -F'\t' '$2 != "mark" && $6 != 0 {
     d = ($5 - $4) / 1e6 - $12; if (d > m) { m = d; k = $2 } }
     END { printf "%.0f ms (%s)", m, k }' "$hist")"

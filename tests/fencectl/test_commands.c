@@ -282,8 +282,8 @@ static void test_write_refuses_empty(void **state)
     free(err);
     assert_stored(s, "cmd.empty", 200, "good");
 
-    /* The README's trap: a producer that fails in a pipeline. The pipeline's status is
-     * fencectl's, so it must not be 0. */
+    /* The trap docs/operations.md ("fencectl") warns of: a producer that fails in a
+     * pipeline. The pipeline's status is fencectl's, so it must not be 0. */
     snprintf(script, sizeof script, "false | %s write cmd.empty --token %s", FENCECTL_BIN,
              token_text);
     const char *const piped[] = {"lock", "cmd.empty.pipe", "--", "sh", "-c", script, NULL};

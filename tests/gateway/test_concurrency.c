@@ -585,7 +585,7 @@ static void open_conns(const gwt_proc *gw, int *fds, int n)
  * 256 kept-alive connections, and each sends a request while the gateway is stopped
  * (SIGSTOP), so that all 256 are ready at once when it goes on: libmicrohttpd takes 128, 128,
  * then asks again, which its own loop did with the timeout it computed while nothing was
- * ready (no reproducer of that stall was found with it, README "Fewer HTTP workers"). Every
+ * ready (no reproducer of that stall was found with it; CHANGELOG.md names the stall). Every
  * one is answered, well within that 30 s. And --threads sets the number of loops, whatever
  * --max-connections is (but never more loops than connections). */
 static void test_one_loop_serves_more_than_128_ready_connections(void **state)

@@ -13,7 +13,8 @@
 #   4. a C program built with nothing but `pkg-config --cflags --libs locklib`, and again
 #      statically with `pkg-config --static`, prints lk_version() and takes a lock on a real
 #      redis-server (unix socket in a temp dir, stopped by PID);
-#   5. the unit runs the installed binary, carries the sandboxing the README promises, and
+#   5. the unit runs the installed binary, carries the sandboxing docs/operations.md
+#      ("Installing on a host") promises, and
 #      passes `systemd-analyze verify` with no complaint (when that command exists);
 #   6. the man pages render without warnings and name every flag `--help` prints.
 set -euo pipefail

@@ -1,5 +1,5 @@
 /*
- * POST /lock and GET /locks/{resource} (POST /unlock and /renew: owner_calls.c).
+ * POST /lock (GET /locks/{resource}: lock_status.c; POST /unlock and /renew: owner_calls.c).
  *
  * The operation, and what resumes it (each stage is lock_stage, in the call's state):
  *   start       parse the body, copy what the wait needs, start an attempt -> ATTEMPTING;
@@ -309,7 +309,7 @@ static enum MHD_Result lock_start(gw_request *req)
     }
     if (a.fair && strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
         /* A FIFO queue across independent masters is not built: say so instead of giving
-         * a lock that is not fair (README, "Redis topologies"). */
+         * a lock that is not fair (docs/topologies.md, "Redlock"). */
         gw__lock_count_acquire(req, GW_ACQ_invalid);
         json_decref(root);
         return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "fair_unavailable",

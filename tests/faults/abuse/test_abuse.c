@@ -178,8 +178,9 @@ static void test_framing(void **state)
      * A 16-digit one (ffffffffffffffff) it accepts and passes on only the bytes that follow,
      * and it cannot queue an answer until the body has ended, so the gateway drops what
      * passes --max-value-bytes and closes the connection GW_DRAIN_MAX (8 MiB) past it, or
-     * cuts it at the 10 s request deadline when the client stops sending (README,
-     * "Reliability", the framing edge libmicrohttpd leaves). */
+     * cuts it at the 10 s request deadline when the client stops sending
+     * (docs/reliability.md, "What is not guaranteed": the framing edge libmicrohttpd
+     * leaves). */
     n = snprintf(req, sizeof req, "PUT /resources/a HTTP/1.1\r\nHost: t\r\nFencing-Token: %lld\r\n"
                  "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
                  "10000000000000000\r\nx", s->token);

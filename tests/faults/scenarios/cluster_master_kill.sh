@@ -5,7 +5,8 @@
 # its replica and the gateway follows the new slot map by itself (issue 15). Each fault:
 #   1. after some operations, the master owning the slot of "<prefix>-0" is SIGKILLed;
 #   2. a probe /lock on that resource every 50 ms until one is granted: the time from the
-#      kill to that grant is the recovery time, printed for the README;
+#      kill to that grant is the recovery time, printed for docs/reliability.md
+#      ("Recovery times");
 #   3. the cluster is whole again with the replica promoted ("heal" mark);
 #   4. the killed node is restarted and rejoins as a replica, for the next fault.
 # A failover can lose what the old master acknowledged and had not replicated: a data-loss

@@ -5,7 +5,7 @@
 # replica, and the gateway finds the new master by itself (issue 15). Each fault:
 #   1. after some operations, the master is SIGKILLed;
 #   2. a probe /lock is sent every 50 ms until one is granted: the time from the kill to that
-#      grant is the recovery time, printed for the README;
+#      grant is the recovery time, printed for docs/reliability.md ("Recovery times");
 #   3. the sentinels agree on the promoted replica ("heal" mark: the checker wants a success
 #      within 5 s of it);
 #   4. the killed node is restarted as a replica of the new master, and the set is whole
