@@ -1,7 +1,6 @@
 /*
- * The auth token file: one reader for fencegate and fencectl (token_file.h states the rule).
- * Once they read it two ways (the whole file for the gateway, the first line for fencectl),
- * so a file with a second line worked for one and not the other (issue 18, item 16).
+ * The auth token file: one reader for fencegate and fencectl (token_file.h states the rule),
+ * so that a file the one accepts the other reads the same way.
  */
 #define _DEFAULT_SOURCE /* explicit_bzero */
 #include <errno.h>

@@ -2,7 +2,7 @@
 # (SC2154: $tmp, $gport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
 # cluster_master_kill: the gateway on a Redis Cluster (3 masters, 3 replicas) loses the
 # master that owns the workload's first resource to SIGKILL under load; the cluster promotes
-# its replica and the gateway follows the new slot map by itself (issue 15). Each fault:
+# its replica and the gateway follows the new slot map by itself. Each fault:
 #   1. after some operations, the master owning the slot of "<prefix>-0" is SIGKILLed;
 #   2. a probe /lock on that resource every 50 ms until one is granted: the time from the
 #      kill to that grant is the recovery time, printed for docs/reliability.md
