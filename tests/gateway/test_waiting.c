@@ -644,6 +644,23 @@ static void test_one_address_waiters_leave_room(void **state)
     }
     assert_int_equal(w[0].rank, 1); /* the unlock woke the first waiter */
     gwt_await_metric(&s->gw2, "fencegate_waiters", 0);
+
+    /* Every place was given back: the address's whole share waits again. */
+    memset(w, 0, sizeof w);
+    lock_as(&s->gw2, "wt.addr", "holder", 60000);
+    for (int i = 0; i < SHARE; i++) {
+        char owner[32];
+        snprintf(owner, sizeof owner, "b%d", i);
+        w[i].unlock_after = 1;
+        waiter_start(&w[i], &s->gw2, "wt.addr", owner, 20000);
+    }
+    gwt_await_metric(&s->gw2, "fencegate_waiters", SHARE);
+    unlock_as(&s->gw2, "wt.addr", "holder");
+    for (int i = 0; i < SHARE; i++) {
+        pthread_join(w[i].thread, NULL);
+        gwt_assert_status(&w[i].r, 200, NULL);
+        gwt_resp_free(&w[i].r);
+    }
 }
 
 /* /lock requests dropped for a hung-up client: found parked (EPOLLRDHUP), or found gone

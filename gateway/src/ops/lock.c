@@ -276,6 +276,9 @@ static enum MHD_Result lock_given_back(gw_request *req, struct gw_lock_call *cal
     if (call->then == THEN_ATTEMPT) {
         return lock_attempt(req, call);
     }
+    if (call->then == THEN_ABANDON) {
+        return MHD_NO;
+    }
     return gw__lock_answer_uncovered(req, call, call->token);
 }
 

@@ -135,7 +135,7 @@ enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock
             json_pack("{s:s, s:I, s:I}", "resource", call->turn.resource, "retry_after_ms",
                       (json_int_t)retry_ms, "max_waiters_per_address", (json_int_t)share),
             "%s is held by another owner, and %u requests of this client address are waiting "
-            "already (7/8 of --max-connections-per-address)",
+            "already (its share of --max-connections-per-address)",
             call->turn.resource, share);
     } else {
         resp = gw__error_response(
@@ -203,10 +203,11 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
          * lock_completed() looks again once the answer is written. */
         gw_peer peer = res->replayed ? GW_PEER_OPEN : gw__conn_peer(req->conn);
         if (peer == GW_PEER_GONE) {
-            /* The client hung up while the lock was taken: nobody will use this hold. */
-            gw__lock_give_back(srv, call, res->token, 0);
+            /* The client hung up while the lock was taken: nobody will use this hold. The
+             * connection closes once it is given back, so a retry of the client's meets
+             * no late release. */
             gw__lock_count_acquire(req, GW_ACQ_abandoned);
-            return MHD_NO;
+            return gw__lock_undo_then(req, call, res->token, THEN_ABANDON);
         }
         enum MHD_Result answered = answer_acquired(req, call, res);
         if (call->acquired && peer == GW_PEER_EOF) {

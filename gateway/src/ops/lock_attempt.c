@@ -109,9 +109,11 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
                               gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource));
             at->call.supersede = lc->supersede;
             if (lc->fair) {
-                int64_t left = lc->deadline_ms - now_ms;
+                /* Over its address's share of waiters it may take a free lock but not
+                 * queue: an entry with no time left is dropped by the script. */
+                int64_t left = lc->over_share ? 0 : lc->deadline_ms - now_ms;
                 at->call.wait_ms = left > 0 ? left : 0;
-                lc->fair_queued = 1;
+                lc->fair_queued = !lc->over_share;
             }
             at->job.call = &at->call;
             at->job.conn = lc->waiter.conn;
@@ -177,8 +179,14 @@ const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_gran
  * its new one released by a give-back that arrives late. gw__lock_undo_then() suspends the request
  * for it (LOCK_GIVING_BACK). Once the request has ended, or its client is gone, nothing comes
  * after: gw__lock_send_errand() sends the call on its own, with copies of its names, and it frees
- * itself when answered. Leaving the fair queue is always sent so: at worst a late one takes
- * a same-owner waiter that queued again out of line, and it queues again at its next attempt.
+ * itself when answered. Leaving the fair queue is always sent so, and may reach Redis after
+ * the client's next request with the same owner: that request then either finds its old
+ * entry (and keeps its place, which was its own) or has its fresh entry taken out (and
+ * queues again, last, at its next attempt). Neither changes a token or who holds the lock.
+ * A give-back after the request has ended may likewise reach Redis after a retry with the
+ * same Idempotency-Key, whose replayed grant it then ends: the client's token is refused as
+ * soon as the next holder locks, and the retry's client had not been answered the first
+ * grant.
  */
 struct gw_errand {
     gw_job job;
@@ -242,7 +250,10 @@ enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, i
 {
     gw_attempt *at = attempt_new();
     if (at == NULL) {
-        return MHD_NO; /* the hold ends with its lease; MHD closes the connection */
+        /* Out of memory: the give-back goes on its own, and the connection is closed
+         * rather than answered before it. */
+        gw__lock_give_back(req->srv, call, token, 0);
+        return MHD_NO;
     }
     at->call.kind = LK_CALL_RELEASE;
     at->call.resource = call->turn.resource;

@@ -25,7 +25,11 @@ typedef enum lock_stage {
 } lock_stage;
 
 /* What a /lock does once its give-back is answered (gw__lock_undo_then). */
-enum { THEN_ATTEMPT, THEN_ANSWER_UNCOVERED };
+enum {
+    THEN_ATTEMPT,          /* attempt again (above the shared ledger) */
+    THEN_ANSWER_UNCOVERED, /* answer 503: the ledger could not cover the token */
+    THEN_ABANDON           /* end without an answer: the client hung up */
+};
 
 /* A POST /lock in progress: its arguments, copied out of the body (which is freed, since a
  * parked waiter should cost little memory), and its waiter. Freed at request completion. */
