@@ -12,11 +12,12 @@
  *   3. the request completed: now + GW_CONN_TIMEOUT_S for the next request line, which is
  *      what the idle timeout gives an idle kept-alive connection anyway;
  *   4. a later request's line received (the URI log callback): now + GW_REQUEST_DEADLINE_S.
- * A reaper thread looks every GW_REAP_MS and shuts down (shutdown(2), never close) the
- * socket of each connection past its deadline: libmicrohttpd then reads end of file and
- * closes the connection in its own thread, as if the client had gone. The list is guarded
+ * The first HTTP loop sweeps the list every GW_REAP_MS (gw__conns_sweep, a tick of the
+ * loops) and shuts down (shutdown(2), never close) the socket of each connection past its
+ * deadline: libmicrohttpd then reads end of file and closes the connection in its own
+ * thread, as if the client had gone. The list is guarded
  * by one mutex that the CLOSED notification takes too, and libmicrohttpd closes the socket
- * only after that notification, so the reaper never shuts down a reused descriptor.
+ * only after that notification, so the sweep never shuts down a reused descriptor.
  */
 #define _DEFAULT_SOURCE
 #include <pthread.h>
@@ -29,8 +30,6 @@
 #include "rt/log.h"
 #include "rt/loops.h"
 #include "rt/util.h"
-
-#define GW_REAP_MS 100
 
 gw_conn *gw__conn_state(struct MHD_Connection *conn)
 {
@@ -108,48 +107,38 @@ void *gw__conn_request_line(void *cls, const char *uri, struct MHD_Connection *c
     return NULL;
 }
 
-void *gw__conns_reaper_main(void *arg)
+void gw__conns_sweep(void *arg)
 {
     struct gw_conns *cs = arg;
+    int64_t now = gw__now_us();
+    unsigned closed = 0;
 
-    while (!atomic_load(&cs->stop)) {
-        struct timespec nap = {0, GW_REAP_MS * 1000000L};
-        nanosleep(&nap, NULL);
-        int64_t now = gw__now_us();
-        unsigned closed = 0;
-        pthread_mutex_lock(&cs->mu);
-        for (gw_conn *c = cs->head; c != NULL; c = c->next) {
-            int64_t at = atomic_load(&c->deadline_us);
-            if (at != 0 && now > at) {
-                shutdown(c->fd, SHUT_RDWR);
-                atomic_store(&c->deadline_us, 0);
-                closed++;
-            }
-        }
-        pthread_mutex_unlock(&cs->mu);
-        if (closed > 0) {
-            atomic_fetch_add(&cs->srv->metrics.deadline_closed, closed);
-            /* One line per sweep, so a flood cannot turn into a flood of log lines. */
-            gw__log_event(cs->srv->cfg, "warn",
-                          "closed %u connection(s) whose request was not received within %d s",
-                          closed, GW_REQUEST_DEADLINE_S);
+    pthread_mutex_lock(&cs->mu);
+    for (gw_conn *c = cs->head; c != NULL; c = c->next) {
+        int64_t at = atomic_load(&c->deadline_us);
+        if (at != 0 && now > at) {
+            shutdown(c->fd, SHUT_RDWR);
+            atomic_store(&c->deadline_us, 0);
+            closed++;
         }
     }
-    return NULL;
+    pthread_mutex_unlock(&cs->mu);
+    if (closed > 0) {
+        atomic_fetch_add(&cs->srv->metrics.deadline_closed, closed);
+        /* One line per sweep, so a flood cannot turn into a flood of log lines. */
+        gw__log_event(cs->srv->cfg, "warn",
+                      "closed %u connection(s) whose request was not received within %d s",
+                      closed, GW_REQUEST_DEADLINE_S);
+    }
 }
 
-/* Stops the reaper (when it runs) and frees the list, which is empty once the loops'
- * daemons have stopped. */
+/* Frees the list, which is empty once the loops' daemons have stopped (the loops, and so the
+ * sweep, first). */
 void gw__conns_free(gw_server *srv)
 {
     struct gw_conns *cs = srv->conns;
     if (cs == NULL) {
         return;
-    }
-    if (cs->reaper_started) {
-        atomic_store(&cs->stop, 1);
-        pthread_join(cs->reaper, NULL);
-        cs->reaper_started = 0;
     }
     if (srv->loops == NULL) {
         pthread_mutex_destroy(&cs->mu);

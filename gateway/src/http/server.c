@@ -268,14 +268,15 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
             return -1;
         }
     }
+    gw__loops_every(srv->loops, GW_REAP_MS, gw__conns_sweep, srv->conns);
     return gw__loops_start(srv->loops, err, errlen);
 }
 
 /* Undoes what gw__server_start() did, in reverse; each step only when it was done. */
 static void server_unwind(gw_server *srv)
 {
-    gw__conns_free(srv); /* the reaper first: the daemons' closing notifications need the list */
-    gw__loops_free(srv->loops);
+    gw__loops_free(srv->loops); /* the sweep with them; their closing notifications need the
+                                 * list, freed next */
     srv->loops = NULL;
     gw__conns_free(srv);
     if (srv->listen_fd >= 0) {
@@ -314,12 +315,6 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
         server_unwind(srv);
         return -1;
     }
-    if (pthread_create(&srv->conns->reaper, NULL, gw__conns_reaper_main, srv->conns) != 0) {
-        snprintf(err, errlen, "cannot start the request deadline thread");
-        server_unwind(srv);
-        return -1;
-    }
-    srv->conns->reaper_started = 1;
     return 0;
 }
 
@@ -329,8 +324,8 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
  *   2. every answer from now on carries "Connection: close" (see gw__queue), and every parked
  *      /lock is woken and answers 503 shutting_down, as does any that tries to park;
  *   3. wait until no request is in flight, up to drain_ms;
- *   4. the request deadline reaper stops; the loop threads stop (their exit closes their
- *      lk_clients) and MHD_stop_daemon() closes each daemon's idle keep-alive connections;
+ *   4. the loop threads stop (their exit closes their lk_clients, and ends the request
+ *      deadline sweep) and MHD_stop_daemon() closes each daemon's idle keep-alive connections;
  *      then the waiters' thread stops, then the Redis pipeline's. No connection is
  *      suspended by then (MHD forbids stopping with one). */
 int gw__server_stop(gw_server *srv, int drain_ms)

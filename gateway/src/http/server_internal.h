@@ -29,10 +29,10 @@ struct gw_conns {
     pthread_mutex_t mu;
     gw_conn *head;
     gw_server *srv;
-    atomic_int stop;
-    pthread_t reaper;
-    int reaper_started;
 };
+
+/* How often the request deadlines are looked at (gw__conns_sweep). */
+#define GW_REAP_MS 100
 
 /* ---- conns.c: connections and their request deadlines ------------------------------ */
 
@@ -41,7 +41,7 @@ void gw__conn_deadline(struct MHD_Connection *conn, int64_t after_s);
 void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                      enum MHD_ConnectionNotificationCode code);
 void *gw__conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn);
-void *gw__conns_reaper_main(void *arg);
+void gw__conns_sweep(void *arg);
 void gw__conns_free(gw_server *srv);
 
 /* ---- intake.c and auth.c: before the operation starts ------------------------------ */

@@ -93,6 +93,9 @@ struct gw_loops {
     atomic_int stop;
     pthread_mutex_t mu;        /* peers */
     void *peers;               /* tsearch() tree of gw_addr_slot */
+    void (*tick)(void *arg);   /* gw__loops_every: run by the first loop */
+    void *tick_arg;
+    int tick_ms;
 };
 
 static _Thread_local gw_loop *this_loop;
@@ -280,9 +283,40 @@ static unsigned int open_connections(struct MHD_Daemon *d)
     return di != NULL ? di->num_connections : 0;
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void gw__loops_every(gw_loops *ls, unsigned int period_ms, void (*tick)(void *arg), void *arg)
+{
+    ls->tick = tick;
+    ls->tick_arg = arg;
+    ls->tick_ms = period_ms > 0 ? (int)period_ms : 1;
+}
+
+/* On the first loop: runs the tick when it is due; returns the ms until the next one is
+ * (a bound on the loop's poll), or -1 when there is no tick. */
+static int run_tick(gw_loop *l, int64_t *next_ms)
+{
+    gw_loops *ls = l->ls;
+    if (ls->tick == NULL || l != &ls->loops[0]) {
+        return -1;
+    }
+    int64_t now = mono_ms();
+    if (now >= *next_ms) {
+        ls->tick(ls->tick_arg);
+        *next_ms = now + ls->tick_ms;
+    }
+    return (int)(*next_ms - now);
+}
+
 static void *loop_main(void *arg)
 {
     gw_loop *l = arg;
+    int64_t next_tick_ms = mono_ms();
     int quiesced = 0;
     unsigned int open = 0; /* the daemon's connections after its last run (only runs move it) */
 
@@ -298,6 +332,10 @@ static void *loop_main(void *arg)
         int ms = -1; /* no connection has a timeout: until something happens */
         if (MHD_get_timeout(l->daemon, &to) == MHD_YES) {
             ms = to > 60000 ? 60000 : (int)to;
+        }
+        int tick_in = run_tick(l, &next_tick_ms);
+        if (tick_in >= 0 && (ms < 0 || tick_in < ms)) {
+            ms = tick_in;
         }
         if (atomic_load(&l->wake_pending)) {
             ms = 0;
