@@ -64,3 +64,27 @@ show_bad() {
     awk -v k="$2" '{ for (i = 1; i <= k; i++) if ($i != 200) { print; break } }' "$1" | head -n 3 \
         | while read -r line; do say "$3 not answered 200: $line"; done
 }
+
+# check_probes: the probes' bad answers and p99 bounds of fault $i (st_h, st_g, st_l with
+# bound_g and bound_l, set by the caller), each failure added to $failed.
+check_probes() {
+    show_bad "$tmp/probe.healthz" 1 "fault $i: /healthz"
+    show_bad "$tmp/probe.get" 1 "fault $i: GET /locks"
+    show_bad "$tmp/probe.lock" 2 "fault $i: lock, unlock"
+    check_p99 "$st_h" "$HEALTHZ_P99_MS" "/healthz (a stalled loop thread?)"
+    check_p99 "$st_g" "$bound_g" "GET /locks"
+    check_p99 "$st_l" "$bound_l" "lock+unlock"
+}
+
+# proxy_end_check: proxy_network.sh's own end checks (the proxy back to its baseline), without
+# its slow windows, which are not these scenarios'.
+proxy_end_check() {
+    deadline=$((SECONDS + 15))
+    until proxy_settled; do
+        [ "$SECONDS" -lt "$deadline" ] || fail "15 s after the run the proxy holds $proxy_open \
+connections and $proxy_fds fds (baseline $proxy_fd_base), the gateway $gw_via_proxy through it"
+        sleep 0.05
+    done
+    proxy_cmd stats
+    say "proxy: $proxy_answer"
+}

@@ -165,24 +165,12 @@ scenario_fault() {
     { [ "$answered" -gt 0 ] && [ "$nstale" = "$answered" ] && [ "$dropped" = 0 ] && [ "$inflight" = 0 ]; } \
         || failed+="of $sent stale writes $answered answered, $nstale of them 409 stale_token, \
 $dropped dropped, $inflight unanswered 15 s after the end; "
-    show_bad "$tmp/probe.healthz" 1 "fault $i: /healthz"
-    show_bad "$tmp/probe.get" 1 "fault $i: GET /locks"
-    show_bad "$tmp/probe.lock" 2 "fault $i: lock, unlock"
-    check_p99 "$st_h" "$HEALTHZ_P99_MS" "/healthz (a stalled loop thread?)"
-    check_p99 "$st_g" "$bound_g" "GET /locks"
-    check_p99 "$st_l" "$bound_l" "lock+unlock"
+    check_probes
     [ -z "$failed" ] || fail "fault $i: ${failed%; }"
 }
 
 # proxy_network.sh's windows (Redis locks granted in each slow one) are not this scenario's:
 # only the proxy's own end checks.
 scenario_check() {
-    deadline=$((SECONDS + 15))
-    until proxy_settled; do
-        [ "$SECONDS" -lt "$deadline" ] || fail "15 s after the run the proxy holds $proxy_open \
-connections and $proxy_fds fds (baseline $proxy_fd_base), the gateway $gw_via_proxy through it"
-        sleep 0.05
-    done
-    proxy_cmd stats
-    say "proxy: $proxy_answer"
+    proxy_end_check
 }
