@@ -88,3 +88,20 @@ connections and $proxy_fds fds (baseline $proxy_fd_base), the gateway $gw_via_pr
     proxy_cmd stats
     say "proxy: $proxy_answer"
 }
+
+# measure_baseline RES: BASELINE_N lock+unlock pairs on RES and GET /locks/RES, one at a
+# time through the slow link, for fault $i; sets base_lock and base_get (stats lines) and
+# fails unless every request was answered 200.
+measure_baseline() {
+    local res=$1 j
+    : >"$tmp/base.lock"; : >"$tmp/base.get"
+    for ((j = 0; j < BASELINE_N; j++)); do
+        lock_unlock "$res" "base-$i" >>"$tmp/base.lock"
+        timed GET "/locks/$res" >>"$tmp/base.get"
+    done
+    base_lock=$(stats "$tmp/base.lock" 3 2)
+    base_get=$(stats "$tmp/base.get" 2 1)
+    say "fault $i: baseline through a ${DELAY_MS} ms delay each way: lock+unlock $base_lock; GET /locks $base_get"
+    [ "$(field "$base_lock" bad)" = 0 ] && [ "$(field "$base_get" bad)" = 0 ] \
+        || fail "fault $i: the baseline requests through the slow link were not all answered 200"
+}

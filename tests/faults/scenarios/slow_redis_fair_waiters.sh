@@ -62,16 +62,7 @@ scenario_fault() {
     proxy_cmd "delay $DELAY_MS"
     mark proxy_slow
     # 2. The baseline through the slow link.
-    : >"$tmp/base.lock"; : >"$tmp/base.get"
-    for ((j = 0; j < BASELINE_N; j++)); do
-        lock_unlock "$other-base" "base-$i" >>"$tmp/base.lock"
-        timed GET "/locks/$other-base" >>"$tmp/base.get"
-    done
-    base_lock=$(stats "$tmp/base.lock" 3 2)
-    base_get=$(stats "$tmp/base.get" 2 1)
-    say "fault $i: baseline through a ${DELAY_MS} ms delay each way: lock+unlock $base_lock; GET /locks $base_get"
-    [ "$(field "$base_lock" bad)" = 0 ] && [ "$(field "$base_get" bad)" = 0 ] \
-        || fail "fault $i: the baseline requests through the slow link were not all answered 200"
+    measure_baseline "$other-base"
     # 3. The held resources.
     for ((j = 0; j < HELD; j++)); do
         res_held+=("$scenario-$seed-held-$i-$j")

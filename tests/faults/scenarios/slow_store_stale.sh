@@ -118,16 +118,7 @@ scenario_fault() {
     # 2 and 3. The slow link, and the baseline through it.
     proxy_cmd "delay $DELAY_MS"
     mark store_slow
-    : >"$tmp/base.lock"; : >"$tmp/base.get"
-    for ((j = 0; j < BASELINE_N; j++)); do
-        lock_unlock "$other" "base-$i" >>"$tmp/base.lock"
-        timed GET "/locks/$other" >>"$tmp/base.get"
-    done
-    base_lock=$(stats "$tmp/base.lock" 3 2)
-    base_get=$(stats "$tmp/base.get" 2 1)
-    say "fault $i: baseline through a ${DELAY_MS} ms delay each way: lock+unlock $base_lock; GET /locks $base_get"
-    [ "$(field "$base_lock" bad)" = 0 ] && [ "$(field "$base_get" bad)" = 0 ] \
-        || fail "fault $i: the baseline requests through the slow link were not all answered 200"
+    measure_baseline "$other"
     # 4 and 5. The stale writers, and the probes meanwhile.
     rm -f "$tmp/probes.stop" "$tmp"/probe.*
     touch "$tmp/probe.healthz" "$tmp/probe.get" "$tmp/probe.lock"
