@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fault suite of issue 7 (tests/faults/): builds, then runs every scenario against a real
+# The fault suite (tests/faults/): builds, then runs every scenario against a real
 # redis-server and the real gateway, and checks the recorded history for violations.
 #
 #   bash scripts/faults.sh [--short|--full] [BUILD_DIR]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs every libFuzzer target of tests/fuzz/ for SECONDS each (default 60), as issue 7's full
+# Runs every libFuzzer target of tests/fuzz/ for SECONDS each (default 60), as the full
 # suite asks. Installs clang-14 and libFuzzer (install-deps.sh --fuzz), builds the targets in
 # build-fuzz/ with clang and -fsanitize=fuzzer,address,undefined, and fuzzes each one starting
 # from its seed corpus tests/fuzz/corpus/<target>/ (read only: what the fuzzer finds goes to

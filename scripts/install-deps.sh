@@ -26,7 +26,7 @@ build_pkgs=(build-essential cmake pkg-config git
     libcurl4-openssl-dev libcmocka-dev libpq-dev)
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
 # procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite.
-# redis-sentinel for the Sentinel sets the tests start (issues 15 and 16); redis-tools
+# redis-sentinel for the Sentinel sets the tests start; redis-tools
 # brings redis-cli, whose --cluster create builds their Redis Clusters. PostgreSQL 15, whose
 # server the storage tests start in a temp dir of their own (initdb and postgres from
 # /usr/lib/postgresql/15/bin).

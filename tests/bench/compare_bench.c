@@ -1,5 +1,5 @@
 /*
- * compare_bench: issue 6's side-by-side figures. fencegate, locklib's scripts straight to
+ * compare_bench: the side-by-side figures. fencegate, locklib's scripts straight to
  * the same Redis, and etcd's lock API, driven by one load generator (loadgen.h: one thread,
  * epoll, one request in flight per keep-alive connection) in one run, so every ratio it
  * prints compares figures measured minutes apart at most. A program that prints figures,
@@ -460,9 +460,9 @@ static void print_targets(const bench *b, const pass_stats *ps)
                ps->user_s / k, ps->sys_s / k);
     }
 
-    /* Issue 17's targets (the second round), from the same rows. */
+    /* The targets for the uncontended and contended rows, from the same rows. */
     int always = strcmp(aof, "always") == 0;
-    printf("\nissue 17 targets, appendfsync %s:\n", aof);
+    printf("\ntargets, appendfsync %s:\n", aof);
     x = ps->cpu_ok && ps->cpu_pairs > 0 ? (ps->user_s + ps->sys_s) * 1e6 / (double)ps->cpu_pairs
                                         : 0;
     snprintf(shown, sizeof shown, "%.1f us (need <= 20 us)", x);

@@ -1,5 +1,5 @@
 /*
- * handoff_bench: the "Waiting at scale" figures of issue 5. A program that prints figures,
+ * handoff_bench: the "Waiting at scale" figures. A program that prints figures,
  * not a test: nothing here passes or fails on timing.
  *
  * It starts its own redis-server (tests/common/harness.h) and the real fencegate binary on

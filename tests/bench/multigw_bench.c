@@ -1,5 +1,5 @@
 /*
- * multigw_bench: issue 14's figures for several gateways on one PostgreSQL store, in one run.
+ * multigw_bench: the figures for several gateways on one PostgreSQL store, in one run.
  * A program that prints figures, not a test.
  *
  * It starts, on free loopback ports in private temp dirs, and stops by PID at the end: a

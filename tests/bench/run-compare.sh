@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 6's comparison in one command: fencegate vs locklib's scripts straight to Redis vs
+# The comparison in one command: fencegate vs locklib's scripts straight to Redis vs
 # etcd's lock API, one load generator, one run, one table (tests/bench/compare_bench.c):
 #   bash tests/bench/run-compare.sh [--seconds N] [--warmup-ms N] [--perf-dir DIR]
 # It installs what is missing (etcd-server with --bench), builds an optimised tree, and

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds and runs the hand-off benchmark of issue 5 (tests/bench/handoff_bench.c):
+# Builds and runs the hand-off benchmark (tests/bench/handoff_bench.c):
 #   bash tests/bench/run-handoff-bench.sh [--no-aof-run] [--fencegate PATH]
 # It starts its own redis-server and fencegate on free loopback ports and prints a table.
 # FENCEGATE_BUILD_DIR picks the build directory (default: build-bench, an optimised build of

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issues 15 and 16's topology rows in one command: fencegate on a single Redis, on Sentinel,
+# The topology rows in one command: fencegate on a single Redis, on Sentinel,
 # on a 3-master Cluster and on Redlock over 3 and 5 masters, one run side by side
 # (tests/bench/topo_bench.c):
 #   bash tests/bench/run-topo-bench.sh [--seconds N] [--conns N] [--only redlockthree,...]

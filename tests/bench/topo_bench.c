@@ -1,7 +1,7 @@
 /*
  * topo_bench: fencegate on a single Redis, on Sentinel (1 master, 1 replica, 3 sentinels),
- * on a Redis Cluster of 3 masters and 3 replicas (issue 15) and on Redlock over 3 and over 5
- * independent masters (issue 16), one run side by side. One more Redlock row has one of its 3
+ * on a Redis Cluster of 3 masters and 3 replicas and on Redlock over 3 and over 5
+ * independent masters, one run side by side. One more Redlock row has one of its 3
  * masters further away: behind tests/faults/fg_proxy holding every chunk SLOW_MS ms each
  * way, as a master in another zone or on a slow disk: what a slow minority costs. And one
  * has a master cut off (the proxy forwards nothing, its connections stay open, as in a

@@ -3,7 +3,7 @@
  * port in a private temp directory and stopped by its PID, plus small helpers for
  * deadline-bounded waiting. Nothing here mocks Redis.
  *
- * For issues 15 and 16 it also starts whole topologies of real servers, every node a child
+ * It also starts whole topologies of real servers, every node a child
  * process configured as th_redis_start(r, 1, password) configures one (AOF, appendfsync
  * always), so figures and behaviour compare with the single Redis:
  *   - th_redis_set_start: N independent masters (Redlock);

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # ctest demo_cluster: the curl demo (scripts/demo.sh) and fencectl, unchanged, against a
-# gateway on a real Redis Cluster (3 masters, 3 replicas, tests/common/cluster.sh), issue 15;
+# gateway on a real Redis Cluster (3 masters, 3 replicas, tests/common/cluster.sh);
 # ctest demo_redlock: the same against a gateway on Redlock over 3 independent masters
-# (tests/common/redis.sh), issue 16.
+# (tests/common/redis.sh).
 #
 #   run-cluster-test.sh PATH/TO/fencegate PATH/TO/demo.sh PATH/TO/fencectl [cluster|redlock]
 #

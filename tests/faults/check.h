@@ -1,5 +1,5 @@
 /*
- * The fault suite's checker: verifies issue 7's invariants over a history (history.h).
+ * The fault suite's checker: verifies the invariants over a history (history.h).
  *
  *   1. a token goes to one owner per resource;
  *   2. a grant that starts after another grant finished gets a larger token;

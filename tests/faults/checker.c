@@ -1,5 +1,5 @@
 /*
- * fg_checker: checks a fault-suite history against issue 7's invariants (check.h).
+ * fg_checker: checks a fault-suite history against the invariants (check.h).
  *
  *   fg_checker [--expect-fenced N] [--expect-superseded N] [--expect-takeovers N]
  *              [--strict-leases] HISTORY...

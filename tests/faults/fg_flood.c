@@ -1,5 +1,5 @@
 /*
- * fg_flood: the idle-connection flood of issue 18, item 2. One client address opens many TCP
+ * fg_flood: the idle-connection flood. One client address opens many TCP
  * connections to the gateway, sends nothing on them, and opens a new one as soon as the
  * gateway closes one, until told to stop.
  *

@@ -1,5 +1,5 @@
 /*
- * fg_proxy: a small TCP proxy that the fault suite (issue 7) puts between the gateway and
+ * fg_proxy: a small TCP proxy that the fault suite puts between the gateway and
  * Redis, to delay, reset and blackhole their connections (tc netem is not available here).
  *
  *   fg_proxy TARGET_PORT [LISTEN_PORT]

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Durability order, checked once with strace (issue 7): a token-checked write is on disk before
+# Durability order, checked once with strace: a token-checked write is on disk before
 # its 200 is sent.
 #
 #   fsync_order.sh PATH/TO/fencegate          the test (ctest faults_fsync_order)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One fault scenario of issue 7 against the real gateway and a real Redis.
+# One fault scenario against the real gateway and a real Redis.
 #
 #   run_scenario.sh SCENARIO short|full PATH/TO/fencegate PATH/TO/fg_workload PATH/TO/fg_checker
 #
@@ -373,7 +373,7 @@ redis_client_max=$((gw_redis_max * ${gateways:-1})) # a scenario may run several
 [ "$redis_client_base" -le "$redis_client_max" ] || redis_client_max=$redis_client_base
 rss_kb() { awk '$1 == "VmRSS:" { print $2 }' "/proc/$gw_pid/status"; }
 rss_base=$(rss_kb)
-# RSS may end up to rss_growth_pct % (default 10, the soak's bound in issue 7) plus
+# RSS may end up to rss_growth_pct % (default 10, the soak's bound) plus
 # rss_slack_kb (default 4 MB) above the baseline; a scenario file may set both. The slack is for
 # memory first touched after the warm-up and kept by design: glibc's per-thread arena of a pool
 # thread the warm-up did not reach, a larger hash table of parked waiters. Measured on the

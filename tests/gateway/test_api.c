@@ -1,5 +1,5 @@
 /*
- * The HTTP contract of issue 4, end to end: every endpoint and every status code, spoken to
+ * The HTTP contract, end to end: every endpoint and every status code, spoken to
  * the real fencegate binary over HTTP, with a real redis-server behind it.
  *
  * The group setup starts one redis-server and one gateway (--max-value-bytes 4096, so the

@@ -450,7 +450,7 @@ static void unlock_idle(const gwt_proc *gw, const char *resource)
     gwt_resp_free(&r);
 }
 
-/* Issue 18 item 3: with --token-key-idle-ttl 1s the resource's token keys leave Redis once
+/* With --token-key-idle-ttl 1s the resource's token keys leave Redis once
  * it is idle; old tokens are refused after that (409 below the highest written, 403 above:
  * nothing that was refused before is accepted), and the next token is still larger than every
  * earlier one, also from a restarted gateway, whose only memory is the ledger floor. */

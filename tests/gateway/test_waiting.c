@@ -1,5 +1,5 @@
 /*
- * Waiting at scale (issue 5), end to end against the real fencegate and redis-server:
+ * Waiting at scale, end to end against the real fencegate and redis-server:
  * parked waiters hold no thread, each release costs O(1) acquire attempts, a waiter whose
  * client hangs up is dropped and never left holding the lock, waiters on another gateway
  * are served, a lost pub/sub message never strands a waiter, shutdown answers every parked
@@ -541,7 +541,7 @@ static void test_no_herd_with_1000_waiters(void **state)
     free(done);
 }
 
-/* Issue 18 item 1: --max-waiters requests wait at once; the next one is answered 503
+/* --max-waiters requests wait at once; the next one is answered 503
  * too_many_waiters with a Retry-After at once, and the connections left over serve /healthz
  * and the holder's /unlock, after which every parked waiter gets the lock in turn. */
 static void test_waiters_beyond_the_cap_are_refused(void **state)

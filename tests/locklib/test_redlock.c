@@ -1,4 +1,4 @@
-/* locklib: Redlock's topology-independent core (locklib/src/redlock.c, issue 16).
+/* locklib: Redlock's topology-independent core (locklib/src/redlock.c).
  *
  * Two parts:
  *  - pure unit tests of the validity, each combiner and the delayed-restart state machine,

@@ -1,5 +1,5 @@
 /*
- * locklib over redlock:// (issue 16): the Redlock transport (locklib/src/redlock_transport.c)
+ * locklib over redlock://: the Redlock transport (locklib/src/redlock_transport.c)
  * through the public API, on 3 and on 5 real, independent redis-servers (th_redis_set_start,
  * AOF on with appendfsync always):
  *   - acquire, reentry, renew, release, status and token checks; the answer's ttl_ms is the

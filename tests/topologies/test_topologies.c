@@ -1,7 +1,7 @@
 /*
  * ctest harness_topologies: the test harness's Sentinel sets, Redis Clusters and Redis sets
  * (tests/common/harness_sentinel.c, harness_cluster.c, harness.c) against the real servers,
- * before locklib's tests rely on them (issues 15 and 16).
+ * before locklib's tests rely on them.
  *
  * Three groups, each with its own servers, started in the group setup and stopped by PID in
  * the group teardown:

@@ -1,5 +1,5 @@
 /*
- * Issue 7, "Abusive HTTP": malformed and hostile requests against the real fencegate binary
+ * Abusive HTTP: malformed and hostile requests against the real fencegate binary
  * and a real redis-server. Every case holds a real lock on resource "a" and carries its real
  * token where a token goes, so a request that slipped through would be a write to "a".
  * Each must get its exact status; afterwards "a" was never written and the gateway is alive.
@@ -173,7 +173,7 @@ static void test_framing(void **state)
                  "Transfer-Encoding: gzip, chunked\r\nConnection: close\r\n\r\n"
                  "1\r\nx\r\n0\r\n\r\n", s->token);
     expect_raw(s, "Transfer-Encoding: gzip, chunked", req, (size_t)n, 501);
-    /* Chunk sizes (issue 18, item 8). libmicrohttpd 0.9.75 parses them itself and tells the
+    /* Chunk sizes. libmicrohttpd 0.9.75 parses them itself and tells the
      * gateway nothing of them: a size past 64 bits (17 hex digits) is its own 413 at once.
      * A 16-digit one (ffffffffffffffff) it accepts and passes on only the bytes that follow,
      * and it cannot queue an answer until the body has ended, so the gateway drops what

@@ -1,5 +1,5 @@
 /*
- * Issue 7, "Slowloris and floods", at the issue's scale and bounded (about 15 s): the real
+ * "Slowloris and floods": at scale and bounded (about 15 s): the real
  * fencegate (--max-connections 600) against a real redis-server, while
  *   - 400 connections trickle a request that never ends, one byte every 500 ms each;
  *   - 300 more connections open and stay silent, 101 more than the limit leaves room for

@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # (SC2154: $tmp, $gport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
 # cluster_migrate: the slot of a resource the workload uses moves to another master under
-# load, the way redis-cli --cluster reshard moves it (issue 15). Each fault:
+# load, the way redis-cli --cluster reshard moves it. Each fault:
 #   1. CLUSTER SETSLOT IMPORTING on the target, MIGRATING on the owner: from here the owner
 #      answers ASK (or TRYAGAIN, for a script whose keys are split) and the gateway retries;
 #   2. the slot's keys are MIGRATEd in small batches (GETKEYSINSLOT, 10 at a time);

@@ -1,6 +1,6 @@
 # shellcheck shell=bash
 # gateway_kill_parked: the gateway killed with SIGKILL while waiters are parked, repeatedly, and
-# restarted on the same data directory (issue 7).
+# restarted on the same data directory.
 #
 # Each fault, on a resource of its own while the workload runs on its three:
 #   1. A holder (this script) takes the lock with a 3 s lease.

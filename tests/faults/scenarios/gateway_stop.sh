@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# gateway_stop: the gateway itself frozen with SIGSTOP across a release and a grant (issue 7).
+# gateway_stop: the gateway itself frozen with SIGSTOP across a release and a grant.
 #
 # Each fault, on a resource of its own while the workload runs on its three:
 #   1. A holder (this script) takes the lock with a 2 s lease and writes with its token T1.

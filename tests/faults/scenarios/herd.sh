@@ -1,6 +1,5 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
-# herd: a thundering herd, 200 waiters on one resource while a holder cycles every 50 ms
-# (issue 7).
+# herd: a thundering herd, 200 waiters on one resource while a holder cycles every 50 ms.
 #
 # What happens (fg_workload run ... herd 200 MS), next to the usual workload: one process
 # keeps 200 waiting POST /lock requests (wait_ms 1 to 4 s) in flight on one resource with

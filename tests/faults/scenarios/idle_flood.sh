@@ -1,7 +1,5 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
-# idle_flood: one client address floods the gateway with idle connections (issue 18, item 2:
-# 2,000 silent sockets, reopened as they were closed, left /healthz answering 4 of 16 probes
-# in 40 s).
+# idle_flood: one client address floods the gateway with idle connections.
 #
 # Each fault, while the workload runs (from 127.0.0.1):
 #   1. fg_flood keeps 2,000 silent connections open from 127.0.0.2 (an address of its own on

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
 # pause_locked: a client frozen with SIGSTOP past its lease, then SIGCONT, while the next
-# holder has locked but not yet written (issue 7, the second of the client-pause variants).
+# holder has locked but not yet written.
 #
 # What happens (fg_workload run ... pause_locked): worker 0 freezes itself right after some of
 # its grants. The workload's parent waits for the lease to run out and takes the same lock

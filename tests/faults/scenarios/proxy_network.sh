@@ -1,4 +1,4 @@
-# Scenario proxy_network (issue 7, "Connections dropped"): the gateway reaches Redis only
+# Scenario proxy_network: the gateway reaches Redis only
 # through fg_proxy, a TCP proxy steered by this file, which breaks the link in four ways
 # (tc netem is not available here), in turn, while the workload runs:
 #   1. slow:      every chunk held 300 ms each way. Redis still answers well inside the

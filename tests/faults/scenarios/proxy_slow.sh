@@ -1,4 +1,4 @@
-# Scenario proxy_slow (issue 7, "Connections dropped", the proxy's delay): the gateway reaches
+# Scenario proxy_slow: the gateway reaches
 # Redis through fg_proxy (the helpers of proxy_network.sh), which holds every chunk 900 ms
 # each way for 8 s at a time, while the workload runs. Every Redis call then takes about
 # 1.8 s: slow, but inside the gateway's 2 s command timeout, so nothing fails fast and every

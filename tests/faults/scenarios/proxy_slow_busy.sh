@@ -1,5 +1,5 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
-# Scenario proxy_slow_busy (issue 18, item 4): proxy_slow (a Redis link that holds every chunk
+# Scenario proxy_slow_busy: proxy_slow (a Redis link that holds every chunk
 # 900 ms each way, in 8 s windows, with four locks on one fresh resource at once at the start
 # of each window) on a machine with no spare CPU. One busy loop per CPU runs at normal
 # priority from before the workload starts until the last fault has healed, as other work on

@@ -1,4 +1,4 @@
-# Scenario redis_timeout (issue 7, "Connections dropped"): Redis drops the gateway's
+# Scenario redis_timeout: Redis drops the gateway's
 # connections under it, in the three ways Redis itself can:
 #   - CONFIG SET timeout 1 for the whole run: Redis closes a client connection idle for more
 #     than 1 s. The gateway's per-thread connections go idle whenever the workload pauses

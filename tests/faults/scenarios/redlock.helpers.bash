@@ -4,7 +4,7 @@
 # redlock://127.0.0.1:P0,127.0.0.1:P1,... with node 0 reached through $rl_node0_port when a
 # scenario sets it (a proxy). run_scenario.sh's own redis-server is started as usual but
 # never given to the gateway. --max-ttl is the workload's longest lease (5 s), so a master
-# that lost its data is held out for 5 s and some (issue 16, delayed restart).
+# that lost its data is held out for 5 s and some.
 
 # shellcheck source=../../common/redis.sh
 source "$(dirname "${BASH_SOURCE[0]}")/../../common/redis.sh"

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # (SC2154: $tmp, $gport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
-# redlock_minority_kill: the gateway on Redlock over 3 independent masters (issue 16) loses
+# redlock_minority_kill: the gateway on Redlock over 3 independent masters loses
 # one master (a minority) to SIGKILL under load, and that master comes back without its data.
 # Each fault, on the next master in turn:
 #   1. after some operations the master is SIGKILLed ("rl_kill" mark);

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # (SC2154: $tmp, $gport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
-# redlock_multi_gateway: three gateways on the same 3 independent masters (Redlock, issue 16)
+# redlock_multi_gateway: three gateways on the same 3 independent masters (Redlock)
 # and one PostgreSQL store and token ledger (the helpers of multi_gateway.sh), racing for the
 # same resources: the workload's clients send each request to the next gateway in turn. The
 # faults, in turn:

@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # (SC2154: $tmp, $gport, $seed... are run_scenario.sh's; SC2034: it reads faults, steps...)
-# redlock_partition: the gateway on Redlock over 3 independent masters (issue 16) reaches
+# redlock_partition: the gateway on Redlock over 3 independent masters reaches
 # master 0 only through fg_proxy (the helpers of proxy_network.sh), which cuts it off in
 # three ways, in turn, while the workload runs: blackhole (nothing forwarded, connections kept
 # open: the gateway's reads time out), reset (every connection reset, new ones at once) and

@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # redlock_pause_locked: pause_locked.sh (a client frozen with SIGSTOP past its lease, then
 # SIGCONT, while the next holder has locked but not yet written) with the gateway on Redlock
-# over 3 independent masters (issue 16: "a paused client: its late write is a 409 once a
+# over 3 independent masters ("a paused client: its late write is a 409 once a
 # newer holder has locked"). The late write must be 409 stale_token, its renew and unlock
 # 409 not_owner, the next holder's write 200; strict leases.
 # ctest: short

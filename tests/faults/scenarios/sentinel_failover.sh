@@ -2,7 +2,7 @@
 # (SC2154: $tmp, $gport, $hist... are run_scenario.sh's; SC2034: it reads faults, steps...)
 # sentinel_failover: the gateway on Redis Sentinel (1 master, 1 replica, 3 sentinels, from
 # tests/common/sentinel.sh) loses its master to SIGKILL under load, the sentinels promote the
-# replica, and the gateway finds the new master by itself (issue 15). Each fault:
+# replica, and the gateway finds the new master by itself. Each fault:
 #   1. after some operations, the master is SIGKILLed;
 #   2. a probe /lock is sent every 50 ms until one is granted: the time from the kill to that
 #      grant is the recovery time, printed for docs/reliability.md ("Recovery times");

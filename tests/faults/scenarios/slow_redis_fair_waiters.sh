@@ -33,7 +33,6 @@
 # 32 of them through 200 ms hold both loops for seconds (the issue measured /healthz p50
 # 0.56 to 4.4 s, and waiters answered 5 s after they were sent).
 # A short run takes about 30 s.
-# ctest: short
 
 source "$(dirname "${BASH_SOURCE[0]}")/proxy_network.sh"
 # shellcheck source=SCRIPTDIR/slow_probes.helpers.bash

@@ -28,7 +28,6 @@
 # received the write: 48 stale writers through 200 ms keep both loops in PostgreSQL queries
 # (the issue measured /healthz p50 153 ms to 4.6 s).
 # A short run takes about 40 s.
-# ctest: short
 
 source "$(dirname "${BASH_SOURCE[0]}")/proxy_network.sh"
 # shellcheck source=SCRIPTDIR/slow_probes.helpers.bash

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# soak: the workload for SOAK_S seconds (full: 300, the 5-minute soak of issue 7; short: 25)
+# soak: the workload for SOAK_S seconds (full: 300, the 5-minute soak; short: 25)
 # against one gateway process, with a rotating mix of the other scenarios' faults, then the
 # gateway's RSS compared with the baseline taken after the warm-up.
 #

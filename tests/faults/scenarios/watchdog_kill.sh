@@ -1,6 +1,5 @@
 # shellcheck shell=bash disable=SC2154,SC2034 # the runner's variables, and the ones it reads
-# watchdog_kill: a lock kept alive by a watchdog, whose holder is killed (issue 7, the third
-# of the client-pause variants).
+# watchdog_kill: a lock kept alive by a watchdog, whose holder is killed.
 #
 # What happens (fg_workload run ... watchdog), next to the usual workload, in rounds on a
 # resource of their own: a child process takes the lock with a 1 s lease and writes, and a
