@@ -29,9 +29,10 @@ build_pkgs=(build-essential cmake pkg-config git
 # redis-sentinel for the Sentinel sets the tests start; redis-tools
 # brings redis-cli, whose --cluster create builds their Redis Clusters. PostgreSQL 15, whose
 # server the storage tests start in a temp dir of their own (initdb and postgres from
-# /usr/lib/postgresql/15/bin).
+# /usr/lib/postgresql/15/bin). Chromium, which the status page's test drives headless through
+# puppeteer-core (tests/ui/).
 tool_pkgs=(redis-server redis-sentinel redis-tools curl jq procps ca-certificates strace
-    iproute2 postgresql-15)
+    iproute2 postgresql-15 chromium)
 # run_only_pkgs: with --run, keeps of the lists above only what building the binaries
 # (cmake -DFENCEGATE_TESTS=OFF) and scripts/run.sh need: the build packages less the test
 # framework, plus Redis (redis-cli waits for it) and curl for the first request.

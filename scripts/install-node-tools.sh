@@ -4,6 +4,7 @@
 #   api/             @redocly/cli, the OpenAPI validator, and @stoplight/prism-cli, whose proxy
 #                    checks the real gateway's answers against the spec (scripts/check-openapi.sh)
 #   tests/packaging/ dockerfilelint and the Compose JSON schema with Ajv (tests/packaging/)
+#   tests/ui/        puppeteer-core, which drives Debian's Chromium against the status page
 # Installs Debian's nodejs + npm first when `node` is missing. Idempotent: a folder whose
 # lockfile has not changed since its last install is left alone and needs no network.
 # scripts/install-deps.sh calls it; FENCEGATE_SKIP_NODE_TOOLS=1 there skips it.
@@ -49,6 +50,9 @@ npm_ci() {
 
 npm_ci "$root/api"
 npm_ci "$root/tests/packaging"
+npm_ci "$root/tests/ui"
 [ -x "$root/api/node_modules/.bin/redocly" ] || die "npm ci finished but redocly is missing"
 [ -x "$root/tests/packaging/node_modules/.bin/dockerfilelint" ] \
     || die "npm ci finished but dockerfilelint is missing"
+[ -f "$root/tests/ui/node_modules/puppeteer-core/package.json" ] \
+    || die "npm ci finished but puppeteer-core is missing"

@@ -23,27 +23,16 @@ done
 [ -x "$gateway" ] || fail "gateway binary not found: $gateway"
 [ -f "$demo" ] || fail "demo script not found: $demo"
 
+# shellcheck source=../common/procs.sh
+. "$(dirname "$0")/../common/procs.sh"
+
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fg-demo-test.XXXXXX")
 redis_pid="" gw_pid=""
 
-stop_pid() { # stop_pid PID: SIGTERM, up to 10 s, then SIGKILL; returns the exit status
-    local pid=$1 i rc=0
-    kill -TERM "$pid" 2>/dev/null || true
-    for ((i = 0; i < 100; i++)); do
-        kill -0 "$pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    if kill -0 "$pid" 2>/dev/null; then
-        echo "demo_gc_pause: pid $pid ignored SIGTERM for 10 s; killing it" >&2
-        kill -KILL "$pid" 2>/dev/null || true
-    fi
-    wait "$pid" 2>/dev/null || rc=$?
-    return "$rc"
-}
 cleanup() {
     local rc=$?
-    if [ -n "$gw_pid" ]; then stop_pid "$gw_pid" || true; fi
-    if [ -n "$redis_pid" ]; then stop_pid "$redis_pid" || true; fi
+    if [ -n "$gw_pid" ]; then fg_stop_pid "$gw_pid" || true; fi
+    if [ -n "$redis_pid" ]; then fg_stop_pid "$redis_pid" || true; fi
     if [ "$backend" = postgres ]; then fg_pg_stop || true; fi
     if [ "$rc" -ne 0 ]; then
         for f in "$tmp/gateway.log" "$tmp/redis/redis.log"; do
@@ -57,22 +46,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A loopback port nothing listens on right now (random, then checked with a connect).
-free_port() {
-    local p i
-    for ((i = 0; i < 50; i++)); do
-        # Below the kernel's ephemeral range (from 32768), so no outgoing connection takes
-        # it while a server restarts on it.
-        p=$((10000 + RANDOM % 22000))
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-    done
-    fail "found no free loopback port"
-}
 
 # --- Redis: retried on a new port if another process took the one we picked ------------------
 mkdir -p "$tmp/redis" "$tmp/gw"
 for attempt in 1 2 3; do
-    rport=$(free_port)
+    rport=$(fg_free_port)
     redis-server --port "$rport" --bind 127.0.0.1 --dir "$tmp/redis" --save '' \
         --appendonly yes --appendfsync always --maxmemory-policy noeviction \
         --daemonize no --logfile "$tmp/redis/redis.log" &
@@ -105,7 +83,7 @@ fi
 
 # --- the gateway ---------------------------------------------------------------------------------
 for attempt in 1 2 3; do
-    gport=$(free_port)
+    gport=$(fg_free_port)
     "$gateway" --listen "127.0.0.1:$gport" --redis "redis://127.0.0.1:$rport" --data "$tmp/gw" \
         "${store[@]}" >"$tmp/gateway.log" 2>&1 &
     gw_pid=$!
@@ -139,7 +117,7 @@ expect '^demo: OK: ' "the closing OK line"
 if grep -q '^written by client 1$' "$tmp/demo.out"; then fail "client 1's value was read back"; fi
 
 # --- a clean shutdown --------------------------------------------------------------------------
-rc=0; stop_pid "$gw_pid" || rc=$?
+rc=0; fg_stop_pid "$gw_pid" || rc=$?
 gw_pid=""
 [ "$rc" -eq 0 ] || fail "fencegate exited with status $rc after SIGTERM (expected 0)"
 echo "demo_gc_pause: PASS"

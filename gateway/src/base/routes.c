@@ -17,6 +17,8 @@ const gw_route gw__routes[GW_R_COUNT] = {
     {"GET", "/healthz", GW_R_HEALTHZ},
     {"GET", "/readyz", GW_R_READYZ},
     {"GET", "/metrics", GW_R_METRICS},
+    {"GET", "/ui/", GW_R_UI},
+    {"GET", "/ui/{file}", GW_R_UI_FILE},
 };
 
 /* Matches path against a template. A template ending in "{resource}" matches any
