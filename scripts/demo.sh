@@ -25,7 +25,7 @@ trap 'rm -rf "$tmp"' EXIT
 # A resource name no earlier run used: tokens and values start fresh. FENCEGATE_DEMO_RESOURCE
 # names it instead (scripts/transcripts.sh does, against a fresh Redis, for a stable README).
 resource=${FENCEGATE_DEMO_RESOURCE:-gc-pause-$(date +%s)-$$}
-lease_ms=500
+lease_ms=2000
 
 auth=()
 if [ -n "${FENCEGATE_AUTH_TOKEN:-}" ]; then auth=(-H "Authorization: Bearer $FENCEGATE_AUTH_TOKEN"); fi
@@ -88,7 +88,7 @@ req GET "/locks/$resource"
 expect_status 200 "lock state"
 [ "$(json .locked)" = true ] || fail "the lock should still be held right after locking"
 start=$(date +%s%N)
-deadline=$((start + 10000000000))   # 10 s: the lease is 0.5 s
+deadline=$((start + 10000000000))   # 10 s: the lease is 2 s
 polls=0
 while :; do
     req -q GET "/locks/$resource"
