@@ -42,6 +42,7 @@
 
 #include "rt/gateway.h"
 #include "rt/pipe.h"
+#include "rt/util.h"
 
 /* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
 #define GW_PIPE_BATCH 256
@@ -243,11 +244,13 @@ static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
         }
     }
     /* Grants (a shared ledger's, fence.c) commit with the writes of the batch. */
+    int64_t start = gw__now_us();
     if (ng > 0) {
         store_grant_many(srv->st, grants, ng, writes, nw);
     } else {
         store_write_many(srv->st, writes, nw);
     }
+    gw__metrics_observe_commit(&srv->metrics, gw__now_us() - start);
 }
 
 static const pipe_kind store_kind = {1, GW_PIPE_BATCH, 0, store_open_state, store_close_state,
