@@ -29,9 +29,10 @@ build_pkgs=(build-essential cmake pkg-config git
 # redis-sentinel for the Sentinel sets the tests start (issues 15 and 16); redis-tools
 # brings redis-cli, whose --cluster create builds their Redis Clusters. PostgreSQL 15, whose
 # server the storage tests start in a temp dir of their own (initdb and postgres from
-# /usr/lib/postgresql/15/bin).
+# /usr/lib/postgresql/15/bin). Prometheus (prometheus and promtool) and python3 with PyYAML
+# for the dashboard and alert-rule tests (tests/monitoring/).
 tool_pkgs=(redis-server redis-sentinel redis-tools curl jq procps ca-certificates strace
-    iproute2 postgresql-15)
+    iproute2 postgresql-15 prometheus python3 python3-yaml)
 # run_only_pkgs: with --run, keeps of the lists above only what building the binaries
 # (cmake -DFENCEGATE_TESTS=OFF) and scripts/run.sh need: the build packages less the test
 # framework, plus Redis (redis-cli waits for it) and curl for the first request.
@@ -85,7 +86,7 @@ fi
 
 # keep_services_off before|after PACKAGE...: Debian's server packages enable their system
 # service when installed (redis-server on 6379, redis-sentinel on 26379, etcd on 2379,
-# postgresql with a "main" cluster on 5432), to start at every boot. fencegate uses none of
+# prometheus on 9090, postgresql with a "main" cluster on 5432), to start at every boot. fencegate uses none of
 # them: run.sh and the tests start their own servers on free ports. For the packages being
 # installed:
 #   before: for postgresql*, a createcluster.d drop-in with create_main_cluster = false, so
@@ -104,6 +105,7 @@ keep_services_off() {
             redis-server) units+=(redis-server) ;;
             redis-sentinel) units+=(redis-sentinel) ;;
             etcd-server) units+=(etcd) ;;
+            prometheus) units+=(prometheus) ;;
             postgresql | postgresql-[0-9]*) units+=(postgresql); pg=1 ;;
         esac
     done
