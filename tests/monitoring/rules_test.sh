@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # ctest monitoring_alert_rules: deploy/prometheus/alerts.yml passes `promtool check rules`,
-# and `promtool test rules` with tests/monitoring/alerts_test.yml, which gives every alert
-# series that fire it and series that do not. A missing promtool fails; it never skips.
+# deploy/prometheus/prometheus.yml (the compose profile's, which loads them) passes
+# `promtool check config`, and the rules pass `promtool test rules` with
+# tests/monitoring/alerts_test.yml, which gives every alert series that fire it and series
+# that do not. A missing promtool fails; it never skips.
 set -euo pipefail
 src=${1:?usage: rules_test.sh SOURCE_DIR}
 command -v promtool >/dev/null 2>&1 \
     || { echo "monitoring_alert_rules: FAIL: promtool is not installed (scripts/install-deps.sh installs Debian's prometheus)" >&2; exit 1; }
 promtool check rules "$src/deploy/prometheus/alerts.yml"
+promtool check config "$src/deploy/prometheus/prometheus.yml"
 # Every alert of the rules has a test case, so a new alert cannot come without one.
 missing=$(comm -23 <(grep -oP '^\s*- alert: \K\w+' "$src/deploy/prometheus/alerts.yml" | sort -u) \
     <(grep -oP '^\s*alertname: \K\w+' "$src/tests/monitoring/alerts_test.yml" | sort -u))
