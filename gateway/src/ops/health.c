@@ -8,8 +8,8 @@
  * fencegate_store_up show the dependencies as they are at the scrape. Both make their calls
  * on the side pipelines (pipe.c): start suspends the request and queues the probe; its PING
  * runs on a side thread with that thread's lk_client, the storage read then on a reads
- * thread, each filling the request's probe state; resumed answers from it. A stalled Redis or PostgreSQL so
- * delays the probe's own answer, never a server thread.
+ * thread, each filling the request's probe state; resumed answers from it. A stalled Redis
+ * or PostgreSQL so delays the probe's own answer, never a server thread.
  */
 #include <stdlib.h>
 #include <string.h>

@@ -21,11 +21,11 @@
  * Two side pipelines run the calls that may block and are neither of those: srv->side the
  * Redis calls (a /readyz or /metrics PING, a GET /locks status read), srv->reads the store
  * reads (a GET /resources value, the /readyz or /metrics probe read: a network round trip
- * on PostgreSQL; a probe goes to one, then the other). Each job's work runs on a side thread, with that
- * thread's own lk_client. On a server thread such a call held every connection of the
- * thread until Redis or PostgreSQL answered or timed out (2 s for Redis, 5 s for
- * PostgreSQL): a client polling /metrics during a Redis stall could hold up the lock
- * traffic of every connection sharing its thread. Now a stall delays only the calls queued
+ * on PostgreSQL; a probe goes to one, then the other). Each job's work runs on a side
+ * thread, with that thread's own lk_client. On a server thread such a call held every
+ * connection of the thread until Redis or PostgreSQL answered or timed out (2 s for Redis,
+ * 5 s for PostgreSQL): a client polling /metrics during a Redis stall could hold up the
+ * lock traffic of every connection sharing its thread. Now a stall delays only the calls queued
  * behind it on its own side pipeline: a stalled Redis does not delay value reads, nor a
  * stalled store Redis probes. What still runs on a server thread is listed in rt/gateway.h.
  *
