@@ -29,10 +29,11 @@ build_pkgs=(build-essential cmake pkg-config git
 # redis-sentinel for the Sentinel sets the tests start; redis-tools
 # brings redis-cli, whose --cluster create builds their Redis Clusters. PostgreSQL 15, whose
 # server the storage tests start in a temp dir of their own (initdb and postgres from
-# /usr/lib/postgresql/15/bin). Chromium, which the status page's test drives headless through
-# puppeteer-core (tests/ui/).
+# /usr/lib/postgresql/15/bin). Prometheus (prometheus and promtool) and python3 with PyYAML
+# for the dashboard and alert-rule tests (tests/monitoring/). Chromium, which the status
+# page's test drives headless through puppeteer-core (tests/ui/).
 tool_pkgs=(redis-server redis-sentinel redis-tools curl jq procps ca-certificates strace
-    iproute2 postgresql-15 chromium)
+    iproute2 postgresql-15 prometheus python3 python3-yaml chromium)
 # run_only_pkgs: with --run, keeps of the lists above only what building the binaries
 # (cmake -DFENCEGATE_TESTS=OFF) and scripts/run.sh need: the build packages less the test
 # framework, plus Redis (redis-cli waits for it) and curl for the first request.
@@ -86,7 +87,7 @@ fi
 
 # keep_services_off before|after PACKAGE...: Debian's server packages enable their system
 # service when installed (redis-server on 6379, redis-sentinel on 26379, etcd on 2379,
-# postgresql with a "main" cluster on 5432), to start at every boot. fencegate uses none of
+# prometheus on 9090, postgresql with a "main" cluster on 5432), to start at every boot. fencegate uses none of
 # them: run.sh and the tests start their own servers on free ports. For the packages being
 # installed:
 #   before: for postgresql*, a createcluster.d drop-in with create_main_cluster = false, so
@@ -105,6 +106,7 @@ keep_services_off() {
             redis-server) units+=(redis-server) ;;
             redis-sentinel) units+=(redis-sentinel) ;;
             etcd-server) units+=(etcd) ;;
+            prometheus) units+=(prometheus) ;;
             postgresql | postgresql-[0-9]*) units+=(postgresql); pg=1 ;;
         esac
     done

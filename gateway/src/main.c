@@ -227,6 +227,9 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     server.ops = route_ops;
     gw__fence_init(&server.fence, server.st, &gw__lock_fence_ops, &server);
     atomic_store(&server.metrics.redis_up, 1);
+    atomic_store(&server.metrics.store_up, 1); /* store_open() and store_secret() just worked */
+    server.metrics.max_connections = cfg->max_connections; /* as fitted above */
+    server.metrics.max_waiters = cfg->max_waiters;
     /* Shared by every server thread's Redis client; NULL (out of memory) just means none. */
     server.lk_opts.breaker = lk_breaker_new(GW_BREAKER_OPEN_MS);
     server.metrics.breaker = server.lk_opts.breaker;

@@ -28,6 +28,8 @@ done
 source "$(dirname "$0")/../common/cluster.sh"
 # shellcheck source=../common/redis.sh
 source "$(dirname "$0")/../common/redis.sh"
+# shellcheck source=../common/gateway.sh
+source "$(dirname "$0")/../common/gateway.sh"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fg-demo-cluster.XXXXXX")
 gw_pid=""
@@ -55,17 +57,12 @@ redlock)
 esac
 echo "$name: $topology $redis_url" | sed "s/$password/***/"
 
-gport=$(fg_topo_free_port)
-"$gateway" --listen "127.0.0.1:$gport" --redis "$redis_url" --data "$tmp/gw" \
-    >"$tmp/gateway.log" 2>&1 &
-gw_pid=$!
-url="http://127.0.0.1:$gport"
-deadline=$((SECONDS + 15))
-until curl -fsS --max-time 2 -o /dev/null "$url/healthz" 2>/dev/null; do
-    kill -0 "$gw_pid" 2>/dev/null || fail "fencegate exited at start"
-    [ "$SECONDS" -lt "$deadline" ] || fail "fencegate did not answer /healthz within 15 s"
-    sleep 0.05
-done
+fg_gateway_start "$gateway" "$tmp/gw" "$redis_url" "$tmp/gateway.log" || {
+    gw_pid=$FG_GATEWAY_PID
+    fail "the gateway did not start"
+}
+gw_pid=$FG_GATEWAY_PID
+url=$FG_GATEWAY_URL
 
 ready=$(curl -fsS --max-time 5 "$url/readyz") || fail "/readyz did not answer 200"
 [ "$(jq -r .topology.kind <<<"$ready")" = "$topology" ] || fail "/readyz topology: $ready"

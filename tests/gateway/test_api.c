@@ -1085,6 +1085,38 @@ static void test_metrics_never_carry_owners_or_names(void **state)
     assert_false(gwt_log_contains(&s->gw, owner));
 }
 
+/* What the alert rules (deploy/prometheus/alerts.yml) compute "near the limit" and "store
+ * down" from: the limits in force, the open connections, the store probe, the storage
+ * writer's commit latency, and the ledger's failures. */
+static void test_metrics_export_limits_store_and_commits(void **state)
+{
+    api_state *s = *state;
+    gwt_proc *gw = &s->aux;
+    char fence[64];
+    gwt_resp r;
+
+    const char *const args[] = {"--max-connections", "40", "--max-waiters", "10", NULL};
+    gwt_start(gw, s->redis.url, NULL, args);
+    assert_int_equal(metric(gw, "fencegate_max_connections"), 40);
+    assert_int_equal(metric(gw, "fencegate_max_waiters"), 10);
+    assert_int_equal(metric(gw, "fencegate_store_up"), 1);
+    assert_int_equal(metric(gw, "fencegate_ledger_uncovered_total"), 0);
+    long long open = metric(gw, "fencegate_connections"); /* the scrape's own, at least */
+    assert_true(open >= 1 && open <= 40);
+    assert_int_equal(metric(gw, "fencegate_store_commit_duration_seconds_count"), 0);
+
+    snprintf(fence, sizeof fence, "Fencing-Token: %lld",
+             lock_ok(gw, "api.commit", NULL, "", NULL, 0));
+    const char *const headers[] = {fence, NULL};
+    gwt_http(gw, "PUT", "/resources/api.commit", headers, "v", 1, 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    assert_int_equal(metric_wait(gw, "fencegate_store_commit_duration_seconds_count", 1), 1);
+    assert_int_equal(metric(gw, "fencegate_store_commit_duration_seconds_bucket{le=\"+Inf\"}"),
+                     1);
+    assert_int_equal(gwt_stop(gw), 0);
+}
+
 /* An owner-less /lock with an Idempotency-Key derives its owner from a secret kept in the
  * data directory, so a retry after a gateway restart (same data, same Redis) replays the
  * first answer: same owner, same token, no second hold. */
@@ -1274,6 +1306,7 @@ int main(void)
         cmocka_unit_test(test_too_large_writes_are_counted),
         cmocka_unit_test(test_waiter_is_woken_by_release),
         cmocka_unit_test(test_metrics_never_carry_owners_or_names),
+        cmocka_unit_test(test_metrics_export_limits_store_and_commits),
         cmocka_unit_test(test_idempotent_lock_survives_restart),
         cmocka_unit_test(test_map_size_limits_the_store),
         cmocka_unit_test(test_auth),

@@ -7,13 +7,13 @@
 # A real `apt-get install` needs the network and would change this machine, so apt-get,
 # dpkg-query and sudo are stand-ins on PATH (the one thing faked here), and
 # scripts/install-deps.sh runs with FENCEGATE_DEPS_ROOT set to a temp directory:
-#   - dpkg-query reports redis-server, redis-sentinel, etcd-server and postgresql-15 missing,
-#     all else present;
+#   - dpkg-query reports redis-server, redis-sentinel, etcd-server, prometheus and
+#     postgresql-15 missing, all else present;
 #   - apt-get install does what those packages' maintainer scripts do to a host: it enables
-#     redis-server.service, redis-sentinel.service, etcd.service and postgresql.service (the
-#     real systemctl, with --root on the temp directory), and "creates the main cluster"
-#     unless a file in createcluster.d sets create_main_cluster = false; it also records
-#     whether policy-rc.d was in place.
+#     redis-server.service, redis-sentinel.service, etcd.service, prometheus.service and
+#     postgresql.service (the real systemctl, with --root on the temp directory), and
+#     "creates the main cluster" unless a file in createcluster.d sets
+#     create_main_cluster = false; it also records whether policy-rc.d was in place.
 # Then checks that every one of those units is disabled (asked of the real systemctl), that
 # no cluster was created, and that neither policy-rc.d nor the createcluster.d drop-in is
 # left behind. A missing systemctl fails the test; it never skips.
@@ -27,7 +27,7 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/fg-install-deps-test.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 root=$tmp/root
 mkdir -p "$root/lib/systemd/system" "$root/etc/systemd/system" "$root/usr/sbin" "$tmp/bin"
-for unit in redis-server redis-sentinel etcd postgresql; do
+for unit in redis-server redis-sentinel etcd prometheus postgresql; do
     printf '[Unit]\nDescription=%s\n[Service]\nExecStart=/bin/true\n[Install]\nWantedBy=multi-user.target\n' \
         "$unit" >"$root/lib/systemd/system/$unit.service"
 done
@@ -37,7 +37,7 @@ cat >"$tmp/bin/dpkg-query" <<STUB
 # dpkg-query -W -f='\${Status}' PACKAGE
 for p; do :; done
 case "\$p" in
-    redis-server | redis-sentinel | etcd-server | postgresql-15) exit 1 ;;
+    redis-server | redis-sentinel | etcd-server | prometheus | postgresql-15) exit 1 ;;
     *) printf 'install ok installed' ;;
 esac
 STUB
@@ -51,6 +51,7 @@ for p; do
         redis-server) systemctl --root="$root" enable --quiet redis-server.service ;;
         redis-sentinel) systemctl --root="$root" enable --quiet redis-sentinel.service ;;
         etcd-server) systemctl --root="$root" enable --quiet etcd.service ;;
+        prometheus) systemctl --root="$root" enable --quiet prometheus.service ;;
         postgresql-15)
             if ! grep -qsE '^create_main_cluster *= *false' "$root"/etc/postgresql-common/createcluster.d/*.conf; then
                 echo created >"$tmp/main-cluster"
@@ -71,10 +72,11 @@ cat "$tmp/out"
 grep -q '^apt-get install .*redis-server' "$tmp/apt.log" || fail "apt-get install was not asked for redis-server"
 grep -q '^apt-get install .*redis-sentinel' "$tmp/apt.log" || fail "apt-get install was not asked for redis-sentinel"
 grep -q '^apt-get install .*etcd-server' "$tmp/apt.log" || fail "apt-get install was not asked for etcd-server"
+grep -q '^apt-get install .*prometheus' "$tmp/apt.log" || fail "apt-get install was not asked for prometheus"
 grep -q '^apt-get install .*postgresql-15' "$tmp/apt.log" || fail "apt-get install was not asked for postgresql-15"
 [ -s "$tmp/policy-present" ] || fail "policy-rc.d was not in place during the install"
 
-for unit in redis-server redis-sentinel etcd postgresql; do
+for unit in redis-server redis-sentinel etcd prometheus postgresql; do
     state=$(systemctl --root="$root" is-enabled "$unit.service" 2>/dev/null || true)
     [ "$state" = disabled ] || fail "$unit.service is left '$state' after the install"
 done

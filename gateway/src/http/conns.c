@@ -71,6 +71,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         }
         cs->head = c;
         pthread_mutex_unlock(&cs->mu);
+        atomic_fetch_add(&cs->srv->metrics.connections, 1);
         *socket_context = c;
         return;
     }
@@ -88,6 +89,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
     }
     pthread_mutex_unlock(&cs->mu);
     gw__loops_closed(cs->srv->loops, c->slot);
+    atomic_fetch_sub(&cs->srv->metrics.connections, 1);
     free(c);
     *socket_context = NULL;
 }

@@ -4,11 +4,12 @@
  * /healthz says the process is up and serving; it needs no dependency and no auth, so an
  * orchestrator can use it as a liveness probe. /readyz asks both dependencies: a Redis PING
  * (bounded by locklib's timeouts, so a dead Redis answers within about 2 s) and a read-only
- * storage transaction. /readyz and /metrics make their calls on the side pipelines
- * (pipe.c): start suspends the request and queues the probe; its PING runs on a side thread
- * with that thread's lk_client, /readyz's storage read then on a reads thread, each filling
- * the request's probe state; resumed answers from it. A stalled Redis or PostgreSQL so
- * delays the probe's own answer, never a server thread.
+ * storage transaction. /metrics makes the same two probes, so that fencegate_redis_up and
+ * fencegate_store_up show the dependencies as they are at the scrape. Both make their calls
+ * on the side pipelines (pipe.c): start suspends the request and queues the probe; its PING
+ * runs on a side thread with that thread's lk_client, the storage read then on a reads
+ * thread, each filling the request's probe state; resumed answers from it. A stalled Redis
+ * or PostgreSQL so delays the probe's own answer, never a server thread.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -51,7 +52,7 @@ static json_t *nodes_json(const lk_topology *topo)
 typedef struct probe {
     gw_job job;
     gw_server *srv;
-    int ready;            /* 1: /readyz, which also reads the store (a second step) */
+    int ready;            /* 1: /readyz, 0: /metrics (both read the store too, a second step) */
     int have_client;      /* the side thread had an lk_client: topo is filled */
     lk_status redis;
     store_status storage;
@@ -64,6 +65,7 @@ static void probe_store_work(gw_job *job)
     probe *p = job->arg;
     uint64_t highest = 0;
     p->storage = store_highest(p->srv->st, READY_PROBE_RESOURCE, &highest);
+    atomic_store(&p->srv->metrics.store_up, p->storage == STORE_OK);
 }
 
 /* After /readyz's PING: the same job goes on to the reads pipeline, which resumes the
@@ -100,7 +102,7 @@ static enum MHD_Result probe_start(gw_request *req, int ready)
     if (p != NULL) {
         p->srv = req->srv;
         p->ready = ready;
-        p->job.done = ready ? probe_to_store : NULL;
+        p->job.done = probe_to_store;
     }
     return gw__pipe_offload(req, req->srv->side, p, p != NULL ? &p->job : NULL, probe_work);
 }
@@ -154,8 +156,8 @@ static enum MHD_Result readyz_resumed(gw_request *req)
                           "%s unavailable", failed);
 }
 
-/* The probe refreshes the gauge, so a scrape sees Redis as it is, not as the last request
- * saw it. */
+/* The probe refreshes the gauges, so a scrape sees Redis and the store as they are, not as
+ * the last request saw them. */
 static enum MHD_Result metrics_start(gw_request *req)
 {
     return probe_start(req, 0);

@@ -40,6 +40,7 @@ enum MHD_Result gw__lock_answer_uncovered(gw_request *req, const struct gw_lock_
     }
     gw__log_event(req->srv->cfg, "error", "token ledger: %s",
                   store_status_str((store_status)call->turn.cover));
+    atomic_fetch_add(&req->srv->metrics.ledger_uncovered, 1);
     gw__lock_count_acquire(req, GW_ACQ_error);
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                           "storage could not record the fencing token; the lock was not "

@@ -25,6 +25,16 @@ static const double bucket_le[GW_LATENCY_BUCKETS] = {0.0005, 0.001, 0.0025, 0.00
 static const int status_codes[GW_STATUS_COUNT - 1] = {GW_STATUS_CODES(GW_X_CODE)};
 #undef GW_X_CODE
 
+/* The histogram bucket of a duration; GW_LATENCY_BUCKETS is +Inf. */
+static int bucket_of(int64_t micros)
+{
+    int b = 0;
+    while (b < GW_LATENCY_BUCKETS && (double)micros / 1e6 > bucket_le[b]) {
+        b++;
+    }
+    return b;
+}
+
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros)
 {
     int i = 0;
@@ -40,12 +50,14 @@ void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros)
     }
     atomic_fetch_add(&m->responses[i], 1); /* i == GW_STATUS_COUNT - 1: "other" */
 
-    int b = 0;
-    while (b < GW_LATENCY_BUCKETS && (double)micros / 1e6 > bucket_le[b]) {
-        b++;
-    }
-    atomic_fetch_add(&m->latency_bucket[route][b], 1); /* b == GW_LATENCY_BUCKETS: +Inf */
+    atomic_fetch_add(&m->latency_bucket[route][bucket_of(micros)], 1);
     atomic_fetch_add(&m->latency_sum_us[route], (unsigned long long)(micros > 0 ? micros : 0));
+}
+
+void gw__metrics_observe_commit(gw_metrics *m, int64_t micros)
+{
+    atomic_fetch_add(&m->commit_bucket[bucket_of(micros)], 1);
+    atomic_fetch_add(&m->commit_sum_us, (unsigned long long)(micros > 0 ? micros : 0));
 }
 
 /* A growing text buffer; on allocation failure it stops growing and `failed` is set. */
@@ -111,6 +123,30 @@ static void outcomes(textbuf *b, const char *name, const char *help, const char 
     labelled(b, name, help, "outcome", names, counts, n);
 }
 
+/* One series of a histogram: its cumulative buckets, sum and count. labels may be "". */
+static void histogram(textbuf *b, const char *name, const char *labels, atomic_ullong *buckets,
+                      atomic_ullong *sum_us)
+{
+    const char *sep = labels[0] != '\0' ? "," : "";
+    unsigned long long cumulative = 0;
+    for (int i = 0; i <= GW_LATENCY_BUCKETS; i++) {
+        cumulative += atomic_load(&buckets[i]);
+        if (i < GW_LATENCY_BUCKETS) {
+            put(b, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bucket_le[i],
+                cumulative);
+        } else {
+            put(b, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, cumulative);
+        }
+    }
+    if (labels[0] != '\0') {
+        put(b, "%s_sum{%s} %.6f\n", name, labels, (double)atomic_load(sum_us) / 1e6);
+        put(b, "%s_count{%s} %llu\n", name, labels, cumulative);
+    } else {
+        put(b, "%s_sum %.6f\n", name, (double)atomic_load(sum_us) / 1e6);
+        put(b, "%s_count %llu\n", name, cumulative);
+    }
+}
+
 static void latency(textbuf *b, gw_metrics *m)
 {
     const char *name = "fencegate_http_request_duration_seconds";
@@ -123,17 +159,7 @@ static void latency(textbuf *b, gw_metrics *m)
         } else {
             snprintf(labels, sizeof labels, "method=\"\",route=\"unmatched\"");
         }
-        unsigned long long cumulative = 0;
-        for (int i = 0; i <= GW_LATENCY_BUCKETS; i++) {
-            cumulative += atomic_load(&m->latency_bucket[r][i]);
-            if (i < GW_LATENCY_BUCKETS) {
-                put(b, "%s_bucket{%s,le=\"%g\"} %llu\n", name, labels, bucket_le[i], cumulative);
-            } else {
-                put(b, "%s_bucket{%s,le=\"+Inf\"} %llu\n", name, labels, cumulative);
-            }
-        }
-        put(b, "%s_sum{%s} %.6f\n", name, labels, (double)atomic_load(&m->latency_sum_us[r]) / 1e6);
-        put(b, "%s_count{%s} %llu\n", name, labels, cumulative);
+        histogram(b, name, labels, m->latency_bucket[r], &m->latency_sum_us[r]);
     }
 }
 
@@ -178,6 +204,39 @@ static void topology(textbuf *b, gw_metrics *m, const lk_topology *topo)
         put(b, "fencegate_redlock_node_held_out_until_seconds{addr=\"%s\"} %.3f\n",
             topo->nodes[i].addr, left_ms > 0 ? (double)(now_ms + left_ms) / 1e3 : 0.0);
     }
+}
+
+/* The store: up, its commits' latency, and tokens its ledger failed to record. */
+static void store(textbuf *b, gw_metrics *m)
+{
+    header(b, "fencegate_store_up", "gauge",
+           "1 when the last storage probe (a read transaction, made by /readyz and by every "
+           "/metrics scrape) succeeded, 0 when the store was unavailable.");
+    put(b, "fencegate_store_up %d\n", atomic_load(&m->store_up));
+    const char *name = "fencegate_store_commit_duration_seconds";
+    header(b, name, "histogram",
+           "Time of one commit of the storage writer: a batch of token-checked writes (and, "
+           "on PostgreSQL, ledger grants) in one transaction.");
+    histogram(b, name, "", m->commit_bucket, &m->commit_sum_us);
+    header(b, "fencegate_ledger_uncovered_total", "counter",
+           "Tokens Redis minted that the token ledger could not record durably (a store "
+           "error): each was given back and its /lock answered 503. Above zero, the ledger "
+           "lags behind Redis and locks are refused.");
+    put(b, "fencegate_ledger_uncovered_total %llu\n", atomic_load(&m->ledger_uncovered));
+}
+
+/* Connections now and the limits they run into. */
+static void limits(textbuf *b, gw_metrics *m)
+{
+    header(b, "fencegate_connections", "gauge", "HTTP connections open now.");
+    long long open = atomic_load(&m->connections);
+    put(b, "fencegate_connections %lld\n", open > 0 ? open : 0);
+    header(b, "fencegate_max_connections", "gauge",
+           "--max-connections in force (after start-up fitted it to the open-file limit).");
+    put(b, "fencegate_max_connections %d\n", m->max_connections);
+    header(b, "fencegate_max_waiters", "gauge",
+           "--max-waiters in force: parked /lock waiters at once; more answer 503.");
+    put(b, "fencegate_max_waiters %d\n", m->max_waiters);
 }
 
 char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
@@ -270,6 +329,8 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
         }
     }
     latency(&b, m);
+    store(&b, m);
+    limits(&b, m);
     header(&b, "fencegate_build_info", "gauge", "Always 1; the version is a label.");
     put(&b, "fencegate_build_info{version=\"%s\"} 1\n", FENCEGATE_VERSION);
     if (b.failed) {

@@ -83,9 +83,22 @@ typedef struct gw_metrics {
     /* Latency histogram per route (+1 for unmatched), cumulative at output time. */
     atomic_ullong latency_bucket[GW_R_COUNT + 1][GW_LATENCY_BUCKETS + 1];
     atomic_ullong latency_sum_us[GW_R_COUNT + 1];
+    /* The storage writer's commits (pipe.c store_run), the same buckets. */
+    atomic_ullong commit_bucket[GW_LATENCY_BUCKETS + 1];
+    atomic_ullong commit_sum_us;
+    atomic_int store_up;                  /* the last /readyz or /metrics store probe */
+    atomic_llong connections;             /* HTTP connections open now (http/conns.c) */
+    atomic_ullong ledger_uncovered;       /* tokens the ledger failed to record durably:
+                                           * not handed out, answered 503 (ops/lock_answer.c) */
+    /* The limits in force (after start-up fitted them to the open-file limit), exported so
+     * that "near the limit" can be computed from the scrape alone. Set once at start. */
+    int max_connections;
+    int max_waiters;
 } gw_metrics;
 
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
+/* One commit of the storage writer, which took micros. */
+void gw__metrics_observe_commit(gw_metrics *m, int64_t micros);
 /* Records what handle c saw of the Redis topology: redis_failovers becomes the largest
  * count any handle reported (each handle counts the master changes it met itself). */
 void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo);

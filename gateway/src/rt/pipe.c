@@ -20,12 +20,12 @@
  *
  * Two side pipelines run the calls that may block and are neither of those: srv->side the
  * Redis calls (a /readyz or /metrics PING, a GET /locks status read), srv->reads the store
- * reads (a GET /resources value, /readyz's probe read: a network round trip on PostgreSQL;
- * /readyz goes to one, then the other). Each job's work runs on a side thread, with that
- * thread's own lk_client. On a server thread such a call held every connection of the
- * thread until Redis or PostgreSQL answered or timed out (2 s for Redis, 5 s for
- * PostgreSQL): a client polling /metrics during a Redis stall could hold up the lock
- * traffic of every connection sharing its thread. Now a stall delays only the calls queued
+ * reads (a GET /resources value, the /readyz or /metrics probe read: a network round trip
+ * on PostgreSQL; a probe goes to one, then the other). Each job's work runs on a side
+ * thread, with that thread's own lk_client. On a server thread such a call held every
+ * connection of the thread until Redis or PostgreSQL answered or timed out (2 s for Redis,
+ * 5 s for PostgreSQL): a client polling /metrics during a Redis stall could hold up the
+ * lock traffic of every connection sharing its thread. Now a stall delays only the calls queued
  * behind it on its own side pipeline: a stalled Redis does not delay value reads, nor a
  * stalled store Redis probes. What still runs on a server thread is listed in rt/gateway.h.
  *
@@ -42,6 +42,7 @@
 
 #include "rt/gateway.h"
 #include "rt/pipe.h"
+#include "rt/util.h"
 
 /* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
 #define GW_PIPE_BATCH 256
@@ -243,11 +244,13 @@ static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
         }
     }
     /* Grants (a shared ledger's, fence.c) commit with the writes of the batch. */
+    int64_t start = gw__now_us();
     if (ng > 0) {
         store_grant_many(srv->st, grants, ng, writes, nw);
     } else {
         store_write_many(srv->st, writes, nw);
     }
+    gw__metrics_observe_commit(&srv->metrics, gw__now_us() - start);
 }
 
 static const pipe_kind store_kind = {1, GW_PIPE_BATCH, 0, store_open_state, store_close_state,
