@@ -52,7 +52,7 @@ static const gw_option options[] = {
      "number of gateways",
      OPT_STRING, 0, 0},
     {"--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE", "FILE",
-     "require 'Authorization: Bearer <token>' on every endpoint but /healthz; the token is "
+     "require 'Authorization: Bearer <token>' on every endpoint but /healthz and /livez; the token is "
      "the whole file less the white space around it, 1 to 511 printable ASCII bytes (a second "
      "line is refused), read as fencectl reads it",
      OPT_STRING, 0, 0},
