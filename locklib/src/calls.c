@@ -310,7 +310,7 @@ static lk_status build_force_release(const lk_options *opts, const lk_call *call
 static lk_status decode_force_release(lk_call *call, const redisReply *reply, char *err)
 {
     if (lk__int_at(reply, 0) != 1) {
-        call->last = lk__int_at(reply, 2);
+        call->last = call->res.fenced_by = lk__int_at(reply, 2);
         return LK_NOT_OWNER;
     }
     call->res.token = lk__int_at(reply, 1);

@@ -326,13 +326,16 @@ lk__rl_next lk__rl_combine_force_release(int n, const lk__rl_node *nodes, lk__rl
     out->st = released > 0 ? LK_RELEASED : LK_NOT_OWNER;
     for (int i = 0; i < n; i++) {
         const lk_result *r = &nodes[i].res;
-        if (!answered(&nodes[i]) || nodes[i].st != LK_RELEASED) {
+        if (!answered(&nodes[i]) ||
+            (nodes[i].st != LK_RELEASED && nodes[i].st != LK_NOT_OWNER)) {
             continue;
         }
-        out->res.published += r->published;
-        out->res.token = r->token > out->res.token ? r->token : out->res.token;
         out->res.fenced_by = r->fenced_by > out->res.fenced_by ? r->fenced_by
                                                                 : out->res.fenced_by;
+        if (nodes[i].st == LK_RELEASED) {
+            out->res.published += r->published;
+            out->res.token = r->token > out->res.token ? r->token : out->res.token;
+        }
     }
     out->last = out->res.fenced_by;
     return LK__RL_ANSWER;

@@ -320,7 +320,7 @@ int gw__fence_granted(gw_job *job)
 void gw__fence_force(gw_fence *f, lk_client *c, const char *resource, gw_forced *out)
 {
     int64_t floor = 0;
-    lk_result res;
+    lk_result res = {0};
 
     memset(out, 0, sizeof *out);
     out->lk = LK_EUNAVAILABLE;
@@ -329,6 +329,13 @@ void gw__fence_force(gw_fence *f, lk_client *c, const char *resource, gw_forced 
         return; /* without the floor the burned token could be below one handed out */
     }
     out->lk = lk_force_release(c, resource, floor, &res);
+    if (out->lk == LK_NOT_OWNER && res.fenced_by > 0) {
+        /* Nothing held: every token below the last issued is superseded already (tokens are
+         * minted only for a free lock). Recording that is harmless, and completes the fence
+         * of an earlier forced release whose store_fence() failed. */
+        out->store = store_fence(f->st, resource, (uint64_t)res.fenced_by);
+        return;
+    }
     if (out->lk != LK_RELEASED) {
         return;
     }

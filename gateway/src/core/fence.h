@@ -127,7 +127,9 @@ typedef struct gw_forced {
  * (lk_force_release()); F is counted in max_token, then store_fence() makes the store refuse
  * every write below F and the ledger cover F, durably, before the caller answers. So T is
  * refused whatever Redis loses later, through any gateway of a shared store, and the next
- * grant is above F. Fills *out. */
+ * grant is above F. When nothing is held, the store is fenced below the last token issued
+ * (already superseded), which completes an earlier release whose store_fence() failed.
+ * Fills *out. */
 void gw__fence_force(gw_fence *f, lk_client *c, const char *resource, gw_forced *out);
 
 /* The verdict on a write's token, before storage sees it. */

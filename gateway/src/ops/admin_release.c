@@ -129,7 +129,7 @@ static enum MHD_Result release_resumed(gw_request *req)
     const struct gw_admin_release *ar = req->op_state;
     gw_server *srv = req->srv;
 
-    if (ar->out.lk == LK_NOT_OWNER) {
+    if (ar->out.lk == LK_NOT_OWNER && ar->out.store == STORE_OK) {
         atomic_fetch_add(&srv->metrics.admin_release[1], 1);
         return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:s, s:b}", "resource",
                                                           ar->resource, "released", 0));
@@ -137,8 +137,8 @@ static enum MHD_Result release_resumed(gw_request *req)
     if (ar->out.lk != LK_RELEASED) {
         if (ar->out.store != STORE_OK) {
             return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
-                                  NULL, "storage could not read the floor (%s); nothing was "
-                                  "released", store_status_name(ar->out.store));
+                                  NULL, "storage did not answer (%s); nothing was released",
+                                  store_status_name(ar->out.store));
         }
         return gw__send_lk_error(req, ar->err[0] != '\0' ? ar->err : NULL, ar->out.lk);
     }

@@ -196,7 +196,8 @@ typedef struct lk_result {
                           * (only a lock others were known to wait for publishes one): 0 or
                           * 1, on Redlock up to the number of masters; 0 on a replay */
     int64_t fenced_by;   /* lk_force_release() RELEASED: the token burned above the released
-                          * hold's (res.token); every later mint is above it. Else 0 */
+                          * hold's (res.token); every later mint is above it. NOT_OWNER: the
+                          * counter, the last token issued (0 if none). Else 0 */
 } lk_result;
 
 /* Acquires `resource` for `owner`. lease_ms is LK_LEASE_MIN_MS..LK_LEASE_MAX_MS, or
@@ -266,7 +267,8 @@ LK_EXTERN lk_status lk_renew(lk_client *c, const char *resource, const char *own
  * release publishes as lk_release() does, so waiters wake in their usual order; a fair queue
  * is kept. No owner is needed or reported. floor is 0..2^53-2 (the caller's durable floor).
  * Returns RELEASED (res->token: the released hold's token; res->fenced_by: the burned token;
- * res->published) or NOT_OWNER (nothing was held; nothing changed), or an error.
+ * res->published) or NOT_OWNER (nothing was held; nothing changed; res->fenced_by: the last
+ * token issued), or an error.
  * Redlock: RELEASED when a majority answered and at least one master held the lock, with
  * the largest token and burned token of the masters. */
 LK_EXTERN lk_status lk_force_release(lk_client *c, const char *resource, int64_t floor,
@@ -360,8 +362,9 @@ typedef struct lk_lock_entry {
 /* Lists held locks in resource name order: those whose name starts with prefix (NULL or ""
  * for any) and sorts after `after` (NULL or "" for the first page), at most max
  * (1..LK_LIST_MAX) of them, into out[]; *n is the number written. next (LK_RESOURCE_MAX + 1
- * bytes) receives where the next page starts (its `after`), "" when this page is the last. It SCANs the keyspace of every node that holds locks (every master of
- * a Cluster, every Redlock master that counts) in steps of a bounded COUNT, never KEYS, on
+ * bytes) receives where the next page starts (its `after`), "" when this page is the last.
+ * It SCANs the keyspace of every node that holds locks (every master of a Cluster, every
+ * Redlock master not held out after a data loss) in steps of a bounded COUNT, never KEYS, on
  * connections of its own, so no step holds Redis for long; its cost is one pass over the
  * whole keyspace (MATCH filters server-side), then one status read per entry kept. A name
  * seen on a node is listed only when its status read says it is held (Redlock: held on a
