@@ -158,7 +158,8 @@ static lk_status scan_all(lk_client *c, const char *pattern, kept *k)
             scanned++;
         } else {
             st = one;
-            snprintf(c->err, LK__ERR_LEN, "%.64s:%d: %.160s", nodes[i].host, nodes[i].port, err);
+            snprintf(c->err, LK__ERR_LEN, "%.64s:%d: %.160s", nodes[i].host, nodes[i].port,
+                     err);
         }
     }
     /* The login is a capability: do not leave it in freed memory. */
@@ -174,13 +175,15 @@ lk_status lk_list_locks(lk_client *c, const char *prefix, const char *after, siz
                         lk_lock_entry *out, size_t *n, char *next)
 {
     char pattern[LK_RESOURCE_MAX + 16];
-    kept k = {.prefix = prefix != NULL ? prefix : "", .after = after != NULL ? after : ""};
+    char after_copy[LK_RESOURCE_MAX + 2]; /* next may be the caller's after buffer */
+    kept k = {.prefix = prefix != NULL ? prefix : "", .after = after_copy};
 
+    snprintf(after_copy, sizeof after_copy, "%s", after != NULL ? after : "");
     *n = 0;
     next[0] = '\0';
     k.prefix_len = strlen(k.prefix);
     if (max < 1 || max > LK_LIST_MAX || (k.prefix_len > 0 && !lk_valid_resource(k.prefix)) ||
-        (k.after[0] != '\0' && !lk_valid_resource(k.after))) {
+        (after_copy[0] != '\0' && !lk_valid_resource(after_copy))) {
         return lk__fail(c, LK_EINVAL, "invalid prefix, after or page size");
     }
     /* Resource names hold no glob character ([A-Za-z0-9._:-]): the prefix goes in as is. */

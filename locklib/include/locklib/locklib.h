@@ -362,7 +362,8 @@ typedef struct lk_lock_entry {
 /* Lists held locks in resource name order: those whose name starts with prefix (NULL or ""
  * for any) and sorts after `after` (NULL or "" for the first page), at most max
  * (1..LK_LIST_MAX) of them, into out[]; *n is the number written. next (LK_RESOURCE_MAX + 1
- * bytes) receives where the next page starts (its `after`), "" when this page is the last.
+ * bytes, which may be the buffer `after` points to) receives where the next page starts
+ * (its `after`), "" when this page is the last.
  * It SCANs the keyspace of every node that holds locks (every master of a Cluster, every
  * Redlock master not held out after a data loss) in steps of a bounded COUNT, never KEYS, on
  * connections of its own, so no step holds Redis for long; its cost is one pass over the
