@@ -305,6 +305,9 @@ static void test_force_release_refuses_bad_input(void **state)
 
 typedef struct waiter {
     const gwt_proc *gw;
+    const char *resource;
+    const char *owner;
+    int fair;
     pthread_t thread;
     long status;
     long long token;
@@ -313,11 +316,15 @@ typedef struct waiter {
 static void *waiter_main(void *arg)
 {
     waiter *w = arg;
+    char body[256];
     gwt_resp r;
-    gwt_post(w->gw, "/lock",
-             "{\"resource\":\"queue\",\"owner\":\"next-in-line\",\"wait_ms\":20000}", &r);
-    w->status = r.status;
+    snprintf(body, sizeof body,
+             "{\"resource\":\"%s\",\"owner\":\"%s\",\"wait_ms\":20000,\"ttl_ms\":60000,"
+             "\"fair\":%s}",
+             w->resource, w->owner, w->fair ? "true" : "false");
+    gwt_post(w->gw, "/lock", body, &r);
     w->token = r.status == 200 ? gwt_int(&r, "token") : 0;
+    w->status = r.status;
     gwt_resp_free(&r);
     return NULL;
 }
@@ -327,7 +334,7 @@ static void test_force_release_wakes_a_parked_waiter(void **state)
     ops_state *st = *state;
     long long token = 0, fenced = 0;
     int released = 0;
-    waiter w = {.gw = &st->gw};
+    waiter w = {.gw = &st->gw, .resource = "queue", .owner = "next-in-line"};
 
     assert_int_equal(gwt_lock(&st->gw, "queue", "stuck-holder", &token), 200);
     assert_int_equal(pthread_create(&w.thread, NULL, waiter_main, &w), 0);
@@ -347,6 +354,35 @@ static void test_force_release_wakes_a_parked_waiter(void **state)
     assert_true(w.token > token);
     assert_superseded(&st->gw, "queue", token);
     assert_int_equal(gwt_put_fenced(&st->gw, "queue", w.token, "woken", NULL), 200);
+}
+
+/* Fair waiters queued in Redis keep their order: the forced release wakes the first, the
+ * second waits for the first's unlock. */
+static void test_force_release_keeps_the_fair_order(void **state)
+{
+    ops_state *st = *state;
+    long long token = 0, fenced = 0;
+    int released = 0;
+    waiter first = {.gw = &st->gw, .resource = "fairq", .owner = "first", .fair = 1};
+    waiter second = {.gw = &st->gw, .resource = "fairq", .owner = "second", .fair = 1};
+
+    assert_int_equal(gwt_lock(&st->gw, "fairq", "stuck-holder", &token), 200);
+    assert_int_equal(pthread_create(&first.thread, NULL, waiter_main, &first), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 1);
+    assert_int_equal(pthread_create(&second.thread, NULL, waiter_main, &second), 0);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 2);
+    assert_int_equal(force(&st->gw, "fairq", &fenced, &released), 200);
+    assert_true(released);
+    pthread_join(first.thread, NULL);
+    assert_int_equal(first.status, 200);
+    assert_true(first.token > token);
+    /* The second still waits behind the first's hold (a 60 s lease). */
+    gwt_await_metric(&st->gw, "fencegate_waiters", 1);
+    assert_int_equal(second.status, 0);
+    assert_int_equal(gwt_unlock(&st->gw, "fairq", "first"), 200);
+    pthread_join(second.thread, NULL);
+    assert_int_equal(second.status, 200);
+    assert_true(second.token > first.token);
 }
 
 static void test_force_release_needs_the_token(void **state)
@@ -445,6 +481,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_force_release_fences_the_holder, setup, teardown),
         cmocka_unit_test_setup_teardown(test_force_release_refuses_bad_input, setup, teardown),
         cmocka_unit_test_setup_teardown(test_force_release_wakes_a_parked_waiter, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_force_release_keeps_the_fair_order, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_force_release_needs_the_token, setup, teardown),
         cmocka_unit_test(test_force_release_on_a_shared_store),
