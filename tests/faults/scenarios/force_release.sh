@@ -3,7 +3,8 @@
 # the gateway is killed with SIGKILL and restarted on the same data directory between them.
 #
 # Each fault:
-#   1. A holder (this script) takes a lock of its own with a 10 s lease and writes with its
+#   1. A holder (this script) takes a lock of its own with a 60 s lease (long enough to be
+#      held still when it is forced free on a slow machine) and writes with its
 #      token T.
 #   2. GET /locks lists the run's held locks (200, never an owner). Each of the workload's three
 #      resources is forced free, whoever holds it (a workload client, which carries on: its
@@ -54,7 +55,7 @@ superseded() {
 
 force_fault() {
     local res="$scenario-$seed-fr-$1" t fenced i next
-    t=$(take_hold "$res" "fr-$1-holder" 10000)
+    t=$(take_hold "$res" "fr-$1-holder" 60000)
     [ "$(write_as "fr-$1-w1" "$res" "fr-$1-holder" "$t")" = 200 ] \
         || fail "the holder's first write on $res: $(code_of "fr-$1-w1")"
     call "fr-$1-list" GET "/locks?prefix=$scenario-$seed&limit=1000" "" 8
