@@ -29,7 +29,9 @@ typedef enum flag_kind {
     F_OWNER,
     F_TOKEN,
     F_CONTENT_TYPE,
-    F_ALLOW_EMPTY
+    F_ALLOW_EMPTY,
+    F_FORCE,
+    F_REASON
 } flag_kind;
 
 #define ON(cmd) (1u << (cmd))
@@ -58,13 +60,17 @@ static const flag_def flags[] = {
     {"--token", F_TOKEN, 1, ON(FC_CMD_WRITE)},
     {"--content-type", F_CONTENT_TYPE, 1, ON(FC_CMD_WRITE)},
     {"--allow-empty", F_ALLOW_EMPTY, 0, ON(FC_CMD_WRITE)},
+    {"--force", F_FORCE, 0, ON(FC_CMD_RELEASE)},
+    {"--reason", F_REASON, 1, ON(FC_CMD_RELEASE)},
 };
 
 static const char *const command_names[] = {
     [FC_CMD_NONE] = "",          [FC_CMD_LOCK] = "lock", [FC_CMD_UNLOCK] = "unlock",
     [FC_CMD_RENEW] = "renew",    [FC_CMD_WRITE] = "write", [FC_CMD_READ] = "read",
-    [FC_CMD_STATUS] = "status",
+    [FC_CMD_STATUS] = "status",  [FC_CMD_LS] = "ls",     [FC_CMD_RELEASE] = "release",
 };
+
+#define COMMAND_LIST "lock, unlock, renew, write, read, status, ls or release"
 
 const char *fc__command_name(fc_command cmd)
 {
@@ -155,6 +161,13 @@ static int apply_value(const flag_def *f, const char *value, fc_options *o, char
     case F_URL: o->url = value; return 0;
     case F_AUTH: o->auth_token_file = value; return 0;
     case F_CONTENT_TYPE: o->content_type = value; return 0;
+    case F_REASON:
+        if (value[0] == '\0' || strlen(value) > 500) {
+            snprintf(err, errlen, "%s must be 1 to 500 bytes saying why", f->name);
+            return -1;
+        }
+        o->reason = value;
+        return 0;
     case F_TTL:
         return parse_duration_in(f->name, value, FC_TTL_MIN_MS, FC_TTL_MAX_MS, &o->ttl_ms, err,
                                  errlen);
@@ -227,6 +240,7 @@ static int parse_flag(int argc, char *const *argv, int *i, fc_options *o, char *
         o->version |= f->kind == F_VERSION;
         o->verbose |= f->kind == F_VERBOSE;
         o->allow_empty |= f->kind == F_ALLOW_EMPTY;
+        o->force |= f->kind == F_FORCE;
         return 0;
     }
     const char *value = eq != NULL ? eq + 1 : NULL;
@@ -243,7 +257,7 @@ static int parse_flag(int argc, char *const *argv, int *i, fc_options *o, char *
 
 static fc_command find_command(const char *name)
 {
-    for (int c = FC_CMD_LOCK; c <= FC_CMD_STATUS; c++) {
+    for (int c = FC_CMD_LOCK; c <= FC_CMD_RELEASE; c++) {
         if (strcmp(command_names[c], name) == 0) {
             return (fc_command)c;
         }
@@ -260,13 +274,21 @@ static int parse_operand(char *const *argv, int i, fc_options *o, char *err, siz
     if (o->cmd == FC_CMD_NONE) {
         o->cmd = find_command(arg);
         if (o->cmd == FC_CMD_NONE) {
-            snprintf(err, errlen, "unknown command '%.40s' (use lock, unlock, renew, write, "
-                     "read or status)", arg);
+            snprintf(err, errlen, "unknown command '%.40s' (use " COMMAND_LIST ")", arg);
             return -1;
         }
         return 0;
     }
-    if (o->resource == NULL) {
+    if (o->cmd == FC_CMD_LS && o->prefix == NULL) {
+        if (!fg_valid_name(arg, FG_RESOURCE_MAX)) {
+            snprintf(err, errlen, "prefix '%.40s' must be 1 to %d characters of " FG_NAME_CHARS,
+                     arg, FG_RESOURCE_MAX);
+            return -1;
+        }
+        o->prefix = arg;
+        return 0;
+    }
+    if (o->resource == NULL && o->cmd != FC_CMD_LS) {
         if (!fg_valid_name(arg, FG_RESOURCE_MAX)) {
             snprintf(err, errlen, "resource '%.40s' must be 1 to %d characters of " FG_NAME_CHARS,
                      arg, FG_RESOURCE_MAX);
@@ -289,9 +311,11 @@ static int check_required(const fc_options *o, char *err, size_t errlen)
     const char *name = fc__command_name(o->cmd);
 
     if (o->cmd == FC_CMD_NONE) {
-        snprintf(err, errlen, "missing command (lock, unlock, renew, write, read or status); "
-                 "see fencectl --help");
+        snprintf(err, errlen, "missing command (" COMMAND_LIST "); see fencectl --help");
         return -1;
+    }
+    if (o->cmd == FC_CMD_LS) {
+        return 0;
     }
     if (o->resource == NULL) {
         snprintf(err, errlen, "%s needs a RESOURCE; see fencectl %s --help", name, name);
@@ -305,6 +329,15 @@ static int check_required(const fc_options *o, char *err, size_t errlen)
     if ((o->cmd == FC_CMD_UNLOCK || o->cmd == FC_CMD_RENEW) && o->owner == NULL) {
         snprintf(err, errlen, "%s needs --owner OWNER (the owner the lock was taken with)",
                  name);
+        return -1;
+    }
+    if (o->cmd == FC_CMD_RELEASE && !o->force) {
+        snprintf(err, errlen, "release frees the lock whoever holds it and fences the holder: "
+                 "say so with --force (to release your own hold, use unlock)");
+        return -1;
+    }
+    if (o->cmd == FC_CMD_RELEASE && o->reason == NULL) {
+        snprintf(err, errlen, "release needs --reason TEXT (it is logged)");
         return -1;
     }
     if (o->cmd == FC_CMD_WRITE && o->token == 0) {

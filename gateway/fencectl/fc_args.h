@@ -37,7 +37,9 @@ typedef enum fc_command {
     FC_CMD_RENEW,
     FC_CMD_WRITE,
     FC_CMD_READ,
-    FC_CMD_STATUS
+    FC_CMD_STATUS,
+    FC_CMD_LS,
+    FC_CMD_RELEASE
 } fc_command;
 
 /* Everything the command line said. Strings point into argv; nothing is allocated. */
@@ -56,6 +58,9 @@ typedef struct fc_options {
     int64_t kill_grace_ms;    /* lock */
     int64_t token;            /* write */
     int allow_empty;          /* write: --allow-empty, store an empty stdin */
+    int force;                /* release: --force, which it needs */
+    const char *reason;       /* release: --reason TEXT */
+    const char *prefix;       /* ls: PREFIX, NULL for every lock */
     int conflict_exit_code;   /* lock */
     char *const *command;     /* lock: COMMAND and its ARGS, NULL-terminated (inside argv) */
 } fc_options;

@@ -1,5 +1,6 @@
 /*
- * The one-request subcommands: unlock, renew, write, read and status. Each prints the
+ * The one-request subcommands: unlock, renew, write, read, status and release, and ls (one
+ * request per page). Each prints the
  * gateway's answer on stdout (the stored bytes for read) and returns an FC_EXIT_* code;
  * failures are one line on stderr through fc__report().
  */
@@ -174,5 +175,65 @@ int fc__cmd_write(fc_client *c, const fc_options *o)
     rc = r.status == 200 ? print_json(c, &r) : fc__report(c, &r);
     fc__response_free(&r);
     free(data);
+    return rc;
+}
+
+int fc__cmd_ls(fc_client *c, const fc_options *o)
+{
+    char after[FG_RESOURCE_MAX + 1] = "";
+
+    /* Page by page to the end; one JSON object per held lock and line, in name order. */
+    for (;;) {
+        char path[600];
+        fc_response r;
+        snprintf(path, sizeof path, "/locks?limit=1000%s%s%s%s",
+                 o->prefix != NULL ? "&prefix=" : "", o->prefix != NULL ? o->prefix : "",
+                 after[0] != '\0' ? "&after=" : "", after);
+        fc_request rq = {.method = "GET", .path = path, .timeout_ms = FC_REQUEST_TIMEOUT_MS,
+                         .resend_safe = 1,
+                         .retry_until_ms = fc__now_ms() + FC_RETRY_BUDGET_MS};
+        fc__request(c, &rq, &r);
+        if (r.status != 200 || r.json == NULL) {
+            int rc = r.status != 200 ? fc__report(c, &r) : print_json(c, &r);
+            fc__response_free(&r);
+            return rc;
+        }
+        json_t *locks = json_object_get(r.json, "locks");
+        json_t *next = json_object_get(r.json, "next");
+        for (size_t i = 0; i < json_array_size(locks); i++) {
+            if (json_dumpf(json_array_get(locks, i), stdout, JSON_COMPACT) != 0 ||
+                fputc('\n', stdout) == EOF) {
+                fc__response_free(&r);
+                fprintf(stderr, "fencectl: %s: cannot write to stdout\n", c->what);
+                return FC_EXIT_USAGE;
+            }
+        }
+        int more = json_is_string(next);
+        if (more) {
+            snprintf(after, sizeof after, "%s", json_string_value(next));
+        }
+        fc__response_free(&r);
+        if (!more) {
+            return fflush(stdout) == 0 ? FC_EXIT_OK : FC_EXIT_USAGE;
+        }
+    }
+}
+
+int fc__cmd_release(fc_client *c, const fc_options *o)
+{
+    fc_response r;
+    json_t *body = json_pack("{s:s, s:s}", "resource", o->resource, "reason", o->reason);
+    int rc;
+
+    if (body == NULL) {
+        fprintf(stderr, "fencectl: %s: cannot build the request\n", c->what);
+        return FC_EXIT_INTERNAL;
+    }
+    /* Not resent after a lost answer (the gateway keeps no record of it): a second forced
+     * release, by hand, finds nothing held and answers released false. */
+    fc__post_json(c, "/admin/release", body, NULL, FC_REQUEST_TIMEOUT_MS,
+                  fc__now_ms() + FC_RETRY_BUDGET_MS, &r);
+    rc = r.status == 200 ? print_json(c, &r) : fc__report(c, &r);
+    fc__response_free(&r);
     return rc;
 }

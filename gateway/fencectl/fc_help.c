@@ -46,6 +46,9 @@ static const char help_overview[] =
     "                                     store stdin if N is the newest token\n"
     "  read RESOURCE                      the stored bytes, to stdout\n"
     "  status RESOURCE                    the lock's state as JSON, to stdout\n"
+    "  ls [PREFIX]                        the held locks, one JSON line each, in name order\n"
+    "  release --force RESOURCE --reason TEXT\n"
+    "                                     force a lock free and fence its holder (admin)\n"
     "\n"
     "'fencectl COMMAND --help' describes one command.\n"
     "\n" GLOBAL_OPTIONS "\n" DURATIONS "\n" EXIT_CODES;
@@ -129,6 +132,28 @@ static const char help_status[] =
     "when free. It never contains the owner.\n"
     "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
 
+static const char help_ls[] =
+    "Usage: fencectl ls [PREFIX] [OPTIONS]\n"
+    "\n"
+    "Prints the held locks whose name starts with PREFIX (every held lock without one), in\n"
+    "name order, one JSON object per line: {\"resource\", \"token\", \"holds\", \"ttl_ms\",\n"
+    "\"waiters\"}. It never contains an owner. It pages through GET /locks to the end.\n"
+    "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
+
+static const char help_release[] =
+    "Usage: fencectl release --force RESOURCE --reason TEXT [OPTIONS]\n"
+    "\n"
+    "Frees the lock on RESOURCE whoever holds it, and fences its holder: its renew and\n"
+    "unlock are refused from then on, and so is its write with its token, even if nobody\n"
+    "locks RESOURCE again. Prints {\"resource\", \"released\", \"fenced_token\"} as JSON\n"
+    "(released false when nothing was held). Needs the admin right; the gateway logs\n"
+    "TEXT with the client's address.\n"
+    "\n"
+    "Options:\n"
+    "  --force                 required: this releases someone else's lock\n"
+    "  --reason TEXT           why (1 to 500 bytes), for the gateway's log\n"
+    "\n" GLOBAL_OPTIONS "\n" EXIT_CODES;
+
 const char *fc__help(fc_command cmd)
 {
     switch (cmd) {
@@ -138,6 +163,8 @@ const char *fc__help(fc_command cmd)
     case FC_CMD_WRITE: return help_write;
     case FC_CMD_READ: return help_read;
     case FC_CMD_STATUS: return help_status;
+    case FC_CMD_LS: return help_ls;
+    case FC_CMD_RELEASE: return help_release;
     default: return help_overview;
     }
 }

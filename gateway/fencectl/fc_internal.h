@@ -96,5 +96,7 @@ int fc__cmd_renew(fc_client *c, const fc_options *o);
 int fc__cmd_write(fc_client *c, const fc_options *o);
 int fc__cmd_read(fc_client *c, const fc_options *o);
 int fc__cmd_status(fc_client *c, const fc_options *o);
+int fc__cmd_ls(fc_client *c, const fc_options *o);
+int fc__cmd_release(fc_client *c, const fc_options *o);
 
 #endif

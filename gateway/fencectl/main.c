@@ -20,6 +20,8 @@ static int dispatch(fc_client *c, const fc_options *o)
     case FC_CMD_WRITE: return fc__cmd_write(c, o);
     case FC_CMD_READ: return fc__cmd_read(c, o);
     case FC_CMD_STATUS: return fc__cmd_status(c, o);
+    case FC_CMD_LS: return fc__cmd_ls(c, o);
+    case FC_CMD_RELEASE: return fc__cmd_release(c, o);
     default: return FC_EXIT_USAGE;
     }
 }
@@ -51,7 +53,8 @@ int main(int argc, char **argv)
     if (fc__client_init(&c, &o, err, sizeof err) != 0) {
         fprintf(stderr, "fencectl: %s\n", err);
     } else {
-        snprintf(what, sizeof what, "%s %s", fc__command_name(o.cmd), o.resource);
+        snprintf(what, sizeof what, "%s %s", fc__command_name(o.cmd),
+                 o.resource != NULL ? o.resource : o.prefix != NULL ? o.prefix : "");
         c.what = what;
         rc = dispatch(&c, &o);
     }

@@ -25,10 +25,12 @@
 #include "base/routes.h"
 #include "http/request.h"
 #include "http/server.h"
+#include "ops/admin_release.h"
 #include "ops/health.h"
 #include "ops/lock.h"
 #include "ops/lock_attempt.h"
 #include "ops/lock_status.h"
+#include "ops/locks_list.h"
 #include "ops/owner_calls.h"
 #include "ops/resources.h"
 #include "ops/ui.h"
@@ -42,6 +44,7 @@ static const gw_op *const route_ops[GW_R_COUNT] = {
     &gw__op_lock,         &gw__op_unlock,       &gw__op_renew,
     &gw__op_lock_status,  &gw__op_resource_get, &gw__op_resource_put,
     &gw__op_healthz,      &gw__op_readyz,       &gw__op_metrics,
+    &gw__op_livez,        &gw__op_locks_list,   &gw__op_admin_release,
     &gw__op_ui,           &gw__op_ui,
 };
 

@@ -85,15 +85,7 @@ if holds <= 0 then
     local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])
     if wanted then
-        -- The token tells a listener which hold ended: one that saw a later holder since
-        -- knows this release changed nothing for it (gateway/src/rt/waiters.c). The hold id,
-        -- when the acquisition gave one, tells one release published by several Redlock
-        -- masters from two releases with the same token (locklib/src/sub.c).
-        local msg = ids[1] or '0'
-        if ids[2] then
-            msg = msg .. ':' .. ids[2]
-        end
-        redis.call('PUBLISH', ARGV[3], msg)
+        redis.call('PUBLISH', ARGV[3], release_message(ids))
         published = 1
     end
 end

@@ -238,16 +238,16 @@ static lk_status decode_token_check(lk_call *call, const redisReply *reply, char
     return LK_OK;
 }
 
-/* KEYS lock, fence. */
+/* KEYS lock, fence, queue. */
 static lk_status build_status(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                               char *err)
 {
-    static const char *const keys[] = {"lock", "fence", NULL};
+    static const char *const keys[] = {"lock", "fence", "queue", NULL};
     (void)opts;
     return start_with_keys(call, 0, cmd, err, LK__SCRIPT_STATUS, keys);
 }
 
-/* {locked, token, holds, pttl_ms, last_token}. */
+/* {locked, token, holds, pttl_ms, last_token, queued}; queued goes to res.queue_pos. */
 static lk_status decode_status(lk_call *call, const redisReply *reply, char *err)
 {
     (void)err;
@@ -256,6 +256,7 @@ static lk_status decode_status(lk_call *call, const redisReply *reply, char *err
     call->res.holds = lk__int_at(reply, 2);
     call->res.ttl_ms = lk__int_at(reply, 3);
     call->last = lk__int_at(reply, 4);
+    call->res.queue_pos = (int)lk__int_at(reply, 5);
     return LK_OK;
 }
 
@@ -284,6 +285,42 @@ static lk_status decode_fair_cancel(lk_call *call, const redisReply *reply, char
     return LK_OK;
 }
 
+/* ---- force_release.lua ---------------------------------------------------------------- */
+
+/* KEYS lock, fence, base, recent; ARGV floor, channel. */
+static lk_status build_force_release(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
+                                     char *err)
+{
+    static const char *const keys[] = {"lock", "fence", "base", "recent", NULL};
+    lk_status st = start_with_keys(call, 0, cmd, err, LK__SCRIPT_FORCE_RELEASE, keys);
+
+    (void)opts;
+    if (st != LK_OK) {
+        return st;
+    }
+    if (call->floor < 0 || call->floor >= LK_TOKEN_MAX) {
+        return lk__errf(err, LK_EINVAL, "floor must be 0..2^53-2");
+    }
+    lk__cmd_num(cmd, call->floor);
+    lk__cmd_channel(cmd);
+    return LK_OK;
+}
+
+/* {1, token, burned, published} or {0, 0, last, 0}. */
+static lk_status decode_force_release(lk_call *call, const redisReply *reply, char *err)
+{
+    if (lk__int_at(reply, 0) != 1) {
+        call->last = call->res.fenced_by = lk__int_at(reply, 2);
+        return LK_NOT_OWNER;
+    }
+    call->res.token = lk__int_at(reply, 1);
+    call->res.fenced_by = lk__int_at(reply, 2);
+    call->res.published = (int)lk__int_at(reply, 3);
+    call->last = call->res.fenced_by;
+    lk_status st = lk__check_token(err, call->res.fenced_by, "force_release");
+    return st == LK_OK ? LK_RELEASED : st;
+}
+
 static const lk__call_kind kinds[LK__CALL_KINDS] = {
     [LK_CALL_ACQUIRE] = {build_acquire, decode_acquire},
     [LK_CALL_ACQUIRE_FAIR] = {build_acquire, decode_acquire},
@@ -292,6 +329,7 @@ static const lk__call_kind kinds[LK__CALL_KINDS] = {
     [LK_CALL_TOKEN_CHECK] = {build_token_check, decode_token_check},
     [LK__CALL_STATUS] = {build_status, decode_status},
     [LK_CALL_FAIR_CANCEL] = {build_fair_cancel, decode_fair_cancel},
+    [LK_CALL_FORCE_RELEASE] = {build_force_release, decode_force_release},
 };
 
 const lk__call_kind *lk__call_kind_of(lk_call_kind kind)

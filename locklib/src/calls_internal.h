@@ -13,9 +13,10 @@
 
 /* A kind the public enum lk_call_kind does not have, for lk_lock_status(); lk_call_many()
  * refuses it. A STATUS call reads the lock's state into res.token, res.holds, res.ttl_ms
- * (the holder's), `last` (the last token issued) and `recent` (1 when the lock is held). */
-#define LK__CALL_STATUS ((lk_call_kind)(LK_CALL_FAIR_CANCEL + 1))
-#define LK__CALL_KINDS (LK_CALL_FAIR_CANCEL + 2)
+ * (the holder's), `last` (the last token issued), `recent` (1 when the lock is held) and
+ * res.queue_pos (the length of its fair queue). */
+#define LK__CALL_STATUS ((lk_call_kind)(LK_CALL_FORCE_RELEASE + 1))
+#define LK__CALL_KINDS (LK_CALL_FORCE_RELEASE + 2)
 
 typedef struct lk__call_kind {
     /* Checks the call's arguments and fills *cmd. Returns OK, or an error status (EINVAL)

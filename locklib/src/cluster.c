@@ -622,6 +622,19 @@ static void cluster_free(lk__transport *t)
     t->impl = NULL;
 }
 
+int lk__cluster_masters(lk__transport *t, lk__node *out, int max)
+{
+    lk__cluster *cl = t->impl;
+    if (ensure_map(t) != LK_OK) {
+        return -1;
+    }
+    int n = 0;
+    for (int k = 0; k < cl->nnodes && n < max; k++) {
+        out[n++] = cl->nodes[k]->tp.node;
+    }
+    return n;
+}
+
 static const lk__transport_ops cluster_ops = {cluster_connect, cluster_run, cluster_wait,
                                               cluster_ping, cluster_open, cluster_drop,
                                               cluster_free};

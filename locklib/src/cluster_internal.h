@@ -27,6 +27,11 @@ lk_status lk__cluster_init(lk__transport *t, const lk__node *login, const lk__se
 lk_status lk__transport_init_like(lk__transport *dst, const lk__transport *src,
                                   lk_breaker *breaker, char *err);
 
+/* Copies into out[0..max) the masters of the slot map (reading it first when needed), for
+ * a caller that visits every master (a listing). Returns how many, or -1 with the reason in
+ * t->err when the map cannot be read. */
+int lk__cluster_masters(lk__transport *t, lk__node *out, int max);
+
 /* The hash slot of a key: CRC16/XMODEM of its hash tag (the bytes between the first '{'
  * and the next '}', when not empty) or of the whole key, mod 16384. */
 int lk__cluster_slot(const char *key, size_t len);

@@ -162,7 +162,7 @@ static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kin
 
 void lk_call_many(lk_client *c, lk_call *const *calls, size_t n)
 {
-    call_many(c, calls, n, LK_CALL_FAIR_CANCEL);
+    call_many(c, calls, n, LK_CALL_FORCE_RELEASE);
 }
 
 /* One call of any kind: the status, with its reason left in c->err for lk_errstr(). */
@@ -212,6 +212,12 @@ lk_status lk_release(lk_client *c, const char *resource, const char *owner,
 {
     lk_call call = {.kind = LK_CALL_RELEASE, .resource = resource, .owner = owner,
                     .idem_key = idem_key};
+    return call_one(c, &call, res);
+}
+
+lk_status lk_force_release(lk_client *c, const char *resource, int64_t floor, lk_result *res)
+{
+    lk_call call = {.kind = LK_CALL_FORCE_RELEASE, .resource = resource, .floor = floor};
     return call_one(c, &call, res);
 }
 

@@ -312,6 +312,35 @@ lk__rl_next lk__rl_combine_release(int n, const lk__rl_node *nodes, lk__rl_out *
     return LK__RL_ANSWER;
 }
 
+lk__rl_next lk__rl_combine_force_release(int n, const lk__rl_node *nodes, lk__rl_out *out)
+{
+    int released = count_st(n, nodes, LK_RELEASED);
+    int not_owner = count_st(n, nodes, LK_NOT_OWNER);
+
+    out_init(out);
+    if (released + not_owner < lk__rl_quorum(n)) {
+        lk__errf(out->err, LK_EUNAVAILABLE, "only %d of %d Redis nodes answered",
+                 count_answered(n, nodes), n);
+        return LK__RL_ANSWER;
+    }
+    out->st = released > 0 ? LK_RELEASED : LK_NOT_OWNER;
+    for (int i = 0; i < n; i++) {
+        const lk_result *r = &nodes[i].res;
+        if (!answered(&nodes[i]) ||
+            (nodes[i].st != LK_RELEASED && nodes[i].st != LK_NOT_OWNER)) {
+            continue;
+        }
+        out->res.fenced_by = r->fenced_by > out->res.fenced_by ? r->fenced_by
+                                                                : out->res.fenced_by;
+        if (nodes[i].st == LK_RELEASED) {
+            out->res.published += r->published;
+            out->res.token = r->token > out->res.token ? r->token : out->res.token;
+        }
+    }
+    out->last = out->res.fenced_by;
+    return LK__RL_ANSWER;
+}
+
 /* Starts *out for a read (token check, status): 1 when a majority answered OK, else 0 with
  * out EUNAVAILABLE and the reason. */
 static int majority_ok(int n, const lk__rl_node *nodes, lk__rl_out *out)

@@ -109,6 +109,12 @@ lk__rl_next lk__rl_combine_renew(int n, const lk__rl_node *nodes, int64_t ttl_ms
  * but the lock is not gone on a majority; else EUNAVAILABLE. Always LK__RL_ANSWER. */
 lk__rl_next lk__rl_combine_release(int n, const lk__rl_node *nodes, lk__rl_out *out);
 
+/* Forced release (sent to all N): RELEASED when a majority answered (RELEASED or NOT_OWNER)
+ * and at least one master released, with the largest token of the masters that released,
+ * their published summed, and the largest fenced_by of every master that answered;
+ * NOT_OWNER when a majority answered NOT_OWNER and none released; else EUNAVAILABLE. Always LK__RL_ANSWER. */
+lk__rl_next lk__rl_combine_force_release(int n, const lk__rl_node *nodes, lk__rl_out *out);
+
 /* Token check: with a majority answering, OK with base the smallest and last the largest of
  * the answering nodes' ranges (every token written back is <= some answering node's last),
  * recent 1 when any node knows the token; else EUNAVAILABLE. Always LK__RL_ANSWER. */

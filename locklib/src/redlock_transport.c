@@ -650,6 +650,8 @@ static lk__rl_next combine(const lk__redlock *rl, const lk_call *call, const lk_
         return lk__rl_combine_token_check(rl->n, nodes, out);
     case LK__CALL_STATUS:
         return lk__rl_combine_status(rl->n, nodes, out);
+    case LK_CALL_FORCE_RELEASE:
+        return lk__rl_combine_force_release(rl->n, nodes, out);
     default: /* fair calls never get here (redlock_run) */
         memset(out, 0, sizeof *out);
         out->st = lk__errf(out->err, LK_EINVAL, "call kind %d is not available on the "
@@ -1055,6 +1057,34 @@ lk_status lk__redlock_init_like(lk__transport *dst, const lk__transport *src, ch
                             rl->max_lease_ms, err);
 }
 
+/* Until when (monotonic ms) nd is held out after a data loss; 0 when it is not. */
+static int64_t held_out_until(const rl_node *nd)
+{
+    int64_t until_ms = 0;
+    if (nd->sh != NULL) {
+        pthread_mutex_lock(&registry_mu);
+        until_ms = lk__rl_held_out_until(&nd->sh->health);
+        pthread_mutex_unlock(&registry_mu);
+    }
+    return until_ms;
+}
+
+int lk__redlock_masters(const lk__transport *t, lk__node *out, int max)
+{
+    const lk__redlock *rl = t->impl;
+    int64_t now_ms = lk__now_ms();
+    int n = 0;
+
+    for (int k = 0; k < rl->n && n < max; k++) {
+        const rl_node *nd = &rl->node[k];
+        int64_t until_ms = held_out_until(nd);
+        if (until_ms <= now_ms) {
+            out[n++] = nd->tp.node;
+        }
+    }
+    return n;
+}
+
 void lk__redlock_nodes(const lk__transport *t, lk_topology *out)
 {
     const lk__redlock *rl = t->impl;
@@ -1063,12 +1093,7 @@ void lk__redlock_nodes(const lk__transport *t, lk_topology *out)
     out->nnodes = rl->n;
     for (int k = 0; k < rl->n && k < LK_REDLOCK_NODES_MAX; k++) {
         const rl_node *nd = &rl->node[k];
-        int64_t until_ms = 0;
-        if (nd->sh != NULL) {
-            pthread_mutex_lock(&registry_mu);
-            until_ms = lk__rl_held_out_until(&nd->sh->health);
-            pthread_mutex_unlock(&registry_mu);
-        }
+        int64_t until_ms = held_out_until(nd);
         snprintf(out->nodes[k].addr, sizeof out->nodes[k].addr, "%s:%d", nd->tp.node.host,
                  nd->tp.node.port);
         out->nodes[k].counts = counts(nd);

@@ -37,4 +37,8 @@ redisContext *lk__redlock_open_node(lk__transport *t, int k);
  * (no password). */
 void lk__redlock_nodes(const lk__transport *t, lk_topology *out);
 
+/* Copies into out[0..max) each master not held out after a data loss, for a caller that
+ * visits them on connections of its own (a listing). Returns how many. */
+int lk__redlock_masters(const lk__transport *t, lk__node *out, int max);
+
 #endif

@@ -9,7 +9,7 @@
 /* Runs n calls as one batch on t. Each call's status, outcome and reason (err) are set
  * exactly as its kind's build() and decode() and the transport decide: a call its build()
  * refuses is not sent. Kinds above last_kind are refused as unknown (lk_call_many() passes
- * LK_CALL_FAIR_CANCEL, so LK__CALL_STATUS stays internal). Nothing else happens: no
+ * LK_CALL_FORCE_RELEASE, so LK__CALL_STATUS stays internal). Nothing else happens: no
  * watchdog, no WAIT (locks.c does those). */
 void lk__run(lk__transport *t, const lk_options *opts, lk_call *const *calls, size_t n,
              lk_call_kind last_kind);

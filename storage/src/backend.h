@@ -25,6 +25,9 @@ typedef struct store__ops {
     store_status (*list)(void *impl, const char *after, store_entry *entries, size_t max,
                          size_t *n);
     store_status (*del)(void *impl, const char *resource);
+    /* store_fence() of a valid name and token; the ledger's part too where it is per
+     * resource (PostgreSQL). */
+    store_status (*fence)(void *impl, const char *resource, uint64_t token);
     uint64_t (*ledger_floor)(void *impl);
     /* Every token at or below it is covered already: store_ledger_cover() answers OK at
      * once, without counting a call. */

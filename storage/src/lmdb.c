@@ -491,50 +491,92 @@ static store_status lmdb_list(void *impl, const char *after, store_entry *entrie
     return st;
 }
 
-static store_status lmdb_delete(void *impl, const char *resource)
+/* A record change for rewrite(): OK to write *rec back, NOT_FOUND/other to abort with that
+ * answer, or STORE_STALE when there is nothing to change (answered OK). found is 0 when the
+ * resource has no record (*rec is then zeroed). */
+typedef store_status (*record_change)(store__record *rec, int found, uint64_t arg);
+
+/* Reads resource's record, changes it and writes it back in its own write transaction:
+ * LMDB's writer lock orders it with the group-commit batches, and the commit syncs before
+ * the answer, like a write. */
+static store_status rewrite(store__lmdb *s, const char *resource, record_change change,
+                            uint64_t arg)
 {
-    store__lmdb *s = impl;
     MDB_txn *txn = NULL;
     store__record rec;
     unsigned char *buf = NULL;
 
-    /* Its own write transaction: LMDB's writer lock orders it with the group-commit batches,
-     * and the commit syncs before the answer, like a write. */
     int rc = mdb_txn_begin(s->env, NULL, 0, &txn);
     if (rc != 0) {
         return store__mdb_status(rc);
     }
     store_status st = get_record(s, txn, resource, &rec);
-    if (st == STORE_OK && rec.deleted) {
-        st = STORE_NOT_FOUND;
+    int found = st == STORE_OK;
+    if (st == STORE_NOT_FOUND) {
+        memset(&rec, 0, sizeof rec);
+        st = STORE_OK;
     }
     if (st == STORE_OK) {
-        /* The tombstone keeps highest_token: no token below it can ever write again. */
-        rec.deleted = 1;
-        rec.data = NULL;
-        rec.len = 0;
-        rec.version++;
-        rec.written_at_ms = store__wall_ms();
+        st = change(&rec, found, arg);
+    }
+    if (st == STORE_OK) {
         size_t size = store__record_size(&rec);
         buf = malloc(size);
         if (buf == NULL) {
             st = STORE_ENOMEM;
         } else {
-            store__record_encode(&rec, buf);
+            store__record_encode(&rec, buf); /* copies the value out of the map first */
             MDB_val key = {strlen(resource), (void *)resource};
             MDB_val val = {size, buf};
-            rc = mdb_put(txn, s->resources, &key, &val, 0);
-            st = store__mdb_status(rc);
+            st = store__mdb_status(mdb_put(txn, s->resources, &key, &val, 0));
         }
     }
     if (st == STORE_OK) {
-        rc = mdb_txn_commit(txn);
-        st = store__mdb_status(rc);
+        st = store__mdb_status(mdb_txn_commit(txn));
     } else {
         mdb_txn_abort(txn);
     }
     free(buf);
-    return st;
+    return st == STORE_STALE ? STORE_OK : st;
+}
+
+/* The tombstone keeps highest_token: no token below it can ever write again. */
+static store_status make_tombstone(store__record *rec, int found, uint64_t arg)
+{
+    (void)arg;
+    if (!found || rec->deleted) {
+        return STORE_NOT_FOUND;
+    }
+    rec->deleted = 1;
+    rec->data = NULL;
+    rec->len = 0;
+    rec->version++;
+    rec->written_at_ms = store__wall_ms();
+    return STORE_OK;
+}
+
+static store_status lmdb_delete(void *impl, const char *resource)
+{
+    return rewrite(impl, resource, make_tombstone, 0);
+}
+
+/* store_fence(): the highest token goes up to token, the value stays (a tombstone when there
+ * was none). */
+static store_status raise_highest(store__record *rec, int found, uint64_t token)
+{
+    if (!found) {
+        rec->deleted = 1;
+        rec->written_at_ms = store__wall_ms();
+    } else if (rec->highest_token >= token) {
+        return STORE_STALE; /* fenced at or above it already */
+    }
+    rec->highest_token = token;
+    return STORE_OK;
+}
+
+static store_status lmdb_fence(void *impl, const char *resource, uint64_t token)
+{
+    return rewrite(impl, resource, raise_highest, token);
 }
 
 /*
@@ -741,6 +783,7 @@ const store__ops store__lmdb_ops = {
     .highest = lmdb_highest,
     .list = lmdb_list,
     .del = lmdb_delete,
+    .fence = lmdb_fence,
     .ledger_floor = lmdb_ledger_floor,
     .ledger_ceiling = lmdb_ledger_ceiling,
     .ledger_cover = lmdb_ledger_cover,

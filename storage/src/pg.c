@@ -171,6 +171,35 @@ static store_status pg_delete(void *impl, const char *resource)
     return st;
 }
 
+/* store_fence(): one autocommit statement raises the resource's highest token (a tombstone
+ * row when it has none) and the ledger's recorded grant together, atomically; held by no
+ * holder, so no grant of that token is ever accepted again. */
+static store_status pg_fence(void *impl, const char *resource, uint64_t token)
+{
+    store__pg *p = impl;
+    store_status st = STORE_OK;
+    char tok[24], now[24];
+    snprintf(tok, sizeof tok, "%llu", (unsigned long long)token);
+    snprintf(now, sizeof now, "%lld", (long long)store__wall_ms());
+    const char *const vals[] = {resource, tok, now};
+
+    PGresult *res = run(p,
+                        "WITH f AS (INSERT INTO fencegate_resources AS r (resource, "
+                        "highest_token, token, value, content_type, version, written_at_ms, "
+                        "deleted) VALUES ($1::text, $2::bigint, 0, ''::bytea, '', 0, "
+                        "$3::bigint, true) ON CONFLICT (resource) DO UPDATE SET "
+                        "highest_token = excluded.highest_token "
+                        "WHERE r.highest_token < excluded.highest_token RETURNING 1), "
+                        "l AS (INSERT INTO fencegate_ledger AS l (resource, token, holder) "
+                        "VALUES ($1::text, $2::bigint, NULL) ON CONFLICT (resource) DO UPDATE "
+                        "SET token = excluded.token, holder = NULL "
+                        "WHERE l.token < excluded.token RETURNING 1) "
+                        "SELECT (SELECT count(*) FROM f), (SELECT count(*) FROM l)",
+                        3, vals, NULL, NULL, 0, &st);
+    PQclear(res);
+    return st;
+}
+
 /* Grants are checked per resource (store_grant): no floor fixed at open could cover what
  * other processes hand out later. */
 static uint64_t pg_ledger_floor(void *impl)
@@ -396,6 +425,7 @@ const store__ops store__pg_ops = {
     .highest = pg_highest,
     .list = pg_list,
     .del = pg_delete,
+    .fence = pg_fence,
     .ledger_floor = pg_ledger_floor,
     .ledger_ceiling = pg_ledger_ceiling,
     .ledger_cover = pg_ledger_cover,

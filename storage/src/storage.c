@@ -287,6 +287,18 @@ store_status store_delete(store *s, const char *resource)
     return st;
 }
 
+store_status store_fence(store *s, const char *resource, uint64_t token)
+{
+    if (!store__valid_name(resource) || token == 0 || token > STORE__TOKEN_MAX) {
+        return STORE_INVALID;
+    }
+    call_begin(s);
+    store_status st = s->ops->fence(s->impl, resource, token);
+    call_end(s);
+    /* LMDB's ledger is one ceiling for every resource; PostgreSQL's was raised above. */
+    return st == STORE_OK ? store_ledger_cover(s, token) : st;
+}
+
 uint64_t store_ledger_floor(store *s)
 {
     return s->ops->ledger_floor(s->impl);

@@ -403,6 +403,41 @@ static void check_heal(const ctx *c, const fh_op *mark)
         violation(c, 8, "no success within 5 s after healing", mark, first);
 }
 
+/* 10: after force f (status 200, fenced_token T) answered, nothing accepts T on its resource:
+ * no write with T, no renew of T, no unlock by T's holder unless it was granted again since
+ * (a later grant of its own, ended before the unlock started). */
+static void check_forced(const ctx *c, const series *grants, const fh_op *f)
+{
+    if (f->status != 200 || f->token <= 0)
+        return;
+    for (size_t i = 0; i < c->h->n; i++) {
+        const fh_op *op = &c->h->ops[i];
+        if (op->status != 200 || op->start_ns <= f->end_ns ||
+            strcmp(op->resource, f->resource) != 0)
+            continue;
+        if ((op->kind == FH_WRITE || op->kind == FH_RENEW) && op->token == f->token) {
+            violation(c, 10, op->kind == FH_WRITE
+                                 ? "a write with a forcibly released token was accepted after "
+                                   "the release's answer"
+                                 : "a renew of a forcibly released token succeeded after the "
+                                   "release's answer",
+                      f, op);
+        } else if (op->kind == FH_UNLOCK) {
+            const fh_op *last = NULL; /* the owner's latest grant before the unlock */
+            for (size_t j = 0; j < grants->n; j++) {
+                const fh_op *g = grants->ops[j];
+                if (strcmp(g->resource, op->resource) == 0 &&
+                    strcmp(g->owner, op->owner) == 0 && g->end_ns < op->start_ns &&
+                    (last == NULL || g->end_ns > last->end_ns))
+                    last = g;
+            }
+            if (last != NULL && last->token == f->token)
+                violation(c, 10, "the holder of a forcibly released token unlocked after the "
+                                 "release's answer", f, op);
+        }
+    }
+}
+
 /* 7 (reported only unless strict): lease windows of different owners overlap, from the
  * clients' view. A window runs from the end of the grant to its start + ttl_ms, extended by
  * successful renewals and cut at the start of the owner's unlock, whatever its answer: an
@@ -463,6 +498,18 @@ static void check_windows(const ctx *c, const series *grants)
                 w[i].to_ns = t;
             if (op->kind == FH_UNLOCK && t < w[i].to_ns)
                 w[i].to_ns = t;
+        }
+    }
+    /* A forced release ends its holder's lease, whoever holds it, at the latest when it
+     * starts to be answered; from the start is what the holder's client can know. */
+    for (size_t j = 0; j < c->h->n; j++) {
+        const fh_op *f = &c->h->ops[j];
+        if (f->kind != FH_FORCE || f->status != 200 || f->token <= 0)
+            continue;
+        for (size_t i = 0; i < grants->n; i++) {
+            if (w[i].grant->token == f->token && strcmp(w[i].grant->resource, f->resource) == 0 &&
+                f->start_ns < w[i].to_ns)
+                w[i].to_ns = f->start_ns;
         }
     }
     /* In order of start, per resource: the window reaching furthest (a) and the furthest of
@@ -527,6 +574,9 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
         case FH_READ:
         case FH_FINAL:
             check_read(&c, &acked, op);
+            break;
+        case FH_FORCE:
+            check_forced(&c, &grants, op);
             break;
         case FH_MARK:
             if (strcmp(op->body, "heal") == 0)

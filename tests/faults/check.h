@@ -18,6 +18,10 @@
  *      cut at the start of its unlock, whatever the answer (an unlock answered 503 may have
  *      run in Redis, and its client gave the lease up). Reported only, unless fc_options says
  *      strict_leases (for scenarios in which Redis loses no data);
+ *  10. a forced release fences its holder: once a force answered 200 with fenced_token T,
+ *      no write with T on that resource that starts after the answer is accepted, no renew
+ *      of T succeeds, and T's holder's unlock is 409 unless it was granted the lock again
+ *      since. Its lease window (invariant 7) ends at the start of the force;
  *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
  *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
  *      first success comes within 5 s; and a lost holder's lock is taken over (below).
@@ -45,7 +49,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 9 /* index 1..8 used */
+#define FC_INVARIANTS 11 /* index 1..8 and 10 used (9 is the runner's RSS bound) */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */

@@ -4,9 +4,10 @@
  *
  *   client kind resource start_ns end_ns status error token version owner ttl_ms wait_ms flags body
  *
- * kind is lock, unlock, renew, write, read, final (a read after the run) or mark (an event of
- * the scenario runner, such as "heal": the fault is over). Times are CLOCK_MONOTONIC
- * nanoseconds, shared by every process on the machine. status is the HTTP status, or 0 when
+ * kind is lock, unlock, renew, write, read, final (a read after the run), mark (an event of
+ * the scenario runner, such as "heal": the fault is over) or force (an operator's POST
+ * /admin/release: token is the fenced_token answered, 0 when nothing was held). Times are
+ * CLOCK_MONOTONIC nanoseconds, shared by every process on the machine. status is the HTTP status, or 0 when
  * no answer came (the error is then "curl<N>", curl's error number). token is the token granted
  * (lock, renew), sent (write) or read back (Fencing-Token of a read); version is the version a
  * write answered or a read's ETag. flags is "-" or a comma-separated list: forged (a write
@@ -34,6 +35,7 @@ typedef enum fh_kind {
     FH_READ,
     FH_FINAL,
     FH_MARK,
+    FH_FORCE,
     FH_KIND_COUNT
 } fh_kind;
 

@@ -432,6 +432,69 @@ static void test_overlap_is_reported_not_failed(void **state)
     assert_int_equal(res.hard, 0);
 }
 
+/* A forced release of w0's token 1 (the force line's token) at 40..50, then w1's grant: the
+ * holder's late write, renew and unlock are refused, and its lease window ends at the force,
+ * so strict leases see no overlap with w1's. */
+static const char *const forced_clean[] = {
+    "w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+    "w0\twrite\tr\t20\t30\t200\t-\t1\t1\tw0-1\t0\t0\t-\tw0:1",
+    "op\tforce\tr\t40\t50\t200\t-\t1\t0\t-\t0\t0\t-\t-",
+    "w1\tlock\tr\t60\t70\t200\t-\t3\t0\tw1-1\t1000\t0\t-\t-",
+    "w0\twrite\tr\t80\t90\t409\tstale_token\t1\t0\tw0-1\t0\t0\t-\tw0:2",
+    "w0\trenew\tr\t91\t95\t409\tnot_owner\t0\t0\tw0-1\t1000\t0\t-\t-",
+    "w0\tunlock\tr\t96\t99\t409\tnot_owner\t0\t0\tw0-1\t0\t0\t-\t-",
+    "w1\twrite\tr\t100\t110\t200\t-\t3\t2\tw1-1\t0\t0\t-\tw1:1",
+    "w1\tunlock\tr\t150\t160\t200\t-\t3\t0\tw1-1\t0\t0\t-\t-",
+    "final\tfinal\tr\t200\t210\t200\t-\t3\t2\t-\t0\t0\t-\tw1:1",
+    NULL};
+
+static void test_forced_release_fences_the_holder(void **state)
+{
+    (void)state;
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(forced_clean, &strict);
+    assert_int_equal(res.hard, 0);
+    assert_int_equal(res.violations[7], 0);
+    assert_int_equal(res.violations[10], 0);
+}
+
+/* The same with the holder's late write accepted after the force's answer, though nobody
+ * wrote or locked since (a release that only deleted the lock), and its renew answered. */
+static void test_forced_token_accepted_after_the_release(void **state)
+{
+    (void)state;
+    static const char *const lines[] = {
+        "w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+        "op\tforce\tr\t40\t50\t200\t-\t1\t0\t-\t0\t0\t-\t-",
+        "w0\twrite\tr\t60\t70\t200\t-\t1\t1\tw0-1\t0\t0\t-\tw0:1",
+        "w0\trenew\tr\t71\t75\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+        "w0\tunlock\tr\t76\t79\t200\t-\t1\t0\tw0-1\t0\t0\t-\t-",
+        "final\tfinal\tr\t200\t210\t200\t-\t1\t1\t-\t0\t0\t-\tw0:1",
+        NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.violations[10], 3);
+    assert_true(res.hard >= 3);
+}
+
+/* A write with the token that overlaps the force (started before its answer) may have been
+ * accepted before the release took effect: not judged. Nor is the holder's unlock after it
+ * took the lock again. */
+static void test_forced_release_judges_only_after_its_answer(void **state)
+{
+    (void)state;
+    static const char *const lines[] = {
+        "w0\tlock\tr\t0\t10\t200\t-\t1\t0\tw0-1\t1000\t0\t-\t-",
+        "w0\twrite\tr\t45\t55\t200\t-\t1\t1\tw0-1\t0\t0\t-\tw0:1",
+        "op\tforce\tr\t40\t50\t200\t-\t1\t0\t-\t0\t0\t-\t-",
+        "w0\tlock\tr\t60\t70\t200\t-\t3\t0\tw0-1\t1000\t0\t-\t-",
+        "w0\tunlock\tr\t80\t90\t200\t-\t3\t0\tw0-1\t0\t0\t-\t-",
+        "final\tfinal\tr\t200\t210\t200\t-\t1\t1\t-\t0\t0\t-\tw0:1",
+        NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.violations[10], 0);
+    assert_int_equal(res.hard, 0);
+}
+
 static void test_format_parse_round_trip(void **state)
 {
     (void)state;
@@ -460,6 +523,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_clean_history_passes),
+        cmocka_unit_test(test_forced_release_fences_the_holder),
+        cmocka_unit_test(test_forced_token_accepted_after_the_release),
+        cmocka_unit_test(test_forced_release_judges_only_after_its_answer),
         cmocka_unit_test(test_duplicate_token_to_two_owners),
         cmocka_unit_test(test_later_grant_smaller_token),
         cmocka_unit_test(test_decreasing_tokens_by_version),

@@ -1,5 +1,6 @@
 /*
- * fencectl's one-request commands (write, read, status, unlock, renew), its auth, --url,
+ * fencectl's one-request commands (write, read, status, unlock, renew, ls, release --force),
+ * its auth, --url,
  * --help, --version and usage errors, end to end against the real fencegate binary and a
  * real redis-server. Locks for the owner-based commands are taken over HTTP by the test
  * itself, so the owner is known.
@@ -428,6 +429,54 @@ static void test_help_version_usage(void **state)
     fct_assert_exit(&r, 2);
 }
 
+/* ls [PREFIX] prints the held locks one JSON line each, in name order, never an owner;
+ * release --force frees one and fences its holder, and needs --force and --reason. */
+static void test_ls_and_forced_release(void **state)
+{
+    cmd_state *s = *state;
+    fct_run r;
+
+    long long token = take(&s->gw, "cmd.ls.b", "ls-owner");
+    take(&s->gw, "cmd.ls.a", "ls-owner");
+    take(&s->gw, "cmd.other", "ls-owner");
+    const char *const ls[] = {"ls", "cmd.ls.", NULL};
+    run(s, &r, &s->gw, NULL, ls);
+    fct_assert_exit(&r, 0);
+    char *out = fct_slurp(r.out, NULL);
+    assert_non_null(strstr(out, "{\"resource\":\"cmd.ls.a\""));
+    assert_true(strstr(out, "cmd.ls.a") < strstr(out, "cmd.ls.b"));
+    assert_null(strstr(out, "cmd.other"));
+    assert_null(strstr(out, "owner"));
+    free(out);
+
+    const char *const no_force[] = {"release", "cmd.ls.b", "--reason", "stuck", NULL};
+    run(s, &r, &s->gw, NULL, no_force);
+    fct_assert_exit(&r, 2);
+    assert_true(fct_contains(r.err, "--force"));
+    const char *const no_reason[] = {"release", "--force", "cmd.ls.b", NULL};
+    run(s, &r, &s->gw, NULL, no_reason);
+    fct_assert_exit(&r, 2);
+    assert_true(fct_contains(r.err, "--reason"));
+
+    const char *const release[] = {"release", "--force", "cmd.ls.b", "--reason", "stuck job",
+                                   NULL};
+    run(s, &r, &s->gw, NULL, release);
+    fct_assert_exit(&r, 0);
+    json_t *answer = stdout_json(&r);
+    assert_true(json_is_true(json_object_get(answer, "released")));
+    assert_int_equal(json_int_of(answer, "fenced_token"), token);
+    json_decref(answer);
+    assert_int_equal(gwt_put_fenced(&s->gw, "cmd.ls.b", token, "late", NULL), 409);
+    run(s, &r, &s->gw, NULL, ls);
+    fct_assert_exit(&r, 0);
+    assert_false(fct_contains(r.out, "cmd.ls.b"));
+    run(s, &r, &s->gw, NULL, release);
+    fct_assert_exit(&r, 0);
+    answer = stdout_json(&r);
+    assert_true(json_is_false(json_object_get(answer, "released")));
+    json_decref(answer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +488,7 @@ int main(void)
         cmocka_unit_test(test_auth_token_file),
         cmocka_unit_test(test_url_flag),
         cmocka_unit_test(test_help_version_usage),
+        cmocka_unit_test(test_ls_and_forced_release),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -412,6 +412,57 @@ void gwt_get(const gwt_proc *p, const char *path, gwt_resp *r)
     gwt_http(p, "GET", path, NULL, NULL, 0, 0, r);
 }
 
+int gwt_list_all(const gwt_proc *p, const char *prefix, int limit, char *out, size_t outlen)
+{
+    char after[256] = "", last[256] = "";
+    size_t used = 0;
+    int count = 0;
+
+    out[0] = '\0';
+    for (int page = 0; page < 10000; page++) {
+        char path[600];
+        gwt_resp r;
+        snprintf(path, sizeof path, "/locks?limit=%d%s%s%s%s", limit,
+                 prefix != NULL ? "&prefix=" : "", prefix != NULL ? prefix : "",
+                 after[0] != '\0' ? "&after=" : "", after);
+        gwt_get(p, path, &r);
+        gwt_assert_status(&r, 200, NULL);
+        json_t *locks = json_object_get(r.json, "locks");
+        json_t *next = json_object_get(r.json, "next");
+        assert_true(json_is_array(locks));
+        assert_true(json_array_size(locks) <= (size_t)limit);
+        assert_null(strstr(r.body, "owner"));
+        for (size_t i = 0; i < json_array_size(locks); i++) {
+            json_t *e = json_array_get(locks, i);
+            const char *name = json_string_value(json_object_get(e, "resource"));
+            assert_non_null(name);
+            assert_true(json_integer_value(json_object_get(e, "token")) > 0);
+            assert_true(json_integer_value(json_object_get(e, "holds")) > 0);
+            assert_true(json_is_integer(json_object_get(e, "ttl_ms")));
+            assert_true(json_is_integer(json_object_get(e, "waiters")));
+            assert_int_equal((int)json_object_size(e), 5);
+            /* Sorted, across pages too: every name is after the one before and the cursor. */
+            assert_true(strcmp(name, last) > 0);
+            assert_true(after[0] == '\0' || strcmp(name, after) > 0);
+            snprintf(last, sizeof last, "%s", name);
+            int n = snprintf(out + used, outlen - used, "%s%s", used > 0 ? "," : "", name);
+            assert_true(n > 0 && (size_t)n < outlen - used);
+            used += (size_t)n;
+            count++;
+        }
+        if (json_is_null(next)) {
+            gwt_resp_free(&r);
+            return count;
+        }
+        assert_true(json_is_string(next));
+        assert_true(after[0] == '\0' || strcmp(json_string_value(next), after) > 0);
+        snprintf(after, sizeof after, "%s", json_string_value(next));
+        gwt_resp_free(&r);
+    }
+    fail_msg("GET /locks never ended its pages");
+    return -1;
+}
+
 long gwt_lock(const gwt_proc *p, const char *resource, const char *owner, long long *token)
 {
     char body[512];

@@ -103,6 +103,12 @@ long gwt_put_fenced(const gwt_proc *p, const char *resource, long long token,
                     const char *value, gwt_resp *out);
 void gwt_assert_value(const gwt_proc *p, const char *resource, const char *value);
 
+/* Pages through GET /locks (limit per page, prefix NULL for none) to the end, asserting
+ * each page's shape (no owner, five fields an entry, at most limit entries) and that the
+ * names increase across pages; writes the names, comma-separated, into out. Returns how
+ * many. */
+int gwt_list_all(const gwt_proc *p, const char *prefix, int limit, char *out, size_t outlen);
+
 /* Runs fencegate with argv (NULL-terminated, without argv[0]) and env ("NAME=value",
  * NULL-terminated, may be NULL) added to the environment, without serving expectations.
  * Captures stdout and stderr into malloc'd strings. Returns the exit status, -1 if killed

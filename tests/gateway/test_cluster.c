@@ -103,6 +103,42 @@ static void test_topology_and_every_master(void **state)
     assert_int_equal(masters, st->c.masters);
 }
 
+/* GET /locks on a cluster: the locks of every master, merged in name order and paged. */
+static void test_list_every_master(void **state)
+{
+    cl_state *st = *state;
+    int seen[TH_MAX_NODES] = {0};
+    int masters = 0;
+    char list[4096], want[4096] = "";
+    size_t used = 0;
+    long long token = 0;
+
+    /* cl.list.00 .. cl.list.29 sort as numbered; locked in reverse. */
+    for (int n = 29; n >= 0; n--) {
+        char resource[64];
+        snprintf(resource, sizeof resource, "cl.list.%02d", n);
+        int owner = owner_of(st, 0, resource);
+        assert_true(owner >= 0);
+        masters += !seen[owner];
+        seen[owner] = 1;
+        assert_int_equal(gwt_lock(&st->gw, resource, "L", &token), 200);
+    }
+    assert_true(masters >= 2); /* names on several masters */
+    for (int n = 0; n < 30; n++) {
+        used += (size_t)snprintf(want + used, sizeof want - used, "%scl.list.%02d",
+                                 n > 0 ? "," : "", n);
+    }
+    assert_int_equal(gwt_list_all(&st->gw, "cl.list.", 7, list, sizeof list), 30);
+    assert_string_equal(list, want);
+    assert_int_equal(gwt_list_all(&st->gw, "cl.list.1", 100, list, sizeof list), 10);
+    for (int n = 0; n < 30; n++) {
+        char resource[64];
+        snprintf(resource, sizeof resource, "cl.list.%02d", n);
+        assert_int_equal(gwt_unlock(&st->gw, resource, "L"), 200);
+    }
+    assert_int_equal(gwt_list_all(&st->gw, "cl.list.", 7, list, sizeof list), 0);
+}
+
 /* The index of master m's replica (the node whose INFO names m's port as its master), or -1. */
 static int replica_of(const cl_state *st, int m)
 {
@@ -179,6 +215,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_topology_and_every_master),
+        cmocka_unit_test(test_list_every_master),
         cmocka_unit_test(test_promoted_replica_missed_a_grant),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -146,6 +146,46 @@ static long readyz_until(const rl_state *st, long want, int *counting, int *held
     return status;
 }
 
+/* GET /locks on Redlock lists what a majority holds: a hold written on one master alone (a
+ * minority: an acquisition short of its majority, before its undo) is not listed, one on
+ * a majority is. A forced release fences the holder on every master. */
+static void test_list_majority_view_and_force(void **state)
+{
+    rl_state *st = *state;
+    char list[1024];
+    long long token = 0, fenced = 0;
+
+    assert_int_equal(lock(&st->gw, "rl.b", "owner-b", 60000, &token), 200);
+    assert_int_equal(lock(&st->gw, "rl.a", "owner-a", 60000, &fenced), 200);
+    int last = st->set.n - 1;
+    for (int i = 0; i < st->set.n / 2 + 1; i++) { /* rl.m on a majority, rl.x on one */
+        th_redis_cmd(&st->set.nodes[i], NULL, 0,
+                     "HSET fg:{rl.m}:lock #token 900 someone 1");
+        th_redis_cmd(&st->set.nodes[i], NULL, 0, "PEXPIRE fg:{rl.m}:lock 60000");
+    }
+    th_redis_cmd(&st->set.nodes[last], NULL, 0, "HSET fg:{rl.x}:lock #token 901 someone 1");
+    th_redis_cmd(&st->set.nodes[last], NULL, 0, "PEXPIRE fg:{rl.x}:lock 60000");
+    assert_int_equal(gwt_list_all(&st->gw, NULL, 1, list, sizeof list), 3);
+    assert_string_equal(list, "rl.a,rl.b,rl.m");
+
+    gwt_resp r;
+    gwt_post(&st->gw, "/admin/release", "{\"resource\":\"rl.b\",\"reason\":\"stuck\"}",
+             &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_true(json_object_get(r.json, "released")));
+    assert_int_equal(gwt_int(&r, "fenced_token"), token);
+    gwt_resp_free(&r);
+    assert_int_equal(gwt_unlock(&st->gw, "rl.b", "owner-b"), 409);
+    gwt_put_fenced(&st->gw, "rl.b", token, "late", &r);
+    gwt_assert_status(&r, 409, "stale_token");
+    assert_true(gwt_int(&r, "superseded_by") > token);
+    gwt_resp_free(&r);
+    long long next = 0;
+    assert_int_equal(lock(&st->gw, "rl.b", "owner-c", 60000, &next), 200);
+    assert_true(next > token);
+    assert_int_equal(gwt_list_all(&st->gw, "rl.", 10, list, sizeof list), 3);
+}
+
 static void test_lock_write_and_observability(void **state)
 {
     rl_state *st = *state;
@@ -460,6 +500,8 @@ static void test_waiter_woken_before_the_release_reaches_a_majority(void **state
 #define TESTS(setup)                                                                       \
     {                                                                                      \
         cmocka_unit_test_setup_teardown(test_lock_write_and_observability, setup, teardown), \
+            cmocka_unit_test_setup_teardown(test_list_majority_view_and_force, setup,      \
+                                            teardown),                                     \
             cmocka_unit_test_setup_teardown(test_minority_then_majority_down, setup,       \
                                             teardown),                                     \
             cmocka_unit_test_setup_teardown(test_minority_loses_data, setup, teardown),    \

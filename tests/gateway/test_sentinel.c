@@ -127,10 +127,33 @@ static void test_sentinel_failover(void **state)
     assert_ready_on(st, replica, 1);
 }
 
+/* GET /locks through the sentinels: the master's locks, in name order, paged, and after a
+ * failover the new master's (the listing asks the sentinels again, as every call does). */
+static void test_list_on_sentinel(void **state)
+{
+    sn_state *st = *state;
+    char list[1024];
+    long long token = 0;
+
+    gwt_start(&st->gw, st->s.url, st->data, NULL);
+    static const char *const names[] = {"sn.c", "sn.a", "sn.b", "other"};
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(gwt_lock(&st->gw, names[i], "sn-owner", &token), 200);
+    }
+    assert_int_equal(gwt_list_all(&st->gw, NULL, 2, list, sizeof list), 4);
+    assert_string_equal(list, "other,sn.a,sn.b,sn.c");
+    assert_int_equal(gwt_list_all(&st->gw, "sn.", 1, list, sizeof list), 3);
+    assert_string_equal(list, "sn.a,sn.b,sn.c");
+    assert_int_equal(gwt_unlock(&st->gw, "sn.b", "sn-owner"), 200);
+    assert_int_equal(gwt_list_all(&st->gw, "sn.", 10, list, sizeof list), 2);
+    assert_string_equal(list, "sn.a,sn.c");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sentinel_failover, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_list_on_sentinel, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

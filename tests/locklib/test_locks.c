@@ -169,6 +169,76 @@ static void test_floor(void **state)
     assert_lk(f->c, lk_release(f->c, res, "alice", NULL, &r), LK_RELEASED);
 }
 
+/* lk_force_release: the hold is gone whoever held it, a token above it and the floor is
+ * burned, the holder's token reads as superseded, and nothing held changes nothing. */
+static void test_force_release(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, fr;
+    lk_lock_info info;
+    int64_t base = 0, last = 0;
+    int recent = 0;
+    const char *res = res_name("forced");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_force_release(f->c, res, 0, &fr), LK_RELEASED);
+    assert_int_equal(fr.token, r.token);
+    assert_true(fr.fenced_by > r.token);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    assert_int_equal(info.last_token, fr.fenced_by);
+    assert_lk(f->c, lk_release(f->c, res, "alice", NULL, NULL), LK_NOT_OWNER);
+    assert_lk(f->c, lk_renew(f->c, res, "alice", 10000, NULL, NULL), LK_NOT_OWNER);
+    assert_lk(f->c, lk_token_check(f->c, res, r.token, &base, &last, &recent), LK_OK);
+    assert_true(r.token < last); /* superseded */
+    assert_lk(f->c, lk_force_release(f->c, res, 0, &r), LK_NOT_OWNER);
+    assert_int_equal(r.fenced_by, fr.fenced_by);
+    assert_lk(f->c, lk_acquire(f->c, res, "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_true(r.token > fr.fenced_by);
+    /* The floor lifts the burned token. */
+    assert_lk(f->c, lk_force_release(f->c, res, 90000, &fr), LK_RELEASED);
+    assert_true(fr.fenced_by > 90000);
+    assert_lk(f->c, lk_force_release(f->c, res, -1, &fr), LK_EINVAL);
+    assert_lk(f->c, lk_force_release(f->c, "a b", 0, &fr), LK_EINVAL);
+}
+
+/* lk_list_locks: held locks in name order, paged, by prefix, never a free one. */
+static void test_list_locks(void **state)
+{
+    lk_fixture *f = *state;
+    lk_lock_entry e[4];
+    size_t n = 0;
+    char next[LK_RESOURCE_MAX + 1];
+    char names[3][LK_RESOURCE_MAX + 1];
+    char prefix[LK_RESOURCE_MAX + 1];
+
+    snprintf(prefix, sizeof prefix, "%.100s.", res_name("listed")); /* one name per call */
+    for (int i = 0; i < 3; i++) {
+        snprintf(names[i], sizeof names[i], "%.100s%c", prefix, 'c' - i);
+        assert_lk(f->c, lk_acquire(f->c, names[i], "alice", 10000, 0, NULL, NULL),
+                  LK_ACQUIRED);
+    }
+    assert_lk(f->c, lk_list_locks(f->c, prefix, NULL, 2, e, &n, next), LK_OK);
+    assert_int_equal(n, 2);
+    assert_string_equal(e[0].resource, names[2]); /* ...a */
+    assert_string_equal(e[1].resource, names[1]);
+    assert_int_equal(e[0].holds, 1);
+    assert_true(e[0].ttl_ms > 0 && e[0].token > 0);
+    assert_string_equal(next, names[1]);
+    assert_lk(f->c, lk_list_locks(f->c, prefix, next, 2, e, &n, next), LK_OK);
+    assert_int_equal(n, 1);
+    assert_string_equal(e[0].resource, names[0]);
+    assert_string_equal(next, "");
+    assert_lk(f->c, lk_release(f->c, names[1], "alice", NULL, NULL), LK_RELEASED);
+    assert_lk(f->c, lk_list_locks(f->c, prefix, NULL, 4, e, &n, next), LK_OK);
+    assert_int_equal(n, 2);
+    assert_lk(f->c, lk_list_locks(f->c, prefix, NULL, 0, e, &n, next), LK_EINVAL);
+    assert_lk(f->c, lk_list_locks(f->c, prefix, NULL, LK_LIST_MAX + 1, e, &n, next),
+              LK_EINVAL);
+    assert_lk(f->c, lk_list_locks(f->c, "a b", NULL, 4, e, &n, next), LK_EINVAL);
+    assert_lk(f->c, lk_list_locks(f->c, NULL, "a*", 4, e, &n, next), LK_EINVAL);
+}
+
 static void test_token_space_limit(void **state)
 {
     lk_fixture *f = *state;
@@ -669,6 +739,8 @@ int main(void)
         cmocka_unit_test(test_idempotent_acquire_other_owner),
         cmocka_unit_test(test_limits_are_inclusive),
         cmocka_unit_test(test_status_names),
+        cmocka_unit_test(test_force_release),
+        cmocka_unit_test(test_list_locks),
         cmocka_unit_test(test_bad_urls),
     };
     return cmocka_run_group_tests_name("locklib_locks", tests, group_setup, lk_group_teardown);

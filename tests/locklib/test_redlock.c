@@ -202,6 +202,38 @@ static void test_combine_release(void **state)
     assert_int_equal(out.st, LK_EUNAVAILABLE);
 }
 
+/* A forced release: released where any master of an answering majority held it, with the
+ * largest token held and the largest burned or last token of all that answered. */
+static void test_combine_force_release(void **state)
+{
+    lk__rl_out out;
+    (void)state;
+
+    lk__rl_node a[3] = {node_st(LK_RELEASED, 7, 0), node_st(LK_RELEASED, 8, 0),
+                        node_st(LK_NOT_OWNER, 0, 0)};
+    a[0].res.fenced_by = 9;
+    a[1].res.fenced_by = 10;
+    a[2].res.fenced_by = 12; /* its counter: a later mint there, never written back */
+    a[0].res.published = 1;
+    lk__rl_combine_force_release(3, a, &out);
+    assert_int_equal(out.st, LK_RELEASED);
+    assert_int_equal(out.res.token, 8);
+    assert_int_equal(out.res.fenced_by, 12);
+    assert_int_equal(out.res.published, 1);
+
+    lk__rl_node b[3] = {node_st(LK_NOT_OWNER, 0, 0), node_st(LK_NOT_OWNER, 0, 0), node_out()};
+    b[1].res.fenced_by = 4;
+    lk__rl_combine_force_release(3, b, &out);
+    assert_int_equal(out.st, LK_NOT_OWNER);
+    assert_int_equal(out.res.fenced_by, 4);
+    assert_int_equal(out.res.token, 0);
+
+    lk__rl_node c[3] = {node_st(LK_RELEASED, 7, 0), node_st(LK_EUNAVAILABLE, 0, 0),
+                        node_out()};
+    lk__rl_combine_force_release(3, c, &out);
+    assert_int_equal(out.st, LK_EUNAVAILABLE);
+}
+
 static void test_combine_token_check(void **state)
 {
     lk__rl_out out;
@@ -778,6 +810,7 @@ int main(void)
         cmocka_unit_test(test_combine_raise),
         cmocka_unit_test(test_combine_renew),
         cmocka_unit_test(test_combine_release),
+        cmocka_unit_test(test_combine_force_release),
         cmocka_unit_test(test_combine_token_check),
         cmocka_unit_test(test_health_state_machine),
     };

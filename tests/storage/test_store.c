@@ -155,6 +155,52 @@ static void test_delete_keeps_tombstone(void **state)
     assert_value(f, "gone", "back", 10, 3);
 }
 
+/* store_fence: a forced release's burned token fences the resource off below it, durably,
+ * keeping the value (a tombstone when there is none), and the ledger covers it. */
+static void test_fence(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+    store_value v;
+    uint64_t hi = 0;
+    uint64_t floor = store_ledger_floor(f->s);
+
+    assert_st(store_fence(f->s, "bad/name", 5), STORE_INVALID);
+    assert_st(store_fence(f->s, "f", 0), STORE_INVALID);
+    assert_st(store_fence(f->s, "f", 9007199254740992ULL), STORE_INVALID);
+    assert_st(put(f, "f", floor + 10, "v10", floor + 10, &res), STORE_ACCEPTED);
+    assert_st(store_fence(f->s, "f", floor + 12), STORE_OK);
+    assert_st(store_highest(f->s, "f", &hi), STORE_OK);
+    assert_int_equal(hi, floor + 12);
+    assert_value(f, "f", "v10", floor + 10, 1); /* the value stays */
+    /* The holder's token writes no more, even with last_issued still at it. */
+    assert_st(put(f, "f", floor + 10, "late", floor + 10, &res), STORE_STALE);
+    assert_int_equal(res.highest_token, floor + 12);
+    /* Lower fences change nothing; the next holder above writes. */
+    assert_st(store_fence(f->s, "f", floor + 11), STORE_OK);
+    assert_st(store_highest(f->s, "f", &hi), STORE_OK);
+    assert_int_equal(hi, floor + 12);
+    assert_st(put(f, "f", floor + 13, "v13", floor + 13, &res), STORE_ACCEPTED);
+
+    /* Never written: a tombstone, which reads as absent and refuses lower tokens. */
+    assert_st(store_fence(f->s, "never", floor + 7), STORE_OK);
+    assert_st(store_read(f->s, "never", &v), STORE_NOT_FOUND);
+    assert_st(put(f, "never", floor + 6, "x", floor + 6, &res), STORE_STALE);
+
+    /* Durable, and the ledger covers it: no grant at or below it any more. */
+    store_close(f->s);
+    st_open(f);
+    assert_st(store_highest(f->s, "never", &hi), STORE_OK);
+    assert_int_equal(hi, floor + 7);
+    assert_st(store_grant(f->s, "never", floor + 7, &hi), STORE_STALE);
+    if (st_is_pg()) {
+        assert_int_equal(hi, 7);
+        assert_st(store_grant(f->s, "never", 8, &hi), STORE_OK);
+    } else {
+        assert_true(store_ledger_floor(f->s) >= floor + 13);
+    }
+}
+
 static void test_list_paged(void **state)
 {
     st_fixture *f = *state;
@@ -521,6 +567,7 @@ int main(int argc, char **argv)
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_limits_and_invalid, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_delete_keeps_tombstone, st_setup, st_teardown),
+        cmocka_unit_test_setup_teardown(test_fence, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_list_paged, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_everything, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_grant, st_setup, st_teardown),

@@ -52,9 +52,9 @@ static const gw_option options[] = {
      "number of gateways",
      OPT_STRING, 0, 0},
     {"--auth-token-file", "FENCEGATE_AUTH_TOKEN_FILE", "FILE",
-     "require 'Authorization: Bearer <token>' on every endpoint but /healthz; the token is "
-     "the whole file less the white space around it, 1 to 511 printable ASCII bytes (a second "
-     "line is refused), read as fencectl reads it",
+     "require 'Authorization: Bearer <token>' on every endpoint but /healthz and /livez; the "
+     "token is the whole file less the white space around it, 1 to 511 printable ASCII bytes "
+     "(a second line is refused), read as fencectl reads it",
      OPT_STRING, 0, 0},
     {"--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "N",
      "largest resource value a PUT may store (default 1048576)", OPT_SIZE, 1, 268435456},

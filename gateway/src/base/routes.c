@@ -17,6 +17,9 @@ const gw_route gw__routes[GW_R_COUNT] = {
     {"GET", "/healthz", GW_R_HEALTHZ},
     {"GET", "/readyz", GW_R_READYZ},
     {"GET", "/metrics", GW_R_METRICS},
+    {"GET", "/livez", GW_R_LIVEZ},              /* public, like /healthz */
+    {"GET", "/locks", GW_R_LOCKS_LIST},         /* right needed: read */
+    {"POST", "/admin/release", GW_R_ADMIN_RELEASE}, /* right needed: admin */
     {"GET", "/ui/", GW_R_UI},
     {"GET", "/ui/{file}", GW_R_UI_FILE},
 };

@@ -17,6 +17,9 @@ typedef enum gw_route_id {
     GW_R_HEALTHZ,
     GW_R_READYZ,
     GW_R_METRICS,
+    GW_R_LIVEZ,
+    GW_R_LOCKS_LIST,
+    GW_R_ADMIN_RELEASE,
     GW_R_UI,
     GW_R_UI_FILE,
     GW_R_COUNT

@@ -93,6 +93,21 @@
  *   - PostgreSQL unavailable: the grant answers EIO, the hold is given back and the client
  *     gets 503; nothing was handed out.
  *
+ * A forced release (gw__fence_force, POST /admin/release) frees a lock whose holder may still
+ * be alive, so it must fence that holder, as a new grant would, even if nobody locks again:
+ *   - in Redis, one script deletes the hold (token T) and burns a token F > max(T, floor):
+ *     minted and handed to nobody, so T is superseded (below the last issued) at once, and
+ *     every later mint is above F;
+ *   - F is counted in max_token, and store_fence() durably raises the resource's highest
+ *     token to F (the store then refuses T as STALE whatever Redis remembers: after a data
+ *     loss, T passes the verdict and the store's own check refuses it) and makes the ledger
+ *     cover F (LMDB: the ceiling; PostgreSQL: the resource's recorded grant, so every
+ *     gateway's next grant is above F). Only then is the release answered.
+ *   - F is handed to nobody, so no stripe turn is needed: P1 is about tokens handed out.
+ *     A grant minted between the script and the store commit is above F (Redis's counter),
+ *     or, after a data loss in that window, above the floor and refused by a shared ledger
+ *     once F is recorded: never at or below T, which the ledger covered when it was granted.
+ *
  * P3 is storage's: a write is one atomic check-and-write against the resource's highest
  * token, which refuses a lower token (STALE) and a token above the last one Redis issued
  * (UNKNOWN_TOKEN, so a forged huge token cannot lock the real holders out). The verdict
@@ -300,6 +315,38 @@ int gw__fence_granted(gw_job *job)
     t->granted = t->grant.status == STORE_STALE ? t->grant.highest : 0;
     pass_on(f, t, (int64_t)t->grant.token);
     return 1;
+}
+
+void gw__fence_force(gw_fence *f, lk_client *c, const char *resource, gw_forced *out)
+{
+    int64_t floor = 0;
+    lk_result res = {0};
+
+    memset(out, 0, sizeof *out);
+    out->lk = LK_EUNAVAILABLE;
+    out->store = floor_of(f, resource, 0, &floor);
+    if (out->store != STORE_OK) {
+        return; /* without the floor the burned token could be below one handed out */
+    }
+    out->lk = lk_force_release(c, resource, floor, &res);
+    if (out->lk == LK_NOT_OWNER && res.fenced_by > 0) {
+        /* Nothing held: every token below the last issued is superseded already (tokens are
+         * minted only for a free lock). Recording that is harmless, and completes the fence
+         * of an earlier forced release whose store_fence() failed. */
+        out->store = store_fence(f->st, resource, (uint64_t)res.fenced_by);
+        return;
+    }
+    if (out->lk != LK_RELEASED) {
+        return;
+    }
+    out->token = res.token;
+    out->fenced_by = res.fenced_by;
+    out->published = res.published;
+    long long seen = atomic_load(&f->max_token);
+    while (res.fenced_by > seen &&
+           !atomic_compare_exchange_weak(&f->max_token, &seen, res.fenced_by)) {
+    }
+    out->store = store_fence(f->st, resource, (uint64_t)res.fenced_by);
 }
 
 int gw__fence_verdict_reads(uint64_t token, const lk_call *check)

@@ -111,6 +111,27 @@ int gw__fence_answered(gw_job *job);
  * Returns 1. */
 int gw__fence_granted(gw_job *job);
 
+/* What a forced release did (gw__fence_force). */
+typedef struct gw_forced {
+    lk_status lk;                        /* lk_force_release(): RELEASED, NOT_OWNER or error */
+    store_status store;                  /* the floor read and store_fence(): STORE_OK, or
+                                          * the error (then the fence is not durable) */
+    int64_t token;                       /* RELEASED: the released hold's token */
+    int64_t fenced_by;                   /* RELEASED: the burned token above it */
+    int published;                       /* RELEASED: a release message went out */
+} gw_forced;
+
+/* A forced release of resource through c (blocking: a Redis call and a store commit; on a
+ * side thread, never a loop thread): with the floor an acquisition would get, locklib frees
+ * the lock and burns a token F above its holder's token T and the floor
+ * (lk_force_release()); F is counted in max_token, then store_fence() makes the store refuse
+ * every write below F and the ledger cover F, durably, before the caller answers. So T is
+ * refused whatever Redis loses later, through any gateway of a shared store, and the next
+ * grant is above F. When nothing is held, the store is fenced below the last token issued
+ * (already superseded), which completes an earlier release whose store_fence() failed.
+ * Fills *out. */
+void gw__fence_force(gw_fence *f, lk_client *c, const char *resource, gw_forced *out);
+
 /* The verdict on a write's token, before storage sees it. */
 typedef enum gw_verdict {
     GW_VERDICT_WRITE,        /* go on: storage checks it again, atomically with the write */

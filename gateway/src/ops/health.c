@@ -1,8 +1,9 @@
 /*
- * GET /healthz, GET /readyz and GET /metrics.
+ * GET /healthz, GET /livez, GET /readyz and GET /metrics.
  *
- * /healthz says the process is up and serving; it needs no dependency and no auth, so an
- * orchestrator can use it as a liveness probe. /readyz asks both dependencies: a Redis PING
+ * /healthz and /livez say the process is up and serving; they need no dependency and no
+ * auth, so an orchestrator can use either as a liveness probe (/livez is the name etcd and
+ * Kubernetes use, beside /readyz). /readyz asks both dependencies: a Redis PING
  * (bounded by locklib's timeouts, so a dead Redis answers within about 2 s) and a read-only
  * storage transaction. /metrics makes the same two probes, so that fencegate_redis_up and
  * fencegate_store_up show the dependencies as they are at the scrape. Both make their calls
@@ -184,5 +185,6 @@ static enum MHD_Result metrics_resumed(gw_request *req)
 }
 
 const gw_op gw__op_healthz = {healthz, NULL, NULL};
+const gw_op gw__op_livez = {healthz, NULL, NULL};
 const gw_op gw__op_readyz = {readyz_start, readyz_resumed, NULL};
 const gw_op gw__op_metrics = {metrics_start, metrics_resumed, NULL};

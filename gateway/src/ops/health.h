@@ -1,5 +1,5 @@
 /*
- * GET /healthz, GET /readyz and GET /metrics (health.c).
+ * GET /healthz, GET /livez, GET /readyz and GET /metrics (health.c).
  */
 #ifndef GATEWAY_HEALTH_H
 #define GATEWAY_HEALTH_H
@@ -7,6 +7,7 @@
 #include "http/request.h"
 
 extern const gw_op gw__op_healthz;
+extern const gw_op gw__op_livez;
 extern const gw_op gw__op_readyz;
 extern const gw_op gw__op_metrics;
 

@@ -117,11 +117,15 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
                                        (json_int_t)wr->version));
     case STORE_STALE:
         count_write(srv, GW_WR_stale);
+        /* highest_token is a later grant's, or the token a forced release burned
+         * (store_fence): either way it superseded this one. */
         return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
-                              json_pack("{s:s, s:I, s:I}", "resource", req->param, "token",
-                                        (json_int_t)token, "highest_token",
+                              json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param,
+                                        "token", (json_int_t)token, "highest_token",
+                                        (json_int_t)wr->highest_token, "superseded_by",
                                         (json_int_t)wr->highest_token),
-                              "token %llu is lower than %llu, which has already written %s",
+                              "token %llu is lower than %llu, which has already written %s "
+                              "(or a forced release fenced it off)",
                               (unsigned long long)token,
                               (unsigned long long)wr->highest_token, req->param);
     case STORE_UNKNOWN_TOKEN:

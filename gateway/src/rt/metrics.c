@@ -251,6 +251,10 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
              m->release, GW_REL_COUNT);
     outcomes(&b, "fencegate_renew_total", "POST /renew calls by outcome.", renew_names, m->renew,
              GW_REN_COUNT);
+    static const char *const admin_names[2] = {"released", "not_held"};
+    outcomes(&b, "fencegate_admin_release_total",
+             "POST /admin/release calls that answered 200, by outcome (forced releases).",
+             admin_names, m->admin_release, 2);
     outcomes(&b, "fencegate_write_total", "PUT /resources calls by outcome.", write_names,
              m->write, GW_WR_COUNT);
     header(&b, "fencegate_locks_held", "gauge",

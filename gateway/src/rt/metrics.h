@@ -62,6 +62,7 @@ typedef struct gw_metrics {
     atomic_ullong release[GW_REL_COUNT];
     atomic_ullong renew[GW_REN_COUNT];
     atomic_ullong write[GW_WR_COUNT];
+    atomic_ullong admin_release[2];       /* POST /admin/release: [0] released, [1] not held */
     atomic_llong locks_held;              /* first acquisitions - releases to zero, here */
     const lk_breaker *breaker;            /* the Redis stall breaker, for its counter */
     atomic_int redis_up;                  /* last observed state */

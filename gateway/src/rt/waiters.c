@@ -259,6 +259,19 @@ int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource)
     return others;
 }
 
+int gw__wait_count(gw_waitq *wq, const char *resource)
+{
+    int n = 0;
+
+    pthread_mutex_lock(&wq->mu);
+    const gw_wres *r = gw__wres_find(wq, resource);
+    if (r != NULL) {
+        n = r->refs;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return n;
+}
+
 void gw__wait_note_holder(gw_waitq *wq, const gw_waiter *w, const char *owner,
                           int64_t token, int64_t lease_ms)
 {

@@ -44,6 +44,9 @@ void gw__wait_place(gw_waitq *wq, gw_waiter *w);
  * locklib (lk_call.others_waiting), so that a grant to w is released with a wake-up for
  * them (locklib/lua/prelude/wanted.lua). */
 int gw__wait_others(gw_waitq *wq, const gw_waiter *w, const char *resource);
+/* How many waiters of resource this gateway has between gw__wait_begin and gw__wait_end
+ * (parked or attempting). Any thread. */
+int gw__wait_count(gw_waitq *wq, const char *resource);
 
 /* A hand-off (ops/lock_attempt.c, gw__lock_handoff): claims the first parked waiter of
  * resource that waitd could wake for a release (SUSPENDED, its deadline not due, or the only

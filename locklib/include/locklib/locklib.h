@@ -195,6 +195,9 @@ typedef struct lk_result {
     int published;       /* RELEASED: how many Redis nodes published the release message
                           * (only a lock others were known to wait for publishes one): 0 or
                           * 1, on Redlock up to the number of masters; 0 on a replay */
+    int64_t fenced_by;   /* lk_force_release() RELEASED: the token burned above the released
+                          * hold's (res.token); every later mint is above it. NOT_OWNER: the
+                          * counter, the last token issued (0 if none). Else 0 */
 } lk_result;
 
 /* Acquires `resource` for `owner`. lease_ms is LK_LEASE_MIN_MS..LK_LEASE_MAX_MS, or
@@ -257,6 +260,20 @@ LK_EXTERN lk_status lk_release(lk_client *c, const char *resource, const char *o
 LK_EXTERN lk_status lk_renew(lk_client *c, const char *resource, const char *owner,
                              int64_t lease_ms, const char *idem_key, lk_result *res);
 
+/* Frees `resource` whoever holds it (an operator's forced release), and fences the holder:
+ * in the same atomic step the counter is lifted to at least the hold's token and floor and
+ * one token above them is burned (minted and handed to nobody), so the holder's token is
+ * superseded at once, even if nobody locks again, and every later token is larger. The
+ * release publishes as lk_release() does, so waiters wake in their usual order; a fair queue
+ * is kept. No owner is needed or reported. floor is 0..2^53-2 (the caller's durable floor).
+ * Returns RELEASED (res->token: the released hold's token; res->fenced_by: the burned token;
+ * res->published) or NOT_OWNER (nothing was held; nothing changed; res->fenced_by: the last
+ * token issued), or an error.
+ * Redlock: RELEASED when a majority answered and at least one master held the lock, with
+ * the largest token and burned token of the masters. */
+LK_EXTERN lk_status lk_force_release(lk_client *c, const char *resource, int64_t floor,
+                                     lk_result *res);
+
 /* ---- Pipelined calls ------------------------------------------------------------------ */
 
 typedef enum lk_call_kind {
@@ -265,7 +282,8 @@ typedef enum lk_call_kind {
     LK_CALL_RELEASE,       /* lk_release() */
     LK_CALL_RENEW,         /* lk_renew() */
     LK_CALL_TOKEN_CHECK,   /* lk_token_check() */
-    LK_CALL_FAIR_CANCEL    /* lk_fair_cancel(): resource and owner; no outcome but status */
+    LK_CALL_FAIR_CANCEL,   /* lk_fair_cancel(): resource and owner; no outcome but status */
+    LK_CALL_FORCE_RELEASE  /* lk_force_release(): resource and floor */
 } lk_call_kind;
 
 /* One call of lk_call_many(): the arguments of the function its kind names (owner and
@@ -329,6 +347,32 @@ typedef struct lk_lock_info {
 
 /* Reports the state of a lock. Never reports the owner. Returns OK or an error. */
 LK_EXTERN lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info);
+
+/* One held lock of a listing (lk_list_locks()). Never the owner. */
+typedef struct lk_lock_entry {
+    char resource[LK_RESOURCE_MAX + 1];
+    int64_t token;       /* the holder's token */
+    int64_t holds;       /* the hold count */
+    int64_t ttl_ms;      /* the remaining lease */
+    int64_t queued;      /* fair waiters queued in Redis (fg:{resource}:queue) */
+} lk_lock_entry;
+
+#define LK_LIST_MAX 1000 /* most entries one lk_list_locks() call returns */
+
+/* Lists held locks in resource name order: those whose name starts with prefix (NULL or ""
+ * for any) and sorts after `after` (NULL or "" for the first page), at most max
+ * (1..LK_LIST_MAX) of them, into out[]; *n is the number written. next (LK_RESOURCE_MAX + 1
+ * bytes, which may be the buffer `after` points to) receives where the next page starts
+ * (its `after`), "" when this page is the last.
+ * It SCANs the keyspace of every node that holds locks (every master of a Cluster, every
+ * Redlock master not held out after a data loss) in steps of a bounded COUNT, never KEYS, on
+ * connections of its own, so no step holds Redis for long; its cost is one pass over the
+ * whole keyspace (MATCH filters server-side), then one status read per entry kept. A name
+ * seen on a node is listed only when its status read says it is held (Redlock: held on a
+ * majority; a hold on a minority of the masters is not listed). prefix and after follow the
+ * resource name rules (prefix may be empty). Returns OK, EINVAL, or an error. */
+LK_EXTERN lk_status lk_list_locks(lk_client *c, const char *prefix, const char *after,
+                                  size_t max, lk_lock_entry *out, size_t *n, char *next);
 
 /* The last token issued for the resource (0 if none). Returns OK or an error.
  * To check that a token was issued for the resource at all, use lk_token_range(). */

@@ -30,3 +30,16 @@ end
 local function is_wanted(k_lock)
     return redis.call('HEXISTS', k_lock, '#wait') == 1
 end
+
+-- The message a release publishes, from HMGET lock '#token' '#hold' taken before the DEL.
+-- The token tells a listener which hold ended: one that saw a later holder since knows this
+-- release changed nothing for it (gateway/src/rt/waiters.c). The hold id, when the
+-- acquisition gave one, tells one release published by several Redlock masters from two
+-- releases with the same token (locklib/src/sub.c).
+local function release_message(ids)
+    local msg = ids[1] or '0'
+    if ids[2] then
+        msg = msg .. ':' .. ids[2]
+    end
+    return msg
+end

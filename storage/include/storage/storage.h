@@ -186,6 +186,16 @@ store_status store_list(store *s, const char *after, store_entry *entries, size_
  * write again. NOT_FOUND when there is nothing to delete. Durable before it returns. */
 store_status store_delete(store *s, const char *resource);
 
+/* Fences the resource off below token, for a forced release whose burned token it is:
+ * durably raises the highest token that has written it to token (keeping its value; a
+ * tombstone when it has none), so every later write with a lower token is STALE with
+ * highest_token = token, whatever Redis remembers; and makes the ledger cover token as a
+ * grant's is (LMDB: the ceiling; PostgreSQL: the resource's recorded grant, with no holder,
+ * so no grant at or below it is accepted again, through any store sharing the database).
+ * OK (also when it was fenced at or above token already), INVALID for a bad name or a token
+ * of 0 or >= 2^53, EIO (or FULL) when it could not be made durable. */
+store_status store_fence(store *s, const char *resource, uint64_t token);
+
 /* The token ledger. LMDB: at open the store durably raised its ceiling R to R_prev + step;
  * the floor is R_prev, which is >= every token any earlier process handed out. The gateway
  * passes acquisitions a floor of max(store_ledger_floor, the largest token this process has
