@@ -109,8 +109,10 @@ async function main() {
     await new Promise((resolve, reject) => {
       const until = Date.now() + WAIT_MS;
       const poll = async () => {
-        const s = await api('GET', '/locks/billing:a');
-        if (s.status === 200 && s.json.waiters >= 1) return resolve();
+        const s = await api('GET', '/locks?prefix=billing:a&limit=1');
+        if (s.status === 200 && s.json.locks.length === 1 && s.json.locks[0].waiters >= 1) {
+          return resolve();
+        }
         if (Date.now() > until) return reject(new Error('the waiter never showed as waiting'));
         setTimeout(poll, 50);
       };

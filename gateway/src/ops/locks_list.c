@@ -32,21 +32,39 @@ struct gw_list_read {
     char err[256];               /* lk_errstr() of the side thread's handle, "" for none */
 };
 
+/* A query value, percent-decoded (the server leaves URLs as sent: paths are never
+ * decoded, but a browser or curl --data-urlencode sends "billing%3A" for "billing:").
+ * A value too long to be a name even encoded, or one that decodes to a NUL byte, is kept
+ * as "\x01", which no name rule accepts. */
+#define QUERY_VALUE_MAX (LK_RESOURCE_MAX * 3)
+
 /* The query string as read by query_arg(). */
 typedef struct list_query {
     const char *prefix, *limit, *after;
     const char *unknown;         /* the first unknown parameter, or NULL */
     const char *repeated;        /* the first one given twice, or NULL */
+    char decoded[3][QUERY_VALUE_MAX + 1];
 } list_query;
+
+/* Decodes value into buf (QUERY_VALUE_MAX + 1 bytes) with libmicrohttpd's own decoder. */
+static const char *query_decode(char *buf, const char *value)
+{
+    size_t len = strlen(value);
+
+    if (len > QUERY_VALUE_MAX) {
+        return "\x01";
+    }
+    memcpy(buf, value, len + 1);
+    return MHD_http_unescape(buf) == strlen(buf) ? buf : "\x01";
+}
 
 static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char *key,
                                  const char *value)
 {
     list_query *q = cls;
-    const char **slot = strcmp(key, "prefix") == 0  ? &q->prefix
-                        : strcmp(key, "limit") == 0 ? &q->limit
-                        : strcmp(key, "after") == 0 ? &q->after
-                                                    : NULL;
+    int i = strcmp(key, "prefix") == 0 ? 0 : strcmp(key, "limit") == 0 ? 1
+            : strcmp(key, "after") == 0 ? 2 : -1;
+    const char **slot = i == 0 ? &q->prefix : i == 1 ? &q->limit : i == 2 ? &q->after : NULL;
     (void)kind;
     if (slot == NULL) {
         if (q->unknown == NULL) {
@@ -57,7 +75,7 @@ static enum MHD_Result query_arg(void *cls, enum MHD_ValueKind kind, const char 
             q->repeated = key;
         }
     } else {
-        *slot = value != NULL ? value : "";
+        *slot = value != NULL ? query_decode(q->decoded[i], value) : "";
     }
     return MHD_YES;
 }
