@@ -168,6 +168,15 @@ static void test_list_pages_in_name_order(void **state)
     assert_int_equal(json_integer_value(json_object_get(first, "waiters")), 0);
     assert_true(json_is_null(json_object_get(r.json, "next")));
     gwt_resp_free(&r);
+
+    /* Query values percent-encoded, as a browser's URLSearchParams sends "job:" (job%3A). */
+    gwt_get(&st->gw, "/locks?prefix=job%3A", &r);
+    gwt_assert_status(&r, 200, NULL);
+    locks = json_object_get(r.json, "locks");
+    assert_int_equal((int)json_array_size(locks), 1);
+    assert_string_equal(json_string_value(json_object_get(json_array_get(locks, 0), "resource")),
+                        "job:x");
+    gwt_resp_free(&r);
 }
 
 static void assert_bad_query(const ops_state *st, const char *query, const char *param)
@@ -195,7 +204,7 @@ static void test_list_refuses_bad_input(void **state)
         {"limit=-5", "limit"},        {"limit=5x", "limit"},       {"limit=", "limit"},
         {"prefix=a%2Fb", "prefix"},   {"prefix=a*", "prefix"},     {"after=a%20b", "after"},
         {"after=%7B", "after"},       {"owner=x", "owner"},        {"Limit=3", "Limit"},
-        {"limit=3&limit=4", "limit"},
+        {"limit=3&limit=4", "limit"}, {"prefix=job%00x", "prefix"}, {"prefix=%zz", "prefix"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         assert_bad_query(st, bad[i][0], bad[i][1]);
