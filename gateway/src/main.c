@@ -31,6 +31,7 @@
 #include "ops/lock_status.h"
 #include "ops/owner_calls.h"
 #include "ops/resources.h"
+#include "ops/transaction.h"
 #include "rt/log.h"
 #include "token_file.h"
 
@@ -41,6 +42,7 @@ static const gw_op *const route_ops[GW_R_COUNT] = {
     &gw__op_lock,         &gw__op_unlock,       &gw__op_renew,
     &gw__op_lock_status,  &gw__op_resource_get, &gw__op_resource_put,
     &gw__op_healthz,      &gw__op_readyz,       &gw__op_metrics,
+    &gw__op_transaction,  &gw__op_resource_delete,
 };
 
 /* Opens a Redis client once, to check the URL and report whether Redis answers. Redis being

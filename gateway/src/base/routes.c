@@ -17,6 +17,8 @@ const gw_route gw__routes[GW_R_COUNT] = {
     {"GET", "/healthz", GW_R_HEALTHZ},
     {"GET", "/readyz", GW_R_READYZ},
     {"GET", "/metrics", GW_R_METRICS},
+    {"POST", "/resources", GW_R_TRANSACTION},
+    {"DELETE", "/resources/{resource}", GW_R_RESOURCE_DELETE},
 };
 
 /* Matches path against a template. A template ending in "{resource}" matches any

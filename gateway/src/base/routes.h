@@ -17,6 +17,8 @@ typedef enum gw_route_id {
     GW_R_HEALTHZ,
     GW_R_READYZ,
     GW_R_METRICS,
+    GW_R_TRANSACTION,
+    GW_R_RESOURCE_DELETE,
     GW_R_COUNT
 } gw_route_id;
 
