@@ -21,6 +21,9 @@
  *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
  *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
  *      first success comes within 5 s; and a lost holder's lock is taken over (below).
+ *   9. fenced transactions between accounts (txn and balance lines, check_txn.c): none is
+ *      half visible, none acknowledged is lost, none refused is written, each wrote the sum
+ *      it read, and the final balances add up to the total.
  *
  * Marks the checker reads (kind mark, the event in the body):
  *   heal            the fault is over: the first success must come within 5 s.
@@ -45,7 +48,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 9 /* index 1..8 used */
+#define FC_INVARIANTS 10 /* index 1..9 used */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */
@@ -60,6 +63,13 @@ typedef struct fc_result {
     long takeovers;  /* locks of killed or frozen holders granted to the next owner */
     long ops;
 } fc_result;
+
+/* A violation found by a part of the checker, with the operations involved (may be NULL). */
+typedef void (*fc_report)(void *arg, const char *why, const fh_op *a, const fh_op *b);
+
+/* Invariant 9 over h's txn, balance and "total" lines (check_txn.c): calls bad for each
+ * violation. */
+void fc_check_txn(const fh_history *h, fc_report bad, void *arg);
 
 /* Checks h (its operations are reordered) and prints each violation to out (may be NULL),
  * naming the operations by client, kind and line. opt may be NULL (every option off). Fills
