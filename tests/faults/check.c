@@ -533,6 +533,11 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
         case FH_FINAL:
             check_read(&c, &acked, op);
             break;
+        case FH_TXN:
+            res->txns += op->status == 200;
+            res->fenced += (op->flags & FH_F_AFTER_PAUSE) != 0 && op->status == 409 &&
+                           strcmp(op->error, "stale_token") == 0;
+            break;
         case FH_MARK:
             if (strcmp(op->body, "heal") == 0)
                 check_heal(&c, op);

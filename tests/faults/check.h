@@ -57,7 +57,9 @@ typedef struct fc_options {
 typedef struct fc_result {
     long violations[FC_INVARIANTS]; /* per invariant; 0 (notes) and, unless strict, 7 are soft */
     long hard;                      /* all but the soft ones */
-    long fenced;     /* after_pause/after_steal writes answered 409 stale_token */
+    long fenced;     /* after_pause/after_steal writes (and paused clients' transactions)
+                        answered 409 stale_token */
+    long txns;       /* transactions acknowledged (200) */
     long superseded; /* of those, the ones refused only because a newer grant had finished,
                         with no acknowledged write of a larger token before them */
     long takeovers;  /* locks of killed or frozen holders granted to the next owner */

@@ -11,6 +11,8 @@
  *   - an acknowledged (200) transaction missing from a chain was lost, or a stale writer
  *     overwrote its successor's base (a lost update: the chain skips it);
  *   - a refused (409, 403) transaction on a chain was written after all;
+ *   - a paused client's transaction (flag after_pause, sent only once another client held a
+ *     newer token of one of its accounts) was acknowledged;
  *   - along a chain, each transaction's balance read equals what its predecessor wrote;
  *   - each transaction wrote the sum it read (the client's arithmetic), and the final
  *     balances add up to the total: conserved after every committed transaction.
@@ -174,6 +176,9 @@ void fc_check_txn(const fh_history *h, fc_report bad, void *arg)
                      "a stale writer's write replaced it)", ts[i].op, NULL);
         else if ((status == 409 || status == 403 || status == 400) && on > 0)
             bad(arg, "a refused transaction's writes are there", ts[i].op, NULL);
+        if (status == 200 && (ts[i].op->flags & FH_F_AFTER_PAUSE) != 0)
+            bad(arg, "a paused client's transaction was accepted after a newer grant",
+                ts[i].op, NULL);
     }
     free(ts);
 }
