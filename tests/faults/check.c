@@ -500,6 +500,11 @@ static void txn_violation(void *arg, const char *why, const fh_op *a, const fh_o
     violation(arg, 9, why, a, b);
 }
 
+static void txn_note(void *arg, const char *why, const fh_op *a, const fh_op *b)
+{
+    violation(arg, 0, why, a, b);
+}
+
 long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
 {
     static const fc_options defaults = {0};
@@ -552,7 +557,7 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
             check_liveness(&c, op);
     }
     check_windows(&c, &grants);
-    fc_check_txn(h, txn_violation, &c);
+    fc_check_txn(h, txn_violation, &c, txn_note);
     series_free(&grants);
     series_free(&acked);
     free(c.freezes);

@@ -70,8 +70,8 @@ typedef struct fc_result {
 typedef void (*fc_report)(void *arg, const char *why, const fh_op *a, const fh_op *b);
 
 /* Invariant 9 over h's txn, balance and "total" lines (check_txn.c): calls bad for each
- * violation. */
-void fc_check_txn(const fh_history *h, fc_report bad, void *arg);
+ * violation, note for each excused race (reported only). */
+void fc_check_txn(const fh_history *h, fc_report bad, void *arg, fc_report note);
 
 /* Checks h (its operations are reordered) and prints each violation to out (may be NULL),
  * naming the operations by client, kind and line. opt may be NULL (every option off). Fills

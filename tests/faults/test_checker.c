@@ -475,6 +475,29 @@ static void test_transfer_lost_update(void **state)
     assert_true(res.hard >= 1);
 }
 
+/* T1's lease ran out while its request was in flight; c1, granted y during it, read y's
+ * older value and wrote over T1's: excused (reported), not a violation. The same with c1's
+ * grant before T1's request started is a lost update (the check should have refused T1). */
+static void test_transfer_in_flight_expiry(void **state)
+{
+    (void)state;
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        "c1\tlock\ty\t12\t15\t200\t-\t2\t0\tc1-o\t1000\t0\t-\t-",
+        "c1\ttxn\ty,z\t30\t40\t200\t-\t0\t0\tc1-1\t0\t0\t-\tinit:100>95@2;init:100>105@1",
+        BAL("x", "90 c0-1"), BAL("y", "95 c1-1"), BAL("z", "105 c1-1"), NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.hard, 0);
+    assert_int_equal(res.violations[0], 1);
+    const char *const late[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        "c1\tlock\ty\t5\t8\t200\t-\t2\t0\tc1-o\t1000\t0\t-\t-",
+        "c1\ttxn\ty,z\t30\t40\t200\t-\t0\t0\tc1-1\t0\t0\t-\tinit:100>95@2;init:100>105@1",
+        BAL("x", "90 c0-1"), BAL("y", "95 c1-1"), BAL("z", "105 c1-1"), NULL};
+    res = check_lines(late);
+    assert_true(res.violations[9] >= 1);
+}
+
 static void test_transfer_refused_but_written(void **state)
 {
     (void)state;
@@ -537,6 +560,7 @@ int main(void)
         cmocka_unit_test(test_transfer_half_visible),
         cmocka_unit_test(test_transfer_lost_update),
         cmocka_unit_test(test_transfer_refused_but_written),
+        cmocka_unit_test(test_transfer_in_flight_expiry),
         cmocka_unit_test(test_transfer_not_conserved),
         cmocka_unit_test(test_transfer_acked_then_lost),
         cmocka_unit_test(test_duplicate_token_to_two_owners),
