@@ -200,6 +200,48 @@ static store__pgrc failed(const PGresult *res, char *sqlstate)
                                                                              : STORE__PG_SQL;
 }
 
+/* A transaction's last statement: the tokens the shared ledger has granted for its
+ * resources, their rows locked (in name order, as every batch locks them) until the commit,
+ * so that no grant of a larger token can be recorded, handed out and followed by a read of
+ * the old values between this check and the commit. 0, or -1 when libpq refused it. */
+static int send_ledger_read(PGconn *conn, store__op **ops, size_t n)
+{
+    /* Names are [A-Za-z0-9._:-]: an array literal needs no quoting for them. */
+    char names[STORE_TXN_MAX * (FG_RESOURCE_MAX + 1) + 3];
+    size_t used = 0;
+    names[used++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i > 0 ? "," : "",
+                                 ops[i]->w->resource);
+    }
+    snprintf(names + used, sizeof names - used, "}");
+    const char *const vals[] = {names};
+    return PQsendQueryParams(conn,
+                             "SELECT resource, token FROM fencegate_ledger WHERE resource ="
+                             " ANY($1::text[]) ORDER BY resource FOR SHARE",
+                             1, NULL, vals, NULL, NULL, 0)
+               ? 0
+               : -1;
+}
+
+/* A transaction's write whose token is below one the ledger has granted since is refused
+ * as stale (its lease is over: the token was superseded), with the granted token as its
+ * highest; res holds the rows of send_ledger_read. */
+static void fence_by_ledger(store__op **ops, size_t n, const PGresult *res)
+{
+    for (int row = 0; row < PQntuples(res); row++) {
+        uint64_t granted = strtoull(PQgetvalue(res, row, 1), NULL, 10);
+        for (size_t i = 0; i < n; i++) {
+            store_write_req *w = ops[i]->w;
+            if (strcmp(w->resource, PQgetvalue(res, row, 0)) == 0 && granted > w->token) {
+                w->status = STORE_STALE;
+                w->res.version = 0;
+                w->res.highest_token = granted;
+            }
+        }
+    }
+}
+
 /* Step 1 of run_pipeline: sends the two statements' Parse when this session has not yet
  * (prepares 2), BEGIN, every statement, COMMIT (unless commit is 0: a transaction whose
  * commit waits for its rows) and a Sync, and flushes. 0, or -1 when the connection
@@ -221,6 +263,9 @@ static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepare
         if (send_op(conn, ops[i]) != 0) {
             return -1;
         }
+    }
+    if (!commit && send_ledger_read(conn, ops, n) != 0) {
+        return -1;
     }
     if ((commit && !PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)) ||
         !PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
@@ -305,9 +350,19 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
                                   STORE__PG_OK, &lost);
     /* Named statements outlive a rolled-back transaction: once parsed, never again. */
     c->prepared = c->prepared || (!lost && rc == STORE__PG_OK);
-    /* BEGIN, the n statements (indexes 1..n), COMMIT (not for t). */
+    /* BEGIN, the n statements (indexes 1..n), then COMMIT, or for t the ledger's rows. */
     rc = read_results(c->conn, ops, n, 1, n + (t == NULL ? 2 : 1), deadline, sqlstate, rc,
                       &lost);
+    if (t != NULL && !lost) {
+        PGresult *res = query_result(c->conn, deadline, &lost);
+        if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK) {
+            fence_by_ledger(ops, n, res);
+        } else if (res != NULL && rc == STORE__PG_OK) {
+            rc = PQresultStatus(res) == PGRES_FATAL_ERROR ? failed(res, sqlstate)
+                                                          : STORE__PG_SQL;
+        }
+        PQclear(res);
+    }
     int commit = t != NULL && !lost && rc == STORE__PG_OK &&
                  store__txn_verdict(t) == STORE_ACCEPTED;
     if (lost || finish_pipeline(c->conn, commit, deadline) != 0) {

@@ -19,7 +19,8 @@
  * Transactions whose outcome is unknown (no answer, 503) may be on the chains or not, but
  * only whole.
  *
- * One race no fencing token can close is excused (reported, not a violation): a transaction
+ * One race the token check at arrival cannot close (LMDB; on PostgreSQL the commit checks the
+ * shared ledger's grants) is excused (reported, not a violation): a transaction
  * whose token check passed, and whose lease then ran out while it was still in flight (the
  * gateway frozen, say), commits after the next holder, granted meanwhile, read the account:
  * that holder writes over it from the older value, with its larger token. A leg missing

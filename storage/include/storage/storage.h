@@ -241,7 +241,12 @@ store_status store_grant_as(store *s, const char *resource, uint64_t token,
  * sees all of it or none). status, and each write's status and res:
  *   ACCEPTED       every write committed; each write ACCEPTED with its new version;
  *   STALE          refused, nothing written: each refused write says STALE (res names the
- *                  highest token) or UNKNOWN_TOKEN, each write that passed says OK;
+ *                  highest token) or UNKNOWN_TOKEN, each write that passed says OK.
+ *                  PostgreSQL also refuses as STALE a write whose token is below one the
+ *                  shared ledger has granted for its resource since (store_grant_as; res
+ *                  names that token): its lease is over, and the new holder may already
+ *                  have read the values the transaction would change. The ledger's rows
+ *                  stay locked until the commit, so no such grant slips in between;
  *   UNKNOWN_TOKEN  as STALE, when no write was stale but one had an unknown token;
  *   INVALID        a bad write (as store_write(), or a resource named twice: the later one),
  *                  or n of 0 or over STORE_TXN_MAX; TOO_LARGE a value over max_value_bytes:
