@@ -9,7 +9,8 @@
 # from 1 every time, runs the steps, and stops both by PID. The transcripts:
 #   first-requests  the curl calls of "First requests": a lock with the defaults, its state, a
 #                   token-checked write, a read and the unlock;
-#   gc-pause        scripts/demo.sh, on the resource gc-pause-demo.
+#   gc-pause        scripts/demo.sh, on the resource gc-pause-demo;
+#   transfer        scripts/demo-transfer.sh, on the accounts transfer-demo-account-a and -b.
 # Each sits in README.md between <!-- transcript:NAME:begin --> and
 # <!-- transcript:NAME:end -->. The gateway's port is shown as 8080, the default.
 #
@@ -131,6 +132,11 @@ transcript_gc_pause() {
     FENCEGATE_DEMO_RESOURCE=gc-pause-demo bash "$root/scripts/demo.sh" "$url"
 }
 
+transcript_transfer() {
+    echo "\$ bash scripts/demo-transfer.sh $url"
+    FENCEGATE_DEMO_RESOURCE=transfer-demo bash "$root/scripts/demo-transfer.sh" "$url"
+}
+
 # The README block of transcript NAME, fences included, from a new run, into FILE.
 generate() {
     local name=$1 file=$2
@@ -176,7 +182,7 @@ replace() {
 }
 
 status=0
-for name in first-requests gc-pause; do
+for name in first-requests gc-pause transfer; do
     generate "$name" "$tmp/$name.new"
     extract "$name" "$tmp/$name.old"
     if [ "$check" -eq 1 ]; then

@@ -33,6 +33,7 @@
 #include "ops/locks_list.h"
 #include "ops/owner_calls.h"
 #include "ops/resources.h"
+#include "ops/transaction.h"
 #include "ops/ui.h"
 #include "rt/log.h"
 #include "token_file.h"
@@ -46,6 +47,7 @@ static const gw_op *const route_ops[GW_R_COUNT] = {
     &gw__op_healthz,      &gw__op_readyz,       &gw__op_metrics,
     &gw__op_livez,        &gw__op_locks_list,   &gw__op_admin_release,
     &gw__op_ui,           &gw__op_ui,
+    &gw__op_transaction,  &gw__op_resource_delete,
 };
 
 /* Opens a Redis client once, to check the URL and report whether Redis answers. Redis being

@@ -17,10 +17,12 @@
 
 #include "storage_internal.h"
 
-/* One request in the queue: a write or a grant, answered in place by the backend. */
+/* One request in the queue: a write, a grant or a transaction, answered in place by the
+ * backend. */
 typedef struct store__op {
-    store_write_req *w;        /* a write, or NULL for a grant */
-    store_grant_req *g;        /* a grant, when w is NULL */
+    store_write_req *w;        /* a write, or NULL */
+    store_grant_req *g;        /* a grant, when w and t are NULL */
+    store_txn *t;              /* a transaction (valid writes, distinct resources), or NULL */
     size_t seq;                /* the backend's to use: arrival order within a batch */
     int done;                  /* set once the batch holding it has run */
     struct store__op *next;

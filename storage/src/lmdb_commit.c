@@ -1,7 +1,8 @@
 /*
  * LMDB: token-checked writes, one group-commit batch (group.h) per write transaction.
  *
- * The batch's requests run in one LMDB write transaction that commits once (one fsync).
+ * The batch's requests (writes, fenced deletes, and transactions of several) run in one LMDB
+ * write transaction that commits once (one fsync).
  * Inside it each request is checked against the state left by the requests before it, so two
  * writes to one resource in one batch are ordered like two transactions. A STALE or
  * UNKNOWN_TOKEN answer changes nothing and does not disturb the others. If the map fills up
@@ -23,62 +24,105 @@
 
 #include "lmdb_private.h"
 
-/* Checks one request against the transaction's current state and, when accepted, puts the
- * new record. Returns the MDB error of the put (0 when nothing failed). */
-static int apply(store__lmdb *s, MDB_txn *txn, store_write_req *r)
+/* Reads r's record into *rec and checks r's token against it (store__check_token):
+ * r->status is ACCEPTED when r may be written (nothing written yet), else the refusal or
+ * the read's error. rec's value is not kept: put() replaces it. */
+static void check(store__lmdb *s, MDB_txn *txn, store_write_req *r, store__record *rec)
 {
     MDB_val key = {strlen(r->resource), (void *)r->resource};
     MDB_val val;
-    store__record rec;
     int rc = mdb_get(txn, s->resources, &key, &val);
 
     memset(&r->res, 0, sizeof r->res);
     if (rc == MDB_NOTFOUND) {
-        memset(&rec, 0, sizeof rec);
+        memset(rec, 0, sizeof *rec);
     } else if (rc != 0) {
         r->status = store__mdb_status(rc);
-        return 0;
-    } else if (store__record_decode(val.mv_data, val.mv_size, &rec) != 0) {
+        return;
+    } else if (store__record_decode(val.mv_data, val.mv_size, rec) != 0) {
         r->status = STORE_EIO; /* never overwrite a record we cannot read */
-        return 0;
+        return;
     }
-    r->res.highest_token = rec.highest_token;
-    /* Stale first: a token below one that has written is refused as stale whatever the
-     * issuer says now. After Redis lost its counter, last_issued reads low and a real old
-     * token would otherwise be called never issued (403) where its holder needs to hear
-     * that it was fenced off (409). A forged token below the high-water mark is refused
-     * just the same; it moves nothing either way. */
-    if (r->token < rec.highest_token) {
-        r->status = STORE_STALE;
-        return 0;
-    }
-    if (r->token > r->last_issued) {
-        /* A forged or mistyped token must not raise the high-water mark and lock out the
-         * real holders. */
-        r->status = STORE_UNKNOWN_TOKEN;
-        return 0;
-    }
-    rec.highest_token = r->token;
-    rec.token = r->token;
-    rec.version++;
-    rec.written_at_ms = store__wall_ms();
-    rec.deleted = 0;
-    rec.data = r->data;
-    rec.len = r->len;
-    snprintf(rec.content_type, sizeof rec.content_type, "%s",
-             r->content_type != NULL ? r->content_type : "");
+    r->res.highest_token = rec->highest_token;
+    r->status = store__check_token(r->token, rec->highest_token, r->last_issued);
+}
+
+/* Puts r's new record over rec (checked ACCEPTED): its value, or a tombstone that keeps the
+ * token as the highest. Returns the MDB error of the put (0 when it went in). */
+static int put(store__lmdb *s, MDB_txn *txn, store_write_req *r, store__record *rec)
+{
+    MDB_val key = {strlen(r->resource), (void *)r->resource};
+    MDB_val val;
+
+    rec->highest_token = r->token;
+    rec->token = r->token;
+    rec->version++;
+    rec->written_at_ms = store__wall_ms();
+    rec->deleted = r->del != 0;
+    rec->data = r->del ? NULL : r->data;
+    rec->len = r->del ? 0 : r->len;
+    snprintf(rec->content_type, sizeof rec->content_type, "%s",
+             !r->del && r->content_type != NULL ? r->content_type : "");
     /* MDB_RESERVE: LMDB hands us the space in the page, we encode straight into it. */
-    val.mv_size = store__record_size(&rec);
-    rc = mdb_put(txn, s->resources, &key, &val, MDB_RESERVE);
+    val.mv_size = store__record_size(rec);
+    int rc = mdb_put(txn, s->resources, &key, &val, MDB_RESERVE);
     if (rc != 0) {
         r->status = store__mdb_status(rc);
         return rc;
     }
-    store__record_encode(&rec, val.mv_data);
+    store__record_encode(rec, val.mv_data);
     r->status = STORE_ACCEPTED;
-    r->res.highest_token = rec.highest_token;
-    r->res.version = rec.version;
+    r->res.highest_token = rec->highest_token;
+    r->res.version = rec->version;
     return 0;
+}
+
+/* Checks one write against the transaction's current state and, when accepted, puts it.
+ * Returns the MDB error of the put (0 when nothing failed). */
+static int apply(store__lmdb *s, MDB_txn *txn, store_write_req *r)
+{
+    store__record rec;
+    check(s, txn, r, &rec);
+    return r->status == STORE_ACCEPTED ? put(s, txn, r, &rec) : 0;
+}
+
+/* A transaction: every write checked first, against the state the requests before it left;
+ * only when all pass are they all put. Nothing else runs in between (LMDB has one writer),
+ * so the check holds for the puts. A refusal changes nothing: the refused writes keep their
+ * answer, those that passed say OK. Returns the MDB error of a put (0 when none failed):
+ * the caller then aborts the LMDB transaction, so none of it happened. */
+static int apply_txn(store__lmdb *s, MDB_txn *txn, store_txn *t)
+{
+    store__record recs[STORE_TXN_MAX];
+
+    for (size_t i = 0; i < t->n; i++) {
+        check(s, txn, t->writes[i], &recs[i]);
+    }
+    if (store__txn_verdict(t) != STORE_ACCEPTED) {
+        return 0;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        int rc = put(s, txn, t->writes[i], &recs[i]);
+        if (rc != 0) {
+            return rc;
+        }
+    }
+    return 0;
+}
+
+/* Answers every write of op with st (nothing of it happened). */
+static void fail_op(store__op *o, store_status st)
+{
+    if (o->t == NULL) {
+        o->w->status = st;
+        memset(&o->w->res, 0, sizeof o->w->res);
+        return;
+    }
+    o->t->status = st;
+    for (size_t i = 0; i < o->t->n; i++) {
+        o->t->writes[i]->status = st;
+        memset(&o->t->writes[i]->res, 0, sizeof o->t->writes[i]->res);
+    }
 }
 
 /* Runs the requests [first, end) of a batch list in one write transaction. Returns the MDB
@@ -92,12 +136,18 @@ static int run_txn(store__lmdb *s, store__op *first, store__op *end, store__coun
 
     for (store__op *o = first; o != end; o = o->next) {
         if (rc != 0) {
-            o->w->status = store__mdb_status(rc);
+            fail_op(o, store__mdb_status(rc));
             continue;
         }
-        rc = apply(s, txn, o->w);
-        count++;
-        accepted |= o->w->status == STORE_ACCEPTED;
+        if (o->t != NULL) {
+            rc = apply_txn(s, txn, o->t);
+            count += o->t->n;
+            accepted |= o->t->status == STORE_ACCEPTED;
+        } else {
+            rc = apply(s, txn, o->w);
+            count++;
+            accepted |= o->w->status == STORE_ACCEPTED;
+        }
     }
     if (txn == NULL) {
         return rc;
@@ -116,8 +166,7 @@ static int run_txn(store__lmdb *s, store__op *first, store__op *end, store__coun
          * a highest token that an earlier request of this very transaction put, and that
          * is now not on disk. */
         for (store__op *o = first; o != end; o = o->next) {
-            o->w->status = store__mdb_status(rc);
-            memset(&o->w->res, 0, sizeof o->w->res);
+            fail_op(o, store__mdb_status(rc));
         }
         return rc;
     }

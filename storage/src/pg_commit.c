@@ -62,11 +62,12 @@ static const char WRITE_SQL[] =
     "WITH up AS ("
     " INSERT INTO fencegate_resources AS r"
     "  (resource, highest_token, token, value, content_type, version, written_at_ms, deleted)"
-    " SELECT $1::text, $2::bigint, $2::bigint, $3::bytea, $4::text, 1, $6::bigint, false"
-    "  WHERE $5::boolean"
+    " SELECT $1::text, $2::bigint, $2::bigint, $3::bytea, $4::text, 1, $6::bigint,"
+    "  $7::boolean WHERE $5::boolean"
     " ON CONFLICT (resource) DO UPDATE SET highest_token = excluded.token,"
     "  token = excluded.token, value = excluded.value, content_type = excluded.content_type,"
-    "  version = r.version + 1, written_at_ms = excluded.written_at_ms, deleted = false"
+    "  version = r.version + 1, written_at_ms = excluded.written_at_ms,"
+    "  deleted = excluded.deleted"
     "  WHERE r.highest_token <= excluded.token"
     " RETURNING r.version, r.highest_token)"
     " SELECT true, version, highest_token FROM up"
@@ -126,13 +127,16 @@ static int send_op(PGconn *conn, store__op *op)
     }
     const store_write_req *w = op->w;
     snprintf(now, sizeof now, "%lld", (long long)store__wall_ms());
-    /* User bytes only ever travel as parameters; the value as binary bytea. */
-    const char *const vals[] = {w->resource, token, w->data != NULL ? w->data : "",
-                                w->content_type != NULL ? w->content_type : "",
-                                w->token <= w->last_issued ? "t" : "f", now};
-    const int lens[] = {0, 0, (int)w->len, 0, 0, 0};
-    const int fmts[] = {0, 0, 1, 0, 0, 0};
-    return PQsendQueryPrepared(conn, "fg_write", 6, vals, lens, fmts, 0) ? 0 : -1;
+    /* User bytes only ever travel as parameters; the value as binary bytea. A delete is a
+     * write of an empty value marked deleted: the same statement, so the same check. */
+    const char *const vals[] = {w->resource, token,
+                                !w->del && w->data != NULL ? w->data : "",
+                                !w->del && w->content_type != NULL ? w->content_type : "",
+                                w->token <= w->last_issued ? "t" : "f", now,
+                                w->del ? "t" : "f"};
+    const int lens[] = {0, 0, w->del ? 0 : (int)w->len, 0, 0, 0, 0};
+    const int fmts[] = {0, 0, 1, 0, 0, 0, 0};
+    return PQsendQueryPrepared(conn, "fg_write", 7, vals, lens, fmts, 0) ? 0 : -1;
 }
 
 /* Reads op's answer from its result row (not yet final: the commit decides). */
@@ -196,16 +200,59 @@ static store__pgrc failed(const PGresult *res, char *sqlstate)
                                                                              : STORE__PG_SQL;
 }
 
+/* A transaction's last statement: the tokens the shared ledger has granted for its
+ * resources, their rows locked (in name order, as every batch locks them) until the commit,
+ * so that no grant of a larger token can be recorded, handed out and followed by a read of
+ * the old values between this check and the commit. 0, or -1 when libpq refused it. */
+static int send_ledger_read(PGconn *conn, store__op **ops, size_t n)
+{
+    /* Names are [A-Za-z0-9._:-]: an array literal needs no quoting for them. */
+    char names[STORE_TXN_MAX * (FG_RESOURCE_MAX + 1) + 3];
+    size_t used = 0;
+    names[used++] = '{';
+    for (size_t i = 0; i < n; i++) {
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s%s", i > 0 ? "," : "",
+                                 ops[i]->w->resource);
+    }
+    snprintf(names + used, sizeof names - used, "}");
+    const char *const vals[] = {names};
+    return PQsendQueryParams(conn,
+                             "SELECT resource, token FROM fencegate_ledger WHERE resource ="
+                             " ANY($1::text[]) ORDER BY resource FOR SHARE",
+                             1, NULL, vals, NULL, NULL, 0)
+               ? 0
+               : -1;
+}
+
+/* A transaction's write whose token is below one the ledger has granted since is refused
+ * as stale (its lease is over: the token was superseded), with the granted token as its
+ * highest; res holds the rows of send_ledger_read. */
+static void fence_by_ledger(store__op **ops, size_t n, const PGresult *res)
+{
+    for (int row = 0; row < PQntuples(res); row++) {
+        uint64_t granted = strtoull(PQgetvalue(res, row, 1), NULL, 10);
+        for (size_t i = 0; i < n; i++) {
+            store_write_req *w = ops[i]->w;
+            if (strcmp(w->resource, PQgetvalue(res, row, 0)) == 0 && granted > w->token) {
+                w->status = STORE_STALE;
+                w->res.version = 0;
+                w->res.highest_token = granted;
+            }
+        }
+    }
+}
+
 /* Step 1 of run_pipeline: sends the two statements' Parse when this session has not yet
- * (prepares 2), BEGIN, every statement, COMMIT and a Sync, and flushes. 0, or -1 when the
- * connection failed. */
+ * (prepares 2), BEGIN, every statement, COMMIT (unless commit is 0: a transaction whose
+ * commit waits for its rows) and a Sync, and flushes. 0, or -1 when the connection
+ * failed. */
 static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepares,
-                         int64_t deadline)
+                         int commit, int64_t deadline)
 {
     if (!PQenterPipelineMode(conn)) {
         return -1;
     }
-    if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 6, NULL) ||
+    if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 7, NULL) ||
                          !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 3, NULL))) {
         return -1;
     }
@@ -217,7 +264,10 @@ static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepare
             return -1;
         }
     }
-    if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0) ||
+    if (!commit && send_ledger_read(conn, ops, n) != 0) {
+        return -1;
+    }
+    if ((commit && !PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)) ||
         !PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
         return -1;
     }
@@ -249,9 +299,11 @@ static store__pgrc read_results(PGconn *conn, store__op **ops, size_t n, size_t 
     return rc;
 }
 
-/* Step 3: reads the Sync, leaves pipeline mode and rolls back a transaction an error left
- * open (aborted until ROLLBACK). 0, or -1 when the connection failed. */
-static int finish_pipeline(PGconn *conn, int64_t deadline)
+/* Step 3: reads the Sync, leaves pipeline mode and ends a transaction left open: an error
+ * left it aborted until ROLLBACK; a transaction's rows are in and commit says what to do
+ * with them. 0, or -1 when the connection failed or the COMMIT did (its outcome is then
+ * unknown, and nothing was acknowledged). */
+static int finish_pipeline(PGconn *conn, int commit, int64_t deadline)
 {
     int lost = 0;
     PGresult *res = store__pg_next(conn, deadline, &lost);
@@ -261,7 +313,9 @@ static int finish_pipeline(PGconn *conn, int64_t deadline)
         return -1;
     }
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
-        ok = PQsendQuery(conn, "ROLLBACK") && store__pg_flush(conn, deadline) == 0;
+        commit = commit && PQtransactionStatus(conn) == PQTRANS_INTRANS;
+        ok = PQsendQuery(conn, commit ? "COMMIT" : "ROLLBACK") &&
+             store__pg_flush(conn, deadline) == 0;
         while (ok && (res = store__pg_next(conn, deadline, &lost)) != NULL) {
             ok = PQresultStatus(res) == PGRES_COMMAND_OK;
             PQclear(res);
@@ -274,9 +328,12 @@ static int finish_pipeline(PGconn *conn, int64_t deadline)
  * Runs ops[0..n) as one pipelined transaction on c, in the three steps above. Every op first
  * gets EIO, replaced by its row's answer, so none is left unanswered. Returns OK only when
  * COMMIT succeeded; otherwise RETRY/SQL (sqlstate set) or LOST (drop the connection).
+ * t: ops are t's writes, and COMMIT is sent only once their rows show that every write
+ * passed (store__txn_verdict); otherwise the transaction rolls back, and OK means the
+ * refusal is t's answer.
  */
 static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops, size_t n,
-                                char *sqlstate)
+                                store_txn *t, char *sqlstate)
 {
     int64_t deadline = store__pg_now_ms() + p->timeout_ms;
     size_t prepares = c->prepared ? 0 : 2;
@@ -286,16 +343,29 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
     for (size_t i = 0; i < n; i++) {
         fail_op(ops[i], STORE_EIO);
     }
-    if (send_pipeline(c->conn, ops, n, prepares, deadline) != 0) {
+    if (send_pipeline(c->conn, ops, n, prepares, t == NULL, deadline) != 0) {
         return STORE__PG_LOST;
     }
     store__pgrc rc = read_results(c->conn, ops, 0, 0, prepares, deadline, sqlstate,
                                   STORE__PG_OK, &lost);
     /* Named statements outlive a rolled-back transaction: once parsed, never again. */
     c->prepared = c->prepared || (!lost && rc == STORE__PG_OK);
-    /* BEGIN, the n statements (indexes 1..n), COMMIT. */
-    rc = read_results(c->conn, ops, n, 1, n + 2, deadline, sqlstate, rc, &lost);
-    if (lost || finish_pipeline(c->conn, deadline) != 0) {
+    /* BEGIN, the n statements (indexes 1..n), then COMMIT, or for t the ledger's rows. */
+    rc = read_results(c->conn, ops, n, 1, n + (t == NULL ? 2 : 1), deadline, sqlstate, rc,
+                      &lost);
+    if (t != NULL && !lost) {
+        PGresult *res = query_result(c->conn, deadline, &lost);
+        if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK) {
+            fence_by_ledger(ops, n, res);
+        } else if (res != NULL && rc == STORE__PG_OK) {
+            rc = PQresultStatus(res) == PGRES_FATAL_ERROR ? failed(res, sqlstate)
+                                                          : STORE__PG_SQL;
+        }
+        PQclear(res);
+    }
+    int commit = t != NULL && !lost && rc == STORE__PG_OK &&
+                 store__txn_verdict(t) == STORE_ACCEPTED;
+    if (lost || finish_pipeline(c->conn, commit, deadline) != 0) {
         return STORE__PG_LOST;
     }
     return rc;
@@ -358,7 +428,7 @@ static void run_ops(store__pg *p, store__op **ops, size_t n, store__counts *coun
             rc = STORE__PG_LOST;
             break;
         }
-        rc = run_pipeline(p, c, ops, n, sqlstate);
+        rc = run_pipeline(p, c, ops, n, NULL, sqlstate);
         if (rc == STORE__PG_OK) {
             for (size_t i = 0; i < n; i++) {
                 fix_stale_highest(p, c, ops[i]);
@@ -388,7 +458,65 @@ static void run_ops(store__pg *p, store__op **ops, size_t n, store__counts *coun
     }
 }
 
-/* Runs a batch list: sorted into lock order, then one transaction. */
+/* Answers every write of t with st: nothing of it happened. */
+static void fail_txn(store_txn *t, store_status st)
+{
+    t->status = st;
+    for (size_t i = 0; i < t->n; i++) {
+        t->writes[i]->status = st;
+        memset(&t->writes[i]->res, 0, sizeof t->writes[i]->res);
+    }
+}
+
+/* Runs transaction t in a database transaction of its own: its write statements (the same
+ * check as every write) in lock order, then COMMIT when every write passed, else ROLLBACK
+ * (run_pipeline). The rows its writes changed stay locked until then, so no other
+ * gateway's write slips in between the check and the commit. A serialization failure or
+ * deadlock runs it again, up to MAX_ATTEMPTS times; any other failure answers every write
+ * with the error, and nothing of it happened (or, for a COMMIT whose answer was lost, all of
+ * it may have; it was not acknowledged). */
+static void run_txn(store__pg *p, store_txn *t, store__counts *counts)
+{
+    store__op ops[STORE_TXN_MAX];
+    store__op *sorted[STORE_TXN_MAX];
+    char sqlstate[6] = "";
+    store__pgrc rc = STORE__PG_LOST;
+
+    for (size_t i = 0; i < t->n; i++) {
+        ops[i] = (store__op){.w = t->writes[i], .seq = i};
+        sorted[i] = &ops[i];
+    }
+    qsort(sorted, t->n, sizeof *sorted, by_lock_order);
+    for (int attempt = 0; attempt < MAX_ATTEMPTS; attempt++) {
+        store__pgconn *c = store__pg_get(p, NULL, 0);
+        if (c == NULL) {
+            rc = STORE__PG_LOST;
+            break;
+        }
+        rc = run_pipeline(p, c, sorted, t->n, t, sqlstate);
+        if (rc == STORE__PG_OK) {
+            for (size_t i = 0; i < t->n; i++) {
+                fix_stale_highest(p, c, sorted[i]);
+            }
+            store__pg_put(p, c, 0);
+            if (t->status == STORE_ACCEPTED) {
+                store__count_txn(counts, t->n, 1);
+            } else {
+                /* A re-read that failed turned a refusal into EIO: say so for it all. */
+                store__txn_verdict(t);
+            }
+            return;
+        }
+        store__pg_put(p, c, rc == STORE__PG_LOST);
+        if (rc != STORE__PG_RETRY) {
+            break;
+        }
+    }
+    fail_txn(t, rc == STORE__PG_SQL ? store__pg_sqlstate_status(sqlstate) : STORE_EIO);
+}
+
+/* Runs a batch list: its writes and grants sorted into lock order, then one transaction;
+ * then each transaction in one of its own. */
 void store__pg_run_batch(void *impl, store__op *batch, store__counts *counts)
 {
     store__pg *p = impl;
@@ -396,18 +524,31 @@ void store__pg_run_batch(void *impl, store__op *batch, store__counts *counts)
     for (store__op *o = batch; o != NULL; o = o->next) {
         o->seq = n++;
     }
-    store__op **ops = malloc(n * sizeof *ops);
+    store__op **ops = malloc((n > 0 ? n : 1) * sizeof *ops);
     if (ops == NULL) {
         for (store__op *o = batch; o != NULL; o = o->next) {
-            fail_op(o, STORE_ENOMEM);
+            if (o->t != NULL) {
+                fail_txn(o->t, STORE_ENOMEM);
+            } else {
+                fail_op(o, STORE_ENOMEM);
+            }
         }
         return;
     }
     n = 0;
     for (store__op *o = batch; o != NULL; o = o->next) {
-        ops[n++] = o;
+        if (o->t == NULL) {
+            ops[n++] = o;
+        }
     }
-    qsort(ops, n, sizeof *ops, by_lock_order);
-    run_ops(p, ops, n, counts);
+    if (n > 0) {
+        qsort(ops, n, sizeof *ops, by_lock_order);
+        run_ops(p, ops, n, counts);
+    }
     free(ops);
+    for (store__op *o = batch; o != NULL; o = o->next) {
+        if (o->t != NULL) {
+            run_txn(p, o->t, counts);
+        }
+    }
 }

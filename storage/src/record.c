@@ -111,8 +111,13 @@ int store__valid_content_type(const char *s)
 
 store_status store__validate_write(const store_write_req *r, size_t max_value_bytes)
 {
-    if (!store__valid_name(r->resource) || r->token == 0 || r->token >= STORE__TOKEN_LIMIT ||
-        (r->data == NULL && r->len > 0) || !store__valid_content_type(r->content_type)) {
+    if (!store__valid_name(r->resource) || r->token == 0 || r->token >= STORE__TOKEN_LIMIT) {
+        return STORE_INVALID;
+    }
+    if (r->del) {
+        return STORE_OK; /* a delete carries no value: data, len and type are not read */
+    }
+    if ((r->data == NULL && r->len > 0) || !store__valid_content_type(r->content_type)) {
         return STORE_INVALID;
     }
     if (r->len > max_value_bytes) {

@@ -335,15 +335,59 @@ store_status store_grant_as(store *s, const char *resource, uint64_t token,
     return g.status;
 }
 
-/* Writes, then grants, all checked first. Every valid write, and every valid grant when the
- * backend batches grants (grant NULL), goes into one chain for group commit; the backend
- * answers them in place. A backend with a grant of its own answers each grant after the
- * writes. */
 void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
                       store_write_req *const *writes, size_t nw)
 {
+    store_run_many(s, grants, ng, writes, nw, NULL, 0);
+}
+
+store_status store_transact(store *s, store_txn *t)
+{
+    store_txn *one[1] = {t};
+    store_run_many(s, NULL, 0, NULL, 0, one, 1);
+    return t->status;
+}
+
+/* Checks a transaction's writes as store_write() checks one, and that no resource is named
+ * twice. OK, or the status of the transaction with each write answered (store_txn). */
+static store_status validate_txn(store *s, store_txn *t)
+{
+    store_status worst = STORE_OK;
+
+    if (t->n == 0 || t->n > STORE_TXN_MAX || t->writes == NULL) {
+        for (size_t i = 0; t->writes != NULL && i < t->n; i++) {
+            t->writes[i]->status = STORE_INVALID;
+            memset(&t->writes[i]->res, 0, sizeof t->writes[i]->res);
+        }
+        return STORE_INVALID;
+    }
+    for (size_t i = 0; i < t->n; i++) {
+        store_write_req *r = t->writes[i];
+        memset(&r->res, 0, sizeof r->res);
+        r->status = store__validate_write(r, s->max_value_bytes);
+        for (size_t j = 0; r->status == STORE_OK && j < i; j++) {
+            if (strcmp(t->writes[j]->resource, r->resource) == 0) {
+                r->status = STORE_INVALID;
+            }
+        }
+        /* INVALID names the request's mistake before TOO_LARGE does. */
+        if (r->status != STORE_OK && worst != STORE_INVALID) {
+            worst = r->status;
+        }
+    }
+    return worst;
+}
+
+/* Writes, then grants, then transactions, all checked first. Every valid write and
+ * transaction, and every valid grant when the backend batches grants (grant NULL), goes into
+ * one chain for group commit; the backend answers them in place. A backend with a grant of
+ * its own answers each grant after the batch. */
+void store_run_many(store *s, store_grant_req *const *grants, size_t ng,
+                    store_write_req *const *writes, size_t nw, store_txn *const *txns,
+                    size_t nt)
+{
     store__op one[1];
-    size_t nops = ng + nw;
+    size_t nops = ng + nw + nt;
     store__op *ops = nops <= 1 ? one : malloc(nops * sizeof *ops);
     store__op *first = NULL, *last = NULL;
     int queue_grants = s->ops->grant == NULL;
@@ -373,6 +417,18 @@ void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
                 chain(&ops[nw + i], &first, &last);
             } else {
                 direct++;
+            }
+        }
+    }
+    for (size_t i = 0; i < nt; i++) {
+        store_txn *t = txns[i];
+        t->status = ops == NULL ? STORE_ENOMEM : validate_txn(s, t);
+        if (t->status == STORE_OK) {
+            ops[nw + ng + i] = (store__op){.t = t};
+            chain(&ops[nw + ng + i], &first, &last);
+        } else {
+            for (size_t j = 0; ops == NULL && j < t->n; j++) {
+                t->writes[j]->status = STORE_ENOMEM;
             }
         }
     }

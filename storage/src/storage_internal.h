@@ -46,6 +46,47 @@ int store__valid_content_type(const char *s);
  * NULL data with a length, or a bad content type; TOO_LARGE over max_value_bytes; else OK. */
 store_status store__validate_write(const store_write_req *r, size_t max_value_bytes);
 
+/* The token rule of every write, given the highest token that has written the resource:
+ * STALE for a token below it (first: after Redis lost its counter, last_issued reads low,
+ * and a real old token must be told it was fenced off, not that it was never issued);
+ * UNKNOWN_TOKEN for a token above last_issued (a forged or mistyped token must not raise
+ * the high-water mark and lock the real holders out); otherwise ACCEPTED (it may write). */
+static inline store_status store__check_token(uint64_t token, uint64_t highest,
+                                              uint64_t last_issued)
+{
+    if (token < highest) {
+        return STORE_STALE;
+    }
+    return token > last_issued ? STORE_UNKNOWN_TOKEN : STORE_ACCEPTED;
+}
+
+/* A transaction's verdict from its writes' answers (each ACCEPTED when its check passed):
+ * ACCEPTED when every write passed; otherwise a failed write's error, else STALE, else
+ * UNKNOWN_TOKEN, and each write that passed then says OK (it was not written). Sets and
+ * returns t->status; made again on those answers, it says the same. Both backends decide with it whether to commit. */
+static inline store_status store__txn_verdict(store_txn *t)
+{
+    store_status v = STORE_ACCEPTED;
+    for (size_t i = 0; i < t->n; i++) {
+        store_status st = t->writes[i]->status;
+        if (st == STORE_ACCEPTED || st == STORE_OK) {
+            continue; /* OK: passed, in a verdict made before */
+        }
+        /* A failure outranks a refusal, and a stale token an unknown one. */
+        if (v == STORE_ACCEPTED || v == STORE_UNKNOWN_TOKEN ||
+            (v == STORE_STALE && st != STORE_UNKNOWN_TOKEN)) {
+            v = st;
+        }
+    }
+    for (size_t i = 0; v != STORE_ACCEPTED && i < t->n; i++) {
+        if (t->writes[i]->status == STORE_ACCEPTED) {
+            t->writes[i]->status = STORE_OK;
+        }
+    }
+    t->status = v;
+    return v;
+}
+
 /* 1 when the n bytes of b are a well-formed owner secret: STORE_SECRET_LEN bytes, not all
  * zero (a zeroed block is what a torn write leaves). */
 int store__secret_valid(const unsigned char *b, size_t n);

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# ctest demo_gc_pause: runs scripts/demo.sh against the real gateway and a real Redis.
+# ctest demo_gc_pause: runs scripts/demo.sh against the real gateway and a real Redis (and
+# demo_transfer: scripts/demo-transfer.sh, checked for its own story).
 #
 #   run-demo-test.sh PATH/TO/fencegate PATH/TO/demo.sh [postgres]
 #
@@ -111,10 +112,17 @@ cat "$tmp/demo.out"
 expect() { grep -qE -- "$1" "$tmp/demo.out" || fail "demo output lacks: $2"; }
 expect '^< HTTP 409$' "the 409 answer to client 1's write"
 expect '"error" *: *"stale_token"' "the stale_token error"
-expect '^written by client 2$' "client 2's value read back"
 expect '^demo: OK: ' "the closing OK line"
-[ "$(grep -c '^< HTTP 200$' "$tmp/demo.out")" -ge 6 ] || fail "expected at least six 200 answers"
-if grep -q '^written by client 1$' "$tmp/demo.out"; then fail "client 1's value was read back"; fi
+if [ "$(basename "$demo")" = demo-transfer.sh ]; then
+    # scripts/demo-transfer.sh: client 1's transaction refused whole, the sum unchanged.
+    expect '"refused" *: *\[' "the list of refused writes"
+    expect '^demo: OK: .* = 200$' "the unchanged sum"
+    [ "$(grep -c '^< HTTP 200$' "$tmp/demo.out")" -ge 14 ] || fail "expected at least fourteen 200 answers"
+else
+    expect '^written by client 2$' "client 2's value read back"
+    [ "$(grep -c '^< HTTP 200$' "$tmp/demo.out")" -ge 6 ] || fail "expected at least six 200 answers"
+    if grep -q '^written by client 1$' "$tmp/demo.out"; then fail "client 1's value was read back"; fi
+fi
 
 # --- a clean shutdown --------------------------------------------------------------------------
 rc=0; fg_stop_pid "$gw_pid" || rc=$?

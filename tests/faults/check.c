@@ -390,7 +390,7 @@ static void check_heal(const ctx *c, const fh_op *mark)
     int64_t last_start = 0;
     for (size_t i = 0; i < c->h->n; i++) {
         const fh_op *op = &c->h->ops[i];
-        if (op->kind == FH_MARK || op->kind == FH_FINAL)
+        if (op->kind == FH_MARK || op->kind == FH_FINAL || op->kind == FH_BALANCE)
             continue;
         if (op->start_ns > last_start)
             last_start = op->start_ns;
@@ -542,6 +542,16 @@ static void check_windows(const ctx *c, const series *grants)
     free(w);
 }
 
+static void txn_violation(void *arg, const char *why, const fh_op *a, const fh_op *b)
+{
+    violation(arg, 11, why, a, b);
+}
+
+static void txn_note(void *arg, const char *why, const fh_op *a, const fh_op *b)
+{
+    violation(arg, 0, why, a, b);
+}
+
 long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
 {
     static const fc_options defaults = {0};
@@ -578,6 +588,11 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
         case FH_FORCE:
             check_forced(&c, &grants, op);
             break;
+        case FH_TXN:
+            res->txns += op->status == 200;
+            res->fenced += (op->flags & FH_F_AFTER_PAUSE) != 0 && op->status == 409 &&
+                           strcmp(op->error, "stale_token") == 0;
+            break;
         case FH_MARK:
             if (strcmp(op->body, "heal") == 0)
                 check_heal(&c, op);
@@ -592,6 +607,7 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
             check_liveness(&c, op);
     }
     check_windows(&c, &grants);
+    fc_check_txn(h, txn_violation, &c, txn_note);
     series_free(&grants);
     series_free(&acked);
     free(c.freezes);

@@ -25,6 +25,9 @@
  *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
  *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
  *      first success comes within 5 s; and a lost holder's lock is taken over (below).
+ *   9. fenced transactions between accounts (txn and balance lines, check_txn.c): none is
+ *      half visible, none acknowledged is lost, none refused is written, each wrote the sum
+ *      it read, and the final balances add up to the total.
  *
  * Marks the checker reads (kind mark, the event in the body):
  *   heal            the fault is over: the first success must come within 5 s.
@@ -49,7 +52,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 11 /* index 1..8 and 10 used (9 is the runner's RSS bound) */
+#define FC_INVARIANTS 12 /* index 1..8, 10 and 11 used (9 is the runner's RSS bound) */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */
@@ -58,12 +61,21 @@ typedef struct fc_options {
 typedef struct fc_result {
     long violations[FC_INVARIANTS]; /* per invariant; 0 (notes) and, unless strict, 7 are soft */
     long hard;                      /* all but the soft ones */
-    long fenced;     /* after_pause/after_steal writes answered 409 stale_token */
+    long fenced;     /* after_pause/after_steal writes (and paused clients' transactions)
+                        answered 409 stale_token */
+    long txns;       /* transactions acknowledged (200) */
     long superseded; /* of those, the ones refused only because a newer grant had finished,
                         with no acknowledged write of a larger token before them */
     long takeovers;  /* locks of killed or frozen holders granted to the next owner */
     long ops;
 } fc_result;
+
+/* A violation found by a part of the checker, with the operations involved (may be NULL). */
+typedef void (*fc_report)(void *arg, const char *why, const fh_op *a, const fh_op *b);
+
+/* Invariant 11 over h's txn, balance and "total" lines (check_txn.c): calls bad for each
+ * violation, note for each excused race (reported only). */
+void fc_check_txn(const fh_history *h, fc_report bad, void *arg, fc_report note);
 
 /* Checks h (its operations are reordered) and prints each violation to out (may be NULL),
  * naming the operations by client, kind and line. opt may be NULL (every option off). Fills

@@ -86,9 +86,9 @@ int main(int argc, char **argv)
                inv == 7 && !opt.strict_leases ? "(reported only)" : "");
     printf("; fenced-off writes of frozen/robbed clients: %ld (expected >= %ld), of them before "
            "the next holder wrote: %ld (expected >= %ld); takeovers of lost holders: %ld "
-           "(expected >= %ld)\n",
+           "(expected >= %ld); transactions committed: %ld\n",
            res.fenced, want.fenced, res.superseded, want.superseded, res.takeovers,
-           want.takeovers);
+           want.takeovers, res.txns);
     fh_free(&h);
     if (res.hard > 0) {
         printf("checker: FAIL (%ld hard violations)\n", res.hard);

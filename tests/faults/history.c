@@ -7,7 +7,7 @@
 #include <time.h>
 
 static const char *const kind_names[FH_KIND_COUNT] = {
-    "lock", "unlock", "renew", "write", "read", "final", "mark", "force"};
+    "lock", "unlock", "renew", "write", "read", "final", "mark", "force", "txn", "balance"};
 
 static const struct {
     const char *name;

@@ -17,6 +17,14 @@
  * thread renews, or a renew of that watchdog), herd (a request of the thundering herd or of
  * the holder it waits on). body is the bytes written or read, or "-"; for a mark, the event.
  * A mark may name a resource, an owner and a ttl_ms too (the holder_killed mark, check.h).
+ *
+ * The transfers workload (wl_transfers.c) adds two kinds. txn: one POST /resources between
+ * accounts; resource is the accounts, comma-separated; owner is the transaction's id; body is
+ * one "PRED:OLD>NEW@TOKEN" per account, ';'-separated, in the same order: the id of the
+ * transaction whose value it read (init: the opening balance), the balance it read, the
+ * balance it wrote and the token it wrote with. Every account's value is "BALANCE ID".
+ * balance: a read of one account after the run (resource the account, body its value), and
+ * a mark "total" carries the sum of the opening balances as its token.
  */
 #ifndef FG_FAULTS_HISTORY_H
 #define FG_FAULTS_HISTORY_H
@@ -36,6 +44,8 @@ typedef enum fh_kind {
     FH_FINAL,
     FH_MARK,
     FH_FORCE,
+    FH_TXN,
+    FH_BALANCE,
     FH_KIND_COUNT
 } fh_kind;
 

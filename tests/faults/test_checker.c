@@ -495,6 +495,102 @@ static void test_forced_release_judges_only_after_its_answer(void **state)
     assert_int_equal(res.hard, 0);
 }
 
+/* Transfers between accounts x, y, z (100 each): invariant 11. */
+#define TXN_TOTAL "runner\tmark\t-\t1\t1\t0\t-\t300\t0\t-\t0\t0\t-\ttotal"
+#define TXN2 "c1\ttxn\ty,z\t30\t40\t200\t-\t0\t0\tc1-1\t0\t0\t-\tc0-1:110>100@2;init:100>110@1"
+#define BAL(acct, value) "final\tbalance\t" acct "\t50\t60\t200\t-\t0\t0\t-\t0\t0\t-\t" value
+
+static void test_transfers_clean(void **state)
+{
+    (void)state;
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        TXN2,
+        /* A paused client's transfer, refused whole. */
+        "c2\ttxn\tx,z\t41\t45\t409\tstale_token\t0\t0\tc2-1\t0\t0\tafter_pause\tinit:100>50@1;init:100>150@1",
+        /* An answer lost: committed whole (the next one read it) or not at all. */
+        "c3\ttxn\tx,z\t46\t47\t503\tbackend_unavailable\t0\t0\tc3-1\t0\t0\t-\tc0-1:90>80@2;c1-1:110>120@2",
+        BAL("x", "80 c3-1"), BAL("y", "100 c1-1"), BAL("z", "120 c3-1"), NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.hard, 0);
+}
+
+static void test_transfer_half_visible(void **state)
+{
+    (void)state;
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t503\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        BAL("x", "90 c0-1"), BAL("y", "100 init"), BAL("z", "100 init"), NULL};
+    fc_result res = check_lines(lines);
+    assert_true(res.violations[11] >= 2); /* half visible, and the sum is 290 */
+}
+
+static void test_transfer_lost_update(void **state)
+{
+    (void)state;
+    /* A stale writer, which read the opening balances, was accepted after T1. */
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        "c2\ttxn\tx,y\t21\t25\t200\t-\t0\t0\tc2-1\t0\t0\tafter_pause\tinit:100>80@1;init:100>120@1",
+        BAL("x", "80 c2-1"), BAL("y", "120 c2-1"), BAL("z", "100 init"), NULL};
+    fc_result res = check_lines(lines);
+    assert_true(res.violations[11] >= 1);
+    assert_true(res.hard >= 1);
+}
+
+/* T1's lease ran out while its request was in flight; c1, granted y during it, read y's
+ * older value and wrote over T1's: excused (reported), not a violation. The same with c1's
+ * grant before T1's request started is a lost update (the check should have refused T1). */
+static void test_transfer_in_flight_expiry(void **state)
+{
+    (void)state;
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        "c1\tlock\ty\t12\t15\t200\t-\t2\t0\tc1-o\t1000\t0\t-\t-",
+        "c1\ttxn\ty,z\t30\t40\t200\t-\t0\t0\tc1-1\t0\t0\t-\tinit:100>95@2;init:100>105@1",
+        BAL("x", "90 c0-1"), BAL("y", "95 c1-1"), BAL("z", "105 c1-1"), NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.hard, 0);
+    assert_int_equal(res.violations[0], 1);
+    const char *const late[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        "c1\tlock\ty\t5\t8\t200\t-\t2\t0\tc1-o\t1000\t0\t-\t-",
+        "c1\ttxn\ty,z\t30\t40\t200\t-\t0\t0\tc1-1\t0\t0\t-\tinit:100>95@2;init:100>105@1",
+        BAL("x", "90 c0-1"), BAL("y", "95 c1-1"), BAL("z", "105 c1-1"), NULL};
+    res = check_lines(late);
+    assert_true(res.violations[11] >= 1);
+}
+
+static void test_transfer_refused_but_written(void **state)
+{
+    (void)state;
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t409\tstale_token\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        BAL("x", "90 c0-1"), BAL("y", "110 c0-1"), BAL("z", "100 init"), NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.violations[11], 1);
+}
+
+static void test_transfer_not_conserved(void **state)
+{
+    (void)state;
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>115@1",
+        BAL("x", "90 c0-1"), BAL("y", "115 c0-1"), BAL("z", "100 init"), NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.violations[11], 2); /* its own sum, and the final total */
+}
+
+static void test_transfer_acked_then_lost(void **state)
+{
+    (void)state;
+    const char *const lines[] = {
+        TXN_TOTAL, "c0\ttxn\tx,y\t10\t20\t200\t-\t0\t0\tc0-1\t0\t0\t-\tinit:100>90@1;init:100>110@1",
+        BAL("x", "100 init"), BAL("y", "100 init"), BAL("z", "100 init"), NULL};
+    fc_result res = check_lines(lines);
+    assert_int_equal(res.violations[11], 1);
+}
+
 static void test_format_parse_round_trip(void **state)
 {
     (void)state;
@@ -526,6 +622,13 @@ int main(void)
         cmocka_unit_test(test_forced_release_fences_the_holder),
         cmocka_unit_test(test_forced_token_accepted_after_the_release),
         cmocka_unit_test(test_forced_release_judges_only_after_its_answer),
+        cmocka_unit_test(test_transfers_clean),
+        cmocka_unit_test(test_transfer_half_visible),
+        cmocka_unit_test(test_transfer_lost_update),
+        cmocka_unit_test(test_transfer_refused_but_written),
+        cmocka_unit_test(test_transfer_in_flight_expiry),
+        cmocka_unit_test(test_transfer_not_conserved),
+        cmocka_unit_test(test_transfer_acked_then_lost),
         cmocka_unit_test(test_duplicate_token_to_two_owners),
         cmocka_unit_test(test_later_grant_smaller_token),
         cmocka_unit_test(test_decreasing_tokens_by_version),

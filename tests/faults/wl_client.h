@@ -23,7 +23,8 @@ typedef enum run_mode {
     MODE_PAUSE_LOCKED,
     MODE_STEAL,
     MODE_WATCHDOG,
-    MODE_HERD
+    MODE_HERD,
+    MODE_TRANSFERS
 } run_mode;
 
 typedef struct conf {
@@ -35,6 +36,7 @@ typedef struct conf {
     int redis_port;
     const char *redis_password;
     long herd_waiters;
+    int accounts;      /* transfers: how many accounts */
     int64_t herd_deadline; /* CLOCK_MONOTONIC ns, set when the run starts */
     char stop_path[512];   /* the run ends early once this file exists */
 } conf;

@@ -34,6 +34,8 @@
  *                        holder_frozen mark, the parent waits for the lock (wait_ms = ttl +
  *                        3 s), writes and unlocks; the checker wants it granted, with a larger
  *                        token and after the dead holder's lease (check.h).
+ *   transfers [N]        instead of the usual clients, transfers between N accounts (default
+ *                        8) in fenced transactions, with paused clients (wl_transfers.c).
  *   herd [WAITERS [MS]]  a thundering herd on PREFIX-herd for MS ms (default 8000): one process
  *                        keeps WAITERS (default 200) waiting POST /lock requests in flight with
  *                        libcurl multi, each unlocking at once when granted and asking again;
@@ -62,6 +64,7 @@
 #include <jansson.h>
 
 #include "wl_client.h"
+#include "wl_transfers.h"
 
 #define WORKERS 4
 #define CONTENDERS 2
@@ -534,6 +537,11 @@ static int run(const conf *cf, const char *history, uint64_t seed)
     long steals = 0, stops = 0, rounds = 0;
     client p;
 
+    if (cf->mode == MODE_TRANSFERS) {
+        if (fd >= 0)
+            close(fd); /* the transfers open their own */
+        return wl_transfers_run(cf, history, seed);
+    }
     if (fd < 0)
         return 1;
     if (pausing && (pipe(pp.report) != 0 || pipe(pp.done) != 0))
@@ -643,7 +651,7 @@ static int parse_mode(conf *cf, char **args, int n)
         int min_args, max_args;
     } modes[] = {{"pause", MODE_PAUSE, 0, 1},        {"pause_locked", MODE_PAUSE_LOCKED, 0, 1},
                  {"steal", MODE_STEAL, 1, 2},        {"watchdog", MODE_WATCHDOG, 0, 0},
-                 {"herd", MODE_HERD, 0, 2}};
+                 {"herd", MODE_HERD, 0, 2},          {"transfers", MODE_TRANSFERS, 0, 1}};
     long herd_ms = 8000;
     if (n == 0)
         return 0;
@@ -653,7 +661,11 @@ static int parse_mode(conf *cf, char **args, int n)
         if (n - 1 < modes[i].min_args || n - 1 > modes[i].max_args)
             return -1;
         cf->mode = modes[i].mode;
-        if (cf->mode == MODE_HERD) {
+        if (cf->mode == MODE_TRANSFERS) {
+            cf->accounts = n > 1 ? (int)strtol(args[1], NULL, 10) : 8;
+            if (cf->accounts < 2 || cf->accounts > 99)
+                return -1;
+        } else if (cf->mode == MODE_HERD) {
             cf->herd_waiters = n > 1 ? strtol(args[1], NULL, 10) : 200;
             herd_ms = n > 2 ? strtol(args[2], NULL, 10) : herd_ms;
             if (cf->herd_waiters < 1 || cf->herd_waiters > 10000 || herd_ms < 1)

@@ -492,3 +492,13 @@ void gw__config_redact_url(const char *url, char *out, size_t outlen)
     /* The password never reaches a log. */
     snprintf(out, outlen, "%.*s***@%s", (int)(scheme_end + 3 - url), url, at + 1);
 }
+
+size_t gw__config_txn_body_max(const gw_config *cfg)
+{
+    size_t b64 = (cfg->max_value_bytes + 2) / 3 * 4;
+    size_t per = b64 + GW_TXN_WRITE_FIELDS;
+    if (per > GW_TXN_BODY_CAP / GW_TXN_WRITES_MAX) {
+        return GW_TXN_BODY_CAP;
+    }
+    return per * GW_TXN_WRITES_MAX;
+}

@@ -14,6 +14,11 @@
 #endif
 
 #define GW_JSON_BODY_MAX (16 * 1024)     /* JSON request bodies over this are a 413 */
+/* POST /resources: 1 to GW_TXN_WRITES_MAX writes (storage's STORE_TXN_MAX), each value at
+ * most --max-value-bytes, and the body within gw__config_txn_body_max(). */
+#define GW_TXN_WRITES_MAX 64
+#define GW_TXN_BODY_CAP ((size_t)16 * 1024 * 1024) /* the global cap of a transaction body */
+#define GW_TXN_WRITE_FIELDS 1024                    /* room for a write's other fields */
 /* A body over its cap is read and dropped before the 413 (clients that write the whole
  * request before reading would otherwise see a reset, not the answer), up to this many
  * bytes past the cap; a longer one is answered at once, or its connection closed. */
@@ -94,6 +99,10 @@ void gw__config_fit_connections(gw_config *cfg, int fit);
 
 /* Prints the --help text (every flag with its environment variable) to f. */
 void gw__config_usage(FILE *f, const char *argv0);
+
+/* The body cap of a POST /resources: GW_TXN_WRITES_MAX values of max_value_bytes each as
+ * base64, plus GW_TXN_WRITE_FIELDS each for their other fields, at most GW_TXN_BODY_CAP. */
+size_t gw__config_txn_body_max(const gw_config *cfg);
 
 /* Resolves cfg->listen into *addr. Returns 0 or -1 with err. */
 int gw__config_listen_addr(const char *listen, struct sockaddr_storage *addr, char *err,

@@ -22,6 +22,8 @@ const gw_route gw__routes[GW_R_COUNT] = {
     {"POST", "/admin/release", GW_R_ADMIN_RELEASE}, /* right needed: admin */
     {"GET", "/ui/", GW_R_UI},
     {"GET", "/ui/{file}", GW_R_UI_FILE},
+    {"POST", "/resources", GW_R_TRANSACTION},
+    {"DELETE", "/resources/{resource}", GW_R_RESOURCE_DELETE},
 };
 
 /* Matches path against a template. A template ending in "{resource}" matches any

@@ -22,6 +22,8 @@ typedef enum gw_route_id {
     GW_R_ADMIN_RELEASE,
     GW_R_UI,
     GW_R_UI_FILE,
+    GW_R_TRANSACTION,
+    GW_R_RESOURCE_DELETE,
     GW_R_COUNT
 } gw_route_id;
 

@@ -25,6 +25,8 @@ struct gw_job {
     store_write_req *write;         /* in: the write; out: its answer */
     store_grant_req *grant;         /* for the storage writer instead of write: a grant
                                      * (fence.c), answered in place */
+    store_txn *txn;                 /* for the storage writer instead of write: a fenced
+                                     * transaction (ops/transaction.c), answered in place */
     struct gw_verdict_req *verdict; /* for the store readers instead of work: the fence's
                                      * verdict on a write's token, answered in place */
     struct MHD_Connection *conn;    /* resumed after done, unless done returns 0 */

@@ -190,14 +190,15 @@ int gw__request_start(gw_request *req, const char *url, const char *method,
     req->param = param;
     req->op = req->srv->ops[req->route->id];
     req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
-                                                          : GW_JSON_BODY_MAX;
+                    : req->route->id == GW_R_TRANSACTION ? gw__config_txn_body_max(req->srv->cfg)
+                                                         : GW_JSON_BODY_MAX;
 
     /* The JSON endpoints take JSON only. A web page can send text/plain, form bodies and
      * multipart to any origin without a CORS preflight, and without auth (the default) a
      * page a developer visits could otherwise take and release locks on a gateway on
      * localhost; application/json needs the preflight, which the gateway never grants. */
     if (req->route->id == GW_R_LOCK || req->route->id == GW_R_UNLOCK ||
-        req->route->id == GW_R_RENEW) {
+        req->route->id == GW_R_RENEW || req->route->id == GW_R_TRANSACTION) {
         const char *ctype = NULL;
         int n = gw__header_count(req->conn, MHD_HTTP_HEADER_CONTENT_TYPE, &ctype);
         if (n != 1 || !is_json_type(ctype)) {

@@ -1,5 +1,8 @@
 /*
- * PUT /resources/{resource} and GET /resources/{resource}: token-checked writes and reads.
+ * PUT /resources/{resource}, DELETE /resources/{resource} and GET /resources/{resource}:
+ * token-checked writes, fenced deletes and reads. A DELETE is a write without a value
+ * (store_write_req.del): the same stages, the same checks; the resource keeps its highest
+ * token, so a stale holder cannot write it back.
  *
  * A write carries `Fencing-Token: <decimal>`. The operation's stages (write_stage):
  *   start      read the path and the headers, send the token check (LK_CALL_TOKEN_CHECK) to
@@ -108,13 +111,17 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
     gw_server *srv = req->srv;
 
     switch (st) {
-    case STORE_ACCEPTED:
+    case STORE_ACCEPTED: {
         count_write(srv, GW_WR_accepted);
-        return gw__send_json(req, MHD_HTTP_OK,
-                             json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
-                                       (json_int_t)token, "highest_token",
-                                       (json_int_t)wr->highest_token, "version",
-                                       (json_int_t)wr->version));
+        json_t *body = json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
+                                 (json_int_t)token, "highest_token",
+                                 (json_int_t)wr->highest_token, "version",
+                                 (json_int_t)wr->version);
+        if (req->route->id == GW_R_RESOURCE_DELETE) {
+            json_object_set_new(body, "deleted", json_true());
+        }
+        return gw__send_json(req, MHD_HTTP_OK, body);
+    }
     case STORE_STALE:
         count_write(srv, GW_WR_stale);
         /* highest_token is a later grant's, or the token a forced release burned
@@ -213,6 +220,7 @@ static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
     wc->w.len = req->body_len;
     wc->w.content_type = wc->ctype;
     wc->w.last_issued = (uint64_t)last_issued;
+    wc->w.del = req->route->id == GW_R_RESOURCE_DELETE;
     wc->job.call = NULL;
     wc->job.verdict = NULL;
     wc->job.write = &wc->w;
@@ -279,6 +287,11 @@ static enum MHD_Result write_start(gw_request *req)
         read_write_headers(req, &wc->token, &wc->ctype, &result) != 0) {
         count_write(srv, GW_WR_invalid);
         return result;
+    }
+    if (req->route->id == GW_R_RESOURCE_DELETE && req->body_len > 0) {
+        count_write(srv, GW_WR_invalid);
+        return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                              "a DELETE takes no body");
     }
     wc->call.kind = LK_CALL_TOKEN_CHECK;
     wc->call.resource = req->param;
@@ -375,5 +388,6 @@ static void resource_get_completed(gw_request *req, enum MHD_RequestTerminationC
 }
 
 const gw_op gw__op_resource_put = {write_start, write_resumed, NULL};
+const gw_op gw__op_resource_delete = {write_start, write_resumed, NULL};
 const gw_op gw__op_resource_get = {resource_get_start, resource_get_resumed,
                                    resource_get_completed};

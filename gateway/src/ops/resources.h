@@ -10,6 +10,7 @@
 
 extern const gw_op gw__op_resource_put;
 extern const gw_op gw__op_resource_get;
+extern const gw_op gw__op_resource_delete;
 
 /* Parses a Fencing-Token header value (resources.c): a positive decimal below 2^53, digits
  * only, no leading zero, optionally surrounded by spaces and tabs (HTTP's optional whitespace

@@ -14,7 +14,8 @@
  *
  * The storage writer runs every token-checked write: one thread hands each batch to
  * store_write_many(), which commits it with one fsync. Server threads that each waited in
- * store_write() filled a group commit with at most one write each. On a shared store it also
+ * store_write() filled a group commit with at most one write each. It runs the fenced
+ * transactions (POST /resources) the same way, in the same group commit. On a shared store it also
  * runs the ledger's grants of fresh tokens (fence.c hands an answered acquisition on to it),
  * committed with the batch's writes in one transaction (store_grant_many).
  *
@@ -234,22 +235,22 @@ static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
 {
     store_write_req *writes[GW_PIPE_BATCH];
     store_grant_req *grants[GW_PIPE_BATCH];
-    size_t nw = 0, ng = 0;
+    store_txn *txns[GW_PIPE_BATCH];
+    size_t nw = 0, ng = 0, nt = 0;
     (void)state;
     for (size_t i = 0; i < n; i++) {
         if (jobs[i]->grant != NULL) {
             grants[ng++] = jobs[i]->grant;
+        } else if (jobs[i]->txn != NULL) {
+            txns[nt++] = jobs[i]->txn;
         } else {
             writes[nw++] = jobs[i]->write;
         }
     }
-    /* Grants (a shared ledger's, fence.c) commit with the writes of the batch. */
+    /* Grants (a shared ledger's, fence.c) and transactions commit with the writes of the
+     * batch (store_run_many). */
     int64_t start = gw__now_us();
-    if (ng > 0) {
-        store_grant_many(srv->st, grants, ng, writes, nw);
-    } else {
-        store_write_many(srv->st, writes, nw);
-    }
+    store_run_many(srv->st, grants, ng, writes, nw, txns, nt);
     gw__metrics_observe_commit(&srv->metrics, gw__now_us() - start);
 }
 

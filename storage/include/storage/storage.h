@@ -139,6 +139,11 @@ typedef struct store_write_req {
     size_t len;
     const char *content_type;
     uint64_t last_issued;
+    int del;                  /* 1: a fenced delete instead of a write: checked exactly as a
+                               * write, then the value is removed and the token kept as the
+                               * resource's highest (a tombstone, also for a resource that
+                               * had no value), so no lower token can write it again; data,
+                               * len and content_type are not used */
     store_status status;      /* out: what store_write() would have returned */
     store_write_result res;   /* out */
 } store_write_req;
@@ -239,6 +244,35 @@ store_status store_grant(store *s, const char *resource, uint64_t token, uint64_
 store_status store_grant_as(store *s, const char *resource, uint64_t token,
                             const unsigned char *holder, uint64_t *highest);
 
+/* A fenced transaction: writes (and fenced deletes, del = 1) to 1..STORE_TXN_MAX distinct
+ * resources, each checked against its own token exactly as store_write() checks one (the
+ * same order: STALE, then UNKNOWN_TOKEN), and committed all together or not at all: one
+ * LMDB write transaction, one PostgreSQL transaction (so every store sharing the database
+ * sees all of it or none). status, and each write's status and res:
+ *   ACCEPTED       every write committed; each write ACCEPTED with its new version;
+ *   STALE          refused, nothing written: each refused write says STALE (res names the
+ *                  highest token) or UNKNOWN_TOKEN, each write that passed says OK.
+ *                  PostgreSQL also refuses as STALE a write whose token is below one the
+ *                  shared ledger has granted for its resource since (store_grant_as; res
+ *                  names that token): its lease is over, and the new holder may already
+ *                  have read the values the transaction would change. The ledger's rows
+ *                  stay locked until the commit, so no such grant slips in between;
+ *   UNKNOWN_TOKEN  as STALE, when no write was stale but one had an unknown token;
+ *   INVALID        a bad write (as store_write(), or a resource named twice: the later one),
+ *                  or n of 0 or over STORE_TXN_MAX; TOO_LARGE a value over max_value_bytes:
+ *                  that write says so, the others OK; nothing reached the backend;
+ *   EIO, FULL, ENOMEM  the commit failed: every write says so, and nothing of it happened.
+ * A crash at any instruction leaves all of the transaction durable or none of it. */
+#define STORE_TXN_MAX 64
+typedef struct store_txn {
+    store_write_req *const *writes;
+    size_t n;
+    store_status status;      /* out */
+} store_txn;
+
+/* Runs one transaction alone (see store_txn). Returns t->status. */
+store_status store_transact(store *s, store_txn *t);
+
 /* One grant of store_grant_many(): store_grant_as()'s arguments, and its answer. */
 typedef struct store_grant_req {
     const char *resource;
@@ -256,6 +290,15 @@ typedef struct store_grant_req {
  * the ceiling moves). */
 void store_grant_many(store *s, store_grant_req *const *grants, size_t ng,
                       store_write_req *const *writes, size_t nw);
+
+/* store_grant_many() with nt transactions as well, for the gateway's storage writer, which
+ * collects all three: each transaction answered as by store_transact(), all committed in the
+ * same group commit as the writes and grants where the backend can (LMDB: one write
+ * transaction and one fsync; PostgreSQL: each transaction in a database transaction of its
+ * own, after the batch of writes and grants). */
+void store_run_many(store *s, store_grant_req *const *grants, size_t ng,
+                    store_write_req *const *writes, size_t nw, store_txn *const *txns,
+                    size_t nt);
 
 /* 1 when a token must pass store_grant_as() before it is handed out, 0 when
  * store_ledger_cover() is enough (it is then a no-op unless the ceiling must move).
