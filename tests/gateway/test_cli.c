@@ -93,7 +93,9 @@ static void test_routes(void **state)
         "HEAD /locks/{resource}\n", "HEAD /resources/{resource}\n", "HEAD /healthz\n",
         "HEAD /readyz\n",       "HEAD /metrics\n",       "GET /livez\n",
         "HEAD /livez\n",        "GET /locks\n",          "HEAD /locks\n",
-        "POST /admin/release\n", NULL};
+        "POST /admin/release\n", "GET /ui/\n",         "GET /ui/{file}\n",
+        "HEAD /ui/\n",          "HEAD /ui/{file}\n",     "POST /resources\n",
+        "DELETE /resources/{resource}\n", NULL};
     const char *const argv[] = {"--routes", NULL};
     run r;
     int lines = 0;
@@ -109,7 +111,7 @@ static void test_routes(void **state)
     for (const char *p = r.out; *p != '\0'; p++) {
         lines += *p == '\n';
     }
-    assert_int_equal(lines, 19);
+    assert_int_equal(lines, 25);
     run_free(&r);
 }
 
