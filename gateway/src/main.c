@@ -277,12 +277,14 @@ int main(int argc, char **argv)
     }
     if (cfg.routes) {
         for (int i = 0; i < GW_R_COUNT; i++) {
-            printf("%s %s\n", gw__routes[i].method, gw__routes[i].path);
+            printf("%s %s %s\n", gw__routes[i].method, gw__routes[i].path,
+                   gw__scope_name(gw__routes[i].scope));
         }
         /* HEAD is served wherever GET is (routes.c), and is in the OpenAPI as such. */
         for (int i = 0; i < GW_R_COUNT; i++) {
             if (strcmp(gw__routes[i].method, "GET") == 0) {
-                printf("HEAD %s\n", gw__routes[i].path);
+                printf("HEAD %s %s\n", gw__routes[i].path,
+                       gw__scope_name(gw__routes[i].scope));
             }
         }
         return 0;

@@ -87,11 +87,12 @@ static void test_version(void **state)
 static void test_routes(void **state)
 {
     static const char *const want[] = {
-        "POST /lock\n",          "POST /unlock\n",         "POST /renew\n",
-        "GET /locks/{resource}\n", "GET /resources/{resource}\n", "PUT /resources/{resource}\n",
-        "GET /healthz\n",        "GET /readyz\n",          "GET /metrics\n",
-        "HEAD /locks/{resource}\n", "HEAD /resources/{resource}\n", "HEAD /healthz\n",
-        "HEAD /readyz\n",       "HEAD /metrics\n",       NULL};
+        "POST /lock lock\n",   "POST /unlock lock\n", "POST /renew lock\n",
+        "GET /locks/{resource} read\n", "GET /resources/{resource} read\n",
+        "PUT /resources/{resource} write\n", "GET /healthz public\n", "GET /readyz metrics\n",
+        "GET /metrics metrics\n", "HEAD /locks/{resource} read\n",
+        "HEAD /resources/{resource} read\n", "HEAD /healthz public\n", "HEAD /readyz metrics\n",
+        "HEAD /metrics metrics\n", NULL};
     const char *const argv[] = {"--routes", NULL};
     run r;
     int lines = 0;

@@ -20,15 +20,15 @@ static int token_equal(const char *given, size_t given_len, const char *want, si
 }
 
 /* Checks the Authorization header. Returns 0 when the request may go on, or -1 after
- * queuing 400 (repeated header) or 401. /healthz is never checked at all: liveness answers
- * 200 while the process is up, whatever headers a probe sends, and another method on it is
- * a 405, not a 401 (the path is public anyway). */
+ * queuing 400 (repeated header) or 401. A public route's path (/healthz) is never checked at
+ * all: liveness answers 200 while the process is up, whatever headers a probe sends, and
+ * another method on it is a 405, not a 401 (the path is public anyway). */
 int gw__check_auth(gw_request *req, enum MHD_Result *result)
 {
     const char *value = NULL;
 
     /* Before the header is even counted, so a repeated Authorization cannot fail a probe. */
-    if (strcmp(req->url, gw__routes[GW_R_HEALTHZ].path) == 0) {
+    if (gw__route_public_path(req->url)) {
         return 0;
     }
     int n = gw__header_count(req->conn, MHD_HTTP_HEADER_AUTHORIZATION, &value);
