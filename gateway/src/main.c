@@ -25,6 +25,7 @@
 #include "base/routes.h"
 #include "http/request.h"
 #include "http/server.h"
+#include "http/tls.h"
 #include "ops/health.h"
 #include "ops/lock.h"
 #include "ops/lock_attempt.h"
@@ -35,6 +36,7 @@
 #include "token_file.h"
 
 static gw_server server;
+static gw_tls tls;
 
 /* Each route's operation, in the order of gw_route_id. */
 static const gw_op *const route_ops[GW_R_COUNT] = {
@@ -90,6 +92,13 @@ static int validate(gw_config *cfg, int quiet)
         }
         server.auth_token_len = (size_t)n;
         server.auth_on = 1;
+    }
+    if (cfg->tls_cert[0] != '\0') {
+        if (gw__tls_load(cfg, &tls, err, sizeof err) != 0) {
+            fprintf(stderr, "fencegate: %s\n", err);
+            return -1;
+        }
+        server.tls = &tls;
     }
     /* The store URL's scheme and syntax, and its description for the logs; nothing is
      * opened (the database may not be up yet, and an LMDB directory may be in use). */
@@ -234,9 +243,13 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         return 1;
     }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
-    gw__log_event(cfg, "info", "fencegate %s listening on %s (redis %s, store %s, %u threads)",
-                  FENCEGATE_VERSION, cfg->listen, shown, server.store_desc,
-                  gw__server_loops(cfg));
+    gw__log_event(cfg, "info",
+                  "fencegate %s listening on %s (%s; redis %s, store %s, %u threads)",
+                  FENCEGATE_VERSION, cfg->listen,
+                  server.tls == NULL ? "plain HTTP"
+                  : tls.ca_pem != NULL ? "HTTPS, client certificates required"
+                                       : "HTTPS",
+                  shown, server.store_desc, gw__server_loops(cfg));
     while (sigwait(stop_signals, &sig) != 0) {
     }
     gw__log_event(cfg, "info", "signal %d: no new connections; finishing in-flight requests",
@@ -252,6 +265,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     }
     store_close(server.st);
     lk_breaker_free(server.lk_opts.breaker); /* every client using it is closed by now */
+    gw__tls_free(&tls);
     gw__log_event(cfg, "info", "stopped");
     return 0;
 }

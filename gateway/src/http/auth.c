@@ -1,11 +1,13 @@
 /*
  * Authentication: the Authorization header against the gateway's bearer token.
  */
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
 #include "http/respond.h"
 #include "http/server_internal.h"
+#include "http/tls.h"
 #include "rt/util.h"
 
 /* Compares in time that depends only on the lengths, never on where the bytes differ. */
@@ -17,6 +19,40 @@ static int token_equal(const char *given, size_t given_len, const char *want, si
         diff |= (unsigned char)(g ^ (unsigned char)want[i]);
     }
     return diff == 0;
+}
+
+/* Mutual TLS: the connection's client certificate, verified once per connection. Returns 0,
+ * or -1 after queuing 401. */
+static int check_client_cert(gw_request *req, enum MHD_Result *result)
+{
+    gw_conn *c = gw__conn_state(req->conn);
+    char why[300] = "";
+    char cn[GW_CERT_CN_MAX + 1];
+
+    if (c != NULL && c->cert_checked > 0) {
+        return 0;
+    }
+    if (c == NULL || c->cert_checked == 0) {
+        int ok = gw__tls_client_ok(req->conn, cn, why, sizeof why);
+        if (c != NULL) {
+            c->cert_checked = ok ? 1 : -1;
+            memcpy(c->cert_cn, cn, sizeof c->cert_cn);
+        }
+        if (ok) {
+            return 0;
+        }
+    }
+    if (why[0] == '\0') {
+        snprintf(why, sizeof why, "the client certificate of this connection was refused");
+    }
+    struct MHD_Response *resp = gw__error_response("unauthorized", NULL, "%s", why);
+    if (resp == NULL) {
+        *result = MHD_NO;
+        return -1;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    *result = gw__queue(req, MHD_HTTP_UNAUTHORIZED, resp);
+    return -1;
 }
 
 /* Checks the Authorization header. Returns 0 when the request may go on, or -1 after
@@ -35,6 +71,10 @@ int gw__check_auth(gw_request *req, enum MHD_Result *result)
     if (n > 1) {
         *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
                                  "the Authorization header is repeated");
+        return -1;
+    }
+    if (req->srv->tls != NULL && req->srv->tls->ca_pem != NULL &&
+        check_client_cert(req, result) != 0) {
         return -1;
     }
     if (!req->srv->auth_on) {

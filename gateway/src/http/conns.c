@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "http/server_internal.h"
+#include "http/tls.h"
 #include "rt/log.h"
 #include "rt/loops.h"
 #include "rt/util.h"
@@ -113,6 +114,9 @@ void gw__conns_sweep(void *arg)
     int64_t now = gw__now_us();
     unsigned closed = 0;
 
+    if (cs->srv->tls != NULL) {
+        gw__tls_expiry_check(cs->srv->cfg, cs->srv->tls); /* a time() and two compares */
+    }
     pthread_mutex_lock(&cs->mu);
     for (gw_conn *c = cs->head; c != NULL; c = c->next) {
         int64_t at = atomic_load(&c->deadline_us);

@@ -23,6 +23,8 @@ typedef struct gw_conn {
     int served;                   /* requests completed; only its own thread touches it */
     size_t uri_strlen;            /* strlen() of the raw request target, before any parsing */
     atomic_llong deadline_us;     /* monotonic; 0 when no request is being received */
+    int cert_checked;             /* mutual TLS: 1 verified, -1 refused, 0 not yet (auth.c) */
+    char cert_cn[65];             /* a verified client certificate's subject CN, or "" */
 } gw_conn;
 
 struct gw_conns {

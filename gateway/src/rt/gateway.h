@@ -38,6 +38,7 @@
 /* Opaque here, defined by the layer that owns them (pipe.h, waiters.h). */
 typedef struct gw_pipe gw_pipe;
 typedef struct gw_waitq gw_waitq;
+typedef struct gw_tls gw_tls;
 /* An endpoint's operation (http/request.h). */
 struct gw_op;
 
@@ -49,6 +50,7 @@ typedef struct gw_server {
     char auth_token[FG_AUTH_TOKEN_MAX + 1];
     size_t auth_token_len;
     int auth_on;
+    gw_tls *tls;                  /* the listener's TLS (http/tls.h); NULL: plain HTTP */
     uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */
     atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
     atomic_long inflight;         /* requests between their first call and completion */
