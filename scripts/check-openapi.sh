@@ -6,8 +6,8 @@
 #                   scripts/install-deps.sh also calls.
 #   lint            Runs `redocly lint` (recommended-strict ruleset, api/redocly.yaml) on the
 #                   spec. Fails loudly when the validator is not installed: never skips.
-#   routes BINARY   Runs `BINARY --routes` (one "METHOD /path/template SCOPE" line per served
-#                   route; the scope is left out here)
+#   routes BINARY   Runs `BINARY --routes` (one "METHOD /path/template SCOPE WHERE" line per
+#                   served route; the scope and where its resource is are left out here)
 #                   and fails unless the routes it prints and the operations in openapi.yaml
 #                   are the same set, both ways.
 #   proxy BINARY    Starts a private redis-server, BINARY on a free port, and Stoplight Prism's
@@ -73,7 +73,7 @@ cmd_routes() {
     # Normalise: trim, squeeze blanks, drop empty lines and the scope column (the scope test,
     # tests/security/scopes.sh, checks that one).
     sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e 's/[[:space:]][[:space:]]*/ /g' \
-        -e 's/^\([^ ]* [^ ]*\) [a-z]*$/\1/' "$tmp/raw" \
+        -e 's/^\([^ ]* [^ ]*\) [a-z]* [a-z]*$/\1/' "$tmp/raw" \
         | grep -v '^$' | sort -u >"$tmp/bin" || true
     [ -s "$tmp/bin" ] || die "'$bin --routes' printed no routes"
     if grep -Ev '^[A-Z]+ /[^ ]*$' "$tmp/bin" >"$tmp/bad"; then

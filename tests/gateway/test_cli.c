@@ -87,12 +87,12 @@ static void test_version(void **state)
 static void test_routes(void **state)
 {
     static const char *const want[] = {
-        "POST /lock lock\n",   "POST /unlock lock\n", "POST /renew lock\n",
-        "GET /locks/{resource} read\n", "GET /resources/{resource} read\n",
-        "PUT /resources/{resource} write\n", "GET /healthz public\n", "GET /readyz metrics\n",
-        "GET /metrics metrics\n", "HEAD /locks/{resource} read\n",
-        "HEAD /resources/{resource} read\n", "HEAD /healthz public\n", "HEAD /readyz metrics\n",
-        "HEAD /metrics metrics\n", NULL};
+        "POST /lock lock body\n",   "POST /unlock lock body\n", "POST /renew lock body\n",
+        "GET /locks/{resource} read path\n", "GET /resources/{resource} read path\n",
+        "PUT /resources/{resource} write path\n", "GET /healthz public none\n", "GET /readyz metrics none\n",
+        "GET /metrics metrics none\n", "HEAD /locks/{resource} read path\n",
+        "HEAD /resources/{resource} read path\n", "HEAD /healthz public none\n", "HEAD /readyz metrics none\n",
+        "HEAD /metrics metrics none\n", NULL};
     const char *const argv[] = {"--routes", NULL};
     run r;
     int lines = 0;

@@ -107,8 +107,8 @@ static const gw_option options[] = {
      "validate flags, environment and the open-file limit as start-up would, then exit "
      "without serving",
      OPT_FLAG, 0, 0},
-    {"--routes", NULL, NULL, "print one line per served route (METHOD /path SCOPE, the operation a --clients "
-     "client needs on it) and exit",
+    {"--routes", NULL, NULL, "print one line per served route (METHOD /path SCOPE WHERE: the operation a "
+     "--clients client needs on it, and where its resource is: path, body or none) and exit",
      OPT_FLAG, 0, 0},
     {"--version", NULL, NULL, "print the version and exit", OPT_FLAG, 0, 0},
     {"--help", NULL, NULL, "print this help and exit", OPT_FLAG, 0, 0},

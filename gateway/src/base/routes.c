@@ -28,6 +28,11 @@ const char *gw__scope_name(gw_scope s)
     return s > GW_SCOPE_UNSET && s < GW_SCOPE_COUNT ? scope_names[s] : scope_names[0];
 }
 
+const char *gw__route_resource_name(gw_route_resource r)
+{
+    return r == GW_RES_PATH ? "path" : r == GW_RES_BODY ? "body" : "none";
+}
+
 gw_scope gw__scope_parse(const char *name)
 {
     for (int s = GW_SCOPE_LOCK; s < GW_SCOPE_COUNT; s++) {

@@ -56,6 +56,8 @@ typedef struct gw_route {
 /* The scope's name as clients files and --routes spell it ("lock", "public"); "unset" for
  * GW_SCOPE_UNSET. */
 const char *gw__scope_name(gw_scope s);
+/* Where a route's resource is, as --routes prints it: "path", "body" or "none". */
+const char *gw__route_resource_name(gw_route_resource r);
 /* The scope named name (one of lock, write, read, admin, metrics), or GW_SCOPE_UNSET. */
 gw_scope gw__scope_parse(const char *name);
 /* 1 when path is a route whose scope is public (whatever the method), so a probe is never

@@ -68,6 +68,7 @@ int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *
     memset(a, 0, sizeof *a);
     if (gw__fields_known(req, root, lock_fields, result) != 0 ||
         gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+        gw__authorize(req, a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 0, &a->owner, result) != 0 ||
         gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
                       req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0 ||
@@ -88,6 +89,7 @@ int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
     memset(a, 0, sizeof *a);
     if (gw__fields_known(req, root, renew ? renew_fields : unlock_fields, result) != 0 ||
         gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+        gw__authorize(req, a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
         (renew && gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
                                 req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0) ||

@@ -192,6 +192,11 @@ int gw__request_start(gw_request *req, const char *url, const char *method,
                                  req->route->method, req->route->path);
         return -1;
     }
+    /* The scope: a path's resource now, a body's once it is parsed (http/args.c), and a
+     * client that may not do this operation anywhere is refused before its body. */
+    if (gw__authorize(req, req->route->resource == GW_RES_PATH ? param : NULL, result) != 0) {
+        return -1;
+    }
     size_t plen = strlen(param);
     req->param_too_long = plen > LK_RESOURCE_MAX;
     req->param = param;

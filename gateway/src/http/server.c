@@ -80,6 +80,7 @@ static gw_request *request_new(gw_server *srv, struct MHD_Connection *conn, cons
 
 static void request_free(gw_request *req)
 {
+    gw__clients_release(req->clients);
     free(req->body);
     free(req);
 }
@@ -146,7 +147,8 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
         return;
     }
     int64_t micros = gw__now_us() - req->start_us;
-    gw__log_request(srv->cfg, req->method, req->url, req->status, micros, toe);
+    gw__log_request(srv->cfg, req->method, req->url, req->status, micros, toe,
+                    req->client != NULL ? req->client->name : NULL);
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
     if (req->op_state != NULL && req->op->completed != NULL) {
