@@ -99,14 +99,19 @@ cmd_routes() {
     sed 's/^/  /' "$tmp/bin"
 }
 
-# proxy_case valid|invalid WHAT WANT_STATUS CURL_ARGS...: one request through the proxy; fails
-# unless it is answered WANT_STATUS with no violation in the answer (nor in the request, for a
-# valid case).
+# proxy_case valid|invalid WHAT WANT_STATUS [--no-auth] CURL_ARGS...: one request through the
+# proxy, with the bearer token of the gateway's client "all" unless --no-auth; fails unless it
+# is answered WANT_STATUS with no violation in the answer (nor in the request, for a valid
+# case).
 proxy_case() {
-    local kind=$1 what=$2 want=$3 code violations bad
+    local kind=$1 what=$2 want=$3 code violations bad auth=(-H "Authorization: Bearer $token_all")
     shift 3
-    code=$(curl -sS --max-time 10 -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@" \
-        2>"$tmp/curl.err") || true
+    if [ "${1:-}" = --no-auth ]; then
+        auth=()
+        shift
+    fi
+    code=$(curl -sS --max-time 10 -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' \
+        "${auth[@]}" "$@" 2>"$tmp/curl.err") || true
     violations=$(awk 'tolower($1) == "sl-violations:" { sub(/^[^:]*: */, ""); print }' \
         "$tmp/headers" | tr -d '\r')
     cases=$((cases + 1))
@@ -145,8 +150,16 @@ cmd_proxy() {
           fg_redis_stop; rm -rf "$tmp"' EXIT
     fg_redis_start "$tmp" || die "redis-server did not start"
     gport=$(fg_topo_free_port) && pport=$(fg_topo_free_port) || die "found no free port"
+    # Two clients: "all" may do everything (every case sends its token), "narrow" may only
+    # read resources under "narrow:" (the 403 case).
+    token_all="all-$RANDOM$RANDOM" token_narrow="narrow-$RANDOM$RANDOM"
+    local sha_all sha_narrow
+    sha_all=$(printf '%s' "$token_all" | sha256sum | cut -d' ' -f1)
+    sha_narrow=$(printf '%s' "$token_narrow" | sha256sum | cut -d' ' -f1)
+    printf '{"clients": [{"name": "all", "token_sha256": "%s", "allow": [{"prefix": "", "ops": ["lock", "write", "read", "admin", "metrics"]}]}, {"name": "narrow", "token_sha256": "%s", "allow": [{"prefix": "narrow:", "ops": ["read"]}]}]}\n' \
+        "$sha_all" "$sha_narrow" >"$tmp/clients.json"
     "$bin" --listen "127.0.0.1:$gport" --redis "unix://$FG_REDIS_SOCK" --data "$tmp/data" \
-        2>"$tmp/gateway.log" &
+        --clients "$tmp/clients.json" 2>"$tmp/gateway.log" &
     gw_pid=$!
     "$prism" proxy "$spec" "http://127.0.0.1:$gport" --host 127.0.0.1 --port "$pport" \
         >"$tmp/prism.log" 2>&1 &
@@ -197,6 +210,10 @@ cmd_proxy() {
     proxy_case invalid "PUT /resources/{resource}, no Fencing-Token" 400 -X PUT --data-binary x "$url/resources/$r"
     proxy_case invalid "POST /healthz" 405 -X POST "$url/healthz"
     proxy_case invalid "DELETE /locks/{resource}" 405 -X DELETE "$url/locks/$r"
+    proxy_case valid "GET /readyz without a token" 401 --no-auth "$url/readyz"
+    proxy_case valid "POST /lock with a token no client has" 401 --no-auth -H 'Authorization: Bearer nobody-has-it' "${json[@]}" -d "{\"resource\":\"$r\"}" "$url/lock"
+    proxy_case valid "GET /locks/{resource} outside the client's scopes" 403 --no-auth -H "Authorization: Bearer $token_narrow" "$url/locks/$r"
+    proxy_case valid "POST /lock, an operation the client may not do" 403 --no-auth -H "Authorization: Bearer $token_narrow" "${json[@]}" -d "{\"resource\":\"narrow:x\"}" "$url/lock"
     proxy_case invalid "headers over 2.5 KiB" 431 -H "X-Pad: $(head -c 4000 /dev/zero | tr '\0' a)" "$url/healthz"
     # HEAD is not sent: Prism 5 reads the empty body of a HEAD answer as JSON and fails itself.
     [ "$proxy_fail" -eq 0 ] || die "Prism found answers that do not match api/openapi.yaml (above)"
