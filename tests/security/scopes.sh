@@ -97,3 +97,12 @@ case "$body" in *tok-*) fail "the 403 shows a token: $body" ;; esac
 grep -q 'client=billing' "$SEC_DIR/scopes/log" || fail "the access log does not name the client"
 grep -q 'tok-' "$SEC_DIR/scopes/log" && fail "a token reached the log"
 echo "ok: 403 names operation and resource; the log names the client, never a token"
+
+# Metrics count requests by client name, never by token.
+metrics=$(curl -s -H "Authorization: Bearer $(token metrics)" "$base/metrics")
+grep -Eq '^fencegate_client_requests_total\{client="billing",code="4xx"\} [1-9]' <<<"$metrics" \
+    || fail "no billing 4xx in fencegate_client_requests_total"
+grep -Eq '^fencegate_client_requests_total\{client="only-read",code="2xx"\} [1-9]' <<<"$metrics" \
+    || fail "no only-read 2xx in fencegate_client_requests_total"
+grep -q 'tok-' <<<"$metrics" && fail "a token in the metrics"
+echo "ok: fencegate_client_requests_total counts by client name"

@@ -151,6 +151,9 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
                     req->client != NULL ? req->client->name : NULL);
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
+    if (req->client != NULL) {
+        gw__metrics_client(&srv->metrics, req->client->name, req->status);
+    }
     if (req->op_state != NULL && req->op->completed != NULL) {
         req->op->completed(req, toe);
     } else {

@@ -57,6 +57,11 @@ typedef enum gw_wake { GW_WAKE_REASONS(GW_X_WAKE) GW_WAKE_COUNT } gw_wake;
 #define GW_X_COUNT(code) +1
 #define GW_STATUS_COUNT (0 GW_STATUS_CODES(GW_X_COUNT) + 1)
 
+/* Clients counted by name (--clients): the names of the clients files in force since start,
+ * the first GW_METRIC_CLIENTS of them; any later one counts as "other". */
+#define GW_METRIC_CLIENTS 64
+#define GW_METRIC_CLIENT_CLASSES 3 /* 2xx (and 1xx, 3xx), 4xx, 5xx */
+
 typedef struct gw_metrics {
     atomic_ullong acquire[GW_ACQ_COUNT];
     atomic_ullong release[GW_REL_COUNT];
@@ -83,9 +88,17 @@ typedef struct gw_metrics {
     /* Latency histogram per route (+1 for unmatched), cumulative at output time. */
     atomic_ullong latency_bucket[GW_R_COUNT + 1][GW_LATENCY_BUCKETS + 1];
     atomic_ullong latency_sum_us[GW_R_COUNT + 1];
+    /* Requests by client (+1: "other") and status class. A name is written once, before
+     * client_count covers it, under client_lock (taken only to add a name). */
+    char client_names[GW_METRIC_CLIENTS][65];
+    atomic_int client_count;
+    atomic_int client_lock;
+    atomic_ullong client_requests[GW_METRIC_CLIENTS + 1][GW_METRIC_CLIENT_CLASSES];
 } gw_metrics;
 
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
+/* Counts a request of the client named name (at most 64 bytes) answered with status. */
+void gw__metrics_client(gw_metrics *m, const char *name, int status);
 /* Records what handle c saw of the Redis topology: redis_failovers becomes the largest
  * count any handle reported (each handle counts the master changes it met itself). */
 void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo);
