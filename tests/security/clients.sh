@@ -93,3 +93,32 @@ tcode() { curl -s -o /dev/null -w '%{http_code}' --cacert "$c/ca.pem" "$@" "$tur
     || fail "carol's certificate with alice's token"
 [ "$(tcode -H 'Authorization: Bearer ta')" = 401 ] || fail "a token without a client certificate"
 echo "ok: a client certificate's CN names a client; a token still needs a certificate"
+
+# Per-client waiters: one client parks at most all but an eighth of --max-waiters (12 here:
+# 11); its next waiting /lock is 503 too_many_waiters naming the client, while another
+# client may still wait.
+all='"lock", "read", "metrics"'
+echo "{\"clients\": [$(client holder th "$all" ''), $(client greedy tg "$all" ''), $(client other to "$all" '')]}" \
+    >"$SEC_DIR/w.json"
+sec_gateway waiters --clients "$SEC_DIR/w.json" --max-connections 16 --max-waiters 12 \
+    --max-connections-per-address 0
+wbase=http://127.0.0.1:$SEC_PORT
+lock() { # TOKEN WAIT_MS: prints the status and the body
+    curl -s -w ' %{http_code}' -H "Authorization: Bearer $1" -H 'Content-Type: application/json' \
+        --data-binary "{\"resource\":\"sec:w\",\"ttl_ms\":20000,\"wait_ms\":$2}" "$wbase/lock" || true
+}
+case "$(lock th 0)" in *' 200') ;; *) fail "the holder's /lock" ;; esac
+pids=()
+for ((i = 0; i < 11; i++)); do
+    lock tg 15000 >/dev/null &
+    pids+=($!)
+done
+parked() { curl -s -H 'Authorization: Bearer th' "$wbase/metrics" | grep -q '^fencegate_waiters 11$'; }
+fg_topo_wait 10 "11 parked waiters of one client" parked
+out=$(lock tg 15000)
+case "$out" in *too_many_waiters*"client 'greedy'"*' 503') ;; *) fail "greedy's 12th waiter: $out" ;; esac
+out=$(lock to 200)
+case "$out" in *'"locked"'*' 409') ;; *) fail "another client could not wait: $out" ;; esac
+fg_topo_stop_pid "$SEC_PID" # the parked requests end with it
+wait "${pids[@]}"
+echo "ok: one client's waiters are capped below --max-waiters; another client still waits"

@@ -81,6 +81,23 @@ void gw__metrics_client(gw_metrics *m, const char *name, int status)
     atomic_fetch_add(&m->client_requests[client_slot(m, name)][c], 1);
 }
 
+int gw__metrics_client_wait_take(gw_metrics *m, const char *name, int limit)
+{
+    int slot = client_slot(m, name);
+    if (atomic_fetch_add(&m->client_waiting[slot], 1) >= limit) {
+        atomic_fetch_sub(&m->client_waiting[slot], 1);
+        return -1;
+    }
+    return slot;
+}
+
+void gw__metrics_client_wait_give(gw_metrics *m, int place)
+{
+    if (place >= 0) {
+        atomic_fetch_sub(&m->client_waiting[place], 1);
+    }
+}
+
 /* A growing text buffer; on allocation failure it stops growing and `failed` is set. */
 typedef struct textbuf {
     char *data;

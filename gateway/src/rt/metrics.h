@@ -94,11 +94,18 @@ typedef struct gw_metrics {
     atomic_int client_count;
     atomic_int client_lock;
     atomic_ullong client_requests[GW_METRIC_CLIENTS + 1][GW_METRIC_CLIENT_CLASSES];
+    atomic_int client_waiting[GW_METRIC_CLIENTS + 1]; /* parked /locks by client */
 } gw_metrics;
 
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
 /* Counts a request of the client named name (at most 64 bytes) answered with status. */
 void gw__metrics_client(gw_metrics *m, const char *name, int status);
+/* A /lock of the client named name that may wait takes one of the client's waiting places:
+ * at most limit, so that one client cannot take every waiter of --max-waiters. Returns the
+ * place (give it back with gw__metrics_client_wait_give), or -1 when the client has its
+ * limit. Counted by name, so a SIGHUP reload neither resets nor doubles it. Any thread. */
+int gw__metrics_client_wait_take(gw_metrics *m, const char *name, int limit);
+void gw__metrics_client_wait_give(gw_metrics *m, int place);
 /* Records what handle c saw of the Redis topology: redis_failovers becomes the largest
  * count any handle reported (each handle counts the master changes it met itself). */
 void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo);
