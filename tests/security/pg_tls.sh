@@ -10,10 +10,10 @@ source "$here/../common/pg.sh"
 sec_setup "${1:?usage: pg_tls.sh PATH/TO/fencegate}"
 # The gateways first: PostgreSQL's smart shutdown waits for their connections.
 stop_all() {
-    local p
+    local rc=$? p
     for p in "${SEC_PIDS[@]}"; do fg_topo_stop_pid "$p"; done
-    SEC_PIDS=()
     fg_pg_stop
+    (exit "$rc") # sec__cleanup exits with the script's status
     sec__cleanup
 }
 trap stop_all EXIT

@@ -18,10 +18,18 @@ SEC_PIDS=()
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 sec__cleanup() {
-    local p
+    local rc=$? p
     for p in "${SEC_PIDS[@]}"; do fg_topo_stop_pid "$p"; done
     fg_redis_stop
+    # A sanitizer build reports into the gateways' logs (leaks at exit): any report fails.
+    if [ -n "$SEC_DIR" ] && grep -lE 'AddressSanitizer|LeakSanitizer|runtime error:' \
+        "$SEC_DIR"/*/log 2>/dev/null; then
+        grep -hE -A20 'AddressSanitizer|LeakSanitizer|runtime error:' "$SEC_DIR"/*/log >&2
+        echo "FAIL: a sanitizer report in a gateway's log (above)" >&2
+        rc=1
+    fi
     [ -n "$SEC_DIR" ] && rm -rf "$SEC_DIR"
+    exit "$rc"
 }
 
 sec_setup() {
