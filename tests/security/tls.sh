@@ -78,3 +78,9 @@ grep -q '"locked":false' "$SEC_DIR/out" || fail "fencectl status: $(cat "$SEC_DI
 FENCEGATE_CACERT=$SEC_DIR/other/ca.pem "$fencectl" status sec:a --url "$url" --cert "$c/alice.pem" \
     --key "$c/alice.key" >/dev/null 2>&1 && fail "fencectl trusted a gateway of another CA"
 echo "ok: fencectl over https:// with --cacert, --cert and --key"
+
+# The curl demo over mutual TLS.
+FENCEGATE_CACERT=$c/ca.pem FENCEGATE_CERT=$c/alice.pem FENCEGATE_KEY=$c/alice.key \
+    bash "$here/../../scripts/demo.sh" "$url" >"$SEC_DIR/demo.out" 2>&1 \
+    || { cat "$SEC_DIR/demo.out" >&2; fail "the demo over https:// with a client certificate"; }
+echo "ok: scripts/demo.sh over https:// with FENCEGATE_CACERT, FENCEGATE_CERT, FENCEGATE_KEY"
