@@ -42,6 +42,12 @@ curl -sS --cacert "$SEC_DIR/other/ca.pem" "$url/healthz" >/dev/null 2>&1 \
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$SEC_PORT/healthz" || true)
 [ "$code" = 000 ] || fail "plain HTTP on the TLS listener answered $code"
 echo "ok: HTTPS with curl --cacert; plain HTTP gets no answer"
+# The test certificate expires in 2 days: the log says so once, naming the file.
+fg_topo_wait 10 "the expiry warning" \
+    grep -q "warn --tls-cert $c/server.pem expires in [0-9]* hours" "$SEC_DIR/tls/log" \
+    || fail "no expiry warning in the log: $(cat "$SEC_DIR/tls/log")"
+[ "$(grep -c 'expires in' "$SEC_DIR/tls/log")" = 1 ] || fail "the expiry warning is repeated"
+echo "ok: a certificate that expires within a week is logged once"
 
 # Protocol versions. SECLEVEL=0 lets OpenSSL offer TLS 1.1 at all: the refusal is the
 # gateway's.
