@@ -100,7 +100,7 @@ echo "ok: a client certificate's CN names a client; a token still needs a certif
 all='"lock", "read", "metrics"'
 echo "{\"clients\": [$(client holder th "$all" ''), $(client greedy tg "$all" ''), $(client other to "$all" '')]}" \
     >"$SEC_DIR/w.json"
-sec_gateway waiters --clients "$SEC_DIR/w.json" --max-connections 16 --max-waiters 12 \
+sec_gateway waiters --clients "$SEC_DIR/w.json" --max-connections 64 --max-waiters 12 \
     --max-connections-per-address 0
 wbase=http://127.0.0.1:$SEC_PORT
 lock() { # TOKEN WAIT_MS: prints the status and the body
@@ -122,3 +122,43 @@ case "$out" in *'"locked"'*' 409') ;; *) fail "another client could not wait: $o
 fg_topo_stop_pid "$SEC_PID" # the parked requests end with it
 wait "${pids[@]}"
 echo "ok: one client's waiters are capped below --max-waiters; another client still waits"
+
+# Per-client connections: a connection counts under the client of its first request; one
+# client holds at most half of --max-connections (16 here: 8); its next is 503
+# too_many_connections and closed, while another client still connects.
+sec_gateway conns --clients "$SEC_DIR/w.json" --max-connections 16 --max-connections-per-address 0
+# ask FD TOKEN: one keep-alive request on the open connection FD; prints its status.
+ask() {
+    local fd=$1 line status len=0
+    printf 'GET /locks/sec:c HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer %s\r\n\r\n' "$2" >&"$fd"
+    IFS= read -r -t 5 line <&"$fd" || { echo none; return; }
+    status=$(cut -d' ' -f2 <<<"$line")
+    while IFS= read -r -t 5 line <&"$fd" && [ -n "${line%$'\r'}" ]; do
+        case "${line,,}" in content-length:*) len=${line#*: } len=${len%$'\r'} ;; esac
+    done
+    [ "$len" -eq 0 ] || IFS= read -r -t 5 -N "$len" line <&"$fd" || true
+    echo "$status"
+}
+fds=()
+for ((i = 0; i < 8; i++)); do
+    exec {fd}<>"/dev/tcp/127.0.0.1/$SEC_PORT"
+    fds+=("$fd")
+    [ "$(ask "$fd" tg)" = 200 ] || fail "greedy's connection $i"
+done
+exec {fd}<>"/dev/tcp/127.0.0.1/$SEC_PORT"
+[ "$(ask "$fd" tg)" = 503 ] || fail "greedy's 9th connection was not refused"
+exec {fd}>&-
+exec {fd}<>"/dev/tcp/127.0.0.1/$SEC_PORT"
+[ "$(ask "$fd" to)" = 200 ] || fail "another client could not connect"
+exec {fd}>&-
+eval "exec ${fds[0]}>&-" # one of greedy's closes
+ok_again() {
+    local f r
+    exec {f}<>"/dev/tcp/127.0.0.1/$SEC_PORT"
+    r=$(ask "$f" tg)
+    exec {f}>&-
+    [ "$r" = 200 ]
+}
+fg_topo_wait 10 "greedy connecting again after closing one" ok_again
+for fd in "${fds[@]:1}"; do eval "exec $fd>&-"; done
+echo "ok: one client's connections are capped at half of --max-connections"

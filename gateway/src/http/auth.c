@@ -50,6 +50,34 @@ static int check_client_cert(gw_request *req, gw_conn *c, enum MHD_Result *resul
     return unauthorized(req, "Bearer", why, result);
 }
 
+/* A connection counts under the client of its first authenticated request: one client may
+ * hold half of --max-connections (at least one), so the others always find some. Returns 0,
+ * or -1 after queuing 503 too_many_connections, which closes the connection. */
+static int take_connection(gw_request *req, gw_conn *c, enum MHD_Result *result)
+{
+    int n = req->srv->cfg->max_connections;
+    int limit = n / 2 > 0 ? n / 2 : 1;
+    if (c == NULL || c->client_place >= 0) {
+        return 0;
+    }
+    c->client_place = gw__metrics_client_conn_take(&req->srv->metrics, req->client->name, limit);
+    if (c->client_place >= 0) {
+        return 0;
+    }
+    struct MHD_Response *resp = gw__error_response(
+        "too_many_connections", json_pack("{s:i}", "max_connections_per_client", limit),
+        "client '%s' holds %d connections already (half of --max-connections); close one",
+        req->client->name, limit);
+    if (resp == NULL) {
+        *result = MHD_NO;
+        return -1;
+    }
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "1");
+    *result = gw__queue(req, MHD_HTTP_SERVICE_UNAVAILABLE, resp);
+    return -1;
+}
+
 int gw__authorize(gw_request *req, const char *resource, enum MHD_Result *result)
 {
     const gw_route *r = req->route;
@@ -117,7 +145,7 @@ int gw__check_auth(gw_request *req, enum MHD_Result *result)
             req->client = gw__clients_by_token(req->clients, given, len);
         }
         if (req->client != NULL) {
-            return 0;
+            return take_connection(req, c, result);
         }
         return unauthorized(req, "Bearer error=\"invalid_token\"",
                             len == 0 ? "the bearer token is empty"
@@ -136,7 +164,7 @@ int gw__check_auth(gw_request *req, enum MHD_Result *result)
     if (c != NULL && c->cert_checked > 0 && c->cert_cn[0] != '\0') {
         req->client = gw__clients_by_name(req->clients, c->cert_cn);
         if (req->client != NULL) {
-            return 0;
+            return take_connection(req, c, result);
         }
     }
     return unauthorized(req, "Bearer",

@@ -63,6 +63,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
             return; /* untracked: the place its accept took is given back (loops.c) */
         }
         c->fd = ci->connect_fd;
+        c->client_place = -1;
         c->slot = gw__loops_opened(cs->srv->loops);
         atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
         pthread_mutex_lock(&cs->mu);
@@ -89,6 +90,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
     }
     pthread_mutex_unlock(&cs->mu);
     gw__loops_closed(cs->srv->loops, c->slot);
+    gw__metrics_client_conn_give(&cs->srv->metrics, c->client_place);
     free(c);
     *socket_context = NULL;
 }

@@ -81,20 +81,37 @@ void gw__metrics_client(gw_metrics *m, const char *name, int status)
     atomic_fetch_add(&m->client_requests[client_slot(m, name)][c], 1);
 }
 
-int gw__metrics_client_wait_take(gw_metrics *m, const char *name, int limit)
+/* One of count's limit places, or -1. */
+static int take_place(atomic_int *count, int slot, int limit)
 {
-    int slot = client_slot(m, name);
-    if (atomic_fetch_add(&m->client_waiting[slot], 1) >= limit) {
-        atomic_fetch_sub(&m->client_waiting[slot], 1);
+    if (atomic_fetch_add(&count[slot], 1) >= limit) {
+        atomic_fetch_sub(&count[slot], 1);
         return -1;
     }
     return slot;
+}
+
+int gw__metrics_client_wait_take(gw_metrics *m, const char *name, int limit)
+{
+    return take_place(m->client_waiting, client_slot(m, name), limit);
 }
 
 void gw__metrics_client_wait_give(gw_metrics *m, int place)
 {
     if (place >= 0) {
         atomic_fetch_sub(&m->client_waiting[place], 1);
+    }
+}
+
+int gw__metrics_client_conn_take(gw_metrics *m, const char *name, int limit)
+{
+    return take_place(m->client_conns, client_slot(m, name), limit);
+}
+
+void gw__metrics_client_conn_give(gw_metrics *m, int place)
+{
+    if (place >= 0) {
+        atomic_fetch_sub(&m->client_conns[place], 1);
     }
 }
 

@@ -95,6 +95,7 @@ typedef struct gw_metrics {
     atomic_int client_lock;
     atomic_ullong client_requests[GW_METRIC_CLIENTS + 1][GW_METRIC_CLIENT_CLASSES];
     atomic_int client_waiting[GW_METRIC_CLIENTS + 1]; /* parked /locks by client */
+    atomic_int client_conns[GW_METRIC_CLIENTS + 1];   /* connections by client */
 } gw_metrics;
 
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
@@ -106,6 +107,10 @@ void gw__metrics_client(gw_metrics *m, const char *name, int status);
  * limit. Counted by name, so a SIGHUP reload neither resets nor doubles it. Any thread. */
 int gw__metrics_client_wait_take(gw_metrics *m, const char *name, int limit);
 void gw__metrics_client_wait_give(gw_metrics *m, int place);
+/* The same for a connection: counted under the client of its first authenticated request,
+ * until it closes. */
+int gw__metrics_client_conn_take(gw_metrics *m, const char *name, int limit);
+void gw__metrics_client_conn_give(gw_metrics *m, int place);
 /* Records what handle c saw of the Redis topology: redis_failovers becomes the largest
  * count any handle reported (each handle counts the master changes it met itself). */
 void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo);
