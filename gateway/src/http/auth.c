@@ -57,7 +57,8 @@ static int take_connection(gw_request *req, gw_conn *c, enum MHD_Result *result)
 {
     int n = req->srv->cfg->max_connections;
     int limit = n / 2 > 0 ? n / 2 : 1;
-    if (c == NULL || c->client_place >= 0) {
+    /* --auth-token-file's one client is everyone who has the token: no per-client limit. */
+    if (c == NULL || c->client_place >= 0 || req->srv->cfg->clients_file[0] == '\0') {
         return 0;
     }
     c->client_place = gw__metrics_client_conn_take(&req->srv->metrics, req->client->name, limit);

@@ -343,7 +343,7 @@ static enum MHD_Result lock_start(gw_request *req)
         call->wants_wait = call->wait_place;
     }
     call->client_place = -1;
-    if (call->wants_wait && req->client != NULL) {
+    if (call->wants_wait && req->client != NULL && req->srv->cfg->clients_file[0] != '\0') {
         /* And past its client's share, so one client cannot take every waiter. */
         call->client_place = gw__metrics_client_wait_take(&req->srv->metrics, req->client->name,
                                                           gw__lock_client_waiters(req->srv));
