@@ -6,7 +6,8 @@
 #                   scripts/install-deps.sh also calls.
 #   lint            Runs `redocly lint` (recommended-strict ruleset, api/redocly.yaml) on the
 #                   spec. Fails loudly when the validator is not installed: never skips.
-#   routes BINARY   Runs `BINARY --routes` (one "METHOD /path/template" line per served route)
+#   routes BINARY   Runs `BINARY --routes` (one "METHOD /path/template SCOPE WHERE" line per
+#                   served route; the scope and where its resource is are left out here)
 #                   and fails unless the routes it prints and the operations in openapi.yaml
 #                   are the same set, both ways.
 #   proxy BINARY    Starts a private redis-server, BINARY on a free port, and Stoplight Prism's
@@ -69,8 +70,10 @@ cmd_routes() {
     local rc=0
     timeout 10 "$bin" --routes >"$tmp/raw" 2>"$tmp/err" || rc=$?
     if [ "$rc" -ne 0 ]; then cat "$tmp/err" >&2; die "'$bin --routes' failed (exit $rc)"; fi
-    # Normalise: trim, squeeze blanks, drop empty lines.
-    sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e 's/[[:space:]][[:space:]]*/ /g' "$tmp/raw" \
+    # Normalise: trim, squeeze blanks, drop empty lines and the scope column (the scope test,
+    # tests/security/scopes.sh, checks that one).
+    sed -e 's/^[[:space:]]*//' -e 's/[[:space:]]*$//' -e 's/[[:space:]][[:space:]]*/ /g' \
+        -e 's/^\([^ ]* [^ ]*\) [a-z]* [a-z]*$/\1/' "$tmp/raw" \
         | grep -v '^$' | sort -u >"$tmp/bin" || true
     [ -s "$tmp/bin" ] || die "'$bin --routes' printed no routes"
     if grep -Ev '^[A-Z]+ /[^ ]*$' "$tmp/bin" >"$tmp/bad"; then
@@ -96,14 +99,19 @@ cmd_routes() {
     sed 's/^/  /' "$tmp/bin"
 }
 
-# proxy_case valid|invalid WHAT WANT_STATUS CURL_ARGS...: one request through the proxy; fails
-# unless it is answered WANT_STATUS with no violation in the answer (nor in the request, for a
-# valid case).
+# proxy_case valid|invalid WHAT WANT_STATUS [--no-auth] CURL_ARGS...: one request through the
+# proxy, with the bearer token of the gateway's client "all" unless --no-auth; fails unless it
+# is answered WANT_STATUS with no violation in the answer (nor in the request, for a valid
+# case).
 proxy_case() {
-    local kind=$1 what=$2 want=$3 code violations bad
+    local kind=$1 what=$2 want=$3 code violations bad auth=(-H "Authorization: Bearer $token_all")
     shift 3
-    code=$(curl -sS --max-time 10 -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@" \
-        2>"$tmp/curl.err") || true
+    if [ "${1:-}" = --no-auth ]; then
+        auth=()
+        shift
+    fi
+    code=$(curl -sS --max-time 10 -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' \
+        "${auth[@]}" "$@" 2>"$tmp/curl.err") || true
     violations=$(awk 'tolower($1) == "sl-violations:" { sub(/^[^:]*: */, ""); print }' \
         "$tmp/headers" | tr -d '\r')
     cases=$((cases + 1))
@@ -142,8 +150,16 @@ cmd_proxy() {
           fg_redis_stop; rm -rf "$tmp"' EXIT
     fg_redis_start "$tmp" || die "redis-server did not start"
     gport=$(fg_topo_free_port) && pport=$(fg_topo_free_port) || die "found no free port"
+    # Two clients: "all" may do everything (every case sends its token), "narrow" may only
+    # read resources under "narrow:" (the 403 case).
+    token_all="all-$RANDOM$RANDOM" token_narrow="narrow-$RANDOM$RANDOM"
+    local sha_all sha_narrow
+    sha_all=$(printf '%s' "$token_all" | sha256sum | cut -d' ' -f1)
+    sha_narrow=$(printf '%s' "$token_narrow" | sha256sum | cut -d' ' -f1)
+    printf '{"clients": [{"name": "all", "token_sha256": "%s", "allow": [{"prefix": "", "ops": ["lock", "write", "read", "admin", "metrics"]}]}, {"name": "narrow", "token_sha256": "%s", "allow": [{"prefix": "narrow:", "ops": ["read"]}]}]}\n' \
+        "$sha_all" "$sha_narrow" >"$tmp/clients.json"
     "$bin" --listen "127.0.0.1:$gport" --redis "unix://$FG_REDIS_SOCK" --data "$tmp/data" \
-        2>"$tmp/gateway.log" &
+        --clients "$tmp/clients.json" 2>"$tmp/gateway.log" &
     gw_pid=$!
     "$prism" proxy "$spec" "http://127.0.0.1:$gport" --host 127.0.0.1 --port "$pport" \
         >"$tmp/prism.log" 2>&1 &
@@ -214,6 +230,10 @@ cmd_proxy() {
     proxy_case invalid "GET /locks, limit 0" 400 "$url/locks?limit=0"
     proxy_case invalid "POST /admin/release, no reason" 400 "${json[@]}" -d "{\"resource\":\"$r\"}" "$url/admin/release"
     proxy_case invalid "DELETE /locks/{resource}" 405 -X DELETE "$url/locks/$r"
+    proxy_case valid "GET /readyz without a token" 401 --no-auth "$url/readyz"
+    proxy_case valid "POST /lock with a token no client has" 401 --no-auth -H 'Authorization: Bearer nobody-has-it' "${json[@]}" -d "{\"resource\":\"$r\"}" "$url/lock"
+    proxy_case valid "GET /locks/{resource} outside the client's scopes" 403 --no-auth -H "Authorization: Bearer $token_narrow" "$url/locks/$r"
+    proxy_case valid "POST /lock, an operation the client may not do" 403 --no-auth -H "Authorization: Bearer $token_narrow" "${json[@]}" -d "{\"resource\":\"narrow:x\"}" "$url/lock"
     proxy_case invalid "headers over 2.5 KiB" 431 -H "X-Pad: $(head -c 4000 /dev/zero | tr '\0' a)" "$url/healthz"
     # HEAD is not sent: Prism 5 reads the empty body of a HEAD answer as JSON and fails itself.
     [ "$proxy_fail" -eq 0 ] || die "Prism found answers that do not match api/openapi.yaml (above)"

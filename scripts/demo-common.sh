@@ -14,6 +14,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 auth=()
 if [ -n "${FENCEGATE_AUTH_TOKEN:-}" ]; then auth=(-H "Authorization: Bearer $FENCEGATE_AUTH_TOKEN"); fi
+if [ -n "${FENCEGATE_CACERT:-}" ]; then auth+=(--cacert "$FENCEGATE_CACERT"); fi
+if [ -n "${FENCEGATE_CERT:-}" ]; then auth+=(--cert "$FENCEGATE_CERT" --key "${FENCEGATE_KEY:?FENCEGATE_CERT needs FENCEGATE_KEY}"); fi
 
 fail() { echo "demo: FAIL: $*" >&2; exit 1; }
 step() { printf '\n## %s\n' "$*"; }

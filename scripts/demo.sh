@@ -10,6 +10,8 @@
 # Usage: scripts/demo.sh [URL]   (URL defaults to $FENCEGATE_URL, then http://127.0.0.1:8080)
 # FENCEGATE_DEMO_RESOURCE names the resource (default: gc-pause-TIME-PID, new each run).
 # With FENCEGATE_AUTH_TOKEN set, every request sends `Authorization: Bearer $FENCEGATE_AUTH_TOKEN`.
+# For an https:// URL, FENCEGATE_CACERT names the CA file to trust (as fencectl --cacert), and
+# FENCEGATE_CERT and FENCEGATE_KEY a client certificate (mutual TLS).
 # Needs only curl and jq.
 set -euo pipefail
 

@@ -23,7 +23,7 @@ install_node_tools() {
 # Build and runtime libraries (found by CMake through pkg-config).
 build_pkgs=(build-essential cmake pkg-config git
     libhiredis-dev libmicrohttpd-dev libjansson-dev uuid-dev liblmdb-dev
-    libcurl4-openssl-dev libcmocka-dev libpq-dev)
+    libcurl4-openssl-dev libcmocka-dev libpq-dev libgnutls28-dev)
 # What the run command and the tests start or call: a real Redis, curl and jq for the demo,
 # procps for pgrep/ps in the test harness, iproute2 for ss and strace for the fault suite.
 # redis-sentinel for the Sentinel sets the tests start; redis-tools
@@ -31,9 +31,10 @@ build_pkgs=(build-essential cmake pkg-config git
 # server the storage tests start in a temp dir of their own (initdb and postgres from
 # /usr/lib/postgresql/15/bin). Prometheus (prometheus and promtool) and python3 with PyYAML
 # for the dashboard and alert-rule tests (tests/monitoring/). Chromium, which the status
-# page's test drives headless through puppeteer-core (tests/ui/).
+# page's test drives headless through puppeteer-core (tests/ui/). openssl makes the test
+# certificates and checks the TLS versions the gateway accepts (openssl s_client).
 tool_pkgs=(redis-server redis-sentinel redis-tools curl jq procps ca-certificates strace
-    iproute2 postgresql-15 prometheus python3 python3-yaml chromium)
+    iproute2 postgresql-15 prometheus python3 python3-yaml chromium openssl)
 # run_only_pkgs: with --run, keeps of the lists above only what building the binaries
 # (cmake -DFENCEGATE_TESTS=OFF) and scripts/run.sh need: the build packages less the test
 # framework, plus Redis (redis-cli waits for it) and curl for the first request.

@@ -22,6 +22,9 @@ typedef enum flag_kind {
     F_VERBOSE,
     F_URL,
     F_AUTH,
+    F_CACERT,
+    F_CERT,
+    F_KEY,
     F_TTL,
     F_WAIT,
     F_KILL_GRACE,
@@ -52,6 +55,9 @@ static const flag_def flags[] = {
     {"-v", F_VERBOSE, 0, ALL_COMMANDS},
     {"--url", F_URL, 1, ALL_COMMANDS},
     {"--auth-token-file", F_AUTH, 1, ALL_COMMANDS},
+    {"--cacert", F_CACERT, 1, ALL_COMMANDS},
+    {"--cert", F_CERT, 1, ALL_COMMANDS},
+    {"--key", F_KEY, 1, ALL_COMMANDS},
     {"--ttl", F_TTL, 1, ON(FC_CMD_LOCK) | ON(FC_CMD_RENEW)},
     {"--wait", F_WAIT, 1, ON(FC_CMD_LOCK)},
     {"--kill-grace", F_KILL_GRACE, 1, ON(FC_CMD_LOCK)},
@@ -160,6 +166,9 @@ static int apply_value(const flag_def *f, const char *value, fc_options *o, char
     switch (f->kind) {
     case F_URL: o->url = value; return 0;
     case F_AUTH: o->auth_token_file = value; return 0;
+    case F_CACERT: o->cacert = value; return 0;
+    case F_CERT: o->cert = value; return 0;
+    case F_KEY: o->key = value; return 0;
     case F_CONTENT_TYPE: o->content_type = value; return 0;
     case F_REASON:
         if (value[0] == '\0' || strlen(value) > 500) {

@@ -50,6 +50,8 @@ typedef struct fc_options {
     int verbose;              /* --verbose: progress (and the token) on stderr */
     const char *url;          /* --url, NULL when not given */
     const char *auth_token_file; /* --auth-token-file, NULL when not given */
+    const char *cacert;       /* --cacert: the CAs an https:// gateway is checked against */
+    const char *cert, *key;   /* --cert, --key: a client certificate (mutual TLS) */
     const char *resource;
     const char *owner;        /* unlock, renew */
     const char *content_type; /* write, NULL for the gateway's default */

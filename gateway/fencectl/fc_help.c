@@ -13,6 +13,10 @@
     "                          it: 1 to 511 bytes of printable ASCII with no white\n"       \
     "                          space inside (a second line is refused), in a file of at\n"  \
     "                          most 4096 bytes. It is never printed.\n"                     \
+    "  --cacert FILE           PEM CAs to check an https:// gateway's certificate against\n" \
+    "                          (default $FENCEGATE_CACERT, else the system's)\n"           \
+    "  --cert FILE, --key FILE a PEM client certificate and its key, for a gateway with\n" \
+    "                          --tls-client-ca (default $FENCEGATE_CERT, $FENCEGATE_KEY)\n" \
     "  --verbose, -v           progress on stderr\n"                                         \
     "  --help, -h              this text\n"                                                  \
     "  --version               the version\n"

@@ -119,6 +119,18 @@ int fc__client_init(fc_client *c, const fc_options *o, char *err, size_t errlen)
         snprintf(err, errlen, "cannot set up libcurl");
         return -1;
     }
+    /* TLS: the peer and its name are always verified (libcurl's defaults); these only say
+     * what to trust and which client certificate to show. */
+    const char *cacert = o->cacert != NULL ? o->cacert : getenv("FENCEGATE_CACERT");
+    const char *cert = o->cert != NULL ? o->cert : getenv("FENCEGATE_CERT");
+    const char *key = o->key != NULL ? o->key : getenv("FENCEGATE_KEY");
+    if ((cert != NULL && cert[0] != '\0') != (key != NULL && key[0] != '\0')) {
+        snprintf(err, errlen, "--cert and --key go together");
+        return -1;
+    }
+    c->cacert = cacert != NULL && cacert[0] != '\0' ? cacert : NULL;
+    c->cert = cert != NULL && cert[0] != '\0' ? cert : NULL;
+    c->key = c->cert != NULL ? key : NULL;
     size_t len = strlen(c->base_url);
     while (len > 0 && c->base_url[len - 1] == '/') {
         c->base_url[--len] = '\0';
@@ -240,6 +252,13 @@ static void set_options(fc_client *c, const fc_request *rq, const char *url, cha
                      (long)(rq->timeout_ms < CONNECT_TIMEOUT_MS ? rq->timeout_ms
                                                                 : CONNECT_TIMEOUT_MS));
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf);
+    if (c->cacert != NULL) {
+        curl_easy_setopt(h, CURLOPT_CAINFO, c->cacert);
+    }
+    if (c->cert != NULL) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert);
+        curl_easy_setopt(h, CURLOPT_SSLKEY, c->key);
+    }
 #if LIBCURL_VERSION_NUM >= 0x075500
     curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 #endif

@@ -23,6 +23,8 @@ typedef struct fc_client {
     char *base_url;        /* without a trailing '/' */
     char *auth_header;     /* "Authorization: Bearer ...", or NULL; wiped before it is freed */
     int verbose;
+    const char *cacert;    /* --cacert, or NULL: the system's CAs */
+    const char *cert, *key; /* --cert and --key, or NULL: no client certificate */
     const char *what;      /* "lock orders": what error lines are about */
     /* When non-NULL, a transfer stops as soon as *abort_flag is non-zero (a signal arrived
      * while fencectl waited for a lock). */

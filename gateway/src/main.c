@@ -8,9 +8,9 @@
  * --check-config exits 0, 2 or 1 as start-up would before serving (the open-file limit
  * included; not the storage or the address).
  *
- * Signals are handled by sigwait() in the main thread, never by a handler: SIGTERM and
- * SIGINT are blocked before any thread starts, so every thread inherits the mask and only
- * the main thread ever receives them. SIGPIPE is ignored; a client that goes away must not
+ * Signals are handled by sigwait() in the main thread, never by a handler: SIGTERM,
+ * SIGINT and SIGHUP (which reads the clients again) are blocked before any thread starts,
+ * so every thread inherits the mask and only the main thread ever receives them. SIGPIPE is ignored; a client that goes away must not
  * kill the process.
  */
 #include <pthread.h>
@@ -25,6 +25,7 @@
 #include "base/routes.h"
 #include "http/request.h"
 #include "http/server.h"
+#include "http/tls.h"
 #include "ops/admin_release.h"
 #include "ops/health.h"
 #include "ops/lock.h"
@@ -39,6 +40,7 @@
 #include "token_file.h"
 
 static gw_server server;
+static gw_tls tls;
 
 /* Each route's operation, in the order of gw_route_id. */
 static const gw_op *const route_ops[GW_R_COUNT] = {
@@ -79,6 +81,53 @@ static int probe_redis(const gw_config *cfg, const lk_options *opts, int quiet)
     return 0;
 }
 
+/* The clients --clients or --auth-token-file give, read afresh (at start and on SIGHUP):
+ * *out is NULL when neither is given. Returns 0, or -1 with err naming the file and the
+ * problem. */
+static int load_clients(const gw_config *cfg, gw_clients **out, char *err, size_t errlen)
+{
+    *out = NULL;
+    if (cfg->clients_file[0] != '\0') {
+        *out = gw__clients_load(cfg->clients_file, err, errlen);
+        return *out != NULL ? 0 : -1;
+    }
+    if (cfg->auth_token_file[0] != '\0') {
+        char token[FG_AUTH_TOKEN_MAX + 1];
+        long n = fg_auth_token_read(cfg->auth_token_file, token, err, errlen);
+        if (n < 0) {
+            return -1;
+        }
+        *out = gw__clients_single(token, (size_t)n);
+        memset(token, 0, sizeof token);
+        if (*out == NULL) {
+            snprintf(err, errlen, "--auth-token-file: out of memory");
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* SIGHUP: the clients file (or the token file) read again; a bad one is refused with a line
+ * naming the problem, and the previous clients stay in force. */
+static void reload_clients(const gw_config *cfg)
+{
+    char err[600];
+    gw_clients *t = NULL;
+
+    if (cfg->clients_file[0] == '\0' && cfg->auth_token_file[0] == '\0') {
+        gw__log_event(cfg, "info", "SIGHUP: no --clients or --auth-token-file to read again");
+        return;
+    }
+    if (load_clients(cfg, &t, err, sizeof err) != 0) {
+        gw__log_event(cfg, "error", "SIGHUP: %s; the previous clients stay in force", err);
+        return;
+    }
+    size_t n = t->n;
+    gw__clients_swap(&server.clients, t);
+    gw__log_event(cfg, "info", "SIGHUP: %s read again: %zu client(s), in force for new requests",
+                  cfg->clients_file[0] != '\0' ? cfg->clients_file : cfg->auth_token_file, n);
+}
+
 /* Checks what can be checked without serving. Returns 0 or -1 after printing why. */
 static int validate(gw_config *cfg, int quiet)
 {
@@ -89,14 +138,18 @@ static int validate(gw_config *cfg, int quiet)
         fprintf(stderr, "fencegate: %s\n", err);
         return -1;
     }
-    if (cfg->auth_token_file[0] != '\0') {
-        long n = fg_auth_token_read(cfg->auth_token_file, server.auth_token, err, sizeof err);
-        if (n < 0) {
+    gw_clients *clients = NULL;
+    if (load_clients(cfg, &clients, err, sizeof err) != 0) {
+        fprintf(stderr, "fencegate: %s\n", err);
+        return -1;
+    }
+    gw__clients_swap(&server.clients, clients);
+    if (cfg->tls_cert[0] != '\0') {
+        if (gw__tls_load(cfg, &tls, err, sizeof err) != 0) {
             fprintf(stderr, "fencegate: %s\n", err);
             return -1;
         }
-        server.auth_token_len = (size_t)n;
-        server.auth_on = 1;
+        server.tls = &tls;
     }
     /* The store URL's scheme and syntax, and its description for the logs; nothing is
      * opened (the database may not be up yet, and an LMDB directory may be in use). */
@@ -244,10 +297,21 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         return 1;
     }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
-    gw__log_event(cfg, "info", "fencegate %s listening on %s (redis %s, store %s, %u threads)",
-                  FENCEGATE_VERSION, cfg->listen, shown, server.store_desc,
-                  gw__server_loops(cfg));
-    while (sigwait(stop_signals, &sig) != 0) {
+    gw__log_event(cfg, "info",
+                  "fencegate %s listening on %s (%s; redis %s, store %s, %u threads)",
+                  FENCEGATE_VERSION, cfg->listen,
+                  server.tls == NULL ? "plain HTTP"
+                  : tls.ca_pem != NULL ? "HTTPS, client certificates required"
+                                       : "HTTPS",
+                  shown, server.store_desc, gw__server_loops(cfg));
+    for (;;) {
+        if (sigwait(stop_signals, &sig) != 0) {
+            continue;
+        }
+        if (sig != SIGHUP) {
+            break;
+        }
+        reload_clients(cfg);
     }
     gw__log_event(cfg, "info", "signal %d: no new connections; finishing in-flight requests",
                   sig);
@@ -262,6 +326,8 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     }
     store_close(server.st);
     lk_breaker_free(server.lk_opts.breaker); /* every client using it is closed by now */
+    gw__tls_free(&tls);
+    gw__clients_swap(&server.clients, NULL); /* no request holds it any more */
     gw__log_event(cfg, "info", "stopped");
     return 0;
 }
@@ -287,12 +353,16 @@ int main(int argc, char **argv)
     }
     if (cfg.routes) {
         for (int i = 0; i < GW_R_COUNT; i++) {
-            printf("%s %s\n", gw__routes[i].method, gw__routes[i].path);
+            printf("%s %s %s %s\n", gw__routes[i].method, gw__routes[i].path,
+                   gw__scope_name(gw__routes[i].scope),
+                   gw__route_resource_name(gw__routes[i].resource));
         }
         /* HEAD is served wherever GET is (routes.c), and is in the OpenAPI as such. */
         for (int i = 0; i < GW_R_COUNT; i++) {
             if (strcmp(gw__routes[i].method, "GET") == 0) {
-                printf("HEAD %s\n", gw__routes[i].path);
+                printf("HEAD %s %s %s\n", gw__routes[i].path,
+                       gw__scope_name(gw__routes[i].scope),
+                       gw__route_resource_name(gw__routes[i].resource));
             }
         }
         return 0;
@@ -302,6 +372,7 @@ int main(int argc, char **argv)
     sigemptyset(&stop_signals);
     sigaddset(&stop_signals, SIGTERM);
     sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGHUP); /* not a stop: reloads the clients (serve()) */
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     if (validate(&cfg, cfg.check_config) != 0) {
         return 2;

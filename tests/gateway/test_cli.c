@@ -87,15 +87,16 @@ static void test_version(void **state)
 static void test_routes(void **state)
 {
     static const char *const want[] = {
-        "POST /lock\n",          "POST /unlock\n",         "POST /renew\n",
-        "GET /locks/{resource}\n", "GET /resources/{resource}\n", "PUT /resources/{resource}\n",
-        "GET /healthz\n",        "GET /readyz\n",          "GET /metrics\n",
-        "HEAD /locks/{resource}\n", "HEAD /resources/{resource}\n", "HEAD /healthz\n",
-        "HEAD /readyz\n",       "HEAD /metrics\n",       "GET /livez\n",
-        "HEAD /livez\n",        "GET /locks\n",          "HEAD /locks\n",
-        "POST /admin/release\n", "GET /ui/\n",         "GET /ui/{file}\n",
-        "HEAD /ui/\n",          "HEAD /ui/{file}\n",     "POST /resources\n",
-        "DELETE /resources/{resource}\n", NULL};
+        "POST /lock lock body\n",   "POST /unlock lock body\n", "POST /renew lock body\n",
+        "GET /locks/{resource} read path\n", "GET /resources/{resource} read path\n",
+        "PUT /resources/{resource} write path\n", "GET /healthz public none\n", "GET /readyz metrics none\n",
+        "GET /metrics metrics none\n", "HEAD /locks/{resource} read path\n",
+        "HEAD /resources/{resource} read path\n", "HEAD /healthz public none\n", "HEAD /readyz metrics none\n",
+        "HEAD /metrics metrics none\n", "GET /livez public none\n", "HEAD /livez public none\n",
+        "GET /locks read none\n", "HEAD /locks read none\n", "POST /admin/release admin body\n",
+        "GET /ui/ public none\n", "HEAD /ui/ public none\n", "GET /ui/{file} public none\n",
+        "HEAD /ui/{file} public none\n", "POST /resources write body\n",
+        "DELETE /resources/{resource} write path\n", NULL};
     const char *const argv[] = {"--routes", NULL};
     run r;
     int lines = 0;

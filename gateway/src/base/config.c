@@ -56,6 +56,20 @@ static const gw_option options[] = {
      "token is the whole file less the white space around it, 1 to 511 printable ASCII bytes "
      "(a second line is refused), read as fencectl reads it",
      OPT_STRING, 0, 0},
+    {"--clients", "FENCEGATE_CLIENTS", "FILE",
+     "clients and their scopes (JSON: name, token_sha256, allow: [{prefix, ops}]); every "
+     "endpoint but /healthz then needs one of their tokens, and a client may do only what "
+     "its scopes allow; re-read on SIGHUP (a bad file is refused and the old one stays)",
+     OPT_STRING, 0, 0},
+    {"--tls-cert", "FENCEGATE_TLS_CERT", "FILE",
+     "serve HTTPS only (TLS 1.2 or later) with this PEM certificate (chain); needs --tls-key",
+     OPT_STRING, 0, 0},
+    {"--tls-key", "FENCEGATE_TLS_KEY", "FILE", "the PEM private key of --tls-cert", OPT_STRING,
+     0, 0},
+    {"--tls-client-ca", "FENCEGATE_TLS_CLIENT_CA", "FILE",
+     "mutual TLS: every request but /healthz needs a client certificate signed by a CA in "
+     "this PEM file (else 401); a certificate's subject CN may name a --clients client",
+     OPT_STRING, 0, 0},
     {"--max-value-bytes", "FENCEGATE_MAX_VALUE_BYTES", "N",
      "largest resource value a PUT may store (default 1048576)", OPT_SIZE, 1, 268435456},
     {"--map-size", "FENCEGATE_MAP_SIZE", "BYTES",
@@ -93,7 +107,8 @@ static const gw_option options[] = {
      "validate flags, environment and the open-file limit as start-up would, then exit "
      "without serving",
      OPT_FLAG, 0, 0},
-    {"--routes", NULL, NULL, "print one line per served route (METHOD /path) and exit",
+    {"--routes", NULL, NULL, "print one line per served route (METHOD /path SCOPE WHERE: the operation a "
+     "--clients client needs on it, and where its resource is: path, body or none) and exit",
      OPT_FLAG, 0, 0},
     {"--version", NULL, NULL, "print the version and exit", OPT_FLAG, 0, 0},
     {"--help", NULL, NULL, "print this help and exit", OPT_FLAG, 0, 0},
@@ -220,6 +235,14 @@ static int apply(gw_config *cfg, const gw_option *o, const char *value, const ch
             rc = copy_string(cfg->data_dir, sizeof cfg->data_dir, value);
         } else if (strcmp(o->flag, "--store") == 0) {
             rc = copy_string(cfg->store_url, sizeof cfg->store_url, value);
+        } else if (strcmp(o->flag, "--clients") == 0) {
+            rc = copy_string(cfg->clients_file, sizeof cfg->clients_file, value);
+        } else if (strcmp(o->flag, "--tls-cert") == 0) {
+            rc = copy_string(cfg->tls_cert, sizeof cfg->tls_cert, value);
+        } else if (strcmp(o->flag, "--tls-key") == 0) {
+            rc = copy_string(cfg->tls_key, sizeof cfg->tls_key, value);
+        } else if (strcmp(o->flag, "--tls-client-ca") == 0) {
+            rc = copy_string(cfg->tls_client_ca, sizeof cfg->tls_client_ca, value);
         } else {
             rc = copy_string(cfg->auth_token_file, sizeof cfg->auth_token_file, value);
         }
@@ -412,6 +435,21 @@ int gw__config_parse(gw_config *cfg, int argc, char **argv, char *err, size_t er
         cfg->waiters_derived = cfg->max_waiters == 0;
         cfg->per_address_derived = cfg->max_connections_per_address < 0;
         derive_limits(cfg);
+    }
+    if (rc == 0 && (cfg->tls_cert[0] != '\0') != (cfg->tls_key[0] != '\0')) {
+        snprintf(err, errlen, "--tls-cert and --tls-key go together: %s was given alone",
+                 cfg->tls_cert[0] != '\0' ? "--tls-cert" : "--tls-key");
+        rc = -1;
+    }
+    if (rc == 0 && cfg->tls_client_ca[0] != '\0' && cfg->tls_cert[0] == '\0') {
+        snprintf(err, errlen, "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS "
+                              "is TLS)");
+        rc = -1;
+    }
+    if (rc == 0 && cfg->clients_file[0] != '\0' && cfg->auth_token_file[0] != '\0') {
+        snprintf(err, errlen, "--clients and --auth-token-file are exclusive: give the "
+                              "token's client a line in the clients file");
+        rc = -1;
     }
     if (rc == 0 && cfg->max_waiters >= cfg->max_connections) {
         /* Waiters hold their connections: as many as --max-connections would leave none for

@@ -64,6 +64,10 @@ typedef struct gw_config {
     char data_dir[1024];
     char store_url[1024];        /* --store: "" for LMDB in data_dir (store_options.url) */
     char auth_token_file[1024];  /* "" when auth is off */
+    char clients_file[1024];     /* --clients: "" for none */
+    char tls_cert[1024];         /* --tls-cert, --tls-key: "" for plain HTTP */
+    char tls_key[1024];
+    char tls_client_ca[1024];    /* --tls-client-ca: "" for no client certificates */
     size_t max_value_bytes;
     size_t map_size;             /* LMDB map size in bytes (--map-size) */
     int threads;

@@ -8,23 +8,48 @@
 #include "base/routes.h"
 
 const gw_route gw__routes[GW_R_COUNT] = {
-    {"POST", "/lock", GW_R_LOCK},
-    {"POST", "/unlock", GW_R_UNLOCK},
-    {"POST", "/renew", GW_R_RENEW},
-    {"GET", "/locks/{resource}", GW_R_LOCK_STATUS},
-    {"GET", "/resources/{resource}", GW_R_RESOURCE_GET},
-    {"PUT", "/resources/{resource}", GW_R_RESOURCE_PUT},
-    {"GET", "/healthz", GW_R_HEALTHZ},
-    {"GET", "/readyz", GW_R_READYZ},
-    {"GET", "/metrics", GW_R_METRICS},
-    {"GET", "/livez", GW_R_LIVEZ},              /* public, like /healthz */
-    {"GET", "/locks", GW_R_LOCKS_LIST},         /* right needed: read */
-    {"POST", "/admin/release", GW_R_ADMIN_RELEASE}, /* right needed: admin */
-    {"GET", "/ui/", GW_R_UI},
-    {"GET", "/ui/{file}", GW_R_UI_FILE},
-    {"POST", "/resources", GW_R_TRANSACTION},
-    {"DELETE", "/resources/{resource}", GW_R_RESOURCE_DELETE},
+    {"POST", "/lock", GW_R_LOCK, GW_SCOPE_LOCK, GW_RES_BODY},
+    {"POST", "/unlock", GW_R_UNLOCK, GW_SCOPE_LOCK, GW_RES_BODY},
+    {"POST", "/renew", GW_R_RENEW, GW_SCOPE_LOCK, GW_RES_BODY},
+    {"GET", "/locks/{resource}", GW_R_LOCK_STATUS, GW_SCOPE_READ, GW_RES_PATH},
+    {"GET", "/resources/{resource}", GW_R_RESOURCE_GET, GW_SCOPE_READ, GW_RES_PATH},
+    {"PUT", "/resources/{resource}", GW_R_RESOURCE_PUT, GW_SCOPE_WRITE, GW_RES_PATH},
+    {"GET", "/healthz", GW_R_HEALTHZ, GW_SCOPE_PUBLIC, GW_RES_NONE},
+    {"GET", "/readyz", GW_R_READYZ, GW_SCOPE_METRICS, GW_RES_NONE},
+    {"GET", "/metrics", GW_R_METRICS, GW_SCOPE_METRICS, GW_RES_NONE},
+    {"GET", "/livez", GW_R_LIVEZ, GW_SCOPE_PUBLIC, GW_RES_NONE},
+    /* The listing answers only the locks under the client's read prefixes (locks_list.c). */
+    {"GET", "/locks", GW_R_LOCKS_LIST, GW_SCOPE_READ, GW_RES_NONE},
+    {"POST", "/admin/release", GW_R_ADMIN_RELEASE, GW_SCOPE_ADMIN, GW_RES_BODY},
+    {"GET", "/ui/", GW_R_UI, GW_SCOPE_PUBLIC, GW_RES_NONE},
+    {"GET", "/ui/{file}", GW_R_UI_FILE, GW_SCOPE_PUBLIC, GW_RES_NONE},
+    {"POST", "/resources", GW_R_TRANSACTION, GW_SCOPE_WRITE, GW_RES_BODY},
+    {"DELETE", "/resources/{resource}", GW_R_RESOURCE_DELETE, GW_SCOPE_WRITE, GW_RES_PATH},
 };
+
+static const char *const scope_names[GW_SCOPE_COUNT] = {
+    "unset", "public", "lock", "write", "read", "admin", "metrics",
+};
+
+const char *gw__scope_name(gw_scope s)
+{
+    return s > GW_SCOPE_UNSET && s < GW_SCOPE_COUNT ? scope_names[s] : scope_names[0];
+}
+
+const char *gw__route_resource_name(gw_route_resource r)
+{
+    return r == GW_RES_PATH ? "path" : r == GW_RES_BODY ? "body" : "none";
+}
+
+gw_scope gw__scope_parse(const char *name)
+{
+    for (int s = GW_SCOPE_LOCK; s < GW_SCOPE_COUNT; s++) {
+        if (strcmp(name, scope_names[s]) == 0) {
+            return (gw_scope)s;
+        }
+    }
+    return GW_SCOPE_UNSET;
+}
 
 /* Matches path against a template. A template ending in "{resource}" matches any
  * non-empty remainder after its prefix; *param points at that remainder. */
@@ -42,6 +67,17 @@ static int path_matches(const char *tmpl, const char *path, const char **param)
     }
     *param = path + prefix;
     return 1;
+}
+
+int gw__route_public_path(const char *path)
+{
+    for (int i = 0; i < GW_R_COUNT; i++) {
+        const char *p = NULL;
+        if (gw__routes[i].scope == GW_SCOPE_PUBLIC && path_matches(gw__routes[i].path, path, &p)) {
+            return 1;
+        }
+    }
+    return 0;
 }
 
 int gw__route_match(const char *method, const char *path, const gw_route **route,

@@ -32,6 +32,60 @@ static void generate_owner(gw_server *srv, lock_args *a)
     a->owner_generated = 1;
 }
 
+/* "CLIENT:" + s into buf, unless s starts with it already and keep_bound. Returns 0, or -1
+ * after queuing the 400 when the result is too long. */
+static int bind_one(gw_request *req, const char *what, const char *s, int keep_bound,
+                    char buf[LK_OWNER_MAX + 1], enum MHD_Result *result)
+{
+    const char *name = req->client->name;
+    size_t nlen = strlen(name);
+    char tmp[LK_OWNER_MAX + 1];
+
+    size_t slen = strlen(s);
+    if (keep_bound && strncmp(s, name, nlen) == 0 && s[nlen] == ':') {
+        memcpy(tmp, s, slen + 1); /* a valid owner: at most LK_OWNER_MAX bytes */
+    } else if (nlen + 1 + slen > LK_OWNER_MAX) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 "%s is too long: with the client's name in front ('%s:') it "
+                                 "must fit in %d bytes",
+                                 what, name, LK_OWNER_MAX);
+        return -1;
+    } else {
+        memcpy(tmp, name, nlen);
+        tmp[nlen] = ':';
+        memcpy(tmp + nlen + 1, s, slen + 1);
+    }
+    memcpy(buf, tmp, sizeof tmp);
+    return 0;
+}
+
+/* Binds the key (before an owner is derived from it) to the request's client, with
+ * --clients only (args.h). Returns 0 or -1 after queuing the 400. */
+static int bind_key(gw_request *req, lock_args *a, enum MHD_Result *result)
+{
+    if (req->client == NULL || req->srv->cfg->clients_file[0] == '\0' || a->idem_key == NULL) {
+        return 0;
+    }
+    if (bind_one(req, "Idempotency-Key", a->idem_key, 0, a->idem_buf, result) != 0) {
+        return -1;
+    }
+    a->idem_key = a->idem_buf;
+    return 0;
+}
+
+/* Binds the owner to the request's client, with --clients only (args.h). */
+static int bind_owner(gw_request *req, lock_args *a, enum MHD_Result *result)
+{
+    if (req->client == NULL || req->srv->cfg->clients_file[0] == '\0') {
+        return 0;
+    }
+    if (bind_one(req, "owner", a->owner, 1, a->owner_buf, result) != 0) {
+        return -1;
+    }
+    a->owner = a->owner_buf;
+    return 0;
+}
+
 /* Reads an optional boolean field (false when absent). Returns 0, or -1 after queuing the
  * 400. */
 static int field_bool(gw_request *req, json_t *root, const char *field, int *out,
@@ -68,18 +122,20 @@ int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *
     memset(a, 0, sizeof *a);
     if (gw__fields_known(req, root, lock_fields, result) != 0 ||
         gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+        gw__authorize(req, a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 0, &a->owner, result) != 0 ||
         gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
                       req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0 ||
         gw__field_int(req, root, "wait_ms", 0, 0, GW_MAX_WAIT_MS, &a->wait_ms, result) != 0 ||
         field_bool(req, root, "fair", &a->fair, result) != 0 ||
-        gw__idempotency_key(req, &a->idem_key, result) != 0) {
+        gw__idempotency_key(req, &a->idem_key, result) != 0 ||
+        bind_key(req, a, result) != 0) {
         return -1;
     }
     if (a->owner == NULL) {
         generate_owner(req->srv, a);
     }
-    return 0;
+    return bind_owner(req, a, result);
 }
 
 int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
@@ -88,10 +144,12 @@ int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
     memset(a, 0, sizeof *a);
     if (gw__fields_known(req, root, renew ? renew_fields : unlock_fields, result) != 0 ||
         gw__field_name(req, root, "resource", 1, &a->resource, result) != 0 ||
+        gw__authorize(req, a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
         (renew && gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
                                 req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0) ||
-        gw__idempotency_key(req, &a->idem_key, result) != 0) {
+        gw__idempotency_key(req, &a->idem_key, result) != 0 || bind_key(req, a, result) != 0 ||
+        bind_owner(req, a, result) != 0) {
         return -1;
     }
     return 0;

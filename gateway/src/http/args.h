@@ -24,9 +24,15 @@ typedef struct gw_lock_args {
     int64_t wait_ms;
     int fair;
     char owner_buf[LK_OWNER_MAX + 1];
+    char idem_buf[LK_OWNER_MAX + 1];
     int owner_generated;
 } gw_lock_args;
 
+/* With --clients, owners and Idempotency-Keys are bound to the client that sends them: the
+ * owner given to Redis is "CLIENT:OWNER" (an owner that already starts with "CLIENT:", as
+ * the /lock answer shows it, is taken as it is), and the key "CLIENT:KEY". Client names have
+ * no ':', so the first ':' says whose an owner is, and another client presenting the same
+ * owner id names another owner (409 not_owner). Without --clients nothing changes. */
 /* Reads and checks the /lock arguments: "resource", optional "owner" (generated when absent,
  * see generate_owner()), "ttl_ms", "wait_ms", "fair" from root (gw__parse_object's), and the
  * Idempotency-Key header. Returns 0, or -1 after queuing the 400. */

@@ -27,6 +27,7 @@
 #include <time.h>
 
 #include "http/server_internal.h"
+#include "http/tls.h"
 #include "rt/log.h"
 #include "rt/loops.h"
 #include "rt/util.h"
@@ -62,6 +63,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
             return; /* untracked: the place its accept took is given back (loops.c) */
         }
         c->fd = ci->connect_fd;
+        c->client_place = -1;
         c->slot = gw__loops_opened(cs->srv->loops);
         atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
         pthread_mutex_lock(&cs->mu);
@@ -90,6 +92,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
     pthread_mutex_unlock(&cs->mu);
     gw__loops_closed(cs->srv->loops, c->slot);
     atomic_fetch_sub(&cs->srv->metrics.connections, 1);
+    gw__metrics_client_conn_give(&cs->srv->metrics, c->client_place);
     free(c);
     *socket_context = NULL;
 }
@@ -115,6 +118,9 @@ void gw__conns_sweep(void *arg)
     int64_t now = gw__now_us();
     unsigned closed = 0;
 
+    if (cs->srv->tls != NULL) {
+        gw__tls_expiry_check(cs->srv->cfg, cs->srv->tls); /* a time() and two compares */
+    }
     pthread_mutex_lock(&cs->mu);
     for (gw_conn *c = cs->head; c != NULL; c = c->next) {
         int64_t at = atomic_load(&c->deadline_us);

@@ -185,6 +185,18 @@ int gw__request_start(gw_request *req, const char *url, const char *method,
         *result = gw__queue(req, MHD_HTTP_METHOD_NOT_ALLOWED, resp);
         return -1;
     }
+    /* A route that names no scope is served to nobody (routes.h, GW_SCOPE_UNSET). */
+    if (req->route->scope == GW_SCOPE_UNSET) {
+        *result = gw__send_error(req, MHD_HTTP_FORBIDDEN, "forbidden", NULL,
+                                 "%s %s has no scope rule; it is served to no client",
+                                 req->route->method, req->route->path);
+        return -1;
+    }
+    /* The scope: a path's resource now, a body's once it is parsed (http/args.c), and a
+     * client that may not do this operation anywhere is refused before its body. */
+    if (gw__authorize(req, req->route->resource == GW_RES_PATH ? param : NULL, result) != 0) {
+        return -1;
+    }
     size_t plen = strlen(param);
     req->param_too_long = plen > LK_RESOURCE_MAX;
     req->param = param;

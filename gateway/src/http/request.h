@@ -69,6 +69,10 @@ struct gw_request {
     size_t body_dropped;          /* bytes discarded so far, at most GW_DRAIN_MAX */
     int answered;                 /* a response was queued */
     int status;                   /* the status of that response, for log and metrics */
+    /* Who sent it (http/auth.c): the client, in its table, on which the request holds a
+     * reference until it completes; both NULL without authentication. */
+    gw_clients *clients;
+    const gw_client *client;
 };
 
 #endif

@@ -58,4 +58,11 @@ int gw__idempotency_key(gw_request *req, const char **key, enum MHD_Result *resu
 /* Validates req->param as a resource name; queues the 400 and returns -1 when it is not. */
 int gw__path_resource(gw_request *req, enum MHD_Result *result);
 
+/* 403 forbidden unless the request's client may do its route's operation (the route's
+ * scope) on resource; NULL: on some resource. A route whose resource is in its body calls it
+ * once the name is parsed (args.c); path routes are checked before their body (intake.c).
+ * Returns 0, or -1 after queuing the 403, which names the operation and the resource. Without
+ * authentication every request passes. (auth.c) */
+int gw__authorize(gw_request *req, const char *resource, enum MHD_Result *result);
+
 #endif

@@ -50,6 +50,7 @@
 #include "http/respond.h"
 #include "http/server.h"
 #include "http/server_internal.h"
+#include "http/tls.h"
 #include "rt/log.h"
 #include "rt/loops.h"
 #include "rt/pipe.h"
@@ -79,6 +80,7 @@ static gw_request *request_new(gw_server *srv, struct MHD_Connection *conn, cons
 
 static void request_free(gw_request *req)
 {
+    gw__clients_release(req->clients);
     free(req->body);
     free(req);
 }
@@ -145,9 +147,13 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
         return;
     }
     int64_t micros = gw__now_us() - req->start_us;
-    gw__log_request(srv->cfg, req->method, req->url, req->status, micros, toe);
+    gw__log_request(srv->cfg, req->method, req->url, req->status, micros, toe,
+                    req->client != NULL ? req->client->name : NULL);
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
+    if (req->client != NULL) {
+        gw__metrics_client(&srv->metrics, req->client->name, req->status);
+    }
     if (req->op_state != NULL && req->op->completed != NULL) {
         req->op->completed(req, toe);
     } else {
@@ -236,7 +242,12 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
     /* Suspend/resume parks waiting /lock requests without holding a loop thread. No
      * internal thread: loops.c runs each daemon (MHD_run). */
     unsigned int flags = MHD_USE_EPOLL | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME |
-                         (ipv6 ? MHD_USE_IPv6 : 0);
+                         (ipv6 ? MHD_USE_IPv6 : 0) | (srv->tls != NULL ? MHD_USE_TLS : 0);
+    /* Every loop's daemon serves the same listener: each gets the TLS options. */
+    struct MHD_OptionItem tls_opts[6] = {{MHD_OPTION_END, 0, NULL}};
+    if (srv->tls != NULL) {
+        gw__tls_options(srv->tls, tls_opts);
+    }
     unsigned int n = gw__server_loops(srv->cfg);
     /* Each daemon its share of the limit, the remainder to the first ones, as
      * libmicrohttpd's pool split it. */
@@ -259,7 +270,8 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
             MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)GW_CONN_MEMORY,
             MHD_OPTION_NOTIFY_COMPLETED, request_completed, srv, MHD_OPTION_UNESCAPE_CALLBACK,
             no_unescape, NULL, MHD_OPTION_NOTIFY_CONNECTION, gw__conn_notify, srv->conns,
-            MHD_OPTION_URI_LOG_CALLBACK, gw__conn_request_line, NULL, MHD_OPTION_END);
+            MHD_OPTION_URI_LOG_CALLBACK, gw__conn_request_line, NULL, MHD_OPTION_ARRAY,
+            tls_opts, MHD_OPTION_END);
         if (d == NULL) {
             snprintf(err, errlen, "cannot start HTTP loop %u on %s", i, srv->cfg->listen);
             return -1;

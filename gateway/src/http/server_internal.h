@@ -23,6 +23,10 @@ typedef struct gw_conn {
     int served;                   /* requests completed; only its own thread touches it */
     size_t uri_strlen;            /* strlen() of the raw request target, before any parsing */
     atomic_llong deadline_us;     /* monotonic; 0 when no request is being received */
+    int cert_checked;             /* mutual TLS: 1 verified, -1 refused, 0 not yet (auth.c) */
+    char cert_cn[65];             /* a verified client certificate's subject CN, or "" */
+    int client_place;             /* its place in its client's connections, -1: none yet
+                                   * (auth.c; given back when it closes, conns.c) */
 } gw_conn;
 
 struct gw_conns {

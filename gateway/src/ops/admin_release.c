@@ -27,7 +27,7 @@ struct gw_admin_release {
     gw_server *srv;
     char resource[LK_RESOURCE_MAX + 1];
     char reason[REASON_MAX + 1];  /* printable_reason() of the client's text */
-    char client[64];              /* the client's address */
+    char client[160];             /* the client's name (with --clients) and address */
     gw_forced out;
     char err[256];                /* lk_errstr() of the side thread's handle, "" for none */
 };
@@ -99,7 +99,8 @@ static enum MHD_Result release_start(gw_request *req)
         return result;
     }
     if (gw__fields_known(req, root, known, &result) != 0 ||
-        gw__field_name(req, root, "resource", 1, &resource, &result) != 0) {
+        gw__field_name(req, root, "resource", 1, &resource, &result) != 0 ||
+        gw__authorize(req, resource, &result) != 0) {
         json_decref(root);
         return result;
     }
@@ -117,7 +118,10 @@ static enum MHD_Result release_start(gw_request *req)
         ar->srv = req->srv;
         snprintf(ar->resource, sizeof ar->resource, "%s", resource);
         printable_reason(ar->reason, sizeof ar->reason, reason);
-        client_of(req->conn, ar->client, sizeof ar->client);
+        char addr[64];
+        client_of(req->conn, addr, sizeof addr);
+        snprintf(ar->client, sizeof ar->client, "%s%s%s", req->client != NULL ? req->client->name : "",
+                 req->client != NULL ? " at " : "", addr);
     }
     json_decref(root);
     return gw__pipe_offload(req, req->srv->side, ar, ar != NULL ? &ar->job : NULL,

@@ -342,6 +342,15 @@ static enum MHD_Result lock_start(gw_request *req)
         call->over_share = (unsigned char)!call->wait_place;
         call->wants_wait = call->wait_place;
     }
+    call->client_place = -1;
+    if (call->wants_wait && req->client != NULL && req->srv->cfg->clients_file[0] != '\0') {
+        /* And past its client's share, so one client cannot take every waiter. */
+        call->client_place = gw__metrics_client_wait_take(&req->srv->metrics, req->client->name,
+                                                          gw__lock_client_waiters(req->srv));
+        call->over_client = (unsigned char)(call->client_place < 0);
+        call->over_share = call->over_client;
+        call->wants_wait = !call->over_client;
+    }
     call->fair = (unsigned char)a.fair;
     call->deadline_ms = gw__now_ms() + a.wait_ms;
     call->waiter.fd = -1;
@@ -400,6 +409,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (call->wait_place) {
         gw__loops_wait_give(req->srv->loops, req->slot);
     }
+    gw__metrics_client_wait_give(&req->srv->metrics, call->client_place);
     gw__wait_free(req->srv->waitq, &call->waiter, call);
     req->op_state = NULL;
 }

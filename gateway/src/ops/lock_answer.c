@@ -118,6 +118,13 @@ enum MHD_Result gw__lock_answer_stopped(gw_request *req, struct gw_lock_call *ca
  * (over_share): 503 with a Retry-After of the holder's remaining lease (at least 1 s), when
  * the lock may be free and the waiters fewer. The connection stays open: a client's pool
  * sends its next request, one that does not wait, on it. */
+int gw__lock_client_waiters(const gw_server *srv)
+{
+    /* An eighth of --max-waiters stays for the other clients (at least one waiter each). */
+    int n = srv->cfg->max_waiters;
+    return n - n / 8 > 0 ? n - n / 8 : 1;
+}
+
 enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock_call *call,
                                                  const lk_result *res)
 {
@@ -129,7 +136,16 @@ enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock
     gw__lock_leave_fair_queue(req, call);
     gw__lock_count_acquire(req, GW_ACQ_unavailable);
     snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
-    if (call->over_share) {
+    if (call->over_client) {
+        int share = gw__lock_client_waiters(req->srv);
+        resp = gw__error_response(
+            "too_many_waiters",
+            json_pack("{s:s, s:I, s:i}", "resource", call->turn.resource, "retry_after_ms",
+                      (json_int_t)retry_ms, "max_waiters_per_client", share),
+            "%s is held by another owner, and %d requests of client '%s' are waiting already "
+            "(a client's share of --max-waiters)",
+            call->turn.resource, share, req->client != NULL ? req->client->name : "");
+    } else if (call->over_share) {
         unsigned int share = gw__loops_waiter_share(req->srv->loops);
         resp = gw__error_response(
             "too_many_waiters",

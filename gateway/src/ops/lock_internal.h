@@ -66,6 +66,9 @@ struct gw_lock_call {
                                           * (gw__loops_wait_take) */
     unsigned char over_share;            /* wanted to wait, but its address's waiters had
                                           * their share: one attempt, then 503 if held */
+    unsigned char over_client;           /* the same for its client's waiters (--clients) */
+    int client_place;                    /* its client's waiting place, -1: none
+                                          * (gw__metrics_client_wait_take) */
     gw_fence_turn turn;                  /* its place in its stripe's line (fence.c); its
                                           * refused says why it was answered without Redis
                                           * (ATTEMPT_*) */
@@ -94,6 +97,8 @@ void gw__lock_leave_fair_queue(gw_request *req, struct gw_lock_call *call);
 enum MHD_Result gw__lock_answer_uncovered(gw_request *req, const struct gw_lock_call *call,
                                           int64_t token);
 enum MHD_Result gw__lock_answer_stopped(gw_request *req, struct gw_lock_call *call);
+/* The most parked /locks of one client (--clients): all but an eighth of --max-waiters. */
+int gw__lock_client_waiters(const gw_server *srv);
 enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock_call *call,
                                                  const lk_result *res);
 enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *call,

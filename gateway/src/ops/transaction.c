@@ -279,6 +279,9 @@ static int read_body(gw_request *req, txn_call *tc, enum MHD_Result *result)
         if (read_write(req, i, json_array_get(ws, i), tw, result) != 0) {
             return -1;
         }
+        if (gw__authorize(req, tw->w.resource, result) != 0) {
+            return -1;
+        }
         for (size_t j = 0; j < i; j++) {
             if (strcmp(tc->writes[j].w.resource, tw->w.resource) == 0) {
                 *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,

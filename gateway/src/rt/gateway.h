@@ -32,12 +32,14 @@
 
 #include "base/config.h"
 #include "core/fence.h"
+#include "rt/clients.h"
 #include "rt/loops.h"
 #include "rt/metrics.h"
 
 /* Opaque here, defined by the layer that owns them (pipe.h, waiters.h). */
 typedef struct gw_pipe gw_pipe;
 typedef struct gw_waitq gw_waitq;
+typedef struct gw_tls gw_tls;
 /* An endpoint's operation (http/request.h). */
 struct gw_op;
 
@@ -46,9 +48,10 @@ typedef struct gw_server {
     store *st;
     char store_desc[600];         /* store_describe(st): for logs and /readyz, no password */
     lk_options lk_opts;
-    char auth_token[FG_AUTH_TOKEN_MAX + 1];
-    size_t auth_token_len;
-    int auth_on;
+    /* The clients (--clients, or the --auth-token-file token as one); none installed: no
+     * authentication. Swapped on SIGHUP (clients.h). */
+    gw_clients_box clients;
+    gw_tls *tls;                  /* the listener's TLS (http/tls.h); NULL: plain HTTP */
     uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */
     atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
     atomic_long inflight;         /* requests between their first call and completion */

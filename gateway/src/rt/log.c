@@ -196,7 +196,7 @@ static void emit(const char *line, int len)
 }
 
 void gw__log_request(const gw_config *cfg, const char *method, const char *url, int status,
-                     int64_t micros, enum MHD_RequestTerminationCode toe)
+                     int64_t micros, enum MHD_RequestTerminationCode toe, const char *client)
 {
     char ts[40];
     char line[512];
@@ -209,14 +209,16 @@ void gw__log_request(const gw_config *cfg, const char *method, const char *url, 
     if (cfg->log_json) {
         n = snprintf(line, sizeof line,
                      "{\"ts\":\"%s\",\"method\":\"%s\",\"path\":\"%s\",\"status\":%d,"
-                     "\"duration_us\":%lld%s%s%s}\n",
+                     "\"duration_us\":%lld%s%s%s%s%s%s}\n",
                      ts, method, path, status, (long long)micros,
                      end != NULL ? ",\"ended\":\"" : "", end != NULL ? end : "",
-                     end != NULL ? "\"" : "");
+                     end != NULL ? "\"" : "", client != NULL ? ",\"client\":\"" : "",
+                     client != NULL ? client : "", client != NULL ? "\"" : "");
     } else {
-        n = snprintf(line, sizeof line, "%s %s %s %d %lldus%s%s\n", ts, method, path,
+        n = snprintf(line, sizeof line, "%s %s %s %d %lldus%s%s%s%s\n", ts, method, path,
                      status, (long long)micros, end != NULL ? " ended=" : "",
-                     end != NULL ? end : "");
+                     end != NULL ? end : "", client != NULL ? " client=" : "",
+                     client != NULL ? client : "");
     }
     emit(line, n < (int)sizeof line ? n : (int)sizeof line - 1);
 }

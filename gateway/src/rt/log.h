@@ -26,11 +26,11 @@ void gw__log_stop(void);
 /* Lines dropped because the buffer was full (stderr not keeping up). */
 unsigned long long gw__log_dropped(void);
 
-/* One line per request on stderr: method, path, status, microseconds. Never owners,
- * headers or bodies. method is printable already; url is the raw request path (client
- * bytes, made printable here). */
+/* One line per request on stderr: method, path, status, microseconds, and the client's name
+ * (NULL without authentication). Never tokens, owners, headers or bodies. method is
+ * printable already; url is the raw request path (client bytes, made printable here). */
 void gw__log_request(const gw_config *cfg, const char *method, const char *url, int status,
-                     int64_t micros, enum MHD_RequestTerminationCode toe);
+                     int64_t micros, enum MHD_RequestTerminationCode toe, const char *client);
 /* A line about the process itself (start, shutdown, dependency trouble). */
 void gw__log_event(const gw_config *cfg, const char *level, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

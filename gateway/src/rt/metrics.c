@@ -60,6 +60,73 @@ void gw__metrics_observe_commit(gw_metrics *m, int64_t micros)
     atomic_fetch_add(&m->commit_sum_us, (unsigned long long)(micros > 0 ? micros : 0));
 }
 
+/* The slot of name, added when it is new and there is room; GW_METRIC_CLIENTS: "other". */
+static int client_slot(gw_metrics *m, const char *name)
+{
+    int n = atomic_load(&m->client_count);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(m->client_names[i], name) == 0) {
+            return i;
+        }
+    }
+    int unlocked = 0;
+    while (!atomic_compare_exchange_weak(&m->client_lock, &unlocked, 1)) {
+        unlocked = 0; /* another thread adds a name: a few instructions */
+    }
+    int slot = GW_METRIC_CLIENTS;
+    n = atomic_load(&m->client_count);
+    for (int i = 0; i < n && slot == GW_METRIC_CLIENTS; i++) {
+        slot = strcmp(m->client_names[i], name) == 0 ? i : slot;
+    }
+    if (slot == GW_METRIC_CLIENTS && n < GW_METRIC_CLIENTS) {
+        snprintf(m->client_names[n], sizeof m->client_names[n], "%s", name);
+        atomic_store(&m->client_count, n + 1);
+        slot = n;
+    }
+    atomic_store(&m->client_lock, 0);
+    return slot;
+}
+
+void gw__metrics_client(gw_metrics *m, const char *name, int status)
+{
+    int c = status >= 500 ? 2 : status >= 400 ? 1 : 0;
+    atomic_fetch_add(&m->client_requests[client_slot(m, name)][c], 1);
+}
+
+/* One of count's limit places, or -1. */
+static int take_place(atomic_int *count, int slot, int limit)
+{
+    if (atomic_fetch_add(&count[slot], 1) >= limit) {
+        atomic_fetch_sub(&count[slot], 1);
+        return -1;
+    }
+    return slot;
+}
+
+int gw__metrics_client_wait_take(gw_metrics *m, const char *name, int limit)
+{
+    return take_place(m->client_waiting, client_slot(m, name), limit);
+}
+
+void gw__metrics_client_wait_give(gw_metrics *m, int place)
+{
+    if (place >= 0) {
+        atomic_fetch_sub(&m->client_waiting[place], 1);
+    }
+}
+
+int gw__metrics_client_conn_take(gw_metrics *m, const char *name, int limit)
+{
+    return take_place(m->client_conns, client_slot(m, name), limit);
+}
+
+void gw__metrics_client_conn_give(gw_metrics *m, int place)
+{
+    if (place >= 0) {
+        atomic_fetch_sub(&m->client_conns[place], 1);
+    }
+}
+
 /* A growing text buffer; on allocation failure it stops growing and `failed` is set. */
 typedef struct textbuf {
     char *data;
@@ -298,6 +365,22 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
            "Log lines dropped because stderr did not keep up and the log buffer was full "
            "(a request never waits for its log line).");
     put(&b, "fencegate_log_lines_dropped_total %llu\n", gw__log_dropped());
+    int clients = atomic_load(&m->client_count);
+    if (clients > 0) {
+        static const char *const classes[GW_METRIC_CLIENT_CLASSES] = {"2xx", "4xx", "5xx"};
+        header(&b, "fencegate_client_requests_total", "counter",
+               "Requests by client (--clients names, \"other\" past 64) and status class.");
+        for (int i = 0; i <= clients; i++) {
+            const char *name = i < clients ? m->client_names[i] : "other";
+            if (i == clients && i < GW_METRIC_CLIENTS) {
+                break; /* no "other" while every name has a slot */
+            }
+            for (int c = 0; c < GW_METRIC_CLIENT_CLASSES; c++) {
+                put(&b, "fencegate_client_requests_total{client=\"%s\",code=\"%s\"} %llu\n",
+                    name, classes[c], atomic_load(&m->client_requests[i][c]));
+            }
+        }
+    }
     static const char *const pipelines[4] = {"redis", "storage", "side", "reads"};
     header(&b, "fencegate_pipeline_batches_total", "counter",
            "Batches sent by the pipelines: Redis script calls sent as one pipeline, "

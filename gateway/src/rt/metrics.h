@@ -57,6 +57,11 @@ typedef enum gw_wake { GW_WAKE_REASONS(GW_X_WAKE) GW_WAKE_COUNT } gw_wake;
 #define GW_X_COUNT(code) +1
 #define GW_STATUS_COUNT (0 GW_STATUS_CODES(GW_X_COUNT) + 1)
 
+/* Clients counted by name (--clients): the names of the clients files in force since start,
+ * the first GW_METRIC_CLIENTS of them; any later one counts as "other". */
+#define GW_METRIC_CLIENTS 64
+#define GW_METRIC_CLIENT_CLASSES 3 /* 2xx (and 1xx, 3xx), 4xx, 5xx */
+
 typedef struct gw_metrics {
     atomic_ullong acquire[GW_ACQ_COUNT];
     atomic_ullong release[GW_REL_COUNT];
@@ -95,11 +100,31 @@ typedef struct gw_metrics {
      * that "near the limit" can be computed from the scrape alone. Set once at start. */
     int max_connections;
     int max_waiters;
+    /* Requests by client (+1: "other") and status class. A name is written once, before
+     * client_count covers it, under client_lock (taken only to add a name). */
+    char client_names[GW_METRIC_CLIENTS][65];
+    atomic_int client_count;
+    atomic_int client_lock;
+    atomic_ullong client_requests[GW_METRIC_CLIENTS + 1][GW_METRIC_CLIENT_CLASSES];
+    atomic_int client_waiting[GW_METRIC_CLIENTS + 1]; /* parked /locks by client */
+    atomic_int client_conns[GW_METRIC_CLIENTS + 1];   /* connections by client */
 } gw_metrics;
 
 void gw__metrics_observe(gw_metrics *m, int route, int status, int64_t micros);
 /* One commit of the storage writer, which took micros. */
 void gw__metrics_observe_commit(gw_metrics *m, int64_t micros);
+/* Counts a request of the client named name (at most 64 bytes) answered with status. */
+void gw__metrics_client(gw_metrics *m, const char *name, int status);
+/* A /lock of the client named name that may wait takes one of the client's waiting places:
+ * at most limit, so that one client cannot take every waiter of --max-waiters. Returns the
+ * place (give it back with gw__metrics_client_wait_give), or -1 when the client has its
+ * limit. Counted by name, so a SIGHUP reload neither resets nor doubles it. Any thread. */
+int gw__metrics_client_wait_take(gw_metrics *m, const char *name, int limit);
+void gw__metrics_client_wait_give(gw_metrics *m, int place);
+/* The same for a connection: counted under the client of its first authenticated request,
+ * until it closes. */
+int gw__metrics_client_conn_take(gw_metrics *m, const char *name, int limit);
+void gw__metrics_client_conn_give(gw_metrics *m, int place);
 /* Records what handle c saw of the Redis topology: redis_failovers becomes the largest
  * count any handle reported (each handle counts the master changes it met itself). */
 void gw__metrics_note_topology(gw_metrics *m, const lk_topology *topo);

@@ -1,11 +1,17 @@
 /*
  * Small helpers every layer uses: the monotonic clock, printable copies of client bytes, and
- * counting request headers.
+ * counting request headers, reading a whole file.
  */
 #define _DEFAULT_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "rt/util.h"
 
@@ -64,4 +70,73 @@ int gw__header_count(struct MHD_Connection *conn, const char *name, const char *
         *value = hc.value;
     }
     return hc.n;
+}
+
+int gw__read_file(const char *path, size_t max, char **out, size_t *len, char *err,
+                  size_t errlen, const char *what)
+{
+    struct stat st, after;
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+    *out = NULL;
+    if (fd < 0) {
+        snprintf(err, errlen, "%s %s: cannot open it: %s", what, path, strerror(errno));
+        return -1;
+    }
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+        snprintf(err, errlen, "%s %s: not a regular file%s", what, path,
+                 S_ISDIR(st.st_mode) ? " (a directory)" : "");
+        close(fd);
+        return -1;
+    }
+    if ((unsigned long long)st.st_size > max) {
+        snprintf(err, errlen, "%s %s: over %zu bytes", what, path, max);
+        close(fd);
+        return -1;
+    }
+    size_t want = (size_t)st.st_size, got = 0;
+    char *buf = malloc(want + 2);
+    if (buf == NULL) {
+        snprintf(err, errlen, "%s %s: out of memory", what, path);
+        close(fd);
+        return -1;
+    }
+    /* One byte more than its size: a file that grew while being read is noticed. */
+    while (got < want + 1) {
+        ssize_t n = read(fd, buf + got, want + 1 - got);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0) {
+            snprintf(err, errlen, "%s %s: cannot read it: %s", what, path, strerror(errno));
+            free(buf);
+            close(fd);
+            return -1;
+        }
+        if (n == 0) {
+            break;
+        }
+        got += (size_t)n;
+    }
+    int changed = got != want || fstat(fd, &after) != 0 || after.st_size != st.st_size ||
+                  after.st_mtim.tv_sec != st.st_mtim.tv_sec ||
+                  after.st_mtim.tv_nsec != st.st_mtim.tv_nsec;
+    close(fd);
+    if (changed) {
+        snprintf(err, errlen, "%s %s: the file changed while being read; write it to another "
+                              "name and rename it into place", what, path);
+        free(buf);
+        return -1;
+    }
+    buf[got] = '\0';
+    if (memchr(buf, '\0', got) != NULL) {
+        snprintf(err, errlen, "%s %s: has a NUL byte (not a text file)", what, path);
+        free(buf);
+        return -1;
+    }
+    *out = buf;
+    if (len != NULL) {
+        *len = got;
+    }
+    return 0;
 }

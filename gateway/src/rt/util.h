@@ -26,4 +26,11 @@ void gw__printable(char *dst, size_t len, const char *src);
 /* Counts the request headers named `name` (case-insensitive); *value gets the last one. */
 int gw__header_count(struct MHD_Connection *conn, const char *name, const char **value);
 
+/* Reads the whole regular file path (at most max bytes, no NUL in it) into *out, malloc'd and
+ * NUL-terminated, and its length into *len (may be NULL). Returns 0, or -1 with a message
+ * that starts "WHAT PATH: " in err: unreadable, not a regular file (a directory), too long,
+ * a NUL byte, or changed while being read. */
+int gw__read_file(const char *path, size_t max, char **out, size_t *len, char *err,
+                  size_t errlen, const char *what);
+
 #endif
