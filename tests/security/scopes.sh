@@ -45,9 +45,14 @@ base=http://127.0.0.1:$SEC_PORT
 call() {
     local method=$1 p=${2//\{resource\}/$3} auth=() data=()
     [ -z "${4:-}" ] || auth=(-H "Authorization: Bearer $4")
+    # A body each route parses up to its resource, so only the scope can refuse it early.
+    local body="{\"resource\":\"$3\"}"
+    case "$2" in
+        /resources) body="{\"writes\":[{\"resource\":\"$3\",\"token\":1,\"value\":\"x\"}]}" ;;
+        /admin/release) body="{\"resource\":\"$3\",\"reason\":\"scope test\"}" ;;
+    esac
     case "$method" in GET | HEAD) ;; *)
-        data=(-H 'Content-Type: application/json' -H 'Fencing-Token: 1'
-              --data-binary "{\"resource\":\"$3\"}") ;;
+        data=(-H 'Content-Type: application/json' -H 'Fencing-Token: 1' --data-binary "$body") ;;
     esac
     local head=()
     [ "$method" != HEAD ] || head=(-I)
@@ -106,3 +111,16 @@ grep -Eq '^fencegate_client_requests_total\{client="only-read",code="2xx"\} [1-9
     || fail "no only-read 2xx in fencegate_client_requests_total"
 grep -q 'tok-' <<<"$metrics" && fail "a token in the metrics"
 echo "ok: fencegate_client_requests_total counts by client name"
+
+# The listing shows a client only the locks under its read prefixes.
+for r in sec:listed billing:listed; do
+    curl -s -o /dev/null -H "Authorization: Bearer $(token lock)" -H 'Content-Type: application/json' \
+        -d "{\"resource\":\"$r\",\"ttl_ms\":60000}" "$base/lock"
+done
+all=$(curl -s -H "Authorization: Bearer $(token read)" "$base/locks")
+mine=$(curl -s -H "Authorization: Bearer $(token billing)" "$base/locks")
+grep -q '"sec:listed"' <<<"$all" && grep -q '"billing:listed"' <<<"$all" \
+    || fail "the client that may read everything does not see both locks: $all"
+grep -q '"billing:listed"' <<<"$mine" || fail "billing does not see billing:listed: $mine"
+grep -q '"sec:' <<<"$mine" && fail "billing sees a lock outside its prefixes: $mine"
+echo "ok: the listing shows only the locks under the client's read prefixes"

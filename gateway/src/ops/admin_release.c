@@ -120,8 +120,9 @@ static enum MHD_Result release_start(gw_request *req)
         printable_reason(ar->reason, sizeof ar->reason, reason);
         char addr[64];
         client_of(req->conn, addr, sizeof addr);
-        snprintf(ar->client, sizeof ar->client, "%s%s%s", req->client != NULL ? req->client->name : "",
-                 req->client != NULL ? " at " : "", addr);
+        const char *name = req->client != NULL ? req->client->name : NULL;
+        snprintf(ar->client, sizeof ar->client, "%s%s%s", name != NULL ? name : "",
+                 name != NULL ? " at " : "", addr);
     }
     json_decref(root);
     return gw__pipe_offload(req, req->srv->side, ar, ar != NULL ? &ar->job : NULL,
