@@ -355,3 +355,20 @@ void gw__fence_verdict_many(gw_fence *f, gw_verdict_req *const *reqs, size_t n)
         r->verdict = judge(r->token, r->check, r->highest, r->st);
     }
 }
+
+gw_verdict gw__fence_read_verdict(gw_fence *f, const char *resource, uint64_t token,
+                                  const lk_call *check, uint64_t *highest, store_status *st)
+{
+    *highest = 0;
+    *st = STORE_OK;
+    if (token > (uint64_t)check->last) {
+        /* Above every token minted for the resource: never issued (a write would be refused
+         * UNKNOWN_TOKEN by storage; a read has no storage check after this one). */
+        return GW_VERDICT_UNKNOWN;
+    }
+    if (!gw__fence_verdict_reads(token, check)) {
+        return GW_VERDICT_WRITE; /* the last token minted: nothing newer exists */
+    }
+    *st = store_highest(f->st, resource, highest);
+    return judge(token, check, *highest, *st);
+}

@@ -148,4 +148,13 @@ typedef struct gw_verdict_req {
  * only grows. On a store reader thread, never a loop thread. */
 void gw__fence_verdict_many(gw_fence *f, gw_verdict_req *const *reqs, size_t n);
 
+/* The verdict on a fenced read's token from check (as for a write): WRITE (the read may be
+ * answered) only for the last token minted for the resource, check->last. Every token
+ * is minted in Redis before its grant is answered, so a check sent after a newer grant was
+ * answered sees it, and the read is refused SUPERSEDED; a token above check->last is
+ * UNKNOWN. A refusal that needs it reads the highest token written (*highest, with status
+ * *st), so this runs on a store reader, never a loop thread. */
+gw_verdict gw__fence_read_verdict(gw_fence *f, const char *resource, uint64_t token,
+                                  const lk_call *check, uint64_t *highest, store_status *st);
+
 #endif
