@@ -21,6 +21,9 @@
  *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
  *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
  *      first success comes within 5 s; and a lost holder's lock is taken over (below).
+ *   9. a fenced read (a read with a Fencing-Token) is never answered 200 once a grant of a
+ *      larger token for its resource had been answered before the read started: that token's
+ *      lease was over, and the value may have changed under it;
  *
  * Marks the checker reads (kind mark, the event in the body):
  *   heal            the fault is over: the first success must come within 5 s.
@@ -45,7 +48,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 9 /* index 1..8 used */
+#define FC_INVARIANTS 10 /* index 1..9 used */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */
@@ -58,6 +61,8 @@ typedef struct fc_result {
     long superseded; /* of those, the ones refused only because a newer grant had finished,
                         with no acknowledged write of a larger token before them */
     long takeovers;  /* locks of killed or frozen holders granted to the next owner */
+    long fenced_reads; /* fenced reads of frozen or robbed clients answered 409 stale_token
+                          after a larger token's grant had finished */
     long ops;
 } fc_result;
 

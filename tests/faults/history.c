@@ -7,7 +7,7 @@
 #include <time.h>
 
 static const char *const kind_names[FH_KIND_COUNT] = {
-    "lock", "unlock", "renew", "write", "read", "final", "mark"};
+    "lock", "unlock", "renew", "write", "read", "final", "mark", "fenced_read"};
 
 static const struct {
     const char *name;
