@@ -6,7 +6,10 @@
  *     expired), the old token's read is 409 stale_token with superseded_by naming the new
  *     token, and the new token reads;
  *   - a token never issued for the resource is 403 unknown_token;
- *   - a malformed or repeated header is 400; without the header the read is as before.
+ *   - a malformed or repeated header is 400; without the header the read is as before;
+ *   - Redis loses the last step of its counter (set back to the old token): on PostgreSQL
+ *     the ledger still knows the newer grant (409 superseded_by it); on LMDB a newer token
+ *     that has written is still seen (409 stale_token).
  * Each test runs on an LMDB gateway and on two gateways sharing one PostgreSQL store (the
  * grant on one, the read on the other). No test asserts timing; waits loop on a condition
  * with a deadline.
@@ -266,6 +269,45 @@ static void test_bad_header(void **state)
     bad_header(&s->gw[1], "fr.bad.pg");
 }
 
+/* Sets r's fence counter in Redis back to token: Redis lost the grants after it. */
+static void roll_back_counter(const read_state *s, const char *resource, long long token)
+{
+    char out[64] = "", want[32];
+    th_redis_cmd(&s->redis, NULL, 0, "SET fg:{%s}:fence %lld", resource, token);
+    th_redis_cmd(&s->redis, out, sizeof out, "GET fg:{%s}:fence", resource);
+    snprintf(want, sizeof want, "%lld", token);
+    assert_string_equal(out, want);
+}
+
+static void test_redis_loses_the_newer_grant(void **state)
+{
+    read_state *s = *state;
+    long long t1 = 0, t2 = 0;
+    gwt_resp r;
+
+    /* PostgreSQL: the newer grant, never written, is in the shared ledger. */
+    assert_int_equal(gwt_lock(&s->gw[1], "fr.lost.pg", "one", &t1), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[1], "fr.lost.pg", t1, "one's value", NULL), 200);
+    assert_int_equal(gwt_unlock(&s->gw[1], "fr.lost.pg", "one"), 200);
+    assert_int_equal(gwt_lock(&s->gw[1], "fr.lost.pg", "two", &t2), 200);
+    roll_back_counter(s, "fr.lost.pg", t1);
+    assert_superseded(&s->gw[2], "fr.lost.pg", t1, t2);
+    /* The ledger's last grant still reads, though Redis no longer counts it. */
+    assert_reads(&s->gw[2], "fr.lost.pg", t2, "one's value");
+
+    /* LMDB: no ledger per resource, but the newer token has written. */
+    assert_int_equal(gwt_lock(&s->gw[0], "fr.lost", "one", &t1), 200);
+    assert_int_equal(gwt_unlock(&s->gw[0], "fr.lost", "one"), 200);
+    assert_int_equal(gwt_lock(&s->gw[0], "fr.lost", "two", &t2), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "fr.lost", t2, "two's value", NULL), 200);
+    roll_back_counter(s, "fr.lost", t1);
+    fenced_read(&s->gw[0], "GET", "fr.lost", t1, &r);
+    gwt_assert_status(&r, 409, "stale_token");
+    assert_int_equal(gwt_int(&r, "highest_token"), t2);
+    assert_null(strstr(r.body, "two's value"));
+    gwt_resp_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -273,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_superseded_after_expiry),
         cmocka_unit_test(test_unknown_token),
         cmocka_unit_test(test_bad_header),
+        cmocka_unit_test(test_redis_loses_the_newer_grant),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -300,8 +300,8 @@ struct gw_value_read {
     int checking;               /* fenced: the token check is in the Redis pipeline */
     uint64_t token;             /* fenced: the token in hand */
     lk_call call;               /* fenced: the token check */
+    gw_read_verdict judged;     /* fenced: the verdict's inputs and findings */
     gw_verdict verdict;         /* fenced: WRITE lets the value be read */
-    uint64_t highest;           /* fenced: the highest token written, when judged */
     store_status status;
     store_value v;
 };
@@ -311,13 +311,21 @@ static void value_read_work(gw_job *job)
     struct gw_value_read *vr = job->arg;
 
     if (vr->fenced) {
-        vr->verdict = gw__fence_read_verdict(&vr->srv->fence, vr->resource, vr->token,
-                                             &vr->call, &vr->highest, &vr->status);
+        vr->judged = (gw_read_verdict){.resource = vr->resource, .token = vr->token,
+                                       .check = &vr->call};
+        vr->verdict = gw__fence_read_verdict(&vr->srv->fence, &vr->judged);
         if (vr->verdict != GW_VERDICT_WRITE) {
+            vr->status = vr->judged.st;
             return; /* refused: nothing is read */
         }
     }
     vr->status = store_read(vr->srv->st, vr->resource, &vr->v);
+    if (vr->fenced && vr->status == STORE_OK && vr->v.highest_token > vr->token) {
+        /* A larger token wrote after the verdict: its grant came after it too. */
+        vr->verdict = GW_VERDICT_STALE;
+        vr->judged.highest = vr->v.highest_token;
+        store_value_free(&vr->v);
+    }
 }
 
 /* Reads the optional Fencing-Token of a read into vr. Returns 0, or -1 after queuing the
@@ -382,18 +390,18 @@ static enum MHD_Result answer_refused_read(gw_request *req, const struct gw_valu
         return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
                               json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
                                         (json_int_t)vr->token, "highest_token",
-                                        (json_int_t)vr->highest, "superseded_by",
-                                        (json_int_t)vr->call.last),
+                                        (json_int_t)vr->judged.highest, "superseded_by",
+                                        (json_int_t)vr->judged.newest),
                               "token %llu was superseded by token %llu: its lease is over, "
                               "and the value may have changed since", token,
-                              (unsigned long long)vr->call.last);
+                              (unsigned long long)vr->judged.newest);
     case GW_VERDICT_STALE:
         return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
                               json_pack("{s:s, s:I, s:I}", "resource", req->param, "token",
                                         (json_int_t)vr->token, "highest_token",
-                                        (json_int_t)vr->highest),
+                                        (json_int_t)vr->judged.highest),
                               "token %llu is lower than %llu, which has already written %s",
-                              token, (unsigned long long)vr->highest, req->param);
+                              token, (unsigned long long)vr->judged.highest, req->param);
     case GW_VERDICT_UNKNOWN:
         return gw__send_error(req, MHD_HTTP_FORBIDDEN, "unknown_token",
                               json_pack("{s:s, s:I}", "resource", req->param, "token",
