@@ -249,7 +249,7 @@ static void check_write(const ctx *c, const series *grants, const series *acked,
         c->res->superseded++;
 }
 
-/* 9: a fenced read is refused once a grant of a larger token had been answered before it
+/* 10: a fenced read is refused once a grant of a larger token had been answered before it
  * started: every grant is minted (and, on a shared store, recorded in the ledger) before
  * its answer. */
 static void check_fenced_read(const ctx *c, const series *grants, const fh_op *r)
@@ -258,7 +258,7 @@ static void check_fenced_read(const ctx *c, const series *grants, const fh_op *r
     if (g == NULL || tolerated(r))
         return;
     if (r->status == 200) {
-        violation(c, 9, "a fenced read was answered 200 after a larger token's grant was answered",
+        violation(c, 10, "a fenced read was answered 200 after a larger token's grant was answered",
                   g, r);
         return;
     }

@@ -188,7 +188,7 @@ static void test_superseded_needs_a_finished_grant(void **state)
     assert_int_equal(res.hard, 0);
 }
 
-/* Invariant 9: the newer grant (token 6) was answered at 400, before the late fenced read
+/* Invariant 10: the newer grant (token 6) was answered at 400, before the late fenced read
  * with token 5 started: its 200 is a violation. */
 static void test_fenced_read_after_newer_grant(void **state)
 {
@@ -197,7 +197,7 @@ static void test_fenced_read_after_newer_grant(void **state)
         superseded_prefix[0], superseded_prefix[1],
         "w0\tfenced_read\tr\t500\t510\t200\t-\t5\t0\tw0-1\t0\t0\tafter_pause\t-", NULL};
     fc_result res = check_lines(h);
-    assert_int_equal(res.violations[9], 1);
+    assert_int_equal(res.violations[10], 1);
     assert_int_equal(res.hard, 1);
     assert_int_equal(res.fenced_reads, 0);
 }
@@ -214,7 +214,7 @@ static void test_fenced_read_refused_or_concurrent(void **state)
         "c0\tfenced_read\tr\t520\t530\t0\tcurl28\t5\t0\t-\t0\t0\tstale\t-",
         "p\tfenced_read\tr\t540\t550\t200\t-\t6\t0\tp-1\t0\t0\t-\t-", NULL};
     fc_result res = check_lines(h);
-    assert_int_equal(res.violations[9], 0);
+    assert_int_equal(res.violations[10], 0);
     assert_int_equal(res.fenced_reads, 1);
 }
 

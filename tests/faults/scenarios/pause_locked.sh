@@ -15,7 +15,7 @@
 #     refused while no larger token had written;
 #   - the late renew and unlock are 409 not_owner (invariant 4);
 #   - the late read with the worker's token (Fencing-Token) is 409 stale_token, never 200
-#     (invariant 9), once per freeze (--expect-fenced-reads);
+#     (invariant 10), once per freeze (--expect-fenced-reads);
 #   - the parent's write after them is 200: the late calls took nothing from the real holder;
 #   - no lease windows of two owners overlap (strict leases: Redis loses nothing here),
 #     and every other invariant of the checker holds.
