@@ -204,6 +204,9 @@ cmd_proxy() {
     proxy_case valid "GET /locks/{resource}, free" 200 "$url/locks/$r"
     proxy_case valid "POST /lock, next holder" 200 "${json[@]}" -d "{\"resource\":\"$r\",\"owner\":\"b\"}" "$url/lock"
     proxy_case valid "PUT /resources/{resource}, superseded token" 409 -X PUT -H 'Fencing-Token: 1' --data-binary x "$url/resources/$r"
+    proxy_case valid "GET /resources/{resource}, fenced, superseded token" 409 -H 'Fencing-Token: 1' "$url/resources/$r"
+    proxy_case valid "GET /resources/{resource}, fenced, current token" 200 -H 'Fencing-Token: 2' "$url/resources/$r"
+    proxy_case valid "GET /resources/{resource}, fenced, a token never issued" 403 -H 'Fencing-Token: 999999' "$url/resources/$r"
     proxy_case valid "POST /lock, a second resource" 200 "${json[@]}" -d "{\"resource\":\"$r-2\",\"owner\":\"b\"}" "$url/lock"
     t2=$(jq -r .token "$tmp/body")
     proxy_case valid "POST /resources" 200 "${json[@]}" -d "{\"writes\":[{\"resource\":\"$r\",\"token\":2,\"value\":\"70\"},{\"resource\":\"$r-2\",\"token\":$t2,\"value_base64\":\"MzA=\",\"content_type\":\"text/plain\"}]}" "$url/resources"
@@ -225,6 +228,7 @@ cmd_proxy() {
     proxy_case invalid "POST /lock, a JSON body over 16 KiB" 413 "${json[@]}" -d "{\"resource\":\"$(head -c 17000 /dev/zero | tr '\0' a)\"}" "$url/lock"
     proxy_case invalid "PUT /resources/{resource}, Fencing-Token 020" 400 -X PUT -H 'Fencing-Token: 020' --data-binary x "$url/resources/$r"
     proxy_case invalid "PUT /resources/{resource}, no Fencing-Token" 400 -X PUT --data-binary x "$url/resources/$r"
+    proxy_case invalid "GET /resources/{resource}, Fencing-Token 020" 400 -H 'Fencing-Token: 020' "$url/resources/$r"
     proxy_case invalid "POST /healthz" 405 -X POST "$url/healthz"
     proxy_case invalid "POST /livez" 405 -X POST "$url/livez"
     proxy_case invalid "GET /locks, limit 0" 400 "$url/locks?limit=0"

@@ -39,6 +39,9 @@ typedef struct store__ops {
      * them with the writes. */
     store_status (*grant)(void *impl, const char *resource, uint64_t token,
                           const unsigned char *holder, uint64_t *highest);
+    /* The last grant recorded for a valid resource, *granted zeroed by the caller. NULL:
+     * nothing is recorded per resource (store_ledger_granted answers 0). */
+    store_status (*ledger_granted)(void *impl, const char *resource, uint64_t *granted);
     int grant_needed; /* store_grant_needed()'s answer */
     store_status (*secret)(void *impl, unsigned char out[STORE_SECRET_LEN], char *err,
                            size_t errlen);

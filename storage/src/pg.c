@@ -200,6 +200,21 @@ static store_status pg_fence(void *impl, const char *resource, uint64_t token)
     return st;
 }
 
+static store_status pg_ledger_granted(void *impl, const char *resource, uint64_t *granted)
+{
+    store__pg *p = impl;
+    store_status st = STORE_OK;
+    const char *const vals[] = {resource};
+
+    PGresult *res = run(p, "SELECT token FROM fencegate_ledger WHERE resource = $1", 1, vals,
+                        NULL, NULL, 1, &st);
+    if (res != NULL && PQntuples(res) == 1) {
+        *granted = get_be64(res, 0, 0);
+    }
+    PQclear(res);
+    return st;
+}
+
 /* Grants are checked per resource (store_grant): no floor fixed at open could cover what
  * other processes hand out later. */
 static uint64_t pg_ledger_floor(void *impl)
@@ -429,6 +444,7 @@ const store__ops store__pg_ops = {
     .ledger_floor = pg_ledger_floor,
     .ledger_ceiling = pg_ledger_ceiling,
     .ledger_cover = pg_ledger_cover,
+    .ledger_granted = pg_ledger_granted,
     .grant = NULL, /* grants queue with the writes: one transaction carries both */
     .grant_needed = 1,
     .secret = pg_secret,

@@ -299,6 +299,21 @@ store_status store_fence(store *s, const char *resource, uint64_t token)
     return st == STORE_OK ? store_ledger_cover(s, token) : st;
 }
 
+store_status store_ledger_granted(store *s, const char *resource, uint64_t *granted)
+{
+    *granted = 0;
+    if (!store__valid_name(resource)) {
+        return STORE_INVALID;
+    }
+    if (s->ops->ledger_granted == NULL) {
+        return STORE_OK;
+    }
+    call_begin(s);
+    store_status st = s->ops->ledger_granted(s->impl, resource, granted);
+    call_end(s);
+    return st;
+}
+
 uint64_t store_ledger_floor(store *s)
 {
     return s->ops->ledger_floor(s->impl);

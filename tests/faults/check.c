@@ -249,6 +249,24 @@ static void check_write(const ctx *c, const series *grants, const series *acked,
         c->res->superseded++;
 }
 
+/* 10: a fenced read is refused once a grant of a larger token had been answered before it
+ * started: every grant is minted (and, on a shared store, recorded in the ledger) before
+ * its answer. */
+static void check_fenced_read(const ctx *c, const series *grants, const fh_op *r)
+{
+    const fh_op *g = larger_before(grants, r);
+    if (g == NULL || tolerated(r))
+        return;
+    if (r->status == 200) {
+        violation(c, 12, "a fenced read was answered 200 after a larger token's grant was answered",
+                  g, r);
+        return;
+    }
+    if ((r->flags & (FH_F_AFTER_PAUSE | FH_F_AFTER_STEAL)) != 0 && r->status == 409 &&
+        strcmp(r->error, "stale_token") == 0)
+        c->res->fenced_reads++;
+}
+
 static void check_not_owner(const ctx *c, const fh_op *op)
 {
     if ((op->flags & (FH_F_AFTER_PAUSE | FH_F_AFTER_STEAL)) == 0 || tolerated(op))
@@ -592,6 +610,9 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
             res->txns += op->status == 200;
             res->fenced += (op->flags & FH_F_AFTER_PAUSE) != 0 && op->status == 409 &&
                            strcmp(op->error, "stale_token") == 0;
+            break;
+        case FH_FENCED_READ:
+            check_fenced_read(&c, &grants, op);
             break;
         case FH_MARK:
             if (strcmp(op->body, "heal") == 0)

@@ -18,16 +18,19 @@
  *      cut at the start of its unlock, whatever the answer (an unlock answered 503 may have
  *      run in Redis, and its client gave the lease up). Reported only, unless fc_options says
  *      strict_leases (for scenarios in which Redis loses no data);
+ *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
+ *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
+ *      first success comes within 5 s; and a lost holder's lock is taken over (below);
  *  10. a forced release fences its holder: once a force answered 200 with fenced_token T,
  *      no write with T on that resource that starts after the answer is accepted, no renew
  *      of T succeeds, and T's holder's unlock is 409 unless it was granted the lock again
  *      since. Its lease window (invariant 7) ends at the start of the force;
- *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
- *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
- *      first success comes within 5 s; and a lost holder's lock is taken over (below).
- *   9. fenced transactions between accounts (txn and balance lines, check_txn.c): none is
+ *  11. fenced transactions between accounts (txn and balance lines, check_txn.c): none is
  *      half visible, none acknowledged is lost, none refused is written, each wrote the sum
- *      it read, and the final balances add up to the total.
+ *      it read, and the final balances add up to the total;
+ *  12. a fenced read (a read with a Fencing-Token) is never answered 200 once a grant of a
+ *      larger token for its resource had been answered before the read started: that token's
+ *      lease was over, and the value may have changed under it.
  *
  * Marks the checker reads (kind mark, the event in the body):
  *   heal            the fault is over: the first success must come within 5 s.
@@ -52,7 +55,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 12 /* index 1..8, 10 and 11 used (9 is the runner's RSS bound) */
+#define FC_INVARIANTS 13 /* index 1..8 and 10..12 used (9 is the runner's RSS bound) */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */
@@ -67,6 +70,8 @@ typedef struct fc_result {
     long superseded; /* of those, the ones refused only because a newer grant had finished,
                         with no acknowledged write of a larger token before them */
     long takeovers;  /* locks of killed or frozen holders granted to the next owner */
+    long fenced_reads; /* fenced reads of frozen or robbed clients answered 409 stale_token
+                          after a larger token's grant had finished */
     long ops;
 } fc_result;
 

@@ -7,7 +7,8 @@
 #include <time.h>
 
 static const char *const kind_names[FH_KIND_COUNT] = {
-    "lock", "unlock", "renew", "write", "read", "final", "mark", "force", "txn", "balance"};
+    "lock", "unlock", "renew", "write", "read", "final", "mark", "force", "txn", "balance",
+    "fenced_read"};
 
 static const struct {
     const char *name;

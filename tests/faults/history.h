@@ -4,13 +4,14 @@
  *
  *   client kind resource start_ns end_ns status error token version owner ttl_ms wait_ms flags body
  *
- * kind is lock, unlock, renew, write, read, final (a read after the run), mark (an event of
- * the scenario runner, such as "heal": the fault is over) or force (an operator's POST
- * /admin/release: token is the fenced_token answered, 0 when nothing was held). Times are
- * CLOCK_MONOTONIC nanoseconds, shared by every process on the machine. status is the HTTP status, or 0 when
+ * kind is lock, unlock, renew, write, read, final (a read after the run), fenced_read (a read
+ * with a Fencing-Token), mark (an event of the scenario runner, such as "heal": the fault
+ * is over), force (an operator's POST /admin/release: token is the fenced_token answered, 0
+ * when nothing was held), txn or balance (the transfers workload). Times are CLOCK_MONOTONIC
+ * nanoseconds, shared by every process on the machine. status is the HTTP status, or 0 when
  * no answer came (the error is then "curl<N>", curl's error number). token is the token granted
- * (lock, renew), sent (write) or read back (Fencing-Token of a read); version is the version a
- * write answered or a read's ETag. flags is "-" or a comma-separated list: forged (a write
+ * (lock, renew), sent (write, fenced_read) or read back (Fencing-Token of a read); version is
+ * the version a write answered or a read's ETag (a fenced read's too). flags is "-" or a comma-separated list: forged (a write
  * with a token never issued), stale (a write with an older token of the same client),
  * after_pause, after_steal (an operation of a client that was frozen past its lease, or
  * whose lease was deleted under it), watchdog (an operation of a holder whose lease a watchdog
@@ -46,6 +47,7 @@ typedef enum fh_kind {
     FH_FORCE,
     FH_TXN,
     FH_BALANCE,
+    FH_FENCED_READ,
     FH_KIND_COUNT
 } fh_kind;
 

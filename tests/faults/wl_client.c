@@ -254,22 +254,36 @@ fh_op wl_write(client *c, const conf *cf, const char *resource, long long token,
     return op;
 }
 
-void wl_read(client *c, const conf *cf, const char *resource, fh_kind kind)
+/* A GET of resource, with token in Fencing-Token when it is > 0 (then recorded as sent). */
+static void read_as(client *c, const conf *cf, const char *resource, fh_kind kind,
+                    long long token, unsigned flags)
 {
     fh_op op;
     reply rp;
     char path[256];
-    op_init(&op, c, kind, resource, 0);
+    op_init(&op, c, kind, resource, flags);
+    op.token = token;
     snprintf(path, sizeof path, "/resources/%s", resource);
-    http(c, cf, &op, "GET", path, NULL, 0, &rp);
+    http(c, cf, &op, "GET", path, NULL, token, &rp);
     if (op.status == 200) {
-        op.token = rp.header_token;
+        op.token = token > 0 ? token : rp.header_token;
         op.version = rp.etag;
         snprintf(op.body, sizeof op.body, "%.*s", (int)sizeof op.body - 1, rp.body);
     } else {
-        wl_parse_json(&rp, &op, 0);
+        wl_parse_json(&rp, &op, token > 0);
     }
     wl_append_line(c->fd, &op);
+}
+
+void wl_read(client *c, const conf *cf, const char *resource, fh_kind kind)
+{
+    read_as(c, cf, resource, kind, 0, 0);
+}
+
+void wl_fenced_read(client *c, const conf *cf, const char *resource, long long token,
+                    unsigned flags)
+{
+    read_as(c, cf, resource, FH_FENCED_READ, token, flags);
 }
 
 int wl_open_history(const char *path)

@@ -88,6 +88,10 @@ fh_op wl_owner_call(client *c, const conf *cf, fh_kind kind, const fh_op *grant,
 fh_op wl_write(client *c, const conf *cf, const char *resource, long long token,
                const char *owner, unsigned flags);
 void wl_read(client *c, const conf *cf, const char *resource, fh_kind kind);
+/* A fenced read (FH_FENCED_READ): GET with token in Fencing-Token, recorded with that token
+ * and flags. */
+void wl_fenced_read(client *c, const conf *cf, const char *resource, long long token,
+                    unsigned flags);
 
 /* The parts of a request for callers that drive curl themselves (the herd's multi handle):
  * wl_lock_op and wl_owner_op fill op and its JSON body (len bytes) for a lock, or for a

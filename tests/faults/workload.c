@@ -1,6 +1,7 @@
 /*
- * fg_workload: the fault suite's clients. Forks 4 workers (lock, write, maybe renew and read,
- * unlock) and 2 contenders (waiting locks left to expire, stale and forged writes, reads) on
+ * fg_workload: the fault suite's clients. Forks 4 workers (lock, write, maybe renew, read and
+ * read with the token, unlock) and 2 contenders (waiting locks left to expire, stale and
+ * forged writes, reads, reads with an old token) on
  * 3 resources, each a separate process with its own libcurl handle talking HTTP to the real
  * gateway, and appends one history line (history.h) per operation to one file.
  *
@@ -19,7 +20,7 @@
  *                        so the frozen worker writes, renews and unlocks late.
  *   pause_locked [REDIS_PORT]  the same on a resource only worker 0 and the parent use
  *                        (PREFIX-pl), but the parent sends SIGCONT as soon as it holds the
- *                        lock, waits until the frozen worker's late write, renew and unlock are
+ *                        lock, waits until the frozen worker's late write, fenced read, renew and unlock are
  *                        done (the worker tells it through a pipe), and only then writes and
  *                        unlocks: the late write meets a lock whose next holder has not
  *                        written yet.
@@ -102,7 +103,7 @@ static void freeze(int report_fd, const fh_op *grant)
 
 /* Lock, write, maybe renew and read, unlock. Worker 0 of the pause modes is given report_fd
  * (it freezes on it after some grants) and, in pause_locked, done_fd: one byte there tells
- * the parent its late write, renew and unlock are over. In pause_locked, worker 0 freezes on
+ * the parent its late write, fenced read, renew and unlock are over. In pause_locked, worker 0 freezes on
  * every fourth attempt, on a resource of its own (PREFIX-pl) that only it and the parent
  * use, so the parent is always the next holder and nobody writes in between. */
 static void worker(client *c, const conf *cf, int report_fd, int done_fd)
@@ -131,6 +132,8 @@ static void worker(client *c, const conf *cf, int report_fd, int done_fd)
             wl_owner_call(c, cf, FH_RENEW, &g, flags);
         if (wl_rand_between(c, 0, 3) == 0)
             wl_read(c, cf, resource, FH_READ);
+        if (flags != 0 || wl_rand_between(c, 0, 3) == 0)
+            wl_fenced_read(c, cf, resource, g.token, flags);
         wl_owner_call(c, cf, FH_UNLOCK, &g, flags);
         if (flags != 0 && done_fd >= 0 && write(done_fd, "d", 1) != 1)
             _exit(3);
@@ -158,6 +161,8 @@ static void contender(client *c, const conf *cf)
                      FH_F_FORGED);
         } else if (action < 80 && c->last_token[r] > 0) {
             wl_write(c, cf, resource, c->last_token[r], "stale", FH_F_STALE);
+        } else if (action < 88 && c->last_token[r] > 0) {
+            wl_fenced_read(c, cf, resource, c->last_token[r], FH_F_STALE);
         } else {
             wl_read(c, cf, resource, FH_READ);
         }
@@ -208,7 +213,7 @@ typedef struct pause_pipes {
 /* The parent's part when worker 0 (pid) froze itself: become the next holder and write. In
  * pause and steal it writes and unlocks before it lets the frozen worker go on; in
  * pause_locked it lets the worker go on as soon as it holds the lock, and writes only once
- * the worker's late write, renew and unlock are over. */
+ * the worker's late write, fenced read, renew and unlock are over. */
 static int next_holder(client *p, const conf *cf, const pause_pipes *pp, pid_t pid,
                        long *steals)
 {

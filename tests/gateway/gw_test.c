@@ -368,6 +368,9 @@ void gwt_http(const gwt_proc *p, const char *method, const char *path,
     snprintf(url, sizeof url, "%s%s", p->url, path);
     curl_easy_setopt(curl, CURLOPT_URL, url);
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method);
+    if (strcmp(method, "HEAD") == 0) {
+        curl_easy_setopt(curl, CURLOPT_NOBODY, 1L); /* else curl waits for a body */
+    }
     curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(curl, CURLOPT_TIMEOUT, 90L);
     curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);

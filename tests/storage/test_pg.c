@@ -121,6 +121,17 @@ static void test_two_stores_share_one_database(void **state)
     assert_int_equal(hi, 8);
     assert_int_equal(store_grant_needed(b, 8), 1);
 
+    /* Each store reads the last grant either recorded (a fenced read's check); 0 for a
+     * resource never granted. */
+    uint64_t granted = 1;
+    assert_st(store_ledger_granted(f->s, "held", &granted), STORE_OK);
+    assert_int_equal(granted, 8);
+    assert_st(store_ledger_granted(b, "lock", &granted), STORE_OK);
+    assert_int_equal(granted, 6);
+    assert_st(store_ledger_granted(b, "never-granted", &granted), STORE_OK);
+    assert_int_equal(granted, 0);
+    assert_st(store_ledger_granted(b, "a b", &granted), STORE_INVALID);
+
     assert_st(store_secret(b, sb, NULL, 0), STORE_OK);
     assert_st(store_secret(f->s, sa, NULL, 0), STORE_OK);
     assert_memory_equal(sa, sb, sizeof sa);

@@ -458,6 +458,9 @@ static void test_grant(void **state)
     } else {
         /* One floor for every resource: tokens above it are the gateway's to keep unique. */
         assert_st(store_grant(f->s, "g", floor + 5, &hi), STORE_OK);
+        uint64_t granted = 1;
+        assert_st(store_ledger_granted(f->s, "g", &granted), STORE_OK);
+        assert_int_equal(granted, 0); /* nothing is recorded per resource */
         if (floor > 0) {
             assert_st(store_grant(f->s, "g", floor, &hi), STORE_STALE);
             assert_int_equal(hi, floor);

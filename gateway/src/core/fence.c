@@ -402,3 +402,39 @@ void gw__fence_verdict_many(gw_fence *f, gw_verdict_req *const *reqs, size_t n)
         r->verdict = judge(r->token, r->check, r->highest, r->st);
     }
 }
+
+gw_verdict gw__fence_read_verdict(gw_fence *f, gw_read_verdict *r)
+{
+    uint64_t last = (uint64_t)r->check->last;
+
+    r->highest = 0;
+    r->newest = last;
+    /* The shared ledger records every grant before it is answered, and survives Redis
+     * losing the counter's last steps; LMDB records nothing per resource (granted 0). */
+    uint64_t granted = 0;
+    r->st = store_ledger_granted(f->st, r->resource, &granted);
+    if (r->st != STORE_OK) {
+        return GW_VERDICT_STORE_FAILED;
+    }
+    if (granted > r->newest) {
+        r->newest = granted;
+    }
+    if (r->token < granted) {
+        r->st = store_highest(f->st, r->resource, &r->highest);
+        return r->st == STORE_OK || r->st == STORE_NOT_FOUND ? GW_VERDICT_SUPERSEDED
+                                                            : GW_VERDICT_STORE_FAILED;
+    }
+    if (r->token > last && r->token > granted) {
+        /* Above every token minted for the resource: never issued (a write would be refused
+         * UNKNOWN_TOKEN by storage; a read has no storage check after this one). */
+        return GW_VERDICT_UNKNOWN;
+    }
+    if (r->token > last) {
+        return GW_VERDICT_WRITE; /* the ledger's last grant, which Redis lost */
+    }
+    if (!gw__fence_verdict_reads(r->token, r->check)) {
+        return GW_VERDICT_WRITE; /* the last token minted: nothing newer exists */
+    }
+    r->st = store_highest(f->st, r->resource, &r->highest);
+    return judge(r->token, r->check, r->highest, r->st);
+}

@@ -169,4 +169,26 @@ typedef struct gw_verdict_req {
  * only grows. On a store reader thread, never a loop thread. */
 void gw__fence_verdict_many(gw_fence *f, gw_verdict_req *const *reqs, size_t n);
 
+/* A fenced read's verdict (gw__fence_read_verdict): in resource, token and check (its
+ * LK_CALL_TOKEN_CHECK, answered LK_OK); out the newest token minted as far as Redis's counter
+ * and the ledger know (superseded_by), the highest token written when a refusal read it, and
+ * st, the storage status of the reads (the error for STORE_FAILED). */
+typedef struct gw_read_verdict {
+    const char *resource;
+    uint64_t token;
+    const lk_call *check;
+    uint64_t newest;
+    uint64_t highest;
+    store_status st;
+} gw_read_verdict;
+
+/* The verdict on a fenced read's token: WRITE (the value may be answered) only when no token
+ * above it was minted for the resource, SUPERSEDED (or STALE, as for a write) when one was,
+ * UNKNOWN for a token never issued. Every token is minted in Redis, and on a shared store
+ * recorded in the ledger, before its grant is answered: a read whose check was sent after a
+ * newer grant was answered sees it in the counter, or in the ledger (store_ledger_granted)
+ * when Redis lost it. Reads storage (the ledger; the highest token written for a refusal),
+ * so it runs on a store reader, never a loop thread. */
+gw_verdict gw__fence_read_verdict(gw_fence *f, gw_read_verdict *r);
+
 #endif

@@ -306,11 +306,19 @@ static enum MHD_Result write_start(gw_request *req)
 
 /* A GET /resources/{resource} on the reads pipeline (pipe.c): the read runs on a side thread,
  * since on PostgreSQL it is a network round trip that a stalled server would make a server
- * thread wait for. Freed at completion, with the value read. */
+ * thread wait for. A fenced read (a Fencing-Token header) first sends the token check to the
+ * Redis pipeline (CHECKING), then judges the token and reads the value on a store reader.
+ * Freed at completion, with the value read. */
 struct gw_value_read {
     gw_job job;
-    store *st;
+    gw_server *srv;
     const char *resource;       /* req->param: valid while the request lives */
+    int fenced;                 /* a Fencing-Token came with the read */
+    int checking;               /* fenced: the token check is in the Redis pipeline */
+    uint64_t token;             /* fenced: the token in hand */
+    lk_call call;               /* fenced: the token check */
+    gw_read_verdict judged;     /* fenced: the verdict's inputs and findings */
+    gw_verdict verdict;         /* fenced: WRITE lets the value be read */
     store_status status;
     store_value v;
 };
@@ -318,7 +326,44 @@ struct gw_value_read {
 static void value_read_work(gw_job *job)
 {
     struct gw_value_read *vr = job->arg;
-    vr->status = store_read(vr->st, vr->resource, &vr->v);
+
+    if (vr->fenced) {
+        vr->judged = (gw_read_verdict){.resource = vr->resource, .token = vr->token,
+                                       .check = &vr->call};
+        vr->verdict = gw__fence_read_verdict(&vr->srv->fence, &vr->judged);
+        if (vr->verdict != GW_VERDICT_WRITE) {
+            vr->status = vr->judged.st;
+            return; /* refused: nothing is read */
+        }
+    }
+    vr->status = store_read(vr->srv->st, vr->resource, &vr->v);
+    if (vr->fenced && vr->status == STORE_OK && vr->v.highest_token > vr->token) {
+        /* A larger token wrote after the verdict: its grant came after it too. */
+        vr->verdict = GW_VERDICT_STALE;
+        vr->judged.highest = vr->v.highest_token;
+        store_value_free(&vr->v);
+    }
+}
+
+/* Reads the optional Fencing-Token of a read into vr. Returns 0, or -1 after queuing the
+ * 400 (the same rule as a write's). */
+static int read_read_header(gw_request *req, struct gw_value_read *vr, enum MHD_Result *result)
+{
+    const char *value = NULL;
+    int n = gw__header_count(req->conn, "Fencing-Token", &value);
+
+    if (n == 0) {
+        return 0;
+    }
+    if (n > 1 || gw__parse_token(value, &vr->token) != 0) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
+                                 n > 1 ? "the Fencing-Token header is repeated"
+                                       : "Fencing-Token must be a positive decimal below "
+                                         "2^53 (digits only, no leading zero)");
+        return -1;
+    }
+    vr->fenced = 1;
+    return 0;
 }
 
 static enum MHD_Result resource_get_start(gw_request *req)
@@ -329,17 +374,89 @@ static enum MHD_Result resource_get_start(gw_request *req)
         return result;
     }
     struct gw_value_read *vr = calloc(1, sizeof *vr);
-    if (vr != NULL) {
-        vr->st = req->srv->st;
-        vr->resource = req->param;
+    if (vr == NULL) {
+        return gw__pipe_offload(req, req->srv->reads, NULL, NULL, value_read_work);
     }
-    return gw__pipe_offload(req, req->srv->reads, vr, vr != NULL ? &vr->job : NULL,
-                            value_read_work);
+    vr->srv = req->srv;
+    vr->resource = req->param;
+    req->op_state = vr; /* freed by resource_get_completed */
+    if (read_read_header(req, vr, &result) != 0) {
+        return result;
+    }
+    if (!vr->fenced) {
+        return gw__pipe_offload(req, req->srv->reads, vr, &vr->job, value_read_work);
+    }
+    vr->call.kind = LK_CALL_TOKEN_CHECK;
+    vr->call.resource = req->param;
+    vr->call.token = (int64_t)vr->token;
+    vr->job.call = &vr->call;
+    vr->job.conn = req->conn;
+    vr->checking = 1;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(req->srv->pipe, &vr->job);
+    return MHD_YES;
+}
+
+/* A fenced read's token was refused: the answer a write with it would get, naming why. */
+static enum MHD_Result answer_refused_read(gw_request *req, const struct gw_value_read *vr)
+{
+    unsigned long long token = (unsigned long long)vr->token;
+
+    switch (vr->verdict) {
+    case GW_VERDICT_SUPERSEDED:
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
+                              json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
+                                        (json_int_t)vr->token, "highest_token",
+                                        (json_int_t)vr->judged.highest, "superseded_by",
+                                        (json_int_t)vr->judged.newest),
+                              "token %llu was superseded by token %llu: its lease is over, "
+                              "and the value may have changed since", token,
+                              (unsigned long long)vr->judged.newest);
+    case GW_VERDICT_STALE:
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
+                              json_pack("{s:s, s:I, s:I}", "resource", req->param, "token",
+                                        (json_int_t)vr->token, "highest_token",
+                                        (json_int_t)vr->judged.highest),
+                              "token %llu is lower than %llu, which has already written %s",
+                              token, (unsigned long long)vr->judged.highest, req->param);
+    case GW_VERDICT_UNKNOWN:
+        return gw__send_error(req, MHD_HTTP_FORBIDDEN, "unknown_token",
+                              json_pack("{s:s, s:I}", "resource", req->param, "token",
+                                        (json_int_t)vr->token),
+                              "token %llu is not one Redis knows was issued for %s (forged, "
+                              "or lost with Redis's data)", token, req->param);
+    default:
+        gw__log_event(req->srv->cfg, "error", "storage read: %s", store_status_str(vr->status));
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "storage could not be read (%s)", store_status_name(vr->status));
+    }
+}
+
+/* A fenced read's token check is in: the verdict and the read go to a store reader. */
+static enum MHD_Result fenced_read_checked(gw_request *req, struct gw_value_read *vr)
+{
+    lk_status lst = vr->call.status;
+
+    vr->checking = 0;
+    vr->status = STORE_EIO; /* until the read runs: nothing to free at completion */
+    gw__note_redis(req->srv, lst);
+    if (lst != LK_OK) {
+        return gw__send_lk_error(req, vr->call.err, lst);
+    }
+    vr->job.call = NULL;
+    return gw__pipe_offload(req, req->srv->reads, vr, &vr->job, value_read_work);
 }
 
 static enum MHD_Result resource_get_resumed(gw_request *req)
 {
     struct gw_value_read *vr = req->op_state;
+
+    if (vr->checking) {
+        return fenced_read_checked(req, vr);
+    }
+    if (vr->fenced && vr->verdict != GW_VERDICT_WRITE) {
+        return answer_refused_read(req, vr);
+    }
     const store_value v = vr->v; /* freed below, once MHD has copied the bytes */
     store_status st = vr->status;
     char token[24], etag[48];
@@ -380,6 +497,9 @@ static void resource_get_completed(gw_request *req, enum MHD_RequestTerminationC
 {
     struct gw_value_read *vr = req->op_state;
     (void)toe;
+    if (vr == NULL) {
+        return;
+    }
     if (vr->status == STORE_OK) {
         store_value_free(&vr->v); /* a no-op once resumed has freed it */
     }

@@ -232,6 +232,13 @@ store_status store_ledger_cover(store *s, uint64_t token);
  * STALE. */
 store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest);
 
+/* The last token granted for resource as the ledger recorded it (*granted, 0 when none), for
+ * a fenced read: every grant is recorded before it is handed out, so one answered before
+ * this call started is seen. PostgreSQL: one query (a network round trip, never on a
+ * thread that must not wait). LMDB: OK with 0, always: its ledger is one ceiling for every
+ * resource, and the caller asks Redis's counter instead. INVALID for a bad name. */
+store_status store_ledger_granted(store *s, const char *resource, uint64_t *granted);
+
 /* store_grant() that also knows a grant again: holder (NULL, or STORE_HOLDER_LEN bytes) is a
  * fingerprint of who holds the token, recorded with it. PostgreSQL: OK when token is
  * strictly larger than every token recorded for the resource, or equal to the recorded one

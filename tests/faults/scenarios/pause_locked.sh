@@ -14,6 +14,8 @@
 #     anything else, and it must count one such write per freeze (--expect-superseded),
 #     refused while no larger token had written;
 #   - the late renew and unlock are 409 not_owner (invariant 4);
+#   - the late read with the worker's token (Fencing-Token) is 409 stale_token, never 200
+#     (invariant 10), once per freeze (--expect-fenced-reads);
 #   - the parent's write after them is 200: the late calls took nothing from the real holder;
 #   - no lease windows of two owners overlap (strict leases: Redis loses nothing here),
 #     and every other invariant of the checker holds.
@@ -25,8 +27,9 @@
 
 faults=3
 [ "$length" = full ] && faults=10
-# One late write per freeze refused while no larger token had written yet.
-checker_extra=(--expect-superseded "$faults")
+# One late write per freeze refused while no larger token had written yet, and one late
+# fenced read per freeze refused.
+checker_extra=(--expect-superseded "$faults" --expect-fenced-reads "$faults")
 
 scenario_mode() { mode=(pause_locked "$rport"); }
 
@@ -36,7 +39,7 @@ late_ops() { awk -F'\t' '$2 != "mark" && $13 ~ /after_pause/' "$hist" 2>/dev/nul
 played() { [ "$(late_ops)" -ge $(($1 * 3)) ]; }
 
 # scenario_fault I: the workload makes the freezes on its own; wait until freeze I has played
-# out (its late write, renew and unlock recorded).
+# out (its late write, fenced read, renew and unlock recorded).
 scenario_fault() {
     wait_until "freeze $1 of worker 0 to play out" 30 played "$1"
     mark heal
