@@ -123,4 +123,8 @@ grep -q '"sec:listed"' <<<"$all" && grep -q '"billing:listed"' <<<"$all" \
     || fail "the client that may read everything does not see both locks: $all"
 grep -q '"billing:listed"' <<<"$mine" || fail "billing does not see billing:listed: $mine"
 grep -q '"sec:' <<<"$mine" && fail "billing sees a lock outside its prefixes: $mine"
+# Neither a lock nor the page's next cursor may name another team's resource.
+other=$(curl -s -w ' %{http_code}' -H "Authorization: Bearer $(token billing)" "$base/locks?prefix=sec:&limit=1")
+case "$other" in *'"forbidden"'*' 403') ;; *) fail "billing listed under sec:: $other" ;; esac
+grep -q 'sec:listed' <<<"$other" && fail "the refusal names another team's lock: $other"
 echo "ok: the listing shows only the locks under the client's read prefixes"

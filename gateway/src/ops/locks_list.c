@@ -87,6 +87,43 @@ static int name_ok(const char *s, int empty_ok)
     return (empty_ok && s[0] == '\0') || lk_valid_resource(s);
 }
 
+/* The one prefix a client may read under, or NULL when it has several (or none). */
+static const char *sole_read_prefix(const gw_client *c)
+{
+    const char *only = NULL;
+    for (size_t i = 0; i < c->n_allow; i++) {
+        if ((c->allow[i].ops & (1u << GW_SCOPE_READ)) != 0) {
+            if (only != NULL) {
+                return NULL;
+            }
+            only = c->allow[i].prefix;
+        }
+    }
+    return only;
+}
+
+/* With --clients, the listing scans only names the client may read: its prefix must lie
+ * within one of the client's read prefixes, so that neither a listed lock nor the page's
+ * next cursor names another team's resource. A client with one read prefix that asks for
+ * no prefix gets that one. Returns 0 with *prefix set, or -1 after queuing the 403. */
+static int scoped_prefix(gw_request *req, const char **prefix, enum MHD_Result *result)
+{
+    const gw_client *c = req->client;
+    if (c == NULL || gw__client_allows(c, GW_SCOPE_READ, *prefix)) {
+        return 0;
+    }
+    const char *only = sole_read_prefix(c);
+    if ((*prefix)[0] == '\0' && only != NULL) {
+        *prefix = only;
+        return 0;
+    }
+    *result = gw__send_error(req, MHD_HTTP_FORBIDDEN, "forbidden",
+                             json_pack("{s:s}", "operation", "read"),
+                             "client '%s' may 'read' only under its own prefixes: list with "
+                             "a prefix that starts with one of them", c->name);
+    return -1;
+}
+
 static void list_work(gw_job *job)
 {
     struct gw_list_read *lr = job->arg;
@@ -145,6 +182,11 @@ static enum MHD_Result list_start(gw_request *req)
                                   "limit must be an integer from 1 to %d", LK_LIST_MAX);
         }
     }
+    const char *prefix = q.prefix != NULL ? q.prefix : "";
+    enum MHD_Result refused = MHD_NO;
+    if (scoped_prefix(req, &prefix, &refused) != 0) {
+        return refused;
+    }
     struct gw_list_read *lr = calloc(1, sizeof *lr);
     if (lr != NULL) {
         lr->entries = calloc((size_t)limit, sizeof *lr->entries);
@@ -159,7 +201,7 @@ static enum MHD_Result list_start(gw_request *req)
     if (lr != NULL) {
         lr->srv = req->srv;
         lr->limit = (size_t)limit;
-        snprintf(lr->prefix, sizeof lr->prefix, "%s", q.prefix != NULL ? q.prefix : "");
+        snprintf(lr->prefix, sizeof lr->prefix, "%s", prefix);
         snprintf(lr->after, sizeof lr->after, "%s", q.after != NULL ? q.after : "");
     }
     return gw__pipe_offload(req, req->srv->side, lr, lr != NULL ? &lr->job : NULL, list_work);
@@ -175,12 +217,6 @@ static enum MHD_Result list_resumed(gw_request *req)
     json_t *locks = json_array();
     for (size_t i = 0; locks != NULL && i < lr->n; i++) {
         const lk_lock_entry *e = &lr->entries[i];
-        /* With --clients, only the locks under the client's read prefixes: a client that
-         * may read billing: learns nothing of other teams' names. The page may so hold
-         * fewer than limit; next still pages on from where the scan stopped. */
-        if (req->client != NULL && !gw__client_allows(req->client, GW_SCOPE_READ, e->resource)) {
-            continue;
-        }
         /* Never the owner: it is the capability to release the lock. */
         json_array_append_new(
             locks, json_pack("{s:s, s:I, s:I, s:I, s:I}", "resource", e->resource, "token",
