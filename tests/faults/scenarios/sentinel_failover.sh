@@ -38,9 +38,10 @@ scenario_prestart() {
 }
 
 
-scenario_fault() {
+# One failover: kill the master, time the first grant after it, wait for the promotion and
+# (but after the last fault) bring the set back to whole. transfers_failover.sh uses it too.
+sentinel_failover_fault() {
     local old start took
-    progress "$steps"
     fg_sentinel_kill_master || fail "no master to kill"
     old=$FG_SENTINEL_KILLED_PORT
     start=$(now_ms)
@@ -59,6 +60,11 @@ after $took ms"
         fg_sentinel_restart_replica "$old" 90 || fail "the old master did not rejoin as a replica"
         fg_sentinel_wait_ready 90 || fail "the sentinel set did not become whole again"
     fi
+}
+
+scenario_fault() {
+    progress "$steps"
+    sentinel_failover_fault "$1"
 }
 
 scenario_check() {
