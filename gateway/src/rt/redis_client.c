@@ -1,7 +1,13 @@
 /*
- * One lk_client per loop thread, opened on first use and closed when the thread exits: a
- * hiredis context is not thread-safe. The pipelines and the waiters' subscriber keep their
- * own connections.
+ * One lk_client per side-pipeline thread (pipe.c's side_kind), opened on first use and
+ * closed when the thread exits: a hiredis context is not thread-safe. No loop thread calls
+ * it. The pipelines and the waiters' subscriber keep their own connections.
+ *
+ * Why the side calls do not share the Redis pipelines' connections: they are the rare,
+ * slow ones (a lock's status, the listing's whole SCAN pass, a forced release and its store
+ * fence, the readiness and metrics PING). A listing of a million keys takes 0.5 to 0.7 s of
+ * SCAN steps (list_bench); on a pipeline connection every /lock batched behind it would wait
+ * that long. On their own connections they wait only for each other.
  */
 #include <pthread.h>
 

@@ -1,6 +1,6 @@
 /*
- * Each loop thread's own locklib handle (redis_client.c), for the rare Redis calls that do
- * not go through the pipeline: a hiredis context is not thread-safe.
+ * Each side-pipeline thread's own locklib handle (redis_client.c), for the rare, slow Redis
+ * calls that do not go through the Redis pipelines: a hiredis context is not thread-safe.
  */
 #ifndef GATEWAY_REDIS_CLIENT_H
 #define GATEWAY_REDIS_CLIENT_H
