@@ -36,7 +36,8 @@ scenario_mode() { mode=(pause_locked "$rport"); }
 # late_ops: how many late operations (after_pause) the history holds.
 late_ops() { awk -F'\t' '$2 != "mark" && $13 ~ /after_pause/' "$hist" 2>/dev/null | wc -l; }
 
-played() { [ "$(late_ops)" -ge $(($1 * 3)) ]; }
+# Each freeze records 4 late operations: write, fenced read, renew, unlock.
+played() { [ "$(late_ops)" -ge $(($1 * 4)) ]; }
 
 # scenario_fault I: the workload makes the freezes on its own; wait until freeze I has played
 # out (its late write, fenced read, renew and unlock recorded).
