@@ -212,3 +212,12 @@ lk_status lk_renew_many(lk_client *c, lk_many *items, size_t n, const char *owne
                   .kind = LK_CALL_RENEW};
     return owner_set(c, items, n, &a);
 }
+
+void lk_undo_many(lk_client *c, lk_many *items, size_t n, const char *owner,
+                  const char *idem_key)
+{
+    set_args a = {.owner = owner, .idem_key = idem_key};
+    if (check_set(c, items, n) == LK_OK) {
+        undo_grants(c, items, n, &a);
+    }
+}

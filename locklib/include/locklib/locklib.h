@@ -372,6 +372,12 @@ typedef struct lk_many {
 LK_EXTERN lk_status lk_acquire_many(lk_client *c, lk_many *items, size_t n, const char *owner,
                                     int64_t lease_ms, const char *idem_key, int fair);
 
+/* Undoes the grants of a set lk_acquire_many() answered ACQUIRED (every item whose status
+ * is ACQUIRED), exactly as it undoes a partial grant: for a caller that cannot use the set
+ * after all (a token ledger refused a token, its client is gone). Sets each item's undone. */
+LK_EXTERN void lk_undo_many(lk_client *c, lk_many *items, size_t n, const char *owner,
+                            const char *idem_key);
+
 /* Releases one hold of each resource of items[0..n) (lk_release() for each, one pipeline).
  * Returns OK when each item has its outcome (RELEASED, STILL_HELD or NOT_OWNER in its
  * status), else the first item's error. EINVAL as for lk_acquire_many(). */
