@@ -16,7 +16,8 @@
 typedef struct many_fixture {
     th_redis redis;
     th_cluster cl;
-    int cluster;
+    th_redis masters[3];     /* redlock: three independent masters */
+    int cluster, redlock;
     lk_client *c;
 } many_fixture;
 
@@ -54,11 +55,31 @@ static int cluster_setup(void **state)
     return 0;
 }
 
+static int redlock_setup(void **state)
+{
+    many_fixture *f = calloc(1, sizeof *f);
+    char url[256];
+    size_t len = (size_t)snprintf(url, sizeof url, "redlock://");
+    f->redlock = 1;
+    for (int i = 0; i < 3; i++) {
+        th_redis_start(&f->masters[i], 1, NULL);
+        len += (size_t)snprintf(url + len, sizeof url - len, "%s127.0.0.1:%d", i ? "," : "",
+                                f->masters[i].port);
+    }
+    f->c = open_url(url);
+    *state = f;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     many_fixture *f = *state;
     lk_client_close(f->c);
-    if (f->cluster) {
+    if (f->redlock) {
+        for (int i = 0; i < 3; i++) {
+            th_redis_stop(&f->masters[i]);
+        }
+    } else if (f->cluster) {
         th_cluster_stop(&f->cl);
     } else {
         th_redis_stop(&f->redis);
@@ -258,6 +279,39 @@ static void test_bad_sets_refused(void **state)
     assert_int_equal(info.last_token, 0); /* nothing was sent */
 }
 
+/* Redlock: a member held on one master only (a minority) is granted by the majority; held
+ * on two masters, the set is refused and undone on every master. */
+static void test_redlock_majority_per_resource(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[2][64];
+    lk_many it[2];
+
+    if (!f->redlock) {
+        skip();
+    }
+    set_names(f, "rl", names, it, 2);
+    /* bob's hold of names[1] on master 0 only. */
+    assert_int_equal(th_redis_cmd(&f->masters[0], NULL, 0,
+                                  "HSET fg:{%s}:lock bob 1", names[1]), 1);
+    assert_int_equal(th_redis_cmd(&f->masters[0], NULL, 0, "PEXPIRE fg:{%s}:lock 10000",
+                                  names[1]), 1);
+    assert_lk(c, lk_acquire_many(c, it, 2, "alice", 10000, NULL, 0), LK_ACQUIRED);
+    assert_lk(c, lk_release_many(c, it, 2, "alice", NULL), LK_OK);
+    /* And on master 1 too: a majority holds it for bob. */
+    assert_int_equal(th_redis_cmd(&f->masters[1], NULL, 0,
+                                  "HSET fg:{%s}:lock bob 1", names[1]), 1);
+    assert_int_equal(th_redis_cmd(&f->masters[1], NULL, 0, "PEXPIRE fg:{%s}:lock 10000",
+                                  names[1]), 1);
+    assert_lk(c, lk_acquire_many(c, it, 2, "alice", 10000, NULL, 0), LK_HELD);
+    assert_int_equal(it[0].undone, 1);
+    for (int m = 0; m < 3; m++) {
+        assert_int_equal(th_redis_cmd(&f->masters[m], NULL, 0, "EXISTS fg:{%s}:lock",
+                                      names[0]), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -267,8 +321,10 @@ int main(void)
         cmocka_unit_test(test_idempotency_key_replays_the_set),
         cmocka_unit_test(test_renew_per_resource),
         cmocka_unit_test(test_bad_sets_refused),
+        cmocka_unit_test(test_redlock_majority_per_resource),
     };
     int failed = cmocka_run_group_tests_name("many_single_redis", tests, single_setup, teardown);
     failed += cmocka_run_group_tests_name("many_cluster", tests, cluster_setup, teardown);
+    failed += cmocka_run_group_tests_name("many_redlock", tests, redlock_setup, teardown);
     return failed;
 }
