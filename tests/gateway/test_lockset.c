@@ -28,8 +28,10 @@
 typedef struct set_state {
     th_redis redis;
     th_cluster cl;
-    int cluster;
+    th_pg pg;
+    int cluster, shared;
     gwt_proc gw;
+    gwt_proc b;          /* shared: a second gateway on the same PostgreSQL and Redis */
 } set_state;
 
 static int single_setup(void **state)
@@ -51,10 +53,30 @@ static int cluster_setup(void **state)
     return 0;
 }
 
+/* Two gateways sharing one PostgreSQL store (and its token ledger) and one Redis. */
+static int shared_setup(void **state)
+{
+    set_state *s = calloc(1, sizeof *s);
+    char store[512];
+    s->shared = 1;
+    th_redis_start(&s->redis, 0, NULL);
+    th_pg_start(&s->pg);
+    th_pg_url(&s->pg, "postgres", store, sizeof store);
+    const char *const args[] = {"--store", store, NULL};
+    gwt_start(&s->gw, s->redis.url, NULL, args);
+    gwt_start(&s->b, s->redis.url, NULL, args);
+    *state = s;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     set_state *s = *state;
     int rc = gwt_stop(&s->gw);
+    if (s->shared) {
+        rc |= gwt_stop(&s->b);
+        th_pg_stop(&s->pg);
+    }
     if (s->cluster) {
         th_cluster_stop(&s->cl);
     } else {
@@ -371,6 +393,41 @@ static void test_wait_deadline_is_409(void **state)
     assert_int_equal(gwt_unlock(&s->gw, n[0], "holder"), 200);
 }
 
+/* The shared ledger: Redis loses its data between a set granted through A and one through
+ * B, which knows no token yet: B's mints repeat A's tokens, the ledger refuses them, and
+ * B's set is undone and granted again above the ledger, above every token A handed out. */
+static void test_shared_ledger_lifts_a_set(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    gwt_resp r;
+    long long first[2];
+
+    names_for("led", n, 2);
+    for (int round = 0; round < 3; round++) {
+        post_set(&s->gw, "/lock", n, 2, "o1", NULL, NULL, &r);
+        gwt_assert_status(&r, 200, NULL);
+        first[0] = token_of(&r, n[0]);
+        first[1] = token_of(&r, n[1]);
+        gwt_resp_free(&r);
+        post_set(&s->gw, "/unlock", n, 2, "o1", NULL, NULL, &r);
+        gwt_assert_status(&r, 200, NULL);
+        gwt_resp_free(&r);
+    }
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "FLUSHALL"), 0);
+    long long corrections = gwt_metric(&s->b, "fencegate_token_floor_corrections_total");
+    post_set(&s->b, "/lock", n, 2, "o2", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(token_of(&r, n[0]) > first[0]);
+    assert_true(token_of(&r, n[1]) > first[1]);
+    /* It took the ledger's refusal and a second attempt. */
+    assert_true(gwt_metric(&s->b, "fencegate_token_floor_corrections_total") > corrections);
+    /* The tokens are the resources' current ones: a fenced write with each passes. */
+    assert_int_equal(gwt_put_fenced(&s->b, n[0], token_of(&r, n[0]), "v", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw, n[1], token_of(&r, n[1]), "v", NULL), 200);
+    gwt_resp_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -386,5 +443,10 @@ int main(void)
     int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
                                              teardown);
     failed += cmocka_run_group_tests_name("lockset_cluster", tests, cluster_setup, teardown);
+    const struct CMUnitTest shared[] = {
+        cmocka_unit_test(test_shared_ledger_lifts_a_set),
+    };
+    failed += cmocka_run_group_tests_name("lockset_shared_ledger", shared, shared_setup,
+                                          teardown);
     return failed;
 }
