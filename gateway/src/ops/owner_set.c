@@ -1,6 +1,7 @@
 /*
  * POST /unlock and POST /renew with "resources": one release or renewal per resource of the
- * set, all in one Redis pipeline (lk_release_many, lk_renew_many) on a side thread. These
+ * set, all queued on the Redis pipeline back to back (so usually one batch, one round trip,
+ * as lk_release_many and lk_renew_many send them), waiting on no thread. These
  * act per resource, not all or none: a resource the owner does not hold (its lease ran out)
  * cannot be undone into being held. So the answer says what happened to each:
  *   200 {"locks": [{"resource", "released", "holds"}]}            /unlock, every one held;
@@ -8,43 +9,82 @@
  *   409 not_owner {"resources": [not held], "locks": [the others, done as above]}.
  * An Idempotency-Key replays each resource's first answer, as for one resource.
  */
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "http/args_set.h"
-#include "http/offload.h"
 #include "http/respond.h"
 #include "ops/lock_set.h"
-#include "rt/redis_client.h"
+#include "rt/pipe.h"
+
+/* A call of the set in the Redis pipeline. */
+typedef struct set_job {
+    gw_job job;
+    lk_call call;
+} set_job;
 
 struct gw_owner_set {
-    gw_job job;
     gw_server *srv;
     json_t *root;                        /* the body: the names point into it */
     gw_set_args s;
     gw_set_kind kind;
+    atomic_int pending;                  /* calls not answered yet */
     lk_status st;
     char err[256];
     lk_many items[LK_MANY_MAX];
+    set_job *jobs;                       /* s.n of them */
 };
 
-static void owner_set_work(gw_job *job)
+/* gw_job.done of each call, on the pipeline thread: the last one answered resumes the
+ * request (the others return 0: nothing to resume yet). */
+static int set_job_done(gw_job *job)
 {
     struct gw_owner_set *os = job->arg;
-    lk_client *c = gw__client(os->srv);
+    return atomic_fetch_sub(&os->pending, 1) == 1;
+}
 
-    if (c == NULL) {
-        os->st = LK_ENOMEM;
-        snprintf(os->err, sizeof os->err, "out of memory");
-        return;
+/* Every call of the set, in one batch of the Redis pipeline, the connection suspended. */
+static enum MHD_Result send_set(gw_request *req, struct gw_owner_set *os)
+{
+    os->jobs = calloc(os->s.n, sizeof *os->jobs);
+    if (os->jobs == NULL) {
+        return MHD_NO;
     }
-    os->st = os->kind == GW_SET_RENEW
-                 ? lk_renew_many(c, os->items, os->s.n, os->s.a.owner, os->s.a.ttl_ms,
-                                 os->s.a.idem_key)
-                 : lk_release_many(c, os->items, os->s.n, os->s.a.owner, os->s.a.idem_key);
-    if (os->st != LK_OK) {
-        snprintf(os->err, sizeof os->err, "%s", lk_errstr(c));
+    atomic_store(&os->pending, (int)os->s.n);
+    for (size_t i = 0; i < os->s.n; i++) {
+        set_job *j = &os->jobs[i];
+        j->call.kind = os->kind == GW_SET_RENEW ? LK_CALL_RENEW : LK_CALL_RELEASE;
+        j->call.resource = os->s.names[i];
+        j->call.owner = os->s.a.owner;
+        j->call.idem_key = os->s.a.idem_key;
+        j->call.lease_ms = os->s.a.ttl_ms;
+        j->job.call = &j->call;
+        j->job.conn = req->conn;
+        j->job.done = set_job_done;
+        j->job.arg = os;
+    }
+    MHD_suspend_connection(req->conn);
+    /* Queued back to back: the pipeline takes what is queued as one batch. */
+    for (size_t i = 0; i < os->s.n; i++) {
+        gw__pipe_submit(req->srv->pipe, &os->jobs[i].job);
+    }
+    return MHD_YES;
+}
+
+/* The calls' outcomes into the items; st the first error, as lk_release_many answers. */
+static void collect(struct gw_owner_set *os)
+{
+    os->st = LK_OK;
+    for (size_t i = 0; i < os->s.n; i++) {
+        const lk_call *call = &os->jobs[i].call;
+        os->items[i].status = call->status;
+        os->items[i].res = call->res;
+        if (call->status >= LK_EINVAL && os->st == LK_OK) {
+            os->st = call->status;
+            snprintf(os->err, sizeof os->err, "%.40s: %.200s", call->resource, call->err);
+        }
     }
     gw__note_redis(os->srv, os->st);
 }
@@ -73,7 +113,7 @@ static enum MHD_Result owner_set_start(gw_request *req, gw_set_kind kind)
     for (size_t i = 0; i < os->s.n; i++) {
         os->items[i].resource = os->s.names[i];
     }
-    return gw__pipe_offload(req, req->srv->side, os, &os->job, owner_set_work);
+    return send_set(req, os);
 }
 
 static enum MHD_Result owner_set_answered(gw_request *req)
@@ -82,6 +122,7 @@ static enum MHD_Result owner_set_answered(gw_request *req)
     gw_metrics *m = &req->srv->metrics;
     int renew = os->kind == GW_SET_RENEW;
 
+    collect(os);
     if (os->st != LK_OK) {
         if (renew) {
             atomic_fetch_add(&m->renew[os->st == LK_EUNAVAILABLE ? GW_REN_unavailable
@@ -140,6 +181,7 @@ static void owner_set_completed(gw_request *req, enum MHD_RequestTerminationCode
     struct gw_owner_set *os = req->op_state;
     (void)toe;
     json_decref(os->root);
+    free(os->jobs);
     free(os);
     req->op_state = NULL;
 }
