@@ -9,7 +9,8 @@
  *   PARKED      resumed by waiters.c (set_woken): attempt again, or answer;
  *   completed   end the wait, give back a set whose answer did not reach the client.
  *
- * An attempt runs on a side thread (it blocks on Redis and the store, never a loop thread):
+ * An attempt runs on a thread of the set pipeline (srv->sets: it blocks on its stripes,
+ * Redis and the store, never a loop thread):
  * core/fence_set.c holds the stripes of the set's resources, computes their floors,
  * acquires the whole set in one Redis pipeline (lk_acquire_many) and makes the ledger cover
  * every token before the stripes pass on. A set with one resource held is undone before
@@ -110,7 +111,7 @@ static enum MHD_Result set_attempt(gw_request *req, struct gw_set_call *sc)
         gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
     }
     sc->stage = SET_WORKING;
-    return gw__pipe_offload(req, sc->srv->side, sc, &sc->job, set_work);
+    return gw__pipe_offload(req, sc->srv->sets, sc, &sc->job, set_work);
 }
 
 /* A give-back of a set whose answer did not reach its client, answered by nobody. */
@@ -178,7 +179,7 @@ static void give_back(struct gw_set_call *sc, int uncount)
     e->job.work = errand_work;
     e->job.done = errand_done;
     e->job.arg = e;
-    gw__pipe_submit(sc->srv->side, &e->job);
+    gw__pipe_submit(sc->srv->sets, &e->job);
 }
 
 static void count(gw_request *req, gw_acquire_outcome o)
