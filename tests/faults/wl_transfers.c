@@ -102,17 +102,24 @@ static int await_superseded(client *c, const conf *cf, const char *x, long long 
     return 0;
 }
 
-/* POST /resources with the writes of json; fills op's times, status and error. */
-static void post_txn(client *c, const conf *cf, fh_op *op, const char *json)
+/* POST path with json for op; fills op's times, status and error, and the answer into rp. */
+static void post(client *c, const conf *cf, fh_op *op, const char *path, const char *json,
+                 reply *rp)
 {
-    reply rp;
-    struct curl_slist *h = wl_http_setup(c->curl, cf, op, "POST", "/resources", json, 0, &rp);
+    struct curl_slist *h = wl_http_setup(c->curl, cf, op, "POST", path, json, 0, rp);
     op->start_ns = fh_now_ns();
     CURLcode rc = curl_easy_perform(c->curl);
     op->end_ns = fh_now_ns();
     curl_slist_free_all(h);
     wl_http_result(c->curl, rc, op);
-    wl_parse_json(&rp, op, 1);
+    wl_parse_json(rp, op, 1);
+}
+
+/* POST /resources with the writes of json. */
+static void post_txn(client *c, const conf *cf, fh_op *op, const char *json)
+{
+    reply rp;
+    post(c, cf, op, "/resources", json, &rp);
 }
 
 /* Locks accounts ax and ay with one POST /lock of the set, waiting. Fills *gx and *gy as two
@@ -131,13 +138,7 @@ static void lock_pair(client *c, const conf *cf, const char *ax, const char *ay,
              "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"%s\",\"ttl_ms\":%d,"
              "\"wait_ms\":%d}",
              ax, ay, gx->owner, TTL_MS, WAIT_MS);
-    struct curl_slist *h = wl_http_setup(c->curl, cf, gx, "POST", "/lock", body, 0, &rp);
-    gx->start_ns = fh_now_ns();
-    CURLcode rc = curl_easy_perform(c->curl);
-    gx->end_ns = fh_now_ns();
-    curl_slist_free_all(h);
-    wl_http_result(c->curl, rc, gx);
-    wl_parse_json(&rp, gx, 1);
+    post(c, cf, gx, "/lock", body, &rp);
     gy->start_ns = gx->start_ns;
     gy->end_ns = gx->end_ns;
     gy->status = gx->status;
