@@ -13,12 +13,16 @@
  *     holder releases; two clients locking [a, b] and [b, a] in loops never deadlock.
  * No test asserts timing; every wait is a loop on a condition with a deadline.
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -428,6 +432,57 @@ static void test_shared_ledger_lifts_a_set(void **state)
     gwt_resp_free(&r);
 }
 
+/* A client that hangs up while its set is being taken keeps none of it: Redis is paused
+ * (CLIENT PAUSE) so the hang-up surely comes first, and the 60 s lease would otherwise keep
+ * the set for the whole test. */
+static void test_hang_up_during_set_keeps_nothing(void **state)
+{
+    set_state *s = *state;
+    char n[2][48], body[256], req[512];
+    struct sockaddr_in addr;
+
+    if (s->cluster) {
+        skip(); /* CLIENT PAUSE of one node would not pause the others */
+    }
+    names_for("hang", n, 2);
+    snprintf(body, sizeof body, "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"gone\","
+             "\"ttl_ms\":60000}", n[0], n[1]);
+    int len = snprintf(req, sizeof req,
+                       "POST /lock HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                       "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                       strlen(body), body);
+    th_redis_cmd(&s->redis, NULL, 0, "CLIENT PAUSE 700 WRITE");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)s->gw.port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(send(fd, req, (size_t)len, 0), len);
+    close(fd);
+    /* Taken once Redis runs again, then given back: wait until it was taken (the counter
+     * moved) and is free again. */
+    int64_t deadline = th_now_ms() + 10000;
+    long long last = 0;
+    for (;;) {
+        char path[96];
+        gwt_resp r;
+        snprintf(path, sizeof path, "/locks/%s", n[0]);
+        gwt_get(&s->gw, path, &r);
+        last = gwt_int(&r, "last_token");
+        int held = json_is_true(json_object_get(r.json, "locked"));
+        gwt_resp_free(&r);
+        if ((last > 0 && !held && !is_locked(&s->gw, n[1])) || th_now_ms() > deadline) {
+            break;
+        }
+        th_nap_ms(20);
+    }
+    assert_true(last > 0);
+    assert_false(is_locked(&s->gw, n[0]));
+    assert_false(is_locked(&s->gw, n[1]));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -439,6 +494,7 @@ int main(void)
         cmocka_unit_test(test_waiting_set_holds_nothing_meanwhile),
         cmocka_unit_test(test_opposite_orders_never_deadlock),
         cmocka_unit_test(test_wait_deadline_is_409),
+        cmocka_unit_test(test_hang_up_during_set_keeps_nothing),
     };
     int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
                                              teardown);

@@ -68,6 +68,9 @@ struct gw_set_call {
     unsigned char fair;
     unsigned char last;                  /* the deadline's wake: one last attempt */
     unsigned char acquired;              /* answered 200 with holds this request added */
+    unsigned char looked;                /* its last attempt's outcome was looked at */
+    unsigned char eof;                   /* answered 200 to a client that had closed its
+                                          * sending side (maybe only half-closed) */
     unsigned char wait_place;            /* holds a waiting place of its address */
     int client_place;                    /* its client's waiting place, -1: none */
     gw_set_acq acq;
@@ -111,6 +114,7 @@ static enum MHD_Result set_attempt(gw_request *req, struct gw_set_call *sc)
         gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
     }
     sc->stage = SET_WORKING;
+    sc->looked = 0;
     return gw__pipe_offload(req, sc->srv->sets, sc, &sc->job, set_work);
 }
 
@@ -182,6 +186,17 @@ static void give_back(struct gw_set_call *sc, int uncount)
     gw__pipe_submit(sc->srv->sets, &e->job);
 }
 
+/* 1 when every grant of the set replayed an earlier answer (it took nothing). */
+static int all_replayed(const struct gw_set_call *sc)
+{
+    for (size_t i = 0; i < sc->n; i++) {
+        if (!sc->items[i].res.replayed) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
 static void count(gw_request *req, gw_acquire_outcome o)
 {
     atomic_fetch_add(&req->srv->metrics.acquire[o], 1);
@@ -249,11 +264,14 @@ static enum MHD_Result answer(gw_request *req, struct gw_set_call *sc)
 
     gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
     if (a->lk == LK_ACQUIRED && a->cover == STORE_OK) {
-        if (gw__conn_peer(req->conn) == GW_PEER_GONE) {
+        gw_peer peer = all_replayed(sc) ? GW_PEER_OPEN : gw__conn_peer(req->conn);
+        if (peer == GW_PEER_GONE) {
             give_back(sc, 0); /* the client hung up while the set was taken */
             count(req, GW_ACQ_abandoned);
             return MHD_NO;
         }
+        /* A half-closed client still reads: answered; completion looks again. */
+        sc->eof = (unsigned char)(peer == GW_PEER_EOF);
         return answer_granted(req, sc);
     }
     if (a->lk == LK_ACQUIRED) {
@@ -364,7 +382,11 @@ static enum MHD_Result set_woken(gw_request *req, struct gw_set_call *sc)
 static enum MHD_Result set_resumed(gw_request *req)
 {
     struct gw_set_call *sc = req->op_state;
-    return sc->stage == SET_PARKED ? set_woken(req, sc) : set_answered(req, sc);
+    if (sc->stage == SET_PARKED) {
+        return set_woken(req, sc);
+    }
+    sc->looked = 1;
+    return set_answered(req, sc);
 }
 
 /* Takes the waiting places a waiting set needs, as a single /lock does (ops/lock.c). */
@@ -448,9 +470,21 @@ static void set_lock_completed(gw_request *req, enum MHD_RequestTerminationCode 
     struct gw_set_call *sc = req->op_state;
 
     gw__wait_end(req->srv->waitq, &sc->waiter, -1, 0);
-    if (sc->acquired && toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+    /* A client that had closed its side and was answered: if it had closed for good, the
+     * answer drew a reset (at once over loopback). */
+    int reset = sc->eof && gw__conn_peer(req->conn) == GW_PEER_GONE;
+    if (sc->acquired && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || reset)) {
         /* The answer never reached the client: nobody will use these holds. */
         give_back(sc, 1);
+        atomic_fetch_sub(&req->srv->metrics.acquire[GW_ACQ_acquired], 1);
+        count(req, GW_ACQ_abandoned);
+    } else if (!sc->looked && sc->stage == SET_WORKING && sc->acq.lk == LK_ACQUIRED &&
+               sc->acq.cover == STORE_OK && !all_replayed(sc)) {
+        /* The attempt was answered, but libmicrohttpd found the client gone when it was
+         * resumed and ended the request without resuming the operation: nobody looked at
+         * the grant. Give it back, as lock.c does for one resource. */
+        give_back(sc, 0);
+        count(req, GW_ACQ_abandoned);
     }
     if (sc->wait_place) {
         gw__loops_wait_give(req->srv->loops, req->slot);
