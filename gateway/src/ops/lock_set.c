@@ -3,7 +3,7 @@
  *
  * The operation, and what resumes it:
  *   start       parse the body (http/args_set.c), then attempt -> WORKING;
- *   WORKING     resumed by the side pipeline when the attempt is done (set_answered):
+ *   WORKING     resumed by the set pipeline when the attempt is done (set_answered):
  *               answer, or park on one held resource while time is left -> PARKED, or
  *               attempt again at once;
  *   PARKED      resumed by waiters.c (set_woken): attempt again, or answer;
@@ -55,7 +55,7 @@ typedef enum set_stage { SET_WORKING, SET_PARKED } set_stage;
 
 /* A POST /lock of a set in progress. Freed at request completion (gw__wait_free). */
 struct gw_set_call {
-    gw_job job;                          /* the attempt on the side pipeline */
+    gw_job job;                          /* the attempt on the set pipeline */
     gw_server *srv;
     size_t n;
     const char *owner;
@@ -79,7 +79,7 @@ struct gw_set_call {
     char text[];                         /* owner, key, then the names, NUL-terminated */
 };
 
-/* The side thread's attempt. */
+/* The attempt, on a thread of the set pipeline. */
 static void set_work(gw_job *job)
 {
     struct gw_set_call *sc = job->arg;
@@ -110,8 +110,8 @@ static enum MHD_Result set_attempt(gw_request *req, struct gw_set_call *sc)
 {
     if (sc->target >= 0 &&
         gw__wait_begin(sc->srv->waitq, &sc->waiter, sc->items[sc->target].resource) != 0) {
-        sc->target = -1; /* without memory it does not wait */
-        gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+        sc->target = -1; /* without memory it does not wait: this attempt is its last */
+        sc->wants_wait = 0;
     }
     sc->stage = SET_WORKING;
     sc->looked = 0;
