@@ -483,6 +483,36 @@ static void test_hang_up_during_set_keeps_nothing(void **state)
     assert_false(is_locked(&s->gw, n[1]));
 }
 
+/* "fair": true: a set never takes a free resource ahead of a fair waiter queued for it
+ * (here one queued straight in Redis, with a deadline far off); without it, it may. */
+static void test_fair_set_does_not_barge(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    gwt_resp r;
+
+    if (s->cluster) {
+        skip(); /* the queue is written on one node here */
+    }
+    names_for("fair", n, 2);
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "RPUSH fg:{%s}:queue first-in-line", n[1]),
+                     1);
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "ZADD fg:{%s}:qtimeout 99999999999999 first-in-line", n[1]),
+                     1);
+    post_set(&s->gw, "/lock", n, 2, "o1", "\"fair\":true", NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[1]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, n[0]));
+    post_set(&s->gw, "/lock", n, 2, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    post_set(&s->gw, "/unlock", n, 2, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -495,6 +525,7 @@ int main(void)
         cmocka_unit_test(test_opposite_orders_never_deadlock),
         cmocka_unit_test(test_wait_deadline_is_409),
         cmocka_unit_test(test_hang_up_during_set_keeps_nothing),
+        cmocka_unit_test(test_fair_set_does_not_barge),
     };
     int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
                                              teardown);
