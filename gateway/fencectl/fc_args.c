@@ -297,13 +297,21 @@ static int parse_operand(char *const *argv, int i, fc_options *o, char *err, siz
         o->prefix = arg;
         return 0;
     }
-    if (o->resource == NULL && o->cmd != FC_CMD_LS) {
+    int more = o->cmd == FC_CMD_LOCK && o->dashdash && o->resource != NULL;
+    if ((o->resource == NULL && o->cmd != FC_CMD_LS) || more) {
         if (!fg_valid_name(arg, FG_RESOURCE_MAX)) {
             snprintf(err, errlen, "resource '%.40s' must be 1 to %d characters of " FG_NAME_CHARS,
                      arg, FG_RESOURCE_MAX);
             return -1;
         }
-        o->resource = arg;
+        if (o->nresources >= FC_SET_MAX) {
+            snprintf(err, errlen, "lock takes at most %d resources", FC_SET_MAX);
+            return -1;
+        }
+        if (o->resource == NULL) {
+            o->resource = arg;
+        }
+        o->resources[o->nresources++] = arg;
         return 0;
     }
     if (o->cmd == FC_CMD_LOCK) {
@@ -312,6 +320,44 @@ static int parse_operand(char *const *argv, int i, fc_options *o, char *err, siz
     }
     snprintf(err, errlen, "unexpected argument '%.40s'", arg);
     return -1;
+}
+
+void fc__env_name(const char *resource, char *out)
+{
+    int n = snprintf(out, FC_ENV_NAME_MAX, "FENCING_TOKEN_");
+    for (const char *p = resource; *p != '\0' && n < FC_ENV_NAME_MAX - 1; p++) {
+        char ch = *p;
+        int ok = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') ||
+                 (ch >= '0' && ch <= '9') || ch == '_';
+        out[n++] = ok ? ch : '_';
+    }
+    out[n] = '\0';
+}
+
+/* A set of resources: distinct names whose variables (fc__env_name) are distinct too, or
+ * COMMAND could not tell two tokens apart. */
+static int check_set(const fc_options *o, char *err, size_t errlen)
+{
+    char a[FC_ENV_NAME_MAX], b[FC_ENV_NAME_MAX];
+
+    for (int i = 1; i < o->nresources; i++) {
+        fc__env_name(o->resources[i], a);
+        for (int j = 0; j < i; j++) {
+            if (strcmp(o->resources[i], o->resources[j]) == 0) {
+                snprintf(err, errlen, "resource '%.40s' is named twice", o->resources[i]);
+                return -1;
+            }
+            fc__env_name(o->resources[j], b);
+            if (strcmp(a, b) == 0) {
+                snprintf(err, errlen, "resources '%.40s' and '%.40s' would both set %.80s "
+                         "(every byte outside [A-Za-z0-9_] becomes '_'): rename one, or lock "
+                         "them in two commands",
+                         o->resources[j], o->resources[i], a);
+                return -1;
+            }
+        }
+    }
+    return 0;
 }
 
 /* The checks for required arguments once the whole line was read. */
@@ -333,6 +379,9 @@ static int check_required(const fc_options *o, char *err, size_t errlen)
     if (o->cmd == FC_CMD_LOCK && (o->command == NULL || o->command[0] == NULL)) {
         snprintf(err, errlen, "lock needs a COMMAND to run: fencectl lock %s -- COMMAND", 
                  o->resource);
+        return -1;
+    }
+    if (o->cmd == FC_CMD_LOCK && check_set(o, err, errlen) != 0) {
         return -1;
     }
     if ((o->cmd == FC_CMD_UNLOCK || o->cmd == FC_CMD_RENEW) && o->owner == NULL) {
@@ -363,6 +412,9 @@ static int parse_args(int argc, char *const *argv, fc_options *o, char *err, siz
     o->kill_grace_ms = FC_DEFAULT_KILL_GRACE_MS;
     o->conflict_exit_code = FC_EXIT_CONFLICT;
     err[0] = '\0';
+    for (int i = 1; i < argc; i++) {
+        o->dashdash |= strcmp(argv[i], "--") == 0;
+    }
 
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];

@@ -42,6 +42,8 @@ typedef enum fc_command {
     FC_CMD_RELEASE
 } fc_command;
 
+#define FC_SET_MAX 64 /* most resources of one lock (the gateway's limit) */
+
 /* Everything the command line said. Strings point into argv; nothing is allocated. */
 typedef struct fc_options {
     fc_command cmd;
@@ -53,6 +55,12 @@ typedef struct fc_options {
     const char *cacert;       /* --cacert: the CAs an https:// gateway is checked against */
     const char *cert, *key;   /* --cert, --key: a client certificate (mutual TLS) */
     const char *resource;
+    /* lock: the whole set, resources[0] = resource. Operands between RESOURCE and "--" are
+     * more resources of one multi-resource lock (without "--" the first one starts
+     * COMMAND, as always). */
+    const char *resources[FC_SET_MAX];
+    int nresources;
+    int dashdash;             /* the line has "--" after the subcommand */
     const char *owner;        /* unlock, renew */
     const char *content_type; /* write, NULL for the gateway's default */
     int64_t ttl_ms;           /* lock, renew */
@@ -78,6 +86,12 @@ int fc__parse_duration(const char *text, int64_t *ms);
  * (errlen bytes). A successful parse with o->help or o->version set skips the checks for
  * required arguments. */
 int fc__parse_args(int argc, char *const *argv, fc_options *o, char *err, size_t errlen);
+
+/* The variable a set's token of resource goes to: "FENCING_TOKEN_" and the name with every
+ * byte outside [A-Za-z0-9_] replaced by '_' ("orders.eu-1" -> FENCING_TOKEN_orders_eu_1).
+ * out holds at least FC_ENV_NAME_MAX bytes. */
+#define FC_ENV_NAME_MAX 256
+void fc__env_name(const char *resource, char *out);
 
 /* The name of a subcommand as typed ("lock"), or "" for FC_CMD_NONE. */
 const char *fc__command_name(fc_command cmd);

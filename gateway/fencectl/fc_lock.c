@@ -19,6 +19,7 @@
  * through a self-pipe.
  */
 #include "fc_internal.h"
+#include "fc_lockset.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -47,7 +48,8 @@ typedef struct runner {
     char what_lock[256];         /* "lock orders", "renew orders", "unlock orders" */
     char what_renew[256];
     char what_unlock[256];
-    int64_t token;
+    int64_t token;               /* tokens[0] */
+    int64_t tokens[FC_SET_MAX];  /* one per resource of the set (fc_lockset.c) */
     pid_t pid;
     int64_t lease_until_ms;      /* the lease surely lasts until then */
     int64_t next_renew_ms;
@@ -163,10 +165,9 @@ static int acquire(runner *rn)
         fc_response r;
         int64_t sent = fc__now_ms();
         int64_t slice = min64(wait_until > sent ? wait_until - sent : 0, GATEWAY_WAIT_MAX_MS);
-        json_t *body = json_pack("{s:s, s:s, s:I, s:I}", "resource", o->resource, "owner",
-                                 rn->owner, "ttl_ms", (json_int_t)o->ttl_ms, "wait_ms",
-                                 (json_int_t)slice);
-        if (body == NULL || fc__random_id(key) != 0) {
+        json_t *body = json_pack("{s:s, s:I, s:I}", "owner", rn->owner, "ttl_ms",
+                                 (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)slice);
+        if (fc__set_names(body, o) != 0 || fc__random_id(key) != 0) {
             json_decref(body);
             fprintf(stderr, "fencectl: %s: cannot build the request\n", c->what);
             return FC_EXIT_INTERNAL;
@@ -178,8 +179,8 @@ static int acquire(runner *rn)
         fc__post_json(c, "/lock", body, key, slice + FC_REQUEST_TIMEOUT_MS,
                       sent + (slice > FC_RETRY_BUDGET_MS ? slice : FC_RETRY_BUDGET_MS), &r);
         c->abort_flag = NULL;
-        if (r.status == 200 && fc__json_int(&r, "token") > 0) {
-            rn->token = fc__json_int(&r, "token");
+        if (r.status == 200 && fc__set_tokens(o, &r, rn->tokens) == 0) {
+            rn->token = rn->tokens[0];
             rn->lease_until_ms = sent + o->ttl_ms;
             fc__response_free(&r);
             return FC_EXIT_OK;
@@ -192,6 +193,13 @@ static int acquire(runner *rn)
         if (locked && fc__now_ms() < wait_until) {
             fc__response_free(&r);
             continue;
+        }
+        if (locked && o->nresources > 1) {
+            fprintf(stderr, "fencectl: %s: %s is locked by another owner (nothing of the set "
+                    "was taken), retry after %lld ms\n", c->what, fc__set_held(&r),
+                    (long long)fc__json_int(&r, "retry_after_ms"));
+            fc__response_free(&r);
+            return o->conflict_exit_code;
         }
         int rc = r.status == 200 ? FC_EXIT_UNAVAILABLE : fc__report(c, &r);
         if (r.status == 200) {
@@ -209,10 +217,10 @@ static void release(runner *rn, int held)
 {
     char key[FC_ID_LEN + 1];
     fc_response r;
-    json_t *body = json_pack("{s:s, s:s}", "resource", rn->o->resource, "owner", rn->owner);
+    json_t *body = json_pack("{s:s}", "owner", rn->owner);
 
     rn->c->what = rn->what_unlock;
-    if (body == NULL || fc__random_id(key) != 0) {
+    if (fc__set_names(body, rn->o) != 0 || fc__random_id(key) != 0) {
         json_decref(body);
         fprintf(stderr, "fencectl: %s: cannot build the request; the lock ends with its "
                 "lease\n", rn->c->what);
@@ -263,11 +271,7 @@ static int exec_errno(int fd)
  * closes on exec). Returns 0, or -1 after printing why. */
 static int prepare_exec(const runner *rn, int err_pipe[2])
 {
-    char token[32];
-
-    snprintf(token, sizeof token, "%lld", (long long)rn->token);
-    if (setenv("FENCING_TOKEN", token, 1) != 0 ||
-        setenv("FENCING_RESOURCE", rn->o->resource, 1) != 0 || pipe(err_pipe) != 0) {
+    if (fc__set_export(rn->o, rn->tokens) != 0 || pipe(err_pipe) != 0) {
         fprintf(stderr, "fencectl: %s: cannot prepare COMMAND: %s\n", rn->what_lock,
                 strerror(errno));
         return -1;
@@ -348,12 +352,14 @@ static void renew_once(runner *rn)
         return;
     }
     c->what = rn->what_renew;
-    json_t *body = json_pack("{s:s, s:s, s:I}", "resource", rn->o->resource, "owner",
-                             rn->owner, "ttl_ms", (json_int_t)ttl_ms);
+    json_t *body = json_pack("{s:s, s:I}", "owner", rn->owner, "ttl_ms", (json_int_t)ttl_ms);
+    fc__set_names(body, rn->o);
     fc__post_json(c, "/renew", body, NULL, min64(FC_REQUEST_TIMEOUT_MS,
                                                  rn->lease_until_ms - sent), 0, &r);
-    int64_t token = fc__json_int(&r, "token");
-    if (r.status == 200 && token == rn->token) {
+    int64_t now_tokens[FC_SET_MAX];
+    int same = r.status == 200 && fc__set_tokens(rn->o, &r, now_tokens) == 0 &&
+               memcmp(now_tokens, rn->tokens, (size_t)rn->o->nresources * sizeof *now_tokens) == 0;
+    if (same) {
         rn->lease_until_ms = sent + ttl_ms;
         rn->next_renew_ms = sent + ttl_ms / 3;
         rn->renew_failures = 0;
@@ -467,9 +473,15 @@ int fc__cmd_lock(fc_client *c, const fc_options *o)
     memset(&rn, 0, sizeof rn);
     rn.c = c;
     rn.o = o;
-    snprintf(rn.what_lock, sizeof rn.what_lock, "lock %s", o->resource);
-    snprintf(rn.what_renew, sizeof rn.what_renew, "renew %s", o->resource);
-    snprintf(rn.what_unlock, sizeof rn.what_unlock, "unlock %s", o->resource);
+    char names[200] = "";
+    size_t len = 0;
+    for (int i = 0; i < o->nresources && len < sizeof names; i++) {
+        len += (size_t)snprintf(names + len, sizeof names - len, "%s%s", i ? "," : "",
+                                o->resources[i]);
+    }
+    snprintf(rn.what_lock, sizeof rn.what_lock, "lock %s", names);
+    snprintf(rn.what_renew, sizeof rn.what_renew, "renew %s", names);
+    snprintf(rn.what_unlock, sizeof rn.what_unlock, "unlock %s", names);
     if (fc__random_id(rn.owner) != 0 || install_signals() != 0) {
         fprintf(stderr, "fencectl: %s: cannot set up: %s\n", rn.what_lock, strerror(errno));
         return FC_EXIT_INTERNAL;

@@ -1,11 +1,12 @@
 /*
  * txn_bench: fenced transactions (POST /resources) of 2 and 8 writes per second, against
- * single PUTs, through the real gateway, on LMDB and on PostgreSQL, in one run. A program
- * that prints figures, not a test.
+ * single PUTs, through the real gateway, on LMDB and on PostgreSQL, and on LMDB with a Redis
+ * Cluster, in one run. A program that prints figures, not a test.
  *
  * It starts a redis-server (AOF, appendfsync always), a PostgreSQL 15 (tests/common/harness.h)
- * and two gateways, one on LMDB (--data) and one on the PostgreSQL store (--store), on free
- * loopback ports in private temp dirs, stopped by PID at the end. Each of THREADS client
+ * and two gateways, one on LMDB (--data) and one on the PostgreSQL store (--store), then a
+ * 3-master Redis Cluster with a third gateway on LMDB, on free loopback ports in private
+ * temp dirs, stopped by PID at the end. Each of THREADS client
  * threads locks 8 resources of its own once (their tokens stay current: the leases are long
  * and nobody else locks them), then for --seconds per row sends, over one keep-alive
  * connection of its own (libcurl easy handle), one kind of request after the other:
@@ -181,7 +182,10 @@ int main(int argc, char **argv)
 {
     th_redis redis;
     th_pg pg;
-    cp_proc gws[2] = {{.name = "lmdb"}, {.name = "postgresql"}};
+    th_cluster cl;
+    /* The third: LMDB on a 3-master Redis Cluster, whose grants and token checks of one
+     * transaction's resources go to several masters. */
+    cp_proc gws[3] = {{.name = "lmdb"}, {.name = "postgresql"}, {.name = "lmdb-cluster"}};
     char dir[256], store[512], base[64];
 
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -204,12 +208,17 @@ int main(int argc, char **argv)
         cp_stop_all();
         return 1;
     }
+    th_cluster_start(&cl, 3, 0, NULL);
+    if (start_gateway(&gws[2], "lmdb-cluster", cl.url, dir, NULL) != 0) {
+        cp_stop_all();
+        return 1;
+    }
     worker *ws = calloc((size_t)threads, sizeof *ws);
     printf("txn_bench: %d client threads, one keep-alive connection each, %lld s per row, "
            "64-byte values\n\n", threads, (long long)(row_ms / 1000));
-    printf("%-11s %-6s %12s %12s %14s %8s\n", "store", "kind", "requests/s", "writes/s",
+    printf("%-13s %-6s %12s %12s %14s %8s\n", "store", "kind", "requests/s", "writes/s",
            "vs put (req)", "failed");
-    for (int g = 0; g < 2; g++) {
+    for (int g = 0; g < 3; g++) {
         double put = 0;
         snprintf(base, sizeof base, "http://127.0.0.1:%d", gws[g].port);
         memset(ws, 0, (size_t)threads * sizeof *ws); /* fresh locks per store */
@@ -218,13 +227,14 @@ int main(int argc, char **argv)
             double rate = row(base, gws[g].name, ws, (kind)k, &failed);
             if (k == K_PUT)
                 put = rate;
-            printf("%-11s %-6s %12.0f %12.0f %13.2fx %8ld\n", gws[g].name, kind_names[k], rate,
+            printf("%-13s %-6s %12.0f %12.0f %13.2fx %8ld\n", gws[g].name, kind_names[k], rate,
                    rate * kind_writes[k], put > 0 ? rate / put : 0, failed);
         }
     }
     free(ws);
     cp_stop_all();
     th_pg_stop(&pg);
+    th_cluster_stop(&cl);
     th_redis_stop(&redis);
     th_rmtree(dir);
     curl_global_cleanup();

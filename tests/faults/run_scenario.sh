@@ -348,10 +348,14 @@ gw_workers=$(grep -o '[0-9]* threads)' "$tmp/gateway.log" | tail -n 1 | cut -d' 
 [ -n "$gw_workers" ] || gw_workers=4
 # The gateway opens a Redis connection per loop on its first rare call there (a give-back,
 # leaving a fair queue), one per side pipeline thread (GW_SIDE_THREADS in
-# gateway/src/rt/pipe.h: /metrics, /readyz, GET /locks), plus one for the subscriber and two for
+# gateway/src/rt/pipe.h: /metrics, /readyz, GET /locks), one per set pipeline thread
+# (GW_SET_THREADS there: multi-resource /locks), plus one for the subscriber and two for
 # the Redis pipeline: the warm-up may not have reached every thread, so the connections still
 # to come count as baseline too.
-gw_redis_max=$((gw_workers + 2 + 1 + 2))
+gw_set_threads=$(awk '$1 == "#define" && $2 == "GW_SET_THREADS" { print $3 }' \
+    "$(dirname "$0")/../../gateway/src/rt/pipe.h")
+[ -n "$gw_set_threads" ] || fail "GW_SET_THREADS not found in gateway/src/rt/pipe.h"
+gw_redis_max=$((gw_workers + 2 + gw_set_threads + 1 + 2))
 gw_redis_conns() { ss -Htnp state established "( dport = :$rport )" | grep -c "pid=$gw_pid," || true; }
 fd_slack=$((2 + gw_redis_max - $(gw_redis_conns) + ${fd_slack_extra:-0}))
 [ "$fd_slack" -ge 2 ] || fd_slack=2

@@ -4,7 +4,8 @@
  *
  * The parent opens ACCOUNTS accounts (PREFIX-acct-K) at 100 each, one write each under its
  * own lock, and marks the total. TRANSFER_CLIENTS processes then loop: pick two accounts,
- * lock them one at a time in name order (waiting), read both, and move a random amount from
+ * lock both with one multi-resource /lock ("resources", waiting; recorded as one lock line
+ * per account, with the request's times), read both, and move a random amount from
  * one to the other in one POST /resources with both tokens; each account's value is
  * "BALANCE ID", ID naming the transaction that wrote it. One transfer in PAUSE_ONE_IN sleeps
  * past its lease between the reads and the POST (a paused client, flag after_pause), and
@@ -101,17 +102,63 @@ static int await_superseded(client *c, const conf *cf, const char *x, long long 
     return 0;
 }
 
-/* POST /resources with the writes of json; fills op's times, status and error. */
-static void post_txn(client *c, const conf *cf, fh_op *op, const char *json)
+/* POST path with json for op; fills op's times, status and error, and the answer into rp. */
+static void post(client *c, const conf *cf, fh_op *op, const char *path, const char *json,
+                 reply *rp)
 {
-    reply rp;
-    struct curl_slist *h = wl_http_setup(c->curl, cf, op, "POST", "/resources", json, 0, &rp);
+    struct curl_slist *h = wl_http_setup(c->curl, cf, op, "POST", path, json, 0, rp);
     op->start_ns = fh_now_ns();
     CURLcode rc = curl_easy_perform(c->curl);
     op->end_ns = fh_now_ns();
     curl_slist_free_all(h);
     wl_http_result(c->curl, rc, op);
-    wl_parse_json(&rp, op, 1);
+    wl_parse_json(rp, op, 1);
+}
+
+/* POST /resources with the writes of json. */
+static void post_txn(client *c, const conf *cf, fh_op *op, const char *json)
+{
+    reply rp;
+    post(c, cf, op, "/resources", json, &rp);
+}
+
+/* Locks accounts ax and ay with one POST /lock of the set, waiting. Fills *gx and *gy as two
+ * lock lines of one request (its times, its status; each its own token and the set's
+ * owner), appended to the history, as if each account had been locked alone meanwhile. */
+static void lock_pair(client *c, const conf *cf, const char *ax, const char *ay, fh_op *gx,
+                      fh_op *gy)
+{
+    char body[512], ignored[512];
+    reply rp;
+
+    wl_lock_op(gx, c, ax, TTL_MS, WAIT_MS, 0, ignored, sizeof ignored);
+    wl_lock_op(gy, c, ay, TTL_MS, WAIT_MS, 0, ignored, sizeof ignored);
+    snprintf(gy->owner, sizeof gy->owner, "%s", gx->owner);
+    snprintf(body, sizeof body,
+             "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"%s\",\"ttl_ms\":%d,"
+             "\"wait_ms\":%d}",
+             ax, ay, gx->owner, TTL_MS, WAIT_MS);
+    post(c, cf, gx, "/lock", body, &rp);
+    gy->start_ns = gx->start_ns;
+    gy->end_ns = gx->end_ns;
+    gy->status = gx->status;
+    snprintf(gy->error, sizeof gy->error, "%s", gx->error);
+    gx->token = gy->token = 0;
+    json_t *root = gx->status == 200 ? json_loadb(rp.body, rp.len, 0, NULL) : NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(root, "locks"), i, e) {
+        const char *name = json_string_value(json_object_get(e, "resource"));
+        long long token = json_integer_value(json_object_get(e, "token"));
+        if (name != NULL && strcmp(name, ax) == 0) {
+            gx->token = token;
+        } else if (name != NULL && strcmp(name, ay) == 0) {
+            gy->token = token;
+        }
+    }
+    json_decref(root);
+    wl_append_line(c->fd, gx);
+    wl_append_line(c->fd, gy);
 }
 
 /* One transfer between accounts x < y of client c. */
@@ -122,12 +169,12 @@ static void transfer(client *c, const conf *cf, int x, int y)
     int st = 0;
     account_name(cf, x, ax, sizeof ax);
     account_name(cf, y, ay, sizeof ay);
-    fh_op gx = wl_lock(c, cf, ax, TTL_MS, WAIT_MS, 0);
+    fh_op gx, gy;
+    lock_pair(c, cf, ax, ay, &gx, &gy);
     if (gx.status != 200) {
         wl_back_off(&gx);
         return;
     }
-    fh_op gy = wl_lock(c, cf, ay, TTL_MS, WAIT_MS, 0);
     if (gy.status == 200 &&
         read_account(c, cf, ax, &bx, idx, sizeof idx, &st, NULL, 0) == 0 &&
         read_account(c, cf, ay, &by, idy, sizeof idy, &st, NULL, 0) == 0) {

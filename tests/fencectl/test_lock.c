@@ -343,6 +343,78 @@ static void test_gateway_unreachable(void **state)
     assert_true(fct_contains(r.err, "fencectl: lock lk.nogw: no answer from"));
 }
 
+/* fencectl lock A B C -- COMMAND: one lock of the set; each token in
+ * FENCING_TOKEN_<name with every byte outside [A-Za-z0-9_] as '_'>, all of them in
+ * FENCING_TOKENS as JSON, the names in FENCING_RESOURCES; all held while COMMAND runs, all
+ * released after. */
+static void test_set_environment(void **state)
+{
+    lock_state *s = *state;
+    char env_file[300], script[900];
+    fct_run r;
+
+    path(s, "ls.set", "env", env_file, sizeof env_file);
+    snprintf(script, sizeof script,
+             "printf '%%s\n%%s\n%%s\n%%s\n%%s\n' \"$FENCING_TOKEN_ls_a\" "
+             "\"$FENCING_TOKEN_ls_b\" \"$FENCING_TOKEN_ls_c\" \"$FENCING_RESOURCES\" "
+             "\"$FENCING_TOKENS\" > %s",
+             env_file);
+    const char *const argv[] = {"lock", "ls.a", "ls:b", "ls-c", "--", "sh", "-c", script, NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, argv);
+    fct_assert_exit(&r, 0);
+
+    char *text = fct_slurp(env_file, NULL);
+    long long ta = 0, tb = 0, tc = 0;
+    char names[128] = "", tokens[256] = "";
+    assert_int_equal(sscanf(text, "%lld\n%lld\n%lld\n%127s\n%255[^\n]", &ta, &tb, &tc, names,
+                            tokens),
+                     5);
+    free(text);
+    assert_string_equal(names, "ls.a,ls:b,ls-c");
+    long long last = 0;
+    assert_false(locked(s, "ls.a", &last));
+    assert_int_equal(ta, last);
+    assert_false(locked(s, "ls:b", &last));
+    assert_int_equal(tb, last);
+    assert_false(locked(s, "ls-c", &last));
+    assert_int_equal(tc, last);
+    json_t *j = json_loads(tokens, 0, NULL);
+    assert_non_null(j);
+    assert_int_equal(json_integer_value(json_object_get(j, "ls.a")), ta);
+    assert_int_equal(json_integer_value(json_object_get(j, "ls:b")), tb);
+    assert_int_equal(json_integer_value(json_object_get(j, "ls-c")), tc);
+    json_decref(j);
+}
+
+/* Two names that map to one variable are refused before anything is locked; so is a name
+ * twice. One held resource: the conflict exit code, and nothing of the set held. */
+static void test_set_refusals(void **state)
+{
+    lock_state *s = *state;
+    fct_run r;
+    gwt_resp resp;
+
+    const char *const clash[] = {"lock", "lc.x", "lc:x", "--", "true", NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, clash);
+    fct_assert_exit(&r, 2);
+    assert_true(fct_contains(r.err, "FENCING_TOKEN_lc_x"));
+    assert_false(locked(s, "lc.x", NULL));
+
+    const char *const twice[] = {"lock", "lc.y", "lc.y", "--", "true", NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, twice);
+    fct_assert_exit(&r, 2);
+    assert_true(fct_contains(r.err, "lc.y"));
+
+    gwt_post(&s->gw, "/lock", "{\"resource\":\"lc.held\",\"owner\":\"someone-else\"}", &resp);
+    gwt_assert_status(&resp, 200, NULL);
+    gwt_resp_free(&resp);
+    const char *const held[] = {"lock", "lc.free", "lc.held", "--", "true", NULL};
+    fct_exec(&r, s->dir, s->gw.url, NULL, NULL, held);
+    fct_assert_exit(&r, 1);
+    assert_true(fct_contains(r.err, "lc.held"));
+    assert_false(locked(s, "lc.free", NULL));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -356,6 +428,8 @@ int main(void)
         cmocka_unit_test(test_signal_forwarded),
         cmocka_unit_test(test_command_not_found),
         cmocka_unit_test(test_gateway_unreachable),
+        cmocka_unit_test(test_set_environment),
+        cmocka_unit_test(test_set_refusals),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

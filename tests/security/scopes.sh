@@ -128,3 +128,24 @@ other=$(curl -s -w ' %{http_code}' -H "Authorization: Bearer $(token billing)" "
 case "$other" in *'"forbidden"'*' 403') ;; *) fail "billing listed under sec:: $other" ;; esac
 grep -q 'sec:listed' <<<"$other" && fail "the refusal names another team's lock: $other"
 echo "ok: the listing shows only the locks under the client's read prefixes"
+
+# A set of resources (POST /lock, /unlock, /renew with "resources") needs the route's scope on
+# every resource of it: one resource outside the client's prefixes refuses the whole set, and
+# nothing of it is taken.
+set_call() { # set_call PATH JSON TOKEN: prints the status and body
+    curl -s -w ' %{http_code}' -H "Authorization: Bearer $3" -H 'Content-Type: application/json' \
+        --data-binary "$2" --max-time 10 "$base$1"
+}
+got=$(set_call /lock '{"resources":["billing:s1","sec:s2"],"owner":"o1","ttl_ms":60000}' "$(token billing)")
+case "$got" in *'"forbidden"'*"sec:s2"*' 403') ;; *) fail "a set with sec:s2 was not refused to billing: $got" ;; esac
+status=$(curl -s -H "Authorization: Bearer $(token billing)" "$base/locks/billing:s1")
+grep -q '"locked":true' <<<"$status" && fail "the refused set took billing:s1: $status"
+got=$(set_call /lock '{"resources":["billing:s1","billing:s2"],"owner":"o1","ttl_ms":60000}' "$(token billing)")
+case "$got" in *'"locks"'*' 200') ;; *) fail "billing could not lock its own set: $got" ;; esac
+for route in /renew /unlock; do
+    got=$(set_call $route '{"resources":["billing:s1","sec:s2"],"owner":"o1"}' "$(token billing)")
+    case "$got" in *'"forbidden"'*"sec:s2"*' 403') ;; *) fail "$route of a set with sec:s2 was not refused: $got" ;; esac
+done
+got=$(set_call /unlock '{"resources":["billing:s1","billing:s2"],"owner":"o1"}' "$(token billing)")
+case "$got" in *'"released":true'*' 200') ;; *) fail "billing could not unlock its set: $got" ;; esac
+echo "ok: a set needs the scope on every resource of it"

@@ -195,9 +195,11 @@ static void granted(gw_fence *f, const gw_fence_turn *t, gw_floor *floor)
     floor->status = floor_of(f, t->resource, t->min_floor, &floor->floor);
 }
 
-int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
+/* Takes t's stripe when it is free (1), else queues t behind its line (0). */
+static int take_or_queue(gw_fence *f, gw_fence_turn *t)
 {
     gw_stripe *s = stripe_of(f, t->resource);
+    int taken = 0;
 
     t->next = NULL;
     pthread_mutex_lock(&s->mu);
@@ -208,11 +210,18 @@ int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
             s->first = t;
         }
         s->last = t;
-        pthread_mutex_unlock(&s->mu);
+    } else {
+        s->busy = taken = 1;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return taken;
+}
+
+int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
+{
+    if (!take_or_queue(f, t)) {
         return 0;
     }
-    s->busy = 1;
-    pthread_mutex_unlock(&s->mu);
     granted(f, t, floor);
     return 1;
 }
@@ -238,10 +247,42 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
         s->busy = 0;
     }
     pthread_mutex_unlock(&s->mu);
+    if (next != NULL && next->sync != NULL) {
+        /* A blocking holder (gw__fence_hold) has the stripe now; it sends nothing. */
+        pthread_mutex_lock(&next->sync->mu);
+        next->sync->granted = 1;
+        pthread_cond_signal(&next->sync->cv);
+        pthread_mutex_unlock(&next->sync->mu);
+        return NULL;
+    }
     if (next != NULL) {
         granted(f, next, next_floor);
     }
     return next;
+}
+
+int gw__fence_stripe(const gw_fence *f, const char *resource)
+{
+    return (int)(stripe_of((gw_fence *)f, resource) - f->stripes);
+}
+
+void gw__fence_hold(gw_fence *f, gw_fence_turn *t)
+{
+    t->sync->granted = 0;
+    if (take_or_queue(f, t)) {
+        return;
+    }
+    pthread_mutex_lock(&t->sync->mu);
+    while (!t->sync->granted) {
+        pthread_cond_wait(&t->sync->cv, &t->sync->mu);
+    }
+    pthread_mutex_unlock(&t->sync->mu);
+}
+
+store_status gw__fence_floor(gw_fence *f, const char *resource, int64_t min_floor,
+                             int64_t *floor)
+{
+    return floor_of(f, resource, min_floor, floor);
 }
 
 /* The holder fingerprint of (resource, owner): a keyed hash under the owner secret, which
@@ -266,6 +307,18 @@ static void pass_on(gw_fence *f, gw_fence_turn *t, int64_t minted)
     if (next != NULL) {
         f->ops->send(f, next, floor);
     }
+}
+
+void gw__fence_unhold(gw_fence *f, gw_fence_turn *t, int64_t minted)
+{
+    pass_on(f, t, minted);
+}
+
+void gw__fence_holder(const gw_fence *f, const char *resource, const char *owner,
+                      unsigned char out[STORE_HOLDER_LEN])
+{
+    gw_fence_turn t = {.resource = resource, .owner = owner};
+    holder_of(f, &t, out);
 }
 
 int gw__fence_answered(gw_job *job)

@@ -30,6 +30,7 @@ typedef struct gw_fence_turn {
     store_grant_req grant;               /* the shared ledger's grant of its token */
     unsigned char holder[STORE_HOLDER_LEN]; /* the grant's holder fingerprint */
     unsigned char refused;               /* for the caller: why it was not sent, or 0 */
+    struct gw_fence_sync *sync;          /* a blocking holder's (gw__fence_hold), else NULL */
     unsigned char cover;                 /* out (store_status): the ledger's cover (LMDB) or
                                           * grant (shared ledger) of the token an ACQUIRED
                                           * answer brought, STORE_OK when covered or granted
@@ -110,6 +111,28 @@ int gw__fence_answered(gw_job *job);
  * turn->granted), then as gw__fence_answered: count, pass the stripe on, send the next.
  * Returns 1. */
 int gw__fence_granted(gw_job *job);
+
+/* Holding stripes from a side thread (fence_set.c), for an acquisition of several
+ * resources at once. gw__fence_hold blocks until t (t->sync set, t->resource its name) holds
+ * its stripe: at once when free, else when the turn before it leaves; unlike an attempt's
+ * turn it is never sent (ops->send) and computes its floors itself (gw__fence_floor). Taken
+ * in ascending stripe order (gw__fence_stripe) by every such holder, and never held by an
+ * attempt while it waits for another, so stripes never wait in a cycle. gw__fence_unhold
+ * counts minted and passes the stripe on as gw__fence_leave does, sending the next turn. */
+typedef struct gw_fence_sync {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int granted;
+} gw_fence_sync;
+int gw__fence_stripe(const gw_fence *f, const char *resource);
+void gw__fence_hold(gw_fence *f, gw_fence_turn *t);
+void gw__fence_unhold(gw_fence *f, gw_fence_turn *t, int64_t minted);
+/* The floor of an acquisition of resource (its stripe held), and the holder fingerprint a
+ * shared ledger records for (resource, owner): what an attempt's turn gets (fence.c). */
+store_status gw__fence_floor(gw_fence *f, const char *resource, int64_t min_floor,
+                             int64_t *floor);
+void gw__fence_holder(const gw_fence *f, const char *resource, const char *owner,
+                      unsigned char out[STORE_HOLDER_LEN]);
 
 /* What a forced release did (gw__fence_force). */
 typedef struct gw_forced {

@@ -154,3 +154,14 @@ int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
     }
     return 0;
 }
+
+int gw__lock_args_owner(gw_request *req, lock_args *a, int generate, enum MHD_Result *result)
+{
+    if (bind_key(req, a, result) != 0) {
+        return -1;
+    }
+    if (a->owner == NULL && generate) {
+        generate_owner(req->srv, a);
+    }
+    return bind_owner(req, a, result);
+}

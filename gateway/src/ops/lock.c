@@ -61,6 +61,7 @@
 #include "http/respond.h"
 #include "ops/lock.h"
 #include "ops/lock_internal.h"
+#include "ops/lock_set.h"
 #include "rt/loops.h"
 #include "rt/util.h"
 #include "rt/waiters.h"
@@ -305,6 +306,9 @@ static enum MHD_Result lock_start(gw_request *req)
     gw_lock_args a;
     enum MHD_Result result = MHD_YES;
 
+    if (gw__set_body(req)) {
+        return gw__set_start(req, GW_SET_LOCK); /* "resources": ops/lock_set.c */
+    }
     if (gw__parse_object(req, &root, &result) != 0 || gw__lock_args(req, root, &a, &result) != 0) {
         gw__lock_count_acquire(req, GW_ACQ_invalid);
         json_decref(root);

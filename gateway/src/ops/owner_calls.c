@@ -14,6 +14,7 @@
 #include "http/args.h"
 #include "http/respond.h"
 #include "ops/lock_attempt.h"
+#include "ops/lock_set.h"
 #include "ops/owner_calls.h"
 #include "rt/pipe.h"
 #include "rt/waiters.h"
@@ -195,12 +196,13 @@ static enum MHD_Result owner_call_answered(gw_request *req)
 
 static enum MHD_Result unlock_start(gw_request *req)
 {
-    return owner_call_begin(req, 0);
+    /* "resources": ops/owner_set.c */
+    return gw__set_body(req) ? gw__set_start(req, GW_SET_UNLOCK) : owner_call_begin(req, 0);
 }
 
 static enum MHD_Result renew_start(gw_request *req)
 {
-    return owner_call_begin(req, 1);
+    return gw__set_body(req) ? gw__set_start(req, GW_SET_RENEW) : owner_call_begin(req, 1);
 }
 
 const gw_op gw__op_unlock = {unlock_start, owner_call_answered, owner_call_completed};

@@ -65,6 +65,7 @@ typedef struct gw_server {
     gw_pipe *writer;              /* token-checked writes (pipe.c) */
     gw_pipe *side;                /* Redis probes and status reads (pipe.c) */
     gw_pipe *reads;               /* value reads from the store (pipe.c) */
+    gw_pipe *sets;                /* multi-resource lock attempts (ops/lock_set.c) */
     /* Each route's operation, in the order of gw_route_id: set by main.c, dispatched to by
      * http/server.c. */
     const struct gw_op *const *ops;

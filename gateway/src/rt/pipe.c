@@ -66,7 +66,7 @@ struct gw_pipe {
     gw_job *head, *tail;
     int stopping;
     int started;
-    pthread_t threads[GW_PIPE_THREADS > GW_SIDE_THREADS ? GW_PIPE_THREADS : GW_SIDE_THREADS];
+    pthread_t threads[GW_SET_THREADS]; /* the most of any pipeline (pipe.h) */
 };
 
 /* Jobs this thread holds back for one pipeline (gw__pipe_hold). */
@@ -336,7 +336,10 @@ int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
     if (srv->side != NULL) {
         srv->reads = pipe_start(srv, &reads_kind, GW_SIDE_THREADS, err, errlen);
     }
-    if (srv->reads == NULL) {
+    if (srv->reads != NULL) {
+        srv->sets = pipe_start(srv, &side_kind, GW_SET_THREADS, err, errlen);
+    }
+    if (srv->sets == NULL) {
         gw__pipes_stop(srv);
         return -1;
     }
@@ -351,7 +354,8 @@ void gw__pipes_stop(gw_server *srv)
     gw__pipe_stop(srv->writer);
     gw__pipe_stop(srv->side);
     gw__pipe_stop(srv->reads);
-    srv->pipe = srv->writer = srv->side = srv->reads = NULL;
+    gw__pipe_stop(srv->sets);
+    srv->pipe = srv->writer = srv->side = srv->reads = srv->sets = NULL;
 }
 
 void gw__pipe_stop(gw_pipe *p)

@@ -39,6 +39,8 @@ typedef struct gw_waiter {
                                    * --max-waiters until gw__wait_end */
     int wake_unused;              /* woken by a release/expiry and not yet attempted */
     int fair;                     /* its attempts are fair (set by its owner, read by claims) */
+    int set;                      /* a set's waiter (ops/lock_set.c): never claimed, since a
+                                   * hand-off sends one resource's attempt */
     int claimed;                  /* claimed once: gw__wait_free() leaves its request to
                                    * waitd until the epoll batch it was claimed in is done */
     uint64_t claim_loop;          /* waitd's loop count when it was claimed */

@@ -179,7 +179,7 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
     if (claimed == NULL) {
         claimed = due;
     }
-    if (claimed != NULL && claimed->state != GW_WAITER_SUSPENDED) {
+    if (claimed != NULL && (claimed->state != GW_WAITER_SUSPENDED || claimed->set)) {
         claimed = NULL;
     }
     if (claimed != NULL) {

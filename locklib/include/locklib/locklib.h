@@ -337,6 +337,59 @@ typedef struct lk_call {
  * set by any of them. */
 LK_EXTERN void lk_call_many(lk_client *c, lk_call *const *calls, size_t n);
 
+/* ---- Several resources at once (many.c) ----------------------------------------------- */
+
+#define LK_MANY_MAX 64 /* most resources of one multi-resource call */
+
+/* One resource of a multi-resource call: its name and floor in, its own outcome out. */
+typedef struct lk_many {
+    const char *resource;  /* in */
+    int64_t floor;         /* in, lk_acquire_many(): as lk_acquire()'s */
+    int others_waiting;    /* in, lk_acquire_many(): as lk_call.others_waiting */
+    lk_status status;      /* out: what the single-resource call answered for it (an
+                            * acquisition that was undone keeps ACQUIRED here, with
+                            * undone set) */
+    int undone;            /* out, lk_acquire_many(): its grant was released again because
+                            * another resource of the set was not granted */
+    lk_result res;         /* out */
+} lk_many;
+
+/* Acquires every resource of items[0..n) for owner, or none: each resource through the
+ * acquisition script of lk_acquire() (lk_acquire_fair() with wait 0 when fair: a resource
+ * whose fair queue has a waiter first counts as held, and the set joins no queue), all of
+ * them in one pipeline (on a Cluster, one per master, the masters at the same time; on
+ * Redlock each resource counts with its own majority). When one is not granted, every
+ * grant of the call is released again before this returns (an undone re-entry gives back
+ * only the hold this call added), with its idempotency record, so a retry with idem_key acts
+ * afresh; the tokens of undone grants are burned. Names are 1..LK_MANY_MAX distinct valid
+ * resources; idem_key is shared by the set (each resource keeps its own record), so a retry
+ * replays every token. Tokens are per resource, as with lk_acquire().
+ * Returns ACQUIRED (every item ACQUIRED), HELD (at least one item HELD with its holder's
+ * ttl_ms, none failed; the grants undone), or an error (EINVAL for bad or duplicate names:
+ * nothing was sent; otherwise the grants undone; an undo that failed leaves that hold to its
+ * lease, and the item's undone is then 0 with status ACQUIRED: the caller knows it may still
+ * be held). */
+LK_EXTERN lk_status lk_acquire_many(lk_client *c, lk_many *items, size_t n, const char *owner,
+                                    int64_t lease_ms, const char *idem_key, int fair);
+
+/* Undoes the grants of a set lk_acquire_many() answered ACQUIRED (every item whose status
+ * is ACQUIRED), exactly as it undoes a partial grant: for a caller that cannot use the set
+ * after all (a token ledger refused a token, its client is gone). Sets each item's undone. */
+LK_EXTERN void lk_undo_many(lk_client *c, lk_many *items, size_t n, const char *owner,
+                            const char *idem_key);
+
+/* Releases one hold of each resource of items[0..n) (lk_release() for each, one pipeline).
+ * Returns OK when each item has its outcome (RELEASED, STILL_HELD or NOT_OWNER in its
+ * status), else the first item's error. EINVAL as for lk_acquire_many(). */
+LK_EXTERN lk_status lk_release_many(lk_client *c, lk_many *items, size_t n, const char *owner,
+                                    const char *idem_key);
+
+/* Renews the lease of each resource of items[0..n) (lk_renew() for each, one pipeline).
+ * Returns OK when each item has its outcome (RENEWED or NOT_OWNER), else the first item's
+ * error. A renewal is not undone: a NOT_OWNER item leaves the others renewed. */
+LK_EXTERN lk_status lk_renew_many(lk_client *c, lk_many *items, size_t n, const char *owner,
+                                  int64_t lease_ms, const char *idem_key);
+
 typedef struct lk_lock_info {
     int locked;
     int64_t token;       /* locked: the holder's token */

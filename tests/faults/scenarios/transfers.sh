@@ -1,7 +1,7 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # (SC2154: $tmp, $gw_pid, $steps... are run_scenario.sh's; SC2034: it reads faults, mode...)
 # transfers: money moved between 8 accounts in fenced transactions (POST /resources, the
-# workload's transfers mode: two locks taken one at a time in name order, both accounts read,
+# workload's transfers mode: both locks taken with one multi-resource /lock, both accounts read,
 # both written in one transaction with their tokens; one transfer in 8 pauses past its lease
 # and is sent once another client holds a newer token). On LMDB, one gateway. Sourced by
 # run_scenario.sh.

@@ -1,0 +1,539 @@
+/*
+ * Multi-resource locks (POST /lock, /unlock and /renew with "resources"), end to end: the
+ * real fencegate binary on a real redis-server (LMDB) and on a real 3-master Redis Cluster,
+ * whose sets span masters:
+ *   - a free set is granted whole, a token per resource, each usable for a fenced write;
+ *   - one held resource: 409 locked naming it, with retry_after_ms and Retry-After, and
+ *     nothing of the set held;
+ *   - re-entry per resource, Idempotency-Key replays of every token;
+ *   - bad sets (one name, duplicates, "resource" with "resources", too many) are 400s
+ *     naming the problem;
+ *   - /unlock and /renew per resource, 409 not_owner naming those not held;
+ *   - waiting: a set that waits holds nothing of itself meanwhile, and is granted when the
+ *     holder releases; two clients locking [a, b] and [b, a] in loops never deadlock.
+ * No test asserts timing; every wait is a loop on a condition with a deadline.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "gw_test.h"
+#include "harness.h"
+
+typedef struct set_state {
+    th_redis redis;
+    th_cluster cl;
+    th_pg pg;
+    int cluster, shared;
+    gwt_proc gw;
+    gwt_proc b;          /* shared: a second gateway on the same PostgreSQL and Redis */
+} set_state;
+
+static int single_setup(void **state)
+{
+    set_state *s = calloc(1, sizeof *s);
+    th_redis_start(&s->redis, 0, NULL);
+    gwt_start(&s->gw, s->redis.url, NULL, NULL);
+    *state = s;
+    return 0;
+}
+
+static int cluster_setup(void **state)
+{
+    set_state *s = calloc(1, sizeof *s);
+    s->cluster = 1;
+    th_cluster_start(&s->cl, 3, 0, NULL);
+    gwt_start(&s->gw, s->cl.url, NULL, NULL);
+    *state = s;
+    return 0;
+}
+
+/* Two gateways sharing one PostgreSQL store (and its token ledger) and one Redis. */
+static int shared_setup(void **state)
+{
+    set_state *s = calloc(1, sizeof *s);
+    char store[512];
+    s->shared = 1;
+    th_redis_start(&s->redis, 0, NULL);
+    th_pg_start(&s->pg);
+    th_pg_url(&s->pg, "postgres", store, sizeof store);
+    const char *const args[] = {"--store", store, NULL};
+    gwt_start(&s->gw, s->redis.url, NULL, args);
+    gwt_start(&s->b, s->redis.url, NULL, args);
+    *state = s;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    set_state *s = *state;
+    int rc = gwt_stop(&s->gw);
+    if (s->shared) {
+        rc |= gwt_stop(&s->b);
+        th_pg_stop(&s->pg);
+    }
+    if (s->cluster) {
+        th_cluster_stop(&s->cl);
+    } else {
+        th_redis_stop(&s->redis);
+    }
+    free(s);
+    return rc == 0 ? 0 : -1;
+}
+
+/* Names unique to one test: "<tag><serial>.<i>". */
+static void names_for(const char *tag, char names[][48], int n)
+{
+    static int serial;
+    serial++;
+    for (int i = 0; i < n; i++) {
+        snprintf(names[i], 48, "%s%d.%d", tag, serial, i);
+    }
+}
+
+/* POST path {"resources": [names], "owner": owner, <extra>} with optional Idempotency-Key. */
+static void post_set(const gwt_proc *gw, const char *path, char names[][48], int n,
+                     const char *owner, const char *extra, const char *key, gwt_resp *r)
+{
+    char body[4096];
+    int len = snprintf(body, sizeof body, "{\"resources\":[");
+    for (int i = 0; i < n; i++) {
+        len += snprintf(body + len, sizeof body - (size_t)len, "%s\"%s\"", i ? "," : "",
+                        names[i]);
+    }
+    len += snprintf(body + len, sizeof body - (size_t)len, "]");
+    if (owner != NULL) {
+        len += snprintf(body + len, sizeof body - (size_t)len, ",\"owner\":\"%s\"", owner);
+    }
+    snprintf(body + len, sizeof body - (size_t)len, "%s%s}", extra ? "," : "",
+             extra ? extra : "");
+    char hdr[128];
+    snprintf(hdr, sizeof hdr, "Idempotency-Key: %s", key != NULL ? key : "");
+    const char *const headers[] = {"Content-Type: application/json", hdr, NULL};
+    const char *const plain[] = {"Content-Type: application/json", NULL};
+    gwt_http(gw, "POST", path, key != NULL ? headers : plain, body, strlen(body), 0, r);
+}
+
+/* The token of resource in r's "locks" list, or -1. */
+static long long token_of(const gwt_resp *r, const char *resource)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(r->json, "locks"), i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "resource")), resource) == 0) {
+            return (long long)json_integer_value(json_object_get(e, "token"));
+        }
+    }
+    return -1;
+}
+
+/* Whether the list field of r names resource. */
+static int names_in(const gwt_resp *r, const char *field, const char *resource)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(r->json, field), i, e) {
+        if (json_is_string(e) && strcmp(json_string_value(e), resource) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int is_locked(const gwt_proc *gw, const char *resource)
+{
+    char path[128];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/locks/%s", resource);
+    gwt_get(gw, path, &r);
+    int locked = r.status == 200 && json_is_true(json_object_get(r.json, "locked"));
+    gwt_resp_free(&r);
+    return locked;
+}
+
+static void test_free_set_granted(void **state)
+{
+    set_state *s = *state;
+    char n[3][48];
+    gwt_resp r;
+
+    names_for("free", n, 3);
+    post_set(&s->gw, "/lock", n, 3, "o1", "\"ttl_ms\":30000", NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(gwt_str(&r, "owner"), "o1");
+    assert_int_equal(gwt_int(&r, "ttl_ms"), 30000);
+    assert_int_equal(json_array_size(json_object_get(r.json, "locks")), 3);
+    for (int i = 0; i < 3; i++) {
+        /* In the order asked. */
+        json_t *e = json_array_get(json_object_get(r.json, "locks"), (size_t)i);
+        assert_string_equal(json_string_value(json_object_get(e, "resource")), n[i]);
+        long long tok = token_of(&r, n[i]);
+        assert_true(tok > 0);
+        assert_true(is_locked(&s->gw, n[i]));
+        assert_int_equal(gwt_put_fenced(&s->gw, n[i], tok, "v", NULL), 200);
+    }
+    gwt_resp_free(&r);
+    post_set(&s->gw, "/unlock", n, 3, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    for (int i = 0; i < 3; i++) {
+        assert_false(is_locked(&s->gw, n[i]));
+    }
+}
+
+static void test_held_member_is_409_and_nothing_held(void **state)
+{
+    set_state *s = *state;
+    char n[3][48];
+    long long tok = 0;
+    gwt_resp r;
+
+    names_for("held", n, 3);
+    assert_int_equal(gwt_lock(&s->gw, n[1], "other", &tok), 200);
+    post_set(&s->gw, "/lock", n, 3, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[1]));
+    assert_false(names_in(&r, "resources", n[0]));
+    assert_true(gwt_int(&r, "retry_after_ms") > 0);
+    assert_true(r.retry_after[0] != '\0');
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, n[0]));
+    assert_false(is_locked(&s->gw, n[2]));
+    assert_int_equal(gwt_unlock(&s->gw, n[1], "other"), 200);
+}
+
+static void test_reentry_and_idempotency(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    gwt_resp r1, r2, r3;
+
+    names_for("idem", n, 2);
+    post_set(&s->gw, "/lock", n, 2, NULL, NULL, "set-key-0123456789abcdef", &r1);
+    gwt_assert_status(&r1, 200, NULL);
+    post_set(&s->gw, "/lock", n, 2, NULL, NULL, "set-key-0123456789abcdef", &r2);
+    gwt_assert_status(&r2, 200, NULL);
+    assert_string_equal(gwt_str(&r1, "owner"), gwt_str(&r2, "owner"));
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(token_of(&r1, n[i]), token_of(&r2, n[i]));
+    }
+    /* Re-entry by the owner: the same tokens, a second hold each. */
+    post_set(&s->gw, "/lock", n, 2, gwt_str(&r1, "owner"), NULL, NULL, &r3);
+    gwt_assert_status(&r3, 200, NULL);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(token_of(&r3, n[i]), token_of(&r1, n[i]));
+    }
+    gwt_resp_free(&r3);
+    post_set(&s->gw, "/unlock", n, 2, gwt_str(&r1, "owner"), NULL, NULL, &r3);
+    gwt_assert_status(&r3, 200, NULL);
+    assert_int_equal(json_integer_value(json_object_get(
+                         json_array_get(json_object_get(r3.json, "locks"), 0), "holds")),
+                     1);
+    gwt_resp_free(&r3);
+    post_set(&s->gw, "/unlock", n, 2, gwt_str(&r1, "owner"), NULL, NULL, &r3);
+    gwt_assert_status(&r3, 200, NULL);
+    gwt_resp_free(&r3);
+    gwt_resp_free(&r1);
+    gwt_resp_free(&r2);
+}
+
+static void expect_400(const gwt_proc *gw, const char *body, const char *needle)
+{
+    gwt_resp r;
+    gwt_post(gw, "/lock", body, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    if (strstr(gwt_str(&r, "message"), needle) == NULL) {
+        print_error("message '%s' lacks '%s'\n", gwt_str(&r, "message"), needle);
+        fail();
+    }
+    gwt_resp_free(&r);
+}
+
+static void test_bad_sets_are_400(void **state)
+{
+    set_state *s = *state;
+    char big[8192];
+    int len = snprintf(big, sizeof big, "{\"resources\":[");
+    for (int i = 0; i < 65; i++) {
+        len += snprintf(big + len, sizeof big - (size_t)len, "%s\"big%d\"", i ? "," : "", i);
+    }
+    snprintf(big + len, sizeof big - (size_t)len, "]}");
+
+    expect_400(&s->gw, "{\"resources\":[\"dup1\",\"dup2\",\"dup1\"]}", "dup1");
+    expect_400(&s->gw, "{\"resource\":\"x\",\"resources\":[\"a1\",\"b1\"]}", "resources");
+    expect_400(&s->gw, "{\"resources\":[\"only\"]}", "2");
+    expect_400(&s->gw, big, "64");
+    expect_400(&s->gw, "{\"resources\":[\"a2\",\"bad name\"]}", "resources");
+    expect_400(&s->gw, "{\"resources\":[\"a3\",7]}", "resources");
+    expect_400(&s->gw, "{\"resources\":\"a4\"}", "resources");
+    expect_400(&s->gw, "{\"resources\":[\"a5\",\"b5\"],\"tll_ms\":5}", "tll_ms");
+    assert_false(is_locked(&s->gw, "dup2"));
+    assert_false(is_locked(&s->gw, "a1"));
+}
+
+static void test_unlock_and_renew_per_resource(void **state)
+{
+    set_state *s = *state;
+    char n[3][48];
+    gwt_resp r;
+
+    names_for("own", n, 3);
+    post_set(&s->gw, "/lock", n, 2, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    long long t0 = token_of(&r, n[0]);
+    gwt_resp_free(&r);
+    post_set(&s->gw, "/renew", n, 2, "o1", "\"ttl_ms\":45000", NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "ttl_ms"), 45000);
+    assert_int_equal(token_of(&r, n[0]), t0);
+    gwt_resp_free(&r);
+    /* n[2] was never locked: named as not held; the others were renewed all the same. */
+    post_set(&s->gw, "/renew", n, 3, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_true(names_in(&r, "resources", n[2]));
+    assert_false(names_in(&r, "resources", n[0]));
+    assert_int_equal(token_of(&r, n[0]), t0);
+    gwt_resp_free(&r);
+    post_set(&s->gw, "/unlock", n, 3, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 409, "not_owner");
+    assert_true(names_in(&r, "resources", n[2]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, n[0]));
+    assert_false(is_locked(&s->gw, n[1]));
+    expect_400(&s->gw, "{\"resources\":[\"u1\",\"u1\"],\"owner\":\"o\"}", "u1");
+}
+
+typedef struct setter {
+    const gwt_proc *gw;
+    char names[2][48];
+    const char *owner;
+    int rounds;
+    int ok;
+    long status;
+    pthread_t thread;
+} setter;
+
+/* Locks its set with wait_ms, writes nothing, unlocks it; rounds times. */
+static void *setter_main(void *arg)
+{
+    setter *st = arg;
+    for (int i = 0; i < st->rounds; i++) {
+        gwt_resp r;
+        post_set(st->gw, "/lock", st->names, 2, st->owner,
+                 "\"wait_ms\":20000,\"ttl_ms\":10000", NULL, &r);
+        st->status = r.status;
+        gwt_resp_free(&r);
+        if (st->status != 200) {
+            return NULL;
+        }
+        post_set(st->gw, "/unlock", st->names, 2, st->owner, NULL, NULL, &r);
+        st->status = r.status;
+        gwt_resp_free(&r);
+        if (st->status != 200) {
+            return NULL;
+        }
+        st->ok++;
+    }
+    return NULL;
+}
+
+static void test_waiting_set_holds_nothing_meanwhile(void **state)
+{
+    set_state *s = *state;
+    setter w = {.gw = &s->gw, .owner = "waiter", .rounds = 1};
+    long long tok = 0;
+
+    names_for("wait", w.names, 2);
+    assert_int_equal(gwt_lock(&s->gw, w.names[1], "holder", &tok), 200);
+    assert_int_equal(pthread_create(&w.thread, NULL, setter_main, &w), 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    /* Parked: nothing of its set is held while it waits. */
+    assert_false(is_locked(&s->gw, w.names[0]));
+    assert_int_equal(gwt_unlock(&s->gw, w.names[1], "holder"), 200);
+    pthread_join(w.thread, NULL);
+    assert_int_equal(w.ok, 1);
+}
+
+static void test_opposite_orders_never_deadlock(void **state)
+{
+    set_state *s = *state;
+    setter a = {.gw = &s->gw, .owner = "ab", .rounds = 40};
+    setter b = {.gw = &s->gw, .owner = "ba", .rounds = 40};
+
+    names_for("dl", a.names, 2);
+    memcpy(b.names[0], a.names[1], 48);
+    memcpy(b.names[1], a.names[0], 48);
+    assert_int_equal(pthread_create(&a.thread, NULL, setter_main, &a), 0);
+    assert_int_equal(pthread_create(&b.thread, NULL, setter_main, &b), 0);
+    pthread_join(a.thread, NULL);
+    pthread_join(b.thread, NULL);
+    assert_int_equal(a.ok, 40);
+    assert_int_equal(b.ok, 40);
+}
+
+static void test_wait_deadline_is_409(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    long long tok = 0;
+    gwt_resp r;
+
+    names_for("dead", n, 2);
+    assert_int_equal(gwt_lock(&s->gw, n[0], "holder", &tok), 200);
+    post_set(&s->gw, "/lock", n, 2, "o1", "\"wait_ms\":300", NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[0]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, n[1]));
+    assert_int_equal(gwt_unlock(&s->gw, n[0], "holder"), 200);
+}
+
+/* The shared ledger: Redis loses its data between a set granted through A and one through
+ * B, which knows no token yet: B's mints repeat A's tokens, the ledger refuses them, and
+ * B's set is undone and granted again above the ledger, above every token A handed out. */
+static void test_shared_ledger_lifts_a_set(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    gwt_resp r;
+    long long first[2];
+
+    names_for("led", n, 2);
+    for (int round = 0; round < 3; round++) {
+        post_set(&s->gw, "/lock", n, 2, "o1", NULL, NULL, &r);
+        gwt_assert_status(&r, 200, NULL);
+        first[0] = token_of(&r, n[0]);
+        first[1] = token_of(&r, n[1]);
+        gwt_resp_free(&r);
+        post_set(&s->gw, "/unlock", n, 2, "o1", NULL, NULL, &r);
+        gwt_assert_status(&r, 200, NULL);
+        gwt_resp_free(&r);
+    }
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "FLUSHALL"), 0);
+    long long corrections = gwt_metric(&s->b, "fencegate_token_floor_corrections_total");
+    post_set(&s->b, "/lock", n, 2, "o2", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(token_of(&r, n[0]) > first[0]);
+    assert_true(token_of(&r, n[1]) > first[1]);
+    /* It took the ledger's refusal and a second attempt. */
+    assert_true(gwt_metric(&s->b, "fencegate_token_floor_corrections_total") > corrections);
+    /* The tokens are the resources' current ones: a fenced write with each passes. */
+    assert_int_equal(gwt_put_fenced(&s->b, n[0], token_of(&r, n[0]), "v", NULL), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw, n[1], token_of(&r, n[1]), "v", NULL), 200);
+    gwt_resp_free(&r);
+}
+
+/* A client that hangs up while its set is being taken keeps none of it: Redis is paused
+ * (CLIENT PAUSE) so the hang-up surely comes first, and the 60 s lease would otherwise keep
+ * the set for the whole test. */
+static void test_hang_up_during_set_keeps_nothing(void **state)
+{
+    set_state *s = *state;
+    char n[2][48], body[256], req[512];
+    struct sockaddr_in addr;
+
+    if (s->cluster) {
+        skip(); /* CLIENT PAUSE of one node would not pause the others */
+    }
+    names_for("hang", n, 2);
+    snprintf(body, sizeof body, "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"gone\","
+             "\"ttl_ms\":60000}", n[0], n[1]);
+    int len = snprintf(req, sizeof req,
+                       "POST /lock HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                       "application/json\r\nContent-Length: %zu\r\n\r\n%s",
+                       strlen(body), body);
+    th_redis_cmd(&s->redis, NULL, 0, "CLIENT PAUSE 700 WRITE");
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    memset(&addr, 0, sizeof addr);
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons((uint16_t)s->gw.port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(connect(fd, (struct sockaddr *)&addr, sizeof addr), 0);
+    assert_int_equal(send(fd, req, (size_t)len, 0), len);
+    close(fd);
+    /* Taken once Redis runs again, then given back: wait until it was taken (the counter
+     * moved) and is free again. */
+    int64_t deadline = th_now_ms() + 10000;
+    long long last = 0;
+    for (;;) {
+        char path[96];
+        gwt_resp r;
+        snprintf(path, sizeof path, "/locks/%s", n[0]);
+        gwt_get(&s->gw, path, &r);
+        last = gwt_int(&r, "last_token");
+        int held = json_is_true(json_object_get(r.json, "locked"));
+        gwt_resp_free(&r);
+        if ((last > 0 && !held && !is_locked(&s->gw, n[1])) || th_now_ms() > deadline) {
+            break;
+        }
+        th_nap_ms(20);
+    }
+    assert_true(last > 0);
+    assert_false(is_locked(&s->gw, n[0]));
+    assert_false(is_locked(&s->gw, n[1]));
+}
+
+/* "fair": true: a set never takes a free resource ahead of a fair waiter queued for it
+ * (here one queued straight in Redis, with a deadline far off); without it, it may. */
+static void test_fair_set_does_not_barge(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    gwt_resp r;
+
+    if (s->cluster) {
+        skip(); /* the queue is written on one node here */
+    }
+    names_for("fair", n, 2);
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "RPUSH fg:{%s}:queue first-in-line", n[1]),
+                     1);
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "ZADD fg:{%s}:qtimeout 99999999999999 first-in-line", n[1]),
+                     1);
+    post_set(&s->gw, "/lock", n, 2, "o1", "\"fair\":true", NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[1]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, n[0]));
+    post_set(&s->gw, "/lock", n, 2, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    post_set(&s->gw, "/unlock", n, 2, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_free_set_granted),
+        cmocka_unit_test(test_held_member_is_409_and_nothing_held),
+        cmocka_unit_test(test_reentry_and_idempotency),
+        cmocka_unit_test(test_bad_sets_are_400),
+        cmocka_unit_test(test_unlock_and_renew_per_resource),
+        cmocka_unit_test(test_waiting_set_holds_nothing_meanwhile),
+        cmocka_unit_test(test_opposite_orders_never_deadlock),
+        cmocka_unit_test(test_wait_deadline_is_409),
+        cmocka_unit_test(test_hang_up_during_set_keeps_nothing),
+        cmocka_unit_test(test_fair_set_does_not_barge),
+    };
+    int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
+                                             teardown);
+    failed += cmocka_run_group_tests_name("lockset_cluster", tests, cluster_setup, teardown);
+    const struct CMUnitTest shared[] = {
+        cmocka_unit_test(test_shared_ledger_lifts_a_set),
+    };
+    failed += cmocka_run_group_tests_name("lockset_shared_ledger", shared, shared_setup,
+                                          teardown);
+    return failed;
+}

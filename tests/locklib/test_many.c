@@ -1,0 +1,330 @@
+/*
+ * Several resources at once (lk_acquire_many, lk_release_many, lk_renew_many), against a
+ * real redis-server and a real 3-master Redis Cluster whose sets span masters:
+ *   - a free set is granted whole, one token per resource, and released whole;
+ *   - a set with one resource held is granted none: the other grants are undone, and their
+ *     tokens burned (the next grant is above them);
+ *   - re-entry per resource: an undone set gives back only the hold it added;
+ *   - an Idempotency-Key replays every token; after an undone set it acts afresh;
+ *   - renewals per resource; duplicate and bad names are refused before Redis.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lk_test.h"
+
+typedef struct many_fixture {
+    th_redis redis;
+    th_cluster cl;
+    th_redis masters[3];     /* redlock: three independent masters */
+    int cluster, redlock;
+    lk_client *c;
+} many_fixture;
+
+static lk_client *open_url(const char *url)
+{
+    lk_options o;
+    lk_client *c = NULL;
+    lk_options_init(&o);
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 2000;
+    lk_status st = lk_client_open(&c, url, &o);
+    if (c == NULL || st != LK_OK) {
+        print_error("lk_client_open(%s): %s\n", url, lk_status_name(st));
+        fail();
+    }
+    return c;
+}
+
+static int single_setup(void **state)
+{
+    many_fixture *f = calloc(1, sizeof *f);
+    th_redis_start(&f->redis, 1, NULL);
+    f->c = open_url(f->redis.url);
+    *state = f;
+    return 0;
+}
+
+static int cluster_setup(void **state)
+{
+    many_fixture *f = calloc(1, sizeof *f);
+    f->cluster = 1;
+    th_cluster_start(&f->cl, 3, 0, NULL);
+    f->c = open_url(f->cl.url);
+    *state = f;
+    return 0;
+}
+
+static int redlock_setup(void **state)
+{
+    many_fixture *f = calloc(1, sizeof *f);
+    char url[256];
+    size_t len = (size_t)snprintf(url, sizeof url, "redlock://");
+    f->redlock = 1;
+    for (int i = 0; i < 3; i++) {
+        th_redis_start(&f->masters[i], 1, NULL);
+        len += (size_t)snprintf(url + len, sizeof url - len, "%s127.0.0.1:%d", i ? "," : "",
+                                f->masters[i].port);
+    }
+    f->c = open_url(url);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    many_fixture *f = *state;
+    lk_client_close(f->c);
+    if (f->redlock) {
+        for (int i = 0; i < 3; i++) {
+            th_redis_stop(&f->masters[i]);
+        }
+    } else if (f->cluster) {
+        th_cluster_stop(&f->cl);
+    } else {
+        th_redis_stop(&f->redis);
+    }
+    free(f);
+    return 0;
+}
+
+/* n distinct names for one test: "<tag>.<i>", kept in names[i] (64 bytes each). On a
+ * Cluster the set must span at least two masters, or the test would prove nothing. */
+static void set_names(many_fixture *f, const char *tag, char names[][64], lk_many *items,
+                      size_t n)
+{
+    static int serial;
+    int owners[8] = {0};
+    int distinct = 0;
+
+    serial++;
+    for (size_t i = 0; i < n; i++) {
+        snprintf(names[i], 64, "m%d.%s.%zu", serial, tag, i);
+        memset(&items[i], 0, sizeof items[i]);
+        items[i].resource = names[i];
+        if (f->cluster) {
+            char key[80];
+            int len = snprintf(key, sizeof key, "{%s}", names[i]);
+            int owner = th_cluster_slot_owner(&f->cl, 0, th_key_slot(key, (size_t)len));
+            assert_true(owner >= 0 && owner < 8);
+            distinct += !owners[owner]++;
+        }
+    }
+    if (f->cluster && n > 2) {
+        assert_true(distinct >= 2);
+    }
+}
+
+static void test_free_set_granted_whole(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[4][64];
+    lk_many it[4];
+    lk_lock_info info;
+
+    set_names(f, "free", names, it, 4);
+    assert_lk(c, lk_acquire_many(c, it, 4, "alice", 10000, NULL, 0), LK_ACQUIRED);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(it[i].status, LK_ACQUIRED);
+        assert_true(it[i].res.token > 0);
+        assert_int_equal(it[i].undone, 0);
+        assert_lk(c, lk_lock_status(c, names[i], &info), LK_OK);
+        assert_int_equal(info.locked, 1);
+        assert_int_equal(info.token, it[i].res.token);
+    }
+    assert_lk(c, lk_release_many(c, it, 4, "alice", NULL), LK_OK);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(it[i].status, LK_RELEASED);
+        assert_lk(c, lk_lock_status(c, names[i], &info), LK_OK);
+        assert_int_equal(info.locked, 0);
+    }
+}
+
+static void test_held_member_undoes_the_set(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[4][64];
+    lk_many it[4];
+    lk_result r;
+    lk_lock_info info;
+
+    set_names(f, "held", names, it, 4);
+    assert_lk(c, lk_acquire(c, names[2], "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many(c, it, 4, "alice", 10000, NULL, 0), LK_HELD);
+    assert_int_equal(it[2].status, LK_HELD);
+    assert_true(it[2].res.ttl_ms > 0);
+    int64_t burned[4] = {0};
+    for (int i = 0; i < 4; i++) {
+        assert_lk(c, lk_lock_status(c, names[i], &info), LK_OK);
+        if (i == 2) {
+            assert_int_equal(info.locked, 1);
+            assert_int_equal(info.token, r.token);
+            continue;
+        }
+        assert_int_equal(it[i].status, LK_ACQUIRED);
+        assert_int_equal(it[i].undone, 1);
+        assert_int_equal(info.locked, 0); /* nothing of the set is held */
+        burned[i] = it[i].res.token;
+    }
+    /* Once the holder is gone the set is granted, above every burned token. */
+    assert_lk(c, lk_release(c, names[2], "bob", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_acquire_many(c, it, 4, "alice", 10000, NULL, 0), LK_ACQUIRED);
+    for (int i = 0; i < 4; i++) {
+        assert_true(it[i].res.token > burned[i]);
+    }
+    assert_lk(c, lk_release_many(c, it, 4, "alice", NULL), LK_OK);
+}
+
+static void test_reentry_per_resource(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[3][64];
+    lk_many it[3];
+    lk_result r;
+    lk_lock_info info;
+
+    set_names(f, "reent", names, it, 3);
+    assert_lk(c, lk_acquire(c, names[0], "alice", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many(c, it, 2, "alice", 10000, NULL, 0), LK_ACQUIRED);
+    assert_int_equal(it[0].res.token, r.token); /* re-entered: the first token */
+    assert_int_equal(it[0].res.holds, 2);
+    /* [0, 2] with 2 held by another: the re-entry of 0 is given back, the first holds stay. */
+    lk_result rb;
+    assert_lk(c, lk_acquire(c, names[2], "bob", 10000, 0, NULL, &rb), LK_ACQUIRED);
+    lk_many two[2] = {{.resource = names[0]}, {.resource = names[2]}};
+    assert_lk(c, lk_acquire_many(c, two, 2, "alice", 10000, NULL, 0), LK_HELD);
+    assert_int_equal(two[0].undone, 1);
+    assert_lk(c, lk_lock_status(c, names[0], &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_int_equal(info.holds, 2);
+    assert_int_equal(info.token, r.token);
+    assert_lk(c, lk_release_many(c, it, 2, "alice", NULL), LK_OK);
+    assert_int_equal(it[0].status, LK_STILL_HELD);
+    assert_int_equal(it[1].status, LK_RELEASED);
+    assert_lk(c, lk_release(c, names[0], "alice", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_release(c, names[2], "bob", NULL, &r), LK_RELEASED);
+}
+
+static void test_idempotency_key_replays_the_set(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[3][64];
+    lk_many it[3], again[3];
+    lk_result r;
+
+    set_names(f, "idem", names, it, 3);
+    memcpy(again, it, sizeof again);
+    assert_lk(c, lk_acquire_many(c, it, 3, "alice", 10000, "k1", 0), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many(c, again, 3, "alice", 10000, "k1", 0), LK_ACQUIRED);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(again[i].res.token, it[i].res.token);
+        assert_int_equal(again[i].res.replayed, 1);
+        assert_int_equal(again[i].res.holds, 1);
+    }
+    assert_lk(c, lk_release_many(c, it, 3, "alice", NULL), LK_OK);
+
+    /* An undone set leaves no record: the key's retry, once the set is free, mints anew. */
+    lk_many k2[3];
+    set_names(f, "idem2", names, k2, 3);
+    assert_lk(c, lk_acquire(c, names[1], "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many(c, k2, 3, "alice", 10000, "k2", 0), LK_HELD);
+    int64_t first = k2[0].res.token;
+    assert_lk(c, lk_release(c, names[1], "bob", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_acquire_many(c, k2, 3, "alice", 10000, "k2", 0), LK_ACQUIRED);
+    assert_int_equal(k2[0].res.replayed, 0);
+    assert_true(k2[0].res.token > first);
+    assert_lk(c, lk_release_many(c, k2, 3, "alice", NULL), LK_OK);
+}
+
+static void test_renew_per_resource(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[3][64];
+    lk_many it[3];
+
+    set_names(f, "renew", names, it, 3);
+    assert_lk(c, lk_acquire_many(c, it, 2, "alice", 10000, NULL, 0), LK_ACQUIRED);
+    int64_t tok0 = it[0].res.token;
+    assert_lk(c, lk_renew_many(c, it, 3, "alice", 20000, NULL), LK_OK);
+    assert_int_equal(it[0].status, LK_RENEWED);
+    assert_int_equal(it[0].res.token, tok0);
+    assert_true(it[0].res.ttl_ms > 10000);
+    assert_int_equal(it[1].status, LK_RENEWED);
+    assert_int_equal(it[2].status, LK_NOT_OWNER); /* never locked */
+    assert_lk(c, lk_release_many(c, it, 2, "alice", NULL), LK_OK);
+}
+
+static void test_bad_sets_refused(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    lk_many dup[2] = {{.resource = "same"}, {.resource = "same"}};
+    lk_many bad[2] = {{.resource = "ok"}, {.resource = "no space"}};
+    lk_many big[LK_MANY_MAX + 1];
+
+    assert_lk(c, lk_acquire_many(c, dup, 2, "alice", 10000, NULL, 0), LK_EINVAL);
+    assert_non_null(strstr(lk_errstr(c), "duplicate resource same"));
+    assert_lk(c, lk_release_many(c, dup, 2, "alice", NULL), LK_EINVAL);
+    assert_lk(c, lk_acquire_many(c, bad, 2, "alice", 10000, NULL, 0), LK_EINVAL);
+    assert_lk(c, lk_acquire_many(c, dup, 0, "alice", 10000, NULL, 0), LK_EINVAL);
+    memset(big, 0, sizeof big);
+    assert_lk(c, lk_acquire_many(c, big, LK_MANY_MAX + 1, "alice", 10000, NULL, 0), LK_EINVAL);
+    lk_lock_info info;
+    assert_lk(c, lk_lock_status(c, "ok", &info), LK_OK);
+    assert_int_equal(info.last_token, 0); /* nothing was sent */
+}
+
+/* Redlock: a member held on one master only (a minority) is granted by the majority; held
+ * on two masters, the set is refused and undone on every master. */
+static void test_redlock_majority_per_resource(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[2][64];
+    lk_many it[2];
+
+    if (!f->redlock) {
+        skip();
+    }
+    set_names(f, "rl", names, it, 2);
+    /* bob's hold of names[1] on master 0 only. */
+    assert_int_equal(th_redis_cmd(&f->masters[0], NULL, 0,
+                                  "HSET fg:{%s}:lock bob 1", names[1]), 1);
+    assert_int_equal(th_redis_cmd(&f->masters[0], NULL, 0, "PEXPIRE fg:{%s}:lock 10000",
+                                  names[1]), 1);
+    assert_lk(c, lk_acquire_many(c, it, 2, "alice", 10000, NULL, 0), LK_ACQUIRED);
+    assert_lk(c, lk_release_many(c, it, 2, "alice", NULL), LK_OK);
+    /* And on master 1 too: a majority holds it for bob. */
+    assert_int_equal(th_redis_cmd(&f->masters[1], NULL, 0,
+                                  "HSET fg:{%s}:lock bob 1", names[1]), 1);
+    assert_int_equal(th_redis_cmd(&f->masters[1], NULL, 0, "PEXPIRE fg:{%s}:lock 10000",
+                                  names[1]), 1);
+    assert_lk(c, lk_acquire_many(c, it, 2, "alice", 10000, NULL, 0), LK_HELD);
+    assert_int_equal(it[0].undone, 1);
+    for (int m = 0; m < 3; m++) {
+        assert_int_equal(th_redis_cmd(&f->masters[m], NULL, 0, "EXISTS fg:{%s}:lock",
+                                      names[0]), 0);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_free_set_granted_whole),
+        cmocka_unit_test(test_held_member_undoes_the_set),
+        cmocka_unit_test(test_reentry_per_resource),
+        cmocka_unit_test(test_idempotency_key_replays_the_set),
+        cmocka_unit_test(test_renew_per_resource),
+        cmocka_unit_test(test_bad_sets_refused),
+        cmocka_unit_test(test_redlock_majority_per_resource),
+    };
+    int failed = cmocka_run_group_tests_name("many_single_redis", tests, single_setup, teardown);
+    failed += cmocka_run_group_tests_name("many_cluster", tests, cluster_setup, teardown);
+    failed += cmocka_run_group_tests_name("many_redlock", tests, redlock_setup, teardown);
+    return failed;
+}
