@@ -565,6 +565,11 @@ static void txn_violation(void *arg, const char *why, const fh_op *a, const fh_o
     violation(arg, 11, why, a, b);
 }
 
+static void session_violation(void *arg, const char *why, const fh_op *a, const fh_op *b)
+{
+    violation(arg, 14, why, a, b);
+}
+
 static void txn_note(void *arg, const char *why, const fh_op *a, const fh_op *b)
 {
     violation(arg, 0, why, a, b);
@@ -629,6 +634,7 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
     }
     check_windows(&c, &grants);
     fc_check_txn(h, txn_violation, &c, txn_note);
+    fc_check_sessions(h, session_violation, &c);
     series_free(&grants);
     series_free(&acked);
     free(c.freezes);

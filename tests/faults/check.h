@@ -30,7 +30,11 @@
  *      it read, and the final balances add up to the total;
  *  12. a fenced read (a read with a Fencing-Token) is never answered 200 once a grant of a
  *      larger token for its resource had been answered before the read started: that token's
- *      lease was over, and the value may have changed under it.
+ *      lease was over, and the value may have changed under it;
+ *  14. no write by a session's lock is accepted after the session's end was answered: once a
+ *      session_end answered 200, a write with the token of any lock granted in that session
+ *      (body "session:LABEL") on that lock's resource that starts after the answer is never
+ *      200 (check_sessions.c).
  *
  * Marks the checker reads (kind mark, the event in the body):
  *   heal            the fault is over: the first success must come within 5 s.
@@ -55,7 +59,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 13 /* index 1..8 and 10..12 used (9 is the runner's RSS bound) */
+#define FC_INVARIANTS 15 /* index 1..8, 10..12 and 14 used (9 is the runner's RSS bound) */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */
@@ -81,6 +85,10 @@ typedef void (*fc_report)(void *arg, const char *why, const fh_op *a, const fh_o
 /* Invariant 11 over h's txn, balance and "total" lines (check_txn.c): calls bad for each
  * violation, note for each excused race (reported only). */
 void fc_check_txn(const fh_history *h, fc_report bad, void *arg, fc_report note);
+
+/* Invariant 14 over h's session_end lines and the locks and writes of their sessions
+ * (check_sessions.c): calls bad for each violation. */
+void fc_check_sessions(const fh_history *h, fc_report bad, void *arg);
 
 /* Checks h (its operations are reordered) and prints each violation to out (may be NULL),
  * naming the operations by client, kind and line. opt may be NULL (every option off). Fills

@@ -646,6 +646,41 @@ static void test_format_parse_round_trip(void **state)
     assert_int_equal(fh_parse("w0\tlock\tr\t0", &back), -1);
 }
 
+/* Invariant 14: the session's end was answered at 110; a write with its lock's token 5 that
+ * started at 200 was accepted. */
+static void test_write_after_session_end(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "w0\tlock\tr\t0\t10\t200\t-\t5\t0\tw0-1\t1000\t0\t-\tsession:s1",
+        "w0\twrite\tr\t20\t30\t200\t-\t5\t1\tw0-1\t0\t0\t-\tw0:1",
+        "w0\tsession_end\t-\t100\t110\t200\t-\t0\t0\ts1\t0\t0\t-\t-",
+        "w0\twrite\tr\t200\t210\t200\t-\t5\t2\tw0-1\t0\t0\tafter_pause\tw0:2", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[14], 1);
+    assert_int_equal(res.hard, 1);
+}
+
+/* Refused after the end, accepted before its answer (started at 105, as the end ran), or the
+ * end not answered 200 (its outcome unknown), or another session's lock: all pass. */
+static void test_session_end_fences_its_locks_only(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "w0\tlock\tr\t0\t10\t200\t-\t5\t0\tw0-1\t1000\t0\t-\tsession:s1",
+        "w1\tlock\tq\t0\t10\t200\t-\t6\t0\tw1-1\t1000\t0\t-\tsession:s2",
+        "w2\tlock\tp\t0\t10\t200\t-\t7\t0\tw2-1\t1000\t0\t-\tsession:s3",
+        "w0\tsession_end\t-\t100\t110\t200\t-\t0\t0\ts1\t0\t0\t-\t-",
+        "w2\tsession_end\t-\t100\t110\t503\tbackend_unavailable\t0\t0\ts3\t0\t0\t-\t-",
+        "w0\twrite\tr\t105\t115\t200\t-\t5\t1\tw0-1\t0\t0\t-\tw0:1",
+        "w0\twrite\tr\t200\t210\t409\tstale_token\t5\t0\tw0-1\t0\t0\t-\tw0:2",
+        "w1\twrite\tq\t200\t210\t200\t-\t6\t1\tw1-1\t0\t0\t-\tw1:1",
+        "w2\twrite\tp\t200\t210\t200\t-\t7\t1\tw2-1\t0\t0\t-\tw2:1", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[14], 0);
+    assert_int_equal(res.hard, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -693,6 +728,8 @@ int main(void)
         cmocka_unit_test(test_no_success_after_heal),
         cmocka_unit_test(test_overlap_is_reported_not_failed),
         cmocka_unit_test(test_format_parse_round_trip),
+        cmocka_unit_test(test_write_after_session_end),
+        cmocka_unit_test(test_session_end_fences_its_locks_only),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
