@@ -21,24 +21,13 @@
 #include <jansson.h>
 
 #include "gw_test.h"
+#include "bench_time.h"
 #include "harness.h"
 #include "locklib/locklib.h"
 
 #define LOCKS 50
 #define PARALLEL 8
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 static size_t sink(char *p, size_t s, size_t n, void *arg)
 {
@@ -106,7 +95,7 @@ static void renew_parallel(CURLM *m, CURL **hs, const char *url, char (*bodies)[
 
 static void report(const char *what, double *ms, int n, double ref)
 {
-    qsort(ms, (size_t)n, sizeof *ms, by_double);
+    qsort(ms, (size_t)n, sizeof *ms, bench_by_double);
     double med = ms[n / 2], p99 = ms[(n * 99) / 100 < n ? (n * 99) / 100 : n - 1];
     printf("  %-58s %8.2f ms  %8.2f ms  %6.1fx\n", what, med, p99, med / ref);
 }
@@ -183,27 +172,27 @@ int main(int argc, char **argv)
         t[k] = calloc((size_t)rounds, sizeof *t[k]);
     }
     for (int i = 0; i < rounds; i++) {
-        double s = now_ms();
+        double s = bench_now_ms();
         post_ok(h, url, "{}");
-        t[0][i] = now_ms() - s;
-        s = now_ms();
+        t[0][i] = bench_now_ms() - s;
+        s = bench_now_ms();
         for (int j = 0; j < LOCKS; j++) {
             post_ok(h, renew_url, bodies[j]);
         }
-        t[1][i] = now_ms() - s;
-        s = now_ms();
+        t[1][i] = bench_now_ms() - s;
+        s = bench_now_ms();
         renew_parallel(m, hs, renew_url, bodies);
-        t[2][i] = now_ms() - s;
-        s = now_ms();
+        t[2][i] = bench_now_ms() - s;
+        s = bench_now_ms();
         lk_session_renewal rn;
         if (lk_session_renew(c, lsid, NULL, &rn) != LK_RENEWED || rn.renewed != LOCKS) {
             fprintf(stderr, "session_bench: lk_session_renew: %s\n", lk_errstr(c));
             return 1;
         }
-        t[3][i] = now_ms() - s;
-        s = now_ms();
+        t[3][i] = bench_now_ms() - s;
+        s = bench_now_ms();
         lk_call_many(c, ptrs, LOCKS);
-        t[4][i] = now_ms() - s;
+        t[4][i] = bench_now_ms() - s;
     }
     printf("session_bench: keeping %d locks alive, %d rounds (interleaved), fencegate on one "
            "redis-server (appendfsync always)\n", LOCKS, rounds);
@@ -212,7 +201,7 @@ int main(int argc, char **argv)
     {
         double *copy = calloc((size_t)rounds, sizeof *copy);
         memcpy(copy, t[0], (size_t)rounds * sizeof *copy);
-        qsort(copy, (size_t)rounds, sizeof *copy, by_double);
+        qsort(copy, (size_t)rounds, sizeof *copy, bench_by_double);
         ref = copy[rounds / 2];
         free(copy);
     }
