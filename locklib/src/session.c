@@ -3,10 +3,10 @@
  * the tag {#sessions}; session_lock.lua reads or ends one lock of it on the lock's own slot;
  * each lock's renewal is an ordinary renew.lua call (LK_CALL_RENEW) for its owner.
  *
- * The session's calls are sent straight through the handle's transport (lk__transport_run)
- * with their replies kept here, because their answers are lists whose length the fixed
- * lk_call outcome cannot hold. So they are refused on Redlock, whose transport merges the
- * N masters' replies per call kind and has no merge for these.
+ * The session's calls are sent straight through the handle's transport (session_calls.c),
+ * with their replies kept, because their answers are lists whose length the fixed lk_call
+ * outcome cannot hold. So they are refused on Redlock, whose transport merges the N
+ * masters' replies per call kind and has no merge for these.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -14,63 +14,8 @@
 #include <string.h>
 
 #include "client_internal.h"
-
-#define ROUTE "#sessions"
-
-/* One batch's replies, kept for the caller, which frees them with drop(). */
-typedef struct kept {
-    lk__transport *t;
-    lk_status *st;
-    redisReply **reply;
-    char (*err)[LK__ERR_LEN];
-} kept;
-
-static void keep(void *ctx, size_t i, lk_status st, redisReply *reply)
-{
-    kept *k = ctx;
-    k->st[i] = st;
-    k->reply[i] = reply;
-    k->err[i][0] = '\0';
-    if (reply == NULL && st >= LK_EINVAL) {
-        snprintf(k->err[i], LK__ERR_LEN, "%s", k->t->err);
-    } else if (reply != NULL && reply->type == REDIS_REPLY_ERROR) {
-        k->st[i] = LK_EREDIS;
-        snprintf(k->err[i], LK__ERR_LEN, "%s", reply->str);
-    } else if (reply != NULL && reply->type != REDIS_REPLY_ARRAY) {
-        k->st[i] = LK_EREDIS;
-        snprintf(k->err[i], LK__ERR_LEN, "unexpected reply type %d", reply->type);
-    }
-}
-
-/* Sends n built calls as one batch; st[i], reply[i] (NULL unless st[i] is OK) and err[i]
- * are each call's outcome. */
-static void send_batch(lk_client *c, size_t n, lk__cmd *cmds, lk_status *st,
-                       redisReply **reply, char (*err)[LK__ERR_LEN])
-{
-    const lk__cmd **sent = calloc(n, sizeof *sent);
-    if (sent == NULL) {
-        for (size_t i = 0; i < n; i++) {
-            st[i] = lk__errf(err[i], LK_ENOMEM, "out of memory");
-            reply[i] = NULL;
-        }
-        return;
-    }
-    for (size_t i = 0; i < n; i++) {
-        sent[i] = &cmds[i];
-        st[i] = LK_EUNAVAILABLE;
-        reply[i] = NULL;
-        snprintf(err[i], LK__ERR_LEN, "not answered");
-    }
-    kept k = {&c->tp, st, reply, err};
-    lk__transport_run(&c->tp, n, sent, keep, &k);
-    free(sent);
-    for (size_t i = 0; i < n; i++) {
-        if (st[i] != LK_OK) {
-            freeReplyObject(reply[i]);
-            reply[i] = NULL;
-        }
-    }
-}
+#include "session_internal.h"
+#include "watchdog_internal.h"
 
 /* A batch of session_lock.lua calls, one per lock, with their outcomes. */
 typedef struct lock_batch {
@@ -100,30 +45,6 @@ static void batch_free(lock_batch *b)
     free(b->st);
     free(b->reply);
     free(b->err);
-}
-
-/* Integer or decimal-string element i of an array reply, 0 when absent. */
-static int64_t num_at(const redisReply *r, size_t i)
-{
-    if (r == NULL || i >= r->elements) {
-        return 0;
-    }
-    const redisReply *e = r->element[i];
-    if (e->type == REDIS_REPLY_INTEGER) {
-        return e->integer;
-    }
-    if (e->type == REDIS_REPLY_STRING) {
-        return strtoll(e->str, NULL, 10);
-    }
-    return 0;
-}
-
-static const char *str_at(const redisReply *r, size_t i)
-{
-    if (r == NULL || i >= r->elements || r->element[i]->type != REDIS_REPLY_STRING) {
-        return NULL;
-    }
-    return r->element[i]->str;
 }
 
 static int valid_client(const char *client)
@@ -160,35 +81,6 @@ static lk_status check(lk_client *c, const char *id, const char *client)
     return LK_OK;
 }
 
-/* A session.lua call of op on session id (NULL for reap) with up to four more arguments
- * (NULL ends them). The reply is the caller's to free. */
-static lk_status session_call(lk_client *c, const char *op, const char *id, const char *client,
-                              redisReply **reply, const char *a1, const char *a2,
-                              const char *a3, const char *a4)
-{
-    lk__cmd cmd;
-    char key[8 + LK_SESSION_ID_LEN + 1];
-    char err[1][LK__ERR_LEN];
-    lk_status st;
-
-    snprintf(key, sizeof key, "s:%s", id != NULL ? id : "");
-    lk__cmd_start(&cmd, LK__SCRIPT_SESSION, ROUTE);
-    lk__cmd_key(&cmd, key);
-    lk__cmd_key(&cmd, "deadline");
-    lk__cmd_arg(&cmd, op);
-    lk__cmd_arg(&cmd, id != NULL ? id : "");
-    lk__cmd_arg(&cmd, client != NULL ? client : "");
-    const char *more[4] = {a1, a2, a3, a4};
-    for (int i = 0; i < 4 && more[i] != NULL; i++) {
-        lk__cmd_arg(&cmd, more[i]);
-    }
-    send_batch(c, 1, &cmd, &st, reply, err);
-    if (st != LK_OK) {
-        return lk__fail(c, st, "session %s: %s", op, err[0]);
-    }
-    return LK_OK;
-}
-
 static void fmt(char *buf, size_t len, int64_t n)
 {
     snprintf(buf, len, "%" PRId64, n);
@@ -210,7 +102,7 @@ lk_status lk_session_create(lk_client *c, int64_t ttl_ms, const char *client, ch
     fmt(ttl, sizeof ttl, ttl_ms);
     for (int tries = 0; tries < 3; tries++) {
         lk_random_id(id);
-        st = session_call(c, "create", id, client, &reply, ttl, NULL, NULL, NULL);
+        st = lk__session_call(&c->tp, c->err, "create", id, client, &reply, ttl, NULL, NULL, NULL);
         if (st != LK_OK) {
             id[0] = '\0';
             return st;
@@ -244,62 +136,14 @@ static void lock_cmd(lk__cmd *cmd, const char *op, const char *resource, int64_t
 lk_status lk_session_renew(lk_client *c, const char *id, const char *client,
                            lk_session_renewal *out)
 {
-    lk_session_renewal local;
-    redisReply *reply = NULL;
     lk_status st = check(c, id, client);
-
-    if (out == NULL) {
-        out = &local;
-    }
-    memset(out, 0, sizeof *out);
     if (st != LK_OK) {
-        return st;
-    }
-    st = session_call(c, "renew", id, client, &reply, NULL, NULL, NULL, NULL);
-    if (st != LK_OK) {
-        return st;
-    }
-    if (lk__int_at(reply, 0) != 1) {
-        freeReplyObject(reply);
-        return lk__fail(c, LK_NOT_OWNER, "no such session");
-    }
-    out->ttl_ms = num_at(reply, 1);
-    size_t n = (reply->elements - 2) / 2;
-    out->locks = n;
-    if (n == 0) {
-        freeReplyObject(reply);
-        return LK_RENEWED;
-    }
-    lk_call *calls = calloc(n, sizeof *calls);
-    lk_call **ptrs = calloc(n, sizeof *ptrs);
-    if (calls == NULL || ptrs == NULL) {
-        free(calls);
-        free(ptrs);
-        freeReplyObject(reply);
-        out->failed = n;
-        return lk__fail(c, LK_ENOMEM, "out of memory");
-    }
-    for (size_t i = 0; i < n; i++) {
-        calls[i].kind = LK_CALL_RENEW;
-        calls[i].resource = str_at(reply, 2 + 2 * i);
-        calls[i].owner = str_at(reply, 3 + 2 * i);
-        calls[i].lease_ms = out->ttl_ms;
-        ptrs[i] = &calls[i];
-    }
-    lk_call_many(c, ptrs, n);
-    for (size_t i = 0; i < n; i++) {
-        if (calls[i].status == LK_RENEWED) {
-            out->renewed++;
-        } else if (calls[i].status == LK_NOT_OWNER) {
-            out->lost++;
-        } else {
-            out->failed++;
+        if (out != NULL) {
+            memset(out, 0, sizeof *out);
         }
+        return st;
     }
-    free(calls);
-    free(ptrs);
-    freeReplyObject(reply);
-    return LK_RENEWED;
+    return lk__session_renew(&c->tp, &c->opts, c->err, id, client, out);
 }
 
 lk_status lk_session_info(lk_client *c, const char *id, const char *client, int64_t *ttl_ms,
@@ -313,7 +157,7 @@ lk_status lk_session_info(lk_client *c, const char *id, const char *client, int6
     if (st != LK_OK) {
         return st;
     }
-    st = session_call(c, "get", id, client, &reply, NULL, NULL, NULL, NULL);
+    st = lk__session_call(&c->tp, c->err, "get", id, client, &reply, NULL, NULL, NULL, NULL);
     if (st != LK_OK) {
         return st;
     }
@@ -321,8 +165,8 @@ lk_status lk_session_info(lk_client *c, const char *id, const char *client, int6
         freeReplyObject(reply);
         return lk__fail(c, LK_NOT_OWNER, "no such session");
     }
-    *ttl_ms = num_at(reply, 1);
-    *remaining_ms = num_at(reply, 2);
+    *ttl_ms = lk__session_num(reply, 1);
+    *remaining_ms = lk__session_num(reply, 2);
     size_t m = (reply->elements - 3) / 2;
     if (m == 0 || max == 0) {
         freeReplyObject(reply);
@@ -334,9 +178,10 @@ lk_status lk_session_info(lk_client *c, const char *id, const char *client, int6
         goto out;
     }
     for (size_t i = 0; i < m; i++) {
-        lock_cmd(&b.cmds[i], "ttl", str_at(reply, 3 + 2 * i), num_at(reply, 4 + 2 * i), 0);
+        lock_cmd(&b.cmds[i], "ttl", lk__session_str(reply, 3 + 2 * i),
+                 lk__session_num(reply, 4 + 2 * i), 0);
     }
-    send_batch(c, m, b.cmds, b.st, b.reply, b.err);
+    lk__session_send(&c->tp, m, b.cmds, b.st, b.reply, b.err);
     for (size_t i = 0; i < m; i++) {
         if (b.st[i] != LK_OK) {
             st = lk__fail(c, b.st[i], "%s", b.err[i]);
@@ -347,9 +192,9 @@ lk_status lk_session_info(lk_client *c, const char *id, const char *client, int6
         }
         lk_session_lock *l = &locks[(*n)++];
         memset(l, 0, sizeof *l);
-        snprintf(l->resource, sizeof l->resource, "%s", str_at(reply, 3 + 2 * i));
-        l->token = num_at(reply, 4 + 2 * i);
-        l->ttl_ms = num_at(b.reply[i], 1);
+        snprintf(l->resource, sizeof l->resource, "%s", lk__session_str(reply, 3 + 2 * i));
+        l->token = lk__session_num(reply, 4 + 2 * i);
+        l->ttl_ms = lk__session_num(b.reply[i], 1);
         l->status = LK_OK;
     }
 out:
@@ -378,13 +223,13 @@ lk_status lk_session_add(lk_client *c, const char *id, const char *client,
     }
     fmt(tok, sizeof tok, token);
     fmt(max, sizeof max, LK_SESSION_LOCKS_MAX);
-    st = session_call(c, "add", id, client, &reply, resource, tok, owner, max);
+    st = lk__session_call(&c->tp, c->err, "add", id, client, &reply, resource, tok, owner, max);
     if (st != LK_OK) {
         return st;
     }
     long long code = lk__int_at(reply, 0);
     if (remaining_ms != NULL) {
-        *remaining_ms = code == 1 ? num_at(reply, 1) : 0;
+        *remaining_ms = code == 1 ? lk__session_num(reply, 1) : 0;
     }
     freeReplyObject(reply);
     if (code == -2) {
@@ -424,7 +269,7 @@ lk_status lk_session_end_lock(lk_client *c, const char *resource, int64_t token,
     snprintf(out->resource, sizeof out->resource, "%s", resource);
     out->token = token;
     lock_cmd(&cmd, "end", resource, token, floor);
-    send_batch(c, 1, &cmd, &st, &reply, err);
+    lk__session_send(&c->tp, 1, &cmd, &st, &reply, err);
     ended_lock(out, st, reply, err[0], c);
     freeReplyObject(reply);
     return out->status;
@@ -477,8 +322,11 @@ lk_status lk_session_end(lk_client *c, const char *id, const char *client, int64
         return lk__fail(c, LK_EINVAL, "invalid floor, claim or client");
     }
     fmt(claim, sizeof claim, claim_ms);
-    st = session_call(c, "end", id, client, &reply, claim, client == NULL ? "1" : "0", NULL,
-                      NULL);
+    if (client != NULL) {
+        lk_session_unwatch(c, id, client); /* its end is no loss */
+    }
+    st = lk__session_call(&c->tp, c->err, "end", id, client, &reply, claim,
+                          client == NULL ? "1" : "0", NULL, NULL);
     if (st != LK_OK) {
         return st;
     }
@@ -504,8 +352,8 @@ lk_status lk_session_end(lk_client *c, const char *id, const char *client, int64
     for (size_t i = 0; i < m; i++) {
         lk_session_lock *l = &locks[i];
         memset(l, 0, sizeof *l);
-        snprintf(l->resource, sizeof l->resource, "%s", str_at(reply, 1 + 2 * i));
-        l->token = num_at(reply, 2 + 2 * i);
+        snprintf(l->resource, sizeof l->resource, "%s", lk__session_str(reply, 1 + 2 * i));
+        l->token = lk__session_num(reply, 2 + 2 * i);
         if (!lk_valid_resource(l->resource) || l->token < 1 || l->token > LK_TOKEN_MAX) {
             freeReplyObject(reply);
             reply = NULL;
@@ -514,7 +362,7 @@ lk_status lk_session_end(lk_client *c, const char *id, const char *client, int64
         }
         lock_cmd(&b.cmds[i], "end", l->resource, l->token, floor);
     }
-    send_batch(c, m, b.cmds, b.st, b.reply, b.err);
+    lk__session_send(&c->tp, m, b.cmds, b.st, b.reply, b.err);
     for (size_t i = 0; i < m; i++) {
         ended_lock(&locks[i], b.st[i], b.reply[i], b.err[i], c);
         if (locks[i].status >= LK_EINVAL) {
@@ -534,7 +382,7 @@ lk_status lk_session_forget(lk_client *c, const char *id)
     lk_status st = check(c, id, NULL);
 
     if (st == LK_OK) {
-        st = session_call(c, "forget", id, NULL, &reply, NULL, NULL, NULL, NULL);
+        st = lk__session_call(&c->tp, c->err, "forget", id, NULL, &reply, NULL, NULL, NULL, NULL);
         freeReplyObject(reply);
     }
     return st;
@@ -556,16 +404,56 @@ lk_status lk_session_reap(lk_client *c, int64_t claim_ms, char (*ids)[LK_SESSION
     }
     fmt(claim, sizeof claim, claim_ms);
     fmt(most, sizeof most, (int64_t)max);
-    st = session_call(c, "reap", NULL, NULL, &reply, claim, most, NULL, NULL);
+    st = lk__session_call(&c->tp, c->err, "reap", NULL, NULL, &reply, claim, most, NULL, NULL);
     if (st != LK_OK) {
         return st;
     }
     for (size_t i = 0; i < reply->elements && *n < max; i++) {
-        const char *id = str_at(reply, i);
+        const char *id = lk__session_str(reply, i);
         if (id != NULL && lk_valid_session(id)) {
             snprintf(ids[(*n)++], LK_SESSION_ID_LEN + 1, "%s", id);
         }
     }
     freeReplyObject(reply);
     return LK_OK;
+}
+
+/* The watchdog's key of a session: (id, "#" and its client). */
+static void watch_owner(char *buf, size_t len, const char *client)
+{
+    snprintf(buf, len, "#%s", client != NULL ? client : "");
+}
+
+lk_status lk_session_watch(lk_client *c, const char *id, const char *client)
+{
+    int64_t ttl = 0, remaining = 0;
+    size_t n = 0;
+    char owner[LK_SESSION_CLIENT_MAX + 2];
+    lk_status st = lk_session_info(c, id, client, &ttl, &remaining, NULL, 0, &n);
+
+    if (st != LK_OK) {
+        return st;
+    }
+    watch_owner(owner, sizeof owner, client);
+    st = lk__watch_add_lease(c, id, owner, ttl);
+    return st == LK_OK ? LK_OK : lk__fail(c, st, "the watchdog could not start");
+}
+
+void lk_session_unwatch(lk_client *c, const char *id, const char *client)
+{
+    char owner[LK_SESSION_CLIENT_MAX + 2];
+    if (lk_valid_session(id) && valid_client(client)) {
+        watch_owner(owner, sizeof owner, client);
+        lk__watch_remove(c, id, owner);
+    }
+}
+
+int lk_session_watch_lost(lk_client *c, const char *id, const char *client)
+{
+    char owner[LK_SESSION_CLIENT_MAX + 2];
+    if (!lk_valid_session(id) || !valid_client(client)) {
+        return 0;
+    }
+    watch_owner(owner, sizeof owner, client);
+    return lk_watch_lost(c, id, owner);
 }

@@ -10,9 +10,9 @@
  *   - in every fourth round leaves it to expire (no renewal, no DELETE): a gateway's reaper
  *     ends it, and its locks are released to the waiting clients.
  * Client 0 also, every fifth round from its second, forks a holder that creates a session,
- * takes the lock of PREFIX-sk (only they use it) in it and writes, then kills it with SIGKILL (a holder_killed mark with the session's lease),
- * and takes that lock itself with wait_ms = lease + 3 s: the checker wants it granted
- * (invariant 8's takeover).
+ * takes the lock of PREFIX-sk (only they use it) in it and writes; then client 0 kills it
+ * with SIGKILL (a holder_killed mark with the session's lease) and takes that lock itself
+ * with wait_ms = lease + 3 s: the checker wants it granted (invariant 8's takeover).
  * Session ids are credentials: the history names a session only by its label.
  */
 #include <signal.h>

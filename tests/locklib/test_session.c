@@ -11,6 +11,8 @@
  *   - an ender that died (claimed, never forgotten) is taken over once its claim runs out;
  *   - a lock taken in an unknown session is refused, and one held by another owner is HELD;
  *   - on a Cluster a renewal reaches every master, and the end fences each lock on its own;
+ *   - the watchdog keeps a watched session and its locks alive past many leases, and reports
+ *     it lost (on_lost with a NULL owner) once it was ended elsewhere;
  *   - Redlock refuses sessions (EINVAL).
  */
 #include <stdlib.h>
@@ -348,6 +350,71 @@ static void test_held_lock_in_session(void **state)
     assert_lk(c, lk_session_forget(c, id), LK_OK);
 }
 
+static struct {
+    int calls;
+    char resource[64];
+    int owner_null;
+} lost_seen;
+
+static void on_lost(const char *resource, const char *owner, void *userdata)
+{
+    (void)userdata;
+    /* On the watchdog thread; read by the test only after lk_session_watch_lost() says 1,
+     * which takes the watchdog's mutex after this ran. */
+    lost_seen.calls++;
+    snprintf(lost_seen.resource, sizeof lost_seen.resource, "%s", resource);
+    lost_seen.owner_null = owner == NULL;
+}
+
+/* The watchdog keeps a session (and its locks) alive past many leases, and reports it lost
+ * once somebody else ended it. */
+static void test_watchdog_renews_session(void **state)
+{
+    ses_fixture *f = *state;
+    lk_client *c = f->c;
+    lk_client *w = NULL;
+    lk_options o;
+    char id[LK_SESSION_ID_LEN + 1], owner[33], name[64];
+    lk_result r;
+    lk_random_id(owner);
+    snprintf(name, sizeof name, "%s", res_name("watched"));
+    memset(&lost_seen, 0, sizeof lost_seen); /* the group before ran this test too */
+
+    lk_options_init(&o);
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1000;
+    o.on_lost = on_lost;
+    assert_true(lk_client_open(&w, f->cluster ? f->cl.url : f->redis.url, &o) == LK_OK);
+    assert_lk(w, lk_session_create(w, 300, "app", id), LK_OK);
+    assert_lk(w, lk_session_acquire(w, id, "app", name, owner, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(w, lk_session_watch(w, id, "app"), LK_OK);
+    /* Five leases: without the watchdog the session and its lock would be gone. */
+    int64_t end = now_ms() + 1500;
+    while (now_ms() < end) {
+        lk_lock_info info;
+        assert_lk(c, lk_lock_status(c, name, &info), LK_OK);
+        assert_true(info.locked);
+        assert_int_equal(info.token, r.token);
+        assert_int_equal(lk_session_watch_lost(w, id, "app"), 0);
+        th_nap_ms(50);
+    }
+    /* Ended elsewhere (the reaper's way, any client): the watchdog finds it gone. */
+    lk_session_lock ended[LK_SESSION_LOCKS_MAX];
+    size_t n = 0;
+    assert_lk(c, lk_session_end(c, id, NULL, 0, 5000, ended, LK_SESSION_LOCKS_MAX, &n),
+              LK_RELEASED);
+    assert_lk(c, lk_session_forget(c, id), LK_OK);
+    end = now_ms() + 10000;
+    while (!lk_session_watch_lost(w, id, "app")) {
+        assert_true(now_ms() < end);
+        th_nap_ms(20);
+    }
+    assert_int_equal(lost_seen.calls, 1);
+    assert_string_equal(lost_seen.resource, id);
+    assert_true(lost_seen.owner_null);
+    lk_client_close(w);
+}
+
 static void test_redlock_refuses_sessions(void **state)
 {
     (void)state;
@@ -374,6 +441,7 @@ int main(void)
         cmocka_unit_test(test_expired_session_is_reaped_and_fenced),
         cmocka_unit_test(test_dead_ender_is_taken_over),
         cmocka_unit_test(test_held_lock_in_session),
+        cmocka_unit_test(test_watchdog_renews_session),
         cmocka_unit_test(test_redlock_refuses_sessions),
     };
     const struct CMUnitTest cluster[] = {
@@ -381,6 +449,7 @@ int main(void)
         cmocka_unit_test(test_end_releases_and_fences),
         cmocka_unit_test(test_expired_session_is_reaped_and_fenced),
         cmocka_unit_test(test_dead_ender_is_taken_over),
+        cmocka_unit_test(test_watchdog_renews_session),
     };
     int failed = cmocka_run_group_tests_name("single", single, single_setup, teardown);
     failed += cmocka_run_group_tests_name("cluster", cluster, cluster_setup, teardown);

@@ -95,7 +95,8 @@ LK_EXTERN int lk_valid_owner(const char *s);
 typedef struct lk_client lk_client;
 
 /* Called from the watchdog thread when it finds a watched lock gone (renewal answered
- * NOT_OWNER, or Redis could not be reached before the lease ran out). Must not call into
+ * NOT_OWNER, or Redis could not be reached before the lease ran out), or a watched session
+ * (lk_session_watch(): resource is then the session id, and owner NULL). Must not call into
  * the same lk_client: that handle belongs to another thread. */
 typedef void (*lk_lost_fn)(const char *resource, const char *owner, void *userdata);
 
@@ -596,6 +597,18 @@ LK_EXTERN lk_status lk_session_end_lock(lk_client *c, const char *resource, int6
 LK_EXTERN lk_status lk_session_end(lk_client *c, const char *id, const char *client,
                                    int64_t floor, int64_t claim_ms, lk_session_lock *locks,
                                    size_t max, size_t *n);
+
+/* Keeps the session renewed by the handle's watchdog thread (every third of its lease, on
+ * the watchdog's own connection), like an LK_LEASE_WATCHDOG lock, until lk_session_unwatch(),
+ * lk_session_end() on this handle, or the handle is closed; or until a renewal finds it
+ * ended, or Redis cannot be reached for a whole lease: it is then lost (on_lost is called
+ * with the session id as resource and a NULL owner, and lk_session_watch_lost() says 1).
+ * Reads the lease first (on this thread). Returns OK, NOT_OWNER, or an error. */
+LK_EXTERN lk_status lk_session_watch(lk_client *c, const char *id, const char *client);
+LK_EXTERN void lk_session_unwatch(lk_client *c, const char *id, const char *client);
+/* 1 when the watchdog found this watched session lost; else 0. Thread-safe as
+ * lk_watch_lost(). */
+LK_EXTERN int lk_session_watch_lost(lk_client *c, const char *id, const char *client);
 
 /* Deletes what is left of the session. Returns OK or an error. */
 LK_EXTERN lk_status lk_session_forget(lk_client *c, const char *id);
