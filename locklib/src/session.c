@@ -402,6 +402,11 @@ lk_status lk_session_reap(lk_client *c, int64_t claim_ms, char (*ids)[LK_SESSION
     if (claim_ms < 1 || max < 1) {
         return lk__fail(c, LK_EINVAL, "invalid claim or max");
     }
+    int due = 1;
+    st = lk__session_due(&c->tp, c->err, &due);
+    if (st != LK_OK || !due) {
+        return st;
+    }
     fmt(claim, sizeof claim, claim_ms);
     fmt(most, sizeof most, (int64_t)max);
     st = lk__session_call(&c->tp, c->err, "reap", NULL, NULL, &reply, claim, most, NULL, NULL);

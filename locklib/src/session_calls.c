@@ -173,3 +173,39 @@ lk_status lk__session_renew(lk__transport *t, const lk_options *opts, char *err,
     return LK_RENEWED;
 }
 
+
+lk_status lk__session_due(lk__transport *t, char *err, int *due)
+{
+    char key[LK__KEY_MAX];
+    redisReply *first = NULL, *now = NULL;
+
+    *due = 1;
+    if (t->ops != NULL || t->kind == LK_TOPOLOGY_REDLOCK) {
+        return LK_OK; /* no one connection to ask: the claim script decides */
+    }
+    lk_status st = lk__transport_connect(t);
+    if (st != LK_OK) {
+        return st;
+    }
+    lk__key(key, LK__SESSION_ROUTE, "deadline");
+    if (redisAppendCommand(t->ctx, "ZRANGE %s 0 0 WITHSCORES", key) != REDIS_OK ||
+        redisAppendCommand(t->ctx, "TIME") != REDIS_OK ||
+        redisGetReply(t->ctx, (void **)&first) != REDIS_OK ||
+        redisGetReply(t->ctx, (void **)&now) != REDIS_OK || first == NULL || now == NULL ||
+        first->type != REDIS_REPLY_ARRAY || now->type != REDIS_REPLY_ARRAY ||
+        now->elements != 2) {
+        st = lk__errf(err, LK_EUNAVAILABLE, "the session deadlines could not be read: %s",
+                      t->ctx != NULL && t->ctx->err != 0 ? t->ctx->errstr : "a bad reply");
+        freeReplyObject(first);
+        freeReplyObject(now);
+        lk__transport_drop(t); /* its replies are out of step now */
+        return st;
+    }
+    int64_t ms = lk__session_num(now, 0) * 1000 + lk__session_num(now, 1) / 1000;
+    /* The score is a double; a deadline is a whole number of ms, well below 2^53. */
+    *due = first->elements == 2 && first->element[1]->type == REDIS_REPLY_STRING &&
+           strtod(first->element[1]->str, NULL) <= (double)ms;
+    freeReplyObject(first);
+    freeReplyObject(now);
+    return LK_OK;
+}

@@ -34,4 +34,10 @@ lk_status lk__session_call(lk__transport *t, char *err, const char *op, const ch
 lk_status lk__session_renew(lk__transport *t, const lk_options *opts, char *err,
                             const char *id, const char *client, lk_session_renewal *out);
 
+/* Whether lk_session_reap() has anything to claim, read without a script (so a gateway's
+ * reaper costs an idle Redis no script call): the earliest deadline and Redis's TIME, on
+ * t's one connection. Cluster and Redlock transports have no one connection: *due is then
+ * always 1 and the claim script decides. OK, or an error (the connection dropped). */
+lk_status lk__session_due(lk__transport *t, char *err, int *due);
+
 #endif

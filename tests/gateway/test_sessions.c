@@ -13,6 +13,7 @@
  *     request naming the session, even when the gateway that created it was killed
  *     (SIGKILL) and another gateway of the same Redis does the reaping;
  *   - the session id never appears in the access log or the metrics;
+ *   - an idle gateway's reaper costs Redis no script call;
  *   - on a 3-master Redis Cluster (the session's locks on several masters): renewal, DELETE
  *     and expiry as above.
  * No test asserts timing; waits loop on a condition with a deadline.
@@ -144,6 +145,31 @@ static void assert_gone(const gwt_proc *gw, const char *id)
     gwt_post(gw, "/lock", body, &r);
     gwt_assert_status(&r, 404, "session_not_found");
     gwt_resp_free(&r);
+}
+
+/* Calls of one command Redis has served (INFO commandstats), 0 when none. */
+static long long redis_calls(const th_redis *redis, const char *cmd)
+{
+    char info[16384], needle[64];
+    snprintf(needle, sizeof needle, "cmdstat_%s:calls=", cmd);
+    th_redis_cmd(redis, info, sizeof info, "INFO commandstats");
+    const char *p = strstr(info, needle);
+    return p != NULL ? strtoll(p + strlen(needle), NULL, 10) : 0;
+}
+
+/* First, while no session exists: the reapers poll (ZRANGE of the deadlines) without a
+ * script call, so an idle Redis serves no EVALSHA for them. */
+static void test_idle_reaper_runs_no_script(void **state)
+{
+    ses_state *s = *state;
+    long long scripts = redis_calls(&s->redis, "evalsha");
+    long long polls = redis_calls(&s->redis, "zrange");
+    long long end = now_ms() + 10000;
+    while (redis_calls(&s->redis, "zrange") < polls + 4) {
+        assert_true(now_ms() < end);
+        th_nap_ms(20);
+    }
+    assert_int_equal(redis_calls(&s->redis, "evalsha"), scripts);
 }
 
 static void test_create_refuses_bad_bodies(void **state)
@@ -309,6 +335,7 @@ static void test_expiry_after_its_gateway_died(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_idle_reaper_runs_no_script),
         cmocka_unit_test(test_create_refuses_bad_bodies),
         cmocka_unit_test(test_unknown_session_is_404),
         cmocka_unit_test(test_renew_keeps_every_lock),

@@ -615,7 +615,10 @@ LK_EXTERN lk_status lk_session_forget(lk_client *c, const char *id);
 
 /* Claims for claim_ms at most max sessions whose deadline passed (or whose ender's claim
  * ran out), writing their ids into ids; *n written. The caller ends each with
- * lk_session_end(client NULL) and forgets it. Returns OK or an error. */
+ * lk_session_end(client NULL) and forgets it. On a single Redis or Sentinel a call with
+ * nothing due is two plain reads (the earliest deadline and TIME) and runs no script, so a
+ * poller costs an idle Redis little; on a Cluster every call runs the claim script.
+ * Returns OK or an error. */
 LK_EXTERN lk_status lk_session_reap(lk_client *c, int64_t claim_ms,
                                     char (*ids)[LK_SESSION_ID_LEN + 1], size_t max, size_t *n);
 
