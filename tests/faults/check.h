@@ -16,7 +16,8 @@
  *   7. lease windows of different owners do not overlap, from the clients' view: a window
  *      runs from the end of a grant to its start + ttl_ms, extended by successful renews and
  *      cut at the start of its unlock, whatever the answer (an unlock answered 503 may have
- *      run in Redis, and its client gave the lease up). Reported only, unless fc_options says
+ *      run in Redis, and its client gave the lease up); a lock taken in a session is also
+ *      extended by the session's successful renewals and cut at the start of its end. Reported only, unless fc_options says
  *      strict_leases (for scenarios in which Redis loses no data);
  *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
  *      503 (no answer at all counts only when the client timed out); after a "heal" mark the

@@ -21,7 +21,9 @@
  *
  * Sessions (POST /lock with "session"): a lock taken in a session has body "session:LABEL",
  * LABEL the workload's name for the session (never its id, a credential), and ttl_ms the
- * session's lease. session_end: a DELETE /sessions/{id}; owner is the LABEL, resource "-".
+ * session's lease. session_end: a DELETE /sessions/{id}; session_renew: a POST
+ * /sessions/{id}/renew, with ttl_ms the session's lease; for both, owner is the LABEL and
+ * resource "-".
  *
  * The transfers workload (wl_transfers.c) adds two kinds. txn: one POST /resources between
  * accounts; resource is the accounts, comma-separated; owner is the transaction's id; body is
@@ -53,6 +55,7 @@ typedef enum fh_kind {
     FH_BALANCE,
     FH_FENCED_READ,
     FH_SESSION_END,
+    FH_SESSION_RENEW,
     FH_KIND_COUNT
 } fh_kind;
 

@@ -681,6 +681,31 @@ static void test_session_end_fences_its_locks_only(void **state)
     assert_int_equal(res.hard, 0);
 }
 
+/* Invariant 7 with sessions (times in ms): a session's renewal at 100 ms extends its lock's
+ * window from 100 to 400 ms, so another owner's grant at 300 ms overlaps it; without the
+ * renewal, or once the session's end started (at 250 ms), the same grant does not. */
+static void test_session_renewal_and_end_move_windows(void **state)
+{
+    (void)state;
+    const fc_options strict = {.strict_leases = 1};
+    const char *lock =
+        "w0\tlock\tr\t0\t10000000\t200\t-\t5\t0\tw0-1\t100\t0\t-\tsession:s1";
+    const char *renew =
+        "w0\tsession_renew\t-\t100000000\t110000000\t200\t-\t0\t0\ts1\t300\t0\t-\t-";
+    const char *end =
+        "w0\tsession_end\t-\t250000000\t260000000\t200\t-\t0\t0\ts1\t0\t0\t-\t-";
+    const char *next =
+        "w1\tlock\tr\t290000000\t300000000\t200\t-\t6\t0\tw1-1\t1000\t0\t-\t-";
+    const char *const renewed[] = {lock, renew, next, NULL};
+    const char *const plain[] = {lock, next, NULL};
+    const char *const ended[] = {lock, renew, end, next, NULL};
+    assert_int_equal(check_lines_opt(renewed, &strict).violations[7], 1);
+    assert_int_equal(check_lines_opt(plain, &strict).violations[7], 0);
+    fc_result res = check_lines_opt(ended, &strict);
+    assert_int_equal(res.violations[7], 0);
+    assert_int_equal(res.hard, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -730,6 +755,7 @@ int main(void)
         cmocka_unit_test(test_format_parse_round_trip),
         cmocka_unit_test(test_write_after_session_end),
         cmocka_unit_test(test_session_end_fences_its_locks_only),
+        cmocka_unit_test(test_session_renewal_and_end_move_windows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

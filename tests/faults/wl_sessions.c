@@ -81,17 +81,19 @@ static int create(client *c, const conf *cf, char *id)
     return ok ? 0 : -1;
 }
 
-/* POST /sessions/{id}/renew, or DELETE /sessions/{id} (recorded as session_end of label). */
+/* POST /sessions/{id}/renew or DELETE /sessions/{id}: a session_renew or session_end line
+ * of label. */
 static fh_op session_call(client *c, const conf *cf, const char *id, const char *label,
                           int end)
 {
     fh_op op;
     reply rp;
     char path[96];
-    op_init(&op, c, end ? FH_SESSION_END : FH_MARK, "-");
+    op_init(&op, c, end ? FH_SESSION_END : FH_SESSION_RENEW, "-");
     snprintf(op.owner, sizeof op.owner, "%s", label);
+    op.ttl_ms = end ? 0 : SES_TTL_MS;
     snprintf(path, sizeof path, "/sessions/%s%s", id, end ? "" : "/renew");
-    request(c, cf, &op, end ? "DELETE" : "POST", path, end ? NULL : "{}", &rp, end);
+    request(c, cf, &op, end ? "DELETE" : "POST", path, end ? NULL : "{}", &rp, 1);
     return op;
 }
 
