@@ -229,6 +229,18 @@ cmd_proxy() {
     proxy_case valid "POST /lock with an Idempotency-Key" 200 "${json[@]}" -H "Idempotency-Key: $key" -d "{\"resource\":\"$r-idem\"}" "$url/lock"
     proxy_case valid "POST /lock, the same key again (replay)" 200 "${json[@]}" -H "Idempotency-Key: $key" -d "{\"resource\":\"$r-idem\"}" "$url/lock"
     proxy_case valid "POST /lock, the key for another owner" 422 "${json[@]}" -H "Idempotency-Key: $key" -d "{\"resource\":\"$r-idem\",\"owner\":\"c\"}" "$url/lock"
+    proxy_case valid "POST /sessions" 201 "${json[@]}" -d '{"ttl_ms":60000}' "$url/sessions"
+    local sid
+    sid=$(jq -r .session "$tmp/body")
+    proxy_case valid "POST /lock in a session" 200 "${json[@]}" -d "{\"resource\":\"$r-ses\",\"session\":\"$sid\"}" "$url/lock"
+    proxy_case valid "POST /sessions/{session}/renew" 200 "${json[@]}" -d '{}' "$url/sessions/$sid/renew"
+    proxy_case valid "GET /sessions/{session}" 200 "$url/sessions/$sid"
+    proxy_case valid "DELETE /sessions/{session}" 200 -X DELETE "$url/sessions/$sid"
+    proxy_case valid "GET /sessions/{session}, ended" 404 "$url/sessions/$sid"
+    proxy_case valid "POST /sessions/{session}/renew, ended" 404 "${json[@]}" -d '{}' "$url/sessions/$sid/renew"
+    proxy_case valid "DELETE /sessions/{session}, ended" 404 -X DELETE "$url/sessions/$sid"
+    proxy_case valid "POST /lock in an ended session" 404 "${json[@]}" -d "{\"resource\":\"$r-ses\",\"session\":\"$sid\"}" "$url/lock"
+    proxy_case invalid "POST /sessions, no ttl_ms" 400 "${json[@]}" -d '{}' "$url/sessions"
     proxy_case invalid "POST /lock, an unknown field" 400 "${json[@]}" -d "{\"resource\":\"$r\",\"tll_ms\":100}" "$url/lock"
     proxy_case invalid "POST /lock, text/plain" 415 -H 'Content-Type: text/plain' -d "{\"resource\":\"$r\"}" "$url/lock"
     proxy_case invalid "POST /lock, a short Idempotency-Key" 400 "${json[@]}" -H 'Idempotency-Key: short' -d "{\"resource\":\"$r\"}" "$url/lock"

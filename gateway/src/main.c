@@ -34,6 +34,7 @@
 #include "ops/locks_list.h"
 #include "ops/owner_calls.h"
 #include "ops/resources.h"
+#include "ops/sessions.h"
 #include "ops/transaction.h"
 #include "ops/ui.h"
 #include "rt/log.h"
@@ -50,6 +51,7 @@ static const gw_op *const route_ops[GW_R_COUNT] = {
     &gw__op_livez,        &gw__op_locks_list,   &gw__op_admin_release,
     &gw__op_ui,           &gw__op_ui,
     &gw__op_transaction,  &gw__op_resource_delete,
+    &gw__op_sessions,     &gw__op_sessions,     &gw__op_sessions,     &gw__op_sessions,
 };
 
 /* Opens a Redis client once, to check the URL and report whether Redis answers. Redis being
@@ -61,6 +63,10 @@ static int probe_redis(const gw_config *cfg, const lk_options *opts, int quiet)
     char shown[1100];
     lk_status st = lk_client_open(&c, cfg->redis_url, opts);
 
+    if (gw__session_reaper_start(&server) != 0) {
+        gw__log_event(cfg, "error", "cannot start the session reaper: expired sessions are "
+                                    "ended by the other gateways only");
+    }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
     if (c == NULL) {
         fprintf(stderr, "fencegate: --redis: cannot use '%s': %s%s\n", shown, lk_status_str(st),
@@ -315,6 +321,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     }
     gw__log_event(cfg, "info", "signal %d: no new connections; finishing in-flight requests",
                   sig);
+    gw__session_reaper_stop();
     if (gw__server_stop(&server, GW_DRAIN_MS) != 0) {
         /* A request is stuck past the drain deadline (a disk that does not answer). Nothing
          * unsafe is lost by leaving now: every acknowledged write is already durable, and a

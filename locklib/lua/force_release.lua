@@ -19,7 +19,7 @@
 -- Returns  {1, T, F, published}  the lock was held with token T and is gone; F is burned
 --          {0, 0, last, 0}        nothing was held (last: the counter, 0 if none)
 --
--- Prelude: limits.lua idem.lua mint.lua wanted.lua
+-- Prelude: limits.lua idem.lua mint.lua wanted.lua burn.lua
 
 local floor = mint_floor(ARGV[1])
 if floor == nil then
@@ -32,21 +32,12 @@ end
 local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
 local token = tonumber(ids[1] or '0') or 0
 local current = tonumber(redis.call('GET', KEYS[2]) or '0') or 0
-local base = tonumber(redis.call('GET', KEYS[3]) or '0') or 0
-local lift = math.max(floor, base, token)
-if current >= TOKEN_MAX or lift >= TOKEN_MAX then
+local burned = burn(KEYS[2], KEYS[3], KEYS[4], floor, token, current)
+if burned == nil then
     return redis.error_reply('fencegate: token space used up')
 end
 local wanted = is_wanted(KEYS[1])
 redis.call('DEL', KEYS[1])
-if current < lift then
-    -- KEEPTTL: no grant, so the idle expiry the last grant set (prelude/idle.lua) stays.
-    redis.call('SET', KEYS[2], string.format('%d', lift), 'KEEPTTL')
-    redis.call('SET', KEYS[3], string.format('%d', lift), 'KEEPTTL')
-end
-local burned = redis.call('INCR', KEYS[2])
-redis.call('LPUSH', KEYS[4], string.format('%d', burned))
-redis.call('LTRIM', KEYS[4], 0, 15)
 local published = 0
 if wanted then
     redis.call('PUBLISH', ARGV[2], release_message(ids))

@@ -14,6 +14,12 @@
  * If the process dies, the thread dies with it, so nothing ever renews the lock of a dead
  * holder: its lease runs out within one watchdog lease.
  *
+ * A session (lk_session_watch) is watched the same way, every ttl/3 of its own lease: its
+ * watch's owner is "#" and the session's client ('#' is never in an owner id, so no lock's
+ * watch is mistaken for one), and its renewal is lk__session_renew(), which renews the
+ * session's locks too. A session found ended is reported lost through on_lost with a NULL
+ * owner.
+ *
  * A release races with the renewals: a renewal that Redis runs just after the release
  * script answers NOT_OWNER before lk_release() has removed the watch. So lk_release() marks
  * the watch `releasing` before it runs its script; no renewal starts while it is set, and a
@@ -28,12 +34,14 @@
 #include <time.h>
 
 #include "run_internal.h"
+#include "session_internal.h"
 #include "watchdog_internal.h"
 
 typedef struct watch {
     char resource[LK_RESOURCE_MAX + 1];
     char owner[LK_OWNER_MAX + 1];
     int64_t due_ms;        /* next renewal */
+    int64_t lease_ms;      /* the lease each renewal grants: the watchdog's, or a session's */
     int64_t renewed_ms;    /* last successful renewal (or the acquisition) */
     int lost;
     int releasing;         /* lk_release() is running its script: not renewed, never lost */
@@ -91,16 +99,22 @@ static void renew_one(lk__watchdog *wd, watch *w, int64_t now)
 {
     char resource[LK_RESOURCE_MAX + 1];
     char owner[LK_OWNER_MAX + 1];
+    int64_t lease_ms = w->lease_ms;
+    lk_status st;
 
     memcpy(resource, w->resource, sizeof resource);
     memcpy(owner, w->owner, sizeof owner);
     /* Not removed while unlocked: only this thread frees watches (in sweep). */
     pthread_mutex_unlock(&wd->mu);
-    lk_call call = {.kind = LK_CALL_RENEW, .resource = resource, .owner = owner,
-                    .lease_ms = wd->lease_ms};
-    lk_call *one[1] = {&call};
-    lk__run(&wd->tp, &wd->opts, one, 1, LK_CALL_RENEW);
-    lk_status st = call.status;
+    if (owner[0] == '#') {
+        st = lk__session_renew(&wd->tp, &wd->opts, wd->err, resource, owner + 1, NULL);
+    } else {
+        lk_call call = {.kind = LK_CALL_RENEW, .resource = resource, .owner = owner,
+                        .lease_ms = lease_ms};
+        lk_call *one[1] = {&call};
+        lk__run(&wd->tp, &wd->opts, one, 1, LK_CALL_RENEW);
+        st = call.status;
+    }
     pthread_mutex_lock(&wd->mu);
     now = lk__now_ms();
     if (w->removed || w->releasing) {
@@ -108,19 +122,19 @@ static void renew_one(lk__watchdog *wd, watch *w, int64_t now)
     }
     if (st == LK_RENEWED) {
         w->renewed_ms = now;
-        w->due_ms = now + wd->lease_ms / 3;
+        w->due_ms = now + lease_ms / 3;
         return;
     }
-    if (st != LK_NOT_OWNER && now - w->renewed_ms < wd->lease_ms) {
+    if (st != LK_NOT_OWNER && now - w->renewed_ms < lease_ms) {
         /* Redis unreachable: the lease still runs, so try again soon. */
-        int64_t retry = wd->lease_ms / 10 < 1000 ? wd->lease_ms / 10 : 1000;
+        int64_t retry = lease_ms / 10 < 1000 ? lease_ms / 10 : 1000;
         w->due_ms = now + retry;
         return;
     }
     w->lost = 1;
     if (wd->on_lost != NULL) {
         pthread_mutex_unlock(&wd->mu);
-        wd->on_lost(resource, owner, wd->userdata);
+        wd->on_lost(resource, owner[0] == '#' ? NULL : owner, wd->userdata);
         pthread_mutex_lock(&wd->mu);
     }
 }
@@ -202,6 +216,12 @@ static lk_status start(lk_client *c)
 
 lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner)
 {
+    return lk__watch_add_lease(c, resource, owner, c->opts.watchdog_lease_ms);
+}
+
+lk_status lk__watch_add_lease(lk_client *c, const char *resource, const char *owner,
+                              int64_t lease_ms)
+{
     if (c->wd == NULL) {
         lk_status st = start(c);
         if (st != LK_OK) {
@@ -225,8 +245,9 @@ lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner)
     }
     /* A (re-)acquisition just set a full lease. */
     w->lost = 0;
+    w->lease_ms = lease_ms;
     w->renewed_ms = now;
-    w->due_ms = now + wd->lease_ms / 3;
+    w->due_ms = now + lease_ms / 3;
     pthread_cond_signal(&wd->cv);
     pthread_mutex_unlock(&wd->mu);
     return LK_OK;

@@ -8,6 +8,10 @@
 /* Watches (resource, owner) of c, starting the watchdog on first use. Returns OK or ENOMEM
  * (the thread or the watch could not be made). */
 lk_status lk__watch_add(lk_client *c, const char *resource, const char *owner);
+/* lk__watch_add() with the lease each renewal grants. A session's watch is (id, "#" and its
+ * client), renewed with lk__session_renew() every lease_ms/3. */
+lk_status lk__watch_add_lease(lk_client *c, const char *resource, const char *owner,
+                              int64_t lease_ms);
 /* Marks (1) or unmarks (0) a watch as being released: lk_release() sets it before its script
  * runs, so a renewal's NOT_OWNER in between is not reported as a loss. */
 void lk__watch_releasing(lk_client *c, const char *resource, const char *owner, int releasing);

@@ -15,24 +15,13 @@
 
 #include <hiredis/hiredis.h>
 
+#include "bench_time.h"
 #include "harness.h"
 #include "locklib/locklib.h"
 
 #define HELD 1000
 #define RUNS 5
 
-static double now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int by_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 /* SET fg:{idle.N}:fence N for n keys, pipelined in chunks. */
 static void load_idle(redisContext *ctx, long n)
@@ -60,9 +49,9 @@ static double page(lk_client *c, const char *prefix, size_t limit, size_t want,
 {
     size_t n = 0;
     char next[LK_RESOURCE_MAX + 1];
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     lk_status st = lk_list_locks(c, prefix, NULL, limit, out, &n, next);
-    double t = now_ms() - t0;
+    double t = bench_now_ms() - t0;
     if (st != LK_OK || n != want) {
         fprintf(stderr, "list_bench: listing answered %s with %zu entries, want %zu: %s\n",
                 lk_status_name(st), n, want, lk_errstr(c));
@@ -75,13 +64,13 @@ static double page(lk_client *c, const char *prefix, size_t limit, size_t want,
 static double scan_pass(redisContext *ctx, double *step_ms, long *steps)
 {
     char cursor[32] = "0";
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     *step_ms = 0;
     *steps = 0;
     do {
-        double s0 = now_ms();
+        double s0 = bench_now_ms();
         redisReply *r = redisCommand(ctx, "SCAN %s MATCH fg:{*}:lock COUNT 2000", cursor);
-        double s = now_ms() - s0;
+        double s = bench_now_ms() - s0;
         if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
             fprintf(stderr, "list_bench: SCAN failed\n");
             exit(1);
@@ -91,12 +80,12 @@ static double scan_pass(redisContext *ctx, double *step_ms, long *steps)
         snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
         freeReplyObject(r);
     } while (strcmp(cursor, "0") != 0);
-    return now_ms() - t0;
+    return bench_now_ms() - t0;
 }
 
 static void report(const char *what, double *ms, int n, const char *note)
 {
-    qsort(ms, (size_t)n, sizeof *ms, by_double);
+    qsort(ms, (size_t)n, sizeof *ms, bench_by_double);
     printf("%-46s %9.1f %9.1f  %s\n", what, ms[0], ms[n / 2], note);
 }
 
@@ -140,9 +129,9 @@ int main(int argc, char **argv)
         double step = 0;
         s[i] = scan_pass(ctx, &step, &steps);
         worst_step = step > worst_step ? step : worst_step;
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         redisReply *r = redisCommand(ctx, "KEYS fg:{*}:lock");
-        k[i] = now_ms() - t0;
+        k[i] = bench_now_ms() - t0;
         freeReplyObject(r);
     }
     printf("%-46s %9s %9s\n", "", "min", "median");

@@ -518,6 +518,23 @@ static void check_windows(const ctx *c, const series *grants)
                 w[i].to_ns = t;
         }
     }
+    /* A session's renewal renews each of its locks, and its end (whatever the answer, as an
+     * unlock's) ends them. */
+    for (size_t j = 0; j < c->h->n; j++) {
+        const fh_op *op = &c->h->ops[j];
+        if ((op->kind != FH_SESSION_RENEW || op->status != 200) && op->kind != FH_SESSION_END)
+            continue;
+        int64_t t = op->start_ns + (op->kind == FH_SESSION_RENEW ? op->ttl_ms * NS_PER_MS : 0);
+        for (size_t i = 0; i < grants->n; i++) {
+            if (strncmp(w[i].grant->body, "session:", 8) != 0 ||
+                strcmp(w[i].grant->body + 8, op->owner) != 0)
+                continue;
+            if (op->kind == FH_SESSION_RENEW && t > w[i].to_ns)
+                w[i].to_ns = t;
+            if (op->kind == FH_SESSION_END && t < w[i].to_ns)
+                w[i].to_ns = t;
+        }
+    }
     /* A forced release ends its holder's lease, whoever holds it, at the latest when it
      * starts to be answered; from the start is what the holder's client can know. */
     for (size_t j = 0; j < c->h->n; j++) {
@@ -563,6 +580,11 @@ static void check_windows(const ctx *c, const series *grants)
 static void txn_violation(void *arg, const char *why, const fh_op *a, const fh_op *b)
 {
     violation(arg, 11, why, a, b);
+}
+
+static void session_violation(void *arg, const char *why, const fh_op *a, const fh_op *b)
+{
+    violation(arg, 14, why, a, b);
 }
 
 static void txn_note(void *arg, const char *why, const fh_op *a, const fh_op *b)
@@ -629,6 +651,7 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
     }
     check_windows(&c, &grants);
     fc_check_txn(h, txn_violation, &c, txn_note);
+    fc_check_sessions(h, session_violation, &c);
     series_free(&grants);
     series_free(&acked);
     free(c.freezes);

@@ -16,7 +16,8 @@
  *   7. lease windows of different owners do not overlap, from the clients' view: a window
  *      runs from the end of a grant to its start + ttl_ms, extended by successful renews and
  *      cut at the start of its unlock, whatever the answer (an unlock answered 503 may have
- *      run in Redis, and its client gave the lease up). Reported only, unless fc_options says
+ *      run in Redis, and its client gave the lease up); a lock taken in a session is also
+ *      extended by the session's successful renewals and cut at the start of its end. Reported only, unless fc_options says
  *      strict_leases (for scenarios in which Redis loses no data);
  *   8. every request ends within wait_ms + 5 s with an answer that is not a 5xx other than
  *      503 (no answer at all counts only when the client timed out); after a "heal" mark the
@@ -30,7 +31,11 @@
  *      it read, and the final balances add up to the total;
  *  12. a fenced read (a read with a Fencing-Token) is never answered 200 once a grant of a
  *      larger token for its resource had been answered before the read started: that token's
- *      lease was over, and the value may have changed under it.
+ *      lease was over, and the value may have changed under it;
+ *  14. no write by a session's lock is accepted after the session's end was answered: once a
+ *      session_end answered 200, a write with the token of any lock granted in that session
+ *      (body "session:LABEL") on that lock's resource that starts after the answer is never
+ *      200 (check_sessions.c).
  *
  * Marks the checker reads (kind mark, the event in the body):
  *   heal            the fault is over: the first success must come within 5 s.
@@ -55,7 +60,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 13 /* index 1..8 and 10..12 used (9 is the runner's RSS bound) */
+#define FC_INVARIANTS 15 /* index 1..8, 10..12 and 14 used (9 is the runner's RSS bound) */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */
@@ -81,6 +86,10 @@ typedef void (*fc_report)(void *arg, const char *why, const fh_op *a, const fh_o
 /* Invariant 11 over h's txn, balance and "total" lines (check_txn.c): calls bad for each
  * violation, note for each excused race (reported only). */
 void fc_check_txn(const fh_history *h, fc_report bad, void *arg, fc_report note);
+
+/* Invariant 14 over h's session_end lines and the locks and writes of their sessions
+ * (check_sessions.c): calls bad for each violation. */
+void fc_check_sessions(const fh_history *h, fc_report bad, void *arg);
 
 /* Checks h (its operations are reordered) and prints each violation to out (may be NULL),
  * naming the operations by client, kind and line. opt may be NULL (every option off). Fills

@@ -8,7 +8,7 @@
 
 static const char *const kind_names[FH_KIND_COUNT] = {
     "lock", "unlock", "renew", "write", "read", "final", "mark", "force", "txn", "balance",
-    "fenced_read"};
+    "fenced_read", "session_end", "session_renew"};
 
 static const struct {
     const char *name;

@@ -19,6 +19,12 @@
  * the holder it waits on). body is the bytes written or read, or "-"; for a mark, the event.
  * A mark may name a resource, an owner and a ttl_ms too (the holder_killed mark, check.h).
  *
+ * Sessions (POST /lock with "session"): a lock taken in a session has body "session:LABEL",
+ * LABEL the workload's name for the session (never its id, a credential), and ttl_ms the
+ * session's lease. session_end: a DELETE /sessions/{id}; session_renew: a POST
+ * /sessions/{id}/renew, with ttl_ms the session's lease; for both, owner is the LABEL and
+ * resource "-".
+ *
  * The transfers workload (wl_transfers.c) adds two kinds. txn: one POST /resources between
  * accounts; resource is the accounts, comma-separated; owner is the transaction's id; body is
  * one "PRED:OLD>NEW@TOKEN" per account, ';'-separated, in the same order: the id of the
@@ -48,6 +54,8 @@ typedef enum fh_kind {
     FH_TXN,
     FH_BALANCE,
     FH_FENCED_READ,
+    FH_SESSION_END,
+    FH_SESSION_RENEW,
     FH_KIND_COUNT
 } fh_kind;
 

@@ -646,6 +646,66 @@ static void test_format_parse_round_trip(void **state)
     assert_int_equal(fh_parse("w0\tlock\tr\t0", &back), -1);
 }
 
+/* Invariant 14: the session's end was answered at 110; a write with its lock's token 5 that
+ * started at 200 was accepted. */
+static void test_write_after_session_end(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "w0\tlock\tr\t0\t10\t200\t-\t5\t0\tw0-1\t1000\t0\t-\tsession:s1",
+        "w0\twrite\tr\t20\t30\t200\t-\t5\t1\tw0-1\t0\t0\t-\tw0:1",
+        "w0\tsession_end\t-\t100\t110\t200\t-\t0\t0\ts1\t0\t0\t-\t-",
+        "w0\twrite\tr\t200\t210\t200\t-\t5\t2\tw0-1\t0\t0\tafter_pause\tw0:2", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[14], 1);
+    assert_int_equal(res.hard, 1);
+}
+
+/* Refused after the end, accepted before its answer (started at 105, as the end ran), or the
+ * end not answered 200 (its outcome unknown), or another session's lock: all pass. */
+static void test_session_end_fences_its_locks_only(void **state)
+{
+    (void)state;
+    const char *const h[] = {
+        "w0\tlock\tr\t0\t10\t200\t-\t5\t0\tw0-1\t1000\t0\t-\tsession:s1",
+        "w1\tlock\tq\t0\t10\t200\t-\t6\t0\tw1-1\t1000\t0\t-\tsession:s2",
+        "w2\tlock\tp\t0\t10\t200\t-\t7\t0\tw2-1\t1000\t0\t-\tsession:s3",
+        "w0\tsession_end\t-\t100\t110\t200\t-\t0\t0\ts1\t0\t0\t-\t-",
+        "w2\tsession_end\t-\t100\t110\t503\tbackend_unavailable\t0\t0\ts3\t0\t0\t-\t-",
+        "w0\twrite\tr\t105\t115\t200\t-\t5\t1\tw0-1\t0\t0\t-\tw0:1",
+        "w0\twrite\tr\t200\t210\t409\tstale_token\t5\t0\tw0-1\t0\t0\t-\tw0:2",
+        "w1\twrite\tq\t200\t210\t200\t-\t6\t1\tw1-1\t0\t0\t-\tw1:1",
+        "w2\twrite\tp\t200\t210\t200\t-\t7\t1\tw2-1\t0\t0\t-\tw2:1", NULL};
+    fc_result res = check_lines(h);
+    assert_int_equal(res.violations[14], 0);
+    assert_int_equal(res.hard, 0);
+}
+
+/* Invariant 7 with sessions (times in ms): a session's renewal at 100 ms extends its lock's
+ * window from 100 to 400 ms, so another owner's grant at 300 ms overlaps it; without the
+ * renewal, or once the session's end started (at 250 ms), the same grant does not. */
+static void test_session_renewal_and_end_move_windows(void **state)
+{
+    (void)state;
+    const fc_options strict = {.strict_leases = 1};
+    const char *lock =
+        "w0\tlock\tr\t0\t10000000\t200\t-\t5\t0\tw0-1\t100\t0\t-\tsession:s1";
+    const char *renew =
+        "w0\tsession_renew\t-\t100000000\t110000000\t200\t-\t0\t0\ts1\t300\t0\t-\t-";
+    const char *end =
+        "w0\tsession_end\t-\t250000000\t260000000\t200\t-\t0\t0\ts1\t0\t0\t-\t-";
+    const char *next =
+        "w1\tlock\tr\t290000000\t300000000\t200\t-\t6\t0\tw1-1\t1000\t0\t-\t-";
+    const char *const renewed[] = {lock, renew, next, NULL};
+    const char *const plain[] = {lock, next, NULL};
+    const char *const ended[] = {lock, renew, end, next, NULL};
+    assert_int_equal(check_lines_opt(renewed, &strict).violations[7], 1);
+    assert_int_equal(check_lines_opt(plain, &strict).violations[7], 0);
+    fc_result res = check_lines_opt(ended, &strict);
+    assert_int_equal(res.violations[7], 0);
+    assert_int_equal(res.hard, 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -693,6 +753,9 @@ int main(void)
         cmocka_unit_test(test_no_success_after_heal),
         cmocka_unit_test(test_overlap_is_reported_not_failed),
         cmocka_unit_test(test_format_parse_round_trip),
+        cmocka_unit_test(test_write_after_session_end),
+        cmocka_unit_test(test_session_end_fences_its_locks_only),
+        cmocka_unit_test(test_session_renewal_and_end_move_windows),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

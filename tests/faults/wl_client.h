@@ -24,7 +24,8 @@ typedef enum run_mode {
     MODE_STEAL,
     MODE_WATCHDOG,
     MODE_HERD,
-    MODE_TRANSFERS
+    MODE_TRANSFERS,
+    MODE_SESSIONS
 } run_mode;
 
 typedef struct conf {

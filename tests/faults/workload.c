@@ -42,6 +42,9 @@
  *                        libcurl multi, each unlocking at once when granted and asking again;
  *                        another holds the lock for 50 ms, unlocks and locks again. It ends
  *                        with a herd_done mark.
+ *   sessions             instead of the usual clients, clients holding their locks in
+ *                        sessions, ending them, leaving them to expire, and a killed holder
+ *                        (wl_sessions.c).
  * In pause, pause_locked and steal the late write must be 409 stale_token and the renew and
  * unlock 409 not_owner (the checker's invariant 4).
  * This file holds the clients' behaviour; their requests and history lines are wl_client.c's.
@@ -65,6 +68,7 @@
 #include <jansson.h>
 
 #include "wl_client.h"
+#include "wl_sessions.h"
 #include "wl_transfers.h"
 
 #define WORKERS 4
@@ -549,6 +553,11 @@ static int run(const conf *cf, const char *history, uint64_t seed)
     }
     if (fd < 0)
         return 1;
+    if (cf->mode == MODE_SESSIONS) {
+        int rc = wl_sessions_run(cf, fd, seed);
+        close(fd);
+        return rc;
+    }
     if (pausing && (pipe(pp.report) != 0 || pipe(pp.done) != 0))
         return 1;
     for (int i = 0; i < clients; i++) {
@@ -640,7 +649,8 @@ static int usage(void)
 {
     fprintf(stderr, "usage: fg_workload run URL HISTORY PREFIX OPS SECONDS SEED [MODE]\n"
                     "         MODE: pause [REDIS_PORT] | pause_locked [REDIS_PORT] |\n"
-                    "               steal REDIS_PORT [PASSWORD] | watchdog | herd [WAITERS [MS]]\n"
+                    "               steal REDIS_PORT [PASSWORD] | watchdog | herd [WAITERS [MS]] |\n"
+                    "               transfers [N] | sessions\n"
                     "       fg_workload final URL HISTORY PREFIX\n"
                     "       fg_workload mark HISTORY EVENT\n"
                     "       fg_workload now\n");
@@ -656,7 +666,8 @@ static int parse_mode(conf *cf, char **args, int n)
         int min_args, max_args;
     } modes[] = {{"pause", MODE_PAUSE, 0, 1},        {"pause_locked", MODE_PAUSE_LOCKED, 0, 1},
                  {"steal", MODE_STEAL, 1, 2},        {"watchdog", MODE_WATCHDOG, 0, 0},
-                 {"herd", MODE_HERD, 0, 2},          {"transfers", MODE_TRANSFERS, 0, 1}};
+                 {"herd", MODE_HERD, 0, 2},          {"transfers", MODE_TRANSFERS, 0, 1},
+                 {"sessions", MODE_SESSIONS, 0, 0}};
     long herd_ms = 8000;
     if (n == 0)
         return 0;

@@ -96,7 +96,9 @@ static void test_routes(void **state)
         "GET /locks read none\n", "HEAD /locks read none\n", "POST /admin/release admin body\n",
         "GET /ui/ public none\n", "HEAD /ui/ public none\n", "GET /ui/{file} public none\n",
         "HEAD /ui/{file} public none\n", "POST /resources write body\n",
-        "DELETE /resources/{resource} write path\n", NULL};
+        "DELETE /resources/{resource} write path\n", "POST /sessions lock none\n",
+        "POST /sessions/{session}/renew lock none\n", "GET /sessions/{session} lock none\n",
+        "HEAD /sessions/{session} lock none\n", "DELETE /sessions/{session} lock none\n", NULL};
     const char *const argv[] = {"--routes", NULL};
     run r;
     int lines = 0;
@@ -112,7 +114,7 @@ static void test_routes(void **state)
     for (const char *p = r.out; *p != '\0'; p++) {
         lines += *p == '\n';
     }
-    assert_int_equal(lines, 25);
+    assert_int_equal(lines, 30);
     run_free(&r);
 }
 

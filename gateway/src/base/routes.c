@@ -25,6 +25,10 @@ const gw_route gw__routes[GW_R_COUNT] = {
     {"GET", "/ui/{file}", GW_R_UI_FILE, GW_SCOPE_PUBLIC, GW_RES_NONE},
     {"POST", "/resources", GW_R_TRANSACTION, GW_SCOPE_WRITE, GW_RES_BODY},
     {"DELETE", "/resources/{resource}", GW_R_RESOURCE_DELETE, GW_SCOPE_WRITE, GW_RES_PATH},
+    {"POST", "/sessions", GW_R_SESSION_CREATE, GW_SCOPE_LOCK, GW_RES_NONE},
+    {"POST", "/sessions/{session}/renew", GW_R_SESSION_RENEW, GW_SCOPE_LOCK, GW_RES_NONE},
+    {"GET", "/sessions/{session}", GW_R_SESSION_GET, GW_SCOPE_LOCK, GW_RES_NONE},
+    {"DELETE", "/sessions/{session}", GW_R_SESSION_DELETE, GW_SCOPE_LOCK, GW_RES_NONE},
 };
 
 static const char *const scope_names[GW_SCOPE_COUNT] = {
@@ -51,8 +55,9 @@ gw_scope gw__scope_parse(const char *name)
     return GW_SCOPE_UNSET;
 }
 
-/* Matches path against a template. A template ending in "{resource}" matches any
- * non-empty remainder after its prefix; *param points at that remainder. */
+/* Matches path against a template. A template's "{name}" matches a non-empty run of bytes
+ * after its prefix, up to the template's text after the brace, which must end the path;
+ * *param points at that run and what follows it (the operation cuts the text after it). */
 static int path_matches(const char *tmpl, const char *path, const char **param)
 {
     const char *brace = strchr(tmpl, '{');
@@ -62,7 +67,10 @@ static int path_matches(const char *tmpl, const char *path, const char **param)
         return strcmp(tmpl, path) == 0;
     }
     size_t prefix = (size_t)(brace - tmpl);
-    if (strncmp(tmpl, path, prefix) != 0 || path[prefix] == '\0') {
+    const char *after = strchr(brace, '}') + 1;
+    size_t tail = strlen(after), plen = strlen(path);
+    if (strncmp(tmpl, path, prefix) != 0 || plen <= prefix + tail ||
+        strcmp(path + plen - tail, after) != 0) {
         return 0;
     }
     *param = path + prefix;
@@ -113,4 +121,16 @@ int gw__route_match(const char *method, const char *path, const gw_route **route
         }
     }
     return path_known ? 405 : 404;
+}
+
+const char *gw__route_log_path(const char *url)
+{
+    static const char prefix[] = "/sessions/", renew[] = "/renew";
+    if (strncmp(url, prefix, sizeof prefix - 1) != 0) {
+        return url;
+    }
+    size_t len = strlen(url);
+    return len > sizeof renew - 1 && strcmp(url + len - (sizeof renew - 1), renew) == 0
+               ? gw__routes[GW_R_SESSION_RENEW].path
+               : gw__routes[GW_R_SESSION_GET].path;
 }

@@ -24,6 +24,10 @@ typedef enum gw_route_id {
     GW_R_UI_FILE,
     GW_R_TRANSACTION,
     GW_R_RESOURCE_DELETE,
+    GW_R_SESSION_CREATE,
+    GW_R_SESSION_RENEW,
+    GW_R_SESSION_GET,
+    GW_R_SESSION_DELETE,
     GW_R_COUNT
 } gw_route_id;
 
@@ -54,7 +58,9 @@ typedef enum gw_route_resource {
 
 typedef struct gw_route {
     const char *method;
-    const char *path;        /* template, e.g. "/resources/{resource}" */
+    const char *path;        /* template, e.g. "/resources/{resource}": at most one {name},
+                              * matching one or more bytes; text after it must follow it
+                              * exactly ("/sessions/{session}/renew") */
     gw_route_id id;
     gw_scope scope;          /* the operation a client needs on it */
     gw_route_resource resource;
@@ -80,5 +86,10 @@ extern const gw_route gw__routes[GW_R_COUNT];
  * routes. */
 int gw__route_match(const char *method, const char *path, const gw_route **route,
                    const char **param, char *allow, size_t allowlen);
+
+/* The path as the access log shows it: url, except that a path under /sessions/ names a
+ * session id, a capability, which is never logged: it is shown as its route's template
+ * ("/sessions/{session}" or "/sessions/{session}/renew"), whatever the request was. */
+const char *gw__route_log_path(const char *url);
 
 #endif

@@ -106,7 +106,7 @@ static int field_bool(gw_request *req, json_t *root, const char *field, int *out
 }
 
 static const char *const lock_fields[] = {"resource", "owner", "ttl_ms", "wait_ms", "fair",
-                                          NULL};
+                                          "session", NULL};
 static const char *const unlock_fields[] = {"resource", "owner", NULL};
 static const char *const renew_fields[] = {"resource", "owner", "ttl_ms", NULL};
 

@@ -147,7 +147,7 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
         return;
     }
     int64_t micros = gw__now_us() - req->start_us;
-    gw__log_request(srv->cfg, req->method, req->url, req->status, micros, toe,
+    gw__log_request(srv->cfg, req->method, gw__route_log_path(req->url), req->status, micros, toe,
                     req->client != NULL ? req->client->name : NULL);
     gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);

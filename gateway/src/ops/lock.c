@@ -62,6 +62,7 @@
 #include "ops/lock.h"
 #include "ops/lock_internal.h"
 #include "ops/lock_set.h"
+#include "ops/session_lock.h"
 #include "rt/loops.h"
 #include "rt/util.h"
 #include "rt/waiters.h"
@@ -215,6 +216,9 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     if (st == LK_ACQUIRED && refused_fresh_grant(req, call, &res)) {
         return gw__lock_undo_then(req, call, res.token, THEN_ATTEMPT);
     }
+    if (st == LK_ACQUIRED && call->session != NULL) {
+        return gw__session_lock_add(req, call, &res); /* recorded in it, then answered */
+    }
     int64_t left = call->deadline_ms - gw__now_ms();
     if (st != LK_HELD || !call->waiting || left <= 0) {
         return gw__lock_answer_attempt(req, call, st, &res, why);
@@ -293,6 +297,11 @@ static enum MHD_Result lock_resumed(gw_request *req)
         return lock_answered(req, call);
     case LOCK_GIVING_BACK:
         return lock_given_back(req, call);
+    case LOCK_SESSION: {
+        enum MHD_Result answered = MHD_YES;
+        return gw__session_lock_resumed(req, call, &answered) ? answered
+                                                               : lock_attempt(req, call);
+    }
     case LOCK_PARKED:
         break;
     }
@@ -304,12 +313,14 @@ static enum MHD_Result lock_start(gw_request *req)
 {
     json_t *root = NULL;
     gw_lock_args a;
+    const char *session = NULL;
     enum MHD_Result result = MHD_YES;
 
     if (gw__set_body(req)) {
         return gw__set_start(req, GW_SET_LOCK); /* "resources": ops/lock_set.c */
     }
-    if (gw__parse_object(req, &root, &result) != 0 || gw__lock_args(req, root, &a, &result) != 0) {
+    if (gw__parse_object(req, &root, &result) != 0 || gw__lock_args(req, root, &a, &result) != 0 ||
+        gw__session_lock_args(req, root, &session, &result) != 0) {
         gw__lock_count_acquire(req, GW_ACQ_invalid);
         json_decref(root);
         return result;
@@ -360,10 +371,17 @@ static enum MHD_Result lock_start(gw_request *req)
     call->waiter.fd = -1;
     call->waiter.timer.idx = GW_TIMER_OFF;
     req->op_state = call;
+    char sid[LK_SESSION_ID_LEN + 1] = ""; /* "" when not an id's length: not found */
+    if (session != NULL && strlen(session) == LK_SESSION_ID_LEN) {
+        memcpy(sid, session, sizeof sid);
+    }
     json_decref(root);
     free(req->body); /* a parked waiter keeps only what it needs */
     req->body = NULL;
     req->body_len = req->body_cap = 0;
+    if (session != NULL) {
+        return gw__session_lock_begin(req, call, sid);
+    }
     return lock_attempt(req, call);
 }
 
@@ -414,6 +432,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
         gw__loops_wait_give(req->srv->loops, req->slot);
     }
     gw__metrics_client_wait_give(&req->srv->metrics, call->client_place);
+    gw__session_lock_free(call);
     gw__wait_free(req->srv->waitq, &call->waiter, call);
     req->op_state = NULL;
 }

@@ -21,7 +21,9 @@
 typedef enum lock_stage {
     LOCK_ATTEMPTING,     /* its attempt is in the fence's line or the pipeline */
     LOCK_PARKED,         /* parked in waiters.c */
-    LOCK_GIVING_BACK     /* a give-back is in the pipeline; then_* says what comes next */
+    LOCK_GIVING_BACK,    /* a give-back is in the pipeline; then_* says what comes next */
+    LOCK_SESSION         /* its session's lookup or record is on a side thread
+                          * (ops/session_lock.c) */
 } lock_stage;
 
 /* What a /lock does once its give-back is answered (gw__lock_undo_then). */
@@ -73,6 +75,8 @@ struct gw_lock_call {
                                           * refused says why it was answered without Redis
                                           * (ATTEMPT_*) */
     struct gw_attempt *attempt;          /* the call in the pipeline, NULL when refused */
+    struct gw_session_lock *session;     /* "session": its steps (ops/session_lock.c), or
+                                          * NULL */
     gw_waiter waiter;
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };

@@ -322,6 +322,11 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
     outcomes(&b, "fencegate_admin_release_total",
              "POST /admin/release calls that answered 200, by outcome (forced releases).",
              admin_names, m->admin_release, 2);
+    static const char *const session_names[2] = {"deleted", "expired"};
+    outcomes(&b, "fencegate_sessions_ended_total",
+             "Sessions whose locks were all released and fenced, by how they ended (expired: "
+             "ended by this gateway's reaper).",
+             session_names, m->sessions_ended, 2);
     outcomes(&b, "fencegate_write_total", "PUT /resources calls by outcome.", write_names,
              m->write, GW_WR_COUNT);
     header(&b, "fencegate_locks_held", "gauge",

@@ -68,6 +68,8 @@ typedef struct gw_metrics {
     atomic_ullong renew[GW_REN_COUNT];
     atomic_ullong write[GW_WR_COUNT];
     atomic_ullong admin_release[2];       /* POST /admin/release: [0] released, [1] not held */
+    atomic_ullong sessions_ended[2];      /* sessions ended and fenced: [0] by DELETE, [1] by
+                                           * this gateway's reaper after they expired */
     atomic_llong locks_held;              /* first acquisitions - releases to zero, here */
     const lk_breaker *breaker;            /* the Redis stall breaker, for its counter */
     atomic_int redis_up;                  /* last observed state */

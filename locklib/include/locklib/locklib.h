@@ -95,7 +95,8 @@ LK_EXTERN int lk_valid_owner(const char *s);
 typedef struct lk_client lk_client;
 
 /* Called from the watchdog thread when it finds a watched lock gone (renewal answered
- * NOT_OWNER, or Redis could not be reached before the lease ran out). Must not call into
+ * NOT_OWNER, or Redis could not be reached before the lease ran out), or a watched session
+ * (lk_session_watch(): resource is then the session id, and owner NULL). Must not call into
  * the same lk_client: that handle belongs to another thread. */
 typedef void (*lk_lost_fn)(const char *resource, const char *owner, void *userdata);
 
@@ -552,6 +553,127 @@ LK_EXTERN lk_status lk_sub_remove(lk_sub *s, const char *resource);
  * same descriptor, so it may be readable with no event), and once resubscribed each resource
  * is reported LK_SUB_SUBSCRIBED again; EUNAVAILABLE only when every master dropped. */
 LK_EXTERN lk_status lk_sub_dispatch(lk_sub *s, lk_sub_fn fn, void *userdata);
+
+/* ---- Sessions: one lease for many locks ------------------------------------------------ */
+
+/* A session (like an etcd lease or a Consul session) is a lease that locks taken in it
+ * share: renewing the session renews each of its locks, and ending it (lk_session_end(), or
+ * its deadline passing and somebody running lk_session_reap()) releases each of them and
+ * fences its holder as lk_force_release() does, but only the session's own hold (a lock
+ * found with another token is left alone). A session id is a capability, like an owner id:
+ * 32 random hex digits from the kernel CSPRNG. The session and its list of locks live under
+ * the hash tag {#sessions}: on a Cluster, on the one master owning that slot, while its
+ * locks live on their own masters. Sessions are refused on redlock:// (EINVAL).
+ * `client` binds a session to a caller: "" (or NULL at create) for none; every call but
+ * the reaper's (client NULL in lk_session_end()) must name the same client, else the
+ * session reads as unknown (NOT_OWNER). */
+#define LK_SESSION_ID_LEN 32
+#define LK_SESSION_LOCKS_MAX 1000  /* most locks one session holds */
+#define LK_SESSION_CLIENT_MAX 64   /* bytes of a binding */
+
+/* 1 when s is a well-formed session id (32 lowercase hex digits). */
+LK_EXTERN int lk_valid_session(const char *s);
+
+/* One lock of a session. Never the owner. */
+typedef struct lk_session_lock {
+    char resource[LK_RESOURCE_MAX + 1];
+    int64_t token;      /* the token the session recorded for its hold */
+    int64_t ttl_ms;     /* lk_session_info(): the hold's remaining lease */
+    lk_status status;   /* lk_session_end(): RELEASED (the hold was freed, or had lapsed
+                         * with T still the last token: fenced_by burned either way),
+                         * NOT_OWNER (a later token was issued already: fenced_by is it),
+                         * or the error of that lock's call */
+    int64_t fenced_by;  /* lk_session_end(): a token above `token`, for the caller's store */
+    int published;      /* lk_session_end() RELEASED: a release message went out */
+} lk_session_lock;
+
+/* What one lk_session_renew() did. */
+typedef struct lk_session_renewal {
+    int64_t ttl_ms;     /* the session's lease, from now */
+    size_t locks;       /* locks the session lists */
+    size_t renewed;     /* of them, renewed for ttl_ms */
+    size_t lost;        /* no longer held by the session (released, lapsed, or taken) */
+    size_t failed;      /* not reached (their master did not answer): their leases run on
+                         * as before and lapse unless a later renewal reaches them */
+} lk_session_renewal;
+
+/* Creates a session of ttl_ms (LK_LEASE_MIN_MS..LK_LEASE_MAX_MS) bound to client (NULL or
+ * "" for none), and writes its id into id (LK_SESSION_ID_LEN + 1 bytes). Returns OK. */
+LK_EXTERN lk_status lk_session_create(lk_client *c, int64_t ttl_ms, const char *client,
+                                      char *id);
+
+/* Moves the session's deadline to now + its lease and renews each of its locks for that
+ * lease (one pipeline; on a Cluster, one per master). Returns RENEWED (with *out filled,
+ * out may be NULL) or NOT_OWNER (unknown, ended, expired or another client's), or an
+ * error. A partial renewal (out->failed > 0) still answers RENEWED: the session lives on,
+ * and the locks not reached keep their old leases. */
+LK_EXTERN lk_status lk_session_renew(lk_client *c, const char *id, const char *client,
+                                     lk_session_renewal *out);
+
+/* The session's lease and remaining time and the locks it still holds (at most max, into
+ * locks[]; *n written). Returns OK or NOT_OWNER, or an error. */
+LK_EXTERN lk_status lk_session_info(lk_client *c, const char *id, const char *client,
+                                    int64_t *ttl_ms, int64_t *remaining_ms,
+                                    lk_session_lock *locks, size_t max, size_t *n);
+
+/* Records a lock the caller took for owner with token, with the session's lease, as one of
+ * the session's (the gateway's POST /lock takes it through its own pipeline first). Returns
+ * OK (*remaining_ms: the session's remaining time, may be NULL), NOT_OWNER (the session is
+ * gone: the caller must end that lock with lk_session_end_lock()), EINVAL (the session has
+ * LK_SESSION_LOCKS_MAX locks already), or an error. */
+LK_EXTERN lk_status lk_session_add(lk_client *c, const char *id, const char *client,
+                                   const char *resource, const char *owner, int64_t token,
+                                   int64_t *remaining_ms);
+
+/* lk_acquire() inside a session: the lease is the session's (read first), and an ACQUIRED
+ * lock is recorded in the session. floor and idem_key as lk_acquire(). Returns ACQUIRED,
+ * HELD, NOT_OWNER (the session is unknown or ended; a lock taken meanwhile was ended and
+ * fenced again), or an error. */
+LK_EXTERN lk_status lk_session_acquire(lk_client *c, const char *id, const char *client,
+                                       const char *resource, const char *owner,
+                                       int64_t floor, const char *idem_key, lk_result *res);
+
+/* Ends one hold of `token` on resource as a session's end does (lk_session_lock.status and
+ * fenced_by in *out). Returns that status. */
+LK_EXTERN lk_status lk_session_end_lock(lk_client *c, const char *resource, int64_t token,
+                                        int64_t floor, lk_session_lock *out);
+
+/* Begins the session's end: from now on it is unknown to every call but this one and
+ * lk_session_forget(); then ends each of its locks (lk_session_end_lock(), one pipeline)
+ * with a burned token above floor. locks[] (max entries, at least LK_SESSION_LOCKS_MAX to
+ * see them all) receives each lock's outcome; the caller makes each fenced_by durable in
+ * its store, then calls lk_session_forget(). A caller that dies before forgetting leaves
+ * the session claimed for claim_ms: then lk_session_reap() hands it to another caller,
+ * which ends it again (every step repeats harmlessly). client NULL: the reaper, which ends
+ * a session whatever its binding. Returns RELEASED (every lock's call was answered; see
+ * each status), EUNAVAILABLE (some were not: call again), NOT_OWNER, or an error. */
+LK_EXTERN lk_status lk_session_end(lk_client *c, const char *id, const char *client,
+                                   int64_t floor, int64_t claim_ms, lk_session_lock *locks,
+                                   size_t max, size_t *n);
+
+/* Keeps the session renewed by the handle's watchdog thread (every third of its lease, on
+ * the watchdog's own connection), like an LK_LEASE_WATCHDOG lock, until lk_session_unwatch(),
+ * lk_session_end() on this handle, or the handle is closed; or until a renewal finds it
+ * ended, or Redis cannot be reached for a whole lease: it is then lost (on_lost is called
+ * with the session id as resource and a NULL owner, and lk_session_watch_lost() says 1).
+ * Reads the lease first (on this thread). Returns OK, NOT_OWNER, or an error. */
+LK_EXTERN lk_status lk_session_watch(lk_client *c, const char *id, const char *client);
+LK_EXTERN void lk_session_unwatch(lk_client *c, const char *id, const char *client);
+/* 1 when the watchdog found this watched session lost; else 0. Thread-safe as
+ * lk_watch_lost(). */
+LK_EXTERN int lk_session_watch_lost(lk_client *c, const char *id, const char *client);
+
+/* Deletes what is left of the session. Returns OK or an error. */
+LK_EXTERN lk_status lk_session_forget(lk_client *c, const char *id);
+
+/* Claims for claim_ms at most max sessions whose deadline passed (or whose ender's claim
+ * ran out), writing their ids into ids; *n written. The caller ends each with
+ * lk_session_end(client NULL) and forgets it. On a single Redis or Sentinel a call with
+ * nothing due is two plain reads (the earliest deadline and TIME) and runs no script, so a
+ * poller costs an idle Redis little; on a Cluster every call runs the claim script.
+ * Returns OK or an error. */
+LK_EXTERN lk_status lk_session_reap(lk_client *c, int64_t claim_ms,
+                                    char (*ids)[LK_SESSION_ID_LEN + 1], size_t max, size_t *n);
 
 #ifdef __cplusplus
 }

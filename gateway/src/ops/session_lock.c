@@ -1,0 +1,188 @@
+/*
+ * POST /lock {"resource", "session": id, ...}: the lock's lease is the session's.
+ *
+ * Two side-thread steps around the usual attempt (ops/lock.c, fence, pipeline, ledger):
+ *   1. before the attempt, the session is looked up (lk_session_info): unknown, ended,
+ *      expired or another client's is 404 session_not_found; else its lease becomes the
+ *      attempt's ttl_ms;
+ *   2. once the attempt answered ACQUIRED, the lock is recorded in the session
+ *      (lk_session_add) before the client is answered. If the session ended meanwhile, the
+ *      hold is ended and fenced like the session's other locks (gw__fence_session_lock)
+ *      and the answer is 404; if Redis could not record it, the hold is given back and the
+ *      answer is 503. So no lock answered 200 is missing from its session.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/session_fence.h"
+#include "http/respond.h"
+#include "ops/session_lock.h"
+#include "ops/sessions.h"
+#include "rt/pipe.h"
+#include "rt/redis_client.h"
+
+enum { PHASE_LOOKUP, PHASE_ADD };
+
+struct gw_session_lock {
+    gw_job job;
+    gw_server *srv;
+    const struct gw_lock_call *call;
+    int phase;
+    int well_formed;
+    char id[LK_SESSION_ID_LEN + 1];
+    char client[LK_SESSION_CLIENT_MAX + 1];
+    int64_t ttl_ms;
+    lk_result res;                     /* PHASE_ADD: the attempt's ACQUIRED answer */
+    lk_status lk;
+    lk_status ended;                   /* the hold's end when the session was gone */
+    store_status store;
+    char err[256];
+};
+
+int gw__session_lock_args(gw_request *req, json_t *root, const char **session,
+                          enum MHD_Result *result)
+{
+    json_t *v = json_object_get(root, "session");
+    *session = NULL;
+    if (v == NULL) {
+        return 0;
+    }
+    if (!json_is_string(v)) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                 json_pack("{s:s}", "field", "session"),
+                                 "\"session\" must be a session id (a string)");
+        return -1;
+    }
+    if (json_object_get(root, "ttl_ms") != NULL) {
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                 json_pack("{s:s}", "field", "ttl_ms"),
+                                 "\"ttl_ms\" cannot be given with \"session\": the lock's "
+                                 "lease is the session's");
+        return -1;
+    }
+    *session = json_string_value(v);
+    return 0;
+}
+
+static void session_lock_work(gw_job *job)
+{
+    struct gw_session_lock *s = job->arg;
+    lk_client *c = gw__client(s->srv);
+    int64_t remaining = 0;
+    size_t n = 0;
+
+    s->err[0] = '\0';
+    if (c == NULL) {
+        s->lk = LK_ENOMEM;
+        return;
+    }
+    if (s->phase == PHASE_LOOKUP) {
+        s->lk = lk_session_info(c, s->id, s->client, &s->ttl_ms, &remaining, NULL, 0, &n);
+    } else {
+        s->lk = lk_session_add(c, s->id, s->client, s->call->turn.resource, s->call->owner,
+                               s->res.token, NULL);
+        if (s->lk == LK_NOT_OWNER || s->lk == LK_EINVAL) {
+            /* Gone meanwhile (or full): the hold must not outlive the session. */
+            s->store = gw__fence_session_lock(&s->srv->fence, c, s->call->turn.resource,
+                                              s->res.token, &s->ended);
+        }
+    }
+    gw__note_redis(s->srv, s->lk);
+    if (s->lk >= LK_EINVAL) {
+        snprintf(s->err, sizeof s->err, "%s", lk_errstr(c));
+    }
+}
+
+static enum MHD_Result submit(gw_request *req, struct gw_lock_call *call)
+{
+    struct gw_session_lock *s = call->session;
+    call->stage = LOCK_SESSION;
+    s->job.work = session_lock_work;
+    s->job.arg = s;
+    s->job.conn = req->conn;
+    s->job.done = NULL;
+    MHD_suspend_connection(req->conn);
+    gw__pipe_submit(req->srv->side, &s->job);
+    return MHD_YES;
+}
+
+enum MHD_Result gw__session_lock_begin(gw_request *req, struct gw_lock_call *call,
+                                       const char *session)
+{
+    if (strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
+        gw__lock_count_acquire(req, GW_ACQ_invalid);
+        return gw__session_unavailable(req);
+    }
+    struct gw_session_lock *s = calloc(1, sizeof *s);
+    if (s == NULL) {
+        return MHD_NO;
+    }
+    call->session = s;
+    s->srv = req->srv;
+    s->call = call;
+    s->phase = PHASE_LOOKUP;
+    s->well_formed = lk_valid_session(session);
+    snprintf(s->id, sizeof s->id, "%s", s->well_formed ? session : "");
+    snprintf(s->client, sizeof s->client, "%s", gw__session_client(req));
+    if (!s->well_formed) {
+        gw__lock_count_acquire(req, GW_ACQ_invalid);
+        return gw__session_not_found(req);
+    }
+    return submit(req, call);
+}
+
+enum MHD_Result gw__session_lock_add(gw_request *req, struct gw_lock_call *call,
+                                     const lk_result *res)
+{
+    struct gw_session_lock *s = call->session;
+    memset(&s->job, 0, sizeof s->job);
+    s->phase = PHASE_ADD;
+    s->res = *res;
+    return submit(req, call);
+}
+
+int gw__session_lock_resumed(gw_request *req, struct gw_lock_call *call,
+                             enum MHD_Result *result)
+{
+    struct gw_session_lock *s = call->session;
+
+    call->stage = LOCK_ATTEMPTING;
+    if (s->phase == PHASE_LOOKUP && s->lk == LK_OK) {
+        call->ttl_ms = s->ttl_ms;
+        return 0;
+    }
+    if (s->phase == PHASE_ADD && s->lk == LK_OK) {
+        *result = gw__lock_answer_attempt(req, call, LK_ACQUIRED, &s->res, "");
+        return 1;
+    }
+    gw__lock_count_acquire(req, s->lk == LK_NOT_OWNER ? GW_ACQ_invalid : GW_ACQ_error);
+    if (s->phase == PHASE_ADD && s->lk != LK_NOT_OWNER && s->lk != LK_EINVAL) {
+        /* Not recorded, so not ended with the session: give the hold back. */
+        gw__lock_give_back(req->srv, call, s->res.token, 0);
+    }
+    if (s->phase == PHASE_ADD && (s->lk == LK_NOT_OWNER || s->lk == LK_EINVAL) &&
+        s->store != STORE_OK) {
+        *result = gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
+                                 NULL, "the session ended as the lock was taken, and storage "
+                                 "could not record the fence of that hold (%s)",
+                                 store_status_name(s->store));
+        return 1;
+    }
+    if (s->lk == LK_NOT_OWNER) {
+        *result = gw__session_not_found(req);
+    } else if (s->lk == LK_EINVAL && s->phase == PHASE_ADD) {
+        *result = gw__send_error(req, MHD_HTTP_CONFLICT, "session_full",
+                                 json_pack("{s:i}", "max_locks", LK_SESSION_LOCKS_MAX),
+                                 "the session holds %d locks already", LK_SESSION_LOCKS_MAX);
+    } else {
+        *result = gw__send_lk_error(req, s->err[0] != '\0' ? s->err : NULL, s->lk);
+    }
+    return 1;
+}
+
+void gw__session_lock_free(struct gw_lock_call *call)
+{
+    free(call->session);
+    call->session = NULL;
+}
