@@ -55,7 +55,8 @@ static void describe(const ctx *c, const fh_op *op)
 /* Records a violation of invariant inv, printing why and the operations involved. */
 static void violation(const ctx *c, int inv, const char *why, const fh_op *a, const fh_op *b)
 {
-    int soft = inv == 0 || (inv == 7 && !c->opt->strict_leases);
+    int soft = inv == 0 || (inv == 7 && !c->opt->strict_leases) ||
+               (inv == 12 && c->opt->lost_grants);
     c->res->violations[inv]++;
     if (!soft)
         c->res->hard++;

@@ -64,6 +64,9 @@
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */
+    int lost_grants;   /* Redis may lose a grant and the store keeps no grant per resource
+                        * (LMDB): invariant 12 is only reported (docs/api.md, "Fenced
+                        * reads") */
 } fc_options;
 
 typedef struct fc_result {
