@@ -134,6 +134,12 @@ lk_status lk__session_renew(lk__transport *t, const lk_options *opts, char *err,
         freeReplyObject(reply);
         return lk__errf(err, LK_NOT_OWNER, "no such session");
     }
+    /* {1, ttl, R1, T1, R2, T2, ...}: at most LK_SESSION_LOCKS_MAX pairs */
+    if (reply->elements < 2 || reply->elements % 2 != 0 ||
+        (reply->elements - 2) / 2 > LK_SESSION_LOCKS_MAX) {
+        freeReplyObject(reply);
+        return lk__errf(err, LK_EREDIS, "unexpected reply to a session renewal");
+    }
     out->ttl_ms = lk__session_num(reply, 1);
     size_t n = (reply->elements - 2) / 2;
     out->locks = n;

@@ -151,7 +151,7 @@ static int names_in(const gwt_resp *r, const char *field, const char *resource)
 
 static int is_locked(const gwt_proc *gw, const char *resource)
 {
-    char path[128];
+    char path[300];
     gwt_resp r;
     snprintf(path, sizeof path, "/locks/%s", resource);
     gwt_get(gw, path, &r);
