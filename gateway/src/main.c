@@ -63,10 +63,6 @@ static int probe_redis(const gw_config *cfg, const lk_options *opts, int quiet)
     char shown[1100];
     lk_status st = lk_client_open(&c, cfg->redis_url, opts);
 
-    if (gw__session_reaper_start(&server) != 0) {
-        gw__log_event(cfg, "error", "cannot start the session reaper: expired sessions are "
-                                    "ended by the other gateways only");
-    }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
     if (c == NULL) {
         fprintf(stderr, "fencegate: --redis: cannot use '%s': %s%s\n", shown, lk_status_str(st),
@@ -301,6 +297,12 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         fprintf(stderr, "fencegate: %s\n", err);
         store_close(server.st);
         return 1;
+    }
+    /* After the server: the reaper fences through the fence and the store opened above
+     * (and a --check-config run, which never gets here, claims no session). */
+    if (gw__session_reaper_start(&server) != 0) {
+        gw__log_event(cfg, "error", "cannot start the session reaper: expired sessions are "
+                                    "ended by the other gateways only");
     }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
     gw__log_event(cfg, "info",

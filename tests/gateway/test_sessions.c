@@ -332,6 +332,28 @@ static void test_expiry_after_its_gateway_died(void **state)
     }
 }
 
+/* After the test above, which left gw[0] dead: a gateway that starts while an expired
+ * session waits to be ended ends it, with no other gateway alive (its reaper starts once
+ * its store and fence are open; started before them, its first pass crashed the gateway). */
+static void test_gateway_starting_with_an_expired_session(void **state)
+{
+    ses_state *s = *state;
+    char id[33];
+
+    create(&s->gw[1], 300, id);
+    long long token = lock_in(&s->gw[1], id, "ses.s1", 300);
+    long long deadline = now_ms() + 300;
+    gwt_signal_wait(&s->gw[1], SIGKILL);
+    s->gw[1].pid = 0;
+    while (now_ms() <= deadline + 100) { /* the session's lease runs out unrenewed */
+        th_nap_ms(20);
+    }
+    gwt_cleanup(&s->gw[0]);
+    gwt_start(&s->gw[0], s->redis.url, NULL, NULL);
+    await_fenced(&s->gw[0], "ses.s1", token);
+    assert_gone(&s->gw[0], id);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -342,6 +364,7 @@ int main(void)
         cmocka_unit_test(test_delete_releases_and_fences),
         cmocka_unit_test(test_expired_session_is_fenced),
         cmocka_unit_test(test_expiry_after_its_gateway_died),
+        cmocka_unit_test(test_gateway_starting_with_an_expired_session),
     };
     const struct CMUnitTest cluster[] = {
         cmocka_unit_test(test_renew_keeps_every_lock),
