@@ -299,11 +299,18 @@ lk_status lk_session_acquire(lk_client *c, const char *id, const char *client,
     if (added == LK_OK) {
         return LK_ACQUIRED;
     }
-    /* The session ended meanwhile (or cannot take more): the hold must not outlive it. */
+    /* The session ended meanwhile (or cannot take more): a hold this call created must not
+     * outlive it. A re-entry or a replay only gives back the hold it added: its token was
+     * answered before, outside this session, and is not the session's to fence. */
     char why[LK__ERR_LEN];
     snprintf(why, sizeof why, "%s", c->err);
-    lk_session_lock l;
-    lk_session_end_lock(c, resource, res->token, floor, &l);
+    if (res->holds == 1 && !res->replayed) {
+        lk_session_lock l;
+        lk_session_end_lock(c, resource, res->token, floor, &l);
+    } else {
+        lk_result given;
+        lk_release(c, resource, owner, NULL, &given);
+    }
     return lk__fail(c, added, "%s", why);
 }
 

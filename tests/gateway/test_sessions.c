@@ -311,6 +311,36 @@ static void test_expired_session_is_fenced(void **state)
     assert_gone(&s->gw[0], id);
 }
 
+/* A lock its owner already holds, taken again with a session that cannot record it (full:
+ * filled here to its limit in Redis): 409 session_full, and the owner keeps its first hold,
+ * whose token it was answered before (ending it would fence a token answered outside the
+ * session). */
+static void test_reentry_refused_by_a_full_session_keeps_the_hold(void **state)
+{
+    ses_state *s = *state;
+    char id[33], key[80], out[64], body[256];
+
+    create(&s->gw[0], 60000, id);
+    snprintf(key, sizeof key, "fg:{#sessions}:s:%s", id);
+    th_redis_cmd(&s->redis, out, sizeof out, "EVAL %s 1 %s %d",
+                 "for i = 1, tonumber(ARGV[1]) do redis.call('HSET', KEYS[1], 'x' .. i, '1') "
+                 "end return 1",
+                 key, 1000); /* LK_SESSION_LOCKS_MAX */
+    long long token = 0;
+    assert_int_equal(gwt_lock(&s->gw[0], "ses.keep", "alice", &token), 200);
+    gwt_resp r;
+    snprintf(body, sizeof body,
+             "{\"resource\": \"ses.keep\", \"owner\": \"alice\", \"session\": \"%s\"}", id);
+    gwt_post(&s->gw[0], "/lock", body, &r);
+    gwt_assert_status(&r, 409, "session_full");
+    gwt_resp_free(&r);
+    gwt_post(&s->gw[0], "/renew", "{\"resource\": \"ses.keep\", \"owner\": \"alice\"}", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "ses.keep", token, "mine", NULL), 200);
+    assert_int_equal(gwt_unlock(&s->gw[0], "ses.keep", "alice"), 200);
+}
+
 /* Last: it kills gw[0]. */
 static void test_expiry_after_its_gateway_died(void **state)
 {
@@ -363,6 +393,7 @@ int main(void)
         cmocka_unit_test(test_renew_keeps_every_lock),
         cmocka_unit_test(test_delete_releases_and_fences),
         cmocka_unit_test(test_expired_session_is_fenced),
+        cmocka_unit_test(test_reentry_refused_by_a_full_session_keeps_the_hold),
         cmocka_unit_test(test_expiry_after_its_gateway_died),
         cmocka_unit_test(test_gateway_starting_with_an_expired_session),
     };

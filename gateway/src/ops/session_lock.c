@@ -6,10 +6,13 @@
  *      expired or another client's is 404 session_not_found; else its lease becomes the
  *      attempt's ttl_ms;
  *   2. once the attempt answered ACQUIRED, the lock is recorded in the session
- *      (lk_session_add) before the client is answered. If the session ended meanwhile, the
- *      hold is ended and fenced like the session's other locks (gw__fence_session_lock)
- *      and the answer is 404; if Redis could not record it, the hold is given back and the
- *      answer is 503. So no lock answered 200 is missing from its session.
+ *      (lk_session_add) before the client is answered. If the session ended meanwhile (or
+ *      is full), a hold this call created is ended and fenced like the session's other
+ *      locks (gw__fence_session_lock) and the answer is 404 (409 session_full); a re-entry
+ *      or a replay only gives back the hold it added, since the token was answered to its
+ *      owner before and that hold is not the session's to end. If Redis could not record
+ *      it, the hold is given back and the answer is 503. So no lock answered 200 is
+ *      missing from its session.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +39,7 @@ struct gw_session_lock {
     lk_result res;                     /* PHASE_ADD: the attempt's ACQUIRED answer */
     lk_status lk;
     lk_status ended;                   /* the hold's end when the session was gone */
+    int fenced;                        /* PHASE_ADD: the hold was ended and fenced */
     store_status store;
     char err[256];
 };
@@ -82,10 +86,14 @@ static void session_lock_work(gw_job *job)
     } else {
         s->lk = lk_session_add(c, s->id, s->client, s->call->turn.resource, s->call->owner,
                                s->res.token, NULL);
-        if (s->lk == LK_NOT_OWNER || s->lk == LK_EINVAL) {
-            /* Gone meanwhile (or full): the hold must not outlive the session. */
+        if ((s->lk == LK_NOT_OWNER || s->lk == LK_EINVAL) && s->res.holds == 1 &&
+            !s->res.replayed) {
+            /* Gone meanwhile (or full): a hold this call created must not outlive the
+             * session. A re-entry's or a replay's token was answered before, outside this
+             * call: it keeps its hold, less the one this call added (resumed). */
             s->store = gw__fence_session_lock(&s->srv->fence, c, s->call->turn.resource,
                                               s->res.token, &s->ended);
+            s->fenced = 1;
         }
     }
     gw__note_redis(s->srv, s->lk);
@@ -157,12 +165,11 @@ int gw__session_lock_resumed(gw_request *req, struct gw_lock_call *call,
         return 1;
     }
     gw__lock_count_acquire(req, s->lk == LK_NOT_OWNER ? GW_ACQ_invalid : GW_ACQ_error);
-    if (s->phase == PHASE_ADD && s->lk != LK_NOT_OWNER && s->lk != LK_EINVAL) {
-        /* Not recorded, so not ended with the session: give the hold back. */
+    if (s->phase == PHASE_ADD && !s->fenced) {
+        /* Not recorded, so not ended with the session: give back the hold it added. */
         gw__lock_give_back(req->srv, call, s->res.token, 0);
     }
-    if (s->phase == PHASE_ADD && (s->lk == LK_NOT_OWNER || s->lk == LK_EINVAL) &&
-        s->store != STORE_OK) {
+    if (s->phase == PHASE_ADD && s->fenced && s->store != STORE_OK) {
         *result = gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
                                  NULL, "the session ended as the lock was taken, and storage "
                                  "could not record the fence of that hold (%s)",
