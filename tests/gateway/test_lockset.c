@@ -280,6 +280,17 @@ static void test_bad_sets_are_400(void **state)
     assert_false(is_locked(&s->gw, "a1"));
 }
 
+/* A resource or owner named "resources" is a single lock's, not a set's. */
+static void test_name_resources_is_a_single_lock(void **state)
+{
+    set_state *s = *state;
+    long long token = 0;
+    assert_int_equal(gwt_lock(&s->gw, "resources", "o1", &token), 200);
+    assert_int_equal(gwt_unlock(&s->gw, "resources", "o1"), 200);
+    assert_int_equal(gwt_lock(&s->gw, "r1", "resources", &token), 200);
+    assert_int_equal(gwt_unlock(&s->gw, "r1", "resources"), 200);
+}
+
 static void test_unlock_and_renew_per_resource(void **state)
 {
     set_state *s = *state;
@@ -520,6 +531,7 @@ int main(void)
         cmocka_unit_test(test_held_member_is_409_and_nothing_held),
         cmocka_unit_test(test_reentry_and_idempotency),
         cmocka_unit_test(test_bad_sets_are_400),
+        cmocka_unit_test(test_name_resources_is_a_single_lock),
         cmocka_unit_test(test_unlock_and_renew_per_resource),
         cmocka_unit_test(test_waiting_set_holds_nothing_meanwhile),
         cmocka_unit_test(test_opposite_orders_never_deadlock),

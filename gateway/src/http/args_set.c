@@ -18,7 +18,16 @@ static const char *const renew_fields[] = {"resources", "owner", "ttl_ms", NULL}
 
 int gw__set_body(const gw_request *req)
 {
-    return req->body != NULL && strstr(req->body, "\"resources\"") != NULL;
+    /* The text first, so that a one-resource body is parsed once (by the single path); then
+     * the parse, so that a resource or owner named "resources" is not taken for the field.
+     * A body that does not parse goes the single way, which names its error. */
+    if (req->body == NULL || strstr(req->body, "\"resources\"") == NULL) {
+        return 0;
+    }
+    json_t *root = json_loadb(req->body, req->body_len, 0, NULL);
+    int set = json_is_object(root) && json_object_get(root, "resources") != NULL;
+    json_decref(root);
+    return set;
 }
 
 static int bad(gw_request *req, enum MHD_Result *result, const char *msg, const char *name)
