@@ -36,12 +36,14 @@ static store_status cover_set(gw_fence *f, gw_set_acq *a, int64_t *min_floor, in
 
     *retry = 0;
     for (size_t i = 0; i < a->n; i++) {
+        if (a->items[i].res.token > *minted) {
+            *minted = a->items[i].res.token;
+        }
+    }
+    for (size_t i = 0; i < a->n; i++) {
         const lk_many *it = &a->items[i];
         uint64_t tok = (uint64_t)it->res.token;
         store_status st;
-        if (it->res.token > *minted) {
-            *minted = it->res.token;
-        }
         if (store_grant_needed(f->st, tok)) {
             unsigned char holder[STORE_HOLDER_LEN];
             uint64_t highest = 0;
@@ -58,6 +60,9 @@ static store_status cover_set(gw_fence *f, gw_set_acq *a, int64_t *min_floor, in
         if (st != STORE_OK && first == STORE_OK) {
             first = st;
             a->uncovered = it->res.token;
+        }
+        if (st != STORE_OK && st != STORE_STALE) {
+            break; /* the store is failing: the set is undone; no timeout per member */
         }
     }
     if (first != STORE_OK && first != STORE_STALE) {

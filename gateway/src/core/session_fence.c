@@ -58,8 +58,12 @@ void gw__fence_session_end(gw_fence *f, lk_client *c, const char *id, const char
         }
         out->released += l->status == LK_RELEASED;
         store_status st = fence_at(f, l->resource, l->fenced_by);
-        if (st != STORE_OK && out->store == STORE_OK) {
+        if (st != STORE_OK) {
+            /* The store is failing: stop rather than wait out its timeout once per lock
+             * (up to LK_SESSION_LOCKS_MAX of them) on this thread. The session stays
+             * claimed, and its next end fences every lock again. */
             out->store = st;
+            break;
         }
     }
     free(locks);
