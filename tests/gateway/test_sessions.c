@@ -341,6 +341,40 @@ static void test_reentry_refused_by_a_full_session_keeps_the_hold(void **state)
     assert_int_equal(gwt_unlock(&s->gw[0], "ses.keep", "alice"), 200);
 }
 
+/* DELETE while Redis is down: 503 without "ending" (the end was never begun, so nothing
+ * promises the reapers will finish it); once Redis is back the session is alive, and a
+ * DELETE ends it. */
+static void test_delete_with_redis_down_promises_nothing(void **state)
+{
+    ses_state *s = *state;
+    char id[33];
+
+    create(&s->gw[0], 60000, id);
+    lock_in(&s->gw[0], id, "ses.down", 60000);
+    th_redis_kill(&s->redis);
+    gwt_resp r;
+    session_call(&s->gw[0], "DELETE", id, "", &r);
+    gwt_assert_status(&r, 503, NULL);
+    assert_null(json_object_get(r.json, "ending"));
+    gwt_resp_free(&r);
+    th_redis_restart(&s->redis);
+    long long end = now_ms() + 10000;
+    for (;;) { /* until the gateway reconnects (its breaker may hold calls back briefly) */
+        session_call(&s->gw[0], "POST", id, "/renew", &r);
+        long st = r.status;
+        gwt_resp_free(&r);
+        if (st == 200) {
+            break;
+        }
+        assert_int_equal(st, 503);
+        assert_true(now_ms() < end);
+        th_nap_ms(50);
+    }
+    session_call(&s->gw[0], "DELETE", id, "", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
 /* Last: it kills gw[0]. */
 static void test_expiry_after_its_gateway_died(void **state)
 {
@@ -394,6 +428,7 @@ int main(void)
         cmocka_unit_test(test_delete_releases_and_fences),
         cmocka_unit_test(test_expired_session_is_fenced),
         cmocka_unit_test(test_reentry_refused_by_a_full_session_keeps_the_hold),
+        cmocka_unit_test(test_delete_with_redis_down_promises_nothing),
         cmocka_unit_test(test_expiry_after_its_gateway_died),
         cmocka_unit_test(test_gateway_starting_with_an_expired_session),
     };

@@ -225,9 +225,12 @@ static enum MHD_Result session_resumed(gw_request *req)
                                  json_pack("{s:I, s:I}", "locks", (json_int_t)op->end.locks,
                                            "released", (json_int_t)op->end.released));
         }
-        if (op->lk == LK_RELEASED || op->lk == LK_EUNAVAILABLE) {
-            /* Begun: the session takes no renewal or lock any more; a retry of DELETE, or
-             * the reaper once the claim ran out, finishes the fence. */
+        if (op->lk == LK_RELEASED || (op->lk == LK_EUNAVAILABLE && op->end.locks > 0)) {
+            /* Begun (the end script answered with the session's locks): the session takes
+             * no renewal or lock any more; a retry of DELETE, or the reaper once the claim
+             * ran out, finishes the fence. An EUNAVAILABLE with no lock listed is the end
+             * script itself unanswered: whether it ran is unknown, so the plain 503 below
+             * asks for the DELETE again, promising nothing. */
             return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
                                   json_pack("{s:b}", "ending", 1),
                                   "the session's end began, but %s; send DELETE again (or "

@@ -646,7 +646,10 @@ LK_EXTERN lk_status lk_session_end_lock(lk_client *c, const char *resource, int6
  * the session claimed for claim_ms: then lk_session_reap() hands it to another caller,
  * which ends it again (every step repeats harmlessly). client NULL: the reaper, which ends
  * a session whatever its binding. Returns RELEASED (every lock's call was answered; see
- * each status), EUNAVAILABLE (some were not: call again), NOT_OWNER, or an error. */
+ * each status), EUNAVAILABLE (some were not: call again), NOT_OWNER, or an error. *n is
+ * the number of locks the begun end listed: an EUNAVAILABLE with *n 0 means the end itself
+ * was not answered, so whether it began is unknown (a session with no locks that began
+ * ending returns RELEASED). */
 LK_EXTERN lk_status lk_session_end(lk_client *c, const char *id, const char *client,
                                    int64_t floor, int64_t claim_ms, lk_session_lock *locks,
                                    size_t max, size_t *n);
