@@ -190,6 +190,14 @@ int gw__session_lock_resumed(gw_request *req, struct gw_lock_call *call,
 
 void gw__session_lock_free(struct gw_lock_call *call)
 {
+    struct gw_session_lock *s = call->session;
+    if (s != NULL && call->stage == LOCK_SESSION && s->phase == PHASE_ADD && !s->fenced &&
+        !s->res.replayed) {
+        /* The client went away while the hold was being recorded: libmicrohttpd ended the
+         * request without resuming it, so nobody answered the hold. Give it back rather
+         * than leave it held, renewed with the session, for an owner that may be gone. */
+        gw__lock_give_back(s->srv, call, s->res.token, 0);
+    }
     free(call->session);
     call->session = NULL;
 }

@@ -29,7 +29,8 @@ enum MHD_Result gw__session_lock_add(gw_request *req, struct gw_lock_call *call,
 int gw__session_lock_resumed(gw_request *req, struct gw_lock_call *call,
                              enum MHD_Result *result);
 
-/* Frees call->session. */
+/* Frees call->session; a hold whose recording in the session was never answered (the client
+ * went away meanwhile) is given back first. */
 void gw__session_lock_free(struct gw_lock_call *call);
 
 #endif
