@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Regenerates the README's transcripts from a real run, or checks that they still match one.
+# Regenerates the docs' transcripts from a real run, or checks that they still match one.
 #
 #   scripts/transcripts.sh [--check] [PATH/TO/fencegate]
 #
@@ -11,8 +11,9 @@
 #                   token-checked write, a read and the unlock;
 #   gc-pause        scripts/demo.sh, on the resource gc-pause-demo;
 #   transfer        scripts/demo-transfer.sh, on the accounts transfer-demo-account-a and -b.
-# Each sits in README.md between <!-- transcript:NAME:begin --> and
-# <!-- transcript:NAME:end -->. The gateway's port is shown as 8080, the default.
+# Each sits between <!-- transcript:NAME:begin --> and <!-- transcript:NAME:end -->: the
+# first two in README.md, transfer in docs/api.md ("The transfer demo"). The gateway's port
+# is shown as 8080, the default.
 #
 # Without --check, the blocks are rewritten with the new run. With --check (the ctest
 # scripts_transcripts), nothing is written: it exits 1 with a diff when a block differs from
@@ -21,7 +22,8 @@
 # A missing redis-server, redis-cli, curl or jq fails; it never skips.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-readme=$root/README.md
+# doc_of NAME: the file that holds NAME's transcript.
+doc_of() { if [ "$1" = transfer ]; then echo "$root/docs/api.md"; else echo "$root/README.md"; fi; }
 
 check=0
 if [ "${1:-}" = --check ]; then check=1; shift; fi
@@ -137,7 +139,7 @@ transcript_transfer() {
     FENCEGATE_DEMO_RESOURCE=transfer-demo bash "$root/scripts/demo-transfer.sh" "$url"
 }
 
-# The README block of transcript NAME, fences included, from a new run, into FILE.
+# The block of transcript NAME, fences included, from a new run, into FILE.
 generate() {
     local name=$1 file=$2
     fresh
@@ -159,26 +161,28 @@ normalise() {
         "$1"
 }
 
-# The lines between NAME's markers in the README, into FILE. Fails when a marker is missing.
+# The lines between NAME's markers in its doc, into FILE. Fails when a marker is missing.
 extract() {
-    local name=$1 file=$2
+    local name=$1 file=$2 doc
+    doc=$(doc_of "$name")
     awk -v b="<!-- transcript:$name:begin -->" -v e="<!-- transcript:$name:end -->" '
         $0 == e { inside = 0; ended = 1 }
         inside { print }
         $0 == b { inside = 1; began = 1 }
-        END { exit (began && ended) ? 0 : 1 }' "$readme" >"$file" \
-        || die "README.md has no <!-- transcript:$name:begin/end --> markers"
+        END { exit (began && ended) ? 0 : 1 }' "$doc" >"$file" \
+        || die "$doc has no <!-- transcript:$name:begin/end --> markers"
 }
 
-# Replaces the lines between NAME's markers in the README with FILE.
+# Replaces the lines between NAME's markers in its doc with FILE.
 replace() {
-    local name=$1 file=$2
+    local name=$1 file=$2 doc
+    doc=$(doc_of "$name")
     awk -v b="<!-- transcript:$name:begin -->" -v e="<!-- transcript:$name:end -->" -v f="$file" '
         $0 == e { inside = 0 }
         !inside { print }
         $0 == b { inside = 1; while ((getline line < f) > 0) print line }' \
-        "$readme" >"$tmp/README.new"
-    cat "$tmp/README.new" >"$readme"
+        "$doc" >"$tmp/doc.new"
+    cat "$tmp/doc.new" >"$doc"
 }
 
 status=0
@@ -186,9 +190,9 @@ for name in first-requests gc-pause transfer; do
     generate "$name" "$tmp/$name.new"
     extract "$name" "$tmp/$name.old"
     if [ "$check" -eq 1 ]; then
-        if ! diff -u --label "README.md ($name)" --label "a new run ($name)" \
+        if ! diff -u --label "$(basename "$(doc_of "$name")") ($name)" --label "a new run ($name)" \
             <(normalise "$tmp/$name.old") <(normalise "$tmp/$name.new"); then
-            echo "transcripts: README.md's $name transcript differs from a new run (above);" \
+            echo "transcripts: $(basename "$(doc_of "$name")")'s $name transcript differs from a new run (above);" \
                 "run: bash scripts/transcripts.sh" >&2
             status=1
         else
