@@ -349,15 +349,19 @@ gw_workers=$(grep -o '[0-9]* threads)' "$tmp/gateway.log" | tail -n 1 | cut -d' 
 # The gateway opens a Redis connection per loop on its first rare call there (a give-back,
 # leaving a fair queue), one per side pipeline thread (GW_SIDE_THREADS in
 # gateway/src/rt/pipe.h: /metrics, /readyz, GET /locks), one per set pipeline thread
-# (GW_SET_THREADS there: multi-resource /locks), plus one for the subscriber and two for
-# the Redis pipeline: the warm-up may not have reached every thread, so the connections still
-# to come count as baseline too.
+# (GW_SET_THREADS there: multi-resource /locks), plus one for the subscriber, one for the
+# session reaper (gateway/src/ops/sessions.c) and two for the Redis pipeline: the warm-up
+# may not have reached every thread, so the connections still to come count as baseline too.
 gw_set_threads=$(awk '$1 == "#define" && $2 == "GW_SET_THREADS" { print $3 }' \
     "$(dirname "$0")/../../gateway/src/rt/pipe.h")
 [ -n "$gw_set_threads" ] || fail "GW_SET_THREADS not found in gateway/src/rt/pipe.h"
-gw_redis_max=$((gw_workers + 2 + gw_set_threads + 1 + 2))
+gw_redis_max=$((gw_workers + 2 + gw_set_threads + 1 + 1 + 2))
 gw_redis_conns() { ss -Htnp state established "( dport = :$rport )" | grep -c "pid=$gw_pid," || true; }
-fd_slack=$((2 + gw_redis_max - $(gw_redis_conns) + ${fd_slack_extra:-0}))
+# On Sentinel each locklib connection comes with a second one, its hint from a sentinel
+# (locklib/src/transport.c: the master's switch is heard before an error shows it).
+fd_per_conn=1
+[[ "${gw_redis_url:-}" == redis-sentinel://* ]] && fd_per_conn=2
+fd_slack=$((2 + (gw_redis_max - $(gw_redis_conns)) * fd_per_conn + ${fd_slack_extra:-0}))
 [ "$fd_slack" -ge 2 ] || fd_slack=2
 # fd_report: what the gateway's descriptors are (at the baseline and now), and Redis's view of
 # its clients, for a leak report.
