@@ -293,16 +293,13 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
     /* Shared by every server thread's Redis client; NULL (out of memory) just means none. */
     server.lk_opts.breaker = lk_breaker_new(GW_BREAKER_OPEN_MS);
     server.metrics.breaker = server.lk_opts.breaker;
+    /* The reaper fences through the fence and the store opened above; its tick starts with
+     * the server (a --check-config run, which never gets here, claims no session). */
+    gw__session_reaper_start(&server);
     if (gw__server_start(&server, err, sizeof err) != 0) {
         fprintf(stderr, "fencegate: %s\n", err);
         store_close(server.st);
         return 1;
-    }
-    /* After the server: the reaper fences through the fence and the store opened above
-     * (and a --check-config run, which never gets here, claims no session). */
-    if (gw__session_reaper_start(&server) != 0) {
-        gw__log_event(cfg, "error", "cannot start the session reaper: expired sessions are "
-                                    "ended by the other gateways only");
     }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
     gw__log_event(cfg, "info",

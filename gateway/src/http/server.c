@@ -281,6 +281,9 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
         }
     }
     gw__loops_every(srv->loops, GW_REAP_MS, gw__conns_sweep, srv->conns);
+    if (srv->chore != NULL) {
+        gw__loops_every(srv->loops, srv->chore_ms, srv->chore, srv);
+    }
     return gw__loops_start(srv->loops, err, errlen);
 }
 

@@ -15,24 +15,24 @@
  * that an id's existence is not revealed). Every call is a Redis call (and DELETE a store
  * commit), so each runs on a side thread (pipe.c), never a loop thread.
  *
- * The reaper: a thread of its own asks Redis every GW_REAP_EVERY_MS for sessions whose
- * deadline passed (lk_session_reap, which claims each for GW_SESSION_CLAIM_MS, so two
+ * The reaper: a tick of the first HTTP loop hands a pass to a side thread every
+ * GW_REAP_EVERY_MS (one at a time), which asks Redis for sessions whose deadline passed (lk_session_reap, which claims each for GW_SESSION_CLAIM_MS, so two
  * gateways never end one at once and a gateway killed while ending one is taken over once
  * its claim runs out), and ends each like DELETE does. Any gateway of the Redis reaps, so a
  * session outlives the gateway that created it by at most its lease plus one period plus
  * the end's round trips.
  */
-#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "core/session_fence.h"
 #include "http/offload.h"
 #include "http/respond.h"
 #include "ops/sessions.h"
 #include "rt/log.h"
+#include "rt/pipe.h"
 #include "rt/redis_client.h"
 
 #define GW_REAP_EVERY_MS 100
@@ -258,13 +258,13 @@ const gw_op gw__op_sessions = {session_start, session_resumed, session_completed
 
 /* ---- The reaper ---------------------------------------------------------------------- */
 
+/* One reaper per process: a tick on the first HTTP loop (gw__loops_every, through
+ * srv->chore) hands a pass to a side thread unless the last one is still running. */
 static struct {
-    pthread_t thread;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int started, stop;
-    gw_server *srv;
-} reaper = {.mu = PTHREAD_MUTEX_INITIALIZER};
+    gw_job job;
+    atomic_int busy; /* a pass is queued or running */
+    atomic_int stop;
+} reaper;
 
 /* One pass: claims the expired sessions and ends each. Returns how many it claimed. */
 static size_t reap_once(gw_server *srv)
@@ -294,56 +294,47 @@ static size_t reap_once(gw_server *srv)
     return n;
 }
 
-static void *reaper_main(void *arg)
+/* On a side thread: passes until fewer than a batch were due (or the gateway stops). */
+static void reap_work(gw_job *job)
 {
-    gw_server *srv = arg;
-    pthread_mutex_lock(&reaper.mu);
-    while (!reaper.stop) {
-        pthread_mutex_unlock(&reaper.mu);
-        size_t n = reap_once(srv);
-        pthread_mutex_lock(&reaper.mu);
-        if (n == GW_REAP_BATCH) {
-            continue; /* more may be due */
-        }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += GW_REAP_EVERY_MS * 1000000L;
-        until.tv_sec += until.tv_nsec / 1000000000L;
-        until.tv_nsec %= 1000000000L;
-        if (!reaper.stop) {
-            pthread_cond_timedwait(&reaper.cv, &reaper.mu, &until);
-        }
+    gw_server *srv = job->arg;
+    while (reap_once(srv) == GW_REAP_BATCH && !atomic_load(&reaper.stop)) {
     }
-    pthread_mutex_unlock(&reaper.mu);
-    return NULL;
 }
 
-int gw__session_reaper_start(gw_server *srv)
+static int reap_done(gw_job *job)
+{
+    (void)job;
+    atomic_store(&reaper.busy, 0);
+    return 0; /* no connection to resume */
+}
+
+/* On the first loop, every GW_REAP_EVERY_MS: never waits on Redis itself. */
+static void reap_tick(void *arg)
+{
+    gw_server *srv = arg;
+    if (atomic_load(&reaper.stop) || atomic_exchange(&reaper.busy, 1)) {
+        return;
+    }
+    memset(&reaper.job, 0, sizeof reaper.job);
+    reaper.job.work = reap_work;
+    reaper.job.done = reap_done;
+    reaper.job.arg = srv;
+    gw__pipe_submit(srv->side, &reaper.job);
+}
+
+void gw__session_reaper_start(gw_server *srv)
 {
     if (on_redlock(srv)) {
-        return 0; /* no sessions there */
+        return; /* no sessions there */
     }
-    pthread_cond_init(&reaper.cv, NULL);
-    reaper.stop = 0;
-    reaper.srv = srv;
-    if (pthread_create(&reaper.thread, NULL, reaper_main, srv) != 0) {
-        pthread_cond_destroy(&reaper.cv);
-        return -1;
-    }
-    reaper.started = 1;
-    return 0;
+    atomic_store(&reaper.stop, 0);
+    atomic_store(&reaper.busy, 0);
+    srv->chore = reap_tick;
+    srv->chore_ms = GW_REAP_EVERY_MS;
 }
 
 void gw__session_reaper_stop(void)
 {
-    if (!reaper.started) {
-        return;
-    }
-    pthread_mutex_lock(&reaper.mu);
-    reaper.stop = 1;
-    pthread_cond_signal(&reaper.cv);
-    pthread_mutex_unlock(&reaper.mu);
-    pthread_join(reaper.thread, NULL);
-    pthread_cond_destroy(&reaper.cv);
-    reaper.started = 0;
+    atomic_store(&reaper.stop, 1);
 }

@@ -15,10 +15,10 @@ const char *gw__session_client(const gw_request *req);
 enum MHD_Result gw__session_not_found(gw_request *req);
 enum MHD_Result gw__session_unavailable(gw_request *req);
 
-/* Starts the reaper thread (none on redlock://, which has no sessions). Returns 0, or -1
- * when the thread could not be created. */
-int gw__session_reaper_start(gw_server *srv);
-/* Stops it (waits for its pass in progress). No-op when not started. */
+/* Sets srv's chore to the reaper's tick (none on redlock://, which has no sessions); call
+ * before gw__server_start(), once the store and the fence are open. */
+void gw__session_reaper_start(gw_server *srv);
+/* Asks it to start no new pass, and a running one to stop after its batch. */
 void gw__session_reaper_stop(void);
 
 #endif

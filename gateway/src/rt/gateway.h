@@ -54,6 +54,11 @@ typedef struct gw_server {
     gw_tls *tls;                  /* the listener's TLS (http/tls.h); NULL: plain HTTP */
     uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */
     atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
+    /* An operation's periodic chore (ops/sessions.c's reaper), set before
+     * gw__server_start(): run with this server on the first loop every chore_ms
+     * (gw__loops_every); it must not block. NULL: none. */
+    void (*chore)(void *srv);
+    unsigned int chore_ms;
     atomic_long inflight;         /* requests between their first call and completion */
     gw_metrics metrics;
     gw_loops *loops;              /* the HTTP event loops and their daemons (loops.c) */

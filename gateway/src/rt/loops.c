@@ -93,9 +93,13 @@ struct gw_loops {
     atomic_int stop;
     pthread_mutex_t mu;        /* peers */
     void *peers;               /* tsearch() tree of gw_addr_slot */
-    void (*tick)(void *arg);   /* gw__loops_every: run by the first loop */
-    void *tick_arg;
-    int tick_ms;
+    struct {                   /* gw__loops_every: run by the first loop */
+        void (*fn)(void *arg);
+        void *arg;
+        int every_ms;
+        int64_t next_ms;
+    } ticks[GW_LOOP_TICKS];
+    unsigned int nticks;
 };
 
 static _Thread_local gw_loop *this_loop;
@@ -290,33 +294,44 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-void gw__loops_every(gw_loops *ls, unsigned int period_ms, void (*tick)(void *arg), void *arg)
+int gw__loops_every(gw_loops *ls, unsigned int period_ms, void (*tick)(void *arg), void *arg)
 {
-    ls->tick = tick;
-    ls->tick_arg = arg;
-    ls->tick_ms = period_ms > 0 ? (int)period_ms : 1;
+    if (ls->nticks >= GW_LOOP_TICKS) {
+        return -1;
+    }
+    ls->ticks[ls->nticks].fn = tick;
+    ls->ticks[ls->nticks].arg = arg;
+    ls->ticks[ls->nticks].every_ms = period_ms > 0 ? (int)period_ms : 1;
+    ls->ticks[ls->nticks].next_ms = 0; /* due at once */
+    ls->nticks++;
+    return 0;
 }
 
-/* On the first loop: runs the tick when it is due; returns the ms until the next one is
- * (a bound on the loop's poll), or -1 when there is no tick. */
-static int run_tick(gw_loop *l, int64_t *next_ms)
+/* On the first loop: runs each tick that is due; returns the ms until the next one is (a
+ * bound on the loop's poll), or -1 when there is no tick. */
+static int run_ticks(gw_loop *l)
 {
     gw_loops *ls = l->ls;
-    if (ls->tick == NULL || l != &ls->loops[0]) {
+    if (ls->nticks == 0 || l != &ls->loops[0]) {
         return -1;
     }
     int64_t now = mono_ms();
-    if (now >= *next_ms) {
-        ls->tick(ls->tick_arg);
-        *next_ms = now + ls->tick_ms;
+    int64_t soonest = INT64_MAX;
+    for (unsigned int i = 0; i < ls->nticks; i++) {
+        if (now >= ls->ticks[i].next_ms) {
+            ls->ticks[i].fn(ls->ticks[i].arg);
+            ls->ticks[i].next_ms = now + ls->ticks[i].every_ms;
+        }
+        if (ls->ticks[i].next_ms < soonest) {
+            soonest = ls->ticks[i].next_ms;
+        }
     }
-    return (int)(*next_ms - now);
+    return (int)(soonest - now);
 }
 
 static void *loop_main(void *arg)
 {
     gw_loop *l = arg;
-    int64_t next_tick_ms = mono_ms();
     int quiesced = 0;
     unsigned int open = 0; /* the daemon's connections after its last run (only runs move it) */
 
@@ -333,7 +348,7 @@ static void *loop_main(void *arg)
         if (MHD_get_timeout(l->daemon, &to) == MHD_YES) {
             ms = to > 60000 ? 60000 : (int)to;
         }
-        int tick_in = run_tick(l, &next_tick_ms);
+        int tick_in = run_ticks(l);
         if (tick_in >= 0 && (ms < 0 || tick_in < ms)) {
             ms = tick_in;
         }

@@ -59,9 +59,12 @@ void gw__loops_wait_give(gw_loops *ls, gw_addr_slot *p);
 unsigned int gw__loops_waiter_share(const gw_loops *ls);
 
 /* Runs tick(arg) about every period_ms on the first loop's thread, between two runs of its
- * daemon, from gw__loops_start() until the loops stop: a periodic chore that needs no thread
- * of its own. A tick must not block. Call before gw__loops_start(). */
-void gw__loops_every(gw_loops *ls, unsigned int period_ms, void (*tick)(void *arg), void *arg);
+ * daemon, from gw__loops_start() until the loops stop (the first run at once): a periodic
+ * chore that needs no thread of its own. A tick must not block; one with blocking work
+ * hands it to a side pipeline. At most GW_LOOP_TICKS; returns 0, or -1 when they are all
+ * taken. Call before gw__loops_start(). */
+#define GW_LOOP_TICKS 4
+int gw__loops_every(gw_loops *ls, unsigned int period_ms, void (*tick)(void *arg), void *arg);
 
 /* Resumes a suspended connection of one of ls's daemons (MHD_resume_connection()) and
  * makes its loop run that daemon again soon: at once when called on that loop's thread, else
