@@ -280,8 +280,10 @@ int gw__fence_answered(gw_job *job)
     if (call->status == LK_ACQUIRED) {
         /* Also a replayed answer: the first answer's cover may have failed (that hold was
          * given back, but its idempotency record stayed). */
-        minted = call->res.token;
-        if (store_grant_needed(f->st, (uint64_t)minted)) {
+        /* A shared grant mints nothing: its token is the last exclusive one, covered (or
+         * granted to its holder) when it was minted. */
+        minted = call->res.shared ? 0 : call->res.token;
+        if (minted > 0 && store_grant_needed(f->st, (uint64_t)minted)) {
             /* A shared ledger: the grant is a database commit, so it goes to the storage
              * writer, which batches it with other grants and writes (one transaction),
              * instead of a round trip here that every answer of this batch would wait for.
@@ -298,7 +300,9 @@ int gw__fence_answered(gw_job *job)
         /* LMDB: costs nothing when the token is under the durable ceiling already; raising
          * it is one small commit per block of tokens, on this thread, before the stripe
          * passes on. */
-        t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
+        if (minted > 0) {
+            t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
+        }
     } else if (call->status == LK_HELD && f->ops->held != NULL) {
         f->ops->held(f, t);
     }

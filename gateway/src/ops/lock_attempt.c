@@ -108,6 +108,13 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
                 !lc->fair && (lc->handed_off ||
                               gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource));
             at->call.supersede = lc->supersede;
+            at->call.shared = lc->shared;
+            /* How much longer it waits if held: a waiting exclusive request holds new shared
+             * ones back (writers' preference, locklib/lua/prelude/shared.lua). */
+            int64_t wait_left = lc->waiting ? lc->deadline_ms - now_ms : 0;
+            at->call.wait_ms = wait_left > 0 ? (wait_left < LK_WAIT_MAX_MS ? wait_left
+                                                                           : LK_WAIT_MAX_MS)
+                                             : 0;
             if (lc->fair) {
                 /* Over its address's share of waiters it may take a free lock but not
                  * queue: an entry with no time left is dropped by the script. */
