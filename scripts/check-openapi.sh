@@ -207,6 +207,13 @@ cmd_proxy() {
     proxy_case valid "GET /resources/{resource}, fenced, superseded token" 409 -H 'Fencing-Token: 1' "$url/resources/$r"
     proxy_case valid "GET /resources/{resource}, fenced, current token" 200 -H 'Fencing-Token: 2' "$url/resources/$r"
     proxy_case valid "GET /resources/{resource}, fenced, a token never issued" 403 -H 'Fencing-Token: 999999' "$url/resources/$r"
+    proxy_case valid "POST /lock, shared" 200 "${json[@]}" -d "{\"resource\":\"$r-s\",\"owner\":\"a\",\"mode\":\"shared\"}" "$url/lock"
+    proxy_case valid "POST /lock, shared, a second holder" 200 "${json[@]}" -d "{\"resource\":\"$r-s\",\"owner\":\"b\",\"mode\":\"shared\"}" "$url/lock"
+    proxy_case valid "POST /lock, exclusive re-entry of a shared hold" 409 "${json[@]}" -d "{\"resource\":\"$r-s\",\"owner\":\"a\",\"mode\":\"exclusive\"}" "$url/lock"
+    proxy_case valid "POST /lock, exclusive while shared" 409 "${json[@]}" -d "{\"resource\":\"$r-s\",\"owner\":\"c\"}" "$url/lock"
+    proxy_case valid "GET /locks/{resource}, shared" 200 "$url/locks/$r-s"
+    proxy_case valid "GET /locks, shared" 200 "$url/locks?prefix=$r-s"
+    proxy_case valid "POST /renew, shared" 200 "${json[@]}" -d "{\"resource\":\"$r-s\",\"owner\":\"b\"}" "$url/renew"
     proxy_case valid "POST /lock, a second resource" 200 "${json[@]}" -d "{\"resource\":\"$r-2\",\"owner\":\"b\"}" "$url/lock"
     t2=$(jq -r .token "$tmp/body")
     proxy_case valid "POST /resources" 200 "${json[@]}" -d "{\"writes\":[{\"resource\":\"$r\",\"token\":2,\"value\":\"70\"},{\"resource\":\"$r-2\",\"token\":$t2,\"value_base64\":\"MzA=\",\"content_type\":\"text/plain\"}]}" "$url/resources"

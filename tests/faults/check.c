@@ -117,9 +117,15 @@ static long series_before(const series *s, const char *resource, int64_t t_ns)
     return (long)lo - 1;
 }
 
+/* An exclusive grant: shared ones (invariant 13) share their token and their time. */
 static int is_grant(const fh_op *op)
 {
-    return op->kind == FH_LOCK && op->status == 200;
+    return op->kind == FH_LOCK && op->status == 200 && (op->flags & FH_F_SHARED) == 0;
+}
+
+static int is_shared_grant(const fh_op *op)
+{
+    return op->kind == FH_LOCK && op->status == 200 && (op->flags & FH_F_SHARED) != 0;
 }
 
 static int is_acked_write(const fh_op *op)
@@ -482,11 +488,13 @@ static int by_start(const void *a, const void *b)
     return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
 }
 
-static void check_windows(const ctx *c, const series *grants)
+/* The lease windows of grants, sorted by resource and start (free them); NULL when out of
+ * memory. */
+static window *windows_of(const ctx *c, const series *grants)
 {
     window *w = calloc(grants->n + 1, sizeof *w);
     if (w == NULL)
-        return;
+        return NULL;
     for (size_t i = 0; i < grants->n; i++) {
         const fh_op *g = grants->ops[i];
         w[i].grant = g;
@@ -530,13 +538,21 @@ static void check_windows(const ctx *c, const series *grants)
                 w[i].to_ns = f->start_ns;
         }
     }
+    qsort(w, grants->n, sizeof *w, by_start);
+    return w;
+}
+
+static void check_windows(const ctx *c, const series *grants)
+{
+    window *w = windows_of(c, grants);
+    if (w == NULL)
+        return;
     /* In order of start, per resource: the window reaching furthest (a) and the furthest of
      * the other owners' (b). A window overlaps an earlier one of another owner exactly when
      * one of these two reaches past its start; comparing neighbours only would miss a long
      * lease followed by a short one of its own owner. An empty window (answered after its
      * start + ttl_ms: the client was frozen, or the answer slow, past its whole lease) is no
      * lease from the client's view and overlaps nothing. */
-    qsort(w, grants->n, sizeof *w, by_start);
     const window *a = NULL, *b = NULL;
     for (size_t i = 0; i < grants->n; i++) {
         const window *x = &w[i];
@@ -560,6 +576,40 @@ static void check_windows(const ctx *c, const series *grants)
     free(w);
 }
 
+/* 13: a grant of one mode whose whole request lies inside another owner's lease window of
+ * the other mode: Redis granted it while that lease surely ran. Windows as for 7 (cut at
+ * an unlock's start, a forced release's start; extended by renewals). */
+static void grants_inside(const ctx *c, const series *grants, const window *w, size_t nw)
+{
+    for (size_t i = 0; i < grants->n; i++) {
+        const fh_op *g = grants->ops[i];
+        for (size_t j = 0; j < nw; j++) {
+            const window *x = &w[j];
+            if (x->from_ns > g->start_ns)
+                continue;
+            if (strcmp(x->grant->resource, g->resource) != 0 ||
+                strcmp(x->grant->owner, g->owner) == 0 || x->to_ns <= g->end_ns)
+                continue;
+            violation(c, 13, "a grant was answered while another owner's lease of the other "
+                      "mode ran", x->grant, g);
+        }
+    }
+}
+
+static void check_modes(const ctx *c, const series *excl, const series *shared)
+{
+    if (shared->n == 0)
+        return;
+    window *we = windows_of(c, excl);
+    window *ws = windows_of(c, shared);
+    if (we != NULL && ws != NULL) {
+        grants_inside(c, excl, ws, shared->n);
+        grants_inside(c, shared, we, excl->n);
+    }
+    free(we);
+    free(ws);
+}
+
 static void txn_violation(void *arg, const char *why, const fh_op *a, const fh_op *b)
 {
     violation(arg, 11, why, a, b);
@@ -573,14 +623,15 @@ static void txn_note(void *arg, const char *why, const fh_op *a, const fh_op *b)
 long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
 {
     static const fc_options defaults = {0};
-    series grants = {0}, acked = {0};
+    series grants = {0}, acked = {0}, shared = {0};
     ctx c = {h, opt != NULL ? opt : &defaults, out, res, NULL, 0};
 
     memset(res, 0, sizeof *res);
     res->ops = (long)h->n;
     if (series_build(&grants, h, is_grant) != 0 || series_build(&acked, h, is_acked_write) != 0 ||
-        freezes_build(&c) != 0) {
+        series_build(&shared, h, is_shared_grant) != 0 || freezes_build(&c) != 0) {
         fprintf(stderr, "checker: out of memory\n");
+        series_free(&shared);
         series_free(&grants);
         series_free(&acked);
         free(c.freezes);
@@ -628,7 +679,9 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
             check_liveness(&c, op);
     }
     check_windows(&c, &grants);
+    check_modes(&c, &grants, &shared);
     fc_check_txn(h, txn_violation, &c, txn_note);
+    series_free(&shared);
     series_free(&grants);
     series_free(&acked);
     free(c.freezes);

@@ -218,6 +218,34 @@ static void test_fenced_read_refused_or_concurrent(void **state)
     assert_int_equal(res.fenced_reads, 1);
 }
 
+/* Invariant 13: two shared holders share a token and overlap (no violation of 1, 2 or 7);
+ * an exclusive grant answered while one of their leases surely ran is a violation, and so
+ * is a shared grant inside an exclusive lease; an exclusive grant after the last shared
+ * holder's unlock started is not. */
+static void test_exclusive_inside_shared_lease(void **state)
+{
+    (void)state;
+    const char *const ok[] = {
+        "r0\tlock\tr\t0\t10\t200\t-\t3\t0\tr0-1\t1000\t0\tshared\t-",
+        "r1\tlock\tr\t5\t15\t200\t-\t3\t0\tr1-1\t1000\t0\tshared\t-",
+        "r0\tunlock\tr\t20\t30\t200\t-\t3\t0\tr0-1\t0\t0\tshared\t-",
+        "r1\tunlock\tr\t40\t50\t200\t-\t3\t0\tr1-1\t0\t0\tshared\t-",
+        "w0\tlock\tr\t45\t60\t200\t-\t4\t0\tw0-1\t1000\t0\t-\t-",
+        "w0\tunlock\tr\t70\t80\t200\t-\t4\t0\tw0-1\t0\t0\t-\t-",
+        "r2\tlock\tr\t75\t90\t200\t-\t4\t0\tr2-1\t1000\t0\tshared\t-", NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(ok, &strict);
+    assert_int_equal(res.hard, 0);
+
+    const char *const bad[] = {
+        "r0\tlock\tr\t0\t10\t200\t-\t3\t0\tr0-1\t1000\t0\tshared\t-",
+        "w0\tlock\tr\t20\t30\t200\t-\t4\t0\tw0-1\t1000\t0\t-\t-",
+        "r1\tlock\tr\t40\t50\t200\t-\t4\t0\tr1-1\t1000\t0\tshared\t-", NULL};
+    res = check_lines(bad);
+    assert_int_equal(res.violations[13], 2);
+    assert_int_equal(res.hard, 2);
+}
+
 /* A request in flight while the gateway was frozen for 4 s may take that much longer, and
  * may end without an answer; one outside the window may not; nothing but latency is excused. */
 static void test_freeze_window_excuses_latency_only(void **state)
@@ -672,6 +700,7 @@ int main(void)
         cmocka_unit_test(test_superseded_late_write_fenced),
         cmocka_unit_test(test_superseded_needs_a_finished_grant),
         cmocka_unit_test(test_fenced_read_after_newer_grant),
+        cmocka_unit_test(test_exclusive_inside_shared_lease),
         cmocka_unit_test(test_fenced_read_refused_or_concurrent),
         cmocka_unit_test(test_freeze_window_excuses_latency_only),
         cmocka_unit_test(test_freeze_window_keeps_safety),
