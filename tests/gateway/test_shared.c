@@ -5,7 +5,10 @@
  * holder; writers' preference (a waiting exclusive request holds new shared ones back, on
  * any gateway); each shared holder renews and releases its own hold; a mode mismatch on
  * re-entry is 409 mode_mismatch; Idempotency-Key replays; GET /locks/{r} and GET /locks
- * show the mode and the number of holders, never an owner. Two gateways share the Redis.
+ * show the mode and the number of holders, never an owner; a write (PUT, DELETE, a
+ * transaction's) with a token granted in shared mode is 409 not_exclusive, also from an
+ * exclusive holder of that token whose lease ran out before readers were granted it. Two
+ * gateways share the Redis.
  * No test asserts timing; waits loop on a condition with a deadline.
  */
 #include <pthread.h>
@@ -239,6 +242,119 @@ static void test_writers_preference(void **state)
     }
 }
 
+/* An exclusive grant of resource for owner, written once with its token; then released.
+ * Returns the token. */
+static long long written_then_released(const gwt_proc *gw, const char *res, const char *value)
+{
+    long long t = 0;
+    assert_int_equal(gwt_lock(gw, res, "w0", &t), 200);
+    assert_int_equal(gwt_put_fenced(gw, res, t, value, NULL), 200);
+    assert_int_equal(gwt_unlock(gw, res, "w0"), 200);
+    return t;
+}
+
+/* PUT or DELETE of res with token; asserts 409 not_exclusive naming the shared mark. */
+static void assert_not_exclusive(const gwt_proc *gw, const char *method, const char *res,
+                                 long long token)
+{
+    char path[256], hdr[64];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/resources/%s", res);
+    snprintf(hdr, sizeof hdr, "Fencing-Token: %lld", token);
+    const char *const h[] = {hdr, "Content-Type: text/plain", NULL};
+    int put = strcmp(method, "PUT") == 0;
+    gwt_http(gw, method, path, h, put ? "new" : NULL, put ? 3 : 0, 0, &r);
+    gwt_assert_status(&r, 409, "not_exclusive");
+    assert_string_equal(gwt_str(&r, "resource"), res);
+    assert_int_equal(gwt_int(&r, "token"), token);
+    assert_true(gwt_int(&r, "shared_mark") >= token);
+    gwt_resp_free(&r);
+}
+
+/* A shared holder cannot write with its token; once an exclusive grant mints a larger
+ * token, that one writes as usual. Each gateway has a data directory of its own: the
+ * writes go to the one that granted the shared lock (on a shared PostgreSQL every gateway
+ * sees the mark: tests/storage/test_txn.c). */
+static void test_shared_token_cannot_write(void **state)
+{
+    shared_state *s = *state;
+    gwt_resp r;
+    long long t = written_then_released(&s->gw[0], "sh.w", "old");
+
+    lock_mode(&s->gw[0], "sh.w", "ra", "shared", 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), t);
+    gwt_resp_free(&r);
+    assert_not_exclusive(&s->gw[0], "PUT", "sh.w", t);
+    assert_not_exclusive(&s->gw[0], "DELETE", "sh.w", t);
+    gwt_assert_value(&s->gw[0], "sh.w", "old");
+    assert_int_equal(gwt_unlock(&s->gw[1], "sh.w", "ra"), 200);
+
+    long long t2 = 0;
+    assert_int_equal(gwt_lock(&s->gw[1], "sh.w", "wx", &t2), 200);
+    assert_true(t2 > t);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "sh.w", t2, "new", NULL), 200);
+    gwt_assert_value(&s->gw[0], "sh.w", "new");
+    assert_int_equal(gwt_unlock(&s->gw[1], "sh.w", "wx"), 200);
+}
+
+/* An exclusive holder whose lease ran out, waking after readers were granted its token,
+ * cannot change what they read. */
+static void test_expired_writer_after_readers(void **state)
+{
+    shared_state *s = *state;
+    gwt_resp r;
+
+    gwt_post(&s->gw[0], "/lock",
+             "{\"resource\":\"sh.late\",\"owner\":\"slow\",\"ttl_ms\":300}", &r);
+    gwt_assert_status(&r, 200, NULL);
+    long long t = gwt_int(&r, "token");
+    gwt_resp_free(&r);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "sh.late", t, "before", NULL), 200);
+    /* Waits for the lease to run out: granted the same token, nothing minted. */
+    lock_mode(&s->gw[0], "sh.late", "reader", "shared", 15000, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), t);
+    gwt_resp_free(&r);
+    assert_not_exclusive(&s->gw[0], "PUT", "sh.late", t);
+    gwt_assert_value(&s->gw[0], "sh.late", "before");
+    assert_int_equal(gwt_unlock(&s->gw[1], "sh.late", "reader"), 200);
+    /* Also once the readers left: the token was handed to readers. */
+    assert_not_exclusive(&s->gw[0], "PUT", "sh.late", t);
+}
+
+/* A transaction with one write carrying a shared token is refused whole. */
+static void test_txn_with_shared_token(void **state)
+{
+    shared_state *s = *state;
+    gwt_resp r;
+    char body[512];
+    long long ts = written_then_released(&s->gw[0], "sh.tb", "b0"), ta = 0;
+
+    assert_int_equal(gwt_lock(&s->gw[1], "sh.ta", "wa", &ta), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[0], "sh.ta", ta, "a0", NULL), 200);
+    lock_mode(&s->gw[0], "sh.tb", "rb", "shared", 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    snprintf(body, sizeof body,
+             "{\"writes\":[{\"resource\":\"sh.ta\",\"token\":%lld,\"value\":\"a1\"},"
+             "{\"resource\":\"sh.tb\",\"token\":%lld,\"value\":\"b1\"}]}",
+             ta, ts);
+    gwt_post(&s->gw[0], "/resources", body, &r);
+    gwt_assert_status(&r, 409, "not_exclusive");
+    json_t *refused = json_object_get(r.json, "refused");
+    assert_int_equal(json_array_size(refused), 1);
+    json_t *o = json_array_get(refused, 0);
+    assert_string_equal(json_string_value(json_object_get(o, "resource")), "sh.tb");
+    assert_string_equal(json_string_value(json_object_get(o, "error")), "not_exclusive");
+    assert_true(json_integer_value(json_object_get(o, "shared_mark")) >= ts);
+    gwt_resp_free(&r);
+    gwt_assert_value(&s->gw[0], "sh.ta", "a0");
+    gwt_assert_value(&s->gw[0], "sh.tb", "b0");
+    assert_int_equal(gwt_unlock(&s->gw[0], "sh.ta", "wa"), 200);
+    assert_int_equal(gwt_unlock(&s->gw[1], "sh.tb", "rb"), 200);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -246,6 +362,9 @@ int main(void)
         cmocka_unit_test(test_mode_mismatch_and_renew),
         cmocka_unit_test(test_idempotent_shared),
         cmocka_unit_test(test_writers_preference),
+        cmocka_unit_test(test_shared_token_cannot_write),
+        cmocka_unit_test(test_expired_writer_after_readers),
+        cmocka_unit_test(test_txn_with_shared_token),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -108,11 +108,37 @@ static void fill_attempt(gw_server *srv, struct gw_lock_call *lc, gw_attempt *at
     }
 }
 
-/* The done of a shared attempt's job (no stripe held): the pipeline resumes its connection. */
+/* The done of a shared attempt's mark job, on the storage writer: its outcome goes where the
+ * answer looks for a cover's (a failure gives the hold back and answers 503), and the writer
+ * resumes the connection. */
+static int shared_marked(gw_job *job)
+{
+    struct gw_lock_call *lc = job->arg;
+    lc->turn.cover = (unsigned char)lc->turn.grant.status;
+    return 1;
+}
+
+/* The done of a shared attempt's job (no stripe held), on the pipeline thread. A granted
+ * token (the last exclusive one) is marked shared in the store before the grant is
+ * answered, so that no write with it is accepted from now on (store_grant_req.shared): the
+ * mark is a commit, so it goes to the storage writer, which resumes the connection. A token
+ * of 0 (nothing exclusive yet) cannot write anyway. Otherwise the pipeline resumes it. */
 static int shared_answered(gw_job *job)
 {
-    (void)job;
-    return 1;
+    struct gw_lock_call *lc = job->arg;
+    gw_server *srv = job->ctx;
+    const lk_call *call = job->call;
+
+    if (call->status != LK_ACQUIRED || !call->res.shared || call->res.token <= 0) {
+        return 1;
+    }
+    lc->turn.grant = (store_grant_req){.resource = lc->turn.resource,
+                                       .token = (uint64_t)call->res.token, .shared = 1};
+    job->grant = &lc->turn.grant;
+    job->write = NULL;
+    job->done = shared_marked;
+    gw__pipe_submit(srv->writer, job); /* job and lc may be gone from here on */
+    return 0;
 }
 
 /* Sends the attempt of t, which holds its stripe with floor, to the pipeline; or answers it
