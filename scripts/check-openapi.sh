@@ -214,6 +214,14 @@ cmd_proxy() {
     proxy_case valid "GET /locks/{resource}, shared" 200 "$url/locks/$r-s"
     proxy_case valid "GET /locks, shared" 200 "$url/locks?prefix=$r-s"
     proxy_case valid "POST /renew, shared" 200 "${json[@]}" -d "{\"resource\":\"$r-s\",\"owner\":\"b\"}" "$url/renew"
+    proxy_case valid "POST /lock, a resource to read" 200 "${json[@]}" -d "{\"resource\":\"$r-w\",\"owner\":\"a\"}" "$url/lock"
+    tw=$(jq -r .token "$tmp/body")
+    proxy_case valid "PUT /resources/{resource}, the resource to read" 200 -X PUT -H "Fencing-Token: $tw" --data-binary x "$url/resources/$r-w"
+    proxy_case valid "POST /unlock, the resource to read" 200 "${json[@]}" -d "{\"resource\":\"$r-w\",\"owner\":\"a\"}" "$url/unlock"
+    proxy_case valid "POST /lock, shared, the resource to read" 200 "${json[@]}" -d "{\"resource\":\"$r-w\",\"owner\":\"r\",\"mode\":\"shared\"}" "$url/lock"
+    proxy_case valid "PUT /resources/{resource}, a shared token" 409 -X PUT -H "Fencing-Token: $tw" --data-binary y "$url/resources/$r-w"
+    proxy_case valid "DELETE /resources/{resource}, a shared token" 409 -X DELETE -H "Fencing-Token: $tw" "$url/resources/$r-w"
+    proxy_case valid "POST /resources, a shared token" 409 "${json[@]}" -d "{\"writes\":[{\"resource\":\"$r-w\",\"token\":$tw,\"value\":\"z\"}]}" "$url/resources"
     proxy_case valid "POST /lock, a second resource" 200 "${json[@]}" -d "{\"resource\":\"$r-2\",\"owner\":\"b\"}" "$url/lock"
     t2=$(jq -r .token "$tmp/body")
     proxy_case valid "POST /resources" 200 "${json[@]}" -d "{\"writes\":[{\"resource\":\"$r\",\"token\":2,\"value\":\"70\"},{\"resource\":\"$r-2\",\"token\":$t2,\"value_base64\":\"MzA=\",\"content_type\":\"text/plain\"}]}" "$url/resources"
