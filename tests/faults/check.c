@@ -255,6 +255,20 @@ static void check_write(const ctx *c, const series *grants, const series *acked,
         c->res->superseded++;
 }
 
+/* 14: a write is never accepted with a token granted in shared mode: once a shared grant of
+ * token T on its resource was answered before the write started, a write with a token at or
+ * below T is refused (409 not_exclusive, or stale_token when it is below T). */
+static void check_shared_write(const ctx *c, const series *shared, const fh_op *w)
+{
+    long k = w->status == 200 ? series_before(shared, w->resource, w->start_ns) : -1;
+    if (k < 0)
+        return;
+    const fh_op *g = shared->ops[shared->max_token[k]];
+    if (g->token > 0 && g->token >= w->token)
+        violation(c, 14, "a write was answered 200 with a token at or below one granted in "
+                  "shared mode before it started", g, w);
+}
+
 /* 10: a fenced read is refused once a grant of a larger token had been answered before it
  * started: every grant is minted (and, on a shared store, recorded in the ledger) before
  * its answer. */
@@ -645,6 +659,7 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
         switch (op->kind) {
         case FH_WRITE:
             check_write(&c, &grants, &acked, op);
+            check_shared_write(&c, &shared, op);
             break;
         case FH_RENEW:
         case FH_UNLOCK:

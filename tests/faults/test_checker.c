@@ -246,6 +246,34 @@ static void test_exclusive_inside_shared_lease(void **state)
     assert_int_equal(res.hard, 2);
 }
 
+/* Invariant 14: a write with a token granted in shared mode answered 200 is a violation;
+ * answered 409 not_exclusive it is not, nor is a write that started before the shared grant
+ * was answered, nor one with the next exclusive token. */
+static void test_write_with_shared_token(void **state)
+{
+    (void)state;
+    const char *const ok[] = {
+        "w0	lock	r	0	10	200	-	3	0	w0-1	1000	0	-	-",
+        "w0	write	r	20	30	200	-	3	1	w0-1	0	0	-	w0:1",
+        "w0	unlock	r	40	50	200	-	3	0	w0-1	0	0	-	-",
+        "r0	lock	r	60	70	200	-	3	0	r0-1	1000	0	shared	-",
+        "r0	write	r	80	90	409	not_exclusive	3	0	r0-1	0	0	shared	r0:1",
+        "r0	unlock	r	100	110	200	-	3	0	r0-1	0	0	shared	-",
+        "w1	lock	r	120	130	200	-	4	0	w1-1	1000	0	-	-",
+        "w1	write	r	140	150	200	-	4	2	w1-1	0	0	-	w1:1", NULL};
+    fc_result res = check_lines(ok);
+    assert_int_equal(res.violations[14], 0);
+    assert_int_equal(res.hard, 0);
+
+    const char *const bad[] = {
+        "w0	lock	r	0	10	200	-	3	0	w0-1	300	0	-	-",
+        "r0	lock	r	400	410	200	-	3	0	r0-1	1000	0	shared	-",
+        "w0	write	r	420	430	200	-	3	1	w0-1	0	0	-	w0:1", NULL};
+    res = check_lines(bad);
+    assert_int_equal(res.violations[14], 1);
+    assert_true(res.hard >= 1);
+}
+
 /* A request in flight while the gateway was frozen for 4 s may take that much longer, and
  * may end without an answer; one outside the window may not; nothing but latency is excused. */
 static void test_freeze_window_excuses_latency_only(void **state)
@@ -701,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_superseded_needs_a_finished_grant),
         cmocka_unit_test(test_fenced_read_after_newer_grant),
         cmocka_unit_test(test_exclusive_inside_shared_lease),
+        cmocka_unit_test(test_write_with_shared_token),
         cmocka_unit_test(test_fenced_read_refused_or_concurrent),
         cmocka_unit_test(test_freeze_window_excuses_latency_only),
         cmocka_unit_test(test_freeze_window_keeps_safety),

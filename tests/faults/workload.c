@@ -36,10 +36,11 @@
  *                        3 s), writes and unlocks; the checker wants it granted, with a larger
  *                        token and after the dead holder's lease (check.h).
  *   shared               half of the workers' locks are shared ("mode": "shared", flag shared):
- *                        a shared holder reads with its token (fenced read), may renew, and
- *                        unlocks; it never writes (its token is the last exclusive one). The
- *                        checker's invariant 13 wants no exclusive grant inside a shared lease
- *                        and no shared grant inside an exclusive one.
+ *                        a shared holder reads with its token (fenced read), may try to write
+ *                        with it (its token is the last exclusive one: 409 not_exclusive), may
+ *                        renew, and unlocks. The checker's invariant 13 wants no exclusive
+ *                        grant inside a shared lease and no shared grant inside an exclusive
+ *                        one, and 14 no write accepted with a token granted shared.
  *   transfers [N]        instead of the usual clients, transfers between N accounts (default
  *                        8) in fenced transactions, with paused clients (wl_transfers.c).
  *   herd [WAITERS [MS]]  a thundering herd on PREFIX-herd for MS ms (default 8000): one process
@@ -129,8 +130,11 @@ static void worker(client *c, const conf *cf, int report_fd, int done_fd)
             continue;
         }
         if (mode != 0) {
-            /* A reader: read with its token, maybe renew, and leave. */
+            /* A reader: read with its token, maybe try to write with it (refused), maybe
+             * renew, and leave. */
             wl_fenced_read(c, cf, resource, g.token, mode);
+            if (g.token > 0 && wl_rand_between(c, 0, 2) == 0)
+                wl_write(c, cf, resource, g.token, g.owner, mode);
             if (wl_rand_between(c, 0, 2) == 0)
                 wl_owner_call(c, cf, FH_RENEW, &g, mode);
             wl_owner_call(c, cf, FH_UNLOCK, &g, mode);
