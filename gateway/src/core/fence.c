@@ -110,7 +110,11 @@
  *
  * P3 is storage's: a write is one atomic check-and-write against the resource's highest
  * token, which refuses a lower token (STALE) and a token above the last one Redis issued
- * (UNKNOWN_TOKEN, so a forged huge token cannot lock the real holders out). The verdict
+ * (UNKNOWN_TOKEN, so a forged huge token cannot lock the real holders out). It also refuses a
+ * token at or below the resource's shared mark (NOT_EXCLUSIVE): a shared grant hands out
+ * the last exclusive token without minting, and is answered only once the store recorded
+ * that (ops/lock_attempt.c), so neither its readers nor that token's exclusive holder,
+ * whose lease may have run out before they came, can change what they read. The verdict
  * (point 3) only refuses earlier, never accepts more:
  *   - a token below the last one issued is superseded (409 stale_token with superseded_by):
  *     tokens are minted only while the lock is free, so its lease is over, and its holder is
