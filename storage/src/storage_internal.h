@@ -86,7 +86,8 @@ static inline int refusal_rank(store_status st)
 /* A transaction's verdict from its writes' answers (each ACCEPTED when its check passed):
  * ACCEPTED when every write passed; otherwise a failed write's error, else STALE, else
  * UNKNOWN_TOKEN, else NOT_EXCLUSIVE, and each write that passed then says OK (it was not
- * written). Sets and returns t->status; made again on those answers, it says the same. Both backends decide with it whether to commit. */
+ * written). Sets and returns t->status; made again on those answers, it says the same.
+ * Both backends decide with it whether to commit. */
 static inline store_status store__txn_verdict(store_txn *t)
 {
     store_status v = STORE_ACCEPTED;
