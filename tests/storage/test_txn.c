@@ -365,6 +365,79 @@ static void test_shared_mark_refuses_writes(void **state)
     assert_st(store_write(f->s, "b", 7, "x", 1, NULL, 9, &res), STORE_NOT_EXCLUSIVE);
 }
 
+/* Marks and writes at once (on PostgreSQL through two stores, as two gateways): a write that
+ * starts after a mark of its token was answered is never accepted, and nothing fails (no
+ * deadlock between a batch's marks, writes and grants). */
+#define MARKS 150
+typedef struct mark_writer {
+    store *s;
+    _Atomic uint64_t *marked; /* the largest token whose mark was answered */
+    atomic_int *done;
+    int accepted, refused;
+    char bad[160];
+} mark_writer;
+
+static void *mark_writer_run(void *p)
+{
+    mark_writer *m = p;
+    for (uint64_t i = 0; !atomic_load(m->done); i++) {
+        uint64_t before = atomic_load(m->marked);
+        uint64_t token = before + (i % 2); /* the marked token, or the next one */
+        store_write_result res;
+        store_status st =
+            token == 0 ? STORE_NOT_EXCLUSIVE
+                       : store_write(m->s, "mk", token, "v", 1, NULL, STORE_TXN_MAX * 1000, &res);
+        if (st == STORE_ACCEPTED) {
+            m->accepted++;
+            if (token <= before && m->bad[0] == '\0') {
+                snprintf(m->bad, sizeof m->bad, "token %llu written after its mark",
+                         (unsigned long long)token);
+            }
+        } else if (st == STORE_NOT_EXCLUSIVE || st == STORE_STALE) {
+            m->refused++;
+        } else if (m->bad[0] == '\0') {
+            snprintf(m->bad, sizeof m->bad, "write answered %s", store_status_name(st));
+        }
+    }
+    return NULL;
+}
+
+static void test_shared_marks_concurrent(void **state)
+{
+    st_fixture *f = *state;
+    store *second = NULL;
+    _Atomic uint64_t marked = 0;
+    atomic_int done = 0;
+    pthread_t th[2];
+    mark_writer w[2];
+
+    if (st_is_pg()) {
+        char err[256];
+        assert_st(store_open(&second, &f->opts, err, sizeof err), STORE_OK);
+    }
+    for (int i = 0; i < 2; i++) {
+        w[i] = (mark_writer){.s = second != NULL ? second : f->s, .marked = &marked,
+                             .done = &done};
+        assert_int_equal(pthread_create(&th[i], NULL, mark_writer_run, &w[i]), 0);
+    }
+    for (uint64_t t = 1; t <= MARKS; t++) {
+        assert_st(mark(f, "mk", t), STORE_OK);
+        atomic_store(&marked, t);
+    }
+    atomic_store(&done, 1);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].bad[0] != '\0') {
+            fail_msg("%s", w[i].bad);
+        }
+        assert_true(w[i].accepted + w[i].refused > 0);
+    }
+    store_write_result res;
+    assert_st(store_write(f->s, "mk", MARKS, "v", 1, NULL, MARKS, &res), STORE_NOT_EXCLUSIVE);
+    assert_int_equal(res.shared_mark, MARKS);
+    store_close(second);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest common[] = {
@@ -379,6 +452,7 @@ int main(int argc, char **argv)
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_shared_mark_refuses_writes, st_setup,
                                         st_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_marks_concurrent, st_setup, st_teardown),
     };
     const struct CMUnitTest pg_only[] = {
         cmocka_unit_test_setup_teardown(test_pg_ledger_grant_supersedes, st_setup, st_teardown),
