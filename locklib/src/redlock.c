@@ -150,6 +150,7 @@ static void merge_res(int n, const lk__rl_node *nodes, lk_status st, lk_result *
         res->holds = r->holds > res->holds ? r->holds : res->holds;
         res->replayed |= r->replayed;
         res->floor_raised |= r->floor_raised;
+        res->shared |= r->shared;
     }
 }
 
@@ -407,6 +408,8 @@ lk__rl_next lk__rl_combine_status(int n, const lk__rl_node *nodes, lk__rl_out *o
         }
         out->res.token = r->token > out->res.token ? r->token : out->res.token;
         out->res.holds = r->holds > out->res.holds ? r->holds : out->res.holds;
+        out->res.shared |= r->shared;
+        out->holders = nodes[i].holders > out->holders ? nodes[i].holders : out->holders;
         if (out->res.ttl_ms < 0 || r->ttl_ms < out->res.ttl_ms) {
             out->res.ttl_ms = r->ttl_ms;
         }
