@@ -155,6 +155,13 @@ static void test_shared_cycle(void **state)
     assert_lk(c, lk_release(c, "rl-shared", "b", NULL, &r), LK_RELEASED);
     assert_lk(c, lk_acquire(c, "rl-shared", "w", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
     assert_true(r.token > x.token);
+    /* Asking again in the other mode is WRONG_MODE and changes nothing: the exclusive hold
+     * stays, on every master (an undo would have released it). */
+    assert_lk(c, lk_acquire_shared(c, "rl-shared", "w", LEASE_MS, 0, NULL, 0, &x),
+              LK_WRONG_MODE);
+    assert_lk(c, lk_lock_status(c, "rl-shared", &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_int_equal(info.shared, 0);
     assert_lk(c, lk_release(c, "rl-shared", "w", NULL, &r), LK_RELEASED);
 }
 
