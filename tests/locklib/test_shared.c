@@ -233,6 +233,24 @@ static void test_fair_shared(void **state)
     assert_lk(f->c, lk_release(f->c, res, "r4", NULL, &r), LK_RELEASED);
 }
 
+/* A queued fair reader that gives up leaves the queue (lk_fair_cancel), so the writer
+ * behind it takes the freed lock at once instead of waiting out the reader's deadline. */
+static void test_fair_shared_cancel(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("fair-cancel");
+
+    assert_lk(f->c, fair(f, res, "x", 0, &r), LK_ACQUIRED);
+    assert_lk(f->c, fair(f, res, "rd", 1, &r), LK_HELD);
+    assert_lk(f->c, fair(f, res, "wr", 0, &r), LK_HELD);
+    assert_int_equal(r.queue_pos, 1);
+    assert_lk(f->c, lk_fair_cancel(f->c, res, "rd"), LK_OK);
+    assert_lk(f->c, lk_release(f->c, res, "x", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, fair(f, res, "wr", 0, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "wr", NULL, &r), LK_RELEASED);
+}
+
 typedef struct waiter_arg {
     const char *res;
     lk_status st;
@@ -313,6 +331,7 @@ int main(void)
         cmocka_unit_test(test_each_shared_holder_has_its_lease),
         cmocka_unit_test(test_writers_preference),
         cmocka_unit_test(test_mode_mismatch),
+        cmocka_unit_test(test_fair_shared_cancel),
         cmocka_unit_test(test_idempotent_shared),
         cmocka_unit_test(test_fair_shared),
         cmocka_unit_test(test_shared_wait_wakes_on_release),

@@ -269,7 +269,7 @@ LK_EXTERN lk_status lk_acquire_fair(lk_client *c, const char *resource, const ch
                                     int64_t wait_ms, lk_result *res);
 
 /* Takes `owner` out of the fair queue of `resource` (a waiter that gives up or whose client
- * went away). When it was first in line and the lock is free, a release message is
+ * went away), queued shared or exclusive. When it was first in line and the lock is free, a release message is
  * published so that the next waiter comes at once. Returns OK whether or not the owner was
  * queued, or an error. */
 LK_EXTERN lk_status lk_fair_cancel(lk_client *c, const char *resource, const char *owner);
