@@ -145,10 +145,14 @@ local function mark_waiting(k_rwait, member, now, wait_ms)
     if wait_ms <= 0 or not k_rwait then
         return
     end
+    -- A retry of the same wait asks nothing new: no write, so a held answer to a waiting
+    -- writer's retry costs the AOF nothing (under appendfsync always, a write per held
+    -- attempt would be an fsync per attempt).
     local score = redis.call('ZSCORE', k_rwait, member)
-    if not score or tonumber(score) < now + wait_ms then
-        redis.call('ZADD', k_rwait, now + wait_ms, member)
+    if score and tonumber(score) >= now + wait_ms then
+        return
     end
+    redis.call('ZADD', k_rwait, now + wait_ms, member)
     local last = redis.call('ZRANGE', k_rwait, -1, -1, 'WITHSCORES')
     redis.call('PEXPIRE', k_rwait, tonumber(last[2]) - now + 1)
 end
