@@ -28,8 +28,8 @@
 # Not in the default suite: a failover takes longer than the default suite may spend.
 # data-loss
 
-# shellcheck source=../../common/sentinel.sh
-source "$(dirname "${BASH_SOURCE[0]}")/../../common/sentinel.sh"
+# shellcheck source=SCRIPTDIR/sentinel_failover.sh
+source "$(dirname "${BASH_SOURCE[0]}")/sentinel_failover.sh"
 
 faults=4
 [ "$length" = short ] && faults=2
@@ -37,22 +37,7 @@ checker_extra=(--expect-takeovers 1)
 
 scenario_mode() { mode=(sessions); }
 
-sessions_exit() {
-    local rc=$?
-    fg_sentinel_stop || true
-    cleanup
-    exit "$rc"
-}
-
-scenario_prestart() {
-    trap sessions_exit EXIT
-    fg_sentinel_start "$tmp/sentinel" fgmaster 1 3 || fail "the sentinel set did not start"
-    gw_redis_url=$FG_SENTINEL_URL
-    say "sentinel set: master $(fg_sentinel_master_port), url $FG_SENTINEL_URL"
-}
-
 scenario_fault() {
-    local old
     progress "$steps"
     if (($1 % 2 == 1)); then
         kill -KILL "$gw_pid"
@@ -63,17 +48,7 @@ scenario_fault() {
         say "fault $1: gateway killed and restarted"
         return
     fi
-    fg_sentinel_kill_master || fail "no master to kill"
-    old=$FG_SENTINEL_KILLED_PORT
-    mark "kill_master"
-    wait_until "a /lock granted after the master was killed" 30 probe_lock "sessions-probe-$1"
-    fg_sentinel_wait_failover "$old" 30 || fail "no failover away from $old"
-    mark heal
-    say "fault $1: master $old killed, new master $FG_SENTINEL_MASTER_PORT"
-    if [ "$1" -lt "$faults" ]; then
-        fg_sentinel_restart_replica "$old" 90 || fail "the old master did not rejoin as a replica"
-        fg_sentinel_wait_ready 90 || fail "the sentinel set did not become whole again"
-    fi
+    sentinel_failover_fault "$1"
 }
 
 scenario_check() {
