@@ -26,6 +26,9 @@
 -- ends: an exclusive grant made while any member is live marks the lock wanted, so its
 -- release publishes and wakes them.
 
+-- How far short of a waiting request's end its registered end may fall (mark_waiting).
+local RWAIT_SLACK_MS = 100
+
 -- Redis server time in ms. Redis 7 replicates a script's effects, not the script, so the
 -- deadlines computed from it reach replicas and the AOF as written here.
 local function server_ms()
@@ -147,9 +150,12 @@ local function mark_waiting(k_rwait, member, now, wait_ms)
     end
     -- A retry of the same wait asks nothing new: no write, so a held answer to a waiting
     -- writer's retry costs the AOF nothing (under appendfsync always, a write per held
-    -- attempt would be an fsync per attempt).
+    -- attempt would be an fsync per attempt). The caller's remaining wait and this server's
+    -- clock drift apart by a few ms between attempts, so a registered end up to
+    -- RWAIT_SLACK_MS short of the new one counts as the same wait: at worst new readers pass
+    -- a writer in the last RWAIT_SLACK_MS of its wait.
     local score = redis.call('ZSCORE', k_rwait, member)
-    if score and tonumber(score) >= now + wait_ms then
+    if score and tonumber(score) >= now + wait_ms - RWAIT_SLACK_MS then
         return
     end
     redis.call('ZADD', k_rwait, now + wait_ms, member)
