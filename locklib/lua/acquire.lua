@@ -129,8 +129,13 @@ elseif not shared and mode == nil then
     holds = 1
     writer_granted(KEYS[1], KEYS[7], owner, now)
 else
-    -- Held in a mode this call cannot join, or a writer waits first.
-    mark_waiting(KEYS[7], shared and '#s' or owner, now, wait_ms)
+    -- Held in a mode this call cannot join, or a writer waits first. A writer held by
+    -- another writer, with no reader holding or waiting, has no reader to hold back: it
+    -- registers at its first retry that meets one (prelude/shared.lua, writers' preference),
+    -- so that the hot path of exclusive locks writes nothing for the preference.
+    if shared or mode == 's' or redis.call('EXISTS', KEYS[7]) == 1 then
+        mark_waiting(KEYS[7], shared and '#s' or owner, now, wait_ms)
+    end
     if mode == nil then
         return {0, writer_first_retry(KEYS[7], now), 0}
     end

@@ -55,7 +55,7 @@ static void test_writer_retry_writes_nothing(void **state)
     lk_result r;
     const char *res = res_name("retry");
 
-    assert_lk(f->c, attempt(f, res, "holder", 0, 20000, 0, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "reader", 1, 20000, 0, &r), LK_ACQUIRED);
     assert_lk(f->c, attempt(f, res, "w", 0, 20000, 5000, &r), LK_HELD);
     long long before = redis_changes(f);
     assert_lk(f->c, attempt(f, res, "w", 0, 20000, 5000, &r), LK_HELD);
@@ -64,6 +64,31 @@ static void test_writer_retry_writes_nothing(void **state)
     /* A longer wait is registered. */
     assert_lk(f->c, attempt(f, res, "w", 0, 20000, 9000, &r), LK_HELD);
     assert_true(redis_changes(f) > before);
+}
+
+/* A writer held by another writer, with no reader in sight, writes nothing for the writers'
+ * preference (the hot path of exclusive locks); it registers at its first retry that meets
+ * a waiting reader, which it then keeps out when the lock comes free. */
+static void test_writer_behind_writer_registers_for_readers(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("wbehindw");
+
+    assert_lk(f->c, attempt(f, res, "holder", 0, 20000, 0, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "w1", 0, 20000, 5000, &r), LK_HELD); /* marks it wanted */
+    long long before = redis_changes(f);
+    assert_lk(f->c, attempt(f, res, "w2", 0, 20000, 5000, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "w2", 0, 20000, 5000, &r), LK_HELD);
+    assert_int_equal(redis_changes(f), before);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:rwait", res), 0);
+    /* A reader waits: the writer's next retry registers, and the reader stays out once the
+     * holder leaves. */
+    assert_lk(f->c, attempt(f, res, "reader", 1, 20000, 5000, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "w2", 0, 20000, 5000, &r), LK_HELD);
+    assert_lk(f->c, lk_release(f->c, res, "holder", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, attempt(f, res, "reader", 1, 20000, 5000, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "w2", 0, 20000, 5000, &r), LK_ACQUIRED);
 }
 
 static void test_shared_coexist_exclusive_waits(void **state)
@@ -359,6 +384,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_shared_coexist_exclusive_waits),
         cmocka_unit_test(test_writer_retry_writes_nothing),
+        cmocka_unit_test(test_writer_behind_writer_registers_for_readers),
         cmocka_unit_test(test_each_shared_holder_has_its_lease),
         cmocka_unit_test(test_writers_preference),
         cmocka_unit_test(test_mode_mismatch),

@@ -18,7 +18,8 @@
 -- only, as before: the functions below do nothing without them.
 --
 -- Writers' preference: fg:{R}:rwait maps each exclusive request that waits (answered held
--- with a wait left, parked or fair-queued) to the end of its wait. While one of them waits,
+-- with a wait left, parked or fair-queued; a non-fair one only once it meets a reader, see
+-- acquire.lua) to the end of its wait. While one of them waits,
 -- a new shared request is answered held, not granted, so a stream of readers cannot starve
 -- a writer. A writer leaves the set when it is granted; one that gave up stays until its
 -- wait would have ended, as a vanished fair waiter blocks its queue. The member "#s" ('#' is
