@@ -30,16 +30,30 @@
 --          (locklib/src/sub.c).
 -- ARGV[9]  optional: "1" when the caller WAITs for replicas after the answer, so that a
 --          replay must write (acquire_replay in prelude/mint.lua); "0" (or absent) when not
+-- ARGV[10] optional: the mode, "x" (or absent) exclusive, "s" shared (prelude/shared.lua)
+-- ARGV[11] optional, decimal digits: how much longer the caller waits when answered held
+--          (its remaining wait_ms), "0" (or absent) when it does not wait: an exclusive
+--          request that waits holds new shared requests back until then (writers'
+--          preference, prelude/shared.lua)
+-- KEYS[6]  shared holders' leases fg:{R}:readers (prelude/shared.lua)
+-- KEYS[7]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
--- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
---          {0, holder_pttl_ms, holder_token}                    held by another owner, whose
---                                                               hold has that token
---          {-1, 0}   the idempotency key was used by another owner or operation
+-- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1, shared}  acquired;
+--                                     shared is 1 for a shared hold (its token may be 0)
+--          {0, holder_pttl_ms, holder_token}   held by another owner, whose hold has that
+--                                              token (0 while the lock is free but a writer
+--                                              waits first: retry within holder_pttl_ms)
+--          {-1, 0}   the idempotency key was used by another owner or operation, or by a
+--                    call of the other mode
+--          {-2, 0}   this owner holds the lock in the other mode: nothing changes
 -- Errors   "fencegate: ..." for a bad argument or an exhausted token space; nothing is
 --          written before either is found (a script error does not roll back).
 --
 -- A first acquisition mints a token by the rule of prelude/mint.lua (the floor, the lift
 -- point, TOKEN_MAX), the same code fair_acquire.lua runs.
+-- A shared acquisition (prelude/shared.lua) joins the other shared holders with their token
+-- and a lease of its own, unless an exclusive request waits (writers' preference); an
+-- exclusive one waits for every shared holder to leave.
 -- A reentrant acquisition returns the first acquisition's token and resets the lease.
 -- A replayed acquisition reports the lease it granted the first time, not this call's.
 -- A held answer marks the lock as wanted, so that its release publishes (prelude/wanted.lua).
@@ -47,7 +61,7 @@
 -- The fair queue of fair_acquire.lua is ignored on purpose: a non-fair acquisition may
 -- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
 --
--- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua shared.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/acquire.lua instead.
@@ -61,6 +75,8 @@ local others = ARGV[6] or '0'
 local supersede = mint_floor(ARGV[7] or '0')
 local hold_id = ARGV[8] or ''
 local will_wait = ARGV[9] or '0'
+local mode_arg = ARGV[10] or 'x'
+local wait_ms = mint_floor(ARGV[11] or '0')
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
@@ -68,29 +84,61 @@ end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') or
         supersede == nil or #hold_id > 16 or string.match(hold_id, '^[0-9a-f]*$') == nil or
-        (will_wait ~= '0' and will_wait ~= '1') then
+        (will_wait ~= '0' and will_wait ~= '1') or (mode_arg ~= 'x' and mode_arg ~= 's') or
+        wait_ms == nil or (mode_arg == 's' and KEYS[7] == nil) then
     return redis.error_reply('fencegate: invalid argument')
 end
 
+local shared = mode_arg == 's'
+if idem_mode_differs(KEYS[3], idem_ms, owner, shared) then
+    return {-1, 0}
+end
 local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wait == '1')
 if rec == false then
     return {-1, 0}
 elseif rec then
-    return {1, rec[1], rec[2], rec[3], 0, 1}
+    return {1, rec[1], rec[2], rec[3], 0, 1, -1, shared and 1 or 0}
 end
 
+local now = server_ms()
+local mode = live_mode(KEYS[1], KEYS[6], now)
 local token
 local holds
 local raised = 0
-if redis.call('EXISTS', KEYS[1]) == 0 then
+if mode ~= nil and redis.call('HEXISTS', KEYS[1], owner) == 1 then
+    if (mode == 's') ~= shared then
+        return {-2, 0}
+    end
+    if shared then
+        token, holds = share(KEYS[1], KEYS[2], KEYS[6], owner, lease_ms, now, hold_id)
+    else
+        holds, token = reenter(KEYS[1], owner, lease_ms)
+    end
+elseif shared and mode ~= 'x' and not writer_waits(KEYS[7], now, nil, nil) then
+    token, holds = share(KEYS[1], KEYS[2], KEYS[6], owner, lease_ms, now, hold_id)
+elseif not shared and mode == nil then
+    -- Only when left over: a DEL is the script's first write, and Redis lets a script that
+    -- has written go on writing, out of memory or not (DEL is allowed then).
+    if KEYS[6] and redis.call('EXISTS', KEYS[6]) == 1 then
+        redis.call('DEL', KEYS[6])
+    end
     token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[5], owner, floor, lease_ms, hold_id)
     if token == nil then
         return redis.error_reply('fencegate: token space exhausted')
     end
     holds = 1
-elseif redis.call('HEXISTS', KEYS[1], owner) == 1 then
-    holds, token = reenter(KEYS[1], owner, lease_ms)
+    writer_granted(KEYS[1], KEYS[7], owner, now)
 else
+    -- Held in a mode this call cannot join, or a writer waits first. A writer held by
+    -- another writer, with no reader holding or waiting, has no reader to hold back: it
+    -- registers at its first retry that meets one (prelude/shared.lua, writers' preference),
+    -- so that the hot path of exclusive locks writes nothing for the preference.
+    if shared or mode == 's' or redis.call('EXISTS', KEYS[7]) == 1 then
+        mark_waiting(KEYS[7], shared and '#s' or owner, now, wait_ms)
+    end
+    if mode == nil then
+        return {0, writer_first_retry(KEYS[7], now), 0}
+    end
     mark_wanted(KEYS[1])
     return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('HGET', KEYS[1], '#token'))}
 end
@@ -98,6 +146,11 @@ if others == '1' then
     mark_wanted(KEYS[1])
 end
 
-acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
+if shared then
+    idem_record(KEYS[3], idem_ms, 'acquire', owner, 'token', token, 'holds', holds, 'lease',
+        lease_ms, 'mode', 's')
+else
+    acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
+end
 keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms, KEYS[3], idem_ms)
-return {1, token, holds, lease_ms, raised, 0}
+return {1, token, holds, lease_ms, raised, 0, -1, shared and 1 or 0}

@@ -19,14 +19,19 @@
 -- ARGV[7]  optional: a token to supersede, "0" (or absent) for none, as in acquire.lua
 -- ARGV[8]  optional: "1" when the caller WAITs for replicas after the answer, "0" (or
 --          absent) when not, as acquire.lua's ARGV[9]
+-- ARGV[9]  optional: the mode, "x" (or absent) exclusive, "s" shared (prelude/shared.lua)
+-- KEYS[8]  shared holders' leases fg:{R}:readers (prelude/shared.lua)
+-- KEYS[9]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
--- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1}  acquired
+-- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1, shared}  acquired
 --          {0, retry_ms, position, holder_token}
 --                                   not this owner's turn: it is queued at 0-based
 --                                   position; retry within retry_ms or on a release message;
 --                                   holder_token is the holder's token, 0 when the lock is
 --                                   free (another waiter is first)
---          {-1, 0, -1}  the idempotency key was used by another owner or operation
+--          {-1, 0, -1}  the idempotency key was used by another owner or operation, or by a
+--                       call of the other mode
+--          {-2, 0, -1}  this owner holds the lock in the other mode: nothing changes
 -- Errors   "fencegate: ..." for a bad argument or an exhausted token space; neither the
 --          counter nor the base is written before either is found (a script error does not
 --          roll back).
@@ -41,6 +46,12 @@
 --   4. A free lock goes to this owner when the queue is empty or this owner is its head:
 --      the token is minted by prelude/mint.lua, the code acquire.lua runs too, and the
 --      owner leaves the queue.
+--   4'. A shared request (prelude/shared.lua) is granted, whatever its place in line, while
+--      the lock is free or held shared and no exclusive request waits ahead of it (queued
+--      before it, or waiting without the queue): consecutive shared waiters are granted
+--      together, and an exclusive one queued before them keeps them out (writers'
+--      preference). A shared waiter is queued as '#' .. owner ('#' is never in an owner id),
+--      so an exclusive request behind it waits for it to come.
 --   5. Otherwise the owner is appended to the queue unless already in it, its deadline is
 --      set to now + wait, and both queue keys expire just after the last deadline, so they
 --      vanish once everybody has left. A held lock is marked wanted (prelude/wanted.lua),
@@ -57,7 +68,7 @@
 -- replicas and the AOF store the deadlines the primary computed.
 -- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
 --
--- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua shared.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/fair_acquire.lua instead.
@@ -70,6 +81,7 @@ local wait_ms = tonumber(ARGV[5])
 local idle_ms = idle_arg(ARGV[6])
 local supersede = mint_floor(ARGV[7] or '0')
 local will_wait = ARGV[8] or '0'
+local mode_arg = ARGV[9] or 'x'
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
@@ -78,16 +90,25 @@ if not valid_owner(owner) then
 end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 or
-        idle_ms == nil or supersede == nil or (will_wait ~= '0' and will_wait ~= '1') then
+        idle_ms == nil or supersede == nil or (will_wait ~= '0' and will_wait ~= '1') or
+        (mode_arg ~= 'x' and mode_arg ~= 's') or (mode_arg == 's' and KEYS[9] == nil) then
     return redis.error_reply('fencegate: invalid argument')
 end
 
 -- 1. Replay.
+local shared = mode_arg == 's'
+local elem = owner
+if shared then
+    elem = '#' .. owner
+end
+if idem_mode_differs(KEYS[3], idem_ms, owner, shared) then
+    return {-1, 0, -1}
+end
 local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wait == '1')
 if rec == false then
     return {-1, 0, -1}
 elseif rec then
-    return {1, rec[1], rec[2], rec[3], 0, 1, -1}
+    return {1, rec[1], rec[2], rec[3], 0, 1, -1, shared and 1 or 0}
 end
 
 -- Redis before 7 must be told to replicate effects before a write follows TIME.
@@ -119,42 +140,73 @@ while head do
 end
 
 local function leave_queue()
-    redis.call('LREM', KEYS[5], 0, owner)
-    redis.call('ZREM', KEYS[6], owner)
+    redis.call('LREM', KEYS[5], 0, elem)
+    redis.call('ZREM', KEYS[6], elem)
 end
 
-local held = redis.call('EXISTS', KEYS[1]) == 1
+-- A shared grant (3 and 4'): recorded with its mode.
+local function shared_granted(token, holds)
+    leave_queue()
+    if redis.call('EXISTS', KEYS[5]) == 1 then
+        mark_wanted(KEYS[1])
+    end
+    idem_record(KEYS[3], idem_ms, 'acquire', owner, 'token', token, 'holds', holds, 'lease',
+        lease_ms, 'mode', 's')
+    keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
+    return {1, token, holds, lease_ms, 0, 0, -1, 1}
+end
+
+local mode = live_mode(KEYS[1], KEYS[8], now)
+local held = mode ~= nil
 
 -- 3. Reentry.
 if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
+    if (mode == 's') ~= shared then
+        return {-2, 0, -1}
+    end
+    if shared then
+        return shared_granted(share(KEYS[1], KEYS[2], KEYS[8], owner, lease_ms, now, ''))
+    end
     local holds, token = reenter(KEYS[1], owner, lease_ms)
     leave_queue()
     acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
     keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
-    return {1, token, holds, lease_ms, 0, 0, -1}
+    return {1, token, holds, lease_ms, 0, 0, -1, 0}
+end
+
+-- 4'. Shared: no writer ahead.
+if shared and mode ~= 'x' and not writer_waits(KEYS[9], now, KEYS[5], elem) then
+    return shared_granted(share(KEYS[1], KEYS[2], KEYS[8], owner, lease_ms, now, ''))
 end
 
 -- 4. This owner's turn: mint (prelude/mint.lua).
-if not held and (not head or head == owner) then
+if not shared and not held and (not head or head == owner) then
+    -- Only when left over: a DEL is the script's first write, and Redis lets a script that
+    -- has written go on writing, out of memory or not (DEL is allowed then).
+    if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
+        redis.call('DEL', KEYS[8])
+    end
     local token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[7], owner, floor, lease_ms, '')
     if token == nil then
         return redis.error_reply('fencegate: token space exhausted')
     end
     leave_queue()
+    writer_granted(KEYS[1], KEYS[9], owner, now)
     if redis.call('EXISTS', KEYS[5]) == 1 then
         mark_wanted(KEYS[1]) -- the others in line wait for this holder's release
     end
     acquire_record(KEYS[3], idem_ms, owner, token, 1, lease_ms)
     keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
-    return {1, token, 1, lease_ms, raised, 0, -1}
+    return {1, token, 1, lease_ms, raised, 0, -1, 0}
 end
 
 -- 5. Wait in line.
-local position = redis.call('LPOS', KEYS[5], owner)
+local position = redis.call('LPOS', KEYS[5], elem)
 if not position then
-    position = redis.call('RPUSH', KEYS[5], owner) - 1
+    position = redis.call('RPUSH', KEYS[5], elem) - 1
 end
-redis.call('ZADD', KEYS[6], now + wait_ms, owner)
+redis.call('ZADD', KEYS[6], now + wait_ms, elem)
+mark_waiting(KEYS[9], shared and '#s' or owner, now, wait_ms)
 local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
 local keep_ms = tonumber(last[2]) - now + 1
 redis.call('PEXPIRE', KEYS[5], keep_ms)
@@ -166,9 +218,12 @@ if held then
     mark_wanted(KEYS[1])
     retry_ms = redis.call('PTTL', KEYS[1])
     holder_token = tonumber(redis.call('HGET', KEYS[1], '#token')) or 0
-else
+elseif head and head ~= elem then
     -- head is another live waiter, so head_deadline >= now.
     retry_ms = math.min(head_deadline - now, HEAD_POLL_MS)
+else
+    -- A shared request at the head, refused for a writer waiting without the queue.
+    retry_ms = writer_first_retry(KEYS[9], now)
 end
 if retry_ms < 1 then
     retry_ms = 1

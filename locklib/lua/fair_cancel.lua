@@ -6,6 +6,9 @@
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}
 -- ARGV[2]  release channel fg:{R}:released
 --
+-- The owner leaves whichever way it was queued: as itself (exclusive) or as '#' .. owner
+-- (shared, fair_acquire.lua; '#' is never in an owner id).
+--
 -- Returns  {1}  the owner was queued and is not any more
 --          {0}  it was not queued: nothing changes
 -- When the owner was first in line and the lock is free, "released" is published on the
@@ -23,13 +26,14 @@ if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 
+local as_shared = '#' .. owner
 local head = redis.call('LINDEX', KEYS[2], 0)
-local removed = redis.call('LREM', KEYS[2], 0, owner)
-redis.call('ZREM', KEYS[3], owner)
+local removed = redis.call('LREM', KEYS[2], 0, owner) + redis.call('LREM', KEYS[2], 0, as_shared)
+redis.call('ZREM', KEYS[3], owner, as_shared)
 if removed == 0 then
     return {0}
 end
-if head == owner and redis.call('EXISTS', KEYS[1]) == 0 then
+if (head == owner or head == as_shared) and redis.call('EXISTS', KEYS[1]) == 0 then
     redis.call('PUBLISH', ARGV[2], 'released')
 end
 return {1}

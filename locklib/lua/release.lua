@@ -5,6 +5,8 @@
 -- ARGV[1]  owner id
 -- ARGV[2]  idempotency retention in ms, "0" for no idempotency key
 -- ARGV[3]  release channel fg:{R}:released
+-- KEYS[3]  optional: shared holders' leases fg:{R}:readers (prelude/shared.lua); needed to
+--          release a shared hold
 -- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
 --          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
@@ -36,7 +38,12 @@
 --          {-1, 0, 0}            the idempotency key was used by another owner or operation
 -- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
 --
--- Prelude: limits.lua idem.lua wanted.lua
+-- A shared holder's last hold (prelude/shared.lua) leaves the other shared holders holding:
+-- it answers released, but the lock stays, with the latest of their leases, and nothing is
+-- published. Only the release of the last shared holder deletes the lock and publishes (when
+-- wanted), which wakes the exclusive request waiting for it.
+--
+-- Prelude: limits.lua idem.lua wanted.lua shared.lua
 -- The build prepends them (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/release.lua instead.
@@ -68,6 +75,13 @@ elseif rec then
     return {tonumber(rec[1]), tonumber(rec[2]), 1}
 end
 
+local k_readers = KEYS[3]
+local shared = k_readers ~= nil and lock_mode(KEYS[1]) == 's'
+local now = 0
+if shared then
+    now = server_ms()
+    prune_readers(KEYS[1], k_readers, now)
+end
 if redis.call('HEXISTS', KEYS[1], owner) == 0 then
     return {0, redis.call('EXISTS', KEYS[1]), 0}
 end
@@ -81,6 +95,18 @@ local published = 0
 if holds <= 0 then
     holds = 0
     status = 1
+end
+if status == 1 and shared then
+    redis.call('HDEL', KEYS[1], owner)
+    redis.call('ZREM', k_readers, owner)
+    if redis.call('ZCARD', k_readers) > 0 then
+        readers_lease(KEYS[1], k_readers, now)
+        idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)
+        return {status, holds, 0, 0}
+    end
+    redis.call('DEL', k_readers)
+end
+if status == 1 then
     local wanted = is_wanted(KEYS[1])
     local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])

@@ -36,9 +36,10 @@ static void idem_args(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
 
 /* ---- acquire.lua, fair_acquire.lua ---------------------------------------------------- */
 
-/* KEYS lock, fence, idem, base, [queue, qtimeout,] recent; ARGV owner, lease, floor,
- * idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not fair)], supersede[, hold id
- * (not fair)], will_wait (min_replicas: a replay must write, for the WAIT after it). */
+/* KEYS lock, fence, idem, base, [queue, qtimeout,] recent, readers, rwait; ARGV owner, lease,
+ * floor, idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not fair)], supersede[, hold
+ * id (not fair)], will_wait (min_replicas: a replay must write, for the WAIT after it), mode
+ * ("s" shared, "x" exclusive)[, wait (not fair: how long the caller waits when held)]. */
 static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                char *err)
 {
@@ -61,7 +62,7 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     if (call->supersede < 0 || call->supersede >= LK_TOKEN_MAX) {
         return lk__errf(err, LK_EINVAL, "supersede must be 0..2^53-2");
     }
-    if (fair && (call->wait_ms < 0 || call->wait_ms > LK_WAIT_MAX_MS)) {
+    if (call->wait_ms < 0 || call->wait_ms > LK_WAIT_MAX_MS) {
         return lk__errf(err, LK_EINVAL, "wait must be 0..%d ms", LK_WAIT_MAX_MS);
     }
     lk__cmd_start(cmd, fair ? LK__SCRIPT_FAIR_ACQUIRE : LK__SCRIPT_ACQUIRE, call->resource);
@@ -74,6 +75,8 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
         lk__cmd_key(cmd, "qtimeout");
     }
     lk__cmd_key(cmd, "recent");
+    lk__cmd_key(cmd, "readers");
+    lk__cmd_key(cmd, "rwait");
     lk__cmd_arg(cmd, call->owner);
     lk__cmd_num(cmd, lease_ms);
     lk__cmd_num(cmd, call->floor);
@@ -90,6 +93,10 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
         lk__cmd_hold_id(cmd); /* built once, so every Redlock master gets the same */
     }
     lk__cmd_num(cmd, opts->min_replicas > 0);
+    lk__cmd_arg(cmd, call->shared ? "s" : "x");
+    if (!fair) {
+        lk__cmd_num(cmd, call->wait_ms);
+    }
     return LK_OK;
 }
 
@@ -98,6 +105,9 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
     long long code = lk__int_at(reply, 0);
     if (code == 1) {
         return lk__read_acquired(err, reply, &call->res);
+    }
+    if (code == -2) {
+        return LK_WRONG_MODE;
     }
     if (code == 0) {
         call->res.ttl_ms = lk__int_at(reply, 1);
@@ -114,8 +124,9 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
 
 /* ---- release.lua, renew.lua ----------------------------------------------------------- */
 
-/* KEYS lock, idem; ARGV owner, idem_ttl, channel, undo (release.lua) or KEYS lock, idem,
- * fence, base, recent; ARGV owner, lease, idem_ttl, token_key_idle_ttl (renew.lua). A release
+/* KEYS lock, idem, readers; ARGV owner, idem_ttl, channel, undo (release.lua) or KEYS lock,
+ * idem, fence, base, recent, readers; ARGV owner, lease, idem_ttl, token_key_idle_ttl
+ * (renew.lua). A release
  * with supersede set undoes an acquisition: idem is that acquisition's key, and the release
  * itself keeps no record (idem_ttl 0). */
 static lk_status build_owner_call(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
@@ -144,6 +155,7 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
         lk__cmd_key(cmd, "base");
         lk__cmd_key(cmd, "recent");
     }
+    lk__cmd_key(cmd, "readers");
     lk__cmd_arg(cmd, call->owner);
     if (renew) {
         lk__cmd_num(cmd, call->lease_ms);
@@ -183,6 +195,9 @@ static lk_status decode_renew(lk_call *call, const redisReply *reply, char *err)
     /* The lease granted: on a replay, the first answer's, whatever this retry asked for. */
     call->res.ttl_ms = lk__int_at(reply, 3);
     if (code == 1) {
+        if (call->res.token == 0 && lk__int_at(reply, 4) == 1) {
+            return LK_RENEWED; /* a shared hold before any token was minted */
+        }
         lk_status st = lk__check_token(err, call->res.token, "renew");
         return st == LK_OK ? LK_RENEWED : st;
     }
@@ -238,16 +253,17 @@ static lk_status decode_token_check(lk_call *call, const redisReply *reply, char
     return LK_OK;
 }
 
-/* KEYS lock, fence, queue. */
+/* KEYS lock, fence, queue, readers. */
 static lk_status build_status(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                               char *err)
 {
-    static const char *const keys[] = {"lock", "fence", "queue", NULL};
+    static const char *const keys[] = {"lock", "fence", "queue", "readers", NULL};
     (void)opts;
     return start_with_keys(call, 0, cmd, err, LK__SCRIPT_STATUS, keys);
 }
 
-/* {locked, token, holds, pttl_ms, last_token, queued}; queued goes to res.queue_pos. */
+/* {locked, token, holds, pttl_ms, last_token, queued, shared, holders}; queued goes to
+ * res.queue_pos, shared to res.shared. */
 static lk_status decode_status(lk_call *call, const redisReply *reply, char *err)
 {
     (void)err;
@@ -257,6 +273,8 @@ static lk_status decode_status(lk_call *call, const redisReply *reply, char *err
     call->res.ttl_ms = lk__int_at(reply, 3);
     call->last = lk__int_at(reply, 4);
     call->res.queue_pos = (int)lk__int_at(reply, 5);
+    call->res.shared = (int)lk__int_at(reply, 6);
+    call->holders = lk__int_at(reply, 7);
     return LK_OK;
 }
 
@@ -350,6 +368,7 @@ void lk__call_reset(lk_call *call)
     call->err[0] = '\0';
     call->base = call->last = 0;
     call->recent = 0;
+    call->holders = 0;
 }
 
 lk_status lk__read_acquired(char *err, const redisReply *reply, lk_result *res)
@@ -359,6 +378,10 @@ lk_status lk__read_acquired(char *err, const redisReply *reply, lk_result *res)
     res->ttl_ms = lk__int_at(reply, 3);
     res->floor_raised = (int)lk__int_at(reply, 4);
     res->replayed = (int)lk__int_at(reply, 5);
+    res->shared = lk__int_at(reply, 7) == 1;
+    if (res->shared && res->token == 0) {
+        return LK_ACQUIRED; /* shared before any token was minted: the current token is 0 */
+    }
     return lk__check_token(err, res->token, "acquire") == LK_OK ? LK_ACQUIRED : LK_EREDIS;
 }
 

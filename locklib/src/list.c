@@ -227,6 +227,8 @@ lk_status lk_list_locks(lk_client *c, const char *prefix, const char *after, siz
         e->holds = call->res.holds;
         e->ttl_ms = call->res.ttl_ms;
         e->queued = call->res.queue_pos > 0 ? call->res.queue_pos : 0;
+        e->shared = call->res.shared;
+        e->holders = call->holders;
     }
     if (st == LK_OK) {
         *n = held;

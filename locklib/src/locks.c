@@ -260,6 +260,8 @@ lk_status lk_lock_status(lk_client *c, const char *resource, lk_lock_info *info)
     info->holds = call.res.holds;
     info->ttl_ms = call.res.ttl_ms;
     info->last_token = call.last;
+    info->shared = call.res.shared;
+    info->holders = call.holders;
     return LK_OK;
 }
 

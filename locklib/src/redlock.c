@@ -150,6 +150,7 @@ static void merge_res(int n, const lk__rl_node *nodes, lk_status st, lk_result *
         res->holds = r->holds > res->holds ? r->holds : res->holds;
         res->replayed |= r->replayed;
         res->floor_raised |= r->floor_raised;
+        res->shared |= r->shared;
     }
 }
 
@@ -190,6 +191,7 @@ lk__rl_next lk__rl_combine_acquire(int n, const lk__rl_node *nodes, int64_t ttl_
     int granted = count_st(n, nodes, LK_ACQUIRED);
     int refused = count_st(n, nodes, LK_EIDEMPOTENCY);
     int held = count_st(n, nodes, LK_HELD);
+    int wrong_mode = count_st(n, nodes, LK_WRONG_MODE);
     int64_t validity_ms = lk__rl_validity_ms(ttl_ms, elapsed_ms);
 
     out_init(out);
@@ -198,6 +200,16 @@ lk__rl_next lk__rl_combine_acquire(int n, const lk__rl_node *nodes, int64_t ttl_
         merge_res(n, nodes, LK_ACQUIRED, &out->res);
         out->res.ttl_ms = validity_ms;
         return LK__RL_WRITE_BACK;
+    }
+    if (wrong_mode > 0) {
+        /* This owner holds the lock in the other mode: the undo below would release that
+         * hold (release.lua frees any hold of the owner), so nothing is undone. A node that
+         * granted the asked mode anyway (a minority that lost the other hold) keeps it
+         * until its lease ends, as any minority hold. */
+        out->st = lk__errf(out->err, LK_WRONG_MODE,
+                           "this owner holds the lock in the other mode (%d of %d nodes)",
+                           wrong_mode, n);
+        return LK__RL_ANSWER;
     }
     /* Not granted. Every node that may hold it for us is freed, those that did not answer
      * too: they may have run the acquisition and lost the reply. */
@@ -407,6 +419,8 @@ lk__rl_next lk__rl_combine_status(int n, const lk__rl_node *nodes, lk__rl_out *o
         }
         out->res.token = r->token > out->res.token ? r->token : out->res.token;
         out->res.holds = r->holds > out->res.holds ? r->holds : out->res.holds;
+        out->res.shared |= r->shared;
+        out->holders = nodes[i].holders > out->holders ? nodes[i].holders : out->holders;
         if (out->res.ttl_ms < 0 || r->ttl_ms < out->res.ttl_ms) {
             out->res.ttl_ms = r->ttl_ms;
         }

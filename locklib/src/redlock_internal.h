@@ -59,6 +59,7 @@ typedef struct lk__rl_node {
     lk_result res;      /* token, holds, ttl_ms, replayed, floor_raised as decoded */
     int64_t base, last; /* TOKEN_CHECK: the node's issued range (base, last] */
     int recent;         /* TOKEN_CHECK */
+    int64_t holders;    /* status: the node's holder count */
 } lk__rl_node;
 
 /* What the transport does after a combiner, before it answers. */
@@ -76,6 +77,7 @@ typedef struct lk__rl_out {
     lk_result res;
     int64_t base, last; /* TOKEN_CHECK */
     int recent;         /* TOKEN_CHECK */
+    int64_t holders;    /* status */
     char err[LK__ERR_LEN];
 } lk__rl_out;
 

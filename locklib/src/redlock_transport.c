@@ -409,6 +409,7 @@ static void fan_done(void *ctx, size_t j, lk_status st, redisReply *reply)
         f->out[at].base = scratch.base;
         f->out[at].last = scratch.last;
         f->out[at].recent = scratch.recent;
+        f->out[at].holders = scratch.holders;
     }
     if (f->out != NULL) {
         f->out[at].st = st;
@@ -797,6 +798,7 @@ static void answer(lk__transport *t, size_t i, const lk__cmd *cmd, const lk__rl_
         cmd->out->base = out->base;
         cmd->out->last = out->last;
         cmd->out->recent = out->recent;
+        cmd->out->holders = out->holders;
     }
     done(ctx, i, out->st, NULL);
 }

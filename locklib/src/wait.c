@@ -236,9 +236,25 @@ static void ws_end(waitsub *w, int subscribed)
     }
 }
 
-lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
-                          int64_t lease_ms, int64_t floor, const char *idem_key,
-                          int64_t wait_ms, lk_result *res)
+/* One attempt of acquire_wait(): wait_ms is how much longer the caller waits if held. */
+static lk_status attempt(lk_client *c, const char *resource, const char *owner,
+                         int64_t lease_ms, int64_t floor, const char *idem_key, int shared,
+                         int64_t wait_ms, lk_result *res)
+{
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = resource, .owner = owner,
+                    .idem_key = idem_key, .lease_ms = lease_ms, .floor = floor,
+                    .wait_ms = wait_ms <= 0 ? 0 : wait_ms < LK_WAIT_MAX_MS ? wait_ms
+                                                                           : LK_WAIT_MAX_MS,
+                    .shared = shared};
+    lk_call *one[1] = {&call};
+    lk_call_many(c, one, 1);
+    *res = call.res;
+    return call.status;
+}
+
+static lk_status acquire_wait(lk_client *c, const char *resource, const char *owner,
+                              int64_t lease_ms, int64_t floor, const char *idem_key,
+                              int64_t wait_ms, int shared, lk_result *res)
 {
     char channel[LK__KEY_MAX];
     lk_status st;
@@ -246,7 +262,7 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
     int64_t settle_until = 0, nap = 10; /* a release on its way (the file head) */
 
     if (wait_ms <= 0) {
-        return lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
+        return attempt(c, resource, owner, lease_ms, floor, idem_key, shared, 0, res);
     }
     if (lk_channel_name(resource, channel, sizeof channel) != LK_OK) {
         memset(res, 0, sizeof *res);
@@ -255,7 +271,8 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
     int64_t deadline = lk__now_ms() + wait_ms;
     int subscribed = ws_subscribe(&w, deadline);
     for (;;) {
-        st = lk_acquire(c, resource, owner, lease_ms, floor, idem_key, res);
+        st = attempt(c, resource, owner, lease_ms, floor, idem_key, shared,
+                     deadline - lk__now_ms(), res);
         if (st != LK_HELD) {
             break;
         }
@@ -290,4 +307,18 @@ lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
     }
     ws_end(&w, subscribed);
     return st;
+}
+
+lk_status lk_acquire_wait(lk_client *c, const char *resource, const char *owner,
+                          int64_t lease_ms, int64_t floor, const char *idem_key,
+                          int64_t wait_ms, lk_result *res)
+{
+    return acquire_wait(c, resource, owner, lease_ms, floor, idem_key, wait_ms, 0, res);
+}
+
+lk_status lk_acquire_shared(lk_client *c, const char *resource, const char *owner,
+                            int64_t lease_ms, int64_t floor, const char *idem_key,
+                            int64_t wait_ms, lk_result *res)
+{
+    return acquire_wait(c, resource, owner, lease_ms, floor, idem_key, wait_ms, 1, res);
 }

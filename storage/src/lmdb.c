@@ -201,6 +201,9 @@ static int open_dbs_and_ledger(store__lmdb *s)
         rc = mdb_dbi_open(txn, "meta", MDB_CREATE, &s->meta);
     }
     if (rc == 0) {
+        rc = mdb_dbi_open(txn, "shared", MDB_CREATE, &s->shared);
+    }
+    if (rc == 0) {
         rc = mdb_get(txn, s->meta, &key, &val);
         if (rc == 0 && val.mv_size == 8 && get_u64_val(&val) < STORE__TOKEN_LIMIT) {
             prev = get_u64_val(&val);

@@ -1,7 +1,8 @@
 /*
  * LMDB: token-checked writes, one group-commit batch (group.h) per write transaction.
  *
- * The batch's requests (writes, fenced deletes, and transactions of several) run in one LMDB
+ * The batch's requests (writes, fenced deletes, transactions of several, and shared marks,
+ * store_grant_req.shared, kept per resource in the "shared" database) run in one LMDB
  * write transaction that commits once (one fsync).
  * Inside it each request is checked against the state left by the requests before it, so two
  * writes to one resource in one batch are ordered like two transactions. A STALE or
@@ -24,9 +25,55 @@
 
 #include "lmdb_private.h"
 
-/* Reads r's record into *rec and checks r's token against it (store__check_token):
- * r->status is ACCEPTED when r may be written (nothing written yet), else the refusal or
- * the read's error. rec's value is not kept: put() replaces it. */
+/* Reads resource's shared mark into *mark (0 when none). Returns an MDB error, or 0. */
+static int read_mark(store__lmdb *s, MDB_txn *txn, const char *resource, uint64_t *mark)
+{
+    MDB_val key = {strlen(resource), (void *)resource};
+    MDB_val val;
+    int rc = mdb_get(txn, s->shared, &key, &val);
+
+    *mark = 0;
+    if (rc == MDB_NOTFOUND) {
+        return 0;
+    }
+    if (rc != 0) {
+        return rc;
+    }
+    if (val.mv_size != 8) {
+        return MDB_CORRUPTED; /* never guess a mark: a low one would let a reader's token write */
+    }
+    const unsigned char *p = val.mv_data;
+    for (int i = 7; i >= 0; i--) {
+        *mark = (*mark << 8) | p[i];
+    }
+    return 0;
+}
+
+/* Raises g's resource's shared mark to g's token (no change when it is there already).
+ * Returns the MDB error of the put (0 when nothing failed); *changed: something to commit. */
+static int apply_mark(store__lmdb *s, MDB_txn *txn, store_grant_req *g, int *changed)
+{
+    uint64_t mark = 0;
+    int rc = read_mark(s, txn, g->resource, &mark);
+
+    *changed = 0;
+    if (rc == 0 && mark < g->token) {
+        unsigned char buf[8];
+        MDB_val key = {strlen(g->resource), (void *)g->resource};
+        MDB_val val = {sizeof buf, buf};
+        for (int i = 0; i < 8; i++) {
+            buf[i] = (unsigned char)(g->token >> (8 * i));
+        }
+        rc = mdb_put(txn, s->shared, &key, &val, 0);
+        *changed = rc == 0;
+    }
+    g->status = rc == 0 ? STORE_OK : store__mdb_status(rc);
+    return rc;
+}
+
+/* Reads r's record into *rec and checks r's token against it and the shared mark
+ * (store__check_token): r->status is ACCEPTED when r may be written (nothing written yet),
+ * else the refusal or the read's error. rec's value is not kept: put() replaces it. */
 static void check(store__lmdb *s, MDB_txn *txn, store_write_req *r, store__record *rec)
 {
     MDB_val key = {strlen(r->resource), (void *)r->resource};
@@ -43,8 +90,17 @@ static void check(store__lmdb *s, MDB_txn *txn, store_write_req *r, store__recor
         r->status = STORE_EIO; /* never overwrite a record we cannot read */
         return;
     }
+    uint64_t mark = 0;
+    rc = read_mark(s, txn, r->resource, &mark);
+    if (rc != 0) {
+        r->status = store__mdb_status(rc);
+        return;
+    }
     r->res.highest_token = rec->highest_token;
-    r->status = store__check_token(r->token, rec->highest_token, r->last_issued);
+    r->status = store__check_token(r->token, rec->highest_token, r->last_issued, mark);
+    if (r->status == STORE_NOT_EXCLUSIVE) {
+        r->res.shared_mark = mark;
+    }
 }
 
 /* Puts r's new record over rec (checked ACCEPTED): its value, or a tombstone that keeps the
@@ -54,6 +110,7 @@ static int put(store__lmdb *s, MDB_txn *txn, store_write_req *r, store__record *
     MDB_val key = {strlen(r->resource), (void *)r->resource};
     MDB_val val;
 
+    r->res.shared_mark = 0;
     rec->highest_token = r->token;
     rec->token = r->token;
     rec->version++;
@@ -113,6 +170,10 @@ static int apply_txn(store__lmdb *s, MDB_txn *txn, store_txn *t)
 /* Answers every write of op with st (nothing of it happened). */
 static void fail_op(store__op *o, store_status st)
 {
+    if (o->g != NULL) {
+        o->g->status = st;
+        return;
+    }
     if (o->t == NULL) {
         o->w->status = st;
         memset(&o->w->res, 0, sizeof o->w->res);
@@ -139,7 +200,11 @@ static int run_txn(store__lmdb *s, store__op *first, store__op *end, store__coun
             fail_op(o, store__mdb_status(rc));
             continue;
         }
-        if (o->t != NULL) {
+        if (o->g != NULL) {
+            int changed = 0;
+            rc = apply_mark(s, txn, o->g, &changed); /* only shared marks queue here */
+            accepted |= changed;
+        } else if (o->t != NULL) {
             rc = apply_txn(s, txn, o->t);
             count += o->t->n;
             accepted |= o->t->status == STORE_ACCEPTED;

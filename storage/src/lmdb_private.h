@@ -14,6 +14,8 @@ typedef struct store__lmdb {
     MDB_env *env;
     MDB_dbi resources;          /* resource name -> store__record */
     MDB_dbi meta;               /* "ledger.ceiling" -> u64 */
+    MDB_dbi shared;             /* resource name -> u64 shared mark (little-endian): the
+                                 * largest token granted in shared mode for it */
     store_options opts;
     int lock_fd;                /* DIR/fencegate.lock, flocked until store_close */
 

@@ -128,6 +128,7 @@ static store_status pg_list(void *impl, const char *after, store_entry *entries,
     PGresult *res = run(p,
                         "SELECT resource, highest_token, version, octet_length(value)::bigint, "
                         "deleted FROM fencegate_resources WHERE resource > $1 "
+                        "AND (version > 0 OR highest_token > 0) "
                         "ORDER BY resource LIMIT $2::bigint",
                         2, vals, NULL, NULL, 1, &st);
     for (int i = 0; res != NULL && i < PQntuples(res) && (size_t)i < max; i++) {

@@ -14,7 +14,10 @@
  *    boolean); a CTE reads the highest in the same statement for the STALE answer when no
  *    row came back;
  *  - a grant is INSERT ... ON CONFLICT (resource) DO UPDATE SET token = excluded.token
- *    WHERE ledger.token < excluded.token RETURNING: granted only above every recorded token.
+ *    WHERE ledger.token < excluded.token RETURNING: granted only above every recorded token;
+ *  - a shared mark raises the resource row's shared_mark, and a write's WHERE also requires
+ *    r.shared_mark < excluded.token: both take the resource row's lock, so a write is
+ *    checked against every mark committed before it, and a mark waits for a write in flight.
  * Inside the transaction each statement sees the ones before it (READ COMMITTED takes a new
  * snapshot per statement), so two requests for one resource in one batch are ordered like two
  * transactions. The statements are sent sorted by (table, resource, arrival): the order per
@@ -68,11 +71,26 @@ static const char WRITE_SQL[] =
     "  token = excluded.token, value = excluded.value, content_type = excluded.content_type,"
     "  version = r.version + 1, written_at_ms = excluded.written_at_ms,"
     "  deleted = excluded.deleted"
-    "  WHERE r.highest_token <= excluded.token"
+    "  WHERE r.highest_token <= excluded.token AND r.shared_mark < excluded.token"
     " RETURNING r.version, r.highest_token)"
-    " SELECT true, version, highest_token FROM up"
-    " UNION ALL SELECT false, 0, coalesce((SELECT highest_token FROM fencegate_resources"
-    "  WHERE resource = $1::text), 0) WHERE NOT EXISTS (SELECT 1 FROM up)";
+    " SELECT true, version, highest_token, 0::bigint FROM up"
+    " UNION ALL SELECT false, 0, coalesce(h.highest_token, 0), coalesce(h.shared_mark, 0)"
+    "  FROM (SELECT 1) one LEFT JOIN fencegate_resources h ON h.resource = $1::text"
+    "  WHERE NOT EXISTS (SELECT 1 FROM up)";
+
+/* A shared mark: raises the resource's shared_mark to the token under the row's lock (a row
+ * of version 0 and highest 0 for a resource never written), so a write of the same row
+ * either committed before it or is checked against it. */
+static const char MARK_SQL[] =
+    "WITH m AS ("
+    " INSERT INTO fencegate_resources AS r"
+    "  (resource, highest_token, token, value, content_type, version, written_at_ms, deleted,"
+    "   shared_mark)"
+    " VALUES ($1::text, 0, 0, ''::bytea, '', 0, 0, true, $2::bigint)"
+    " ON CONFLICT (resource) DO UPDATE SET shared_mark = excluded.shared_mark"
+    "  WHERE r.shared_mark < excluded.shared_mark"
+    " RETURNING 1)"
+    " SELECT true, count(*) FROM m";
 
 static const char GRANT_SQL[] =
     "WITH g AS ("
@@ -86,12 +104,20 @@ static const char GRANT_SQL[] =
     " UNION ALL SELECT false, coalesce((SELECT token FROM fencegate_ledger"
     "  WHERE resource = $1::text), 0) WHERE NOT EXISTS (SELECT 1 FROM g)";
 
-/* Sending order: writes before grants, then by resource in byte order, then arrival. */
+/* 1 for an op on fencegate_ledger (a grant), 0 for one on fencegate_resources (a write or a
+ * shared mark). */
+static int op_table(const store__op *op)
+{
+    return op->w == NULL && !op->g->shared;
+}
+
+/* Sending order: writes and shared marks before grants (by table), then by resource in byte
+ * order, then arrival. */
 static int by_lock_order(const void *x, const void *y)
 {
     const store__op *a = *(store__op *const *)x, *b = *(store__op *const *)y;
-    if ((a->w == NULL) != (b->w == NULL)) {
-        return a->w == NULL ? 1 : -1;
+    if (op_table(a) != op_table(b)) {
+        return op_table(a) - op_table(b);
     }
     int c = strcmp(op_resource(a), op_resource(b));
     if (c != 0) {
@@ -118,6 +144,10 @@ static int send_op(PGconn *conn, store__op *op)
 {
     char token[24], now[24];
     snprintf(token, sizeof token, "%llu", (unsigned long long)op_token(op));
+    if (op->w == NULL && op->g->shared) {
+        const char *const vals[] = {op->g->resource, token};
+        return PQsendQueryPrepared(conn, "fg_mark", 2, vals, NULL, NULL, 0) ? 0 : -1;
+    }
     if (op->w == NULL) {
         /* No holder is SQL NULL, which equals nothing: only a larger token is granted. */
         const char *const vals[] = {op->g->resource, token, (const char *)op->g->holder};
@@ -142,6 +172,10 @@ static int send_op(PGconn *conn, store__op *op)
 /* Reads op's answer from its result row (not yet final: the commit decides). */
 static void take_row(store__op *op, const PGresult *res)
 {
+    if (op->w == NULL && op->g->shared) {
+        op->g->status = STORE_OK; /* raised, or at or above the token already */
+        return;
+    }
     int hit = PQntuples(res) == 1 && PQgetvalue(res, 0, 0)[0] == 't';
     if (op->w == NULL) {
         uint64_t recorded = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
@@ -152,11 +186,15 @@ static void take_row(store__op *op, const PGresult *res)
     store_write_req *w = op->w;
     uint64_t version = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 1), NULL, 10) : 0;
     uint64_t highest = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 2), NULL, 10) : 0;
+    uint64_t mark = PQntuples(res) == 1 ? strtoull(PQgetvalue(res, 0, 3), NULL, 10) : 0;
     memset(&w->res, 0, sizeof w->res);
     w->res.highest_token = highest;
     if (hit) {
         w->status = STORE_ACCEPTED;
         w->res.version = version;
+    } else if (w->token >= highest && w->token <= w->last_issued && w->token <= mark) {
+        w->status = STORE_NOT_EXCLUSIVE;
+        w->res.shared_mark = mark;
     } else if (w->token <= w->last_issued || w->token < highest) {
         /* Fenced by the WHERE, or below the highest although never issued: stale first. */
         w->status = STORE_STALE;
@@ -242,8 +280,8 @@ static void fence_by_ledger(store__op **ops, size_t n, const PGresult *res)
     }
 }
 
-/* Step 1 of run_pipeline: sends the two statements' Parse when this session has not yet
- * (prepares 2), BEGIN, every statement, COMMIT (unless commit is 0: a transaction whose
+/* Step 1 of run_pipeline: sends the three statements' Parse when this session has not yet
+ * (prepares 3), BEGIN, every statement, COMMIT (unless commit is 0: a transaction whose
  * commit waits for its rows) and a Sync, and flushes. 0, or -1 when the connection
  * failed. */
 static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepares,
@@ -253,7 +291,8 @@ static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepare
         return -1;
     }
     if (prepares > 0 && (!PQsendPrepare(conn, "fg_write", WRITE_SQL, 7, NULL) ||
-                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 3, NULL))) {
+                         !PQsendPrepare(conn, "fg_grant", GRANT_SQL, 3, NULL) ||
+                         !PQsendPrepare(conn, "fg_mark", MARK_SQL, 2, NULL))) {
         return -1;
     }
     if (!PQsendQueryParams(conn, "BEGIN", 0, NULL, NULL, NULL, NULL, 0)) {
@@ -336,7 +375,7 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
                                 store_txn *t, char *sqlstate)
 {
     int64_t deadline = store__pg_now_ms() + p->timeout_ms;
-    size_t prepares = c->prepared ? 0 : 2;
+    size_t prepares = c->prepared ? 0 : 3;
     int lost = 0;
 
     sqlstate[0] = '\0';
@@ -372,7 +411,8 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
 }
 
 /* After the commit: a STALE answer whose highest, read from the statement's snapshot, is not
- * above the refused token re-reads the highest, which can only have grown since. */
+ * above the refused token re-reads the highest, which can only have grown since (and, for a
+ * write, the shared mark, which may be what refused it). */
 static void fix_stale_highest(store__pg *p, store__pgconn *c, store__op *op)
 {
     char sqlstate[6];
@@ -393,10 +433,16 @@ static void fix_stale_highest(store__pg *p, store__pgconn *c, store__op *op)
     PGresult *res = store__pg_exec(
         p, c,
         grant ? "SELECT token FROM fencegate_ledger WHERE resource = $1"
-              : "SELECT highest_token FROM fencegate_resources WHERE resource = $1",
+              : "SELECT highest_token, shared_mark FROM fencegate_resources WHERE resource = $1",
         1, vals, NULL, NULL, 0, &rc, sqlstate);
     if (res != NULL && PQntuples(res) == 1) {
         *highest = strtoull(PQgetvalue(res, 0, 0), NULL, 10);
+        uint64_t mark = grant ? 0 : strtoull(PQgetvalue(res, 0, 1), NULL, 10);
+        if (!grant && *highest <= op->w->token && mark >= op->w->token) {
+            /* Refused by a shared mark committed after the statement's snapshot. */
+            op->w->status = STORE_NOT_EXCLUSIVE;
+            op->w->res.shared_mark = mark;
+        }
     } else {
         fail_op(op, STORE_EIO); /* the refusal stands, but its highest is unknown */
     }

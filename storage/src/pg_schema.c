@@ -14,6 +14,10 @@
  *     version       bigint NOT NULL    +1 for every accepted write and delete
  *     written_at_ms bigint NOT NULL    wall clock of the writing gateway
  *     deleted       boolean NOT NULL   tombstone: value gone, highest_token kept
+ *     shared_mark   bigint NOT NULL    (v3) the largest token granted in shared mode; a
+ *                                      write at or below it is NOT_EXCLUSIVE. A mark of a
+ *                                      resource never written makes a row of version 0 and
+ *                                      highest 0, which store_list() does not show
  *
  *   fencegate_ledger                  store_grant(): the highest token granted per resource
  *     resource      text COLLATE "C" PRIMARY KEY
@@ -61,6 +65,9 @@ static const char *const migrations[] = {
     /* 2: who holds the recorded grant (store_grant_as), so that a re-entry or a replay of
      * the same grant is told from the same number granted to someone else. */
     "ALTER TABLE fencegate_ledger ADD COLUMN holder bytea",
+    /* 3: each resource's shared mark (store_grant_req.shared), checked by every write in the
+     * statement that writes, under the row's lock. */
+    "ALTER TABLE fencegate_resources ADD COLUMN shared_mark bigint NOT NULL DEFAULT 0",
 };
 
 #define SCHEMA_VERSION ((int)(sizeof migrations / sizeof migrations[0]))

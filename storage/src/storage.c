@@ -427,7 +427,8 @@ void store_run_many(store *s, store_grant_req *const *grants, size_t ng,
             g->status = STORE_INVALID;
         } else {
             g->status = STORE_OK;
-            if (queue_grants) {
+            /* A shared mark is checked by the writes of the batch: it always queues. */
+            if (queue_grants || g->shared) {
                 ops[nw + i] = (store__op){.g = g};
                 chain(&ops[nw + i], &first, &last);
             } else {
@@ -454,7 +455,7 @@ void store_run_many(store *s, store_grant_req *const *grants, size_t ng,
         }
         for (size_t i = 0; direct > 0 && i < ng; i++) {
             store_grant_req *g = grants[i];
-            if (g->status == STORE_OK) {
+            if (g->status == STORE_OK && !g->shared) {
                 g->status = s->ops->grant(s->impl, g->resource, g->token, g->holder,
                                           &g->highest);
             }

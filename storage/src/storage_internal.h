@@ -46,24 +46,48 @@ int store__valid_content_type(const char *s);
  * NULL data with a length, or a bad content type; TOO_LARGE over max_value_bytes; else OK. */
 store_status store__validate_write(const store_write_req *r, size_t max_value_bytes);
 
-/* The token rule of every write, given the highest token that has written the resource:
- * STALE for a token below it (first: after Redis lost its counter, last_issued reads low,
- * and a real old token must be told it was fenced off, not that it was never issued);
- * UNKNOWN_TOKEN for a token above last_issued (a forged or mistyped token must not raise
- * the high-water mark and lock the real holders out); otherwise ACCEPTED (it may write). */
+/* The token rule of every write, given the highest token that has written the resource
+ * and its shared mark: STALE for a token below the highest (first: after Redis lost its
+ * counter, last_issued reads low, and a real old token must be told it was fenced off, not
+ * that it was never issued); UNKNOWN_TOKEN for a token above last_issued (a forged or
+ * mistyped token must not raise the high-water mark and lock the real holders out);
+ * NOT_EXCLUSIVE for a token at or below the shared mark (it was granted to readers);
+ * otherwise ACCEPTED (it may write). */
 static inline store_status store__check_token(uint64_t token, uint64_t highest,
-                                              uint64_t last_issued)
+                                              uint64_t last_issued, uint64_t shared_mark)
 {
     if (token < highest) {
         return STORE_STALE;
     }
-    return token > last_issued ? STORE_UNKNOWN_TOKEN : STORE_ACCEPTED;
+    if (token > last_issued) {
+        return STORE_UNKNOWN_TOKEN;
+    }
+    return token <= shared_mark ? STORE_NOT_EXCLUSIVE : STORE_ACCEPTED;
+}
+
+/* How a transaction's answer ranks a write's (store__txn_verdict): the higher wins. */
+static inline int refusal_rank(store_status st)
+{
+    switch (st) {
+    case STORE_ACCEPTED:
+    case STORE_OK:
+        return 0;
+    case STORE_NOT_EXCLUSIVE:
+        return 1;
+    case STORE_UNKNOWN_TOKEN:
+        return 2;
+    case STORE_STALE:
+        return 3;
+    default:
+        return 4; /* a failure */
+    }
 }
 
 /* A transaction's verdict from its writes' answers (each ACCEPTED when its check passed):
  * ACCEPTED when every write passed; otherwise a failed write's error, else STALE, else
- * UNKNOWN_TOKEN, and each write that passed then says OK (it was not written). Sets and
- * returns t->status; made again on those answers, it says the same. Both backends decide with it whether to commit. */
+ * UNKNOWN_TOKEN, else NOT_EXCLUSIVE, and each write that passed then says OK (it was not
+ * written). Sets and returns t->status; made again on those answers, it says the same.
+ * Both backends decide with it whether to commit. */
 static inline store_status store__txn_verdict(store_txn *t)
 {
     store_status v = STORE_ACCEPTED;
@@ -72,9 +96,9 @@ static inline store_status store__txn_verdict(store_txn *t)
         if (st == STORE_ACCEPTED || st == STORE_OK) {
             continue; /* OK: passed, in a verdict made before */
         }
-        /* A failure outranks a refusal, and a stale token an unknown one. */
-        if (v == STORE_ACCEPTED || v == STORE_UNKNOWN_TOKEN ||
-            (v == STORE_STALE && st != STORE_UNKNOWN_TOKEN)) {
+        /* A failure outranks a refusal, a stale token an unknown one, and an unknown
+         * token one that is not exclusive. */
+        if (v == STORE_ACCEPTED || refusal_rank(st) > refusal_rank(v)) {
             v = st;
         }
     }

@@ -118,9 +118,15 @@ static long series_before(const series *s, const char *resource, int64_t t_ns)
     return (long)lo - 1;
 }
 
+/* An exclusive grant: shared ones (invariant 13) share their token and their time. */
 static int is_grant(const fh_op *op)
 {
-    return op->kind == FH_LOCK && op->status == 200;
+    return op->kind == FH_LOCK && op->status == 200 && (op->flags & FH_F_SHARED) == 0;
+}
+
+static int is_shared_grant(const fh_op *op)
+{
+    return op->kind == FH_LOCK && op->status == 200 && (op->flags & FH_F_SHARED) != 0;
 }
 
 static int is_acked_write(const fh_op *op)
@@ -248,6 +254,20 @@ static void check_write(const ctx *c, const series *grants, const series *acked,
     c->res->fenced++;
     if (a == NULL)
         c->res->superseded++;
+}
+
+/* 14: a write is never accepted with a token granted in shared mode: once a shared grant of
+ * token T on its resource was answered before the write started, a write with a token at or
+ * below T is refused (409 not_exclusive, or stale_token when it is below T). */
+static void check_shared_write(const ctx *c, const series *shared, const fh_op *w)
+{
+    long k = w->status == 200 ? series_before(shared, w->resource, w->start_ns) : -1;
+    if (k < 0)
+        return;
+    const fh_op *g = shared->ops[shared->max_token[k]];
+    if (g->token > 0 && g->token >= w->token)
+        violation(c, 15, "a write was answered 200 with a token at or below one granted in "
+                  "shared mode before it started", g, w);
 }
 
 /* 10: a fenced read is refused once a grant of a larger token had been answered before it
@@ -483,11 +503,13 @@ static int by_start(const void *a, const void *b)
     return x->from_ns < y->from_ns ? -1 : x->from_ns > y->from_ns;
 }
 
-static void check_windows(const ctx *c, const series *grants)
+/* The lease windows of grants, sorted by resource and start (free them); NULL when out of
+ * memory. */
+static window *windows_of(const ctx *c, const series *grants)
 {
     window *w = calloc(grants->n + 1, sizeof *w);
     if (w == NULL)
-        return;
+        return NULL;
     for (size_t i = 0; i < grants->n; i++) {
         const fh_op *g = grants->ops[i];
         w[i].grant = g;
@@ -548,13 +570,21 @@ static void check_windows(const ctx *c, const series *grants)
                 w[i].to_ns = f->start_ns;
         }
     }
+    qsort(w, grants->n, sizeof *w, by_start);
+    return w;
+}
+
+static void check_windows(const ctx *c, const series *grants)
+{
+    window *w = windows_of(c, grants);
+    if (w == NULL)
+        return;
     /* In order of start, per resource: the window reaching furthest (a) and the furthest of
      * the other owners' (b). A window overlaps an earlier one of another owner exactly when
      * one of these two reaches past its start; comparing neighbours only would miss a long
      * lease followed by a short one of its own owner. An empty window (answered after its
      * start + ttl_ms: the client was frozen, or the answer slow, past its whole lease) is no
      * lease from the client's view and overlaps nothing. */
-    qsort(w, grants->n, sizeof *w, by_start);
     const window *a = NULL, *b = NULL;
     for (size_t i = 0; i < grants->n; i++) {
         const window *x = &w[i];
@@ -578,6 +608,40 @@ static void check_windows(const ctx *c, const series *grants)
     free(w);
 }
 
+/* 13: a grant of one mode whose whole request lies inside another owner's lease window of
+ * the other mode: Redis granted it while that lease surely ran. Windows as for 7 (cut at
+ * an unlock's start, a forced release's start; extended by renewals). */
+static void grants_inside(const ctx *c, const series *grants, const window *w, size_t nw)
+{
+    for (size_t i = 0; i < grants->n; i++) {
+        const fh_op *g = grants->ops[i];
+        for (size_t j = 0; j < nw; j++) {
+            const window *x = &w[j];
+            if (x->from_ns > g->start_ns)
+                continue;
+            if (strcmp(x->grant->resource, g->resource) != 0 ||
+                strcmp(x->grant->owner, g->owner) == 0 || x->to_ns <= g->end_ns)
+                continue;
+            violation(c, 13, "a grant was answered while another owner's lease of the other "
+                      "mode ran", x->grant, g);
+        }
+    }
+}
+
+static void check_modes(const ctx *c, const series *excl, const series *shared)
+{
+    if (shared->n == 0)
+        return;
+    window *we = windows_of(c, excl);
+    window *ws = windows_of(c, shared);
+    if (we != NULL && ws != NULL) {
+        grants_inside(c, excl, ws, shared->n);
+        grants_inside(c, shared, we, excl->n);
+    }
+    free(we);
+    free(ws);
+}
+
 static void txn_violation(void *arg, const char *why, const fh_op *a, const fh_op *b)
 {
     violation(arg, 11, why, a, b);
@@ -596,14 +660,15 @@ static void txn_note(void *arg, const char *why, const fh_op *a, const fh_op *b)
 long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
 {
     static const fc_options defaults = {0};
-    series grants = {0}, acked = {0};
+    series grants = {0}, acked = {0}, shared = {0};
     ctx c = {h, opt != NULL ? opt : &defaults, out, res, NULL, 0};
 
     memset(res, 0, sizeof *res);
     res->ops = (long)h->n;
     if (series_build(&grants, h, is_grant) != 0 || series_build(&acked, h, is_acked_write) != 0 ||
-        freezes_build(&c) != 0) {
+        series_build(&shared, h, is_shared_grant) != 0 || freezes_build(&c) != 0) {
         fprintf(stderr, "checker: out of memory\n");
+        series_free(&shared);
         series_free(&grants);
         series_free(&acked);
         free(c.freezes);
@@ -617,6 +682,7 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
         switch (op->kind) {
         case FH_WRITE:
             check_write(&c, &grants, &acked, op);
+            check_shared_write(&c, &shared, op);
             break;
         case FH_RENEW:
         case FH_UNLOCK:
@@ -651,8 +717,10 @@ long fc_check(fh_history *h, const fc_options *opt, FILE *out, fc_result *res)
             check_liveness(&c, op);
     }
     check_windows(&c, &grants);
+    check_modes(&c, &grants, &shared);
     fc_check_txn(h, txn_violation, &c, txn_note);
     fc_check_sessions(h, session_violation, &c);
+    series_free(&shared);
     series_free(&grants);
     series_free(&acked);
     free(c.freezes);

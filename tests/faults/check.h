@@ -29,6 +29,14 @@
  *  11. fenced transactions between accounts (txn and balance lines, check_txn.c): none is
  *      half visible, none acknowledged is lost, none refused is written, each wrote the sum
  *      it read, and the final balances add up to the total;
+ *  13. no exclusive holder while a shared lease runs, nor a shared holder while an exclusive
+ *      lease runs: no grant of one mode to one owner is answered with its whole request
+ *      inside a lease window (as in 7) of the other mode of another owner. Shared grants
+ *      (flag shared) share a token and overlap each other: invariants 1, 2 and 7 look at the
+ *      exclusive grants only;
+ *  14. no write with a token granted in shared mode is accepted: a write answered 200 after
+ *      a shared grant of its resource with a token at or above its own was answered before
+ *      it started is a violation (the store refuses it 409 not_exclusive);
  *  12. a fenced read (a read with a Fencing-Token) is never answered 200 once a grant of a
  *      larger token for its resource had been answered before the read started: that token's
  *      lease was over, and the value may have changed under it;
@@ -60,7 +68,7 @@
 
 #include "history.h"
 
-#define FC_INVARIANTS 15 /* index 1..8, 10..12 and 14 used (9 is the runner's RSS bound) */
+#define FC_INVARIANTS 16 /* index 1..8 and 10..15 used (9 is the runner's RSS bound) */
 
 typedef struct fc_options {
     int strict_leases; /* invariant 7 is a hard violation, not only reported */

@@ -18,7 +18,8 @@ static const struct {
                   {"after_pause", FH_F_AFTER_PAUSE},
                   {"after_steal", FH_F_AFTER_STEAL},
                   {"watchdog", FH_F_WATCHDOG},
-                  {"herd", FH_F_HERD}};
+                  {"herd", FH_F_HERD},
+                  {"shared", FH_F_SHARED}};
 
 #define FLAG_COUNT (sizeof flag_names / sizeof flag_names[0])
 

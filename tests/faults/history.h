@@ -16,7 +16,8 @@
  * after_pause, after_steal (an operation of a client that was frozen past its lease, or
  * whose lease was deleted under it), watchdog (an operation of a holder whose lease a watchdog
  * thread renews, or a renew of that watchdog), herd (a request of the thundering herd or of
- * the holder it waits on). body is the bytes written or read, or "-"; for a mark, the event.
+ * the holder it waits on), shared (a lock, unlock or renew of a shared hold: "mode": "shared";
+ * a shared grant's token is the last exclusive one, shared by its holders). body is the bytes written or read, or "-"; for a mark, the event.
  * A mark may name a resource, an owner and a ttl_ms too (the holder_killed mark, check.h).
  *
  * Sessions (POST /lock with "session"): a lock taken in a session has body "session:LABEL",
@@ -65,7 +66,8 @@ enum {
     FH_F_AFTER_PAUSE = 4,
     FH_F_AFTER_STEAL = 8,
     FH_F_WATCHDOG = 16,
-    FH_F_HERD = 32
+    FH_F_HERD = 32,
+    FH_F_SHARED = 64
 };
 
 typedef struct fh_op {

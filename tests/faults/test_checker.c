@@ -233,6 +233,62 @@ static void test_fenced_read_refused_or_concurrent(void **state)
     assert_int_equal(res.fenced_reads, 1);
 }
 
+/* Invariant 13: two shared holders share a token and overlap (no violation of 1, 2 or 7);
+ * an exclusive grant answered while one of their leases surely ran is a violation, and so
+ * is a shared grant inside an exclusive lease; an exclusive grant after the last shared
+ * holder's unlock started is not. */
+static void test_exclusive_inside_shared_lease(void **state)
+{
+    (void)state;
+    const char *const ok[] = {
+        "r0\tlock\tr\t0\t10\t200\t-\t3\t0\tr0-1\t1000\t0\tshared\t-",
+        "r1\tlock\tr\t5\t15\t200\t-\t3\t0\tr1-1\t1000\t0\tshared\t-",
+        "r0\tunlock\tr\t20\t30\t200\t-\t3\t0\tr0-1\t0\t0\tshared\t-",
+        "r1\tunlock\tr\t40\t50\t200\t-\t3\t0\tr1-1\t0\t0\tshared\t-",
+        "w0\tlock\tr\t45\t60\t200\t-\t4\t0\tw0-1\t1000\t0\t-\t-",
+        "w0\tunlock\tr\t70\t80\t200\t-\t4\t0\tw0-1\t0\t0\t-\t-",
+        "r2\tlock\tr\t75\t90\t200\t-\t4\t0\tr2-1\t1000\t0\tshared\t-", NULL};
+    fc_options strict = {1};
+    fc_result res = check_lines_opt(ok, &strict);
+    assert_int_equal(res.hard, 0);
+
+    const char *const bad[] = {
+        "r0\tlock\tr\t0\t10\t200\t-\t3\t0\tr0-1\t1000\t0\tshared\t-",
+        "w0\tlock\tr\t20\t30\t200\t-\t4\t0\tw0-1\t1000\t0\t-\t-",
+        "r1\tlock\tr\t40\t50\t200\t-\t4\t0\tr1-1\t1000\t0\tshared\t-", NULL};
+    res = check_lines(bad);
+    assert_int_equal(res.violations[13], 2);
+    assert_int_equal(res.hard, 2);
+}
+
+/* Invariant 15: a write with a token granted in shared mode answered 200 is a violation;
+ * answered 409 not_exclusive it is not, nor is a write that started before the shared grant
+ * was answered, nor one with the next exclusive token. */
+static void test_write_with_shared_token(void **state)
+{
+    (void)state;
+    const char *const ok[] = {
+        "w0	lock	r	0	10	200	-	3	0	w0-1	1000	0	-	-",
+        "w0	write	r	20	30	200	-	3	1	w0-1	0	0	-	w0:1",
+        "w0	unlock	r	40	50	200	-	3	0	w0-1	0	0	-	-",
+        "r0	lock	r	60	70	200	-	3	0	r0-1	1000	0	shared	-",
+        "r0	write	r	80	90	409	not_exclusive	3	0	r0-1	0	0	shared	r0:1",
+        "r0	unlock	r	100	110	200	-	3	0	r0-1	0	0	shared	-",
+        "w1	lock	r	120	130	200	-	4	0	w1-1	1000	0	-	-",
+        "w1	write	r	140	150	200	-	4	2	w1-1	0	0	-	w1:1", NULL};
+    fc_result res = check_lines(ok);
+    assert_int_equal(res.violations[15], 0);
+    assert_int_equal(res.hard, 0);
+
+    const char *const bad[] = {
+        "w0	lock	r	0	10	200	-	3	0	w0-1	300	0	-	-",
+        "r0	lock	r	400	410	200	-	3	0	r0-1	1000	0	shared	-",
+        "w0	write	r	420	430	200	-	3	1	w0-1	0	0	-	w0:1", NULL};
+    res = check_lines(bad);
+    assert_int_equal(res.violations[15], 1);
+    assert_true(res.hard >= 1);
+}
+
 /* A request in flight while the gateway was frozen for 4 s may take that much longer, and
  * may end without an answer; one outside the window may not; nothing but latency is excused. */
 static void test_freeze_window_excuses_latency_only(void **state)
@@ -747,6 +803,8 @@ int main(void)
         cmocka_unit_test(test_superseded_late_write_fenced),
         cmocka_unit_test(test_superseded_needs_a_finished_grant),
         cmocka_unit_test(test_fenced_read_after_newer_grant),
+        cmocka_unit_test(test_exclusive_inside_shared_lease),
+        cmocka_unit_test(test_write_with_shared_token),
         cmocka_unit_test(test_fenced_read_refused_or_concurrent),
         cmocka_unit_test(test_freeze_window_excuses_latency_only),
         cmocka_unit_test(test_freeze_window_keeps_safety),

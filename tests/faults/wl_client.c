@@ -186,8 +186,10 @@ void wl_lock_op(fh_op *op, client *c, const char *resource, long ttl_ms, long wa
     snprintf(op->owner, sizeof op->owner, "%s-%d-%ld", c->name, (int)getpid(), ++c->seq);
     op->ttl_ms = ttl_ms;
     op->wait_ms = wait_ms;
-    snprintf(body, len, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%ld,\"wait_ms\":%ld}",
-             resource, op->owner, ttl_ms, wait_ms);
+    snprintf(body, len,
+             "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%ld,\"wait_ms\":%ld%s}",
+             resource, op->owner, ttl_ms, wait_ms,
+             (flags & FH_F_SHARED) != 0 ? ",\"mode\":\"shared\"" : "");
 }
 
 /* Fills op for a POST /renew or /unlock (kind) of grant's lock, and its JSON body. */

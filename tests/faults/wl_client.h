@@ -24,6 +24,7 @@ typedef enum run_mode {
     MODE_STEAL,
     MODE_WATCHDOG,
     MODE_HERD,
+    MODE_SHARED,
     MODE_TRANSFERS,
     MODE_SESSIONS
 } run_mode;

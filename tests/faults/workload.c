@@ -35,6 +35,12 @@
  *                        holder_frozen mark, the parent waits for the lock (wait_ms = ttl +
  *                        3 s), writes and unlocks; the checker wants it granted, with a larger
  *                        token and after the dead holder's lease (check.h).
+ *   shared               half of the workers' locks are shared ("mode": "shared", flag shared):
+ *                        a shared holder reads with its token (fenced read), may try to write
+ *                        with it (its token is the last exclusive one: 409 not_exclusive), may
+ *                        renew, and unlocks. The checker's invariant 13 wants no exclusive
+ *                        grant inside a shared lease and no shared grant inside an exclusive
+ *                        one, and 14 no write accepted with a token granted shared.
  *   transfers [N]        instead of the usual clients, transfers between N accounts (default
  *                        8) in fenced transactions, with paused clients (wl_transfers.c).
  *   herd [WAITERS [MS]]  a thundering herd on PREFIX-herd for MS ms (default 8000): one process
@@ -119,10 +125,23 @@ static void worker(client *c, const conf *cf, int report_fd, int done_fd)
         resource_name(cf, (int)wl_rand_between(c, 0, RESOURCES - 1), resource, sizeof resource);
         if (own)
             snprintf(resource, sizeof resource, "%s-pl", cf->prefix);
+        unsigned mode = cf->mode == MODE_SHARED && wl_rand_between(c, 0, 1) == 0 ? FH_F_SHARED
+                                                                                  : 0;
         fh_op g = wl_lock(c, cf, resource, wl_rand_between(c, 300, 2000), wl_rand_between(c, 0, 1500),
-                          0);
+                          mode);
         if (g.status != 200) {
             wl_back_off(&g);
+            continue;
+        }
+        if (mode != 0) {
+            /* A reader: read with its token, maybe try to write with it (refused), maybe
+             * renew, and leave. */
+            wl_fenced_read(c, cf, resource, g.token, mode);
+            if (g.token > 0 && wl_rand_between(c, 0, 2) == 0)
+                wl_write(c, cf, resource, g.token, g.owner, mode);
+            if (wl_rand_between(c, 0, 2) == 0)
+                wl_owner_call(c, cf, FH_RENEW, &g, mode);
+            wl_owner_call(c, cf, FH_UNLOCK, &g, mode);
             continue;
         }
         unsigned flags = 0;
@@ -667,7 +686,8 @@ static int parse_mode(conf *cf, char **args, int n)
     } modes[] = {{"pause", MODE_PAUSE, 0, 1},        {"pause_locked", MODE_PAUSE_LOCKED, 0, 1},
                  {"steal", MODE_STEAL, 1, 2},        {"watchdog", MODE_WATCHDOG, 0, 0},
                  {"herd", MODE_HERD, 0, 2},          {"transfers", MODE_TRANSFERS, 0, 1},
-                 {"sessions", MODE_SESSIONS, 0, 0}};
+                 {"sessions", MODE_SESSIONS, 0, 0},
+                 {"shared", MODE_SHARED, 0, 0}};
     long herd_ms = 8000;
     if (n == 0)
         return 0;

@@ -104,7 +104,7 @@ long gwt_put_fenced(const gwt_proc *p, const char *resource, long long token,
 void gwt_assert_value(const gwt_proc *p, const char *resource, const char *value);
 
 /* Pages through GET /locks (limit per page, prefix NULL for none) to the end, asserting
- * each page's shape (no owner, five fields an entry, at most limit entries) and that the
+ * each page's shape (no owner, seven fields an entry, at most limit entries) and that the
  * names increase across pages; writes the names, comma-separated, into out. Returns how
  * many. */
 int gwt_list_all(const gwt_proc *p, const char *prefix, int limit, char *out, size_t outlen);

@@ -308,6 +308,46 @@ static void test_redis_loses_the_newer_grant(void **state)
     gwt_resp_free(&r);
 }
 
+/* Shared locks on a shared PostgreSQL store: a reader's token, granted on one gateway, is
+ * refused 409 not_exclusive on the other; with the store down, a shared grant whose mark
+ * cannot be recorded is given back and answered 503. Last: it kills the database (and
+ * starts it again). */
+static void test_shared_mark_on_postgres(void **state)
+{
+    read_state *s = *state;
+    long long t = 0;
+    gwt_resp r;
+    const char *lock_body =
+        "{\"resource\":\"fr.sh\",\"owner\":\"reader\",\"mode\":\"shared\",\"ttl_ms\":20000}";
+
+    assert_int_equal(gwt_lock(&s->gw[1], "fr.sh", "w", &t), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw[1], "fr.sh", t, "v", NULL), 200);
+    assert_int_equal(gwt_unlock(&s->gw[1], "fr.sh", "w"), 200);
+    gwt_post(&s->gw[1], "/lock", lock_body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "token"), t);
+    gwt_resp_free(&r);
+    gwt_put_fenced(&s->gw[2], "fr.sh", t, "w2", &r);
+    gwt_assert_status(&r, 409, "not_exclusive");
+    assert_int_equal(gwt_int(&r, "shared_mark"), t);
+    gwt_resp_free(&r);
+    assert_int_equal(gwt_unlock(&s->gw[1], "fr.sh", "reader"), 200);
+
+    /* A new exclusive token, so that the next shared grant needs a new mark. */
+    assert_int_equal(gwt_lock(&s->gw[2], "fr.sh", "w", &t), 200);
+    assert_int_equal(gwt_unlock(&s->gw[2], "fr.sh", "w"), 200);
+    th_pg_kill(&s->pg);
+    gwt_post(&s->gw[2], "/lock", lock_body, &r);
+    gwt_assert_status(&r, 503, "backend_unavailable");
+    gwt_resp_free(&r);
+    /* Given back: the resource is free in Redis. */
+    gwt_get(&s->gw[2], "/locks/fr.sh", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_false(json_object_get(r.json, "locked")));
+    gwt_resp_free(&r);
+    th_pg_restart(&s->pg);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -316,6 +356,7 @@ int main(void)
         cmocka_unit_test(test_unknown_token),
         cmocka_unit_test(test_bad_header),
         cmocka_unit_test(test_redis_loses_the_newer_grant),
+        cmocka_unit_test(test_shared_mark_on_postgres),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

@@ -190,6 +190,14 @@ static void test_create_refuses_bad_bodies(void **state)
     gwt_post(&s->gw[0], "/lock", body, &r);
     gwt_assert_status(&r, 400, "invalid_request");
     gwt_resp_free(&r);
+    /* A shared lock is never a session's: its end would free the lock under other readers. */
+    char id[33];
+    create(&s->gw[0], 60000, id);
+    snprintf(body, sizeof body, "{\"resource\": \"ses.x\", \"session\": \"%s\", "
+                                "\"mode\": \"shared\"}", id);
+    gwt_post(&s->gw[0], "/lock", body, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
 }
 
 static void test_unknown_session_is_404(void **state)

@@ -133,6 +133,36 @@ static void test_slot_routing(void **state)
 }
 
 /* Every script, on resources spread over the masters. */
+/* Shared locks on a Cluster: their keys (readers, rwait) stay in the resource's slot. */
+static void test_shared_on_cluster(void **state)
+{
+    cl_fixture *f = *state;
+    lk_result res, x;
+    lk_lock_info info;
+    for (int i = 0; i < 8; i++) {
+        char r[32];
+        snprintf(r, sizeof r, "cl-shared-%d", i);
+        assert_lk(f->c, lk_acquire(f->c, r, "W", 30000, 0, NULL, &x), LK_ACQUIRED);
+        assert_lk(f->c, lk_release(f->c, r, "W", NULL, &res), LK_RELEASED);
+        assert_lk(f->c, lk_acquire_shared(f->c, r, "A", 30000, 0, NULL, 0, &res), LK_ACQUIRED);
+        assert_int_equal(res.token, x.token);
+        assert_lk(f->c, lk_acquire_shared(f->c, r, "B", 30000, 0, "idem-s", 0, &res),
+                  LK_ACQUIRED);
+        assert_lk(f->c, lk_renew(f->c, r, "B", 20000, NULL, &res), LK_RENEWED);
+        assert_lk(f->c, lk_lock_status(f->c, r, &info), LK_OK);
+        assert_int_equal(info.shared, 1);
+        assert_int_equal(info.holders, 2);
+        assert_lk(f->c, lk_acquire_fair(f->c, r, "W", 30000, 0, NULL, 5000, &res), LK_HELD);
+        assert_lk(f->c, lk_acquire_shared(f->c, r, "C", 30000, 0, NULL, 0, &res), LK_HELD);
+        assert_lk(f->c, lk_release(f->c, r, "A", NULL, &res), LK_RELEASED);
+        assert_lk(f->c, lk_release(f->c, r, "B", NULL, &res), LK_RELEASED);
+        assert_lk(f->c, lk_acquire_fair(f->c, r, "W", 30000, 0, NULL, 5000, &res),
+                  LK_ACQUIRED);
+        assert_true(res.token > x.token);
+        assert_lk(f->c, lk_release(f->c, r, "W", NULL, &res), LK_RELEASED);
+    }
+}
+
 static void test_every_script(void **state)
 {
     cl_fixture *f = *state;
@@ -435,6 +465,7 @@ int main(void)
         cmocka_unit_test(test_bad_urls),
         cmocka_unit_test(test_slot_routing),
         cmocka_unit_test(test_every_script),
+        cmocka_unit_test(test_shared_on_cluster),
         cmocka_unit_test(test_wait_across_nodes),
         cmocka_unit_test(test_batch_split),
         cmocka_unit_test(test_moved),

@@ -130,6 +130,41 @@ static int counting(lk_client *c)
     return k;
 }
 
+/* Shared locks on Redlock: granted on a majority, the last exclusive token, no write-back of a
+ * new token; an exclusive grant waits for every shared holder. */
+static void test_shared_cycle(void **state)
+{
+    rl_fixture *f = *state;
+    lk_client *c = f->c;
+    lk_result r, x;
+    lk_lock_info info;
+
+    assert_lk(c, lk_acquire(c, "rl-shared", "w", LEASE_MS, 0, NULL, &x), LK_ACQUIRED);
+    assert_lk(c, lk_release(c, "rl-shared", "w", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_acquire_shared(c, "rl-shared", "a", LEASE_MS, 0, NULL, 0, &r), LK_ACQUIRED);
+    assert_int_equal(r.shared, 1);
+    assert_int_equal(r.token, x.token);
+    assert_lk(c, lk_acquire_shared(c, "rl-shared", "b", LEASE_MS, 0, NULL, 0, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, x.token);
+    assert_lk(c, lk_lock_status(c, "rl-shared", &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_int_equal(info.shared, 1);
+    assert_int_equal(info.holders, 2);
+    assert_lk(c, lk_acquire(c, "rl-shared", "w", LEASE_MS, 0, NULL, &r), LK_HELD);
+    assert_lk(c, lk_release(c, "rl-shared", "a", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_release(c, "rl-shared", "b", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_acquire(c, "rl-shared", "w", LEASE_MS, 0, NULL, &r), LK_ACQUIRED);
+    assert_true(r.token > x.token);
+    /* Asking again in the other mode is WRONG_MODE and changes nothing: the exclusive hold
+     * stays, on every master (an undo would have released it). */
+    assert_lk(c, lk_acquire_shared(c, "rl-shared", "w", LEASE_MS, 0, NULL, 0, &x),
+              LK_WRONG_MODE);
+    assert_lk(c, lk_lock_status(c, "rl-shared", &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_int_equal(info.shared, 0);
+    assert_lk(c, lk_release(c, "rl-shared", "w", NULL, &r), LK_RELEASED);
+}
+
 static void test_lock_cycle(void **state)
 {
     rl_fixture *f = *state;
@@ -1002,6 +1037,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
 #define GROUP(n)                                                                           \
     {                                                                                      \
         cmocka_unit_test(test_lock_cycle), cmocka_unit_test(test_batch),                   \
+            cmocka_unit_test(test_shared_cycle),                                           \
             cmocka_unit_test(test_fair_refused_and_bad_urls),                              \
             cmocka_unit_test(test_waiter_woken_by_release),                                \
             cmocka_unit_test(test_sub_every_master_once),                                  \

@@ -262,9 +262,30 @@ static void test_concurrent_migration(void **state)
     assert_int_equal(PQstatus(conn), CONNECTION_OK);
     PGresult *res = PQexec(conn, "SELECT count(*), max(version) FROM fencegate_schema_version");
     assert_int_equal(PQresultStatus(res), PGRES_TUPLES_OK);
-    assert_string_equal(PQgetvalue(res, 0, 0), "2"); /* v1 tables, v2 ledger holder */
-    assert_string_equal(PQgetvalue(res, 0, 1), "2");
+    /* v1 tables, v2 ledger holder, v3 shared marks */
+    assert_string_equal(PQgetvalue(res, 0, 0), "3");
+    assert_string_equal(PQgetvalue(res, 0, 1), "3");
     PQclear(res);
+    /* A database made before the shared marks (version 2, a resource written) gets them at
+     * the next open, and they refuse writes. */
+    PQclear(PQexec(conn, "ALTER TABLE fencegate_resources DROP COLUMN shared_mark;"
+                         "DELETE FROM fencegate_schema_version WHERE version = 3;"
+                         "INSERT INTO fencegate_resources VALUES ('old', 4, 4, 'v', '', 1, 0,"
+                         " false)"));
+    store *s = NULL;
+    store_options o;
+    char err[512];
+    store_options_init(&o);
+    o.url = g.url;
+    assert_st(store_open(&s, &o, err, sizeof err), STORE_OK);
+    store_grant_req gr = {.resource = "old", .token = 4, .shared = 1};
+    store_grant_req *one[1] = {&gr};
+    store_grant_many(s, one, 1, NULL, 0);
+    assert_st(gr.status, STORE_OK);
+    store_write_result wres;
+    assert_st(store_write(s, "old", 4, "x", 1, NULL, 4, &wres), STORE_NOT_EXCLUSIVE);
+    assert_int_equal(wres.shared_mark, 4);
+    store_close(s);
     /* A schema newer than this code is refused, not used. */
     PQclear(PQexec(conn, "INSERT INTO fencegate_schema_version (version) VALUES (99)"));
     PQfinish(conn);

@@ -1,7 +1,8 @@
 /* storage: fenced transactions (store_transact, store_run_many) and fenced deletes, on a
  * real LMDB environment or (argument "pg") a real PostgreSQL: each write checked as a single
  * write is, all committed or none, refusals named per write, and concurrent transactions
- * (on PostgreSQL through two stores sharing the database) never leave one half-visible. */
+ * (on PostgreSQL through two stores sharing the database) never leave one half-visible; a
+ * shared mark refuses every write at or below it (NOT_EXCLUSIVE). */
 #include <pthread.h>
 #include <stdatomic.h>
 
@@ -44,6 +45,15 @@ static store_status transact(st_fixture *f, store_write_req *w, size_t n)
     store_status st = store_transact(f->s, &t);
     assert_int_equal(st, t.status);
     return st;
+}
+
+/* Transacts the two writes of w, of which the second is refused with want: nothing is
+ * written, the first says OK. */
+static void assert_second_refused(st_fixture *f, store_write_req w[2], store_status want)
+{
+    assert_st(transact(f, w, 2), want);
+    assert_st(w[0].status, STORE_OK);
+    assert_st(w[1].status, want);
 }
 
 static void test_all_committed(void **state)
@@ -278,9 +288,7 @@ static void test_pg_ledger_grant_supersedes(void **state)
     assert_st(put(f, "a", 5, "a-5"), STORE_ACCEPTED);
     assert_st(store_grant_as(f->s, "b", 6, NULL, &hi), STORE_OK); /* b's next holder */
     store_write_req w[2] = {W("a", 5, "a-new", 10), W("b", 5, "b-new", 10)};
-    assert_st(transact(f, w, 2), STORE_STALE);
-    assert_st(w[0].status, STORE_OK);
-    assert_st(w[1].status, STORE_STALE);
+    assert_second_refused(f, w, STORE_STALE);
     assert_int_equal(w[1].res.highest_token, 6);
     assert_value(f, "a", "a-5", 1);
     store_value v;
@@ -288,6 +296,146 @@ static void test_pg_ledger_grant_supersedes(void **state)
     /* The new holder's own transaction passes. */
     store_write_req w2[1] = {W("b", 6, "b-6", 10)};
     assert_st(transact(f, w2, 1), STORE_ACCEPTED);
+}
+
+/* Records token as granted in shared mode for r (store_grant_req.shared). */
+static store_status mark(st_fixture *f, const char *r, uint64_t token)
+{
+    store_grant_req g = {.resource = r, .token = token, .shared = 1};
+    store_grant_req *one[1] = {&g};
+    store_grant_many(f->s, one, 1, NULL, 0);
+    return g.status;
+}
+
+/* A shared mark: every write (and delete, and transaction write) with a token at or below
+ * it is NOT_EXCLUSIVE naming the mark, after the stale and unknown checks; the mark only
+ * grows; a larger token writes as usual; a transaction with one such write is refused
+ * whole; a mark queued with writes in one call is ordered with them. */
+static void test_shared_mark_refuses_writes(void **state)
+{
+    st_fixture *f = *state;
+    store_write_result res;
+    assert_st(put(f, "a", 5, "a-5"), STORE_ACCEPTED);
+    assert_st(put(f, "b", 5, "b-5"), STORE_ACCEPTED);
+    assert_st(mark(f, "a", 5), STORE_OK);
+    assert_st(mark(f, "a", 5), STORE_OK); /* idempotent */
+    assert_st(mark(f, "a", 3), STORE_OK); /* never lowers it */
+    assert_st(mark(f, "a", 0), STORE_INVALID);
+    assert_st(store_write(f->s, "a", 5, "x", 1, NULL, 9, &res), STORE_NOT_EXCLUSIVE);
+    assert_int_equal(res.shared_mark, 5);
+    assert_int_equal(res.highest_token, 5);
+    /* Stale and unknown first. */
+    assert_st(store_write(f->s, "a", 4, "x", 1, NULL, 9, &res), STORE_STALE);
+    assert_st(store_write(f->s, "a", 5, "x", 1, NULL, 4, &res), STORE_UNKNOWN_TOKEN);
+    store_write_req d = DEL("a", 5, 9);
+    store_write_req *dp[1] = {&d};
+    store_write_many(f->s, dp, 1);
+    assert_st(d.status, STORE_NOT_EXCLUSIVE);
+    assert_value(f, "a", "a-5", 1);
+    /* A transaction with one such write is refused whole. */
+    store_write_req w[2] = {W("b", 6, "b-6", 9), W("a", 5, "a-x", 9)};
+    assert_second_refused(f, w, STORE_NOT_EXCLUSIVE);
+    assert_int_equal(w[1].res.shared_mark, 5);
+    assert_value(f, "b", "b-5", 1);
+    /* A stale write outranks it. */
+    store_write_req w2[2] = {W("b", 4, "b-4", 9), W("a", 5, "a-x", 9)};
+    assert_st(transact(f, w2, 2), STORE_STALE);
+    /* A mark of a resource never written, then its writes. */
+    assert_st(mark(f, "n", 7), STORE_OK);
+    assert_st(store_write(f->s, "n", 7, "x", 1, NULL, 9, &res), STORE_NOT_EXCLUSIVE);
+    store_value v;
+    assert_st(store_read(f->s, "n", &v), STORE_NOT_FOUND);
+    store_entry e[4];
+    size_t n = 0;
+    assert_st(store_list(f->s, "m", e, 4, &n), STORE_OK);
+    assert_int_equal(n, 0); /* a mark alone lists nothing */
+    assert_st(store_write(f->s, "n", 8, "n-8", 3, NULL, 9, &res), STORE_ACCEPTED);
+    assert_int_equal(res.version, 1);
+    /* The next exclusive token writes. */
+    assert_st(put(f, "a", 6, "a-6"), STORE_ACCEPTED);
+    assert_value(f, "a", "a-6", 2);
+    /* Queued with writes in one call, in arrival order: the write before it passes. */
+    store_write_req w3[1] = {W("b", 7, "b-7", 9)};
+    store_write_req *w3p[1] = {&w3[0]};
+    store_grant_req g = {.resource = "b", .token = 7, .shared = 1};
+    store_grant_req *gp[1] = {&g};
+    store_grant_many(f->s, gp, 1, w3p, 1);
+    assert_st(g.status, STORE_OK);
+    assert_st(w3[0].status, STORE_ACCEPTED);
+    assert_st(store_write(f->s, "b", 7, "x", 1, NULL, 9, &res), STORE_NOT_EXCLUSIVE);
+}
+
+/* Marks and writes at once (on PostgreSQL through two stores, as two gateways): a write that
+ * starts after a mark of its token was answered is never accepted, and nothing fails (no
+ * deadlock between a batch's marks, writes and grants). */
+#define MARKS 150
+typedef struct mark_writer {
+    store *s;
+    _Atomic uint64_t *marked; /* the largest token whose mark was answered */
+    atomic_int *done;
+    int accepted, refused;
+    char bad[160];
+} mark_writer;
+
+static void *mark_writer_run(void *p)
+{
+    mark_writer *m = p;
+    for (uint64_t i = 0; !atomic_load(m->done); i++) {
+        uint64_t before = atomic_load(m->marked);
+        uint64_t token = before + (i % 2); /* the marked token, or the next one */
+        store_write_result res;
+        store_status st =
+            token == 0 ? STORE_NOT_EXCLUSIVE
+                       : store_write(m->s, "mk", token, "v", 1, NULL, STORE_TXN_MAX * 1000, &res);
+        if (st == STORE_ACCEPTED) {
+            m->accepted++;
+            if (token <= before && m->bad[0] == '\0') {
+                snprintf(m->bad, sizeof m->bad, "token %llu written after its mark",
+                         (unsigned long long)token);
+            }
+        } else if (st == STORE_NOT_EXCLUSIVE || st == STORE_STALE) {
+            m->refused++;
+        } else if (m->bad[0] == '\0') {
+            snprintf(m->bad, sizeof m->bad, "write answered %s", store_status_name(st));
+        }
+    }
+    return NULL;
+}
+
+static void test_shared_marks_concurrent(void **state)
+{
+    st_fixture *f = *state;
+    store *second = NULL;
+    _Atomic uint64_t marked = 0;
+    atomic_int done = 0;
+    pthread_t th[2];
+    mark_writer w[2];
+
+    if (st_is_pg()) {
+        char err[256];
+        assert_st(store_open(&second, &f->opts, err, sizeof err), STORE_OK);
+    }
+    for (int i = 0; i < 2; i++) {
+        w[i] = (mark_writer){.s = second != NULL ? second : f->s, .marked = &marked,
+                             .done = &done};
+        assert_int_equal(pthread_create(&th[i], NULL, mark_writer_run, &w[i]), 0);
+    }
+    for (uint64_t t = 1; t <= MARKS; t++) {
+        assert_st(mark(f, "mk", t), STORE_OK);
+        atomic_store(&marked, t);
+    }
+    atomic_store(&done, 1);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(th[i], NULL);
+        if (w[i].bad[0] != '\0') {
+            fail_msg("%s", w[i].bad);
+        }
+        assert_true(w[i].accepted + w[i].refused > 0);
+    }
+    store_write_result res;
+    assert_st(store_write(f->s, "mk", MARKS, "v", 1, NULL, MARKS, &res), STORE_NOT_EXCLUSIVE);
+    assert_int_equal(res.shared_mark, MARKS);
+    store_close(second);
 }
 
 int main(int argc, char **argv)
@@ -302,6 +450,9 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_run_many_mixes_kinds, st_setup, st_teardown),
         cmocka_unit_test_setup_teardown(test_concurrent_all_or_nothing, st_setup,
                                         st_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_mark_refuses_writes, st_setup,
+                                        st_teardown),
+        cmocka_unit_test_setup_teardown(test_shared_marks_concurrent, st_setup, st_teardown),
     };
     const struct CMUnitTest pg_only[] = {
         cmocka_unit_test_setup_teardown(test_pg_ledger_grant_supersedes, st_setup, st_teardown),

@@ -110,7 +110,11 @@
  *
  * P3 is storage's: a write is one atomic check-and-write against the resource's highest
  * token, which refuses a lower token (STALE) and a token above the last one Redis issued
- * (UNKNOWN_TOKEN, so a forged huge token cannot lock the real holders out). The verdict
+ * (UNKNOWN_TOKEN, so a forged huge token cannot lock the real holders out). It also refuses a
+ * token at or below the resource's shared mark (NOT_EXCLUSIVE): a shared grant hands out
+ * the last exclusive token without minting, and is answered only once the store recorded
+ * that (ops/lock_attempt.c), so neither its readers nor that token's exclusive holder,
+ * whose lease may have run out before they came, can change what they read. The verdict
  * (point 3) only refuses earlier, never accepts more:
  *   - a token below the last one issued is superseded (409 stale_token with superseded_by):
  *     tokens are minted only while the lock is free, so its lease is over, and its holder is
@@ -333,8 +337,10 @@ int gw__fence_answered(gw_job *job)
     if (call->status == LK_ACQUIRED) {
         /* Also a replayed answer: the first answer's cover may have failed (that hold was
          * given back, but its idempotency record stayed). */
-        minted = call->res.token;
-        if (store_grant_needed(f->st, (uint64_t)minted)) {
+        /* A shared grant mints nothing: its token is the last exclusive one, covered (or
+         * granted to its holder) when it was minted. */
+        minted = call->res.shared ? 0 : call->res.token;
+        if (minted > 0 && store_grant_needed(f->st, (uint64_t)minted)) {
             /* A shared ledger: the grant is a database commit, so it goes to the storage
              * writer, which batches it with other grants and writes (one transaction),
              * instead of a round trip here that every answer of this batch would wait for.
@@ -351,7 +357,9 @@ int gw__fence_answered(gw_job *job)
         /* LMDB: costs nothing when the token is under the durable ceiling already; raising
          * it is one small commit per block of tokens, on this thread, before the stripe
          * passes on. */
-        t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
+        if (minted > 0) {
+            t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
+        }
     } else if (call->status == LK_HELD && f->ops->held != NULL) {
         f->ops->held(f, t);
     }

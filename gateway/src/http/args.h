@@ -23,6 +23,7 @@ typedef struct gw_lock_args {
     int64_t ttl_ms;
     int64_t wait_ms;
     int fair;
+    int shared;                  /* "mode": "shared" (default "exclusive") */
     char owner_buf[LK_OWNER_MAX + 1];
     char idem_buf[LK_OWNER_MAX + 1];
     int owner_generated;
@@ -34,7 +35,7 @@ typedef struct gw_lock_args {
  * no ':', so the first ':' says whose an owner is, and another client presenting the same
  * owner id names another owner (409 not_owner). Without --clients nothing changes. */
 /* Reads and checks the /lock arguments: "resource", optional "owner" (generated when absent,
- * see generate_owner()), "ttl_ms", "wait_ms", "fair" from root (gw__parse_object's), and the
+ * see generate_owner()), "ttl_ms", "wait_ms", "fair", "mode" from root (gw__parse_object's), and the
  * Idempotency-Key header. Returns 0, or -1 after queuing the 400. */
 int gw__lock_args(gw_request *req, json_t *root, gw_lock_args *a, enum MHD_Result *result);
 /* Reads and checks the /unlock (renew 0) or /renew (renew 1) arguments: "resource" and

@@ -133,7 +133,9 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
     if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
-    if (call->waiting && !call->fair && call->idem_key[0] == '\0' && call->supersede == 0) {
+    /* Not for a shared request: a known holder may be a shared one it would join. */
+    if (call->waiting && !call->fair && !call->shared && call->idem_key[0] == '\0' &&
+        call->supersede == 0) {
         int64_t token = 0;
         int64_t held_ms = gw__wait_known_held(srv->waitq, &call->waiter, call->owner, &token);
         if (held_ms > 0 && call->deadline_ms > gw__now_ms()) {
@@ -367,6 +369,7 @@ static enum MHD_Result lock_start(gw_request *req)
         call->wants_wait = !call->over_client;
     }
     call->fair = (unsigned char)a.fair;
+    call->shared = (unsigned char)a.shared;
     call->deadline_ms = gw__now_ms() + a.wait_ms;
     call->waiter.fd = -1;
     call->waiter.timer.idx = GW_TIMER_OFF;

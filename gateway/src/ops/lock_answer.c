@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "http/respond.h"
+#include "ops/lock_attempt.h"
 #include "ops/lock_internal.h"
 #include "rt/log.h"
 #include "rt/loops.h"
@@ -67,10 +68,12 @@ static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *cal
     call->token = res->token;
     /* The lease is the one granted: a replay reports the first answer's, not this retry's. */
     return gw__send_json(req, MHD_HTTP_OK,
-                         json_pack("{s:s, s:s, s:I, s:I, s:I}", "resource", call->turn.resource,
-                                   "owner", call->owner, "token", (json_int_t)res->token,
-                                   "holds", (json_int_t)res->holds, "ttl_ms",
-                                   (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms)));
+                         json_pack("{s:s, s:s, s:I, s:I, s:I, s:s}", "resource",
+                                   call->turn.resource, "owner", call->owner, "token",
+                                   (json_int_t)res->token, "holds", (json_int_t)res->holds,
+                                   "ttl_ms",
+                                   (json_int_t)(res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms),
+                                   "mode", res->shared ? "shared" : "exclusive"));
 }
 
 static enum MHD_Result answer_locked(gw_request *req, const struct gw_lock_call *call,
@@ -177,7 +180,7 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
     int64_t held_ms = -1, holder_token = 0;
     if (st == LK_ACQUIRED) {
         held_ms = res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms;
-        if (call->marked && !res->replayed && res->holds == 1 &&
+        if (call->marked && !res->replayed && res->holds == 1 && !res->shared &&
             call->turn.refused == ATTEMPT_ASKED && call->turn.cover == STORE_OK) {
             gw__wait_note_holder(srv->waitq, &call->waiter, call->owner, res->token, held_ms);
         }
@@ -226,11 +229,29 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
             gw__lock_count_acquire(req, GW_ACQ_abandoned);
             return gw__lock_undo_then(req, call, res->token, THEN_ABANDON);
         }
+        if (res->shared && call->marked && !res->replayed) {
+            /* Others wait here: a parked shared request may join now. The first parked
+             * waiter is handed an attempt (lock_attempt.c, "Hand-offs") with no release
+             * behind it; a shared one granted so hands on again, so the shared requests a
+             * release woke come in one after another, and the chain stops at the first
+             * waiter that is not granted (an exclusive one, which parks again). */
+            if (gw__lock_handoff(srv, call->turn.resource)) {
+                gw__wait_handoff_settled(srv->waitq, call->turn.resource, 0);
+            }
+        }
         enum MHD_Result answered = answer_acquired(req, call, res);
         if (call->acquired && peer == GW_PEER_EOF) {
             call->acquired = ACQUIRED_AFTER_EOF;
         }
         return answered;
+    }
+    if (st == LK_WRONG_MODE) {
+        gw__lock_count_acquire(req, GW_ACQ_invalid);
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "mode_mismatch",
+                              json_pack("{s:s, s:s}", "resource", call->turn.resource, "mode",
+                                        call->shared ? "shared" : "exclusive"),
+                              "this owner holds %s in the other mode; release it first",
+                              call->turn.resource);
     }
     if (st == LK_HELD) {
         return call->over_share ? gw__lock_answer_too_many_waiters(req, call, res)

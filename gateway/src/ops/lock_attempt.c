@@ -75,6 +75,72 @@ void gw__lock_attempt_free(gw_attempt *at)
     free(at);
 }
 
+/* Fills the lock call of lc's attempt at (floor: the turn's, 0 for a shared attempt). */
+static void fill_attempt(gw_server *srv, struct gw_lock_call *lc, gw_attempt *at, int64_t floor,
+                         int64_t now_ms)
+{
+    at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
+    at->call.resource = lc->turn.resource;
+    at->call.owner = lc->owner;
+    at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
+    at->call.lease_ms = lc->ttl_ms;
+    at->call.floor = floor;
+    /* A grant while others of this gateway wait marks the lock, so that its
+     * release wakes them (locklib/lua/prelude/wanted.lua): the one waiter a
+     * release wakes may be the one that takes the lock. */
+    at->call.others_waiting =
+        !lc->fair && (lc->handed_off ||
+                      gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource));
+    at->call.supersede = lc->supersede;
+    at->call.shared = lc->shared;
+    /* How much longer it waits if held: a waiting exclusive request holds new shared
+     * ones back (writers' preference, locklib/lua/prelude/shared.lua). */
+    int64_t wait_left = lc->waiting ? lc->deadline_ms - now_ms : 0;
+    at->call.wait_ms = wait_left > 0 ? (wait_left < LK_WAIT_MAX_MS ? wait_left
+                                                                   : LK_WAIT_MAX_MS)
+                                     : 0;
+    if (lc->fair) {
+        /* Over its address's share of waiters it may take a free lock but not
+         * queue: an entry with no time left is dropped by the script. */
+        int64_t left = lc->over_share ? 0 : lc->deadline_ms - now_ms;
+        at->call.wait_ms = left > 0 ? left : 0;
+        lc->fair_queued = !lc->over_share;
+    }
+}
+
+/* The done of a shared attempt's mark job, on the storage writer: its outcome goes where the
+ * answer looks for a cover's (a failure gives the hold back and answers 503), and the writer
+ * resumes the connection. */
+static int shared_marked(gw_job *job)
+{
+    struct gw_lock_call *lc = job->arg;
+    lc->turn.cover = (unsigned char)lc->turn.grant.status;
+    return 1;
+}
+
+/* The done of a shared attempt's job (no stripe held), on the pipeline thread. A granted
+ * token (the last exclusive one) is marked shared in the store before the grant is
+ * answered, so that no write with it is accepted from now on (store_grant_req.shared): the
+ * mark is a commit, so it goes to the storage writer, which resumes the connection. A token
+ * of 0 (nothing exclusive yet) cannot write anyway. Otherwise the pipeline resumes it. */
+static int shared_answered(gw_job *job)
+{
+    struct gw_lock_call *lc = job->arg;
+    gw_server *srv = job->ctx;
+    const lk_call *call = job->call;
+
+    if (call->status != LK_ACQUIRED || !call->res.shared || call->res.token <= 0) {
+        return 1;
+    }
+    lc->turn.grant = (store_grant_req){.resource = lc->turn.resource,
+                                       .token = (uint64_t)call->res.token, .shared = 1};
+    job->grant = &lc->turn.grant;
+    job->write = NULL;
+    job->done = shared_marked;
+    gw__pipe_submit(srv->writer, job); /* job and lc may be gone from here on */
+    return 0;
+}
+
 /* Sends the attempt of t, which holds its stripe with floor, to the pipeline; or answers it
  * without Redis and passes the stripe on, until one is sent or the stripe is free. Returns
  * 1 when t's own attempt went to the pipeline (read before anything is resumed: an answered
@@ -95,26 +161,7 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
         } else if ((at = attempt_new()) == NULL) {
             lc->turn.refused = ATTEMPT_NOMEM;
         } else {
-            at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
-            at->call.resource = lc->turn.resource;
-            at->call.owner = lc->owner;
-            at->call.idem_key = lc->idem_key[0] != '\0' ? lc->idem_key : NULL;
-            at->call.lease_ms = lc->ttl_ms;
-            at->call.floor = floor.floor;
-            /* A grant while others of this gateway wait marks the lock, so that its
-             * release wakes them (locklib/lua/prelude/wanted.lua): the one waiter a
-             * release wakes may be the one that takes the lock. */
-            at->call.others_waiting =
-                !lc->fair && (lc->handed_off ||
-                              gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource));
-            at->call.supersede = lc->supersede;
-            if (lc->fair) {
-                /* Over its address's share of waiters it may take a free lock but not
-                 * queue: an entry with no time left is dropped by the script. */
-                int64_t left = lc->over_share ? 0 : lc->deadline_ms - now_ms;
-                at->call.wait_ms = left > 0 ? left : 0;
-                lc->fair_queued = !lc->over_share;
-            }
+            fill_attempt(srv, lc, at, floor.floor, now_ms);
             at->job.call = &at->call;
             at->job.conn = lc->waiter.conn;
             at->job.done = gw__fence_answered;
@@ -282,6 +329,26 @@ int gw__lock_attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_
     call->attempt = NULL;
     call->waiter.conn = conn; /* the same connection it parks, if it does */
     call->stage = LOCK_ATTEMPTING;
+    if (call->shared) {
+        /* A shared attempt mints nothing: it needs no floor and no turn of its stripe, whose
+         * line makes the acquisitions of one resource go one round trip at a time until each
+         * new token is counted. Readers of one resource go to Redis together. */
+        gw_attempt *at = attempt_new();
+        if (at == NULL) {
+            call->turn.refused = ATTEMPT_NOMEM;
+            gw__loops_resume(srv->loops, conn);
+            return 0;
+        }
+        fill_attempt(srv, call, at, 0, gw__now_ms());
+        at->job.call = &at->call;
+        at->job.conn = conn;
+        at->job.done = shared_answered;
+        at->job.arg = call;
+        at->job.ctx = srv;
+        call->attempt = at;
+        gw__pipe_submit(srv->pipe, &at->job);
+        return 1;
+    }
     gw_floor floor;
     if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
         return stripe_send_first(&srv->fence, &call->turn, floor);

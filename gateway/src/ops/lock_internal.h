@@ -49,6 +49,7 @@ struct gw_lock_call {
     /* Flags in bytes, not ints: a parked waiter should stay under 4 KiB in all. */
     unsigned char wants_wait;            /* wait_ms > 0 */
     unsigned char fair;
+    unsigned char shared;                /* "mode": "shared" */
     unsigned char fair_queued;           /* may have an entry in the fair queue */
     unsigned char acquired;              /* answered 200 with a hold this call added: 1, or
                                           * ACQUIRED_AFTER_EOF when its client had closed its

@@ -62,10 +62,13 @@ static enum MHD_Result status_resumed(gw_request *req)
     }
     /* Never the owner: it is the capability to release the lock. */
     return gw__send_json(req, MHD_HTTP_OK,
-                         json_pack("{s:s, s:b, s:I, s:I, s:I, s:I}", "resource", req->param,
-                                   "locked", 1, "token", (json_int_t)info->token, "holds",
-                                   (json_int_t)info->holds, "ttl_ms", (json_int_t)info->ttl_ms,
-                                   "last_token", (json_int_t)info->last_token));
+                         json_pack("{s:s, s:b, s:I, s:I, s:I, s:I, s:s, s:I}", "resource",
+                                   req->param, "locked", 1, "token", (json_int_t)info->token,
+                                   "holds", (json_int_t)info->holds, "ttl_ms",
+                                   (json_int_t)info->ttl_ms, "last_token",
+                                   (json_int_t)info->last_token, "mode",
+                                   info->shared ? "shared" : "exclusive", "holders",
+                                   (json_int_t)info->holders));
 }
 
 const gw_op gw__op_lock_status = {status_start, status_resumed, NULL};

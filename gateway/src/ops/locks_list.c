@@ -219,10 +219,12 @@ static enum MHD_Result list_resumed(gw_request *req)
         const lk_lock_entry *e = &lr->entries[i];
         /* Never the owner: it is the capability to release the lock. */
         json_array_append_new(
-            locks, json_pack("{s:s, s:I, s:I, s:I, s:I}", "resource", e->resource, "token",
-                             (json_int_t)e->token, "holds", (json_int_t)e->holds, "ttl_ms",
-                             (json_int_t)e->ttl_ms, "waiters",
-                             (json_int_t)(e->queued + lr->waiters[i])));
+            locks, json_pack("{s:s, s:I, s:I, s:I, s:I, s:s, s:I}", "resource", e->resource,
+                             "token", (json_int_t)e->token, "holds", (json_int_t)e->holds,
+                             "ttl_ms", (json_int_t)e->ttl_ms, "waiters",
+                             (json_int_t)(e->queued + lr->waiters[i]), "mode",
+                             e->shared ? "shared" : "exclusive", "holders",
+                             (json_int_t)e->holders));
     }
     json_t *next = lr->next[0] != '\0' ? json_string(lr->next) : json_null();
     return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:o?, s:o?}", "locks", locks, "next",

@@ -143,6 +143,18 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
                               "token %llu is not one Redis knows was issued for %s (forged, "
                               "or lost with Redis's data); nothing was changed",
                               (unsigned long long)token, req->param);
+    case STORE_NOT_EXCLUSIVE:
+        count_write(srv, GW_WR_not_exclusive);
+        /* The token was granted to shared (read) holders: whoever holds it, a reader or an
+         * exclusive holder whose lease ran out before readers came, may not change what
+         * they read. */
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "not_exclusive",
+                              json_pack("{s:s, s:I, s:I}", "resource", req->param, "token",
+                                        (json_int_t)token, "shared_mark",
+                                        (json_int_t)wr->shared_mark),
+                              "token %llu was granted in shared (read) mode for %s: writing "
+                              "needs an exclusive lock's newer token; nothing was changed",
+                              (unsigned long long)token, req->param);
     case STORE_TOO_LARGE:
         /* Counted with every other 413 of a PUT, in gw__metrics_observe(). */
         return gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,

@@ -65,6 +65,17 @@ int gw__session_lock_args(gw_request *req, json_t *root, const char **session,
                                  "lease is the session's");
         return -1;
     }
+    json_t *mode = json_object_get(root, "mode");
+    if (json_is_string(mode) && strcmp(json_string_value(mode), "shared") == 0) {
+        /* A session's end deletes the lock and burns a token past its own (session_lock.lua):
+         * with shared holders outside the session that would free the lock under their
+         * running leases, so a shared lock is never a session's. */
+        *result = gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request",
+                                 json_pack("{s:s}", "field", "session"),
+                                 "\"session\" cannot be given with \"mode\": \"shared\": "
+                                 "shared locks are not taken in sessions");
+        return -1;
+    }
     *session = json_string_value(v);
     return 0;
 }

@@ -302,9 +302,13 @@ static int add_refusal(json_t *refused, const txn_write *tw, gw_verdict verdict,
 {
     int stale = verdict == GW_VERDICT_STALE || verdict == GW_VERDICT_SUPERSEDED ||
                 (verdict == GW_VERDICT_WRITE && st == STORE_STALE);
+    int shared = verdict == GW_VERDICT_WRITE && st == STORE_NOT_EXCLUSIVE;
     json_t *o = json_pack("{s:s, s:I, s:s}", "resource", tw->w.resource, "token",
                           (json_int_t)tw->token, "error",
-                          stale ? "stale_token" : "unknown_token");
+                          stale ? "stale_token" : shared ? "not_exclusive" : "unknown_token");
+    if (shared) {
+        json_object_set_new(o, "shared_mark", json_integer((json_int_t)tw->w.res.shared_mark));
+    }
     if (stale) {
         json_object_set_new(o, "highest_token", json_integer((json_int_t)highest));
     }
@@ -350,15 +354,24 @@ static enum MHD_Result answer_stored(gw_request *req, txn_call *tc)
         }
         return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:o}", "writes", ws));
     }
-    if (st == STORE_STALE || st == STORE_UNKNOWN_TOKEN) {
+    if (st == STORE_STALE || st == STORE_UNKNOWN_TOKEN || st == STORE_NOT_EXCLUSIVE) {
         json_t *refused = json_array();
         int stale = 0;
         for (size_t i = 0; i < tc->n; i++) {
             const txn_write *tw = &tc->writes[i];
-            if (tw->w.status == STORE_STALE || tw->w.status == STORE_UNKNOWN_TOKEN) {
+            if (tw->w.status == STORE_STALE || tw->w.status == STORE_UNKNOWN_TOKEN ||
+                tw->w.status == STORE_NOT_EXCLUSIVE) {
                 stale |= add_refusal(refused, tw, GW_VERDICT_WRITE, tw->w.status,
                                      tw->w.res.highest_token);
             }
+        }
+        if (st == STORE_NOT_EXCLUSIVE) {
+            size_t n = json_array_size(refused);
+            return gw__send_error(req, MHD_HTTP_CONFLICT, "not_exclusive",
+                                  json_pack("{s:o}", "refused", refused),
+                                  "%zu write%s of the transaction %s a token granted in "
+                                  "shared (read) mode; nothing was written",
+                                  n, n == 1 ? "" : "s", n == 1 ? "has" : "have");
         }
         return answer_refused(req, refused, stale);
     }

@@ -22,8 +22,8 @@
     X(renewed) X(not_owner) X(replayed) X(invalid) X(unavailable) X(idempotency_conflict)  \
     X(error)
 #define GW_WRITE_OUTCOMES(X)                                                              \
-    X(accepted) X(stale) X(unknown_token) X(too_large) X(full) X(invalid) X(unavailable)   \
-    X(error)
+    X(accepted) X(stale) X(unknown_token) X(not_exclusive) X(too_large) X(full) X(invalid) \
+    X(unavailable) X(error)
 
 #define GW_X_ACQ(name) GW_ACQ_##name,
 #define GW_X_REL(name) GW_REL_##name,

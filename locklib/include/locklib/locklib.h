@@ -43,6 +43,7 @@ extern "C" {
     X(STILL_HELD, "the lock is still held by this owner")                                 \
     X(NOT_OWNER, "the lock is not held by this owner")                                    \
     X(RENEWED, "lease renewed")                                                           \
+    X(WRONG_MODE, "this owner holds the lock in the other mode (shared or exclusive)")    \
     X(EINVAL, "invalid argument")                                                         \
     X(EUNAVAILABLE, "Redis is unavailable")                                               \
     X(EREDIS, "Redis or script error")                                                    \
@@ -196,6 +197,8 @@ typedef struct lk_result {
     int published;       /* RELEASED: how many Redis nodes published the release message
                           * (only a lock others were known to wait for publishes one): 0 or
                           * 1, on Redlock up to the number of masters; 0 on a replay */
+    int shared;          /* ACQUIRED: 1 for a shared hold (lk_acquire_shared()), whose token
+                          * is the resource's current token, 0 when none was minted yet */
     int64_t fenced_by;   /* lk_force_release() RELEASED: the token burned above the released
                           * hold's (res.token); every later mint is above it. NOT_OWNER: the
                           * counter, the last token issued (0 if none). Else 0 */
@@ -226,6 +229,27 @@ LK_EXTERN lk_status lk_acquire_wait(lk_client *c, const char *resource, const ch
                                     int64_t lease_ms, int64_t floor, const char *idem_key,
                                     int64_t wait_ms, lk_result *res);
 
+/* Shared (read) locks. A shared hold coexists with other shared holds of the resource and
+ * excludes exclusive ones (every other acquisition is exclusive): an exclusive acquisition
+ * is answered HELD until every shared holder has left, and a shared one is answered HELD
+ * while an exclusive holder holds. Each shared holder has its own lease, renewed
+ * (lk_renew()) and released (lk_release()) by its owner as an exclusive hold is; the lock
+ * stays while any shared lease runs. A shared grant mints no token: it answers the
+ * resource's current token (the last one minted, 0 if none), the same for every shared
+ * holder of one shared period, with res->shared = 1. Writers' preference: while an
+ * exclusive acquisition waits (lk_acquire_wait(), or a caller whose lk_call says it waits:
+ * lk_call.wait_ms, or a fair waiter) a new shared acquisition is answered HELD, so readers
+ * cannot starve a writer; a writer that vanished holds readers back until its wait would
+ * have ended. Re-entry in the same mode adds a hold; in the other mode it answers
+ * WRONG_MODE, changing nothing. Keys: fg:{R}:readers (the shared leases) and fg:{R}:rwait
+ * (the waiting writers), in the resource's slot.
+ * lk_acquire_shared() acquires in shared mode, waiting up to wait_ms as lk_acquire_wait()
+ * does (0: one attempt). floor is checked but unused (nothing is minted). LK_LEASE_WATCHDOG
+ * is allowed. Returns ACQUIRED, HELD, WRONG_MODE or an error. */
+LK_EXTERN lk_status lk_acquire_shared(lk_client *c, const char *resource, const char *owner,
+                                      int64_t lease_ms, int64_t floor, const char *idem_key,
+                                      int64_t wait_ms, lk_result *res);
+
 /* One attempt at a fair (FIFO) acquisition, like RedissonFairLock: waiters get the lock in
  * the order they first asked, across processes, through a queue in Redis
  * (fg:{resource}:queue, with deadlines in fg:{resource}:qtimeout). It never blocks: a caller
@@ -245,7 +269,7 @@ LK_EXTERN lk_status lk_acquire_fair(lk_client *c, const char *resource, const ch
                                     int64_t wait_ms, lk_result *res);
 
 /* Takes `owner` out of the fair queue of `resource` (a waiter that gives up or whose client
- * went away). When it was first in line and the lock is free, a release message is
+ * went away), queued shared or exclusive. When it was first in line and the lock is free, a release message is
  * published so that the next waiter comes at once. Returns OK whether or not the owner was
  * queued, or an error. */
 LK_EXTERN lk_status lk_fair_cancel(lk_client *c, const char *resource, const char *owner);
@@ -296,7 +320,10 @@ typedef struct lk_call {
     const char *idem_key;  /* NULL for none */
     int64_t lease_ms;      /* ACQUIRE, ACQUIRE_FAIR (LK_LEASE_WATCHDOG allowed), RENEW */
     int64_t floor;         /* ACQUIRE, ACQUIRE_FAIR */
-    int64_t wait_ms;       /* ACQUIRE_FAIR */
+    int64_t wait_ms;       /* ACQUIRE_FAIR; ACQUIRE: how much longer the caller waits when
+                            * answered HELD (0: it does not), so that a waiting exclusive
+                            * request holds new shared ones back (writers' preference) */
+    int shared;            /* ACQUIRE, ACQUIRE_FAIR: 1 for a shared hold (lk_acquire_shared) */
     int others_waiting;    /* ACQUIRE: 1 when the caller knows of other waiters for the
                             * resource (the gateway's parked waiters). A held answer always
                             * marks the lock so that its release publishes; a grant does so
@@ -322,6 +349,8 @@ typedef struct lk_call {
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */
     int recent;            /* out, TOKEN_CHECK */
+    int64_t holders;       /* out, status and listing: how many hold the lock (shared: the
+                            * shared holders whose lease runs; exclusive: 1) */
     char err[256];         /* out: the reason, when status is not an outcome, else "" */
 } lk_call;
 
@@ -397,6 +426,9 @@ typedef struct lk_lock_info {
     int64_t holds;       /* locked: the hold count */
     int64_t ttl_ms;      /* locked: the remaining lease */
     int64_t last_token;  /* the last token ever issued for the resource, 0 if none */
+    int shared;          /* locked: 1 when held in shared mode */
+    int64_t holders;     /* locked: the number of holders (shared holders; 1 when
+                          * exclusive) */
 } lk_lock_info;
 
 /* Reports the state of a lock. Never reports the owner. Returns OK or an error. */
@@ -409,6 +441,8 @@ typedef struct lk_lock_entry {
     int64_t holds;       /* the hold count */
     int64_t ttl_ms;      /* the remaining lease */
     int64_t queued;      /* fair waiters queued in Redis (fg:{resource}:queue) */
+    int shared;          /* 1 when held in shared mode */
+    int64_t holders;     /* the number of holders (shared holders; 1 when exclusive) */
 } lk_lock_entry;
 
 #define LK_LIST_MAX 1000 /* most entries one lk_list_locks() call returns */

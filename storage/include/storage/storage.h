@@ -37,6 +37,7 @@ extern "C" {
     X(ACCEPTED, "write accepted")                                                        \
     X(STALE, "token is lower than the highest token that has written this resource")     \
     X(UNKNOWN_TOKEN, "token was never issued for this resource")                         \
+    X(NOT_EXCLUSIVE, "token was granted in shared mode for this resource: it cannot write")  \
     X(NOT_FOUND, "resource not found")                                                   \
     X(TOO_LARGE, "value is larger than the configured maximum")                          \
     X(FULL, "the store is full (LMDB map size reached, or PostgreSQL's disk full)")     \
@@ -115,6 +116,8 @@ store_status store_describe_options(const store_options *opts, char *buf, size_t
 typedef struct store_write_result {
     uint64_t highest_token;   /* after the call: the highest token that has written */
     uint64_t version;         /* ACCEPTED: the new version */
+    uint64_t shared_mark;     /* NOT_EXCLUSIVE: the resource's shared mark (store_grant_req
+                               * .shared), at or above the refused token */
 } store_write_result;
 
 /* One atomic check-and-write, acknowledged only after it is durable, checked in this order:
@@ -122,6 +125,11 @@ typedef struct store_write_result {
  *                                   token > last_issued: a low last_issued after Redis lost
  *                                   its counter must not hide that a token was fenced off);
  *   token > last_issued          -> UNKNOWN_TOKEN, nothing changes;
+ *   token <= the shared mark     -> NOT_EXCLUSIVE, res->shared_mark names the mark: the
+ *                                   token was granted in shared mode (store_grant_req
+ *                                   .shared), so its holder, and an exclusive holder of it
+ *                                   whose lease ended before readers were granted it, may
+ *                                   not change what the readers rely on; nothing changes;
  *   otherwise                    -> ACCEPTED, value, type, highest and version updated.
  * len > max_value_bytes is TOO_LARGE, a full map is FULL, a bad name is INVALID; every
  * error leaves the store unchanged. content_type may be NULL (stored as empty). res may be
@@ -265,6 +273,8 @@ store_status store_grant_as(store *s, const char *resource, uint64_t token,
  *                  have read the values the transaction would change. The ledger's rows
  *                  stay locked until the commit, so no such grant slips in between;
  *   UNKNOWN_TOKEN  as STALE, when no write was stale but one had an unknown token;
+ *   NOT_EXCLUSIVE  as STALE, when no write was stale or unknown but one's token is at or
+ *                  below its resource's shared mark (res names the mark);
  *   INVALID        a bad write (as store_write(), or a resource named twice: the later one),
  *                  or n of 0 or over STORE_TXN_MAX; TOO_LARGE a value over max_value_bytes:
  *                  that write says so, the others OK; nothing reached the backend;
@@ -285,6 +295,17 @@ typedef struct store_grant_req {
     const char *resource;
     uint64_t token;
     const unsigned char *holder;  /* NULL or STORE_HOLDER_LEN bytes */
+    int shared;               /* 1: not a grant of a new token but a shared mark: records,
+                               * durably and before the caller answers a shared (read) lock
+                               * of token, that token was granted in shared mode for
+                               * resource. The resource's shared mark becomes the largest
+                               * such token, and every write with a token at or below it is
+                               * NOT_EXCLUSIVE (store_write). The ledger is not checked nor
+                               * changed; holder is not used. OK (also when the mark was at
+                               * or above token already), INVALID, or EIO (or FULL) when it
+                               * could not be made durable: then the shared lock must not be
+                               * handed out. Group-committed with the writes on both
+                               * backends, atomically with their checks. */
     store_status status;      /* out: what store_grant_as() would have returned */
     uint64_t highest;         /* out: on STALE, the recorded highest; else 0 */
 } store_grant_req;
