@@ -2,6 +2,10 @@
  * waitd, the wait queue's thread (the state machine is in waiters.c): one epoll loop over the
  * Redis subscriber, the parked sockets' hang-ups and the timers, a thread that reconnects the
  * subscriber, and the queue's start and stop.
+ *
+ * Not a tick of the HTTP loops: the subscriber may block (a SUBSCRIBE write up to the command
+ * timeout; on Redlock, lk_sub_dispatch() reconnects a dropped master up to the connect
+ * timeout), which would hold up every connection of a loop.
  */
 #define _GNU_SOURCE /* EPOLLRDHUP */
 #include <errno.h>
