@@ -40,7 +40,7 @@
  *                        with it (its token is the last exclusive one: 409 not_exclusive), may
  *                        renew, and unlocks. The checker's invariant 13 wants no exclusive
  *                        grant inside a shared lease and no shared grant inside an exclusive
- *                        one, and 14 no write accepted with a token granted shared.
+ *                        one, and 15 no write accepted with a token granted shared.
  *   transfers [N]        instead of the usual clients, transfers between N accounts (default
  *                        8) in fenced transactions, with paused clients (wl_transfers.c).
  *   herd [WAITERS [MS]]  a thundering herd on PREFIX-herd for MS ms (default 8000): one process

@@ -13,7 +13,7 @@
 # answered inside another owner's shared lease, nor a shared grant inside an exclusive one:
 # shared leases are per holder, cut by unlocks and renewed by renewals), 1, 2 and 7 over the
 # exclusive grants (shared grants share their token and overlap each other), 12 (a fenced
-# read of a reader is never 200 after a writer's newer grant was answered) and 14 (no write is
+# read of a reader is never 200 after a writer's newer grant was answered) and 15 (no write is
 # accepted with a token granted in shared mode: neither a reader's nor a frozen writer's whose
 # token readers were granted meanwhile).
 # Short: 2 faults (one freeze, one kill), about 19 s in the plain build; full: 8. Not in
