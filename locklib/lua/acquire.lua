@@ -133,7 +133,7 @@ else
     -- another writer, with no reader holding or waiting, has no reader to hold back: it
     -- registers at its first retry that meets one (prelude/shared.lua, writers' preference),
     -- so that the hot path of exclusive locks writes nothing for the preference.
-    if shared or mode == 's' or redis.call('EXISTS', KEYS[7]) == 1 then
+    if shared or mode == 's' or (KEYS[7] and redis.call('EXISTS', KEYS[7]) == 1) then
         mark_waiting(KEYS[7], shared and '#s' or owner, now, wait_ms)
     end
     if mode == nil then
