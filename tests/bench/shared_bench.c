@@ -9,7 +9,10 @@
  * keep-alive connections with the epoll load generator (loadgen.c), one request in flight
  * each, every connection its own owner, all on ONE resource, each unit a POST /lock then
  * POST /unlock:
- *   - shared:    "mode": "shared" (readers: they should not serialise);
+ *   - shared:    "mode": "shared" (readers: they should not serialise), on the resource
+ *                the exclusive row locked, so that each grant carries its last token and
+ *                records its shared mark in the store before it is answered, as readers
+ *                after writers do;
  *   - exclusive: the default mode with wait_ms (writers: one at a time, hand-offs);
  *   - excl/own:  exclusive, each connection on a resource of its own (uncontended): the
  *                gateway's pace when nothing serialises;
@@ -147,7 +150,7 @@ int main(int argc, char **argv)
         int shared, null, own;
         const char *resource;
     } rows[] = {{"exclusive", 0, 0, 0, "sb-one-x"},
-                {"shared", 1, 0, 0, "sb-one-s"},
+                {"shared", 1, 0, 0, "sb-one-x"},
                 {"excl/own", 0, 0, 1, "sb-own"},
                 {"ceiling", 1, 1, 0, "sb-one-n"}};
     enum { ROWS = sizeof rows / sizeof rows[0] };
