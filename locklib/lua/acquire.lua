@@ -30,8 +30,14 @@
 --          (locklib/src/sub.c).
 -- ARGV[9]  optional: "1" when the caller WAITs for replicas after the answer, so that a
 --          replay must write (acquire_replay in prelude/mint.lua); "0" (or absent) when not
+-- ARGV[10] optional: this waiter's remaining wait in ms, 1..3600000, to wait for a hand-off
+--          (prelude/handoff.lua), "0" (or absent) for none. With it ARGV[8] is the waiter's
+--          hand-off id (required), and KEYS[6] fg:{R}:hq, KEYS[7] fg:{R}:wq and KEYS[8]
+--          fg:{R}:wqt are the hand-off keys: a held answer queues the waiter there, an
+--          acquisition takes it out, and a grant a release made to this id is claimed.
 --
--- Returns  {1, token, holds, lease_ms, floor_raised, replayed}  acquired
+-- Returns  {1, token, holds, lease_ms, floor_raised, replayed, handed}  acquired; handed
+--                                                   is 1 when this claims a hand-off grant
 --          {0, holder_pttl_ms, holder_token}                    held by another owner, whose
 --                                                               hold has that token
 --          {-1, 0}   the idempotency key was used by another owner or operation
@@ -47,7 +53,7 @@
 -- The fair queue of fair_acquire.lua is ignored on purpose: a non-fair acquisition may
 -- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
 --
--- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua handoff.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/acquire.lua instead.
@@ -61,6 +67,7 @@ local others = ARGV[6] or '0'
 local supersede = mint_floor(ARGV[7] or '0')
 local hold_id = ARGV[8] or ''
 local will_wait = ARGV[9] or '0'
+local handoff_ms = tonumber(ARGV[10] or '0')
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
@@ -68,15 +75,23 @@ end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') or
         supersede == nil or #hold_id > 16 or string.match(hold_id, '^[0-9a-f]*$') == nil or
-        (will_wait ~= '0' and will_wait ~= '1') then
+        (will_wait ~= '0' and will_wait ~= '1') or handoff_ms == nil or handoff_ms < 0 or
+        handoff_ms > 3600000 or (handoff_ms > 0 and not handoff_valid_id(hold_id)) then
     return redis.error_reply('fencegate: invalid argument')
+end
+
+if handoff_ms > 0 then
+    local g_token, g_holds = handoff_claim(KEYS[1], owner, hold_id)
+    if g_token then
+        return {1, g_token, g_holds, lease_ms, 0, 0, 1}
+    end
 end
 
 local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wait == '1')
 if rec == false then
     return {-1, 0}
 elseif rec then
-    return {1, rec[1], rec[2], rec[3], 0, 1}
+    return {1, rec[1], rec[2], rec[3], 0, 1, 0}
 end
 
 local token
@@ -92,7 +107,14 @@ elseif redis.call('HEXISTS', KEYS[1], owner) == 1 then
     holds, token = reenter(KEYS[1], owner, lease_ms)
 else
     mark_wanted(KEYS[1])
+    if handoff_ms > 0 then
+        handoff_enqueue(KEYS[6], KEYS[7], KEYS[8], false, owner, hold_id, lease_ms, KEYS[3],
+            idem_ms, idle_ms, handoff_now(), handoff_ms)
+    end
     return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('HGET', KEYS[1], '#token'))}
+end
+if handoff_ms > 0 then
+    handoff_leave(KEYS[6], KEYS[7], KEYS[8], owner, hold_id)
 end
 if others == '1' then
     mark_wanted(KEYS[1])
@@ -100,4 +122,4 @@ end
 
 acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
 keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms, KEYS[3], idem_ms)
-return {1, token, holds, lease_ms, raised, 0}
+return {1, token, holds, lease_ms, raised, 0, 0}

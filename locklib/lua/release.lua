@@ -23,20 +23,29 @@
 --          minority grant, whose masters minted different tokens) any hold is released.
 --          A stale record of a re-entry has the token of the hold it entered: the token
 --          cannot tell it from that hold, and one hold is released.
+-- ARGV[5]  optional: "1" to hand a freed lock to the next waiter queued for a hand-off
+--          (prelude/handoff.lua), "0" (or absent) not to. With "1": ARGV[6] is the floor of
+--          the grant's token (decimal digits, as acquire.lua's ARGV[3]), and KEYS[3]
+--          fg:{R}:fence, KEYS[4] fg:{R}:base, KEYS[5] fg:{R}:recent, KEYS[6] fg:{R}:queue,
+--          KEYS[7] fg:{R}:qtimeout, KEYS[8] fg:{R}:hq, KEYS[9] fg:{R}:wq, KEYS[10]
+--          fg:{R}:wqt are the keys the grant needs.
 --
--- Returns  {1, 0, replayed, published}
+-- Returns  {1, 0, replayed, published, granted, grant_id}
 --                                released: the lock is deleted, and the token of the hold
 --                                released (decimal; then ':' and its hold id when it has
 --                                one, acquire.lua ARGV[8]) is published on ARGV[3] when the
 --                                lock was marked wanted (prelude/wanted.lua); published is 1
---                                when it was, else 0 (a replay: 0)
+--                                when it was, else 0 (a replay: 0); granted is the token
+--                                minted for the waiter the lock was handed to (its id in
+--                                grant_id), 0 (and "") when none: then "g:<granted>:<id>"
+--                                is published instead of the release message
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
 --          {-1, 0, 0}            the idempotency key was used by another owner or operation
 -- Only state-changing answers are recorded for replay: a NOT_OWNER changed nothing.
 --
--- Prelude: limits.lua idem.lua wanted.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua handoff.lua
 -- The build prepends them (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/release.lua instead.
@@ -44,12 +53,15 @@
 local owner = ARGV[1]
 local idem_ms = tonumber(ARGV[2])
 local undo = ARGV[4] or '0'
+local hand = ARGV[5] or '0'
+local hand_floor = mint_floor(ARGV[6] or '0')
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
-        (undo ~= '0' and idem_ms ~= 0) then
+        (undo ~= '0' and idem_ms ~= 0) or (hand ~= '0' and hand ~= '1') or
+        hand_floor == nil or hand_floor >= TOKEN_MAX then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -78,13 +90,36 @@ end
 local holds = redis.call('HINCRBY', KEYS[1], owner, -1)
 local status = 2
 local published = 0
+local granted = 0
+local grant_id = ''
 if holds <= 0 then
     holds = 0
     status = 1
     local wanted = is_wanted(KEYS[1])
     local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])
-    if wanted then
+    local e = nil
+    if wanted and hand == '1' then
+        e = handoff_next(KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10], handoff_now())
+    end
+    if e then
+        -- The hand-off: the grant the waiter's own attempt would have made (mint.lua), with
+        -- the waiter's lease, hold id and idempotency record, in this script.
+        local token = mint(KEYS[1], KEYS[3], KEYS[4], KEYS[5], e.o, hand_floor, e.l, e.h)
+        if token then
+            redis.call('HSET', KEYS[1], '#grant', e.h)
+            if handoff_others(KEYS[6], KEYS[9]) then
+                mark_wanted(KEYS[1])
+            end
+            acquire_record(e.k, e.i, e.o, token, 1, e.l)
+            keep_token_keys(KEYS[3], KEYS[4], KEYS[5], e.d, e.l, e.k, e.i)
+            granted = token
+            grant_id = e.h
+            redis.call('PUBLISH', ARGV[3], 'g:' .. string.format('%d', token) .. ':' .. e.h)
+            published = 1
+        end
+    end
+    if wanted and granted == 0 then
         -- The token tells a listener which hold ended: one that saw a later holder since
         -- knows this release changed nothing for it (gateway/src/rt/waiters.c). The hold id,
         -- when the acquisition gave one, tells one release published by several Redlock
@@ -99,4 +134,4 @@ if holds <= 0 then
 end
 
 idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)
-return {status, holds, 0, published}
+return {status, holds, 0, published, granted, grant_id}

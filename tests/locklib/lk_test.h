@@ -84,6 +84,18 @@ static inline void lk_test_reap(pid_t pid)
     assert_int_equal(waitpid(pid, &status, 0), pid);
 }
 
+/* A plain hiredis connection to the fixture's Redis (5 s timeouts), for inspection and
+ * subscriptions; the caller frees it. */
+static inline redisContext *connect_plain(const lk_fixture *f)
+{
+    struct timeval tv = {5, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", f->redis.port, tv);
+    assert_non_null(ctx);
+    assert_int_equal(ctx->err, 0);
+    redisSetTimeout(ctx, tv);
+    return ctx;
+}
+
 /* Reads one pub/sub message from sub and checks its channel and payload. */
 /* The next message on sub, on channel; the caller frees it. */
 static inline redisReply *lk_next_message(redisContext *sub, const char *channel)

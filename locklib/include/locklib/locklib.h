@@ -195,6 +195,13 @@ typedef struct lk_result {
     int published;       /* RELEASED: how many Redis nodes published the release message
                           * (only a lock others were known to wait for publishes one): 0 or
                           * 1, on Redlock up to the number of masters; 0 on a replay */
+    int handed;          /* ACQUIRED with a hand-off id: 1 when this claims the grant a
+                          * release made to that id (lk_call.handoff_id), else 0 */
+    int64_t handed_token; /* RELEASED with lk_call.handoff: the token minted for the waiter
+                           * the lock was handed to, 0 when none. FAIR_CANCEL with a
+                           * hand-off id: the token of a grant made to that waiter and never
+                           * claimed (the caller gives that hold back), else 0 */
+    char handed_id[17];  /* RELEASED with a hand-off: that waiter's id, else "" */
 } lk_result;
 
 /* Acquires `resource` for `owner`. lease_ms is LK_LEASE_MIN_MS..LK_LEASE_MAX_MS, or
@@ -299,6 +306,20 @@ typedef struct lk_call {
                             * (the owner took the lock again since) is kept, except with -1:
                             * the release answers STILL_HELD. The release itself is not
                             * recorded. */
+    /* Hand-offs (lua/prelude/handoff.lua): a release that frees the lock grants it to the
+     * next waiter in the same script, one grant per release. Not on Redlock (EINVAL).
+     * ACQUIRE, ACQUIRE_FAIR, FAIR_CANCEL: NULL, or this waiter's hand-off id, 1 to 16
+     * lowercase hex digits, the same on every attempt of one wait. An attempt answered
+     * HELD queues the waiter for a hand-off until wait_ms from now (ACQUIRE too: wait_ms
+     * 1..LK_WAIT_MAX_MS; a fair waiter keeps its place in the fair queue); an attempt that
+     * finds the lock handed to this id claims it (ACQUIRED, holds 1, res.handed 1; the
+     * grant wrote the idempotency record of its key); the grant's hold id is the id.
+     * FAIR_CANCEL takes the waiter out, and reports a grant made to it and never claimed
+     * (res.handed_token), whose hold the caller then gives back with a RELEASE. */
+    const char *handoff_id;
+    int handoff;           /* RELEASE: 1 to hand a freed lock to the next queued waiter,
+                            * its token minted above `floor` (res.handed_token,
+                            * res.handed_id); 0 for a plain release */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */

@@ -1,0 +1,295 @@
+/* locklib: hand-offs (lua/prelude/handoff.lua): a release that frees a lock hands it to the
+ * next queued waiter in the same script, one grant per release; against a real redis-server
+ * started by the group setup. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "lk_test.h"
+
+static int group_setup(void **state)
+{
+    return lk_group_setup_aof(state, 0);
+}
+
+/* One call through lk_call_many; returns its status. */
+static lk_status run(lk_fixture *f, lk_call *call)
+{
+    lk_call *calls[1] = {call};
+    lk_call_many(f->c, calls, 1);
+    return call->status;
+}
+
+/* A waiting attempt with a hand-off id: non-fair unless fair. */
+static lk_status attempt(lk_fixture *f, const char *res, const char *owner, const char *id,
+                         int fair, const char *idem, int64_t wait_ms, lk_result *out)
+{
+    lk_call call = {.kind = fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE,
+                    .resource = res,
+                    .owner = owner,
+                    .idem_key = idem,
+                    .lease_ms = 10000,
+                    .wait_ms = wait_ms,
+                    .handoff_id = id};
+    lk_status st = run(f, &call);
+    *out = call.res;
+    return st;
+}
+
+/* A release that hands off, with the floor given. */
+static lk_status release_handing(lk_fixture *f, const char *res, const char *owner,
+                                 int64_t floor, lk_result *out)
+{
+    lk_call call = {.kind = LK_CALL_RELEASE, .resource = res, .owner = owner, .handoff = 1,
+                    .floor = floor};
+    lk_status st = run(f, &call);
+    *out = call.res;
+    return st;
+}
+
+static long long fence_of(const lk_fixture *f, const char *res)
+{
+    char buf[32] = "";
+    th_redis_cmd(&f->redis, buf, sizeof buf, "GET fg:{%s}:fence", res);
+    return atoll(buf);
+}
+
+/* The owner field of the lock hash: its hold count, 0 when the owner holds nothing. */
+static long long holds_of(const lk_fixture *f, const char *res, const char *owner)
+{
+    char buf[32] = "";
+    th_redis_cmd(&f->redis, buf, sizeof buf, "HGET fg:{%s}:lock %s", res, owner);
+    return atoll(buf);
+}
+
+/* A release with one waiter parked grants it in the same script: one token minted, the
+ * grant recorded (the waiter holds the lock, its idempotency record answers the token) and
+ * published; the waiter's next attempt claims it, and only once. */
+static void test_release_grants_waiter(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("grant");
+    char channel[256];
+    char want[64];
+
+    assert_lk(f->c, lk_channel_name(res, channel, sizeof channel), LK_OK);
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t first = r.token;
+    assert_lk(f->c, attempt(f, res, "B", "b1", 0, "kb", 60000, &r), LK_HELD);
+    assert_int_equal(r.holder_token, first);
+
+    redisContext *sub = connect_plain(f);
+    freeReplyObject(redisCommand(sub, "SUBSCRIBE %s", channel));
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, first + 1);
+    assert_string_equal(g.handed_id, "b1");
+    assert_int_equal(g.published, 1);
+    assert_int_equal(fence_of(f, res), first + 1); /* one token minted */
+    assert_int_equal(holds_of(f, res, "B"), 1);
+    assert_int_equal(holds_of(f, res, "A"), 0);
+    snprintf(want, sizeof want, "g:%lld:b1", (long long)(first + 1));
+    lk_expect_message(sub, channel, want);
+    redisFree(sub);
+
+    /* The waiter claims it: the same token, one hold. */
+    assert_lk(f->c, attempt(f, res, "B", "b1", 0, "kb", 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, first + 1);
+    assert_int_equal(r.holds, 1);
+    assert_int_equal(r.handed, 1);
+    assert_int_equal(fence_of(f, res), first + 1);
+    /* A retry of its key replays the grant, minting nothing. */
+    assert_lk(f->c, lk_acquire(f->c, res, "B", 10000, 0, "kb", &r), LK_ACQUIRED);
+    assert_int_equal(r.token, first + 1);
+    assert_int_equal(r.replayed, 1);
+    /* Claimed once: a second attempt with the id is a re-entry. */
+    assert_lk(f->c, attempt(f, res, "B", "b1", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.holds, 2);
+    assert_int_equal(r.handed, 0);
+    assert_lk(f->c, lk_release(f->c, res, "B", NULL, &r), LK_STILL_HELD);
+    /* Nobody waits: the release hands nothing and publishes nothing. */
+    assert_lk(f->c, release_handing(f, res, "B", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+    assert_string_equal(g.handed_id, "");
+    assert_int_equal(g.published, 0);
+    assert_int_equal(fence_of(f, res), first + 1);
+}
+
+/* K non-fair waiters: each release grants exactly one of them, in arrival order; the others
+ * stay queued. */
+static void test_no_herd(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("herd");
+    const char *owners[] = {"W0", "W1", "W2", "W3", "W4"};
+    const char *ids[] = {"a0", "a1", "a2", "a3", "a4"};
+    char len[16];
+
+    assert_lk(f->c, lk_acquire(f->c, res, "H", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    for (int i = 0; i < 5; i++) {
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 0, NULL, 60000, &r), LK_HELD);
+    }
+    /* Asking again keeps one's place. */
+    assert_lk(f->c, attempt(f, res, owners[2], ids[2], 0, NULL, 60000, &r), LK_HELD);
+    const char *holder = "H";
+    for (int i = 0; i < 5; i++) {
+        assert_lk(f->c, release_handing(f, res, holder, 0, &g), LK_RELEASED);
+        assert_int_equal(g.handed_token, token + 1);
+        assert_string_equal(g.handed_id, ids[i]);
+        assert_int_equal(fence_of(f, res), token + 1);
+        for (int j = 0; j < 5; j++) {
+            assert_int_equal(holds_of(f, res, owners[j]), j == i);
+        }
+        assert_int_equal(th_redis_cmd(&f->redis, len, sizeof len, "LLEN fg:{%s}:wq", res),
+                         4 - i);
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 0, NULL, 60000, &r), LK_ACQUIRED);
+        assert_int_equal(r.handed, 1);
+        assert_int_equal(r.token, token + 1);
+        token++;
+        holder = owners[i];
+    }
+    assert_lk(f->c, release_handing(f, res, holder, 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+}
+
+/* Fair waiters are handed the lock in their queue order, and the floor applies to a grant. */
+static void test_fair_order_and_floor(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("fair");
+    const char *owners[] = {"B", "C", "D"};
+    const char *ids[] = {"b", "c", "d"};
+
+    assert_lk(f->c, lk_acquire_fair(f->c, res, "A", 10000, 0, NULL, 10000, &r), LK_ACQUIRED);
+    for (int i = 0; i < 3; i++) {
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 1, NULL, 60000, &r), LK_HELD);
+        assert_int_equal(r.queue_pos, i);
+    }
+    const char *holder = "A";
+    int64_t floor = 1000;
+    for (int i = 0; i < 3; i++) {
+        assert_lk(f->c, release_handing(f, res, holder, floor, &g), LK_RELEASED);
+        assert_string_equal(g.handed_id, ids[i]);
+        assert_true(g.handed_token > floor);
+        /* Another waiter asking now is not first: held, still in line. */
+        if (i < 2) {
+            assert_lk(f->c, attempt(f, res, owners[2], ids[2], 1, NULL, 60000, &r), LK_HELD);
+        }
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 1, NULL, 60000, &r), LK_ACQUIRED);
+        assert_int_equal(r.handed, 1);
+        assert_int_equal(r.token, g.handed_token);
+        holder = owners[i];
+        floor = g.handed_token + 10;
+    }
+    assert_lk(f->c, release_handing(f, res, holder, 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+}
+
+/* Waiters that have gone: one past its deadline is skipped; one that leaves after its grant
+ * learns the token, gives the hold back, which hands the lock on with a larger token, and
+ * can no longer claim the grant; the given-back token is superseded for every writer. */
+static void test_gone_waiter(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("gone");
+    char buf[32];
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    /* X waits 1 ms only; Y and Z wait long. */
+    assert_lk(f->c, attempt(f, res, "X", "e1", 0, NULL, 1, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "Y", "e2", 0, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "Z", "e3", 0, NULL, 60000, &r), LK_HELD);
+    /* Until Redis's clock is past X's deadline. */
+    th_redis_cmd(&f->redis, buf, sizeof buf, "ZSCORE fg:{%s}:wqt e1", res);
+    long long deadline = atoll(buf);
+    for (;;) {
+        redisContext *ctx = connect_plain(f);
+        redisReply *t = redisCommand(ctx, "TIME");
+        long long now = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+        freeReplyObject(t);
+        redisFree(ctx);
+        if (now > deadline) {
+            break;
+        }
+    }
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_string_equal(g.handed_id, "e2");
+    int64_t given = g.handed_token;
+    assert_int_equal(holds_of(f, res, "X"), 0);
+
+    /* Y leaves without claiming: told its grant, it gives it back, and Z gets the lock. */
+    lk_call cancel = {.kind = LK_CALL_FAIR_CANCEL, .resource = res, .owner = "Y",
+                      .handoff_id = "e2"};
+    assert_lk(f->c, run(f, &cancel), LK_OK);
+    assert_int_equal(cancel.res.handed_token, given);
+    assert_lk(f->c, release_handing(f, res, "Y", 0, &g), LK_RELEASED);
+    assert_string_equal(g.handed_id, "e3");
+    assert_true(g.handed_token > given);
+    /* Y's token is no longer the last issued: a writer holding it is superseded. */
+    int64_t base = 0, last = 0;
+    assert_lk(f->c, lk_token_range(f->c, res, &base, &last), LK_OK);
+    assert_int_equal(last, g.handed_token);
+    assert_true(given < last);
+    /* Y's id claims nothing now: Z holds the lock. */
+    assert_lk(f->c, attempt(f, res, "Y", "e2", 0, NULL, 60000, &r), LK_HELD);
+    assert_int_equal(r.holder_token, g.handed_token);
+    assert_lk(f->c, attempt(f, res, "Z", "e3", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    assert_int_equal(r.token, g.handed_token);
+}
+
+/* A grant to a waiter whose process died ends with its lease: nobody else can take the
+ * lock before, and the next grant's token is larger. */
+static void test_grant_expires_with_lease(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("expire");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "dead", .lease_ms = 200,
+                    .wait_ms = 60000, .handoff_id = "dd"};
+    assert_lk(f->c, run(f, &call), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_string_equal(g.handed_id, "dd");
+    assert_lk(f->c, lk_acquire(f->c, res, "other", 10000, 0, NULL, &r), LK_HELD);
+    assert_int_equal(r.holder_token, g.handed_token);
+    while (lk_acquire(f->c, res, "other", 10000, 0, NULL, &r) == LK_HELD) {
+        assert_true(r.ttl_ms <= 200);
+    }
+    assert_int_equal(r.token, g.handed_token + 1);
+}
+
+/* Bad hand-off arguments are refused before anything is sent. */
+static void test_bad_arguments(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("bad");
+
+    assert_lk(f->c, attempt(f, res, "A", "XYZ", 0, NULL, 1000, &r), LK_EINVAL);
+    assert_lk(f->c, attempt(f, res, "A", "0123456789abcdef0", 0, NULL, 1000, &r), LK_EINVAL);
+    assert_lk(f->c, attempt(f, res, "A", "ab", 0, NULL, 0, &r), LK_EINVAL);
+    lk_call call = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
+                    .floor = -1};
+    assert_lk(f->c, run(f, &call), LK_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_release_grants_waiter),
+        cmocka_unit_test(test_no_herd),
+        cmocka_unit_test(test_fair_order_and_floor),
+        cmocka_unit_test(test_gone_waiter),
+        cmocka_unit_test(test_grant_expires_with_lease),
+        cmocka_unit_test(test_bad_arguments),
+    };
+    return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
+}
