@@ -90,7 +90,7 @@ if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKE
 end
 
 if handoff_id ~= '' then
-    local g_token, g_holds = handoff_claim(KEYS[1], owner, handoff_id)
+    local g_token, g_holds = handoff_claim(KEYS[1], owner, handoff_id, will_wait == '1')
     if g_token then
         return {1, g_token, g_holds, lease_ms, 0, 0, -1, 1}
     end

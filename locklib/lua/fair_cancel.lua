@@ -13,8 +13,9 @@
 -- Returns  {1}  the owner was queued and is not any more
 --          {0}  it was not queued: nothing changes
 --          {2, token}  a release handed the lock to this waiter (its id is the lock's
---                      "#grant"), and the grant was never claimed: the caller gives the
---                      hold of that token back (release.lua), which hands the lock on
+--                      "#grant") and the owner still holds it: a waiter that leaves answered
+--                      nobody with it, so the caller gives the hold of that token back
+--                      (release.lua), which hands the lock on
 -- When the owner was first in line and the lock is free, "released" is published on the
 -- channel: the next waiter may now take the lock and would otherwise sleep until its retry
 -- hint.

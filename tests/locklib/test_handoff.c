@@ -104,8 +104,13 @@ static void test_release_grants_waiter(void **state)
     assert_lk(f->c, lk_acquire(f->c, res, "B", 10000, 0, "kb", &r), LK_ACQUIRED);
     assert_int_equal(r.token, first + 1);
     assert_int_equal(r.replayed, 1);
-    /* Claimed once: a second attempt with the id is a re-entry. */
+    /* A second attempt with the id answers the same grant, as a replay; without the id the
+     * owner re-enters. */
     assert_lk(f->c, attempt(f, res, "B", "b1", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, first + 1);
+    assert_int_equal(r.holds, 1);
+    assert_int_equal(r.handed, 1);
+    assert_lk(f->c, lk_acquire(f->c, res, "B", 10000, 0, NULL, &r), LK_ACQUIRED);
     assert_int_equal(r.holds, 2);
     assert_int_equal(r.handed, 0);
     assert_lk(f->c, lk_release(f->c, res, "B", NULL, &r), LK_STILL_HELD);

@@ -199,8 +199,9 @@ typedef struct lk_result {
                           * release made to that id (lk_call.handoff_id), else 0 */
     int64_t handed_token; /* RELEASED with lk_call.handoff: the token minted for the waiter
                            * the lock was handed to, 0 when none. FAIR_CANCEL with a
-                           * hand-off id: the token of a grant made to that waiter and never
-                           * claimed (the caller gives that hold back), else 0 */
+                           * hand-off id: the token of a grant made to that waiter that it
+                           * still holds (a waiter that leaves answered nobody with it: the
+                           * caller gives that hold back), else 0 */
     char handed_id[17];  /* RELEASED with a hand-off: that waiter's id, else "" */
 } lk_result;
 
@@ -314,8 +315,10 @@ typedef struct lk_call {
      * 1..LK_WAIT_MAX_MS; a fair waiter keeps its place in the fair queue); an attempt that
      * finds the lock handed to this id claims it (ACQUIRED, holds 1, res.handed 1; the
      * grant wrote the idempotency record of its key); the grant's hold id is the id.
-     * FAIR_CANCEL takes the waiter out, and reports a grant made to it and never claimed
-     * (res.handed_token), whose hold the caller then gives back with a RELEASE. */
+     * A claim writes nothing (with min_replicas it writes, for the WAIT), so the release's
+     * fsync is the hand-off's only one. FAIR_CANCEL takes the waiter out, and reports a
+     * grant made to it that it still holds (res.handed_token), whose hold the caller, which
+     * answered nobody with it, gives back with a RELEASE. */
     const char *handoff_id;
     int handoff;           /* RELEASE: 1 to hand a freed lock to the next queued waiter,
                             * its token minted above `floor` (res.handed_token,

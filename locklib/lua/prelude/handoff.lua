@@ -20,8 +20,7 @@
 -- the waiter's idempotency key, marks the lock "#grant" = the waiter's id, and publishes
 -- "g:<token>:<id>" on the release channel instead of the plain release message. One grant
 -- per release: the other waiters stay where they are (no herd). The waiter's next attempt
--- with its id claims the grant (handoff_claim below): ACQUIRED with holds 1, "#grant"
--- dropped. A fair queue whose head is a waiter without an entry (a caller that does not
+-- with its id claims the grant (handoff_claim below): ACQUIRED with holds 1. A fair queue whose head is a waiter without an entry (a caller that does not
 -- ask for hand-offs) is granted nothing: the release publishes as before and that head
 -- comes for the lock itself.
 --
@@ -91,9 +90,14 @@ local function handoff_leave(k_hq, k_wq, k_wqt, owner, id)
     end
 end
 
--- The grant made to id, if the lock holds one for owner: returns token, holds and drops
--- "#grant" (the waiter has it now); nil when there is none.
-local function handoff_claim(k_lock, owner, id)
+-- The grant made to id, if the lock holds one for owner: returns token, holds; nil when
+-- there is none. A claim writes nothing, so under appendfsync always it waits for no fsync:
+-- the release's is the hand-off's only one. "#grant" stays with the hold, and a second
+-- attempt with the id answers the same grant again, as a replay would (an id is one wait's).
+-- will_wait (the caller WAITs for replicas after the answer, as acquire_replay in mint.lua)
+-- makes it write the field again, unchanged, so that this connection's WAIT covers the
+-- grant's writes.
+local function handoff_claim(k_lock, owner, id, will_wait)
     if id == '' then
         return nil
     end
@@ -101,7 +105,9 @@ local function handoff_claim(k_lock, owner, id)
     if g[1] ~= id or not g[2] or not g[3] then
         return nil
     end
-    redis.call('HDEL', k_lock, '#grant')
+    if will_wait then
+        redis.call('HSET', k_lock, '#grant', id)
+    end
     return tonumber(g[3]), tonumber(g[2])
 end
 
