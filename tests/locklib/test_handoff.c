@@ -1,6 +1,7 @@
 /* locklib: hand-offs (lua/prelude/handoff.lua): a release that frees a lock hands it to the
  * next queued waiter in the same script, one grant per release; against a real redis-server
  * started by the group setup. */
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -271,6 +272,59 @@ static void test_grant_expires_with_lease(void **state)
     assert_int_equal(r.token, g.handed_token + 1);
 }
 
+struct grant_seen {
+    lk_sub *sub;
+    int events;
+    int64_t token;
+    int64_t released;
+    char id[17];
+};
+
+static void on_grant(const char *resource, int event, void *userdata)
+{
+    struct grant_seen *g = userdata;
+    (void)resource;
+    if (event == LK_SUB_RELEASED) {
+        g->events++;
+        g->token = lk_sub_event_grant(g->sub, g->id);
+        g->released = lk_sub_event_token(g->sub);
+    }
+}
+
+/* A subscriber reports a hand-off with the grant's token and the waiter's id. */
+static void test_sub_reports_grant(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("subgrant");
+    struct grant_seen seen;
+    lk_sub *sub = NULL;
+
+    memset(&seen, 0, sizeof seen);
+    assert_int_equal(lk_sub_open(&sub, f->redis.url, NULL), LK_OK);
+    seen.sub = sub;
+    assert_int_equal(lk_sub_add(sub, res), LK_OK);
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "0bad", 0, NULL, 60000, &r), LK_HELD);
+    /* Subscribed (the confirmation is read) before the release. */
+    for (int got = 0; !got;) {
+        struct pollfd p = {lk_sub_fd(sub), POLLIN, 0};
+        assert_true(poll(&p, 1, 5000) > 0);
+        assert_int_equal(lk_sub_dispatch(sub, on_grant, &seen), LK_OK);
+        got = lk_sub_fd(sub) >= 0;
+    }
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    while (seen.events == 0) {
+        struct pollfd p = {lk_sub_fd(sub), POLLIN, 0};
+        assert_true(poll(&p, 1, 5000) > 0);
+        assert_int_equal(lk_sub_dispatch(sub, on_grant, &seen), LK_OK);
+    }
+    assert_int_equal(seen.token, g.handed_token);
+    assert_string_equal(seen.id, "0bad");
+    assert_int_equal(seen.released, 0);
+    lk_sub_close(sub);
+}
+
 /* Bad hand-off arguments are refused before anything is sent. */
 static void test_bad_arguments(void **state)
 {
@@ -294,6 +348,7 @@ int main(void)
         cmocka_unit_test(test_fair_order_and_floor),
         cmocka_unit_test(test_gone_waiter),
         cmocka_unit_test(test_grant_expires_with_lease),
+        cmocka_unit_test(test_sub_reports_grant),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);

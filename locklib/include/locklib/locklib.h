@@ -452,6 +452,12 @@ typedef void (*lk_sub_fn)(const char *resource, int event, void *userdata);
  * a repeat never names a smaller token than the first report. */
 LK_EXTERN int64_t lk_sub_event_token(const lk_sub *s);
 
+/* Inside fn, for LK_SUB_RELEASED: when the release handed the lock to a queued waiter
+ * (lk_call.handoff; the message "g:<token>:<id>"), the token minted for it, with the
+ * waiter's hand-off id written to id (17 bytes, NULL to skip); else 0. The token of the
+ * hold released is then unknown (lk_sub_event_token() is 0). */
+LK_EXTERN int64_t lk_sub_event_grant(const lk_sub *s, char *id);
+
 /* Opens a subscriber for url (as lk_client_open()). A failed connection is not fatal: it
  * returns LK_EUNAVAILABLE with a valid *out; call lk_sub_reconnect() later. On EINVAL and
  * ENOMEM *out is NULL. The caller frees the handle with lk_sub_close(). */
