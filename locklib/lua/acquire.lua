@@ -91,6 +91,9 @@ local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wa
 if rec == false then
     return {-1, 0}
 elseif rec then
+    if handoff_ms > 0 then
+        handoff_leave(KEYS[6], KEYS[7], KEYS[8], owner, hold_id) -- answered: not a waiter
+    end
     return {1, rec[1], rec[2], rec[3], 0, 1, 0}
 end
 

@@ -101,6 +101,9 @@ local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wa
 if rec == false then
     return {-1, 0, -1}
 elseif rec then
+    if handoff_id ~= '' then
+        redis.call('HDEL', KEYS[8], 'f:' .. owner) -- answered: no hand-off for it
+    end
     return {1, rec[1], rec[2], rec[3], 0, 1, -1, 0}
 end
 

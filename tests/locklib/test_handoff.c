@@ -325,6 +325,29 @@ static void test_sub_reports_grant(void **state)
     lk_sub_close(sub);
 }
 
+/* A waiter answered by a replay of its Idempotency-Key leaves the hand-off keys: no later
+ * release grants a hold to a request that was answered already. */
+static void test_replay_leaves_the_queue(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("replay");
+    char len[16];
+
+    assert_lk(f->c, lk_acquire(f->c, res, "B", 10000, 0, "kr", &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    assert_lk(f->c, lk_release(f->c, res, "B", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "b9", 0, NULL, 60000, &r), LK_HELD);
+    assert_int_equal(th_redis_cmd(&f->redis, len, sizeof len, "LLEN fg:{%s}:wq", res), 1);
+    assert_lk(f->c, attempt(f, res, "B", "b9", 0, "kr", 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.replayed, 1);
+    assert_int_equal(r.token, token);
+    assert_int_equal(th_redis_cmd(&f->redis, len, sizeof len, "LLEN fg:{%s}:wq", res), 0);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+}
+
 /* Bad hand-off arguments are refused before anything is sent. */
 static void test_bad_arguments(void **state)
 {
@@ -349,6 +372,7 @@ int main(void)
         cmocka_unit_test(test_gone_waiter),
         cmocka_unit_test(test_grant_expires_with_lease),
         cmocka_unit_test(test_sub_reports_grant),
+        cmocka_unit_test(test_replay_leaves_the_queue),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
