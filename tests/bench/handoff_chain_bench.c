@@ -14,7 +14,9 @@
  *               on it);
  *   grant       the release hands the lock to the next queued owner in its own script
  *               (lk_call.handoff), then that owner's attempt claims the grant (a read: no
- *               fsync): one fsync, whoever the waiter is and wherever it waits.
+ *               fsync): one fsync, whoever the waiter is and wherever it waits;
+ *   grant + claim  the same with the claim pipelined behind the release (a waiter that the
+ *               releasing process knows is first).
  * Each shape first queues every other owner as a waiter (a HELD answer; for "grant" with a
  * hand-off id, so that it is queued in Redis), then passes the lock for the measuring time.
  *
@@ -31,13 +33,14 @@
 
 #define MAX_OWNERS 256
 
-typedef enum shape { TWO_PASSES, ONE_BATCH, GRANT } shape;
+typedef enum shape { TWO_PASSES, ONE_BATCH, GRANT, GRANT_BATCH } shape;
 
 static const char *shape_name(shape s)
 {
-    return s == TWO_PASSES ? "two passes (release, then acquire)"
+    return s == TWO_PASSES  ? "two passes (release, then acquire)"
            : s == ONE_BATCH ? "one batch (release + acquire pipelined)"
-                            : "grant in release, then a read-only claim";
+           : s == GRANT     ? "grant in release, then a read-only claim"
+                            : "grant in release + claim pipelined";
 }
 
 static double now_s(void)
@@ -84,7 +87,7 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
     }
     /* Owner 0 holds; the others queue, in order. */
     for (int i = 0; i < n; i++) {
-        lk_call call = acquire_call(res, owners[i], s == GRANT ? ids[i] : NULL);
+        lk_call call = acquire_call(res, owners[i], s >= GRANT ? ids[i] : NULL);
         run1(c, &call);
         if (call.status != (i == 0 ? LK_ACQUIRED : LK_HELD)) {
             die("queueing", c, call.status);
@@ -97,9 +100,9 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
     for (double t = start; t < end; t = now_s()) {
         int next = (holder + 1) % n;
         lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = owners[holder],
-                       .handoff = s == GRANT};
-        lk_call acq = acquire_call(res, owners[next], s == GRANT ? ids[next] : NULL);
-        if (s == ONE_BATCH) {
+                       .handoff = s >= GRANT};
+        lk_call acq = acquire_call(res, owners[next], s >= GRANT ? ids[next] : NULL);
+        if (s == ONE_BATCH || s == GRANT_BATCH) {
             lk_call *calls[2] = {&rel, &acq};
             lk_call_many(c, calls, 2);
         } else {
@@ -108,11 +111,11 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
         }
         double took = now_s() - t;
         if (rel.status != LK_RELEASED || acq.status != LK_ACQUIRED ||
-            (s == GRANT && (acq.res.handed != 1 || rel.res.handed_token != acq.res.token))) {
+            (s >= GRANT && (acq.res.handed != 1 || rel.res.handed_token != acq.res.token))) {
             die("hand-off", c, rel.status != LK_RELEASED ? rel.status : acq.status);
         }
         /* The owner just released asks again at once: it queues behind the others. */
-        lk_call again = acquire_call(res, owners[holder], s == GRANT ? ids[holder] : NULL);
+        lk_call again = acquire_call(res, owners[holder], s >= GRANT ? ids[holder] : NULL);
         run1(c, &again);
         if (again.status != LK_HELD) {
             die("queueing again", c, again.status);
@@ -174,7 +177,7 @@ int main(int argc, char **argv)
     int row = 0;
     for (int m = 0; m < 2; m++) {
         th_redis_cmd(&r, NULL, 0, "CONFIG SET appendfsync %s", modes[m]);
-        for (shape s = TWO_PASSES; s <= GRANT; s++) {
+        for (shape s = TWO_PASSES; s <= GRANT_BATCH; s++) {
             char res[32];
             snprintf(res, sizeof res, "chain%d", row++);
             double p99 = 0;
