@@ -348,6 +348,36 @@ static void test_replay_leaves_the_queue(void **state)
     assert_int_equal(g.handed_token, 0);
 }
 
+/* A claim writes nothing, so it waits for no fsync; a caller that WAITs for replicas
+ * (min_replicas) makes it write, so that its WAIT covers the grant, and with too few
+ * replicas (the fixture has none) the claimed hold is undone as any acquisition's. */
+static void test_claim_writes_only_before_a_wait(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    lk_lock_info info;
+    const char *res = res_name("claimwait");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "cc", 0, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    long long before = hset_calls(&f->redis);
+    assert_lk(f->c, attempt(f, res, "B", "cc", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    assert_int_equal(hset_calls(&f->redis), before);
+
+    lk_client *c = open_with_replicas(f);
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "B", .lease_ms = 10000,
+                    .wait_ms = 60000, .handoff_id = "cc"};
+    lk_call *calls[1] = {&call};
+    lk_call_many(c, calls, 1);
+    assert_lk(c, call.status, LK_EREPLICAS);
+    assert_true(hset_calls(&f->redis) > before);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    lk_client_close(c);
+}
+
 /* Bad hand-off arguments are refused before anything is sent. */
 static void test_bad_arguments(void **state)
 {
@@ -373,6 +403,7 @@ int main(void)
         cmocka_unit_test(test_grant_expires_with_lease),
         cmocka_unit_test(test_sub_reports_grant),
         cmocka_unit_test(test_replay_leaves_the_queue),
+        cmocka_unit_test(test_claim_writes_only_before_a_wait),
         cmocka_unit_test(test_bad_arguments),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
