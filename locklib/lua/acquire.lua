@@ -35,10 +35,17 @@
 --          (its remaining wait_ms), "0" (or absent) when it does not wait: an exclusive
 --          request that waits holds new shared requests back until then (writers'
 --          preference, prelude/shared.lua)
+-- ARGV[12] optional: this waiter's remaining wait in ms, 1..3600000, to wait for a hand-off
+--          (prelude/handoff.lua), "0" (or absent) for none; exclusive requests only. With it
+--          ARGV[8] is the waiter's hand-off id (required), and KEYS[8] fg:{R}:hq, KEYS[9]
+--          fg:{R}:wq and KEYS[10] fg:{R}:wqt are the hand-off keys: a held answer queues the
+--          waiter there, an acquisition takes it out, and a grant a release made to this id
+--          is claimed.
 -- KEYS[6]  shared holders' leases fg:{R}:readers (prelude/shared.lua)
 -- KEYS[7]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
--- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1, shared}  acquired;
+-- Returns  {1, token, holds, lease_ms, floor_raised, replayed, handed, shared}  acquired;
+--                                     handed is 1 when this claims a hand-off grant;
 --                                     shared is 1 for a shared hold (its token may be 0)
 --          {0, holder_pttl_ms, holder_token}   held by another owner, whose hold has that
 --                                              token (0 while the lock is free but a writer
@@ -61,7 +68,7 @@
 -- The fair queue of fair_acquire.lua is ignored on purpose: a non-fair acquisition may
 -- barge ahead of queued fair waiters, like tryLock() on a fair java ReentrantLock.
 --
--- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua shared.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua shared.lua handoff.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/acquire.lua instead.
@@ -77,6 +84,7 @@ local hold_id = ARGV[8] or ''
 local will_wait = ARGV[9] or '0'
 local mode_arg = ARGV[10] or 'x'
 local wait_ms = mint_floor(ARGV[11] or '0')
+local handoff_ms = tonumber(ARGV[12] or '0')
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
@@ -85,8 +93,18 @@ if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKE
         idem_ms == nil or idle_ms == nil or (others ~= '0' and others ~= '1') or
         supersede == nil or #hold_id > 16 or string.match(hold_id, '^[0-9a-f]*$') == nil or
         (will_wait ~= '0' and will_wait ~= '1') or (mode_arg ~= 'x' and mode_arg ~= 's') or
-        wait_ms == nil or (mode_arg == 's' and KEYS[7] == nil) then
+        wait_ms == nil or (mode_arg == 's' and KEYS[7] == nil) or handoff_ms == nil or
+        handoff_ms < 0 or handoff_ms > 3600000 or
+        (handoff_ms > 0 and (mode_arg == 's' or not handoff_valid_id(hold_id) or
+            KEYS[10] == nil)) then
     return redis.error_reply('fencegate: invalid argument')
+end
+
+if handoff_ms > 0 then
+    local g_token, g_holds = handoff_claim(KEYS[1], owner, hold_id, will_wait == '1')
+    if g_token then
+        return {1, g_token, g_holds, lease_ms, 0, 0, 1, 0}
+    end
 end
 
 local shared = mode_arg == 's'
@@ -97,7 +115,10 @@ local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wa
 if rec == false then
     return {-1, 0}
 elseif rec then
-    return {1, rec[1], rec[2], rec[3], 0, 1, -1, shared and 1 or 0}
+    if handoff_ms > 0 then
+        handoff_leave(KEYS[8], KEYS[9], KEYS[10], owner, hold_id) -- answered: not a waiter
+    end
+    return {1, rec[1], rec[2], rec[3], 0, 1, 0, shared and 1 or 0}
 end
 
 local now = server_ms()
@@ -140,7 +161,14 @@ else
         return {0, writer_first_retry(KEYS[7], now), 0}
     end
     mark_wanted(KEYS[1])
+    if handoff_ms > 0 then
+        handoff_enqueue(KEYS[8], KEYS[9], KEYS[10], false, owner, hold_id, lease_ms, KEYS[3],
+            idem_ms, idle_ms, now, handoff_ms)
+    end
     return {0, redis.call('PTTL', KEYS[1]), tonumber(redis.call('HGET', KEYS[1], '#token'))}
+end
+if handoff_ms > 0 then
+    handoff_leave(KEYS[8], KEYS[9], KEYS[10], owner, hold_id)
 end
 if others == '1' then
     mark_wanted(KEYS[1])
@@ -153,4 +181,4 @@ else
     acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
 end
 keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms, KEYS[3], idem_ms)
-return {1, token, holds, lease_ms, raised, 0, -1, shared and 1 or 0}
+return {1, token, holds, lease_ms, raised, 0, 0, shared and 1 or 0}

@@ -20,10 +20,16 @@
 -- ARGV[8]  optional: "1" when the caller WAITs for replicas after the answer, "0" (or
 --          absent) when not, as acquire.lua's ARGV[9]
 -- ARGV[9]  optional: the mode, "x" (or absent) exclusive, "s" shared (prelude/shared.lua)
+-- ARGV[10] optional: this waiter's hand-off id (prelude/handoff.lua), "" (or absent) for
+--          none; exclusive requests only. With it KEYS[10] is fg:{R}:hq: waiting in line
+--          leaves an entry there, so that the release that frees the lock while this owner
+--          is first grants it; an attempt claims such a grant; a grant this call mints has
+--          the id as its hold id.
 -- KEYS[8]  shared holders' leases fg:{R}:readers (prelude/shared.lua)
 -- KEYS[9]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
--- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1, shared}  acquired
+-- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1, shared, handed}  acquired;
+--                                   handed is 1 when this claims a hand-off grant
 --          {0, retry_ms, position, holder_token}
 --                                   not this owner's turn: it is queued at 0-based
 --                                   position; retry within retry_ms or on a release message;
@@ -68,7 +74,7 @@
 -- replicas and the AOF store the deadlines the primary computed.
 -- Non-fair acquire.lua ignores this queue: a non-fair acquisition may barge in.
 --
--- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua shared.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua shared.lua handoff.lua
 -- The build prepends these (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/fair_acquire.lua instead.
@@ -82,6 +88,7 @@ local idle_ms = idle_arg(ARGV[6])
 local supersede = mint_floor(ARGV[7] or '0')
 local will_wait = ARGV[8] or '0'
 local mode_arg = ARGV[9] or 'x'
+local handoff_id = ARGV[10] or ''
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
@@ -91,8 +98,17 @@ end
 if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKEN_MAX or
         idem_ms == nil or wait_ms == nil or wait_ms < 0 or wait_ms > 3600000 or
         idle_ms == nil or supersede == nil or (will_wait ~= '0' and will_wait ~= '1') or
-        (mode_arg ~= 'x' and mode_arg ~= 's') or (mode_arg == 's' and KEYS[9] == nil) then
+        (mode_arg ~= 'x' and mode_arg ~= 's') or (mode_arg == 's' and KEYS[9] == nil) or
+        (handoff_id ~= '' and (mode_arg == 's' or not handoff_valid_id(handoff_id) or
+            KEYS[10] == nil)) then
     return redis.error_reply('fencegate: invalid argument')
+end
+
+if handoff_id ~= '' then
+    local g_token, g_holds = handoff_claim(KEYS[1], owner, handoff_id, will_wait == '1')
+    if g_token then
+        return {1, g_token, g_holds, lease_ms, 0, 0, -1, 0, 1}
+    end
 end
 
 -- 1. Replay.
@@ -108,7 +124,10 @@ local rec = acquire_replay(KEYS[3], idem_ms, owner, lease_ms, supersede, will_wa
 if rec == false then
     return {-1, 0, -1}
 elseif rec then
-    return {1, rec[1], rec[2], rec[3], 0, 1, -1, shared and 1 or 0}
+    if handoff_id ~= '' then
+        redis.call('HDEL', KEYS[10], 'f:' .. owner) -- answered: no hand-off for it
+    end
+    return {1, rec[1], rec[2], rec[3], 0, 1, -1, shared and 1 or 0, 0}
 end
 
 -- Redis before 7 must be told to replicate effects before a write follows TIME.
@@ -124,6 +143,9 @@ local expired = redis.call('ZRANGEBYSCORE', KEYS[6], '-inf', string.format('(%d'
 for _, w in ipairs(expired) do
     redis.call('LREM', KEYS[5], 0, w)
     redis.call('ZREM', KEYS[6], w)
+    if handoff_id ~= '' then
+        redis.call('HDEL', KEYS[10], 'f:' .. w)
+    end
 end
 -- The head must be a live waiter: one without a deadline (the two keys out of step) or past
 -- it is dropped too.
@@ -136,12 +158,18 @@ while head do
     end
     redis.call('LPOP', KEYS[5])
     redis.call('ZREM', KEYS[6], head)
+    if handoff_id ~= '' then
+        redis.call('HDEL', KEYS[10], 'f:' .. head)
+    end
     head = redis.call('LINDEX', KEYS[5], 0)
 end
 
 local function leave_queue()
     redis.call('LREM', KEYS[5], 0, elem)
     redis.call('ZREM', KEYS[6], elem)
+    if handoff_id ~= '' then
+        redis.call('HDEL', KEYS[10], 'f:' .. owner)
+    end
 end
 
 -- A shared grant (3 and 4'): recorded with its mode.
@@ -153,7 +181,7 @@ local function shared_granted(token, holds)
     idem_record(KEYS[3], idem_ms, 'acquire', owner, 'token', token, 'holds', holds, 'lease',
         lease_ms, 'mode', 's')
     keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
-    return {1, token, holds, lease_ms, 0, 0, -1, 1}
+    return {1, token, holds, lease_ms, 0, 0, -1, 1, 0}
 end
 
 local mode = live_mode(KEYS[1], KEYS[8], now)
@@ -171,7 +199,7 @@ if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
     leave_queue()
     acquire_record(KEYS[3], idem_ms, owner, token, holds, lease_ms)
     keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
-    return {1, token, holds, lease_ms, 0, 0, -1, 0}
+    return {1, token, holds, lease_ms, 0, 0, -1, 0, 0}
 end
 
 -- 4'. Shared: no writer ahead.
@@ -186,7 +214,8 @@ if not shared and not held and (not head or head == owner) then
     if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
         redis.call('DEL', KEYS[8])
     end
-    local token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[7], owner, floor, lease_ms, '')
+    local token, raised = mint(KEYS[1], KEYS[2], KEYS[4], KEYS[7], owner, floor, lease_ms,
+        handoff_id)
     if token == nil then
         return redis.error_reply('fencegate: token space exhausted')
     end
@@ -197,7 +226,7 @@ if not shared and not held and (not head or head == owner) then
     end
     acquire_record(KEYS[3], idem_ms, owner, token, 1, lease_ms)
     keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
-    return {1, token, 1, lease_ms, raised, 0, -1, 0}
+    return {1, token, 1, lease_ms, raised, 0, -1, 0, 0}
 end
 
 -- 5. Wait in line.
@@ -211,6 +240,14 @@ local last = redis.call('ZRANGE', KEYS[6], -1, -1, 'WITHSCORES')
 local keep_ms = tonumber(last[2]) - now + 1
 redis.call('PEXPIRE', KEYS[5], keep_ms)
 redis.call('PEXPIRE', KEYS[6], keep_ms)
+if handoff_id ~= '' then
+    handoff_enqueue(KEYS[10], nil, nil, true, owner, handoff_id, lease_ms, KEYS[3], idem_ms,
+        idle_ms, now, wait_ms)
+    local left = redis.call('PTTL', KEYS[10])
+    if left == -1 or (left >= 0 and left < keep_ms) then
+        redis.call('PEXPIRE', KEYS[10], keep_ms)
+    end
+end
 
 local retry_ms
 local holder_token = 0

@@ -7,6 +7,13 @@
 -- ARGV[3]  release channel fg:{R}:released
 -- KEYS[3]  optional: shared holders' leases fg:{R}:readers (prelude/shared.lua); needed to
 --          release a shared hold
+-- ARGV[5]  optional: "1" to hand a freed lock to the next exclusive waiter queued for a
+--          hand-off (prelude/handoff.lua), "0" (or absent) not to. With "1": ARGV[6] is the
+--          floor of the grant's token (decimal digits, as acquire.lua's ARGV[3]), and KEYS[3]
+--          (required then), KEYS[4] fg:{R}:fence, KEYS[5] fg:{R}:base, KEYS[6]
+--          fg:{R}:recent, KEYS[7] fg:{R}:queue, KEYS[8] fg:{R}:qtimeout, KEYS[9] fg:{R}:hq,
+--          KEYS[10] fg:{R}:wq, KEYS[11] fg:{R}:wqt and KEYS[12] fg:{R}:rwait are the keys the
+--          grant needs.
 -- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
 --          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
@@ -26,12 +33,15 @@
 --          A stale record of a re-entry has the token of the hold it entered: the token
 --          cannot tell it from that hold, and one hold is released.
 --
--- Returns  {1, 0, replayed, published}
+-- Returns  {1, 0, replayed, published, granted, grant_id}
 --                                released: the lock is deleted, and the token of the hold
 --                                released (decimal; then ':' and its hold id when it has
 --                                one, acquire.lua ARGV[8]) is published on ARGV[3] when the
 --                                lock was marked wanted (prelude/wanted.lua); published is 1
---                                when it was, else 0 (a replay: 0)
+--                                when it was, else 0 (a replay: 0); granted is the token
+--                                minted for the waiter the lock was handed to (its id in
+--                                grant_id), 0 (and "") when none: then "g:<granted>:<id>"
+--                                is published instead of the release message
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
@@ -43,7 +53,7 @@
 -- published. Only the release of the last shared holder deletes the lock and publishes (when
 -- wanted), which wakes the exclusive request waiting for it.
 --
--- Prelude: limits.lua idem.lua wanted.lua shared.lua
+-- Prelude: limits.lua idem.lua idle.lua mint.lua wanted.lua shared.lua handoff.lua
 -- The build prepends them (from lua/prelude/) to this file, so this file alone is not
 -- the whole script: `redis-cli --eval` of it fails; run the generated
 -- build/locklib/generated/lua/release.lua instead.
@@ -51,12 +61,15 @@
 local owner = ARGV[1]
 local idem_ms = tonumber(ARGV[2])
 local undo = ARGV[4] or '0'
+local hand = ARGV[5] or '0'
+local hand_floor = mint_floor(ARGV[6] or '0')
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
-        (undo ~= '0' and idem_ms ~= 0) then
+        (undo ~= '0' and idem_ms ~= 0) or (hand ~= '0' and hand ~= '1') or
+        hand_floor == nil or hand_floor >= TOKEN_MAX or (hand == '1' and KEYS[12] == nil) then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -92,6 +105,8 @@ end
 local holds = redis.call('HINCRBY', KEYS[1], owner, -1)
 local status = 2
 local published = 0
+local granted = 0
+local grant_id = ''
 if holds <= 0 then
     holds = 0
     status = 1
@@ -102,7 +117,7 @@ if status == 1 and shared then
     if redis.call('ZCARD', k_readers) > 0 then
         readers_lease(KEYS[1], k_readers, now)
         idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)
-        return {status, holds, 0, 0}
+        return {status, holds, 0, 0, 0, ''}
     end
     redis.call('DEL', k_readers)
 end
@@ -110,11 +125,34 @@ if status == 1 then
     local wanted = is_wanted(KEYS[1])
     local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])
-    if wanted then
+    local e = nil
+    if wanted and hand == '1' then
+        now = server_ms()
+        e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
+    end
+    if e then
+        -- The hand-off: the grant the waiter's own attempt would have made (mint.lua), with
+        -- the waiter's lease, hold id and idempotency record, in this script.
+        local token = mint(KEYS[1], KEYS[4], KEYS[5], KEYS[6], e.o, hand_floor, e.l, e.h)
+        if token then
+            redis.call('HSET', KEYS[1], '#grant', e.h)
+            writer_granted(KEYS[1], KEYS[12], e.o, now)
+            if handoff_others(KEYS[7], KEYS[10]) then
+                mark_wanted(KEYS[1])
+            end
+            acquire_record(e.k, e.i, e.o, token, 1, e.l)
+            keep_token_keys(KEYS[4], KEYS[5], KEYS[6], e.d, e.l, e.k, e.i)
+            granted = token
+            grant_id = e.h
+            redis.call('PUBLISH', ARGV[3], 'g:' .. string.format('%d', token) .. ':' .. e.h)
+            published = 1
+        end
+    end
+    if wanted and granted == 0 then
         redis.call('PUBLISH', ARGV[3], release_message(ids))
         published = 1
     end
 end
 
 idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)
-return {status, holds, 0, published}
+return {status, holds, 0, published, granted, grant_id}

@@ -34,12 +34,37 @@ static void idem_args(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
     *ttl = call->idem_key != NULL ? opts->idempotency_ttl_ms : 0;
 }
 
+/* A hand-off id (lk_call.handoff_id): 1..16 lowercase hex digits. */
+static int valid_handoff_id(const char *id)
+{
+    size_t n = strlen(id);
+    if (n < 1 || n > 16) {
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (!((id[i] >= '0' && id[i] <= '9') || (id[i] >= 'a' && id[i] <= 'f'))) {
+            return 0;
+        }
+    }
+    return 1;
+}
+
+/* The hand-off keys (lua/prelude/handoff.lua). */
+static void handoff_keys(lk__cmd *cmd)
+{
+    lk__cmd_key(cmd, "hq");
+    lk__cmd_key(cmd, "wq");
+    lk__cmd_key(cmd, "wqt");
+}
+
 /* ---- acquire.lua, fair_acquire.lua ---------------------------------------------------- */
 
-/* KEYS lock, fence, idem, base, [queue, qtimeout,] recent, readers, rwait; ARGV owner, lease,
- * floor, idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not fair)], supersede[, hold
- * id (not fair)], will_wait (min_replicas: a replay must write, for the WAIT after it), mode
- * ("s" shared, "x" exclusive)[, wait (not fair: how long the caller waits when held)]. */
+/* KEYS lock, fence, idem, base, [queue, qtimeout,] recent, readers, rwait[, hand-off keys];
+ * ARGV owner, lease, floor, idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not
+ * fair)], supersede[, hold id (not fair)], will_wait (min_replicas: a replay must write, for
+ * the WAIT after it), mode ("s" shared, "x" exclusive)[, wait (not fair: how long the caller
+ * waits when held)][, with a hand-off id: the wait (not fair) or the id (fair)]. A non-fair
+ * call with a hand-off id sends that id as its hold id. */
 static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                char *err)
 {
@@ -65,6 +90,17 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     if (call->wait_ms < 0 || call->wait_ms > LK_WAIT_MAX_MS) {
         return lk__errf(err, LK_EINVAL, "wait must be 0..%d ms", LK_WAIT_MAX_MS);
     }
+    const char *hid = call->handoff_id;
+    if (hid != NULL && !valid_handoff_id(hid)) {
+        return lk__errf(err, LK_EINVAL, "hand-off id must be 1..16 lowercase hex digits");
+    }
+    if (hid != NULL && call->shared) {
+        return lk__errf(err, LK_EINVAL, "a shared acquisition takes no hand-off id");
+    }
+    if (hid != NULL && !fair && (call->wait_ms < 1 || call->wait_ms > LK_WAIT_MAX_MS)) {
+        return lk__errf(err, LK_EINVAL, "wait must be 1..%d ms with a hand-off id",
+                        LK_WAIT_MAX_MS);
+    }
     lk__cmd_start(cmd, fair ? LK__SCRIPT_FAIR_ACQUIRE : LK__SCRIPT_ACQUIRE, call->resource);
     lk__cmd_key(cmd, "lock");
     lk__cmd_key(cmd, "fence");
@@ -77,6 +113,13 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     lk__cmd_key(cmd, "recent");
     lk__cmd_key(cmd, "readers");
     lk__cmd_key(cmd, "rwait");
+    if (hid != NULL) {
+        if (fair) {
+            lk__cmd_key(cmd, "hq");
+        } else {
+            handoff_keys(cmd);
+        }
+    }
     lk__cmd_arg(cmd, call->owner);
     lk__cmd_num(cmd, lease_ms);
     lk__cmd_num(cmd, call->floor);
@@ -89,13 +132,22 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
         lk__cmd_num(cmd, call->others_waiting != 0);
     }
     lk__cmd_num(cmd, call->idem_key != NULL ? call->supersede : 0);
-    if (!fair) {
+    if (!fair && hid != NULL) {
+        lk__cmd_arg(cmd, hid);
+    } else if (!fair) {
         lk__cmd_hold_id(cmd); /* built once, so every Redlock master gets the same */
     }
     lk__cmd_num(cmd, opts->min_replicas > 0);
     lk__cmd_arg(cmd, call->shared ? "s" : "x");
     if (!fair) {
         lk__cmd_num(cmd, call->wait_ms);
+    }
+    if (hid != NULL) {
+        if (fair) {
+            lk__cmd_arg(cmd, hid);
+        } else {
+            lk__cmd_num(cmd, call->wait_ms);
+        }
     }
     return LK_OK;
 }
@@ -104,6 +156,7 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
 {
     long long code = lk__int_at(reply, 0);
     if (code == 1) {
+        call->res.handed = (int)lk__int_at(reply, call->kind == LK_CALL_ACQUIRE_FAIR ? 8 : 6);
         return lk__read_acquired(err, reply, &call->res);
     }
     if (code == -2) {
@@ -124,11 +177,12 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
 
 /* ---- release.lua, renew.lua ----------------------------------------------------------- */
 
-/* KEYS lock, idem, readers; ARGV owner, idem_ttl, channel, undo (release.lua) or KEYS lock,
- * idem, fence, base, recent, readers; ARGV owner, lease, idem_ttl, token_key_idle_ttl
- * (renew.lua). A release
- * with supersede set undoes an acquisition: idem is that acquisition's key, and the release
- * itself keeps no record (idem_ttl 0). */
+/* KEYS lock, idem, readers[, fence, base, recent, queue, qtimeout, hand-off keys, rwait];
+ * ARGV owner, idem_ttl, channel, undo[, hand off, floor] (release.lua) or KEYS lock, idem,
+ * fence, base, recent, readers; ARGV owner, lease, idem_ttl, token_key_idle_ttl (renew.lua).
+ * A release with supersede set undoes an acquisition: idem is that acquisition's key, and
+ * the release itself keeps no record (idem_ttl 0). A release with handoff hands the lock
+ * on. */
 static lk_status build_owner_call(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                   char *err)
 {
@@ -147,6 +201,10 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
     if (undo < -1 || undo >= LK_TOKEN_MAX) {
         return lk__errf(err, LK_EINVAL, "supersede must be -1..2^53-2");
     }
+    int hand = !renew && call->handoff;
+    if (hand && (call->floor < 0 || call->floor >= LK_TOKEN_MAX)) {
+        return lk__errf(err, LK_EINVAL, "floor must be 0..2^53-2");
+    }
     lk__cmd_start(cmd, renew ? LK__SCRIPT_RENEW : LK__SCRIPT_RELEASE, call->resource);
     lk__cmd_key(cmd, "lock");
     idem_args(opts, call, cmd, &idem_ttl);
@@ -156,6 +214,15 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
         lk__cmd_key(cmd, "recent");
     }
     lk__cmd_key(cmd, "readers");
+    if (hand) {
+        lk__cmd_key(cmd, "fence");
+        lk__cmd_key(cmd, "base");
+        lk__cmd_key(cmd, "recent");
+        lk__cmd_key(cmd, "queue");
+        lk__cmd_key(cmd, "qtimeout");
+        handoff_keys(cmd);
+        lk__cmd_key(cmd, "rwait");
+    }
     lk__cmd_arg(cmd, call->owner);
     if (renew) {
         lk__cmd_num(cmd, call->lease_ms);
@@ -165,6 +232,10 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
         lk__cmd_num(cmd, undo != 0 ? 0 : idem_ttl);
         lk__cmd_channel(cmd);
         lk__cmd_num(cmd, undo);
+        if (hand) {
+            lk__cmd_num(cmd, 1);
+            lk__cmd_num(cmd, call->floor);
+        }
     }
     return LK_OK;
 }
@@ -175,6 +246,14 @@ static lk_status decode_release(lk_call *call, const redisReply *reply, char *er
     call->res.holds = lk__int_at(reply, 1);
     call->res.replayed = (int)lk__int_at(reply, 2);
     call->res.published = (int)lk__int_at(reply, 3);
+    call->res.handed_token = lk__int_at(reply, 4);
+    const redisReply *id = reply->type == REDIS_REPLY_ARRAY && reply->elements > 5
+                               ? reply->element[5]
+                               : NULL;
+    if (id != NULL && id->type == REDIS_REPLY_STRING && id->len < sizeof call->res.handed_id) {
+        memcpy(call->res.handed_id, id->str, id->len);
+        call->res.handed_id[id->len] = '\0';
+    }
     switch (code) {
     case 1:
         return LK_RELEASED;
@@ -278,7 +357,7 @@ static lk_status decode_status(lk_call *call, const redisReply *reply, char *err
     return LK_OK;
 }
 
-/* KEYS lock, queue, qtimeout; ARGV owner, channel. */
+/* KEYS lock, queue, qtimeout[, hand-off keys]; ARGV owner, channel[, hand-off id]. */
 static lk_status build_fair_cancel(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                    char *err)
 {
@@ -289,17 +368,28 @@ static lk_status build_fair_cancel(const lk_options *opts, const lk_call *call, 
     if (st != LK_OK) {
         return st;
     }
+    if (call->handoff_id != NULL && !valid_handoff_id(call->handoff_id)) {
+        return lk__errf(err, LK_EINVAL, "hand-off id must be 1..16 lowercase hex digits");
+    }
+    if (call->handoff_id != NULL) {
+        handoff_keys(cmd);
+    }
     lk__cmd_arg(cmd, call->owner);
     lk__cmd_channel(cmd);
+    if (call->handoff_id != NULL) {
+        lk__cmd_arg(cmd, call->handoff_id);
+    }
     return LK_OK;
 }
 
-/* {1} or {0}: whether it was queued does not change what the caller does next. */
+/* {1} or {0}: whether it was queued does not change what the caller does next; {2, token}:
+ * a grant to the waiter was never claimed, and the caller gives its hold back. */
 static lk_status decode_fair_cancel(lk_call *call, const redisReply *reply, char *err)
 {
-    (void)call;
-    (void)reply;
     (void)err;
+    if (lk__int_at(reply, 0) == 2) {
+        call->res.handed_token = lk__int_at(reply, 1);
+    }
     return LK_OK;
 }
 

@@ -808,6 +808,15 @@ static int is_fair(const lk__cmd *cmd)
     return cmd->out->kind == LK_CALL_ACQUIRE_FAIR || cmd->out->kind == LK_CALL_FAIR_CANCEL;
 }
 
+/* A hand-off (lk_call.handoff_id, .handoff): each master would queue and grant on its own,
+ * minting its own token for whichever waiter it found first, and no majority would combine
+ * those grants. Refused, as fair calls are. */
+static int is_handoff(const lk__cmd *cmd)
+{
+    return cmd->out->handoff_id != NULL ||
+           (cmd->out->kind == LK_CALL_RELEASE && cmd->out->handoff);
+}
+
 /* Steps 0 to 5 for the m calls of cmds, none fair; call j is the caller's index[j]. */
 static void run_calls(lk__transport *t, size_t m, const lk__cmd *const *cmds,
                       const size_t *index, lk__reply_fn done, void *ctx)
@@ -877,6 +886,9 @@ static void redlock_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
         } else if (is_fair(cmds[i])) {
             done(ctx, i, lk__errf(t->err, LK_EINVAL, "fair acquisition is not available on "
                                                      "the redlock topology"), NULL);
+        } else if (is_handoff(cmds[i])) {
+            done(ctx, i, lk__errf(t->err, LK_EINVAL, "hand-offs are not available on the "
+                                                     "redlock topology"), NULL);
         } else {
             live[m] = cmds[i];
             index[m++] = i;

@@ -11,9 +11,10 @@
 #include "script_table.h"
 #include "util_internal.h"
 
-#define LK__ARGV_MAX 24 /* keys and arguments of one call (fair_acquire.lua: 9 + 9, spares) */
-#define LK__CMD_KEYS 12 /* key names and other long strings (the channel) one call may hold */
-#define LK__CMD_NUMS 12 /* numbers one call may hold (acquire.lua: nine and the hold id) */
+#define LK__ARGV_MAX 28 /* keys and arguments of one call (acquire.lua with a hand-off: 10 + 12) */
+#define LK__CMD_KEYS 14 /* key names and other long strings (the channel) one call may hold
+                        * (release.lua with a hand-off: 12 keys and the channel) */
+#define LK__CMD_NUMS 12 /* numbers one call may hold (acquire.lua: ten and the hold id) */
 
 /* Keys first, then the arguments, all pointing into the storage below or into the caller's
  * strings (which must outlive the send). `route` is the resource: every key is

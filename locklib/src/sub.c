@@ -115,6 +115,8 @@ struct lk_sub {
     size_t nseen, capseen;
     int64_t event_token;   /* lk_sub_event_token() inside a callback */
     uint64_t event_hold;   /* the message's hold id, 0 when it names none */
+    int64_t event_grant;   /* lk_sub_event_grant(): a hand-off's token, 0 when none */
+    char event_grant_id[17]; /* and the id of the waiter it was granted to */
 };
 
 static void node_drop(lk_sub *s, int k)
@@ -448,6 +450,31 @@ static int sub_event(const redisReply *r, char *resource)
     return event >= 0 && channel_resource(r->element[1], resource) != NULL ? event : -1;
 }
 
+/* A hand-off message's "<token>:<id>" (after "g:", release.lua): the grant's token and
+ * the waiter's id into s->event_grant and s->event_grant_id, unless malformed. */
+static void grant_ids(lk_sub *s, const char *p, size_t len)
+{
+    int64_t t = 0;
+    size_t i = 0;
+
+    for (; i < len && i < 16 && p[i] >= '0' && p[i] <= '9'; i++) {
+        t = t * 10 + (p[i] - '0');
+    }
+    size_t n = len - i - 1;
+    if (i == 0 || i >= len || p[i] != ':' || n < 1 || n > 16 || t > LK_TOKEN_MAX) {
+        return;
+    }
+    for (size_t j = 0; j < n; j++) {
+        char c = p[i + 1 + j];
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+            return;
+        }
+        s->event_grant_id[j] = c;
+    }
+    s->event_grant_id[n] = '\0';
+    s->event_grant = t;
+}
+
 /* A release message "<token>" or "<token>:<hold id>" (release.lua): its token into
  * s->event_token and its hold id into s->event_hold, each 0 when the message has none (or
  * is not a release message). */
@@ -461,7 +488,13 @@ static void message_ids(lk_sub *s, const redisReply *r)
 
     s->event_token = 0;
     s->event_hold = 0;
+    s->event_grant = 0;
+    s->event_grant_id[0] = '\0';
     if (p == NULL || p->type != REDIS_REPLY_STRING) {
+        return;
+    }
+    if (p->len > 2 && p->str[0] == 'g' && p->str[1] == ':') {
+        grant_ids(s, p->str + 2, p->len - 2);
         return;
     }
     for (; i < p->len && i < 16 && p->str[i] >= '0' && p->str[i] <= '9'; i++) {
@@ -493,6 +526,14 @@ static void message_ids(lk_sub *s, const redisReply *r)
 int64_t lk_sub_event_token(const lk_sub *s)
 {
     return s->event_token;
+}
+
+int64_t lk_sub_event_grant(const lk_sub *s, char *id)
+{
+    if (id != NULL) {
+        memcpy(id, s->event_grant_id, sizeof s->event_grant_id);
+    }
+    return s->event_grant;
 }
 
 void lk__sub_report(const redisReply *r, lk_sub_fn fn, void *userdata)
@@ -582,6 +623,8 @@ static int read_replies(lk_sub *s, redisContext *ctx, int k, lk_sub_fn fn, void 
         }
         s->event_token = 0;
         s->event_hold = 0;
+        s->event_grant = 0;
+        s->event_grant_id[0] = '\0';
         freeReplyObject(reply);
         reply = NULL;
     }

@@ -84,6 +84,39 @@ static inline void lk_test_reap(pid_t pid)
     assert_int_equal(waitpid(pid, &status, 0), pid);
 }
 
+/* A plain hiredis connection to the fixture's Redis (5 s timeouts), for inspection and
+ * subscriptions; the caller frees it. */
+static inline redisContext *connect_plain(const lk_fixture *f)
+{
+    struct timeval tv = {5, 0};
+    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", f->redis.port, tv);
+    assert_non_null(ctx);
+    assert_int_equal(ctx->err, 0);
+    redisSetTimeout(ctx, tv);
+    return ctx;
+}
+
+/* A client that wants one replica's acknowledgement (the fixture's Redis has none). */
+static inline lk_client *open_with_replicas(lk_fixture *f)
+{
+    lk_options o;
+    lk_options_init(&o);
+    o.min_replicas = 1;
+    o.replica_timeout_ms = 50;
+    o.connect_timeout_ms = 1000;
+    o.command_timeout_ms = 1000;
+    return lk_test_open(&f->redis, &o);
+}
+
+/* The calls of HSET Redis has counted (INFO commandstats counts a script's calls too). */
+static inline long long hset_calls(const th_redis *r)
+{
+    char info[16384];
+    assert_int_equal(th_redis_cmd(r, info, sizeof info, "INFO commandstats"), 0);
+    const char *at = strstr(info, "cmdstat_hset:calls=");
+    return at != NULL ? atoll(at + strlen("cmdstat_hset:calls=")) : 0;
+}
+
 /* Reads one pub/sub message from sub and checks its channel and payload. */
 /* The next message on sub, on channel; the caller frees it. */
 static inline redisReply *lk_next_message(redisContext *sub, const char *channel)

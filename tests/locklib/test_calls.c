@@ -232,18 +232,6 @@ static void test_call_many_refuses_bad_calls(void **state)
     lk_call_many(f->c, ptrs, 0); /* an empty batch is a no-op */
 }
 
-/* A client that wants one replica's acknowledgement (the fixture's Redis has none). */
-static lk_client *open_with_replicas(lk_fixture *f)
-{
-    lk_options o;
-    lk_options_init(&o);
-    o.min_replicas = 1;
-    o.replica_timeout_ms = 50;
-    o.connect_timeout_ms = 1000;
-    o.command_timeout_ms = 1000;
-    return lk_test_open(&f->redis, &o);
-}
-
 /* With min_replicas and no replica, each acquisition of a batch is answered as lk_acquire()
  * would: EREPLICAS, and rolled back, every one (each WAIT on its own live connection). */
 static void test_call_many_with_replicas_rolls_each_back(void **state)
@@ -296,15 +284,6 @@ static void test_rolled_back_acquisition_is_not_replayed(void **state)
     assert_lk(f->c, lk_acquire(f->c, name, "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
     assert_lk(c, lk_acquire(c, name, "alice", 10000, 0, "key-1", &r), LK_HELD);
     lk_client_close(c);
-}
-
-/* The calls of HSET Redis has counted (INFO commandstats counts a script's calls too). */
-static long long hset_calls(const th_redis *r)
-{
-    char info[16384];
-    assert_int_equal(th_redis_cmd(r, info, sizeof info, "INFO commandstats"), 0);
-    const char *at = strstr(info, "cmdstat_hset:calls=");
-    return at != NULL ? atoll(at + strlen("cmdstat_hset:calls=")) : 0;
 }
 
 /* alice's acquisition of name with the key "key-w", fair or not. */

@@ -12,6 +12,7 @@
  *   - ASK: during a migration (SETSLOT MIGRATING/IMPORTING) a new resource of the slot goes
  *     to the importing node after ASKING; an existing one meets TRYAGAIN (its keys are
  *     split) and is answered once the keys moved, within the call's timeout;
+ *   - hand-offs: a granting release and its waiter's claim run in the resource's slot;
  *   - malformed redis-cluster:// URLs are refused;
  *   - a master is SIGKILLed: the handle follows its replica's promotion by itself,
  *     reports the failover, and the lock it held there is still its own (it was replicated:
@@ -196,6 +197,47 @@ static void test_every_script(void **state)
         assert_lk(f->c, lk_acquire(f->c, r, "W", LK_LEASE_WATCHDOG, 0, NULL, &res),
                   LK_ACQUIRED);
         assert_lk(f->c, lk_release(f->c, r, "W", NULL, &res), LK_RELEASED);
+    }
+}
+
+/* One call through lk_call_many. */
+static lk_status run1(lk_client *c, lk_call *call)
+{
+    lk_call *calls[1] = {call};
+    lk_call_many(c, calls, 1);
+    return call->status;
+}
+
+/* Hand-offs on every master: the hand-off keys and the waiter's idempotency record are in
+ * the resource's slot, so a granting release runs on its master without a CROSSSLOT, and
+ * the fair head and the non-fair list each get their grant, claimed and replayed. */
+static void test_handoff_in_the_slot(void **state)
+{
+    cl_fixture *f = *state;
+    lk_result res;
+
+    for (int i = 0; i < 6; i++) {
+        char r[32];
+        snprintf(r, sizeof r, "handoff.%d", i);
+        assert_lk(f->c, lk_acquire(f->c, r, "A", 30000, 0, NULL, &res), LK_ACQUIRED);
+        lk_call wait = {.kind = i % 2 ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE,
+                        .resource = r, .owner = "B", .idem_key = "idem-h", .lease_ms = 30000,
+                        .wait_ms = 20000, .handoff_id = "b1"};
+        assert_lk(f->c, run1(f->c, &wait), LK_HELD);
+        lk_call rel = {.kind = LK_CALL_RELEASE, .resource = r, .owner = "A", .handoff = 1,
+                       .floor = 100};
+        assert_lk(f->c, run1(f->c, &rel), LK_RELEASED);
+        assert_string_equal(rel.res.handed_id, "b1");
+        assert_true(rel.res.handed_token > 100);
+        wait.res.handed = 0;
+        assert_lk(f->c, run1(f->c, &wait), LK_ACQUIRED);
+        assert_int_equal(wait.res.handed, 1);
+        assert_int_equal(wait.res.token, rel.res.handed_token);
+        /* The grant wrote the waiter's record: its key replays it. */
+        assert_lk(f->c, lk_acquire(f->c, r, "B", 30000, 0, "idem-h", &res), LK_ACQUIRED);
+        assert_int_equal(res.replayed, 1);
+        assert_int_equal(res.token, rel.res.handed_token);
+        assert_lk(f->c, lk_release(f->c, r, "B", NULL, &res), LK_RELEASED);
     }
 }
 
@@ -466,6 +508,7 @@ int main(void)
         cmocka_unit_test(test_slot_routing),
         cmocka_unit_test(test_every_script),
         cmocka_unit_test(test_shared_on_cluster),
+        cmocka_unit_test(test_handoff_in_the_slot),
         cmocka_unit_test(test_wait_across_nodes),
         cmocka_unit_test(test_batch_split),
         cmocka_unit_test(test_moved),

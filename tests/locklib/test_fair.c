@@ -14,16 +14,6 @@ static int group_setup(void **state)
     return lk_group_setup_aof(state, 0);
 }
 
-static redisContext *connect_plain(const lk_fixture *f)
-{
-    struct timeval tv = {5, 0};
-    redisContext *ctx = redisConnectWithTimeout("127.0.0.1", f->redis.port, tv);
-    assert_non_null(ctx);
-    assert_int_equal(ctx->err, 0);
-    redisSetTimeout(ctx, tv);
-    return ctx;
-}
-
 /* Writes the fair queue of res as "a,b,c" into buf ("" when empty). */
 static void queue_str(const lk_fixture *f, const char *res, char *buf, size_t len)
 {

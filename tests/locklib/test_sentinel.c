@@ -6,6 +6,7 @@
  *   - a graceful failover (the old master demoted, not dead) is followed before the next
  *     call meets -READONLY, through the +switch-master hint;
  *   - a replayed acquisition WAITs for min_replicas like a first one;
+ *   - a hand-off's claim with min_replicas is answered once a replica holds the grant;
  *   - the master is SIGKILLed after the replica missed the newest INCR: the handle follows the
  *     failover by itself, reports it, the subscriber follows too, and the caller's floor keeps
  *     the promoted replica from minting a token already handed out.
@@ -248,6 +249,54 @@ static void test_replayed_acquisition_waits_for_replicas(void **state)
     assert_int_equal(th_sentinel_wait_ready(&f->s, 30000), 0);
 }
 
+/* A hand-off on Sentinel: the release grants on the master, and the waiter's claim by a
+ * handle that wants one replica is ACQUIRED only once a replica acknowledged: the replicas
+ * hold the grant (the lock hash with the waiter's hold and its token) when it is answered. */
+static void test_handoff_claim_waits_for_replicas(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url(f->s.url);
+    lk_client *r1 = open_url_replicas(f->s.url, 1, 0);
+    lk_result res;
+    char resource[64];
+    char buf[32];
+
+    snprintf(resource, sizeof resource, "%s", res_name("handoff-wait"));
+    int master = th_sentinel_master(&f->s);
+    assert_true(master >= 0);
+    assert_lk(c, lk_acquire(c, resource, "alice", 30000, 0, NULL, &res), LK_ACQUIRED);
+    lk_call wait = {.kind = LK_CALL_ACQUIRE, .resource = resource, .owner = "bob",
+                    .lease_ms = 30000, .wait_ms = 20000, .handoff_id = "b0b"};
+    lk_call *calls[1] = {&wait};
+    lk_call_many(c, calls, 1);
+    assert_lk(c, wait.status, LK_HELD);
+    lk_call rel = {.kind = LK_CALL_RELEASE, .resource = resource, .owner = "alice",
+                   .handoff = 1};
+    calls[0] = &rel;
+    lk_call_many(c, calls, 1);
+    assert_lk(c, rel.status, LK_RELEASED);
+    assert_string_equal(rel.res.handed_id, "b0b");
+
+    calls[0] = &wait;
+    lk_call_many(r1, calls, 1);
+    assert_lk(r1, wait.status, LK_ACQUIRED);
+    assert_int_equal(wait.res.handed, 1);
+    assert_int_equal(wait.res.token, rel.res.handed_token);
+    for (int i = 0; i < f->s.nredis; i++) {
+        if (i == master) {
+            continue;
+        }
+        buf[0] = '\0';
+        th_redis_cmd(&f->s.redis[i], buf, sizeof buf, "HGET fg:{%s}:lock #token", resource);
+        if (atoll(buf) == rel.res.handed_token) {
+            lk_client_close(r1);
+            lk_client_close(c);
+            return; /* one replica acknowledged: it holds the grant */
+        }
+    }
+    fail_msg("no replica holds the grant of token %lld", (long long)rel.res.handed_token);
+}
+
 /* A stale record: alice's keyed hold ended, and she took the lock again with a watchdog
  * lease (a larger token). A late retry of the old key replays the old grant while the
  * replica is paused: its WAIT fails and the undo keeps the later hold (release.lua ARGV[4]),
@@ -378,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_switch_master_hint),
         cmocka_unit_test(test_replayed_acquisition_waits_for_replicas),
         cmocka_unit_test(test_undone_replay_keeps_the_later_watchdog_hold),
+        cmocka_unit_test(test_handoff_claim_waits_for_replicas),
         cmocka_unit_test(test_failover_floor),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

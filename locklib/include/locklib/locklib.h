@@ -202,6 +202,14 @@ typedef struct lk_result {
     int64_t fenced_by;   /* lk_force_release() RELEASED: the token burned above the released
                           * hold's (res.token); every later mint is above it. NOT_OWNER: the
                           * counter, the last token issued (0 if none). Else 0 */
+    int handed;          /* ACQUIRED with a hand-off id: 1 when this claims the grant a
+                          * release made to that id (lk_call.handoff_id), else 0 */
+    int64_t handed_token; /* RELEASED with lk_call.handoff: the token minted for the waiter
+                           * the lock was handed to, 0 when none. FAIR_CANCEL with a
+                           * hand-off id: the token of a grant made to that waiter that it
+                           * still holds (a waiter that leaves answered nobody with it: the
+                           * caller gives that hold back), else 0 */
+    char handed_id[17];  /* RELEASED with a hand-off: that waiter's id, else "" */
 } lk_result;
 
 /* Acquires `resource` for `owner`. lease_ms is LK_LEASE_MIN_MS..LK_LEASE_MAX_MS, or
@@ -345,6 +353,22 @@ typedef struct lk_call {
                             * (the owner took the lock again since) is kept, except with -1:
                             * the release answers STILL_HELD. The release itself is not
                             * recorded. */
+    /* Hand-offs (lua/prelude/handoff.lua): a release that frees the lock grants it to the
+     * next waiter in the same script, one grant per release. Not on Redlock (EINVAL).
+     * ACQUIRE, ACQUIRE_FAIR, FAIR_CANCEL: NULL, or this waiter's hand-off id, 1 to 16
+     * lowercase hex digits, the same on every attempt of one wait. An attempt answered
+     * HELD queues the waiter for a hand-off until wait_ms from now (ACQUIRE too: wait_ms
+     * 1..LK_WAIT_MAX_MS; a fair waiter keeps its place in the fair queue); an attempt that
+     * finds the lock handed to this id claims it (ACQUIRED, holds 1, res.handed 1; the
+     * grant wrote the idempotency record of its key); the grant's hold id is the id.
+     * A claim writes nothing (with min_replicas it writes, for the WAIT), so the release's
+     * fsync is the hand-off's only one. FAIR_CANCEL takes the waiter out, and reports a
+     * grant made to it that it still holds (res.handed_token), whose hold the caller, which
+     * answered nobody with it, gives back with a RELEASE. */
+    const char *handoff_id;
+    int handoff;           /* RELEASE: 1 to hand a freed lock to the next queued waiter,
+                            * its token minted above `floor` (res.handed_token,
+                            * res.handed_id); 0 for a plain release */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */
@@ -559,6 +583,12 @@ typedef void (*lk_sub_fn)(const char *resource, int event, void *userdata);
  * hold that carries different ids on different masters, a message of an older script):
  * a repeat never names a smaller token than the first report. */
 LK_EXTERN int64_t lk_sub_event_token(const lk_sub *s);
+
+/* Inside fn, for LK_SUB_RELEASED: when the release handed the lock to a queued waiter
+ * (lk_call.handoff; the message "g:<token>:<id>"), the token minted for it, with the
+ * waiter's hand-off id written to id (17 bytes, NULL to skip); else 0. The token of the
+ * hold released is then unknown (lk_sub_event_token() is 0). */
+LK_EXTERN int64_t lk_sub_event_grant(const lk_sub *s, char *id);
 
 /* Opens a subscriber for url (as lk_client_open()). A failed connection is not fatal: it
  * returns LK_EUNAVAILABLE with a valid *out; call lk_sub_reconnect() later. On EINVAL and

@@ -1,0 +1,481 @@
+/* locklib: hand-offs (lua/prelude/handoff.lua): a release that frees a lock hands it to the
+ * next queued waiter in the same script, one grant per release; against a real redis-server
+ * started by the group setup. */
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <hiredis/hiredis.h>
+
+#include "lk_test.h"
+
+static int group_setup(void **state)
+{
+    return lk_group_setup_aof(state, 0);
+}
+
+/* One call through lk_call_many; returns its status. */
+static lk_status run(lk_fixture *f, lk_call *call)
+{
+    lk_call *calls[1] = {call};
+    lk_call_many(f->c, calls, 1);
+    return call->status;
+}
+
+/* A waiting attempt with a hand-off id: non-fair unless fair. */
+static lk_status attempt(lk_fixture *f, const char *res, const char *owner, const char *id,
+                         int fair, const char *idem, int64_t wait_ms, lk_result *out)
+{
+    lk_call call = {.kind = fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE,
+                    .resource = res,
+                    .owner = owner,
+                    .idem_key = idem,
+                    .lease_ms = 10000,
+                    .wait_ms = wait_ms,
+                    .handoff_id = id};
+    lk_status st = run(f, &call);
+    *out = call.res;
+    return st;
+}
+
+/* A release that hands off, with the floor given. */
+static lk_status release_handing(lk_fixture *f, const char *res, const char *owner,
+                                 int64_t floor, lk_result *out)
+{
+    lk_call call = {.kind = LK_CALL_RELEASE, .resource = res, .owner = owner, .handoff = 1,
+                    .floor = floor};
+    lk_status st = run(f, &call);
+    *out = call.res;
+    return st;
+}
+
+static long long fence_of(const lk_fixture *f, const char *res)
+{
+    char buf[32] = "";
+    th_redis_cmd(&f->redis, buf, sizeof buf, "GET fg:{%s}:fence", res);
+    return atoll(buf);
+}
+
+/* The owner field of the lock hash: its hold count, 0 when the owner holds nothing. */
+static long long holds_of(const lk_fixture *f, const char *res, const char *owner)
+{
+    char buf[32] = "";
+    th_redis_cmd(&f->redis, buf, sizeof buf, "HGET fg:{%s}:lock %s", res, owner);
+    return atoll(buf);
+}
+
+/* A release with one waiter parked grants it in the same script: one token minted, the
+ * grant recorded (the waiter holds the lock, its idempotency record answers the token) and
+ * published; the waiter's next attempt claims it, and only once. */
+static void test_release_grants_waiter(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("grant");
+    char channel[256];
+    char want[64];
+
+    assert_lk(f->c, lk_channel_name(res, channel, sizeof channel), LK_OK);
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t first = r.token;
+    assert_lk(f->c, attempt(f, res, "B", "b1", 0, "kb", 60000, &r), LK_HELD);
+    assert_int_equal(r.holder_token, first);
+
+    redisContext *sub = connect_plain(f);
+    freeReplyObject(redisCommand(sub, "SUBSCRIBE %s", channel));
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, first + 1);
+    assert_string_equal(g.handed_id, "b1");
+    assert_int_equal(g.published, 1);
+    assert_int_equal(fence_of(f, res), first + 1); /* one token minted */
+    assert_int_equal(holds_of(f, res, "B"), 1);
+    assert_int_equal(holds_of(f, res, "A"), 0);
+    snprintf(want, sizeof want, "g:%lld:b1", (long long)(first + 1));
+    lk_expect_message(sub, channel, want);
+    redisFree(sub);
+
+    /* The waiter claims it: the same token, one hold. */
+    assert_lk(f->c, attempt(f, res, "B", "b1", 0, "kb", 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, first + 1);
+    assert_int_equal(r.holds, 1);
+    assert_int_equal(r.handed, 1);
+    assert_int_equal(fence_of(f, res), first + 1);
+    /* A retry of its key replays the grant, minting nothing. */
+    assert_lk(f->c, lk_acquire(f->c, res, "B", 10000, 0, "kb", &r), LK_ACQUIRED);
+    assert_int_equal(r.token, first + 1);
+    assert_int_equal(r.replayed, 1);
+    /* A second attempt with the id answers the same grant, as a replay; without the id the
+     * owner re-enters. */
+    assert_lk(f->c, attempt(f, res, "B", "b1", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, first + 1);
+    assert_int_equal(r.holds, 1);
+    assert_int_equal(r.handed, 1);
+    assert_lk(f->c, lk_acquire(f->c, res, "B", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.holds, 2);
+    assert_int_equal(r.handed, 0);
+    assert_lk(f->c, lk_release(f->c, res, "B", NULL, &r), LK_STILL_HELD);
+    /* Nobody waits: the release hands nothing and publishes nothing. */
+    assert_lk(f->c, release_handing(f, res, "B", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+    assert_string_equal(g.handed_id, "");
+    assert_int_equal(g.published, 0);
+    assert_int_equal(fence_of(f, res), first + 1);
+}
+
+/* K non-fair waiters: each release grants exactly one of them, in arrival order; the others
+ * stay queued. */
+static void test_no_herd(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("herd");
+    const char *owners[] = {"W0", "W1", "W2", "W3", "W4"};
+    const char *ids[] = {"a0", "a1", "a2", "a3", "a4"};
+    char len[16];
+
+    assert_lk(f->c, lk_acquire(f->c, res, "H", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    for (int i = 0; i < 5; i++) {
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 0, NULL, 60000, &r), LK_HELD);
+    }
+    /* Asking again keeps one's place. */
+    assert_lk(f->c, attempt(f, res, owners[2], ids[2], 0, NULL, 60000, &r), LK_HELD);
+    const char *holder = "H";
+    for (int i = 0; i < 5; i++) {
+        assert_lk(f->c, release_handing(f, res, holder, 0, &g), LK_RELEASED);
+        assert_int_equal(g.handed_token, token + 1);
+        assert_string_equal(g.handed_id, ids[i]);
+        assert_int_equal(fence_of(f, res), token + 1);
+        for (int j = 0; j < 5; j++) {
+            assert_int_equal(holds_of(f, res, owners[j]), j == i);
+        }
+        assert_int_equal(th_redis_cmd(&f->redis, len, sizeof len, "LLEN fg:{%s}:wq", res),
+                         4 - i);
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 0, NULL, 60000, &r), LK_ACQUIRED);
+        assert_int_equal(r.handed, 1);
+        assert_int_equal(r.token, token + 1);
+        token++;
+        holder = owners[i];
+    }
+    assert_lk(f->c, release_handing(f, res, holder, 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+}
+
+/* Fair waiters are handed the lock in their queue order, and the floor applies to a grant. */
+static void test_fair_order_and_floor(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("fair");
+    const char *owners[] = {"B", "C", "D"};
+    const char *ids[] = {"b", "c", "d"};
+
+    assert_lk(f->c, lk_acquire_fair(f->c, res, "A", 10000, 0, NULL, 10000, &r), LK_ACQUIRED);
+    for (int i = 0; i < 3; i++) {
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 1, NULL, 60000, &r), LK_HELD);
+        assert_int_equal(r.queue_pos, i);
+    }
+    const char *holder = "A";
+    int64_t floor = 1000;
+    for (int i = 0; i < 3; i++) {
+        assert_lk(f->c, release_handing(f, res, holder, floor, &g), LK_RELEASED);
+        assert_string_equal(g.handed_id, ids[i]);
+        assert_true(g.handed_token > floor);
+        /* Another waiter asking now is not first: held, still in line. */
+        if (i < 2) {
+            assert_lk(f->c, attempt(f, res, owners[2], ids[2], 1, NULL, 60000, &r), LK_HELD);
+        }
+        assert_lk(f->c, attempt(f, res, owners[i], ids[i], 1, NULL, 60000, &r), LK_ACQUIRED);
+        assert_int_equal(r.handed, 1);
+        assert_int_equal(r.token, g.handed_token);
+        holder = owners[i];
+        floor = g.handed_token + 10;
+    }
+    assert_lk(f->c, release_handing(f, res, holder, 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+}
+
+/* Waiters that have gone: one past its deadline is skipped; one that leaves after its grant
+ * learns the token, gives the hold back, which hands the lock on with a larger token, and
+ * can no longer claim the grant; the given-back token is superseded for every writer. */
+static void test_gone_waiter(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("gone");
+    char buf[32];
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    /* X waits 1 ms only; Y and Z wait long. */
+    assert_lk(f->c, attempt(f, res, "X", "e1", 0, NULL, 1, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "Y", "e2", 0, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "Z", "e3", 0, NULL, 60000, &r), LK_HELD);
+    /* Until Redis's clock is past X's deadline. */
+    th_redis_cmd(&f->redis, buf, sizeof buf, "ZSCORE fg:{%s}:wqt e1", res);
+    long long deadline = atoll(buf);
+    for (;;) {
+        redisContext *ctx = connect_plain(f);
+        redisReply *t = redisCommand(ctx, "TIME");
+        long long now = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+        freeReplyObject(t);
+        redisFree(ctx);
+        if (now > deadline) {
+            break;
+        }
+    }
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_string_equal(g.handed_id, "e2");
+    int64_t given = g.handed_token;
+    assert_int_equal(holds_of(f, res, "X"), 0);
+
+    /* Y leaves without claiming: told its grant, it gives it back, and Z gets the lock. */
+    lk_call cancel = {.kind = LK_CALL_FAIR_CANCEL, .resource = res, .owner = "Y",
+                      .handoff_id = "e2"};
+    assert_lk(f->c, run(f, &cancel), LK_OK);
+    assert_int_equal(cancel.res.handed_token, given);
+    assert_lk(f->c, release_handing(f, res, "Y", 0, &g), LK_RELEASED);
+    assert_string_equal(g.handed_id, "e3");
+    assert_true(g.handed_token > given);
+    /* Y's token is no longer the last issued: a writer holding it is superseded. */
+    int64_t base = 0, last = 0;
+    assert_lk(f->c, lk_token_range(f->c, res, &base, &last), LK_OK);
+    assert_int_equal(last, g.handed_token);
+    assert_true(given < last);
+    /* Y's id claims nothing now: Z holds the lock. */
+    assert_lk(f->c, attempt(f, res, "Y", "e2", 0, NULL, 60000, &r), LK_HELD);
+    assert_int_equal(r.holder_token, g.handed_token);
+    assert_lk(f->c, attempt(f, res, "Z", "e3", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    assert_int_equal(r.token, g.handed_token);
+}
+
+/* A grant to a waiter whose process died ends with its lease: nobody else can take the
+ * lock before, and the next grant's token is larger. */
+static void test_grant_expires_with_lease(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("expire");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "dead", .lease_ms = 200,
+                    .wait_ms = 60000, .handoff_id = "dd"};
+    assert_lk(f->c, run(f, &call), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_string_equal(g.handed_id, "dd");
+    assert_lk(f->c, lk_acquire(f->c, res, "other", 10000, 0, NULL, &r), LK_HELD);
+    assert_int_equal(r.holder_token, g.handed_token);
+    while (lk_acquire(f->c, res, "other", 10000, 0, NULL, &r) == LK_HELD) {
+        assert_true(r.ttl_ms <= 200);
+    }
+    assert_int_equal(r.token, g.handed_token + 1);
+}
+
+struct grant_seen {
+    lk_sub *sub;
+    int events;
+    int64_t token;
+    int64_t released;
+    char id[17];
+};
+
+static void on_grant(const char *resource, int event, void *userdata)
+{
+    struct grant_seen *g = userdata;
+    (void)resource;
+    if (event == LK_SUB_RELEASED) {
+        g->events++;
+        g->token = lk_sub_event_grant(g->sub, g->id);
+        g->released = lk_sub_event_token(g->sub);
+    }
+}
+
+/* A subscriber reports a hand-off with the grant's token and the waiter's id. */
+static void test_sub_reports_grant(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("subgrant");
+    struct grant_seen seen;
+    lk_sub *sub = NULL;
+
+    memset(&seen, 0, sizeof seen);
+    assert_int_equal(lk_sub_open(&sub, f->redis.url, NULL), LK_OK);
+    seen.sub = sub;
+    assert_int_equal(lk_sub_add(sub, res), LK_OK);
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "0bad", 0, NULL, 60000, &r), LK_HELD);
+    /* Subscribed (the confirmation is read) before the release. */
+    for (int got = 0; !got;) {
+        struct pollfd p = {lk_sub_fd(sub), POLLIN, 0};
+        assert_true(poll(&p, 1, 5000) > 0);
+        assert_int_equal(lk_sub_dispatch(sub, on_grant, &seen), LK_OK);
+        got = lk_sub_fd(sub) >= 0;
+    }
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    while (seen.events == 0) {
+        struct pollfd p = {lk_sub_fd(sub), POLLIN, 0};
+        assert_true(poll(&p, 1, 5000) > 0);
+        assert_int_equal(lk_sub_dispatch(sub, on_grant, &seen), LK_OK);
+    }
+    assert_int_equal(seen.token, g.handed_token);
+    assert_string_equal(seen.id, "0bad");
+    assert_int_equal(seen.released, 0);
+    lk_sub_close(sub);
+}
+
+/* A waiter answered by a replay of its Idempotency-Key leaves the hand-off keys: no later
+ * release grants a hold to a request that was answered already. */
+static void test_replay_leaves_the_queue(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("replay");
+    char len[16];
+
+    assert_lk(f->c, lk_acquire(f->c, res, "B", 10000, 0, "kr", &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    assert_lk(f->c, lk_release(f->c, res, "B", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "b9", 0, NULL, 60000, &r), LK_HELD);
+    assert_int_equal(th_redis_cmd(&f->redis, len, sizeof len, "LLEN fg:{%s}:wq", res), 1);
+    assert_lk(f->c, attempt(f, res, "B", "b9", 0, "kr", 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.replayed, 1);
+    assert_int_equal(r.token, token);
+    assert_int_equal(th_redis_cmd(&f->redis, len, sizeof len, "LLEN fg:{%s}:wq", res), 0);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+}
+
+/* A claim writes nothing, so it waits for no fsync; a caller that WAITs for replicas
+ * (min_replicas) makes it write, so that its WAIT covers the grant, and with too few
+ * replicas (the fixture has none) the claimed hold is undone as any acquisition's. */
+static void test_claim_writes_only_before_a_wait(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    lk_lock_info info;
+    const char *res = res_name("claimwait");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "cc", 0, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    long long before = hset_calls(&f->redis);
+    assert_lk(f->c, attempt(f, res, "B", "cc", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    assert_int_equal(hset_calls(&f->redis), before);
+
+    lk_client *c = open_with_replicas(f);
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "B", .lease_ms = 10000,
+                    .wait_ms = 60000, .handoff_id = "cc"};
+    lk_call *calls[1] = {&call};
+    lk_call_many(c, calls, 1);
+    assert_lk(c, call.status, LK_EREPLICAS);
+    assert_true(hset_calls(&f->redis) > before);
+    assert_lk(f->c, lk_lock_status(f->c, res, &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    lk_client_close(c);
+}
+
+/* Bad hand-off arguments are refused before anything is sent. */
+static void test_bad_arguments(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("bad");
+
+    assert_lk(f->c, attempt(f, res, "A", "XYZ", 0, NULL, 1000, &r), LK_EINVAL);
+    assert_lk(f->c, attempt(f, res, "A", "0123456789abcdef0", 0, NULL, 1000, &r), LK_EINVAL);
+    assert_lk(f->c, attempt(f, res, "A", "ab", 0, NULL, 0, &r), LK_EINVAL);
+    lk_call call = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
+                    .floor = -1};
+    assert_lk(f->c, run(f, &call), LK_EINVAL);
+}
+
+/* A shared hold of one attempt (no hand-off id: readers take none). */
+static lk_status share(lk_fixture *f, const char *res, const char *owner, int64_t wait_ms,
+                       lk_result *out)
+{
+    lk_call call = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = owner,
+                    .lease_ms = 10000, .wait_ms = wait_ms, .shared = 1};
+    lk_status st = run(f, &call);
+    *out = call.res;
+    return st;
+}
+
+/* The last shared holder's release hands the lock to the writer queued behind the readers,
+ * which leaves the writers' waiting set with its grant: once it releases, new readers get in
+ * at once, not when its wait would have ended. A release while other readers still hold
+ * hands nothing. */
+static void test_last_reader_hands_to_writer(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("readers");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "W0", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_release(f->c, res, "W0", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, share(f, res, "R1", 0, &r), LK_ACQUIRED);
+    assert_lk(f->c, share(f, res, "R2", 0, &r), LK_ACQUIRED);
+    int64_t read_token = r.token;
+    assert_lk(f->c, attempt(f, res, "W", "0f", 0, NULL, 60000, &r), LK_HELD);
+    /* A reader arriving now waits behind the writer. */
+    assert_lk(f->c, share(f, res, "R3", 60000, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "R1", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+    assert_lk(f->c, release_handing(f, res, "R2", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, read_token + 1);
+    assert_string_equal(g.handed_id, "0f");
+    assert_lk(f->c, attempt(f, res, "W", "0f", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    assert_int_equal(r.shared, 0);
+    assert_lk(f->c, share(f, res, "R3", 60000, &r), LK_HELD); /* the writer holds */
+    assert_lk(f->c, release_handing(f, res, "W", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0); /* readers are never handed a lock */
+    assert_lk(f->c, share(f, res, "R3", 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, read_token + 1);
+}
+
+/* A fair queue whose head is a shared waiter hands nothing: the release publishes as
+ * before and the readers come for the lock themselves; a shared call with a hand-off id is
+ * refused before it reaches Redis. */
+static void test_shared_head_is_not_handed(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("sharedhead");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "W0", 10000, 0, NULL, &r), LK_ACQUIRED);
+    lk_call rd = {.kind = LK_CALL_ACQUIRE_FAIR, .resource = res, .owner = "R",
+                  .lease_ms = 10000, .wait_ms = 60000, .shared = 1};
+    assert_lk(f->c, run(f, &rd), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "W", "1e", 1, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "W0", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+    assert_int_equal(g.published, 1);
+    assert_lk(f->c, run(f, &rd), LK_ACQUIRED);
+    assert_int_equal(rd.res.shared, 1);
+
+    lk_call bad = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "R2", .lease_ms = 10000,
+                   .wait_ms = 1000, .shared = 1, .handoff_id = "ab"};
+    assert_lk(f->c, run(f, &bad), LK_EINVAL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_release_grants_waiter),
+        cmocka_unit_test(test_no_herd),
+        cmocka_unit_test(test_fair_order_and_floor),
+        cmocka_unit_test(test_gone_waiter),
+        cmocka_unit_test(test_grant_expires_with_lease),
+        cmocka_unit_test(test_sub_reports_grant),
+        cmocka_unit_test(test_replay_leaves_the_queue),
+        cmocka_unit_test(test_claim_writes_only_before_a_wait),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_last_reader_hands_to_writer),
+        cmocka_unit_test(test_shared_head_is_not_handed),
+    };
+    return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
+}
