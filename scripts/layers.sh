@@ -73,46 +73,76 @@ for arg in "$@"; do
             esac
         done < <(find "$dir" -name '*.[ch]' -printf '%h\n' | sort -u)
     fi
-    # The module of a file: its path under dir without the extension ("./" dropped).
-    module_of() { local p=${1#"$dir"/}; p=${p%.*}; echo "${p#./}"; }
+    # The module of a file, into mod: its path under dir without the extension ("./"
+    # dropped). It sets a variable rather than printing, so that no call forks a subshell:
+    # the check runs it for every include of every file.
+    module_of() { local p=${1#"$dir"/}; p=${p%.*}; mod=${p#./}; }
     for sub in "${folders[@]}"; do
         for f in "$dir/$sub"/*.c "$dir/$sub"/*.h; do
             [ -e "$f" ] || continue
             files+=("$f")
-            folder[$(module_of "$f")]=$sub
+            module_of "$f"
+            folder[$mod]=$sub
         done
     done
     add_dep() { # module dependency
         [ "$2" = "$1" ] && return 0
         case " ${deps[$1]} " in *" $2 "*) ;; *) deps[$1]="${deps[$1]} $2" ;; esac
     }
-    # Which module defines each non-static function (a definition starts at column 0 and its
-    # line has no ';').
+    cfiles=()
     for f in "${files[@]}"; do
-        m=$(module_of "$f")
-        deps[$m]="${deps[$m]:-}"
-        case "$f" in *.c) ;; *) continue ;; esac
-        while read -r sym; do
-            owner[$sym]=$m
-        done < <(grep -E '^[A-Za-z][^;=]*[ *][A-Za-z_][A-Za-z0-9_]*\(' "$f" |
-            grep -vE '^(static|typedef|struct|enum|union|extern)\b' | grep -v ';' |
-            sed -E 's/^[^(]*[ *]([A-Za-z_][A-Za-z0-9_]*)\(.*/\1/')
+        module_of "$f"
+        deps[$mod]="${deps[$mod]:-}"
+        case "$f" in *.c) cfiles+=("$f") ;; esac
     done
+    # Which module defines each non-static function (a definition starts at column 0 and its
+    # line has no ';'). Each step below reads every file in one process, not one per file.
+    while read -r f sym; do
+        module_of "$f"
+        owner[$sym]=$mod
+    done < <(awk '
+        /^[A-Za-z][^;=]*[ *][A-Za-z_][A-Za-z0-9_]*\(/ &&
+        !/^(static|typedef|struct|enum|union|extern)([^A-Za-z0-9_]|$)/ && !/;/ {
+            s = substr($0, 1, index($0, "(") - 1)
+            match(s, /[A-Za-z_][A-Za-z0-9_]*$/)
+            print FILENAME, substr(s, RSTART, RLENGTH)
+        }' "${cfiles[@]}")
+    # Calls: identifiers followed by '(' once the compiler has dropped the comments, for
+    # every .c file in one compiler run, whose line markers ('# 1 "FILE"') say which file
+    # each line is of.
+    declare -A calls=() incs=()
+    while read -r f sym; do
+        calls[$f]="${calls[$f]:-} $sym"
+    done < <(gcc -fpreprocessed -dD -E "${cfiles[@]}" 2>/dev/null | awk '
+        /^# [0-9]+ "/ { f = $3; gsub(/"/, "", f); next }
+        {
+            while (match($0, /[A-Za-z_][A-Za-z0-9_]*[ \t]*\(/)) {
+                s = substr($0, RSTART, RLENGTH); sub(/[ \t]*\($/, "", s); print f, s
+                $0 = substr($0, RSTART + RLENGTH)
+            }
+        }' | sort -u)
+    while read -r f inc; do
+        incs[$f]="${incs[$f]:-} $inc"
+    done < <(awk 'match($0, /^[ \t]*#[ \t]*include[ \t]*"[^"]*"/) {
+            s = substr($0, RSTART, RLENGTH); sub(/^[^"]*"/, "", s); sub(/"$/, "", s)
+            print FILENAME, s
+        }' "${files[@]}")
     for f in "${files[@]}"; do
-        m=$(module_of "$f")
-        while read -r inc; do
-            if [ -n "$order" ] && [ -e "$dir/$inc" ] && [ -n "${folder[$(module_of "$dir/$inc")]:-}" ]; then
-                add_dep "$m" "$(module_of "$dir/$inc")"
-            elif [ -e "$(dirname "$f")/$inc" ]; then
-                add_dep "$m" "$(module_of "$(dirname "$f")/$inc")"
+        module_of "$f"
+        m=$mod
+        for inc in ${incs[$f]:-}; do
+            if [ -n "$order" ] && [ -e "$dir/$inc" ] && module_of "$dir/$inc" &&
+                [ -n "${folder[$mod]:-}" ]; then
+                add_dep "$m" "$mod"
+            elif [ -e "${f%/*}/$inc" ]; then
+                module_of "${f%/*}/$inc"
+                add_dep "$m" "$mod"
             fi
-        done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$f")
+        done
         case "$f" in *.c) ;; *) continue ;; esac
-        # Calls: identifiers followed by '(' once the compiler has dropped the comments.
-        while read -r sym; do
+        for sym in ${calls[$f]:-}; do
             [ -n "${owner[$sym]:-}" ] && add_dep "$m" "${owner[$sym]}"
-        done < <(gcc -fpreprocessed -dD -E -P "$f" 2>/dev/null |
-            grep -oE '[A-Za-z_][A-Za-z0-9_]*[[:space:]]*\(' | sed -E 's/[[:space:]]*\($//' | sort -u)
+        done
     done
     for sub in "${folders[@]}"; do
         mods=()
@@ -140,6 +170,6 @@ for arg in "$@"; do
         [ $bad -eq 0 ] || status=1
         unset rank
     fi
-    unset deps owner folder
+    unset deps owner folder calls incs
 done
 exit $status
