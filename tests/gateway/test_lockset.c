@@ -543,20 +543,6 @@ static const char *mode_of(const gwt_resp *r, const char *resource)
     return "";
 }
 
-/* GET /locks/{resource}: its mode and number of holders. */
-static void assert_lock_mode(const gwt_proc *gw, const char *resource, const char *mode,
-                             long long holders)
-{
-    char path[300];
-    gwt_resp r;
-    snprintf(path, sizeof path, "/locks/%s", resource);
-    gwt_get(gw, path, &r);
-    gwt_assert_status(&r, 200, NULL);
-    assert_string_equal(gwt_str(&r, "mode"), mode);
-    assert_int_equal(gwt_int(&r, "holders"), holders);
-    gwt_resp_free(&r);
-}
-
 #define SHARED "\"mode\":\"shared\""
 
 /* Two owners hold one set shared together; an exclusive set with one of its members is
@@ -589,7 +575,7 @@ static void test_shared_set_held_together(void **state)
     assert_int_equal(token_of(&r, n[1]), t);
     gwt_resp_free(&r);
     for (int i = 0; i < 3; i++) {
-        assert_lock_mode(&s->gw, n[i], "shared", 2);
+        gwt_assert_lock_mode(&s->gw, n[i], "shared", 2);
     }
     /* An exclusive set with one of them: 409 locked naming it, nothing of it held. */
     post_set(&s->gw, "/lock", x, 2, "wx", NULL, NULL, &r);
@@ -601,7 +587,7 @@ static void test_shared_set_held_together(void **state)
     post_set(&s->gw, "/lock", n, 3, "ra", NULL, NULL, &r);
     gwt_assert_status(&r, 409, "mode_mismatch");
     gwt_resp_free(&r);
-    assert_lock_mode(&s->gw, n[0], "shared", 2);
+    gwt_assert_lock_mode(&s->gw, n[0], "shared", 2);
 
     /* The exclusive set waits; meanwhile a new shared set with that member is held back. */
     setter w = {.gw = &s->gw, .owner = "wx", .rounds = 1};
@@ -616,7 +602,7 @@ static void test_shared_set_held_together(void **state)
     post_set(&s->gw, "/unlock", n, 3, "ra", NULL, NULL, &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
-    assert_lock_mode(&s->gw, n[2], "shared", 1);
+    gwt_assert_lock_mode(&s->gw, n[2], "shared", 1);
     post_set(other, "/unlock", n, 3, "rb", NULL, NULL, &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
@@ -672,7 +658,7 @@ static void test_shared_set_cannot_write(void **state)
     post_set(&s->gw, "/lock", n, 2, NULL, NULL, "shared-set-key-0123456789", &again);
     gwt_assert_status(&again, 422, "idempotency_key_reused");
     gwt_resp_free(&again);
-    assert_lock_mode(&s->gw, n[1], "shared", 1);
+    gwt_assert_lock_mode(&s->gw, n[1], "shared", 1);
 
     post_set(&s->gw, "/renew", n, 2, owner, "\"ttl_ms\":45000", NULL, &again);
     gwt_assert_status(&again, 200, NULL);
