@@ -100,12 +100,15 @@ static void fill_acquire(const lk_many *item, lk_call *call, const void *arg)
                       .others_waiting = !a->fair && item->others_waiting};
 }
 
-/* An undo: the release of the hold this call's acquisition added, with its record. */
+/* An undo: the release of the hold this call's acquisition added, with its record. A shared
+ * grant of token 0 (nothing minted yet) undoes with -1, any token: a supersede of 0 would be
+ * a plain release, refused by the key's record of the acquisition. */
 static void fill_undo(const lk_many *item, lk_call *call, const void *arg)
 {
     const set_args *a = arg;
     *call = (lk_call){.kind = LK_CALL_RELEASE, .resource = item->resource, .owner = a->owner,
-                      .idem_key = a->idem_key, .supersede = item->res.token};
+                      .idem_key = a->idem_key,
+                      .supersede = item->res.token > 0 ? item->res.token : -1};
 }
 
 static void fill_owner_call(const lk_many *item, lk_call *call, const void *arg)

@@ -412,6 +412,21 @@ static void test_shared_set_renew_reenter_replay(void **state)
     assert_int_equal(it[1].status, LK_RELEASED);
     assert_lk(c, lk_lock_status(c, names[1], &info), LK_OK);
     assert_int_equal(info.locked, 0);
+
+    /* A keyed shared set with a member held: the grant of token 0 (nothing minted yet) is
+     * undone too, with its record, so the key's retry acts afresh once the set is free. */
+    lk_result r;
+    set_names(f, "shkey", names, it, 2);
+    assert_lk(c, lk_acquire(c, names[1], "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many_shared(c, it, 2, "rk", 10000, "k0", 0), LK_HELD);
+    assert_int_equal(it[0].res.token, 0);
+    assert_int_equal(it[0].undone, 1);
+    assert_lk(c, lk_lock_status(c, names[0], &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    assert_lk(c, lk_release(c, names[1], "bob", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_acquire_many_shared(c, it, 2, "rk", 10000, "k0", 0), LK_ACQUIRED);
+    assert_int_equal(it[0].res.replayed, 0);
+    assert_lk(c, lk_release_many(c, it, 2, "rk", NULL), LK_OK);
 }
 
 int main(void)
