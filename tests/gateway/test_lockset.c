@@ -673,6 +673,66 @@ static void test_shared_set_cannot_write(void **state)
     expect_400(&s->gw, "{\"resources\":[\"m1\",\"m2\"],\"mode\":\"reader\"}", "mode");
 }
 
+/* A POST /lock of body on its own thread. */
+typedef struct bg_post {
+    const gwt_proc *gw;
+    char body[256];
+    long status;
+    pthread_t thread;
+} bg_post;
+
+static void *bg_post_main(void *arg)
+{
+    bg_post *b = arg;
+    gwt_resp r;
+    gwt_post(b->gw, "/lock", b->body, &r);
+    b->status = r.status;
+    gwt_resp_free(&r);
+    return NULL;
+}
+
+#define DEADLINE_WAKES "fencegate_waiter_wakes_total{reason=\"deadline\"}"
+
+/* A shared set parked behind a single shared request, both behind an exclusive holder: the
+ * holder's release wakes the single request first, and its grant hands on to the set, which
+ * joins the readers, rather than waiting out the holder's lease or its own wait. */
+static void test_shared_set_joins_the_readers(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    long long t = 0;
+    gwt_resp r;
+
+    names_for("chain", n, 2);
+    assert_int_equal(gwt_lock(&s->gw, n[0], "w", &t), 200); /* a 60 s lease */
+    long long parked = gwt_metric(&s->gw, "fencegate_waiters");
+    long long deadlines = gwt_metric(&s->gw, DEADLINE_WAKES);
+    bg_post one = {.gw = &s->gw}, set = {.gw = &s->gw};
+    snprintf(one.body, sizeof one.body,
+             "{\"resource\":\"%s\",\"owner\":\"r1\",\"mode\":\"shared\",\"wait_ms\":20000}",
+             n[0]);
+    snprintf(set.body, sizeof set.body,
+             "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"rs\",\"mode\":\"shared\","
+             "\"wait_ms\":20000}",
+             n[0], n[1]);
+    assert_int_equal(pthread_create(&one.thread, NULL, bg_post_main, &one), 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", parked + 1);
+    assert_int_equal(pthread_create(&set.thread, NULL, bg_post_main, &set), 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", parked + 2);
+    assert_int_equal(gwt_unlock(&s->gw, n[0], "w"), 200);
+    pthread_join(one.thread, NULL);
+    pthread_join(set.thread, NULL);
+    assert_int_equal(one.status, 200);
+    assert_int_equal(set.status, 200);
+    /* Handed on: neither was granted at the last attempt its deadline makes. */
+    assert_int_equal(gwt_metric(&s->gw, DEADLINE_WAKES), deadlines);
+    gwt_assert_lock_mode(&s->gw, n[0], "shared", 2);
+    assert_int_equal(gwt_unlock(&s->gw, n[0], "r1"), 200);
+    post_set(&s->gw, "/unlock", n, 2, "rs", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -689,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_fair_set_does_not_barge),
         cmocka_unit_test(test_shared_set_held_together),
         cmocka_unit_test(test_shared_set_cannot_write),
+        cmocka_unit_test(test_shared_set_joins_the_readers),
     };
     int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
                                              teardown);

@@ -427,3 +427,15 @@ int gw__lock_handoff(gw_server *srv, const char *resource)
     atomic_fetch_add(&srv->metrics.handoffs, 1);
     return 1;
 }
+
+void gw__lock_hand_on(gw_server *srv, const char *resource)
+{
+    if (atomic_load(&srv->metrics.waiters_parked) <= 0) {
+        return;
+    }
+    if (gw__lock_handoff(srv, resource)) {
+        gw__wait_handoff_settled(srv->waitq, resource, 0);
+    } else {
+        gw__wait_kick_set(srv->waitq, resource);
+    }
+}

@@ -298,15 +298,13 @@ static enum MHD_Result answer_wrong_mode(gw_request *req, struct gw_set_call *sc
 }
 
 /* A shared set just granted: this gateway's parked waiters of each member it marked wanted
- * may join now. The first parked waiter of each is handed an attempt, as after a single
- * shared grant (ops/lock_answer.c): a shared one granted so hands on again. */
+ * may join now, as after a single shared grant (gw__lock_hand_on). */
 static void hand_on(struct gw_set_call *sc)
 {
     for (size_t i = 0; i < sc->n; i++) {
         const lk_many *it = &sc->items[i];
-        if (it->others_waiting && !it->res.replayed &&
-            gw__lock_handoff(sc->srv, it->resource)) {
-            gw__wait_handoff_settled(sc->srv->waitq, it->resource, 0);
+        if (it->others_waiting && !it->res.replayed) {
+            gw__lock_hand_on(sc->srv, it->resource);
         }
     }
 }
