@@ -501,6 +501,29 @@ static void test_hang_up_during_set_keeps_nothing(void **state)
 
 /* "fair": true: a set never takes a free resource ahead of a fair waiter queued for it
  * (here one queued straight in Redis, with a deadline far off); without it, it may. */
+/* A fair waiter "first-in-line" queued for resource (its wait never ends). */
+static void queue_first_in_line(set_state *s, const char *resource)
+{
+    assert_int_equal(
+        th_redis_cmd(&s->redis, NULL, 0, "RPUSH fg:{%s}:queue first-in-line", resource), 1);
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "ZADD fg:{%s}:qtimeout 99999999999999 first-in-line",
+                                  resource),
+                     1);
+}
+
+/* A fair set (extra: its fields) of n[0] and n[1], whose queue has a waiter first: 409
+ * locked naming n[1], and n[0] is not held. */
+static void refused_behind_the_queue(set_state *s, char n[][48], const char *extra)
+{
+    gwt_resp r;
+    post_set(&s->gw, "/lock", n, 2, "o1", extra, NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[1]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, n[0]));
+}
+
 static void test_fair_set_does_not_barge(void **state)
 {
     set_state *s = *state;
@@ -511,22 +534,49 @@ static void test_fair_set_does_not_barge(void **state)
         skip(); /* the queue is written on one node here */
     }
     names_for("fair", n, 2);
-    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "RPUSH fg:{%s}:queue first-in-line", n[1]),
-                     1);
-    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
-                                  "ZADD fg:{%s}:qtimeout 99999999999999 first-in-line", n[1]),
-                     1);
-    post_set(&s->gw, "/lock", n, 2, "o1", "\"fair\":true", NULL, &r);
-    gwt_assert_status(&r, 409, "locked");
-    assert_true(names_in(&r, "resources", n[1]));
-    gwt_resp_free(&r);
-    assert_false(is_locked(&s->gw, n[0]));
+    queue_first_in_line(s, n[1]);
+    refused_behind_the_queue(s, n, "\"fair\":true");
     post_set(&s->gw, "/lock", n, 2, "o1", NULL, NULL, &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
     post_set(&s->gw, "/unlock", n, 2, "o1", NULL, NULL, &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
+}
+
+/* A fair shared set does not barge either, and two fair shared sets hold together. */
+static void test_fair_shared_set(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    gwt_resp r;
+
+    if (s->cluster) {
+        skip(); /* the queue is written on one node here */
+    }
+    names_for("fairsh", n, 2);
+    queue_first_in_line(s, n[1]);
+    /* An exclusive waiter: in the queue and among the waiting writers. */
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "ZADD fg:{%s}:rwait 99999999999999 first-in-line", n[1]),
+                     1);
+    refused_behind_the_queue(s, n, "\"fair\":true,\"mode\":\"shared\"");
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "DEL fg:{%s}:queue fg:{%s}:qtimeout fg:{%s}:rwait", n[1], n[1],
+                                  n[1]),
+                     3);
+    post_set(&s->gw, "/lock", n, 2, "o1", "\"fair\":true,\"mode\":\"shared\"", NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    post_set(&s->gw, "/lock", n, 2, "o2", "\"fair\":true,\"mode\":\"shared\"", NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_assert_lock_mode(&s->gw, n[1], "shared", 2);
+    for (int i = 1; i <= 2; i++) {
+        post_set(&s->gw, "/unlock", n, 2, i == 1 ? "o1" : "o2", NULL, NULL, &r);
+        gwt_assert_status(&r, 200, NULL);
+        gwt_resp_free(&r);
+    }
 }
 
 /* The member mode of r's "locks" entry for resource, or "". */
@@ -750,6 +800,7 @@ int main(void)
         cmocka_unit_test(test_shared_set_held_together),
         cmocka_unit_test(test_shared_set_cannot_write),
         cmocka_unit_test(test_shared_set_joins_the_readers),
+        cmocka_unit_test(test_fair_shared_set),
     };
     int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
                                              teardown);
