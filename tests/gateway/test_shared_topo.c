@@ -257,7 +257,11 @@ static void test_shared_set(void **state)
         }
         assert_true(owners[0] != owners[1] || owners[1] != owners[2]);
     }
-    readers_then_writer(st, names, 3, 0); /* never locked exclusively: token 0 */
+    /* names[0] was locked exclusively once: its shared token is that grant's. */
+    long long t = 0;
+    assert_int_equal(gwt_lock(&st->gw[1], names[0], "w0", &t), 200);
+    assert_int_equal(gwt_unlock(&st->gw[1], names[0], "w0"), 200);
+    readers_then_writer(st, names, 3, t);
 }
 
 int main(void)
