@@ -15,6 +15,10 @@
  * drops the record of the grant too, so a retry with that key acts afresh instead of
  * replaying a grant that no longer stands. Undone grants burn their tokens: the counter only
  * goes up, and nobody was answered those tokens.
+ *
+ * A shared set (lk_acquire_many_shared) is the same over the shared acquisition: every member
+ * is shared, each with its resource's current token; an undo releases the shared hold the
+ * call added, as a release of one does.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,6 +86,7 @@ typedef struct set_args {
     const char *idem_key;
     int64_t lease_ms;
     int fair;
+    int shared;
     lk_call_kind kind;
 } set_args;
 
@@ -91,15 +96,19 @@ static void fill_acquire(const lk_many *item, lk_call *call, const void *arg)
     *call = (lk_call){.kind = a->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE,
                       .resource = item->resource, .owner = a->owner, .idem_key = a->idem_key,
                       .lease_ms = a->lease_ms, .floor = item->floor,
+                      .wait_ms = a->fair ? 0 : item->wait_ms, .shared = a->shared,
                       .others_waiting = !a->fair && item->others_waiting};
 }
 
-/* An undo: the release of the hold this call's acquisition added, with its record. */
+/* An undo: the release of the hold this call's acquisition added, with its record. A shared
+ * grant of token 0 (nothing minted yet) undoes with -1, any token: a supersede of 0 would be
+ * a plain release, refused by the key's record of the acquisition. */
 static void fill_undo(const lk_many *item, lk_call *call, const void *arg)
 {
     const set_args *a = arg;
     *call = (lk_call){.kind = LK_CALL_RELEASE, .resource = item->resource, .owner = a->owner,
-                      .idem_key = a->idem_key, .supersede = item->res.token};
+                      .idem_key = a->idem_key,
+                      .supersede = item->res.token > 0 ? item->res.token : -1};
 }
 
 static void fill_owner_call(const lk_many *item, lk_call *call, const void *arg)
@@ -143,10 +152,8 @@ static void undo_grants(lk_client *c, lk_many *items, size_t n, const set_args *
     free(from);
 }
 
-lk_status lk_acquire_many(lk_client *c, lk_many *items, size_t n, const char *owner,
-                          int64_t lease_ms, const char *idem_key, int fair)
+static lk_status acquire_set(lk_client *c, lk_many *items, size_t n, const set_args *a)
 {
-    set_args a = {.owner = owner, .idem_key = idem_key, .lease_ms = lease_ms, .fair = fair};
     lk_status st = check_set(c, items, n);
 
     if (st != LK_OK) {
@@ -157,10 +164,12 @@ lk_status lk_acquire_many(lk_client *c, lk_many *items, size_t n, const char *ow
         items[i].status = LK_EREDIS;
         lk__result_init(&items[i].res);
     }
-    st = run_set(c, items, n, fill_acquire, &a);
+    st = run_set(c, items, n, fill_acquire, a);
     if (st != LK_OK) {
         return st;
     }
+    /* The worst outcome: an error, else a member held in the other mode by this owner
+     * (waiting would not help), else a member held by another. */
     lk_status worst = LK_ACQUIRED;
     for (size_t i = 0; i < n; i++) {
         lk_status s = items[i].status;
@@ -168,14 +177,31 @@ lk_status lk_acquire_many(lk_client *c, lk_many *items, size_t n, const char *ow
             if (worst < LK_EINVAL) {
                 worst = s;
             }
+        } else if (s == LK_WRONG_MODE && worst < LK_EINVAL) {
+            worst = LK_WRONG_MODE;
         } else if (s != LK_ACQUIRED && worst == LK_ACQUIRED) {
             worst = LK_HELD;
         }
     }
     if (worst != LK_ACQUIRED) {
-        undo_grants(c, items, n, &a);
+        undo_grants(c, items, n, a);
     }
     return worst;
+}
+
+lk_status lk_acquire_many(lk_client *c, lk_many *items, size_t n, const char *owner,
+                          int64_t lease_ms, const char *idem_key, int fair)
+{
+    set_args a = {.owner = owner, .idem_key = idem_key, .lease_ms = lease_ms, .fair = fair};
+    return acquire_set(c, items, n, &a);
+}
+
+lk_status lk_acquire_many_shared(lk_client *c, lk_many *items, size_t n, const char *owner,
+                                 int64_t lease_ms, const char *idem_key, int fair)
+{
+    set_args a = {.owner = owner, .idem_key = idem_key, .lease_ms = lease_ms, .fair = fair,
+                  .shared = 1};
+    return acquire_set(c, items, n, &a);
 }
 
 /* An owner call over the set: OK when every item has an outcome, else the first error. */

@@ -211,6 +211,14 @@ lk__rl_next lk__rl_combine_acquire(int n, const lk__rl_node *nodes, int64_t ttl_
                            wrong_mode, n);
         return LK__RL_ANSWER;
     }
+    if (refused >= q && granted == 0 && count_answered(n, nodes) == n) {
+        /* Every node refused the key: none took a hold, and the undo (a release of any hold
+         * of this owner) would free a hold the owner had before, taken with that key in the
+         * other mode, say. */
+        out->st = lk__errf(out->err, LK_EIDEMPOTENCY,
+                           "idempotency key was used by another request");
+        return LK__RL_ANSWER;
+    }
     /* Not granted. Every node that may hold it for us is freed, those that did not answer
      * too: they may have run the acquisition and lost the reply. */
     if (granted >= q) {

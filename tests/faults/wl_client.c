@@ -226,6 +226,50 @@ fh_op wl_lock(client *c, const conf *cf, const char *resource, long ttl_ms,
     return op;
 }
 
+void wl_lock_set(client *c, const conf *cf, const char *const *names, size_t n, long ttl_ms,
+                 long wait_ms, unsigned flags, fh_op *ops)
+{
+    char body[1024], ignored[512];
+    reply rp;
+    int len = snprintf(body, sizeof body, "{\"resources\":[");
+
+    for (size_t i = 0; i < n; i++) {
+        wl_lock_op(&ops[i], c, names[i], ttl_ms, wait_ms, flags, ignored, sizeof ignored);
+        if (i > 0) {
+            snprintf(ops[i].owner, sizeof ops[i].owner, "%s", ops[0].owner);
+        }
+        len += snprintf(body + len, sizeof body - (size_t)len, "%s\"%s\"", i ? "," : "",
+                        names[i]);
+    }
+    snprintf(body + len, sizeof body - (size_t)len,
+             "],\"owner\":\"%s\",\"ttl_ms\":%ld,\"wait_ms\":%ld%s}", ops[0].owner, ttl_ms,
+             wait_ms, (flags & FH_F_SHARED) != 0 ? ",\"mode\":\"shared\"" : "");
+    http(c, cf, &ops[0], "POST", "/lock", body, 0, &rp);
+    wl_parse_json(&rp, &ops[0], 1);
+    for (size_t i = 1; i < n; i++) {
+        ops[i].start_ns = ops[0].start_ns;
+        ops[i].end_ns = ops[0].end_ns;
+        ops[i].status = ops[0].status;
+        snprintf(ops[i].error, sizeof ops[i].error, "%s", ops[0].error);
+    }
+    json_t *root = ops[0].status == 200 ? json_loadb(rp.body, rp.len, 0, NULL) : NULL;
+    size_t k;
+    json_t *e;
+    for (size_t i = 0; i < n; i++) {
+        ops[i].token = 0;
+        json_array_foreach(json_object_get(root, "locks"), k, e) {
+            const char *name = json_string_value(json_object_get(e, "resource"));
+            if (name != NULL && strcmp(name, names[i]) == 0) {
+                ops[i].token = json_integer_value(json_object_get(e, "token"));
+            }
+        }
+    }
+    json_decref(root);
+    for (size_t i = 0; i < n; i++) {
+        wl_append_line(c->fd, &ops[i]);
+    }
+}
+
 fh_op wl_owner_call(client *c, const conf *cf, fh_kind kind, const fh_op *grant,
                            unsigned flags)
 {

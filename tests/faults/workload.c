@@ -35,8 +35,9 @@
  *                        holder_frozen mark, the parent waits for the lock (wait_ms = ttl +
  *                        3 s), writes and unlocks; the checker wants it granted, with a larger
  *                        token and after the dead holder's lease (check.h).
- *   shared               half of the workers' locks are shared ("mode": "shared", flag shared):
- *                        a shared holder reads with its token (fenced read), may try to write
+ *   shared               half of the workers' locks are shared ("mode": "shared", flag shared),
+ *                        a third of those a shared set of two resources (one lock line per
+ *                        member): a shared holder reads with its token (fenced read), may try to write
  *                        with it (its token is the last exclusive one: 409 not_exclusive), may
  *                        renew, and unlocks. The checker's invariant 13 wants no exclusive
  *                        grant inside a shared lease and no shared grant inside an exclusive
@@ -111,6 +112,39 @@ static void freeze(int report_fd, const fh_op *grant)
     raise(SIGSTOP);
 }
 
+/* A reader holding grant (shared): reads with its token, maybe tries to write with it
+ * (refused), maybe renews, and leaves. */
+static void reader(client *c, const conf *cf, const fh_op *g)
+{
+    wl_fenced_read(c, cf, g->resource, g->token, FH_F_SHARED);
+    if (g->token > 0 && wl_rand_between(c, 0, 2) == 0)
+        wl_write(c, cf, g->resource, g->token, g->owner, FH_F_SHARED);
+    if (wl_rand_between(c, 0, 2) == 0)
+        wl_owner_call(c, cf, FH_RENEW, g, FH_F_SHARED);
+    wl_owner_call(c, cf, FH_UNLOCK, g, FH_F_SHARED);
+}
+
+/* A shared set of two of the resources, in one /lock: each member's holder then reads as a
+ * single reader does, member after member. */
+static void shared_set(client *c, const conf *cf)
+{
+    char a[128], b[128];
+    int x = (int)wl_rand_between(c, 0, RESOURCES - 1);
+    int y = (x + (int)wl_rand_between(c, 1, RESOURCES - 1)) % RESOURCES;
+    resource_name(cf, x, a, sizeof a);
+    resource_name(cf, y, b, sizeof b);
+    const char *const names[] = {a, b};
+    fh_op g[2];
+    wl_lock_set(c, cf, names, 2, wl_rand_between(c, 300, 2000), wl_rand_between(c, 0, 1500),
+                FH_F_SHARED, g);
+    if (g[0].status != 200) {
+        wl_back_off(&g[0]);
+        return;
+    }
+    reader(c, cf, &g[0]);
+    reader(c, cf, &g[1]);
+}
+
 /* Lock, write, maybe renew and read, unlock. Worker 0 of the pause modes is given report_fd
  * (it freezes on it after some grants) and, in pause_locked, done_fd: one byte there tells
  * the parent its late write, fenced read, renew and unlock are over. In pause_locked, worker 0 freezes on
@@ -127,6 +161,10 @@ static void worker(client *c, const conf *cf, int report_fd, int done_fd)
             snprintf(resource, sizeof resource, "%s-pl", cf->prefix);
         unsigned mode = cf->mode == MODE_SHARED && wl_rand_between(c, 0, 1) == 0 ? FH_F_SHARED
                                                                                   : 0;
+        if (mode != 0 && !own && wl_rand_between(c, 0, 2) == 0) {
+            shared_set(c, cf);
+            continue;
+        }
         fh_op g = wl_lock(c, cf, resource, wl_rand_between(c, 300, 2000), wl_rand_between(c, 0, 1500),
                           mode);
         if (g.status != 200) {
@@ -134,14 +172,7 @@ static void worker(client *c, const conf *cf, int report_fd, int done_fd)
             continue;
         }
         if (mode != 0) {
-            /* A reader: read with its token, maybe try to write with it (refused), maybe
-             * renew, and leave. */
-            wl_fenced_read(c, cf, resource, g.token, mode);
-            if (g.token > 0 && wl_rand_between(c, 0, 2) == 0)
-                wl_write(c, cf, resource, g.token, g.owner, mode);
-            if (wl_rand_between(c, 0, 2) == 0)
-                wl_owner_call(c, cf, FH_RENEW, &g, mode);
-            wl_owner_call(c, cf, FH_UNLOCK, &g, mode);
+            reader(c, cf, &g);
             continue;
         }
         unsigned flags = 0;

@@ -522,6 +522,21 @@ void gwt_assert_value(const gwt_proc *p, const char *resource, const char *value
     gwt_resp_free(&r);
 }
 
+void gwt_assert_lock_mode(const gwt_proc *p, const char *resource, const char *mode,
+                          long long holders)
+{
+    char path[256];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/locks/%s", resource);
+    gwt_get(p, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(json_is_true(json_object_get(r.json, "locked")));
+    assert_string_equal(gwt_str(&r, "mode"), mode);
+    assert_int_equal(gwt_int(&r, "holders"), holders);
+    assert_null(json_object_get(r.json, "owner"));
+    gwt_resp_free(&r);
+}
+
 long long gwt_metric(const gwt_proc *p, const char *name)
 {
     gwt_resp r;

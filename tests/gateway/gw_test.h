@@ -102,6 +102,9 @@ long gwt_unlock(const gwt_proc *p, const char *resource, const char *owner);
 long gwt_put_fenced(const gwt_proc *p, const char *resource, long long token,
                     const char *value, gwt_resp *out);
 void gwt_assert_value(const gwt_proc *p, const char *resource, const char *value);
+/* Asserts GET /locks/{resource}: held, in mode ("shared"/"exclusive") by holders, no owner. */
+void gwt_assert_lock_mode(const gwt_proc *p, const char *resource, const char *mode,
+                          long long holders);
 
 /* Pages through GET /locks (limit per page, prefix NULL for none) to the end, asserting
  * each page's shape (no owner, seven fields an entry, at most limit entries) and that the

@@ -333,14 +333,16 @@ static void test_half_closed_lock_is_answered(void **state)
 
 /* Sends a /lock for resource (with the header line extra) whose client hangs up while Redis
  * is paused, and waits until the gateway has counted it abandoned: the lock is not held. */
-static void hang_up_during_attempt(conc_state *s, const char *resource, const char *extra)
+static void hang_up_during_attempt(conc_state *s, const char *resource, const char *extra,
+                                   const char *mode)
 {
-    char body[160], path[160];
+    char body[200], path[160];
     long long abandoned =
         metric(&s->gw, "fencegate_acquire_total{outcome=\"abandoned\"}");
 
-    snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"gone\",\"ttl_ms\":60000}",
-             resource);
+    snprintf(body, sizeof body,
+             "{\"resource\":\"%s\",\"owner\":\"gone\",\"ttl_ms\":60000,\"mode\":\"%s\"}",
+             resource, mode);
     th_redis_cmd(&s->redis, NULL, 0, "CLIENT PAUSE 700 WRITE");
     lock_and_hang_up(&s->gw, body, extra);
     int64_t deadline = th_now_ms() + 10000;
@@ -371,13 +373,22 @@ static void hang_up_during_attempt(conc_state *s, const char *resource, const ch
 static void test_hang_up_during_attempt_keeps_no_lock(void **state)
 {
     conc_state *s = *state;
-    hang_up_during_attempt(s, "conc.gone", "");
+    hang_up_during_attempt(s, "conc.gone", "", "exclusive");
 }
 
 /* The same with an Idempotency-Key, then the client retries with its key (as a client that
  * timed out should): the hold was given back with its idempotency record, so the retry is
  * granted afresh and holds the lock. Before, the record stayed and the retry replayed the
  * first 200 for a hold that was gone: nobody held the lock, and anyone could take it. */
+/* The same for a shared lock of a resource never locked exclusively (its token is 0) with
+ * an Idempotency-Key: given back too, with its record. */
+static void test_shared_hang_up_with_key_keeps_no_lock(void **state)
+{
+    conc_state *s = *state;
+    hang_up_during_attempt(s, "conc.gone-shared", "Idempotency-Key: conc-gone-shared-01\r\n",
+                           "shared");
+}
+
 static void test_hang_up_with_key_then_retry_holds_the_lock(void **state)
 {
     conc_state *s = *state;
@@ -386,7 +397,8 @@ static void test_hang_up_with_key_then_retry_holds_the_lock(void **state)
                                    "Idempotency-Key: conc-gone-key-0000001", NULL};
     gwt_resp r;
 
-    hang_up_during_attempt(s, "conc.gone-key", "Idempotency-Key: conc-gone-key-0000001\r\n");
+    hang_up_during_attempt(s, "conc.gone-key", "Idempotency-Key: conc-gone-key-0000001\r\n",
+                           "exclusive");
     gwt_http(&s->gw, "POST", "/lock", headers, body, strlen(body), 0, &r);
     gwt_assert_status(&r, 200, NULL);
     long long token = gwt_int(&r, "token");
@@ -715,6 +727,7 @@ int main(void)
         cmocka_unit_test(test_one_resource_at_once_has_one_winner),
         cmocka_unit_test(test_hang_up_during_attempt_keeps_no_lock),
         cmocka_unit_test(test_hang_up_with_key_then_retry_holds_the_lock),
+        cmocka_unit_test(test_shared_hang_up_with_key_keeps_no_lock),
         cmocka_unit_test(test_tokens_are_per_resource),
         cmocka_unit_test(test_half_closed_lock_is_answered),
         cmocka_unit_test(test_one_loop_serves_more_than_128_ready_connections),

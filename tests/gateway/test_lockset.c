@@ -10,7 +10,12 @@
  *     naming the problem;
  *   - /unlock and /renew per resource, 409 not_owner naming those not held;
  *   - waiting: a set that waits holds nothing of itself meanwhile, and is granted when the
- *     holder releases; two clients locking [a, b] and [b, a] in loops never deadlock.
+ *     holder releases; two clients locking [a, b] and [b, a] in loops never deadlock;
+ *   - "mode": "shared" for a whole set: two owners hold it together, each member with its
+ *     resource's current token; an exclusive set with a member held shared is 409 locked,
+ *     or waits (holding new shared sets back) and is granted once both readers left; the
+ *     readers' own set in the other mode is 409 mode_mismatch; a write with a shared
+ *     member's token is 409 not_exclusive; renew, unlock and Idempotency-Key work.
  * No test asserts timing; every wait is a loop on a condition with a deadline.
  */
 #include <arpa/inet.h>
@@ -496,6 +501,29 @@ static void test_hang_up_during_set_keeps_nothing(void **state)
 
 /* "fair": true: a set never takes a free resource ahead of a fair waiter queued for it
  * (here one queued straight in Redis, with a deadline far off); without it, it may. */
+/* A fair waiter "first-in-line" queued for resource (its wait never ends). */
+static void queue_first_in_line(set_state *s, const char *resource)
+{
+    assert_int_equal(
+        th_redis_cmd(&s->redis, NULL, 0, "RPUSH fg:{%s}:queue first-in-line", resource), 1);
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "ZADD fg:{%s}:qtimeout 99999999999999 first-in-line",
+                                  resource),
+                     1);
+}
+
+/* A fair set (extra: its fields) of n[0] and n[1], whose queue has a waiter first: 409
+ * locked naming n[1], and n[0] is not held. */
+static void refused_behind_the_queue(set_state *s, char n[][48], const char *extra)
+{
+    gwt_resp r;
+    post_set(&s->gw, "/lock", n, 2, "o1", extra, NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[1]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, n[0]));
+}
+
 static void test_fair_set_does_not_barge(void **state)
 {
     set_state *s = *state;
@@ -506,20 +534,251 @@ static void test_fair_set_does_not_barge(void **state)
         skip(); /* the queue is written on one node here */
     }
     names_for("fair", n, 2);
-    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "RPUSH fg:{%s}:queue first-in-line", n[1]),
-                     1);
-    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
-                                  "ZADD fg:{%s}:qtimeout 99999999999999 first-in-line", n[1]),
-                     1);
-    post_set(&s->gw, "/lock", n, 2, "o1", "\"fair\":true", NULL, &r);
-    gwt_assert_status(&r, 409, "locked");
-    assert_true(names_in(&r, "resources", n[1]));
-    gwt_resp_free(&r);
-    assert_false(is_locked(&s->gw, n[0]));
+    queue_first_in_line(s, n[1]);
+    refused_behind_the_queue(s, n, "\"fair\":true");
     post_set(&s->gw, "/lock", n, 2, "o1", NULL, NULL, &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
     post_set(&s->gw, "/unlock", n, 2, "o1", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
+/* A fair shared set does not barge either, and two fair shared sets hold together. */
+static void test_fair_shared_set(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    gwt_resp r;
+
+    if (s->cluster) {
+        skip(); /* the queue is written on one node here */
+    }
+    names_for("fairsh", n, 2);
+    queue_first_in_line(s, n[1]);
+    /* An exclusive waiter: in the queue and among the waiting writers. */
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "ZADD fg:{%s}:rwait 99999999999999 first-in-line", n[1]),
+                     1);
+    refused_behind_the_queue(s, n, "\"fair\":true,\"mode\":\"shared\"");
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0,
+                                  "DEL fg:{%s}:queue fg:{%s}:qtimeout fg:{%s}:rwait", n[1], n[1],
+                                  n[1]),
+                     3);
+    post_set(&s->gw, "/lock", n, 2, "o1", "\"fair\":true,\"mode\":\"shared\"", NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    post_set(&s->gw, "/lock", n, 2, "o2", "\"fair\":true,\"mode\":\"shared\"", NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_assert_lock_mode(&s->gw, n[1], "shared", 2);
+    for (int i = 1; i <= 2; i++) {
+        post_set(&s->gw, "/unlock", n, 2, i == 1 ? "o1" : "o2", NULL, NULL, &r);
+        gwt_assert_status(&r, 200, NULL);
+        gwt_resp_free(&r);
+    }
+}
+
+/* The member mode of r's "locks" entry for resource, or "". */
+static const char *mode_of(const gwt_resp *r, const char *resource)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(r->json, "locks"), i, e) {
+        if (strcmp(json_string_value(json_object_get(e, "resource")), resource) == 0) {
+            const char *m = json_string_value(json_object_get(e, "mode"));
+            return m != NULL ? m : "";
+        }
+    }
+    return "";
+}
+
+#define SHARED "\"mode\":\"shared\""
+
+/* Two owners hold one set shared together; an exclusive set with one of its members is
+ * refused, or waits, holding new shared sets back, and is granted once both readers left. */
+static void test_shared_set_held_together(void **state)
+{
+    set_state *s = *state;
+    const gwt_proc *other = s->shared ? &s->b : &s->gw;
+    char n[3][48], x[2][48], y[2][48];
+    long long t = 0;
+    gwt_resp r;
+
+    names_for("shs", n, 3);
+    names_for("shx", x, 2);
+    names_for("shy", y, 2);
+    memcpy(x[1], n[2], 48);
+    memcpy(y[1], n[2], 48);
+    /* n[1] had an exclusive holder: the shared token of n[1] is that holder's. */
+    assert_int_equal(gwt_lock(&s->gw, n[1], "w0", &t), 200);
+    assert_int_equal(gwt_unlock(&s->gw, n[1], "w0"), 200);
+    post_set(&s->gw, "/lock", n, 3, "ra", SHARED, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_string_equal(gwt_str(&r, "mode"), "shared");
+    assert_string_equal(mode_of(&r, n[0]), "shared");
+    assert_int_equal(token_of(&r, n[0]), 0); /* nothing was ever minted for it */
+    assert_int_equal(token_of(&r, n[1]), t);
+    gwt_resp_free(&r);
+    post_set(other, "/lock", n, 3, "rb", SHARED, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(token_of(&r, n[1]), t);
+    gwt_resp_free(&r);
+    for (int i = 0; i < 3; i++) {
+        gwt_assert_lock_mode(&s->gw, n[i], "shared", 2);
+    }
+    /* An exclusive set with one of them: 409 locked naming it, nothing of it held. */
+    post_set(&s->gw, "/lock", x, 2, "wx", NULL, NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[2]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, x[0]));
+    /* A reader's set in the other mode: 409 mode_mismatch, nothing changed. */
+    post_set(&s->gw, "/lock", n, 3, "ra", NULL, NULL, &r);
+    gwt_assert_status(&r, 409, "mode_mismatch");
+    gwt_resp_free(&r);
+    gwt_assert_lock_mode(&s->gw, n[0], "shared", 2);
+
+    /* The exclusive set waits; meanwhile a new shared set with that member is held back. */
+    setter w = {.gw = &s->gw, .owner = "wx", .rounds = 1};
+    memcpy(w.names, x, sizeof w.names);
+    assert_int_equal(pthread_create(&w.thread, NULL, setter_main, &w), 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    post_set(other, "/lock", y, 2, "rc", SHARED, NULL, &r);
+    gwt_assert_status(&r, 409, "locked");
+    assert_true(names_in(&r, "resources", n[2]));
+    gwt_resp_free(&r);
+    assert_false(is_locked(&s->gw, y[0]));
+    post_set(&s->gw, "/unlock", n, 3, "ra", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_assert_lock_mode(&s->gw, n[2], "shared", 1);
+    post_set(other, "/unlock", n, 3, "rb", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    pthread_join(w.thread, NULL);
+    assert_int_equal(w.ok, 1);
+    /* The exclusive grant minted n[2]'s first token: a shared set now answers it. */
+    post_set(other, "/lock", y, 2, "rc", SHARED, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_true(token_of(&r, n[2]) > 0);
+    gwt_resp_free(&r);
+    post_set(other, "/unlock", y, 2, "rc", NULL, NULL, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
+/* A shared set member's token cannot write (409 not_exclusive); the set renews, re-enters,
+ * replays its Idempotency-Key and unlocks; a bad mode is a 400. */
+static void test_shared_set_cannot_write(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    long long t = 0;
+    gwt_resp r, again;
+
+    names_for("shw", n, 2);
+    assert_int_equal(gwt_lock(&s->gw, n[0], "w0", &t), 200);
+    assert_int_equal(gwt_put_fenced(&s->gw, n[0], t, "old", NULL), 200);
+    assert_int_equal(gwt_unlock(&s->gw, n[0], "w0"), 200);
+    post_set(&s->gw, "/lock", n, 2, NULL, SHARED, "shared-set-key-0123456789", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(token_of(&r, n[0]), t);
+    const char *owner = gwt_str(&r, "owner");
+
+    char hdr[64];
+    snprintf(hdr, sizeof hdr, "Fencing-Token: %lld", t);
+    const char *const h[] = {hdr, "Content-Type: text/plain", NULL};
+    char path[128];
+    snprintf(path, sizeof path, "/resources/%s", n[0]);
+    gwt_resp w;
+    gwt_http(&s->gw, "PUT", path, h, "new", 3, 0, &w);
+    gwt_assert_status(&w, 409, "not_exclusive");
+    assert_true(gwt_int(&w, "shared_mark") >= t);
+    gwt_resp_free(&w);
+    gwt_assert_value(&s->gw, n[0], "old");
+
+    /* The key replays the shared set; the key in the exclusive mode is refused. */
+    post_set(&s->gw, "/lock", n, 2, NULL, SHARED, "shared-set-key-0123456789", &again);
+    gwt_assert_status(&again, 200, NULL);
+    assert_string_equal(gwt_str(&again, "owner"), owner);
+    assert_int_equal(token_of(&again, n[0]), t);
+    assert_string_equal(gwt_str(&again, "mode"), "shared");
+    gwt_resp_free(&again);
+    post_set(&s->gw, "/lock", n, 2, NULL, NULL, "shared-set-key-0123456789", &again);
+    gwt_assert_status(&again, 422, "idempotency_key_reused");
+    gwt_resp_free(&again);
+    gwt_assert_lock_mode(&s->gw, n[1], "shared", 1);
+
+    post_set(&s->gw, "/renew", n, 2, owner, "\"ttl_ms\":45000", NULL, &again);
+    gwt_assert_status(&again, 200, NULL);
+    assert_int_equal(token_of(&again, n[0]), t);
+    gwt_resp_free(&again);
+    post_set(&s->gw, "/unlock", n, 2, owner, NULL, NULL, &again);
+    gwt_assert_status(&again, 200, NULL);
+    gwt_resp_free(&again);
+    assert_false(is_locked(&s->gw, n[0]));
+    assert_false(is_locked(&s->gw, n[1]));
+    gwt_resp_free(&r);
+    expect_400(&s->gw, "{\"resources\":[\"m1\",\"m2\"],\"mode\":\"reader\"}", "mode");
+}
+
+/* A POST /lock of body on its own thread. */
+typedef struct bg_post {
+    const gwt_proc *gw;
+    char body[256];
+    long status;
+    pthread_t thread;
+} bg_post;
+
+static void *bg_post_main(void *arg)
+{
+    bg_post *b = arg;
+    gwt_resp r;
+    gwt_post(b->gw, "/lock", b->body, &r);
+    b->status = r.status;
+    gwt_resp_free(&r);
+    return NULL;
+}
+
+#define DEADLINE_WAKES "fencegate_waiter_wakes_total{reason=\"deadline\"}"
+
+/* A shared set parked behind a single shared request, both behind an exclusive holder: the
+ * holder's release wakes the single request first, and its grant hands on to the set, which
+ * joins the readers, rather than waiting out the holder's lease or its own wait. */
+static void test_shared_set_joins_the_readers(void **state)
+{
+    set_state *s = *state;
+    char n[2][48];
+    long long t = 0;
+    gwt_resp r;
+
+    names_for("chain", n, 2);
+    assert_int_equal(gwt_lock(&s->gw, n[0], "w", &t), 200); /* a 60 s lease */
+    long long parked = gwt_metric(&s->gw, "fencegate_waiters");
+    long long deadlines = gwt_metric(&s->gw, DEADLINE_WAKES);
+    bg_post one = {.gw = &s->gw}, set = {.gw = &s->gw};
+    snprintf(one.body, sizeof one.body,
+             "{\"resource\":\"%s\",\"owner\":\"r1\",\"mode\":\"shared\",\"wait_ms\":20000}",
+             n[0]);
+    snprintf(set.body, sizeof set.body,
+             "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"rs\",\"mode\":\"shared\","
+             "\"wait_ms\":20000}",
+             n[0], n[1]);
+    assert_int_equal(pthread_create(&one.thread, NULL, bg_post_main, &one), 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", parked + 1);
+    assert_int_equal(pthread_create(&set.thread, NULL, bg_post_main, &set), 0);
+    gwt_await_metric(&s->gw, "fencegate_waiters", parked + 2);
+    assert_int_equal(gwt_unlock(&s->gw, n[0], "w"), 200);
+    pthread_join(one.thread, NULL);
+    pthread_join(set.thread, NULL);
+    assert_int_equal(one.status, 200);
+    assert_int_equal(set.status, 200);
+    /* Handed on: neither was granted at the last attempt its deadline makes. */
+    assert_int_equal(gwt_metric(&s->gw, DEADLINE_WAKES), deadlines);
+    gwt_assert_lock_mode(&s->gw, n[0], "shared", 2);
+    assert_int_equal(gwt_unlock(&s->gw, n[0], "r1"), 200);
+    post_set(&s->gw, "/unlock", n, 2, "rs", NULL, NULL, &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
 }
@@ -538,12 +797,18 @@ int main(void)
         cmocka_unit_test(test_wait_deadline_is_409),
         cmocka_unit_test(test_hang_up_during_set_keeps_nothing),
         cmocka_unit_test(test_fair_set_does_not_barge),
+        cmocka_unit_test(test_shared_set_held_together),
+        cmocka_unit_test(test_shared_set_cannot_write),
+        cmocka_unit_test(test_shared_set_joins_the_readers),
+        cmocka_unit_test(test_fair_shared_set),
     };
     int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
                                              teardown);
     failed += cmocka_run_group_tests_name("lockset_cluster", tests, cluster_setup, teardown);
     const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_shared_ledger_lifts_a_set),
+        cmocka_unit_test(test_shared_set_held_together),
+        cmocka_unit_test(test_shared_set_cannot_write),
     };
     failed += cmocka_run_group_tests_name("lockset_shared_ledger", shared, shared_setup,
                                           teardown);

@@ -6,7 +6,11 @@
  *     tokens burned (the next grant is above them);
  *   - re-entry per resource: an undone set gives back only the hold it added;
  *   - an Idempotency-Key replays every token; after an undone set it acts afresh;
- *   - renewals per resource; duplicate and bad names are refused before Redis.
+ *   - renewals per resource; duplicate and bad names are refused before Redis;
+ *   - a shared set: two owners hold it together, each member with its resource's current
+ *     token; an exclusive set is refused while one member is held shared, and a shared set
+ *     while one member is held exclusive (nothing of either set is left held); a member the
+ *     owner holds in the other mode answers WRONG_MODE for the set, undone.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -312,6 +316,119 @@ static void test_redlock_majority_per_resource(void **state)
     }
 }
 
+/* Two owners hold one set shared together, each member with its resource's current token
+ * (the last exclusive one, 0 if none); an exclusive set with a member held shared is refused
+ * whole, and so is a shared set with a member held exclusive. */
+static void test_shared_set(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[3][64];
+    lk_many a[3], b[3], x[3];
+    lk_result r;
+    lk_lock_info info;
+
+    set_names(f, "shared", names, a, 3);
+    memcpy(b, a, sizeof b);
+    memcpy(x, a, sizeof x);
+    /* names[1] was locked exclusively once: its shared token is that grant's. */
+    assert_lk(c, lk_acquire(c, names[1], "w", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t last = r.token;
+    assert_lk(c, lk_release(c, names[1], "w", NULL, &r), LK_RELEASED);
+
+    assert_lk(c, lk_acquire_many_shared(c, a, 3, "ra", 10000, NULL, 0), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many_shared(c, b, 3, "rb", 10000, NULL, 0), LK_ACQUIRED);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(a[i].res.shared, 1);
+        assert_int_equal(b[i].res.shared, 1);
+        assert_int_equal(a[i].res.token, i == 1 ? last : 0);
+        assert_int_equal(b[i].res.token, a[i].res.token);
+        assert_lk(c, lk_lock_status(c, names[i], &info), LK_OK);
+        assert_int_equal(info.locked, 1);
+        assert_int_equal(info.shared, 1);
+        assert_int_equal(info.holders, 2);
+    }
+    /* An exclusive set overlapping one member is refused whole and leaves nothing held. */
+    lk_many xo[2];
+    char other[1][64];
+    set_names(f, "shared.x", other, xo, 1);
+    xo[1] = (lk_many){.resource = names[2]};
+    assert_lk(c, lk_acquire_many(c, xo, 2, "wx", 10000, NULL, 0), LK_HELD);
+    assert_int_equal(xo[1].status, LK_HELD);
+    assert_int_equal(xo[0].undone, 1);
+    assert_lk(c, lk_lock_status(c, other[0], &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    /* The set's owner cannot take it exclusively either: the other mode. */
+    assert_lk(c, lk_acquire_many(c, x, 3, "ra", 10000, NULL, 0), LK_WRONG_MODE);
+    /* Both readers leave, set by set: the exclusive set gets it, above the shared token. */
+    assert_lk(c, lk_release_many(c, a, 3, "ra", NULL), LK_OK);
+    assert_lk(c, lk_acquire_many(c, xo, 2, "wx", 10000, NULL, 0), LK_HELD);
+    assert_lk(c, lk_release_many(c, b, 3, "rb", NULL), LK_OK);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(b[i].status, LK_RELEASED);
+    }
+    assert_lk(c, lk_acquire_many(c, xo, 2, "wx", 10000, NULL, 0), LK_ACQUIRED);
+    assert_true(xo[1].res.token > 0);
+    assert_int_equal(xo[1].res.shared, 0);
+    /* Now a shared set with names[2] in it is refused whole. */
+    memcpy(a, x, sizeof a);
+    assert_lk(c, lk_acquire_many_shared(c, a, 3, "ra", 10000, NULL, 0), LK_HELD);
+    assert_int_equal(a[2].status, LK_HELD);
+    assert_int_equal(a[0].undone, 1);
+    assert_lk(c, lk_lock_status(c, names[0], &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    assert_lk(c, lk_release_many(c, xo, 2, "wx", NULL), LK_OK);
+}
+
+/* A shared set's members renew and re-enter per member, and an Idempotency-Key replays the
+ * shared set; the key's retry in the exclusive mode is refused. */
+static void test_shared_set_renew_reenter_replay(void **state)
+{
+    many_fixture *f = *state;
+    lk_client *c = f->c;
+    char names[2][64];
+    lk_many it[2], again[2];
+    lk_lock_info info;
+
+    set_names(f, "shrenew", names, it, 2);
+    memcpy(again, it, sizeof again);
+    assert_lk(c, lk_acquire_many_shared(c, it, 2, "ra", 10000, "k", 0), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many_shared(c, again, 2, "ra", 10000, "k", 0), LK_ACQUIRED);
+    assert_int_equal(again[0].res.replayed, 1);
+    assert_int_equal(again[0].res.shared, 1);
+    /* The key's retry in the other mode is refused, changing nothing (on Redlock too: no
+     * undo releases the shared holds). */
+    assert_lk(c, lk_acquire_many(c, again, 2, "ra", 10000, "k", 0), LK_EIDEMPOTENCY);
+    assert_lk(c, lk_lock_status(c, names[1], &info), LK_OK);
+    assert_int_equal(info.locked, 1);
+    assert_lk(c, lk_acquire_many_shared(c, again, 2, "ra", 10000, NULL, 0), LK_ACQUIRED);
+    assert_int_equal(again[1].res.holds, 2); /* a re-entry */
+    assert_lk(c, lk_renew_many(c, it, 2, "ra", 30000, NULL), LK_OK);
+    assert_int_equal(it[0].status, LK_RENEWED);
+    assert_true(it[0].res.ttl_ms > 10000);
+    assert_lk(c, lk_release_many(c, it, 2, "ra", NULL), LK_OK);
+    assert_int_equal(it[0].status, LK_STILL_HELD);
+    assert_lk(c, lk_release_many(c, it, 2, "ra", NULL), LK_OK);
+    assert_int_equal(it[1].status, LK_RELEASED);
+    assert_lk(c, lk_lock_status(c, names[1], &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+
+    /* A keyed shared set with a member held: the grant of token 0 (nothing minted yet) is
+     * undone too, with its record, so the key's retry acts afresh once the set is free. */
+    lk_result r;
+    set_names(f, "shkey", names, it, 2);
+    assert_lk(c, lk_acquire(c, names[1], "bob", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(c, lk_acquire_many_shared(c, it, 2, "rk", 10000, "k0", 0), LK_HELD);
+    assert_int_equal(it[0].res.token, 0);
+    assert_int_equal(it[0].undone, 1);
+    assert_lk(c, lk_lock_status(c, names[0], &info), LK_OK);
+    assert_int_equal(info.locked, 0);
+    assert_lk(c, lk_release(c, names[1], "bob", NULL, &r), LK_RELEASED);
+    assert_lk(c, lk_acquire_many_shared(c, it, 2, "rk", 10000, "k0", 0), LK_ACQUIRED);
+    assert_int_equal(it[0].res.replayed, 0);
+    assert_lk(c, lk_release_many(c, it, 2, "rk", NULL), LK_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +439,8 @@ int main(void)
         cmocka_unit_test(test_renew_per_resource),
         cmocka_unit_test(test_bad_sets_refused),
         cmocka_unit_test(test_redlock_majority_per_resource),
+        cmocka_unit_test(test_shared_set),
+        cmocka_unit_test(test_shared_set_renew_reenter_replay),
     };
     int failed = cmocka_run_group_tests_name("many_single_redis", tests, single_setup, teardown);
     failed += cmocka_run_group_tests_name("many_cluster", tests, cluster_setup, teardown);

@@ -111,6 +111,13 @@ static void test_combine_acquire(void **state)
                         node_st(LK_ACQUIRED, 5, 0)};
     assert_int_equal(lk__rl_combine_acquire(3, e, 10000, 5, &out), LK__RL_UNDO);
     assert_int_equal(out.st, LK_EIDEMPOTENCY);
+
+    /* Refused by every node: nothing was taken, so nothing is undone (an undo would release
+     * a hold the owner had before the call). */
+    lk__rl_node g[3] = {node_st(LK_EIDEMPOTENCY, 0, 0), node_st(LK_EIDEMPOTENCY, 0, 0),
+                        node_st(LK_EIDEMPOTENCY, 0, 0)};
+    assert_int_equal(lk__rl_combine_acquire(3, g, 10000, 5, &out), LK__RL_ANSWER);
+    assert_int_equal(out.st, LK_EIDEMPOTENCY);
 }
 
 static void test_combine_raise(void **state)

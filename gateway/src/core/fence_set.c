@@ -16,6 +16,11 @@
  * afresh); a refused replay or re-entry, or any other failure, undoes the set and answers
  * 503. Undone grants burn their tokens; they are counted all the same (the count only
  * lifts later floors).
+ *
+ * A shared set mints nothing: like one shared attempt (ops/lock_attempt.c) it needs no floor
+ * and no stripe. Each member's token (its resource's last exclusive one) is marked shared in
+ * the store, all of them in one group commit, before the set is answered, so that no write
+ * with it is accepted from then on. A token of 0 (nothing exclusive yet) cannot write anyway.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -124,8 +129,63 @@ static int try_set(gw_fence *f, lk_client *c, gw_set_acq *a, int64_t *min_floor,
     return retry;
 }
 
+/* Records the shared mark of every member token of a granted shared set in one call.
+ * Returns STORE_OK or the first failure, with a->uncovered. */
+static store_status mark_set(gw_fence *f, gw_set_acq *a)
+{
+    store_grant_req reqs[LK_MANY_MAX];
+    store_grant_req *ptrs[LK_MANY_MAX];
+    size_t m = 0;
+
+    for (size_t i = 0; i < a->n; i++) {
+        if (a->items[i].res.token > 0) {
+            reqs[m] = (store_grant_req){.resource = a->items[i].resource,
+                                        .token = (uint64_t)a->items[i].res.token,
+                                        .shared = 1};
+            ptrs[m] = &reqs[m];
+            m++;
+        }
+    }
+    if (m == 0) {
+        return STORE_OK;
+    }
+    store_grant_many(f->st, ptrs, m, NULL, 0);
+    for (size_t k = 0; k < m; k++) {
+        if (reqs[k].status != STORE_OK) {
+            a->uncovered = (int64_t)reqs[k].token;
+            return reqs[k].status;
+        }
+    }
+    return STORE_OK;
+}
+
+static void acquire_shared_set(gw_fence *f, lk_client *c, gw_set_acq *a)
+{
+    a->lk = lk_acquire_many_shared(c, a->items, a->n, a->owner, a->lease_ms, a->idem_key,
+                                   a->fair);
+    if (a->lk >= LK_EINVAL) {
+        snprintf(a->err, sizeof a->err, "%s", lk_errstr(c));
+    }
+    if (a->lk != LK_ACQUIRED) {
+        return;
+    }
+    a->cover = mark_set(f, a);
+    if (a->cover != STORE_OK) {
+        lk_undo_many(c, a->items, a->n, a->owner, a->idem_key);
+    }
+}
+
 void gw__fence_acquire_set(gw_fence *f, lk_client *c, gw_set_acq *a)
 {
+    if (a->shared) {
+        a->cover = STORE_OK;
+        a->uncovered = 0;
+        a->floor_corrections = 0;
+        a->err[0] = '\0';
+        acquire_shared_set(f, c, a);
+        return;
+    }
+
     size_t n = a->n;
     gw_fence_turn *turns = calloc(n, sizeof *turns);
     gw_fence_sync *syncs = calloc(n, sizeof *syncs);

@@ -22,13 +22,15 @@ typedef struct gw_set_acq {
     const char *idem_key;                /* NULL for none */
     int64_t lease_ms;
     int fair;
+    int shared;                          /* the whole set in shared mode */
     lk_status lk;                        /* out: lk_acquire_many()'s; ACQUIRED with cover
                                           * STORE_OK is the only grant that may be answered */
     store_status cover;                  /* out: STORE_OK, or why a floor could not be read
                                           * (lk is then EUNAVAILABLE, nothing was sent) or a
                                           * token could not be covered (lk ACQUIRED, every
                                           * grant undone) */
-    int64_t uncovered;                   /* out: the token the ledger refused, or 0 */
+    int64_t uncovered;                   /* out: the token the ledger refused (a shared set:
+                                          * whose shared mark was not recorded), or 0 */
     int floor_corrections;               /* out: attempts made again above the ledger */
     char err[256];                       /* out: lk's reason when it is an error */
 } gw_set_acq;
@@ -38,7 +40,11 @@ typedef struct gw_set_acq {
  * makes the ledger cover every token (LMDB) or grants each (a shared ledger, with the holder
  * fingerprint), counts them and passes the stripes on. A refused fresh grant is undone and
  * attempted again above the ledger's highest, as an attempt is (ops/lock.c), at most 3
- * times; any other cover failure undoes the set (lk ACQUIRED, cover not OK). */
+ * times; any other cover failure undoes the set (lk ACQUIRED, cover not OK).
+ * A shared set mints nothing, so it holds no stripe and reads no floor: it is acquired
+ * (lk_acquire_many_shared) and the shared mark of every member's token is recorded in the
+ * store (store_grant_req.shared) before it is answered, as for one shared grant; a mark that
+ * was not recorded undoes the set (lk ACQUIRED, cover not OK, uncovered its token). */
 void gw__fence_acquire_set(gw_fence *f, lk_client *c, gw_set_acq *a);
 
 #endif

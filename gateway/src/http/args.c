@@ -108,8 +108,7 @@ static int field_bool(gw_request *req, json_t *root, const char *field, int *out
 static const char *const lock_fields[] = {"resource", "owner", "ttl_ms", "wait_ms", "fair",
                                           "session", "mode", NULL};
 
-/* "mode": "exclusive" (the default) or "shared". */
-static int field_mode(gw_request *req, json_t *root, int *shared, enum MHD_Result *result)
+int gw__field_mode(gw_request *req, json_t *root, int *shared, enum MHD_Result *result)
 {
     json_t *v = json_object_get(root, "mode");
     *shared = 0;
@@ -127,6 +126,7 @@ static int field_mode(gw_request *req, json_t *root, int *shared, enum MHD_Resul
                              "field 'mode' must be \"exclusive\" or \"shared\"");
     return -1;
 }
+
 static const char *const unlock_fields[] = {"resource", "owner", NULL};
 static const char *const renew_fields[] = {"resource", "owner", "ttl_ms", NULL};
 
@@ -148,7 +148,7 @@ int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *
                       req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0 ||
         gw__field_int(req, root, "wait_ms", 0, 0, GW_MAX_WAIT_MS, &a->wait_ms, result) != 0 ||
         field_bool(req, root, "fair", &a->fair, result) != 0 ||
-        field_mode(req, root, &a->shared, result) != 0 ||
+        gw__field_mode(req, root, &a->shared, result) != 0 ||
         gw__idempotency_key(req, &a->idem_key, result) != 0 ||
         bind_key(req, a, result) != 0) {
         return -1;

@@ -44,6 +44,10 @@ int gw__lock_args(gw_request *req, json_t *root, gw_lock_args *a, enum MHD_Resul
 int gw__owner_args(gw_request *req, json_t *root, int renew, gw_lock_args *a,
                    enum MHD_Result *result);
 
+/* "mode" of root: "exclusive" (the default, *shared 0) or "shared" (*shared 1). Returns 0, or
+ * -1 after queuing the 400. */
+int gw__field_mode(gw_request *req, json_t *root, int *shared, enum MHD_Result *result);
+
 /* The owner steps of gw__lock_args() for arguments read elsewhere (args_set.c): binds the
  * key, generates the owner when a->owner is NULL and generate (derived, with a key, from
  * a->resource), binds the owner. Returns 0, or -1 after queuing the 400. */

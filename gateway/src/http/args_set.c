@@ -12,7 +12,7 @@
 #include "http/respond.h"
 
 static const char *const lock_fields[] = {"resources", "owner", "ttl_ms", "wait_ms", "fair",
-                                          NULL};
+                                          "mode", NULL};
 static const char *const unlock_fields[] = {"resources", "owner", NULL};
 static const char *const renew_fields[] = {"resources", "owner", "ttl_ms", NULL};
 
@@ -135,6 +135,9 @@ int gw__set_args(gw_request *req, json_t *root, gw_set_kind kind, gw_set_args *s
             return bad(req, result, "field 'fair' must be true or false%s", NULL);
         }
         a->fair = json_is_true(fair);
+        if (gw__field_mode(req, root, &a->shared, result) != 0) {
+            return -1; /* one mode for the whole set */
+        }
     }
     if (gw__idempotency_key(req, &a->idem_key, result) != 0) {
         return -1;

@@ -35,8 +35,8 @@ int gw__set_body(const gw_request *req);
 
 /* Reads and checks a set's arguments: "resources", 2..LK_MANY_MAX distinct resource names
  * (each authorized for the client, --clients), never with "resource"; "owner" (required for
- * unlock and renew; generated for a lock without one); ttl_ms (lock, renew), wait_ms and
- * fair (lock); the Idempotency-Key header. Returns 0, or -1 after queuing the 400 (or 403)
+ * unlock and renew; generated for a lock without one); ttl_ms (lock, renew), wait_ms, fair
+ * and mode (lock: one mode for every resource of the set); the Idempotency-Key header. Returns 0, or -1 after queuing the 400 (or 403)
  * naming the problem. */
 int gw__set_args(gw_request *req, json_t *root, gw_set_kind kind, gw_set_args *s,
                  enum MHD_Result *result);

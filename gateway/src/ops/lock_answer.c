@@ -232,12 +232,11 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
         if (res->shared && call->marked && !res->replayed) {
             /* Others wait here: a parked shared request may join now. The first parked
              * waiter is handed an attempt (lock_attempt.c, "Hand-offs") with no release
-             * behind it; a shared one granted so hands on again, so the shared requests a
-             * release woke come in one after another, and the chain stops at the first
-             * waiter that is not granted (an exclusive one, which parks again). */
-            if (gw__lock_handoff(srv, call->turn.resource)) {
-                gw__wait_handoff_settled(srv->waitq, call->turn.resource, 0);
-            }
+             * behind it, or woken when it is a set's; a shared one granted so hands on
+             * again, so the shared requests a release woke come in one after another, and
+             * the chain stops at the first waiter that is not granted (an exclusive one,
+             * which parks again). */
+            gw__lock_hand_on(srv, call->turn.resource);
         }
         enum MHD_Result answered = answer_acquired(req, call, res);
         if (call->acquired && peer == GW_PEER_EOF) {

@@ -243,6 +243,14 @@ struct gw_errand {
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };
 
+/* The supersede of a give-back of the hold answered token: the token, or -1 (any token) for
+ * a shared hold of token 0 (nothing minted yet), whose supersede of 0 would make the
+ * give-back a plain release, refused by the key's record of the acquisition. */
+static int64_t give_back_supersede(int64_t token)
+{
+    return token > 0 ? token : -1;
+}
+
 /* gw_job.done of an errand, on the pipeline thread. */
 static int errand_done(gw_job *job)
 {
@@ -276,7 +284,7 @@ void gw__lock_send_errand(gw_server *srv, const struct gw_lock_call *call, lk_ca
     e->call.resource = e->text;
     e->call.owner = e->text + rlen;
     e->call.idem_key = idem[0] != '\0' ? e->text + rlen + olen : NULL;
-    e->call.supersede = kind == LK_CALL_RELEASE ? token : 0;
+    e->call.supersede = kind == LK_CALL_RELEASE ? give_back_supersede(token) : 0;
     e->job.call = &e->call;
     e->job.done = errand_done;
     e->job.arg = e;
@@ -306,7 +314,7 @@ enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, i
     at->call.resource = call->turn.resource;
     at->call.owner = call->owner;
     at->call.idem_key = call->idem_key[0] != '\0' ? call->idem_key : NULL;
-    at->call.supersede = token;
+    at->call.supersede = give_back_supersede(token);
     at->job.call = &at->call;
     at->job.conn = req->conn;
     call->attempt = at;
@@ -418,4 +426,16 @@ int gw__lock_handoff(gw_server *srv, const char *resource)
     }
     atomic_fetch_add(&srv->metrics.handoffs, 1);
     return 1;
+}
+
+void gw__lock_hand_on(gw_server *srv, const char *resource)
+{
+    if (atomic_load(&srv->metrics.waiters_parked) <= 0) {
+        return;
+    }
+    if (gw__lock_handoff(srv, resource)) {
+        gw__wait_handoff_settled(srv->waitq, resource, 0);
+    } else {
+        gw__wait_kick_set(srv->waitq, resource);
+    }
 }

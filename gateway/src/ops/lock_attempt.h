@@ -17,5 +17,10 @@ extern const gw_fence_ops gw__lock_fence_ops;
  * "Hand-offs"). Returns 1 when it did: the release's answer must then reach
  * gw__wait_handoff_settled(). */
 int gw__lock_handoff(gw_server *srv, const char *resource);
+/* After a shared grant of resource that marked it wanted: this gateway's parked waiters
+ * there may join. The first is handed an attempt (gw__lock_handoff, no release behind it);
+ * a set first in line, which is never handed one, is woken instead (gw__wait_kick_set). A
+ * shared request granted so hands on again, so the chain goes through sets as well. */
+void gw__lock_hand_on(gw_server *srv, const char *resource);
 
 #endif

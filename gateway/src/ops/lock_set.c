@@ -36,6 +36,15 @@
  * held while another waiter is first in line), but it does not take a place in those queues
  * itself: a place in several queues while waiting would be holding part of the set. Among
  * this gateway's waiters of the resource it parks on it waits in arrival order.
+ *
+ * Shared sets ("mode": "shared", one mode for the whole set): every member is taken shared,
+ * all or none, with its resource's current token, each token's shared mark recorded in the
+ * store before the answer (core/fence_set.c). A set that waits tells Redis how much longer
+ * (lk_many.wait_ms) in either mode, as a single /lock does: a waiting exclusive set holds
+ * new shared requests of its held members back (writers' preference), and a shared set held
+ * back so is woken by that writer's release. A shared grant hands on to this gateway's
+ * parked waiters of each member it marked wanted, as a single shared grant does
+ * (ops/lock_answer.c), so the readers behind it join too.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +54,7 @@
 #include "http/args_set.h"
 #include "http/offload.h"
 #include "http/respond.h"
+#include "ops/lock_attempt.h"
 #include "ops/lock_set.h"
 #include "rt/loops.h"
 #include "rt/redis_client.h"
@@ -66,6 +76,7 @@ struct gw_set_call {
     unsigned char stage;
     unsigned char wants_wait;
     unsigned char fair;
+    unsigned char shared;                /* the whole set in shared mode */
     unsigned char last;                  /* the deadline's wake: one last attempt */
     unsigned char acquired;              /* answered 200 with holds this request added */
     unsigned char looked;                /* its last attempt's outcome was looked at */
@@ -91,9 +102,14 @@ static void set_work(gw_job *job)
         snprintf(sc->acq.err, sizeof sc->acq.err, "out of memory");
         return;
     }
+    /* How much longer the set waits if held: a waiting writer holds new readers back, and a
+     * reader held back for a writer is woken by the writer's release. */
+    int64_t left = sc->wants_wait ? sc->deadline_ms - gw__now_ms() : 0;
+    left = left > 0 ? (left < LK_WAIT_MAX_MS ? left : LK_WAIT_MAX_MS) : 0;
     for (size_t i = 0; i < sc->n; i++) {
         sc->items[i].others_waiting =
             gw__wait_others(srv->waitq, &sc->waiter, sc->items[i].resource);
+        sc->items[i].wait_ms = left;
     }
     sc->acq.items = sc->items;
     sc->acq.n = sc->n;
@@ -101,6 +117,7 @@ static void set_work(gw_job *job)
     sc->acq.idem_key = sc->idem_key[0] != '\0' ? sc->idem_key : NULL;
     sc->acq.lease_ms = sc->ttl_ms;
     sc->acq.fair = sc->fair;
+    sc->acq.shared = sc->shared;
     gw__fence_acquire_set(&srv->fence, c, &sc->acq);
     gw__note_redis(srv, sc->acq.lk);
     atomic_fetch_add(&srv->metrics.floor_corrections, (unsigned)sc->acq.floor_corrections);
@@ -202,17 +219,20 @@ static void count(gw_request *req, gw_acquire_outcome o)
     atomic_fetch_add(&req->srv->metrics.acquire[o], 1);
 }
 
-/* 200 {"owner", "ttl_ms", "locks": [{"resource", "token"}, ...]} in the order asked. */
+/* 200 {"owner", "ttl_ms", "mode", "locks": [{"resource", "token", "mode"}, ...]} in the
+ * order asked. */
 static enum MHD_Result answer_granted(gw_request *req, struct gw_set_call *sc)
 {
     json_t *locks = json_array();
     int64_t ttl = sc->ttl_ms;
     int replayed = 1;
+    const char *mode = sc->shared ? "shared" : "exclusive";
 
     for (size_t i = 0; i < sc->n; i++) {
         const lk_result *r = &sc->items[i].res;
-        json_array_append_new(locks, json_pack("{s:s, s:I}", "resource", sc->items[i].resource,
-                                               "token", (json_int_t)r->token));
+        json_array_append_new(locks, json_pack("{s:s, s:I, s:s}", "resource",
+                                               sc->items[i].resource, "token",
+                                               (json_int_t)r->token, "mode", mode));
         if (r->ttl_ms > 0) {
             ttl = r->ttl_ms; /* a replay reports the lease first granted */
         }
@@ -224,8 +244,8 @@ static enum MHD_Result answer_granted(gw_request *req, struct gw_set_call *sc)
     count(req, replayed ? GW_ACQ_replayed : GW_ACQ_acquired);
     sc->acquired = (unsigned char)!replayed;
     return gw__send_json(req, MHD_HTTP_OK,
-                         json_pack("{s:s, s:I, s:o}", "owner", sc->owner, "ttl_ms",
-                                   (json_int_t)ttl, "locks", locks));
+                         json_pack("{s:s, s:I, s:s, s:o}", "owner", sc->owner, "ttl_ms",
+                                   (json_int_t)ttl, "mode", mode, "locks", locks));
 }
 
 /* 409 locked naming the held resources, retry_after_ms the longest of their leases. */
@@ -257,6 +277,38 @@ static enum MHD_Result answer_locked(gw_request *req, struct gw_set_call *sc)
     return gw__queue(req, MHD_HTTP_CONFLICT, resp);
 }
 
+/* 409 mode_mismatch naming the resources this owner holds in the other mode. */
+static enum MHD_Result answer_wrong_mode(gw_request *req, struct gw_set_call *sc)
+{
+    json_t *other = json_array();
+
+    for (size_t i = 0; i < sc->n; i++) {
+        if (sc->items[i].status == LK_WRONG_MODE) {
+            json_array_append_new(other, json_string(sc->items[i].resource));
+        }
+    }
+    count(req, GW_ACQ_invalid);
+    const char *first = json_string_value(json_array_get(other, 0));
+    return gw__send_error(req, MHD_HTTP_CONFLICT, "mode_mismatch",
+                          json_pack("{s:o, s:s}", "resources", other, "mode",
+                                    sc->shared ? "shared" : "exclusive"),
+                          "this owner holds %s in the other mode; release it first; nothing "
+                          "of the set was taken",
+                          first != NULL ? first : "a resource of the set");
+}
+
+/* A shared set just granted: this gateway's parked waiters of each member it marked wanted
+ * may join now, as after a single shared grant (gw__lock_hand_on). */
+static void hand_on(struct gw_set_call *sc)
+{
+    for (size_t i = 0; i < sc->n; i++) {
+        const lk_many *it = &sc->items[i];
+        if (it->others_waiting && !it->res.replayed) {
+            gw__lock_hand_on(sc->srv, it->resource);
+        }
+    }
+}
+
 /* The wait is over: answer what the last attempt found. */
 static enum MHD_Result answer(gw_request *req, struct gw_set_call *sc)
 {
@@ -272,7 +324,18 @@ static enum MHD_Result answer(gw_request *req, struct gw_set_call *sc)
         }
         /* A half-closed client still reads: answered; completion looks again. */
         sc->eof = (unsigned char)(peer == GW_PEER_EOF);
+        if (sc->shared) {
+            hand_on(sc);
+        }
         return answer_granted(req, sc);
+    }
+    if (a->lk == LK_ACQUIRED && sc->shared) {
+        atomic_fetch_add(&sc->srv->metrics.ledger_uncovered, 1);
+        count(req, GW_ACQ_error);
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "storage could not record the shared mark of token %lld of "
+                              "the set; nothing of the set was taken, retry",
+                              (long long)a->uncovered);
     }
     if (a->lk == LK_ACQUIRED) {
         count(req, GW_ACQ_unavailable);
@@ -289,6 +352,9 @@ static enum MHD_Result answer(gw_request *req, struct gw_set_call *sc)
     }
     if (a->lk == LK_HELD) {
         return answer_locked(req, sc);
+    }
+    if (a->lk == LK_WRONG_MODE) {
+        return answer_wrong_mode(req, sc);
     }
     count(req, a->lk == LK_EUNAVAILABLE     ? GW_ACQ_unavailable
                : a->lk == LK_EIDEMPOTENCY ? GW_ACQ_idempotency_conflict
@@ -453,6 +519,7 @@ static enum MHD_Result set_lock_start(gw_request *req)
     sc->n = s.n;
     sc->ttl_ms = s.a.ttl_ms;
     sc->fair = (unsigned char)s.a.fair;
+    sc->shared = (unsigned char)s.a.shared;
     sc->wants_wait = (unsigned char)(s.a.wait_ms > 0);
     sc->deadline_ms = gw__now_ms() + s.a.wait_ms;
     sc->target = -1;

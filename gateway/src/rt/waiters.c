@@ -152,17 +152,12 @@ int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource)
     return 0;
 }
 
-gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
+/* The parked waiter of r gw__wq_wake_one() would choose (SUSPENDED or PARKING), or NULL.
+ * Under mu. */
+static gw_waiter *first_parked(gw_wres *r, int64_t now)
 {
-    int64_t now = gw__now_ms();
-    gw_waiter *claimed = NULL, *due = NULL;
+    gw_waiter *due = NULL;
 
-    pthread_mutex_lock(&wq->mu);
-    gw_wres *r = wq->shutting_down ? NULL : gw__wres_find(wq, resource);
-    /* The waiter gw__wq_wake_one() would choose, if it is SUSPENDED: a PARKING one's thread
-     * is still suspending its connection, and only that thread may start its attempt then;
-     * nobody else is claimed in its place (for fair waiters it may be the head of the
-     * queue). */
     for (gw_waiter *w = r != NULL ? r->head : NULL; w != NULL; w = w->next) {
         if (w->state != GW_WAITER_SUSPENDED && w->state != GW_WAITER_PARKING) {
             continue;
@@ -173,12 +168,22 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
             }
             continue;
         }
-        claimed = w;
-        break;
+        return w;
     }
-    if (claimed == NULL) {
-        claimed = due;
-    }
+    return due;
+}
+
+gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
+{
+    int64_t now = gw__now_ms();
+
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = wq->shutting_down ? NULL : gw__wres_find(wq, resource);
+    /* The waiter gw__wq_wake_one() would choose, if it is SUSPENDED: a PARKING one's thread
+     * is still suspending its connection, and only that thread may start its attempt then;
+     * nobody else is claimed in its place (for fair waiters it may be the head of the
+     * queue). */
+    gw_waiter *claimed = first_parked(r, now);
     if (claimed != NULL && (claimed->state != GW_WAITER_SUSPENDED || claimed->set)) {
         claimed = NULL;
     }
@@ -213,6 +218,23 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
     }
     pthread_mutex_unlock(&wq->mu);
     return claimed;
+}
+
+int gw__wait_kick_set(gw_waitq *wq, const char *resource)
+{
+    int kicked = 0;
+
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = wq->shutting_down ? NULL : gw__wres_find(wq, resource);
+    gw_waiter *w = first_parked(r, gw__now_ms());
+    if (w != NULL && w->set) {
+        /* waitd wakes the first parked waiter, as for a release message. */
+        r->kicks++;
+        gw__wq_pending_add(wq, r);
+        kicked = 1;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return kicked;
 }
 
 void gw__wait_handoff_settled(gw_waitq *wq, const char *resource, int published)

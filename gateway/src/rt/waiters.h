@@ -57,6 +57,10 @@ int gw__wait_count(gw_waitq *wq, const char *resource);
  * "Hand-offs"): waitd wakes nobody else for it. NULL when nobody can be claimed, or when
  * shutting down. */
 gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource);
+/* After a shared grant of resource whose hand-off claimed nobody: when the first parked
+ * waiter there is a set's (never claimed), waitd wakes it as a release message would, so
+ * that it attempts its set and, granted, hands on in turn. Returns 1 when it did. */
+int gw__wait_kick_set(gw_waitq *wq, const char *resource);
 /* The release a claim went out behind is answered (on the pipeline thread): published is
  * lk_result.published, 0 for anything but RELEASED. When nothing was published no message
  * comes for the claim, so none may be taken for it. */

@@ -400,6 +400,9 @@ typedef struct lk_many {
     const char *resource;  /* in */
     int64_t floor;         /* in, lk_acquire_many(): as lk_acquire()'s */
     int others_waiting;    /* in, lk_acquire_many(): as lk_call.others_waiting */
+    int64_t wait_ms;       /* in, lk_acquire_many(): as lk_call.wait_ms of ACQUIRE (how much
+                            * longer the caller waits for the set when answered HELD; 0: it
+                            * does not); unused by a fair set, which joins no queue */
     lk_status status;      /* out: what the single-resource call answered for it (an
                             * acquisition that was undone keeps ACQUIRED here, with
                             * undone set) */
@@ -419,12 +422,23 @@ typedef struct lk_many {
  * resources; idem_key is shared by the set (each resource keeps its own record), so a retry
  * replays every token. Tokens are per resource, as with lk_acquire().
  * Returns ACQUIRED (every item ACQUIRED), HELD (at least one item HELD with its holder's
- * ttl_ms, none failed; the grants undone), or an error (EINVAL for bad or duplicate names:
+ * ttl_ms, none failed; the grants undone), WRONG_MODE (a member this owner holds shared,
+ * none failed; the grants undone), or an error (EINVAL for bad or duplicate names:
  * nothing was sent; otherwise the grants undone; an undo that failed leaves that hold to its
  * lease, and the item's undone is then 0 with status ACQUIRED: the caller knows it may still
  * be held). */
 LK_EXTERN lk_status lk_acquire_many(lk_client *c, lk_many *items, size_t n, const char *owner,
                                     int64_t lease_ms, const char *idem_key, int fair);
+
+/* lk_acquire_many() in shared mode: every resource of the set is acquired shared, through the
+ * acquisition of lk_acquire_shared() (one mode for the whole set), all or none. Each item's
+ * res.token is its resource's current token (0 if none was minted) with res.shared = 1; a
+ * member held exclusive by another owner, or passed by a waiting writer, is HELD, and the
+ * set is undone. A member this owner holds in the other mode makes the set WRONG_MODE
+ * (lk_acquire_many() likewise for a member it holds shared), undone. */
+LK_EXTERN lk_status lk_acquire_many_shared(lk_client *c, lk_many *items, size_t n,
+                                           const char *owner, int64_t lease_ms,
+                                           const char *idem_key, int fair);
 
 /* Undoes the grants of a set lk_acquire_many() answered ACQUIRED (every item whose status
  * is ACQUIRED), exactly as it undoes a partial grant: for a caller that cannot use the set

@@ -2,8 +2,9 @@
 # shared_rw: shared (read) and exclusive (write) locks on the same resources, under gateway
 # freezes and gateway kills.
 #
-# What happens (fg_workload run ... shared): half of the workers' locks are shared; a shared
-# holder reads with its token (Fencing-Token), may try to write with it, may renew, and
+# What happens (fg_workload run ... shared): half of the workers' locks are shared, a third
+# of those a shared set of two resources in one /lock; a shared holder (each member of a set
+# in turn) reads with its token (Fencing-Token), may try to write with it, may renew, and
 # unlocks; the exclusive holders write as usual; the contenders make stale and forged writes
 # and reads. The faults alternate: odd ones freeze the gateway with SIGSTOP for FREEZE_S
 # (longer than every lease in play, so leases of both modes run out in Redis meanwhile), even
