@@ -206,6 +206,31 @@ out:
     return st;
 }
 
+/* With min_replicas: WAITs for the replicas after a record of locks in a session, as an
+ * acquisition does (locks.c), on the connection that carried it (so the session's creation,
+ * sent before on it, is covered too). Too few acknowledgements: EREPLICAS, since a failover
+ * could promote a replica whose session does not list the locks, and the session's renewals
+ * and end would miss them; the caller ends those locks (the record stays on this master,
+ * where the session's end finds them given back). */
+static lk_status replicated(lk_client *c)
+{
+    long long acked = 0;
+
+    if (c->opts.min_replicas <= 0) {
+        return LK_OK;
+    }
+    lk_status st = lk__transport_wait(&c->tp, c->opts.min_replicas, c->opts.replica_timeout_ms,
+                                      &acked);
+    if (st != LK_OK) {
+        return st; /* its reason is in c->err (the transport's) */
+    }
+    if (acked < c->opts.min_replicas) {
+        return lk__fail(c, LK_EREPLICAS, "only %lld of %d replicas acknowledged the session's "
+                        "record of the lock", acked, c->opts.min_replicas);
+    }
+    return LK_OK;
+}
+
 lk_status lk_session_add_many(lk_client *c, const char *id, const char *client,
                               const lk_many *items, size_t n, const char *owner,
                               int64_t *remaining_ms)
@@ -261,7 +286,10 @@ lk_status lk_session_add_many(lk_client *c, const char *id, const char *client,
         return lk__fail(c, LK_EINVAL, "the session cannot hold more than %d locks",
                         LK_SESSION_LOCKS_MAX);
     }
-    return code == 1 ? LK_OK : lk__fail(c, LK_NOT_OWNER, "no such session");
+    if (code != 1) {
+        return lk__fail(c, LK_NOT_OWNER, "no such session");
+    }
+    return replicated(c);
 }
 
 lk_status lk_session_add(lk_client *c, const char *id, const char *client,
