@@ -224,6 +224,52 @@ fh_op wl_lock(client *c, const conf *cf, const char *resource, long ttl_ms,
     return op;
 }
 
+void wl_lock_pair(client *c, const conf *cf, const char *ax, const char *ay, long ttl_ms,
+                  long wait_ms, const char *const session[2], fh_op *gx, fh_op *gy)
+{
+    char body[512], ignored[512];
+    reply rp;
+
+    wl_lock_op(gx, c, ax, ttl_ms, wait_ms, 0, ignored, sizeof ignored);
+    wl_lock_op(gy, c, ay, ttl_ms, wait_ms, 0, ignored, sizeof ignored);
+    snprintf(gy->owner, sizeof gy->owner, "%s", gx->owner);
+    if (session != NULL) {
+        snprintf(gx->body, sizeof gx->body, "session:%s", session[1]);
+        snprintf(gy->body, sizeof gy->body, "session:%s", session[1]);
+        snprintf(body, sizeof body,
+                 "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"%s\",\"session\":\"%s\","
+                 "\"wait_ms\":%ld}",
+                 ax, ay, gx->owner, session[0], wait_ms);
+    } else {
+        snprintf(body, sizeof body,
+                 "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"%s\",\"ttl_ms\":%ld,"
+                 "\"wait_ms\":%ld}",
+                 ax, ay, gx->owner, ttl_ms, wait_ms);
+    }
+    http(c, cf, gx, "POST", "/lock", body, 0, &rp);
+    wl_parse_json(&rp, gx, 1);
+    gy->start_ns = gx->start_ns;
+    gy->end_ns = gx->end_ns;
+    gy->status = gx->status;
+    snprintf(gy->error, sizeof gy->error, "%s", gx->error);
+    gx->token = gy->token = 0;
+    json_t *root = gx->status == 200 ? json_loadb(rp.body, rp.len, 0, NULL) : NULL;
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(root, "locks"), i, e) {
+        const char *name = json_string_value(json_object_get(e, "resource"));
+        long long token = json_integer_value(json_object_get(e, "token"));
+        if (name != NULL && strcmp(name, ax) == 0) {
+            gx->token = token;
+        } else if (name != NULL && strcmp(name, ay) == 0) {
+            gy->token = token;
+        }
+    }
+    json_decref(root);
+    wl_append_line(c->fd, gx);
+    wl_append_line(c->fd, gy);
+}
+
 fh_op wl_owner_call(client *c, const conf *cf, fh_kind kind, const fh_op *grant,
                            unsigned flags)
 {

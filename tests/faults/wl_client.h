@@ -84,6 +84,13 @@ void wl_holder_mark(int fd, const char *resource, const char *owner, long ttl_ms
  * each, recorded and (but for the read) returned (see the top of this file). */
 fh_op wl_lock(client *c, const conf *cf, const char *resource, long ttl_ms, long wait_ms,
               unsigned flags);
+/* Locks ax and ay with one POST /lock of the set ("resources"), waiting wait_ms: with the
+ * lease ttl_ms, or in session[0] (its id; session[1] its label) when session is not NULL.
+ * Fills *gx and *gy as two lock lines of the one request (its times, its status; each its
+ * own token and the set's owner; in a session, body "session:LABEL"), appended to the
+ * history, as if each had been locked alone meanwhile. */
+void wl_lock_pair(client *c, const conf *cf, const char *ax, const char *ay, long ttl_ms,
+                  long wait_ms, const char *const session[2], fh_op *gx, fh_op *gy);
 fh_op wl_owner_call(client *c, const conf *cf, fh_kind kind, const fh_op *grant,
                     unsigned flags);
 fh_op wl_write(client *c, const conf *cf, const char *resource, long long token,

@@ -122,45 +122,6 @@ static void post_txn(client *c, const conf *cf, fh_op *op, const char *json)
     post(c, cf, op, "/resources", json, &rp);
 }
 
-/* Locks accounts ax and ay with one POST /lock of the set, waiting. Fills *gx and *gy as two
- * lock lines of one request (its times, its status; each its own token and the set's
- * owner), appended to the history, as if each account had been locked alone meanwhile. */
-static void lock_pair(client *c, const conf *cf, const char *ax, const char *ay, fh_op *gx,
-                      fh_op *gy)
-{
-    char body[512], ignored[512];
-    reply rp;
-
-    wl_lock_op(gx, c, ax, TTL_MS, WAIT_MS, 0, ignored, sizeof ignored);
-    wl_lock_op(gy, c, ay, TTL_MS, WAIT_MS, 0, ignored, sizeof ignored);
-    snprintf(gy->owner, sizeof gy->owner, "%s", gx->owner);
-    snprintf(body, sizeof body,
-             "{\"resources\":[\"%s\",\"%s\"],\"owner\":\"%s\",\"ttl_ms\":%d,"
-             "\"wait_ms\":%d}",
-             ax, ay, gx->owner, TTL_MS, WAIT_MS);
-    post(c, cf, gx, "/lock", body, &rp);
-    gy->start_ns = gx->start_ns;
-    gy->end_ns = gx->end_ns;
-    gy->status = gx->status;
-    snprintf(gy->error, sizeof gy->error, "%s", gx->error);
-    gx->token = gy->token = 0;
-    json_t *root = gx->status == 200 ? json_loadb(rp.body, rp.len, 0, NULL) : NULL;
-    size_t i;
-    json_t *e;
-    json_array_foreach(json_object_get(root, "locks"), i, e) {
-        const char *name = json_string_value(json_object_get(e, "resource"));
-        long long token = json_integer_value(json_object_get(e, "token"));
-        if (name != NULL && strcmp(name, ax) == 0) {
-            gx->token = token;
-        } else if (name != NULL && strcmp(name, ay) == 0) {
-            gy->token = token;
-        }
-    }
-    json_decref(root);
-    wl_append_line(c->fd, gx);
-    wl_append_line(c->fd, gy);
-}
-
 /* One transfer between accounts x < y of client c. */
 static void transfer(client *c, const conf *cf, int x, int y)
 {
@@ -170,7 +131,7 @@ static void transfer(client *c, const conf *cf, int x, int y)
     account_name(cf, x, ax, sizeof ax);
     account_name(cf, y, ay, sizeof ay);
     fh_op gx, gy;
-    lock_pair(c, cf, ax, ay, &gx, &gy);
+    wl_lock_pair(c, cf, ax, ay, TTL_MS, WAIT_MS, NULL, &gx, &gy);
     if (gx.status != 200) {
         wl_back_off(&gx);
         return;
