@@ -534,6 +534,29 @@ static void test_wait_keeps_its_session(void **state)
     fct_assert_exit(&r, 0);
 }
 
+/* The session ended by somebody else (DELETE with its id, read here from Redis) while
+ * COMMAND runs: the next renewal hears 404 session_not_found, and fencectl treats the lock
+ * as lost at once (not as a failing gateway): COMMAND is terminated, exit 3. */
+static void test_session_ended_elsewhere_loses_the_lock(void **state)
+{
+    lock_state *s = *state;
+    const char *const flags[] = {"--ttl", "3s", NULL};
+    char id[64], p[128], marker[300];
+    fct_run r;
+    gwt_resp resp;
+
+    start_waiting(s, &r, "lk.ended", flags, 0);
+    only_session(s, id, sizeof id);
+    snprintf(p, sizeof p, "/sessions/%s", id);
+    gwt_http(&s->gw, "DELETE", p, NULL, NULL, 0, 0, &resp);
+    gwt_assert_status(&resp, 200, NULL);
+    gwt_resp_free(&resp);
+    fct_wait(&r);
+    fct_assert_exit(&r, 3);
+    assert_true(fct_contains(path(s, "lk.ended", "marker", marker, sizeof marker), "term"));
+    assert_true(fct_contains(r.err, "no longer holds it"));
+}
+
 /* fencectl killed (SIGKILL) while COMMAND runs: nobody renews its session, which expires,
  * and the gateway's reaper releases the lock and fences its token, with nobody locking the
  * resource again. */
@@ -619,6 +642,7 @@ int main(void)
         cmocka_unit_test(test_set_refusals),
         cmocka_unit_test(test_set_shares_one_session),
         cmocka_unit_test(test_wait_keeps_its_session),
+        cmocka_unit_test(test_session_ended_elsewhere_loses_the_lock),
         cmocka_unit_test(test_killed_fencectl_is_fenced),
     };
     const struct CMUnitTest redlock[] = {
