@@ -256,6 +256,8 @@ cmd_proxy() {
     local sid
     sid=$(jq -r .session "$tmp/body")
     proxy_case valid "POST /lock in a session" 200 "${json[@]}" -d "{\"resource\":\"$r-ses\",\"session\":\"$sid\"}" "$url/lock"
+    proxy_case valid "POST /lock of a set in a session" 200 "${json[@]}" -d "{\"resources\":[\"$r-ses1\",\"$r-ses2\"],\"session\":\"$sid\"}" "$url/lock"
+    proxy_case invalid "POST /lock of a set in a session, with ttl_ms" 400 "${json[@]}" -d "{\"resources\":[\"$r-ses3\",\"$r-ses4\"],\"session\":\"$sid\",\"ttl_ms\":1000}" "$url/lock"
     proxy_case valid "POST /sessions/{session}/renew" 200 "${json[@]}" -d '{}' "$url/sessions/$sid/renew"
     proxy_case valid "GET /sessions/{session}" 200 "$url/sessions/$sid"
     proxy_case valid "DELETE /sessions/{session}" 200 -X DELETE "$url/sessions/$sid"
@@ -263,6 +265,7 @@ cmd_proxy() {
     proxy_case valid "POST /sessions/{session}/renew, ended" 404 "${json[@]}" -d '{}' "$url/sessions/$sid/renew"
     proxy_case valid "DELETE /sessions/{session}, ended" 404 -X DELETE "$url/sessions/$sid"
     proxy_case valid "POST /lock in an ended session" 404 "${json[@]}" -d "{\"resource\":\"$r-ses\",\"session\":\"$sid\"}" "$url/lock"
+    proxy_case valid "POST /lock of a set in an ended session" 404 "${json[@]}" -d "{\"resources\":[\"$r-ses1\",\"$r-ses2\"],\"session\":\"$sid\"}" "$url/lock"
     proxy_case invalid "POST /sessions, no ttl_ms" 400 "${json[@]}" -d '{}' "$url/sessions"
     proxy_case invalid "POST /lock, an unknown field" 400 "${json[@]}" -d "{\"resource\":\"$r\",\"tll_ms\":100}" "$url/lock"
     proxy_case invalid "POST /lock, text/plain" 415 -H 'Content-Type: text/plain' -d "{\"resource\":\"$r\"}" "$url/lock"

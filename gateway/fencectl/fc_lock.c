@@ -2,16 +2,26 @@
  * fencectl lock RESOURCE -- COMMAND: run COMMAND while holding the lock.
  *
  * The steps, in this order:
+ *   0. Open a session with the lease --ttl (fc_session.c): the lock (or every lock of a set)
+ *      is taken in it, so one renewal keeps them all, and if fencectl dies the gateway ends
+ *      the session when its lease runs out, releasing every lock and fencing its token. A
+ *      gateway without sessions (Redlock: 400 sessions_unavailable; older: 404) gets the
+ *      locks' own leases instead, renewed with /renew.
  *   1. Take the lock with a fresh random owner and an Idempotency-Key per attempt, waiting
- *      up to --wait in slices of at most the gateway's 60 s. A 409 after the wait is the
- *      conflict exit code.
+ *      up to --wait in slices of at most the gateway's 60 s (with a session, at most ttl/3,
+ *      renewing the session between them when due, so it outlives the wait). A 409 after
+ *      the wait is the conflict exit code.
  *   2. Fork and exec COMMAND (no shell) with FENCING_TOKEN and FENCING_RESOURCE set.
- *   3. Renew every ttl/3 while it runs. The lease is counted from the moment the last
- *      successful /lock or /renew was sent, which is never later than the gateway's own
- *      count, so "the lease ran out" here is never after it ran out there.
- *   4. On a lost lock (renew answers not_owner, or renewals failed until the lease ran out)
- *      send SIGTERM, then SIGKILL after --kill-grace, and exit FC_EXIT_LOCK_LOST.
- *   5. When COMMAND exits, release the lock and exit with COMMAND's status.
+ *   3. Renew every ttl/3 while it runs: the session, or else the lock. The lease is counted
+ *      from the moment the last successful renewal (or the session's creation, or the /lock
+ *      without a session) was sent, which is never later than the gateway's own count, so
+ *      "the lease ran out" here is never after it ran out there.
+ *   4. On a lost lock (the session ended or lost a lock, renew answers not_owner, or
+ *      renewals failed until the lease ran out) send SIGTERM, then SIGKILL after
+ *      --kill-grace, and exit FC_EXIT_LOCK_LOST.
+ *   5. When COMMAND exits, end the session (which releases every lock and fences its
+ *      token: a process COMMAND left behind cannot write with it), or else release the
+ *      lock, and exit with COMMAND's status.
  *
  * Signals: SIGINT, SIGTERM and SIGHUP sent to fencectl alone are passed on to COMMAND. Those
  * from the terminal (Ctrl-C) are not, because the terminal already sent them to the whole
@@ -20,6 +30,7 @@
  */
 #include "fc_internal.h"
 #include "fc_lockset.h"
+#include "fc_session.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +61,7 @@ typedef struct runner {
     char what_unlock[256];
     int64_t token;               /* tokens[0] */
     int64_t tokens[FC_SET_MAX];  /* one per resource of the set (fc_lockset.c) */
+    fc_session ses;              /* the locks' session; ses.on 0: none (renew the locks) */
     pid_t pid;
     int64_t lease_until_ms;      /* the lease surely lasts until then */
     int64_t next_renew_ms;
@@ -151,6 +163,24 @@ static int64_t min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
+/* Step 1 with a session: renews it (holding no lock yet) between two slices of the wait.
+ * Returns 0 (renewed, or a failure already reported: the next slice tries again), or -1
+ * after printing that the session ended. */
+static int keep_session(runner *rn)
+{
+    fc_response r;
+    rn->c->what = rn->what_renew;
+    fc_session_renewal got = fc__session_renew(rn->c, &rn->ses, 0, FC_REQUEST_TIMEOUT_MS, &r);
+    if (got == FC_SESSION_FAILED) {
+        fc__report(rn->c, &r);
+    } else if (got == FC_SESSION_LOST) {
+        fprintf(stderr, "fencectl: %s: the session ended while waiting for the lock\n",
+                rn->what_lock);
+    }
+    fc__response_free(&r);
+    return got == FC_SESSION_LOST ? -1 : 0;
+}
+
 /* Step 1. Returns FC_EXIT_OK with rn->token and the lease set, or the exit code after
  * printing why. */
 static int acquire(runner *rn)
@@ -159,14 +189,21 @@ static int acquire(runner *rn)
     const fc_options *o = rn->o;
     int64_t wait_until = fc__now_ms() + o->wait_ms;
 
-    c->what = rn->what_lock;
     for (;;) {
         char key[FC_ID_LEN + 1];
         fc_response r;
         int64_t sent = fc__now_ms();
         int64_t slice = min64(wait_until > sent ? wait_until - sent : 0, GATEWAY_WAIT_MAX_MS);
-        json_t *body = json_pack("{s:s, s:I, s:I}", "owner", rn->owner, "ttl_ms",
-                                 (json_int_t)o->ttl_ms, "wait_ms", (json_int_t)slice);
+        if (rn->ses.on && (slice = min64(slice, o->ttl_ms / 3)) > 0 &&
+            sent >= rn->ses.sent_ms + o->ttl_ms / 3 && keep_session(rn) != 0) {
+            return FC_EXIT_UNAVAILABLE;
+        }
+        c->what = rn->what_lock;
+        json_t *body = rn->ses.on ? json_pack("{s:s, s:s, s:I}", "owner", rn->owner, "session",
+                                              rn->ses.id, "wait_ms", (json_int_t)slice)
+                                  : json_pack("{s:s, s:I, s:I}", "owner", rn->owner, "ttl_ms",
+                                              (json_int_t)o->ttl_ms, "wait_ms",
+                                              (json_int_t)slice);
         if (fc__set_names(body, o) != 0 || fc__random_id(key) != 0) {
             json_decref(body);
             fprintf(stderr, "fencectl: %s: cannot build the request\n", c->what);
@@ -181,7 +218,7 @@ static int acquire(runner *rn)
         c->abort_flag = NULL;
         if (r.status == 200 && fc__set_tokens(o, &r, rn->tokens) == 0) {
             rn->token = rn->tokens[0];
-            rn->lease_until_ms = sent + o->ttl_ms;
+            rn->lease_until_ms = (rn->ses.on ? rn->ses.sent_ms : sent) + o->ttl_ms;
             fc__response_free(&r);
             return FC_EXIT_OK;
         }
@@ -210,16 +247,21 @@ static int acquire(runner *rn)
     }
 }
 
-/* Step 5 (and the clean-up after a signal during step 1, held 0): POST /unlock. A
- * failure is only reported: the lease ends the hold anyway. When the lock may never have
- * been taken (held 0), not_owner is the expected answer and is not reported. */
+/* Step 5 (and the clean-up after step 1 failed, held 0): DELETE the session, else POST
+ * /unlock. A failure is only reported: the lease ends the hold anyway. When the lock may
+ * never have been taken (held 0), not_owner (or an ended session) is the expected answer
+ * and is not reported. */
 static void release(runner *rn, int held)
 {
     char key[FC_ID_LEN + 1];
     fc_response r;
-    json_t *body = json_pack("{s:s}", "owner", rn->owner);
 
     rn->c->what = rn->what_unlock;
+    if (rn->ses.on) {
+        fc__session_end(rn->c, &rn->ses, held);
+        return;
+    }
+    json_t *body = json_pack("{s:s}", "owner", rn->owner);
     if (fc__set_names(body, rn->o) != 0 || fc__random_id(key) != 0) {
         json_decref(body);
         fprintf(stderr, "fencectl: %s: cannot build the request; the lock ends with its "
@@ -339,7 +381,45 @@ static void lose(runner *rn, int why)
     kill(rn->pid, SIGTERM);
 }
 
-/* Step 3: one POST /renew, bounded by what is left of the lease. */
+enum { RENEW_OK, RENEW_LOST, RENEW_FAILED };
+
+/* Step 3 without a session: POST /renew of the lock(s), answered in *r. */
+static int renew_locks(runner *rn, int64_t sent, fc_response *r)
+{
+    json_t *body = json_pack("{s:s, s:I}", "owner", rn->owner, "ttl_ms",
+                             (json_int_t)rn->o->ttl_ms);
+    fc__set_names(body, rn->o);
+    fc__post_json(rn->c, "/renew", body, NULL,
+                  min64(FC_REQUEST_TIMEOUT_MS, rn->lease_until_ms - sent), 0, r);
+    int64_t now_tokens[FC_SET_MAX];
+    if (r->status == 200 && fc__set_tokens(rn->o, r, now_tokens) == 0 &&
+        memcmp(now_tokens, rn->tokens, (size_t)rn->o->nresources * sizeof *now_tokens) == 0) {
+        rn->lease_until_ms = sent + rn->o->ttl_ms;
+        return RENEW_OK;
+    }
+    /* not_owner, or another token: the lock was taken anew and FENCING_TOKEN is stale. */
+    if ((r->status == 409 && strcmp(fc__error_code(r), "not_owner") == 0) || r->status == 200) {
+        return RENEW_LOST;
+    }
+    return RENEW_FAILED;
+}
+
+/* Step 3 with a session: POST /sessions/{id}/renew, answered in *r. */
+static int renew_session(runner *rn, int64_t sent, fc_response *r)
+{
+    switch (fc__session_renew(rn->c, &rn->ses, rn->o->nresources,
+                              min64(FC_REQUEST_TIMEOUT_MS, rn->lease_until_ms - sent), r)) {
+    case FC_SESSION_RENEWED:
+        rn->lease_until_ms = rn->ses.sent_ms + rn->o->ttl_ms;
+        return RENEW_OK;
+    case FC_SESSION_LOST:
+        return RENEW_LOST;
+    default:
+        return RENEW_FAILED;
+    }
+}
+
+/* Step 3: one renewal, bounded by what is left of the lease. */
 static void renew_once(runner *rn)
 {
     fc_client *c = rn->c;
@@ -352,25 +432,22 @@ static void renew_once(runner *rn)
         return;
     }
     c->what = rn->what_renew;
-    json_t *body = json_pack("{s:s, s:I}", "owner", rn->owner, "ttl_ms", (json_int_t)ttl_ms);
-    fc__set_names(body, rn->o);
-    fc__post_json(c, "/renew", body, NULL, min64(FC_REQUEST_TIMEOUT_MS,
-                                                 rn->lease_until_ms - sent), 0, &r);
-    int64_t now_tokens[FC_SET_MAX];
-    int same = r.status == 200 && fc__set_tokens(rn->o, &r, now_tokens) == 0 &&
-               memcmp(now_tokens, rn->tokens, (size_t)rn->o->nresources * sizeof *now_tokens) == 0;
-    if (same) {
-        rn->lease_until_ms = sent + ttl_ms;
-        rn->next_renew_ms = sent + ttl_ms / 3;
+    int got = rn->ses.on ? renew_session(rn, sent, &r) : renew_locks(rn, sent, &r);
+    if (got == RENEW_OK) {
+        rn->next_renew_ms = rn->lease_until_ms - ttl_ms + ttl_ms / 3;
         rn->renew_failures = 0;
-    } else if (r.status == 409 && strcmp(fc__error_code(&r), "not_owner") == 0) {
-        lose(rn, LOST_NOT_OWNER);
-    } else if (r.status == 200) {
-        /* Another token means the lock was taken anew: FENCING_TOKEN is stale. */
+    } else if (got == RENEW_LOST) {
         lose(rn, LOST_NOT_OWNER);
     } else {
         if (rn->renew_failures++ == 0 || c->verbose) {
-            fc__report(c, &r); /* the first of a row, so a long outage is not a flood */
+            /* The first of a row, so a long outage is not a flood. */
+            if (r.status == 200) {
+                fprintf(stderr, "fencectl: %s: %lld of %d locks not renewed (their Redis node "
+                        "did not answer)\n", c->what, (long long)fc__json_int(&r, "failed"),
+                        rn->o->nresources);
+            } else {
+                fc__report(c, &r);
+            }
         }
         int64_t now = fc__now_ms();
         rn->next_renew_ms = now + min64(RENEW_RETRY_MAX_MS, ttl_ms / 10);
@@ -442,7 +519,7 @@ static int run_locked(runner *rn)
         fprintf(stderr, "fencectl: %s: acquired with token %lld\n", rn->what_lock,
                 (long long)rn->token);
     }
-    rn->next_renew_ms = fc__now_ms() + rn->o->ttl_ms / 3;
+    rn->next_renew_ms = rn->lease_until_ms - rn->o->ttl_ms + rn->o->ttl_ms / 3;
     int started = start_command(rn);
     if (started == -2) {
         release(rn, 1);
@@ -459,8 +536,9 @@ static int run_locked(runner *rn)
         return rc;
     }
     supervise(rn);
-    if (rn->lost != LOST_NOT_OWNER) {
-        /* After LOST_EXPIRED too: the gateway may be back, and it is harmless. */
+    if (rn->lost != LOST_NOT_OWNER || rn->ses.on) {
+        /* After LOST_EXPIRED too: the gateway may be back, and it is harmless. A session
+         * that lost one lock may still hold the others of the set: it is ended. */
         release(rn, rn->lost == LOST_NO);
     }
     return rn->lost != LOST_NO ? FC_EXIT_LOCK_LOST : shell_status(rn->status);
@@ -486,12 +564,17 @@ int fc__cmd_lock(fc_client *c, const fc_options *o)
         fprintf(stderr, "fencectl: %s: cannot set up: %s\n", rn.what_lock, strerror(errno));
         return FC_EXIT_INTERNAL;
     }
-    int rc = acquire(&rn);
+    c->what = rn.what_lock;
+    int rc = fc__session_open(c, o, &rn.ses);
+    if (rc == FC_EXIT_OK) {
+        rc = acquire(&rn);
+    }
     if (rc != FC_EXIT_OK) {
-        if (sig_received != 0) {
+        if (sig_received != 0 || rn.ses.on) {
             /* Stopped while waiting: a retry may have taken the lock already. The gateway
              * may also still be waiting on our behalf and take it after this release; that
-             * hold ends with its lease (--ttl). */
+             * hold ends with its lease (--ttl), or with the session. A session is ended in
+             * any case: nothing else would use it. */
             release(&rn, 0);
         }
         return rc;

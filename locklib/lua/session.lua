@@ -26,7 +26,9 @@
 --   renew                {1, ttl, r1, o1, r2, o2, ...}  the deadline moved to now + ttl;
 --                        the locks (resource, owner) for the caller to renew
 --   get                  {1, ttl, remaining_ms, r1, t1, r2, t2, ...}
---   add r token owner max  {1, remaining_ms}; {-2} when the session already has max locks
+--   add max owner list   list = "r1 t1 r2 t2 ...": locks the caller took for owner, each
+--                        resource with its token, recorded all or none. {1, remaining_ms};
+--                        {-2} when that would give the session more than max locks
 --   end claim_ms reaper  {1, r1, t1, r2, t2, ...}  the end has begun (the session answers
 --                        {0} to everything but end and forget from now on) and the caller
 --                        has claim_ms to finish it (fence every lock, then forget); an ender
@@ -157,16 +159,32 @@ elseif op == 'get' then
     end
     return out
 elseif op == 'add' then
-    local tok = positive(5)
-    local max = positive(7)
-    if tok == nil or not valid_owner(ARGV[6]) or max == nil then
+    local max = positive(4)
+    local owner = ARGV[5]
+    local words = {}
+    for w in string.gmatch(ARGV[6] or '', '%S+') do
+        words[#words + 1] = w
+    end
+    if max == nil or not valid_owner(owner) or #words == 0 or #words % 2 ~= 0 then
         return redis.error_reply('fencegate: invalid argument')
     end
-    local field = 'l:' .. ARGV[4]
-    if redis.call('HEXISTS', KEYS[1], field) == 0 and redis.call('HLEN', KEYS[1]) - 2 >= max then
+    local fields, new = {}, 0
+    for i = 1, #words, 2 do
+        local tok = mint_floor(words[i + 1])
+        if tok == nil or tok < 1 or not valid_resource(words[i]) then
+            return redis.error_reply('fencegate: invalid argument')
+        end
+        local field = 'l:' .. words[i]
+        if redis.call('HEXISTS', KEYS[1], field) == 0 then
+            new = new + 1
+        end
+        fields[#fields + 1] = field
+        fields[#fields + 1] = string.format('%d %s', tok, owner)
+    end
+    if new > 0 and redis.call('HLEN', KEYS[1]) - 2 + new > max then
         return {-2}
     end
-    redis.call('HSET', KEYS[1], field, string.format('%d %s', tok, ARGV[6]))
+    redis.call('HSET', KEYS[1], unpack(fields))
     return {1, deadline - now}
 end
 return redis.error_reply('fencegate: invalid operation')

@@ -206,37 +206,99 @@ out:
     return st;
 }
 
-lk_status lk_session_add(lk_client *c, const char *id, const char *client,
-                         const char *resource, const char *owner, int64_t token,
-                         int64_t *remaining_ms)
+/* With min_replicas: WAITs for the replicas after a record of locks in a session, as an
+ * acquisition does (locks.c), on the connection that carried it (so the session's creation,
+ * sent before on it, is covered too). Too few acknowledgements: EREPLICAS, since a failover
+ * could promote a replica whose session does not list the locks, and the session's renewals
+ * and end would miss them; the caller ends those locks (the record stays on this master,
+ * where the session's end finds them given back). */
+static lk_status replicated(lk_client *c)
 {
-    char tok[24], max[24];
+    long long acked = 0;
+
+    if (c->opts.min_replicas <= 0) {
+        return LK_OK;
+    }
+    lk_status st = lk__transport_wait(&c->tp, c->opts.min_replicas, c->opts.replica_timeout_ms,
+                                      &acked);
+    if (st != LK_OK) {
+        return st; /* its reason is in c->err (the transport's) */
+    }
+    if (acked < c->opts.min_replicas) {
+        return lk__fail(c, LK_EREPLICAS, "only %lld of %d replicas acknowledged the session's "
+                        "record of the lock", acked, c->opts.min_replicas);
+    }
+    return LK_OK;
+}
+
+lk_status lk_session_add_many(lk_client *c, const char *id, const char *client,
+                              const lk_many *items, size_t n, const char *owner,
+                              int64_t *remaining_ms)
+{
+    char max[24];
     redisReply *reply = NULL;
     lk_status st = check(c, id, client);
 
+    if (remaining_ms != NULL) {
+        *remaining_ms = 0;
+    }
     if (st != LK_OK) {
         return st;
     }
-    if (!lk_valid_resource(resource) || !lk_valid_owner(owner) || token < 1 ||
-        token > LK_TOKEN_MAX) {
-        return lk__fail(c, LK_EINVAL, "invalid resource, owner or token");
+    if (items == NULL || n == 0 || n > LK_MANY_MAX || !lk_valid_owner(owner)) {
+        return lk__fail(c, LK_EINVAL, "a session records 1..%d locks of a valid owner at once",
+                        LK_MANY_MAX);
     }
-    fmt(tok, sizeof tok, token);
+    for (size_t i = 0; i < n; i++) {
+        int64_t tok = items[i].res.token;
+        if (!lk_valid_resource(items[i].resource) || tok < 1 || tok > LK_TOKEN_MAX) {
+            return lk__fail(c, LK_EINVAL, "invalid resource or token at %zu", i);
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (strcmp(items[i].resource, items[j].resource) == 0) {
+                return lk__fail(c, LK_EINVAL, "duplicate resource %s", items[i].resource);
+            }
+        }
+    }
+    /* "r1 t1 r2 t2 ...": names hold no space (FG_NAME_CHARS), so one argument carries the
+     * set, however large, and one script records it all or none. */
+    size_t cap = n * (LK_RESOURCE_MAX + 24), len = 0;
+    char *list = malloc(cap);
+    if (list == NULL) {
+        return lk__fail(c, LK_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++) {
+        len += (size_t)snprintf(list + len, cap - len, "%s%s %" PRId64, i ? " " : "",
+                                items[i].resource, items[i].res.token);
+    }
     fmt(max, sizeof max, LK_SESSION_LOCKS_MAX);
-    st = lk__session_call(&c->tp, c->err, "add", id, client, &reply, resource, tok, owner, max);
+    st = lk__session_call(&c->tp, c->err, "add", id, client, &reply, max, owner, list, NULL);
+    free(list);
     if (st != LK_OK) {
         return st;
     }
     long long code = lk__int_at(reply, 0);
-    if (remaining_ms != NULL) {
-        *remaining_ms = code == 1 ? lk__session_num(reply, 1) : 0;
+    if (remaining_ms != NULL && code == 1) {
+        *remaining_ms = lk__session_num(reply, 1);
     }
     freeReplyObject(reply);
     if (code == -2) {
-        return lk__fail(c, LK_EINVAL, "the session holds %d locks already",
+        return lk__fail(c, LK_EINVAL, "the session cannot hold more than %d locks",
                         LK_SESSION_LOCKS_MAX);
     }
-    return code == 1 ? LK_OK : lk__fail(c, LK_NOT_OWNER, "no such session");
+    if (code != 1) {
+        return lk__fail(c, LK_NOT_OWNER, "no such session");
+    }
+    return replicated(c);
+}
+
+lk_status lk_session_add(lk_client *c, const char *id, const char *client,
+                         const char *resource, const char *owner, int64_t token,
+                         int64_t *remaining_ms)
+{
+    lk_many one = {.resource = resource};
+    one.res.token = token;
+    return lk_session_add_many(c, id, client, &one, 1, owner, remaining_ms);
 }
 
 /* Reads one session_lock.lua "end" reply into *l. */

@@ -227,7 +227,7 @@ fh_op wl_lock(client *c, const conf *cf, const char *resource, long ttl_ms,
 }
 
 void wl_lock_set(client *c, const conf *cf, const char *const *names, size_t n, long ttl_ms,
-                 long wait_ms, unsigned flags, fh_op *ops)
+                 long wait_ms, unsigned flags, const char *const session[2], fh_op *ops)
 {
     char body[1024], ignored[512];
     reply rp;
@@ -238,12 +238,21 @@ void wl_lock_set(client *c, const conf *cf, const char *const *names, size_t n, 
         if (i > 0) {
             snprintf(ops[i].owner, sizeof ops[i].owner, "%s", ops[0].owner);
         }
+        if (session != NULL) {
+            snprintf(ops[i].body, sizeof ops[i].body, "session:%s", session[1]);
+        }
         len += snprintf(body + len, sizeof body - (size_t)len, "%s\"%s\"", i ? "," : "",
                         names[i]);
     }
-    snprintf(body + len, sizeof body - (size_t)len,
-             "],\"owner\":\"%s\",\"ttl_ms\":%ld,\"wait_ms\":%ld%s}", ops[0].owner, ttl_ms,
-             wait_ms, (flags & FH_F_SHARED) != 0 ? ",\"mode\":\"shared\"" : "");
+    if (session != NULL) {
+        snprintf(body + len, sizeof body - (size_t)len,
+                 "],\"owner\":\"%s\",\"session\":\"%s\",\"wait_ms\":%ld}", ops[0].owner,
+                 session[0], wait_ms);
+    } else {
+        snprintf(body + len, sizeof body - (size_t)len,
+                 "],\"owner\":\"%s\",\"ttl_ms\":%ld,\"wait_ms\":%ld%s}", ops[0].owner,
+                 ttl_ms, wait_ms, (flags & FH_F_SHARED) != 0 ? ",\"mode\":\"shared\"" : "");
+    }
     http(c, cf, &ops[0], "POST", "/lock", body, 0, &rp);
     wl_parse_json(&rp, &ops[0], 1);
     for (size_t i = 1; i < n; i++) {

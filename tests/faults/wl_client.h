@@ -86,11 +86,13 @@ void wl_holder_mark(int fd, const char *resource, const char *owner, long ttl_ms
 fh_op wl_lock(client *c, const conf *cf, const char *resource, long ttl_ms, long wait_ms,
               unsigned flags);
 /* Locks names[0..n) with one POST /lock of the set ("resources"; "mode": "shared" with
- * FH_F_SHARED in flags), for a new owner of c's. Fills ops[0..n) as n lock lines of one
- * request (its times, its status and error; each its own resource and token, the set's
- * owner), appended to the history, as if each resource had been locked alone meanwhile. */
+ * FH_F_SHARED in flags), for a new owner of c's, waiting wait_ms: with the lease ttl_ms, or
+ * in session[0] (its id; session[1] its label) when session is not NULL. Fills ops[0..n) as
+ * n lock lines of one request (its times, its status and error; each its own resource and
+ * token, the set's owner; in a session, body "session:LABEL"), appended to the history, as
+ * if each resource had been locked alone meanwhile. */
 void wl_lock_set(client *c, const conf *cf, const char *const *names, size_t n, long ttl_ms,
-                 long wait_ms, unsigned flags, fh_op *ops);
+                 long wait_ms, unsigned flags, const char *const session[2], fh_op *ops);
 fh_op wl_owner_call(client *c, const conf *cf, fh_kind kind, const fh_op *grant,
                     unsigned flags);
 fh_op wl_write(client *c, const conf *cf, const char *resource, long long token,

@@ -3,8 +3,9 @@
  * the checker's invariant 14.
  *
  * Each of SESSION_CLIENTS processes runs rounds until the run is over: it creates a session
- * (lease SES_TTL_MS), takes SES_LOCKS of the shared resources PREFIX-s0..s2 in it (waiting),
- * writes with each token, renews the session, writes again, then
+ * (lease SES_TTL_MS), takes SES_LOCKS of the shared resources PREFIX-s0..s2 in it (waiting;
+ * every third round as one set, POST /lock {"resources", "session"}), writes with each
+ * token, renews the session, writes again, then
  *   - in most rounds ends it (DELETE, a session_end line) and writes once more with each old
  *     token (flag stale): invariant 14 wants every such write refused;
  *   - in every fourth round leaves it to expire (no renewal, no DELETE): a gateway's reaper
@@ -121,10 +122,24 @@ static void resource_name(const conf *cf, int k, char *buf, size_t len)
     snprintf(buf, len, "%s-s%d", cf->prefix, k);
 }
 
-/* Takes up to SES_LOCKS resources in session id; returns how many, grants in g[]. */
-static int take(client *c, const conf *cf, const char *id, const char *label, fh_op *g)
+/* Takes up to SES_LOCKS resources in session id, one by one or (as_set) as one set; returns
+ * how many, grants in g[]. */
+static int take(client *c, const conf *cf, const char *id, const char *label, int as_set,
+                fh_op *g)
 {
     int n = 0, first = (int)wl_rand_between(c, 0, SES_RESOURCES - 1);
+    if (as_set) {
+        char a[128], b[128];
+        const char *const session[2] = {id, label};
+        resource_name(cf, first, a, sizeof a);
+        resource_name(cf, (first + 1) % SES_RESOURCES, b, sizeof b);
+        const char *const pair[] = {a, b};
+        wl_lock_set(c, cf, pair, 2, SES_TTL_MS, SES_WAIT_MS, 0, session, g);
+        if (g[0].status == 200)
+            return 2;
+        wl_back_off(&g[0]);
+        return 0;
+    }
     for (int i = 0; i < SES_LOCKS; i++) {
         char name[128];
         resource_name(cf, (first + i) % SES_RESOURCES, name, sizeof name);
@@ -215,7 +230,7 @@ static void session_client(const conf *cf, int i, int fd, uint64_t seed)
             continue;
         }
         snprintf(label, sizeof label, "%s-%d-%ld", name, (int)getpid(), round);
-        int n = take(&c, cf, id, label, g);
+        int n = take(&c, cf, id, label, round % 3 == 0, g);
         for (int k = 0; k < n; k++)
             wl_write(&c, cf, g[k].resource, g[k].token, g[k].owner, 0);
         if (round % 4 == 0)

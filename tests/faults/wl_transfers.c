@@ -132,7 +132,7 @@ static void transfer(client *c, const conf *cf, int x, int y)
     account_name(cf, y, ay, sizeof ay);
     const char *const pair[] = {ax, ay};
     fh_op g[2];
-    wl_lock_set(c, cf, pair, 2, TTL_MS, WAIT_MS, 0, g);
+    wl_lock_set(c, cf, pair, 2, TTL_MS, WAIT_MS, 0, NULL, g);
     fh_op gx = g[0], gy = g[1];
     if (gx.status != 200) {
         wl_back_off(&gx);

@@ -136,7 +136,7 @@ static void shared_set(client *c, const conf *cf)
     const char *const names[] = {a, b};
     fh_op g[2];
     wl_lock_set(c, cf, names, 2, wl_rand_between(c, 300, 2000), wl_rand_between(c, 0, 1500),
-                FH_F_SHARED, g);
+                FH_F_SHARED, NULL, g);
     if (g[0].status != 200) {
         wl_back_off(&g[0]);
         return;

@@ -4,6 +4,10 @@
  * scripts that leave files for the test to see (the token they got, "started", a marker
  * written by a TERM trap) and wait for a "go" file the test creates. Every wait is a loop
  * on a condition with a deadline; the scripts' own loops end after 30 s at the latest.
+ * The locks of a command are taken in one session: its end fences their tokens, and a
+ * fencectl killed by SIGKILL has its locks released and fenced once the session expires.
+ * A second group runs on Redlock, where the gateway has no sessions and fencectl renews
+ * the lock itself.
  */
 #include <errno.h>
 #include <setjmp.h>
@@ -26,6 +30,7 @@
 
 typedef struct lock_state {
     th_redis redis;
+    th_redis_set *set;   /* the Redlock group's masters, else NULL */
     gwt_proc gw;
     char dir[256];   /* run outputs and the scripts' files */
 } lock_state;
@@ -99,6 +104,29 @@ static int locked(const lock_state *s, const char *resource, long long *token)
     return held;
 }
 
+/* The lock on resource is free, and token, the one its holder had, is fenced: the session
+ * that held it ended when the command did, so a write with it is 409 stale_token. */
+static void assert_fenced(const lock_state *s, const char *resource, long long token)
+{
+    long long last = 0;
+    gwt_resp w;
+    assert_int_equal(locked(s, resource, &last), 0);
+    assert_true(last > token);
+    gwt_put_fenced(&s->gw, resource, token, "late", &w);
+    gwt_assert_status(&w, 409, "stale_token");
+    gwt_resp_free(&w);
+}
+
+/* The id of the one session Redis has (the test reads Redis itself: fencectl never shows
+ * the id). */
+static void only_session(const lock_state *s, char *id, size_t len)
+{
+    assert_int_equal(th_redis_cmd(&s->redis, NULL, 0, "ZCARD fg:{#sessions}:deadline"), 1);
+    th_redis_cmd(&s->redis, id, len, "EVAL %s 1 %s",
+                 "return redis.call('ZRANGE', KEYS[1], 0, 0)[1]", "fg:{#sessions}:deadline");
+    assert_int_equal(strlen(id), 32);
+}
+
 /* Starts `fencectl lock resource FLAGS... -- sh -c SCRIPT` and returns once the command
  * runs. SCRIPT records its pid in R.pid and $FENCING_TOKEN in R.token, creates R.started,
  * and then waits (at most 30 s) for R.go. On SIGTERM it writes "term" to R.marker and exits
@@ -166,7 +194,6 @@ static void test_environment(void **state)
     lock_state *s = *state;
     char env_file[300], script[600];
     fct_run r;
-    long long last = 0;
 
     path(s, "lk.env", "env", env_file, sizeof env_file);
     snprintf(script, sizeof script,
@@ -181,9 +208,8 @@ static void test_environment(void **state)
     assert_int_equal(sscanf(text, "%lld\n%63s", &token, resource), 2);
     free(text);
     assert_string_equal(resource, "lk.env");
-    assert_false(locked(s, "lk.env", &last));
     assert_true(token > 0);
-    assert_int_equal(token, last);
+    assert_fenced(s, "lk.env", token);
 }
 
 static void test_held_while_running(void **state)
@@ -198,33 +224,37 @@ static void test_held_while_running(void **state)
     let_go(s, "lk.held");
     fct_wait(&r);
     fct_assert_exit(&r, 0);
+    assert_fenced(s, "lk.held", token);
+}
 
-    long long last = 0;
-    assert_int_equal(locked(s, "lk.held", &last), 0);
-    assert_int_equal(last, token);
+/* Runs a command for three leases of 600 ms under `fencectl lock resource FLAGS... --ttl
+ * 600ms`: it keeps the lock with the same token throughout, exits 0, and the lock is then
+ * free. The finished run is in *r. */
+static void keeps_lock_for_three_leases(const lock_state *s, const char *resource,
+                                        const char *const *flags, fct_run *r)
+{
+    start_waiting(s, r, resource, flags, 0);
+    long long token = token_of(s, resource);
+    /* Without renewals the lock would be gone after the first lease. */
+    int64_t until = th_now_ms() + 1800;
+    while (th_now_ms() < until) {
+        long long now_token = 0;
+        assert_int_equal(locked(s, resource, &now_token), 1);
+        assert_int_equal(now_token, token);
+        th_nap_ms(50);
+    }
+    let_go(s, resource);
+    fct_wait(r);
+    fct_assert_exit(r, 0);
+    assert_int_equal(locked(s, resource, NULL), 0);
 }
 
 /* A command that runs for several leases keeps the lock, with the same token. */
 static void test_renewal_keeps_lock(void **state)
 {
-    lock_state *s = *state;
     const char *const flags[] = {"--ttl", "600ms", NULL};
     fct_run r;
-
-    start_waiting(s, &r, "lk.renew", flags, 0);
-    long long token = token_of(s, "lk.renew");
-    /* Three leases long: without renewals the lock would be gone after the first. */
-    int64_t until = th_now_ms() + 1800;
-    while (th_now_ms() < until) {
-        long long now_token = 0;
-        assert_int_equal(locked(s, "lk.renew", &now_token), 1);
-        assert_int_equal(now_token, token);
-        th_nap_ms(50);
-    }
-    let_go(s, "lk.renew");
-    fct_wait(&r);
-    fct_assert_exit(&r, 0);
-    assert_int_equal(locked(s, "lk.renew", NULL), 0);
+    keeps_lock_for_three_leases(*state, "lk.renew", flags, &r);
 }
 
 /* Expires the lock by force (DEL in Redis) once the command has started. */
@@ -371,13 +401,9 @@ static void test_set_environment(void **state)
                      5);
     free(text);
     assert_string_equal(names, "ls.a,ls:b,ls-c");
-    long long last = 0;
-    assert_false(locked(s, "ls.a", &last));
-    assert_int_equal(ta, last);
-    assert_false(locked(s, "ls:b", &last));
-    assert_int_equal(tb, last);
-    assert_false(locked(s, "ls-c", &last));
-    assert_int_equal(tc, last);
+    assert_fenced(s, "ls.a", ta);
+    assert_fenced(s, "ls:b", tb);
+    assert_fenced(s, "ls-c", tc);
     json_t *j = json_loads(tokens, 0, NULL);
     assert_non_null(j);
     assert_int_equal(json_integer_value(json_object_get(j, "ls.a")), ta);
@@ -415,6 +441,190 @@ static void test_set_refusals(void **state)
     assert_false(locked(s, "lc.free", NULL));
 }
 
+/* The locks of one command share one session: while COMMAND runs, the gateway lists them
+ * in it, each with the session's lease, and the id is nowhere in COMMAND's environment or in
+ * fencectl's output; when COMMAND exits the session ends, and every token is fenced. */
+static void test_set_shares_one_session(void **state)
+{
+    lock_state *s = *state;
+    char env_file[300], started[300], go[300], script[2000], id[64], p[128];
+    fct_run r;
+    gwt_resp resp;
+
+    path(s, "ss", "env", env_file, sizeof env_file);
+    path(s, "ss", "started", started, sizeof started);
+    path(s, "ss", "go", go, sizeof go);
+    snprintf(script, sizeof script,
+             "env > %s; printf '%%s' \"$FENCING_TOKENS\" > %s.tokens; : > %s; " SH_WAIT_FOR,
+             env_file, env_file, started, go);
+    const char *const argv[] = {"-v", "lock", "ss.a", "ss.b", "--ttl", "2s", "--", "sh",
+                                "-c", script, NULL};
+    fct_start(&r, s->dir, s->gw.url, NULL, NULL, argv);
+    fct_wait_file(started);
+
+    only_session(s, id, sizeof id);
+    snprintf(p, sizeof p, "/sessions/%s", id);
+    gwt_get(&s->gw, p, &resp);
+    gwt_assert_status(&resp, 200, NULL);
+    assert_int_equal(gwt_int(&resp, "ttl_ms"), 2000);
+    json_t *locks = json_object_get(resp.json, "locks");
+    assert_int_equal(json_array_size(locks), 2);
+    for (size_t i = 0; i < 2; i++) {
+        const char *name = json_string_value(json_object_get(json_array_get(locks, i),
+                                                             "resource"));
+        assert_true(strcmp(name, "ss.a") == 0 || strcmp(name, "ss.b") == 0);
+    }
+    gwt_resp_free(&resp);
+    assert_false(fct_contains(env_file, id));
+
+    char tokens_file[320];
+    snprintf(tokens_file, sizeof tokens_file, "%s.tokens", env_file);
+    char *text = fct_slurp(tokens_file, NULL);
+    json_t *tokens = json_loads(text, 0, NULL);
+    free(text);
+    assert_non_null(tokens);
+    gwt_write_file(go, "");
+    fct_wait(&r);
+    fct_assert_exit(&r, 0);
+    assert_false(fct_contains(r.err, id));
+    assert_false(fct_contains(r.out, id));
+    gwt_get(&s->gw, p, &resp);
+    gwt_assert_status(&resp, 404, "session_not_found");
+    gwt_resp_free(&resp);
+    assert_fenced(s, "ss.a", json_integer_value(json_object_get(tokens, "ss.a")));
+    assert_fenced(s, "ss.b", json_integer_value(json_object_get(tokens, "ss.b")));
+    json_decref(tokens);
+}
+
+/* A command that waits (--wait) for a lock held by another owner keeps its session alive
+ * while it waits, through several of its short leases, and then takes the lock in it. */
+static void test_wait_keeps_its_session(void **state)
+{
+    lock_state *s = *state;
+    char id[64] = "", score[64] = "", last[64] = "";
+    fct_run r;
+    gwt_resp resp;
+
+    gwt_post(&s->gw, "/lock",
+             "{\"resource\":\"lk.wait\",\"owner\":\"other-owner\",\"ttl_ms\":60000}", &resp);
+    gwt_assert_status(&resp, 200, NULL);
+    gwt_resp_free(&resp);
+    const char *const argv[] = {"lock", "lk.wait", "--ttl", "300ms", "--wait", "30s", "--",
+                                "true", NULL};
+    fct_start(&r, s->dir, s->gw.url, NULL, NULL, argv);
+    int64_t deadline = th_now_ms() + 15000;
+    while (th_redis_cmd(&s->redis, NULL, 0, "ZCARD fg:{#sessions}:deadline") < 1) {
+        assert_true(th_now_ms() < deadline);
+        th_nap_ms(20);
+    }
+    only_session(s, id, sizeof id);
+    /* Its deadline moves with each renewal: four of them span more than three leases. */
+    for (int moves = 0; moves < 4;) {
+        th_redis_cmd(&s->redis, score, sizeof score, "ZSCORE fg:{#sessions}:deadline %s", id);
+        assert_true(score[0] != '\0');
+        if (strcmp(score, last) != 0) {
+            moves += last[0] != '\0';
+            snprintf(last, sizeof last, "%s", score);
+        }
+        assert_true(th_now_ms() < deadline);
+        th_nap_ms(20);
+    }
+    assert_int_equal(gwt_unlock(&s->gw, "lk.wait", "other-owner"), 200);
+    fct_wait(&r);
+    fct_assert_exit(&r, 0);
+}
+
+/* The session ended by somebody else (DELETE with its id, read here from Redis) while
+ * COMMAND runs: the next renewal hears 404 session_not_found, and fencectl treats the lock
+ * as lost at once (not as a failing gateway): COMMAND is terminated, exit 3. */
+static void test_session_ended_elsewhere_loses_the_lock(void **state)
+{
+    lock_state *s = *state;
+    const char *const flags[] = {"--ttl", "3s", NULL};
+    char id[64], p[128], marker[300];
+    fct_run r;
+    gwt_resp resp;
+
+    start_waiting(s, &r, "lk.ended", flags, 0);
+    only_session(s, id, sizeof id);
+    snprintf(p, sizeof p, "/sessions/%s", id);
+    gwt_http(&s->gw, "DELETE", p, NULL, NULL, 0, 0, &resp);
+    gwt_assert_status(&resp, 200, NULL);
+    gwt_resp_free(&resp);
+    fct_wait(&r);
+    fct_assert_exit(&r, 3);
+    assert_true(fct_contains(path(s, "lk.ended", "marker", marker, sizeof marker), "term"));
+    assert_true(fct_contains(r.err, "no longer holds it"));
+}
+
+/* fencectl killed (SIGKILL) while COMMAND runs: nobody renews its session, which expires,
+ * and the gateway's reaper releases the lock and fences its token, with nobody locking the
+ * resource again. */
+static void test_killed_fencectl_is_fenced(void **state)
+{
+    lock_state *s = *state;
+    const char *const flags[] = {"--ttl", "600ms", NULL};
+    fct_run r;
+
+    start_waiting(s, &r, "lk.sigkill", flags, 0);
+    long long token = token_of(s, "lk.sigkill");
+    assert_int_equal(kill(r.pid, SIGKILL), 0);
+    assert_int_equal(fct_wait(&r), 128 + SIGKILL);
+    let_go(s, "lk.sigkill"); /* the orphaned command ends on its own */
+    int64_t deadline = th_now_ms() + 15000;
+    for (;;) {
+        gwt_resp w;
+        long st = gwt_put_fenced(&s->gw, "lk.sigkill", token, "late", &w);
+        int stale = st == 409 && strcmp(gwt_str(&w, "error"), "stale_token") == 0;
+        gwt_resp_free(&w);
+        if (stale) {
+            break;
+        }
+        assert_int_equal(st, 200);
+        assert_true(th_now_ms() < deadline);
+        th_nap_ms(50);
+    }
+    assert_int_equal(locked(s, "lk.sigkill", NULL), 0);
+}
+
+/* On Redlock, where the gateway has no sessions (400 sessions_unavailable), fencectl renews
+ * the lock itself, as --help says: the lock outlives three leases while COMMAND runs, and
+ * is released when it exits. */
+static int redlock_setup(void **state)
+{
+    lock_state *s = calloc(1, sizeof *s);
+    th_redis_set *set = calloc(1, sizeof *set);
+    char url[256];
+
+    th_redis_set_start(set, 3, NULL);
+    snprintf(url, sizeof url, "redlock://127.0.0.1:%d,127.0.0.1:%d,127.0.0.1:%d",
+             set->nodes[0].port, set->nodes[1].port, set->nodes[2].port);
+    gwt_start(&s->gw, url, NULL, NULL);
+    th_tempdir(s->dir, sizeof s->dir, "fencectl-redlock");
+    s->set = set;
+    *state = s;
+    return 0;
+}
+
+static int redlock_teardown(void **state)
+{
+    lock_state *s = *state;
+    int rc = gwt_stop(&s->gw);
+    th_redis_set_stop(s->set);
+    free(s->set);
+    th_rmtree(s->dir);
+    free(s);
+    return rc == 0 ? 0 : -1;
+}
+
+static void test_redlock_falls_back_to_lock_renewal(void **state)
+{
+    const char *const flags[] = {"-v", "--ttl", "600ms", NULL};
+    fct_run r;
+    keeps_lock_for_three_leases(*state, "rl.fallback", flags, &r);
+    assert_true(fct_contains(r.err, "sessions are not available"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +640,15 @@ int main(void)
         cmocka_unit_test(test_gateway_unreachable),
         cmocka_unit_test(test_set_environment),
         cmocka_unit_test(test_set_refusals),
+        cmocka_unit_test(test_set_shares_one_session),
+        cmocka_unit_test(test_wait_keeps_its_session),
+        cmocka_unit_test(test_session_ended_elsewhere_loses_the_lock),
+        cmocka_unit_test(test_killed_fencectl_is_fenced),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    const struct CMUnitTest redlock[] = {
+        cmocka_unit_test(test_redlock_falls_back_to_lock_renewal),
+    };
+    int failed = cmocka_run_group_tests_name("redis", tests, group_setup, group_teardown);
+    failed += cmocka_run_group_tests_name("redlock", redlock, redlock_setup, redlock_teardown);
+    return failed;
 }

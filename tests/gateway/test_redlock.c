@@ -4,7 +4,8 @@
  *   - /readyz and /metrics name the topology and list every master, never the password;
  *   - lock, write, unlock; tokens grow; a paused holder's late write is a 409 once a newer
  *     holder has locked (its lease ran out meanwhile);
- *   - "fair": true answers 400 fair_unavailable naming the topology;
+ *   - "fair": true answers 400 fair_unavailable naming the topology, and sessions (their
+ *     routes, a /lock of one resource or a set in one) 400 sessions_unavailable;
  *   - a minority SIGKILLed: locks still work and /readyz lists the nodes that do not count;
  *     one more: /lock and /readyz answer 503; the nodes restarted with their data: /readyz
  *     is 200 again by itself, and the next token is above every earlier one;
@@ -218,6 +219,20 @@ static void test_lock_write_and_observability(void **state)
     gwt_assert_status(&r, 400, "fair_unavailable");
     assert_non_null(strstr(r.body, "redlock"));
     gwt_resp_free(&r);
+    /* Sessions are not built on Redlock: their routes and a /lock in a session, of one
+     * resource or a set, are 400 sessions_unavailable. */
+    const char *const no_sessions[][2] = {
+        {"/sessions", "{\"ttl_ms\":1000}"},
+        {"/lock", "{\"resource\":\"rl.s\",\"session\":\"0123456789abcdef0123456789abcdef\"}"},
+        {"/lock", "{\"resources\":[\"rl.s1\",\"rl.s2\"],"
+                  "\"session\":\"0123456789abcdef0123456789abcdef\"}"},
+    };
+    for (size_t i = 0; i < sizeof no_sessions / sizeof no_sessions[0]; i++) {
+        gwt_post(&st->gw, no_sessions[i][0], no_sessions[i][1], &r);
+        gwt_assert_status(&r, 400, "sessions_unavailable");
+        assert_non_null(strstr(r.body, "redlock"));
+        gwt_resp_free(&r);
+    }
     assert_false(gwt_log_contains(&st->gw, PASSWORD));
 }
 

@@ -1,8 +1,8 @@
 /*
  * The gateway on Redis Sentinel, with real processes (1 master, 1 replica, 3 sentinels):
  *   - /readyz and /metrics name the topology and the master, never the password;
- *   - --redis-min-replicas 1 grants while the replica acknowledges, and answers 503 (the
- *     hold undone) once it does not;
+ *   - --redis-min-replicas 1 grants while the replica acknowledges (also a set in a session,
+ *     whose record WAITs too), and answers 503 (the hold undone) once it does not;
  *   - the master is SIGKILLed right after a grant the replica missed (it was detached with
  *     REPLICAOF NO ONE, so the miss is certain, not a race): the sentinels promote it, the
  *     gateway follows by itself, the new holder's token is above the lost grant's (the
@@ -91,6 +91,22 @@ static void test_sentinel_failover(void **state)
     assert_ready_on(st, old, 0);
     assert_int_equal(gwt_lock(&st->gw, "gw.warm", "A", &token), 200);
     assert_true(token > 0);
+    /* A lock in a session: its record in the session WAITs for the replica too. */
+    gwt_resp r;
+    char body[160], path[64];
+    gwt_post(&st->gw, "/sessions", "{\"ttl_ms\": 30000}", &r);
+    gwt_assert_status(&r, 201, NULL);
+    snprintf(path, sizeof path, "/sessions/%s", gwt_str(&r, "session"));
+    snprintf(body, sizeof body, "{\"resources\": [\"gw.ses1\", \"gw.ses2\"], \"session\": \"%s\"}",
+             gwt_str(&r, "session"));
+    gwt_resp_free(&r);
+    gwt_post(&st->gw, "/lock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    gwt_http(&st->gw, "DELETE", path, NULL, NULL, 0, 0, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "released"), 2);
+    gwt_resp_free(&r);
     /* The replica detaches: it keeps its data and misses every write from here on. */
     assert_int_equal(th_redis_cmd(&st->s.redis[replica], NULL, 0, "REPLICAOF NO ONE"), 0);
     assert_int_equal(gwt_lock(&st->gw, "gw.warm2", "A", &token), 503);

@@ -9,6 +9,9 @@
  *   - DELETE releases every lock and fences it: the holder's PUT is 409 stale_token at once,
  *     with nobody locking again; the session is then 404 (with a JSON body) everywhere;
  *   - an unknown or malformed session is 404 for every route and for POST /lock;
+ *   - a set (POST /lock {"resources", "session"}) joins the session all or none: each member
+ *     has its lease, the session's renewal renews each, the set's unlock releases them, and
+ *     DELETE or expiry releases and fences each; a session without room takes no member;
  *   - a session that expires is ended by a gateway: its holder's PUT becomes 409 without any
  *     request naming the session, even when the gateway that created it was killed
  *     (SIGKILL) and another gateway of the same Redis does the reaping;
@@ -119,6 +122,50 @@ static long long lock_in(const gwt_proc *gw, const char *id, const char *resourc
     return token;
 }
 
+/* POST /lock {resources: names[0..n), session}: the tokens, in order, and the owner (33
+ * bytes). */
+static void lock_set_in(const gwt_proc *gw, const char *id, const char *const *names, int n,
+                        long long ttl, long long *tokens, char *owner)
+{
+    char body[512];
+    int len = snprintf(body, sizeof body, "{\"resources\": [");
+    for (int i = 0; i < n; i++) {
+        len += snprintf(body + len, sizeof body - (size_t)len, "%s\"%s\"", i ? ", " : "",
+                        names[i]);
+    }
+    snprintf(body + len, sizeof body - (size_t)len, "], \"session\": \"%s\"}", id);
+    gwt_resp r;
+    gwt_post(gw, "/lock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "ttl_ms"), ttl);
+    snprintf(owner, 33, "%s", gwt_str(&r, "owner"));
+    json_t *locks = json_object_get(r.json, "locks");
+    assert_int_equal(json_array_size(locks), n);
+    for (int i = 0; i < n; i++) {
+        json_t *l = json_array_get(locks, (size_t)i);
+        assert_string_equal(json_string_value(json_object_get(l, "resource")), names[i]);
+        tokens[i] = json_integer_value(json_object_get(l, "token"));
+        assert_true(tokens[i] > 0);
+    }
+    gwt_resp_free(&r);
+}
+
+/* GET /locks/resource: 1 when held with token, 0 when free. */
+static int held_with(const gwt_proc *gw, const char *resource, long long token)
+{
+    char path[128];
+    gwt_resp r;
+    snprintf(path, sizeof path, "/locks/%s", resource);
+    gwt_get(gw, path, &r);
+    gwt_assert_status(&r, 200, NULL);
+    int held = json_is_true(json_object_get(r.json, "locked"));
+    if (held) {
+        assert_int_equal(gwt_int(&r, "token"), token);
+    }
+    gwt_resp_free(&r);
+    return held;
+}
+
 static void session_call(const gwt_proc *gw, const char *method, const char *id,
                          const char *tail, gwt_resp *r)
 {
@@ -145,6 +192,33 @@ static void assert_gone(const gwt_proc *gw, const char *id)
     gwt_post(gw, "/lock", body, &r);
     gwt_assert_status(&r, 404, "session_not_found");
     gwt_resp_free(&r);
+    snprintf(body, sizeof body,
+             "{\"resources\": [\"ses.gone1\", \"ses.gone2\"], \"session\": \"%s\"}", id);
+    gwt_post(gw, "/lock", body, &r);
+    gwt_assert_status(&r, 404, "session_not_found");
+    gwt_resp_free(&r);
+    assert_int_equal(held_with(gw, "ses.gone1", 0), 0);
+}
+
+/* DELETE /sessions/{id}, answered 200. */
+static void end_session(const gwt_proc *gw, const char *id)
+{
+    gwt_resp r;
+    session_call(gw, "DELETE", id, "", &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+}
+
+/* Gives the session n entries that are not locks in Redis: room for LK_SESSION_LOCKS_MAX
+ * (1000) - n locks. */
+static void fill_session(const ses_state *s, const char *id, int n)
+{
+    char key[80], out[64];
+    snprintf(key, sizeof key, "fg:{#sessions}:s:%s", id);
+    th_redis_cmd(&s->redis, out, sizeof out, "EVAL %s 1 %s %d",
+                 "for i = 1, tonumber(ARGV[1]) do redis.call('HSET', KEYS[1], 'x' .. i, '1') "
+                 "end return 1",
+                 key, n);
 }
 
 /* Calls of one command Redis has served (INFO commandstats), 0 when none. */
@@ -211,6 +285,31 @@ static void test_unknown_session_is_404(void **state)
     gwt_resp_free(&r);
 }
 
+/* Renews session id (a 1000 ms lease holding the n locks names[] with tokens[]) through
+ * either gateway for three leases: every lock stays held with its token, past the lease it
+ * was granted, and each token still writes. */
+static void renew_for_three_leases(const ses_state *s, const char *id, const char *const *names,
+                                   const long long *tokens, int n)
+{
+    long long end = now_ms() + 3000;
+    for (int k = 0; now_ms() < end; k++) {
+        gwt_resp r;
+        session_call(&s->gw[k % 2], "POST", id, "/renew", &r); /* any gateway renews */
+        gwt_assert_status(&r, 200, NULL);
+        assert_int_equal(gwt_int(&r, "ttl_ms"), 1000);
+        assert_int_equal(gwt_int(&r, "locks"), n);
+        assert_int_equal(gwt_int(&r, "renewed"), n);
+        gwt_resp_free(&r);
+        for (int i = 0; i < n; i++) {
+            assert_int_equal(held_with(&s->gw[(k + 1) % 2], names[i], tokens[i]), 1);
+        }
+        th_nap_ms(100);
+    }
+    for (int i = 0; i < n; i++) {
+        assert_int_equal(gwt_put_fenced(&s->gw[0], names[i], tokens[i], "v", NULL), 200);
+    }
+}
+
 static void test_renew_keeps_every_lock(void **state)
 {
     ses_state *s = *state;
@@ -222,20 +321,7 @@ static void test_renew_keeps_every_lock(void **state)
     for (int i = 0; i < 3; i++) {
         tokens[i] = lock_in(&s->gw[0], id, names[i], 1000);
     }
-    long long end = now_ms() + 3000;
-    for (int k = 0; now_ms() < end; k++) {
-        gwt_resp r;
-        session_call(&s->gw[k % 2], "POST", id, "/renew", &r); /* any gateway renews */
-        gwt_assert_status(&r, 200, NULL);
-        assert_int_equal(gwt_int(&r, "ttl_ms"), 1000);
-        assert_int_equal(gwt_int(&r, "locks"), 3);
-        assert_int_equal(gwt_int(&r, "renewed"), 3);
-        gwt_resp_free(&r);
-        th_nap_ms(100);
-    }
-    for (int i = 0; i < 3; i++) {
-        assert_int_equal(gwt_put_fenced(&s->gw[0], names[i], tokens[i], "v", NULL), 200);
-    }
+    renew_for_three_leases(s, id, names, tokens, 3);
     gwt_resp r;
     session_call(&s->gw[0], "GET", id, "", &r);
     gwt_assert_status(&r, 200, NULL);
@@ -251,9 +337,7 @@ static void test_renew_keeps_every_lock(void **state)
     }
     assert_null(strstr(r.body, "owner"));
     gwt_resp_free(&r);
-    session_call(&s->gw[0], "DELETE", id, "", &r);
-    gwt_assert_status(&r, 200, NULL);
-    gwt_resp_free(&r);
+    end_session(&s->gw[0], id);
 }
 
 static void test_delete_releases_and_fences(void **state)
@@ -308,6 +392,129 @@ static void await_fenced(const gwt_proc *gw, const char *resource, long long tok
     }
 }
 
+/* A set locked in a session: every lock has the session's lease, renewing the session
+ * renews every one of them past that lease, and the set's unlock with its owner releases them
+ * (the session's renewal then counts them lost). */
+static void test_set_in_session_renews_and_unlocks(void **state)
+{
+    ses_state *s = *state;
+    char id[33], owner[33], body[256];
+    const char *names[] = {"ses.set.r1", "ses.set.r2", "ses.set.r3"};
+    long long tokens[3];
+
+    create(&s->gw[0], 1000, id);
+    lock_set_in(&s->gw[0], id, names, 3, 1000, tokens, owner);
+    renew_for_three_leases(s, id, names, tokens, 3);
+    gwt_resp r;
+    session_call(&s->gw[0], "GET", id, "", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(json_array_size(json_object_get(r.json, "locks")), 3);
+    gwt_resp_free(&r);
+    snprintf(body, sizeof body,
+             "{\"resources\": [\"%s\", \"%s\", \"%s\"], \"owner\": \"%s\"}", names[0],
+             names[1], names[2], owner);
+    gwt_post(&s->gw[1], "/unlock", body, &r);
+    gwt_assert_status(&r, 200, NULL);
+    gwt_resp_free(&r);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(held_with(&s->gw[0], names[i], 0), 0);
+    }
+    session_call(&s->gw[0], "POST", id, "/renew", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "lost"), 3);
+    assert_int_equal(gwt_int(&r, "renewed"), 0);
+    gwt_resp_free(&r);
+    end_session(&s->gw[0], id);
+}
+
+/* DELETE of a session holding a set releases and fences every member: a write with a
+ * member's token is 409 stale_token at once, with nobody locking again. */
+static void test_set_in_session_delete_fences_every_member(void **state)
+{
+    ses_state *s = *state;
+    char id[33], owner[33];
+    const char *names[] = {"ses.setd.1", "ses.setd.2", "ses.setd.3"};
+    long long tokens[3];
+
+    create(&s->gw[0], 60000, id);
+    lock_in(&s->gw[0], id, "ses.setd.single", 60000);
+    lock_set_in(&s->gw[0], id, names, 3, 60000, tokens, owner);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(gwt_put_fenced(&s->gw[0], names[i], tokens[i], "before", NULL), 200);
+    }
+    gwt_resp r;
+    session_call(&s->gw[1], "DELETE", id, "", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(gwt_int(&r, "locks"), 4);
+    assert_int_equal(gwt_int(&r, "released"), 4);
+    gwt_resp_free(&r);
+    for (int i = 0; i < 3; i++) {
+        gwt_resp w;
+        gwt_put_fenced(&s->gw[1], names[i], tokens[i], "after", &w);
+        gwt_assert_status(&w, 409, "stale_token");
+        gwt_resp_free(&w);
+        gwt_assert_value(&s->gw[0], names[i], "before");
+        assert_int_equal(held_with(&s->gw[0], names[i], 0), 0);
+    }
+    assert_gone(&s->gw[0], id);
+}
+
+/* A set in a session is refused as one lock is: ttl_ms with it (400), an unknown or malformed
+ * session (404), and a session that cannot hold the whole set (409 session_full): then no
+ * member is held, and none is in the session. */
+static void test_set_in_session_refusals(void **state)
+{
+    ses_state *s = *state;
+    char id[33], body[256];
+    gwt_resp r;
+
+    create(&s->gw[0], 60000, id);
+    snprintf(body, sizeof body,
+             "{\"resources\": [\"ses.setx.1\", \"ses.setx.2\"], \"session\": \"%s\", "
+             "\"ttl_ms\": 1000}", id);
+    gwt_post(&s->gw[0], "/lock", body, &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    gwt_post(&s->gw[0], "/lock",
+             "{\"resources\": [\"ses.setx.1\", \"ses.setx.2\"], \"session\": 5}", &r);
+    gwt_assert_status(&r, 400, "invalid_request");
+    gwt_resp_free(&r);
+    gwt_post(&s->gw[0], "/lock",
+             "{\"resources\": [\"ses.setx.1\", \"ses.setx.2\"], \"session\": \"nope\"}", &r);
+    gwt_assert_status(&r, 404, "session_not_found");
+    gwt_resp_free(&r);
+    /* Room for one more lock: neither of two is taken. */
+    fill_session(s, id, 999);
+    snprintf(body, sizeof body,
+             "{\"resources\": [\"ses.setx.1\", \"ses.setx.2\"], \"session\": \"%s\"}", id);
+    gwt_post(&s->gw[0], "/lock", body, &r);
+    gwt_assert_status(&r, 409, "session_full");
+    gwt_resp_free(&r);
+    assert_int_equal(held_with(&s->gw[0], "ses.setx.1", 0), 0);
+    assert_int_equal(held_with(&s->gw[0], "ses.setx.2", 0), 0);
+    session_call(&s->gw[0], "GET", id, "", &r);
+    gwt_assert_status(&r, 200, NULL);
+    assert_int_equal(json_array_size(json_object_get(r.json, "locks")), 0);
+    gwt_resp_free(&r);
+    end_session(&s->gw[0], id);
+}
+
+/* A set whose session expires is ended by the reaper: every member's write is refused. */
+static void test_set_in_expired_session_is_fenced(void **state)
+{
+    ses_state *s = *state;
+    char id[33], owner[33];
+    const char *names[] = {"ses.sete.1", "ses.sete.2"};
+    long long tokens[2];
+
+    create(&s->gw[0], 300, id);
+    lock_set_in(&s->gw[0], id, names, 2, 300, tokens, owner);
+    for (int i = 0; i < 2; i++) {
+        await_fenced(&s->gw[1], names[i], tokens[i]);
+    }
+    assert_gone(&s->gw[0], id);
+}
+
 static void test_expired_session_is_fenced(void **state)
 {
     ses_state *s = *state;
@@ -326,14 +533,10 @@ static void test_expired_session_is_fenced(void **state)
 static void test_reentry_refused_by_a_full_session_keeps_the_hold(void **state)
 {
     ses_state *s = *state;
-    char id[33], key[80], out[64], body[256];
+    char id[33], body[256];
 
     create(&s->gw[0], 60000, id);
-    snprintf(key, sizeof key, "fg:{#sessions}:s:%s", id);
-    th_redis_cmd(&s->redis, out, sizeof out, "EVAL %s 1 %s %d",
-                 "for i = 1, tonumber(ARGV[1]) do redis.call('HSET', KEYS[1], 'x' .. i, '1') "
-                 "end return 1",
-                 key, 1000); /* LK_SESSION_LOCKS_MAX */
+    fill_session(s, id, 1000);
     long long token = 0;
     assert_int_equal(gwt_lock(&s->gw[0], "ses.keep", "alice", &token), 200);
     gwt_resp r;
@@ -378,9 +581,7 @@ static void test_delete_with_redis_down_promises_nothing(void **state)
         assert_true(now_ms() < end);
         th_nap_ms(50);
     }
-    session_call(&s->gw[0], "DELETE", id, "", &r);
-    gwt_assert_status(&r, 200, NULL);
-    gwt_resp_free(&r);
+    end_session(&s->gw[0], id);
 }
 
 /* Last: it kills gw[0]. */
@@ -435,6 +636,10 @@ int main(void)
         cmocka_unit_test(test_renew_keeps_every_lock),
         cmocka_unit_test(test_delete_releases_and_fences),
         cmocka_unit_test(test_expired_session_is_fenced),
+        cmocka_unit_test(test_set_in_session_renews_and_unlocks),
+        cmocka_unit_test(test_set_in_session_delete_fences_every_member),
+        cmocka_unit_test(test_set_in_session_refusals),
+        cmocka_unit_test(test_set_in_expired_session_is_fenced),
         cmocka_unit_test(test_reentry_refused_by_a_full_session_keeps_the_hold),
         cmocka_unit_test(test_delete_with_redis_down_promises_nothing),
         cmocka_unit_test(test_expiry_after_its_gateway_died),
@@ -444,6 +649,9 @@ int main(void)
         cmocka_unit_test(test_renew_keeps_every_lock),
         cmocka_unit_test(test_delete_releases_and_fences),
         cmocka_unit_test(test_expired_session_is_fenced),
+        cmocka_unit_test(test_set_in_session_renews_and_unlocks),
+        cmocka_unit_test(test_set_in_session_delete_fences_every_member),
+        cmocka_unit_test(test_set_in_expired_session_is_fenced),
     };
     int failed = cmocka_run_group_tests_name("single", tests, group_setup, group_teardown);
     failed += cmocka_run_group_tests_name("cluster", cluster, cluster_setup, group_teardown);

@@ -9,8 +9,11 @@
  *   - a hand-off's claim with min_replicas is answered once a replica holds the grant;
  *   - the master is SIGKILLed after the replica missed the newest INCR: the handle follows the
  *     failover by itself, reports it, the subscriber follows too, and the caller's floor keeps
- *     the promoted replica from minting a token already handed out.
- * The failover test runs last: it leaves the set with no replica.
+ *     the promoted replica from minting a token already handed out;
+ *   - a session's record of a lock WAITs for min_replicas (EREPLICAS with the replica
+ *     paused), and, in a set of its own, a session whose locks were taken with min_replicas
+ *     survives the master's SIGKILL: listed, renewed and ended with both its locks.
+ * The failover tests run last in their sets: each leaves its set with no replica.
  */
 #include <signal.h>
 #include <stdlib.h>
@@ -340,6 +343,38 @@ static void test_undone_replay_keeps_the_later_watchdog_hold(void **state)
     assert_int_equal(th_sentinel_wait_ready(&f->s, 30000), 0);
 }
 
+/* A lock recorded in a session by a handle with min_replicas: the record WAITs for the
+ * replicas like an acquisition. With the replica paused (SIGSTOP) the record is EREPLICAS:
+ * a failover now could promote a replica whose session does not list the lock, so that the
+ * session's renewals and its end would miss it; the caller ends the lock instead. */
+static void test_session_record_waits_for_replicas(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url_replicas(f->s.url, 1, 0);
+    char id[LK_SESSION_ID_LEN + 1], resource[64];
+    lk_session_lock ended[LK_SESSION_LOCKS_MAX];
+    lk_result res;
+    size_t n = 0;
+
+    snprintf(resource, sizeof resource, "%s", res_name("session-wait"));
+    assert_lk(c, lk_session_create(c, 30000, NULL, id), LK_OK);
+    assert_lk(c, lk_acquire(c, resource, "alice", 30000, 0, NULL, &res), LK_ACQUIRED);
+    int master = th_sentinel_master(&f->s);
+    assert_true(master >= 0);
+    pid_t replica = f->s.redis[master == 0 ? 1 : 0].pid;
+    assert_int_equal(kill(replica, SIGSTOP), 0);
+    lk_status st = lk_session_add(c, id, NULL, resource, "alice", res.token, NULL);
+    assert_int_equal(kill(replica, SIGCONT), 0);
+    print_message("session record with the replica paused: %s (%s)\n", lk_status_name(st),
+                  lk_errstr(c));
+    assert_int_equal(st, LK_EREPLICAS);
+    assert_lk(c, lk_session_end(c, id, NULL, 0, 5000, ended, LK_SESSION_LOCKS_MAX, &n),
+              LK_RELEASED);
+    assert_lk(c, lk_session_forget(c, id), LK_OK);
+    lk_client_close(c);
+    assert_int_equal(th_sentinel_wait_ready(&f->s, 30000), 0);
+}
+
 /* The replica stops replicating (REPLICAOF NO ONE keeps its data), so it misses owner B's
  * acquisition and its INCR. The master is then SIGKILLed and the sentinels promote the
  * replica. Owner C acquires through the same handle with the floor the caller knows (B's
@@ -418,6 +453,55 @@ static void test_failover_floor(void **state)
     lk_client_close(c);
 }
 
+/* Its own set (the failover leaves no replica): a session whose locks were taken with
+ * min_replicas survives the master's SIGKILL. On the promoted replica it still lists both
+ * locks, its renewal renews both, and its end releases and fences both. */
+static void test_session_survives_failover(void **state)
+{
+    sn_fixture *f = *state;
+    lk_client *c = open_url_replicas(f->s.url, 1, 0);
+    char id[LK_SESSION_ID_LEN + 1], names[2][64], owner[LK_SESSION_ID_LEN + 1];
+    lk_session_lock ended[LK_SESSION_LOCKS_MAX];
+    int64_t tokens[2], ttl = 0, left = 0;
+    lk_session_renewal rn;
+    lk_result res;
+    size_t n = 0;
+
+    lk_random_id(owner);
+    assert_lk(c, lk_session_create(c, 30000, NULL, id), LK_OK);
+    for (int i = 0; i < 2; i++) {
+        snprintf(names[i], sizeof names[i], "%.50s.%d", res_name("session-failover"), i);
+        assert_lk(c, lk_session_acquire(c, id, NULL, names[i], owner, 0, NULL, &res),
+                  LK_ACQUIRED);
+        tokens[i] = res.token;
+    }
+    int old = th_sentinel_master(&f->s);
+    assert_int_equal(th_sentinel_kill_master(&f->s), old);
+    assert_true(th_sentinel_wait_failover(&f->s, old, 30000) >= 0);
+    int64_t deadline = th_now_ms() + 30000;
+    lk_status st;
+    while ((st = lk_session_info(c, id, NULL, &ttl, &left, ended, 2, &n)) ==
+               LK_EUNAVAILABLE &&
+           th_now_ms() < deadline) {
+        th_nap_ms(50);
+    }
+    assert_lk(c, st, LK_OK);
+    assert_int_equal(n, 2);
+    assert_lk(c, lk_session_renew(c, id, NULL, &rn), LK_RENEWED);
+    assert_int_equal(rn.renewed, 2);
+    assert_lk(c, lk_session_end(c, id, NULL, 0, 5000, ended, LK_SESSION_LOCKS_MAX, &n),
+              LK_RELEASED);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        int j = strcmp(ended[i].resource, names[0]) == 0 ? 0 : 1;
+        assert_int_equal(ended[i].status, LK_RELEASED);
+        assert_int_equal(ended[i].token, tokens[j]);
+        assert_true(ended[i].fenced_by > tokens[j]);
+    }
+    assert_lk(c, lk_session_forget(c, id), LK_OK);
+    lk_client_close(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -428,7 +512,14 @@ int main(void)
         cmocka_unit_test(test_replayed_acquisition_waits_for_replicas),
         cmocka_unit_test(test_undone_replay_keeps_the_later_watchdog_hold),
         cmocka_unit_test(test_handoff_claim_waits_for_replicas),
+        cmocka_unit_test(test_session_record_waits_for_replicas),
         cmocka_unit_test(test_failover_floor),
     };
-    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+    const struct CMUnitTest sessions[] = {
+        cmocka_unit_test(test_session_survives_failover),
+    };
+    int failed = cmocka_run_group_tests_name("sentinel", tests, group_setup, group_teardown);
+    failed += cmocka_run_group_tests_name("session failover", sessions, group_setup,
+                                          group_teardown);
+    return failed;
 }

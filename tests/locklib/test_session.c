@@ -10,6 +10,7 @@
  *   - an expired session is found by lk_session_reap(), and its lapsed locks are fenced;
  *   - an ender that died (claimed, never forgotten) is taken over once its claim runs out;
  *   - a lock taken in an unknown session is refused, and one held by another owner is HELD;
+ *   - a set's locks join a session all or none (lk_session_add_many);
  *   - on a Cluster a renewal reaches every master, and the end fences each lock on its own;
  *   - the watchdog keeps a watched session and its locks alive past many leases, and reports
  *     it lost (on_lost with a NULL owner) once it was ended elsewhere;
@@ -350,6 +351,48 @@ static void test_held_lock_in_session(void **state)
     assert_lk(c, lk_session_forget(c, id), LK_OK);
 }
 
+/* A set's locks join a session in one script, all or none: a session with room for one
+ * more takes neither of two, and then, with room, both; its end fences both. */
+static void test_add_many_all_or_none(void **state)
+{
+    ses_fixture *f = *state;
+    lk_client *c = f->c;
+    char id[LK_SESSION_ID_LEN + 1], owner[33], key[80], out[64], a[64], b[64];
+    lk_many items[2] = {{.resource = a}, {.resource = b}};
+    lk_session_lock ended[LK_SESSION_LOCKS_MAX];
+    int64_t ttl = 0, left = 0;
+    size_t n = 0;
+    lk_random_id(owner);
+    snprintf(a, sizeof a, "%s", res_name("many.a"));
+    snprintf(b, sizeof b, "%s", res_name("many.b"));
+
+    assert_lk(c, lk_session_create(c, 30000, NULL, id), LK_OK);
+    snprintf(key, sizeof key, "fg:{#sessions}:s:%s", id);
+    th_redis_cmd(&f->redis, out, sizeof out, "EVAL %s 1 %s %d",
+                 "for i = 1, tonumber(ARGV[1]) do redis.call('HSET', KEYS[1], 'x' .. i, '1') "
+                 "end return 1",
+                 key, LK_SESSION_LOCKS_MAX - 1);
+    assert_lk(c, lk_acquire_many(c, items, 2, owner, 30000, NULL, 0), LK_ACQUIRED);
+    assert_lk(c, lk_session_add_many(c, id, NULL, items, 2, owner, NULL), LK_EINVAL);
+    assert_lk(c, lk_session_info(c, id, NULL, &ttl, &left, ended, 2, &n), LK_OK);
+    assert_int_equal(n, 0);
+    th_redis_cmd(&f->redis, out, sizeof out, "HDEL %s x1 x2", key);
+    assert_lk(c, lk_session_add_many(c, id, NULL, items, 2, owner, &left), LK_OK);
+    assert_true(left > 0 && left <= 30000);
+    assert_lk(c, lk_session_info(c, id, NULL, &ttl, &left, ended, 2, &n), LK_OK);
+    assert_int_equal(n, 2);
+    assert_lk(c, lk_session_end(c, id, "", 0, 5000, ended, LK_SESSION_LOCKS_MAX, &n),
+              LK_RELEASED);
+    assert_int_equal(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(ended[i].status, LK_RELEASED);
+        assert_true(ended[i].fenced_by > ended[i].token);
+    }
+    assert_lk(c, lk_session_forget(c, id), LK_OK);
+    /* An ended session takes no set. */
+    assert_lk(c, lk_session_add_many(c, id, NULL, items, 2, owner, NULL), LK_NOT_OWNER);
+}
+
 static struct {
     int calls;
     char resource[64];
@@ -441,6 +484,7 @@ int main(void)
         cmocka_unit_test(test_expired_session_is_reaped_and_fenced),
         cmocka_unit_test(test_dead_ender_is_taken_over),
         cmocka_unit_test(test_held_lock_in_session),
+        cmocka_unit_test(test_add_many_all_or_none),
         cmocka_unit_test(test_watchdog_renews_session),
         cmocka_unit_test(test_redlock_refuses_sessions),
     };

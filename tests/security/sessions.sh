@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sessions bound to clients (--clients): another client presenting a session id gets 404
-# session_not_found on every session route and on POST /lock with it, as for an id that
-# never existed; the creating client uses it. The id is in no log line and no metric.
+# session_not_found on every session route and on POST /lock with it (one resource or a
+# set), as for an id that never existed; the creating client uses it. The id is in no log
+# line and no metric.
 # Usage: sessions.sh PATH/TO/fencegate
 source "$(dirname "$0")/sec_common.sh"
 sec_setup "${1:?usage: sessions.sh PATH/TO/fencegate}"
@@ -26,14 +27,17 @@ out=$(call tb POST /sessions '{"ttl_ms":30000}')
 sid=$(echo "${out% *}" | jq -r .session)
 out=$(call tb POST /lock "{\"resource\":\"sec:s1\",\"session\":\"$sid\"}")
 [ "$(status "$out")" = 200 ] || fail "billing's /lock in its session: $out"
+out=$(call tb POST /lock "{\"resources\":[\"sec:s5\",\"sec:s6\"],\"session\":\"$sid\"}")
+[ "$(status "$out")" = 200 ] || fail "billing's set /lock in its session: $out"
 for req in "GET /sessions/$sid" "POST /sessions/$sid/renew {}" "DELETE /sessions/$sid" \
-    "POST /lock {\"resource\":\"sec:s2\",\"session\":\"$sid\"}"; do
+    "POST /lock {\"resource\":\"sec:s2\",\"session\":\"$sid\"}" \
+    "POST /lock {\"resources\":[\"sec:s3\",\"sec:s4\"],\"session\":\"$sid\"}"; do
     read -r method path body <<<"$req"
     out=$(call to "$method" "$path" "$body")
     [ "$(status "$out")" = 404 ] || fail "ops' $method $path with billing's session: $out"
     case "$out" in *session_not_found*) ;; *) fail "ops' $method $path: $out" ;; esac
 done
-echo "ok: another client's session is 404 session_not_found on every route and on /lock"
+echo "ok: another client's session is 404 session_not_found on every route and on /lock (one or a set)"
 
 out=$(call tb POST "/sessions/$sid/renew" '{}')
 [ "$(status "$out")" = 200 ] || fail "billing's renew after ops' attempts: $out"

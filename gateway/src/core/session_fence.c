@@ -84,3 +84,28 @@ store_status gw__fence_session_lock(gw_fence *f, lk_client *c, const char *resou
     }
     return STORE_OK;
 }
+
+lk_status gw__fence_session_join(gw_fence *f, lk_client *c, const char *id, const char *client,
+                                 const char *owner, lk_many *items, size_t n,
+                                 store_status *fence_st)
+{
+    lk_status st = lk_session_add_many(c, id, client, items, n, owner, NULL);
+
+    *fence_st = STORE_OK;
+    if (st != LK_NOT_OWNER && st != LK_EINVAL) {
+        return st;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (items[i].res.holds != 1 || items[i].res.replayed) {
+            continue;
+        }
+        lk_status ended;
+        store_status fenced = gw__fence_session_lock(f, c, items[i].resource,
+                                                     items[i].res.token, &ended);
+        items[i].undone = 1;
+        if (fenced != STORE_OK && *fence_st == STORE_OK) {
+            *fence_st = fenced;
+        }
+    }
+    return st;
+}

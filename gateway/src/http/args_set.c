@@ -12,7 +12,7 @@
 #include "http/respond.h"
 
 static const char *const lock_fields[] = {"resources", "owner", "ttl_ms", "wait_ms", "fair",
-                                          "mode", NULL};
+                                          "mode", "session", NULL};
 static const char *const unlock_fields[] = {"resources", "owner", NULL};
 static const char *const renew_fields[] = {"resources", "owner", "ttl_ms", NULL};
 

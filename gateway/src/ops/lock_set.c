@@ -56,6 +56,7 @@
 #include "http/respond.h"
 #include "ops/lock_attempt.h"
 #include "ops/lock_set.h"
+#include "ops/session_lock.h"
 #include "rt/loops.h"
 #include "rt/redis_client.h"
 #include "rt/util.h"
@@ -84,6 +85,7 @@ struct gw_set_call {
                                           * sending side (maybe only half-closed) */
     unsigned char wait_place;            /* holds a waiting place of its address */
     int client_place;                    /* its client's waiting place, -1: none */
+    gw_session_set ses;                  /* "session": its steps (ops/session_lock.c) */
     gw_set_acq acq;
     lk_many items[LK_MANY_MAX];
     gw_waiter waiter;
@@ -115,12 +117,20 @@ static void set_work(gw_job *job)
     sc->acq.n = sc->n;
     sc->acq.owner = sc->owner;
     sc->acq.idem_key = sc->idem_key[0] != '\0' ? sc->idem_key : NULL;
-    sc->acq.lease_ms = sc->ttl_ms;
     sc->acq.fair = sc->fair;
     sc->acq.shared = sc->shared;
+    if (gw__session_set_lease(srv, c, &sc->ses, &sc->ttl_ms, &sc->acq.lk, sc->acq.err,
+                              sizeof sc->acq.err) != 0) {
+        return;
+    }
+    sc->acq.lease_ms = sc->ttl_ms;
     gw__fence_acquire_set(&srv->fence, c, &sc->acq);
     gw__note_redis(srv, sc->acq.lk);
     atomic_fetch_add(&srv->metrics.floor_corrections, (unsigned)sc->acq.floor_corrections);
+    if (sc->acq.lk == LK_ACQUIRED && sc->acq.cover == STORE_OK) {
+        gw__session_set_join(srv, c, &sc->ses, sc->owner, sc->idem_key, sc->items, sc->n,
+                             sc->acq.err, sizeof sc->acq.err);
+    }
 }
 
 static enum MHD_Result set_attempt(gw_request *req, struct gw_set_call *sc)
@@ -315,6 +325,11 @@ static enum MHD_Result answer(gw_request *req, struct gw_set_call *sc)
     gw_set_acq *a = &sc->acq;
 
     gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+    if (sc->ses.lk != LK_OK) {
+        count(req, sc->ses.lk == LK_NOT_OWNER ? GW_ACQ_invalid : GW_ACQ_error);
+        return gw__session_refused(req, sc->ses.lease_known, sc->ses.lk, sc->ses.store,
+                                   a->err);
+    }
     if (a->lk == LK_ACQUIRED && a->cover == STORE_OK) {
         gw_peer peer = all_replayed(sc) ? GW_PEER_OPEN : gw__conn_peer(req->conn);
         if (peer == GW_PEER_GONE) {
@@ -478,8 +493,10 @@ static enum MHD_Result set_lock_start(gw_request *req)
     gw_set_args s;
     enum MHD_Result result = MHD_YES;
 
+    gw_session_set ses;
     if (gw__parse_object(req, &root, &result) != 0 ||
-        gw__set_args(req, root, GW_SET_LOCK, &s, &result) != 0) {
+        gw__set_args(req, root, GW_SET_LOCK, &s, &result) != 0 ||
+        gw__session_set_begin(req, root, &ses, &result) != 0) {
         count(req, GW_ACQ_invalid);
         json_decref(root);
         return result;
@@ -514,6 +531,7 @@ static enum MHD_Result set_lock_start(gw_request *req)
         sc->items[i].resource = p;
         p += l;
     }
+    sc->ses = ses;
     json_decref(root);
     sc->srv = req->srv;
     sc->n = s.n;
@@ -546,7 +564,7 @@ static void set_lock_completed(gw_request *req, enum MHD_RequestTerminationCode 
         atomic_fetch_sub(&req->srv->metrics.acquire[GW_ACQ_acquired], 1);
         count(req, GW_ACQ_abandoned);
     } else if (!sc->looked && sc->stage == SET_WORKING && sc->acq.lk == LK_ACQUIRED &&
-               sc->acq.cover == STORE_OK && !all_replayed(sc)) {
+               sc->acq.cover == STORE_OK && sc->ses.lk == LK_OK && !all_replayed(sc)) {
         /* The attempt was answered, but libmicrohttpd found the client gone when it was
          * resumed and ended the request without resuming the operation: nobody looked at
          * the grant. Give it back, as lock.c does for one resource. */

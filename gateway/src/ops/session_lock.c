@@ -6,9 +6,9 @@
  *      expired or another client's is 404 session_not_found; else its lease becomes the
  *      attempt's ttl_ms;
  *   2. once the attempt answered ACQUIRED, the lock is recorded in the session
- *      (lk_session_add) before the client is answered. If the session ended meanwhile (or
- *      is full), a hold this call created is ended and fenced like the session's other
- *      locks (gw__fence_session_lock) and the answer is 404 (409 session_full); a re-entry
+ *      (gw__fence_session_join, which a set's /lock uses too) before the client is answered.
+ *      If the session ended meanwhile (or is full), a hold this call created is ended and
+ *      fenced like the session's other locks and the answer is 404 (409 session_full); a re-entry
  *      or a replay only gives back the hold it added, since the token was answered to its
  *      owner before and that hold is not the session's to end. If Redis could not record
  *      it, the hold is given back and the answer is 503. So no lock answered 200 is
@@ -38,7 +38,6 @@ struct gw_session_lock {
     int64_t ttl_ms;
     lk_result res;                     /* PHASE_ADD: the attempt's ACQUIRED answer */
     lk_status lk;
-    lk_status ended;                   /* the hold's end when the session was gone */
     int fenced;                        /* PHASE_ADD: the hold was ended and fenced */
     store_status store;
     char err[256];
@@ -80,6 +79,26 @@ int gw__session_lock_args(gw_request *req, json_t *root, const char **session,
     return 0;
 }
 
+enum MHD_Result gw__session_refused(gw_request *req, int adding, lk_status lk,
+                                    store_status fence_st, const char *err)
+{
+    if (adding && fence_st != STORE_OK) {
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
+                              "the session ended as the lock was taken, and storage could not "
+                              "record the fence of that hold (%s)", store_status_name(fence_st));
+    }
+    if (lk == LK_NOT_OWNER) {
+        return gw__session_not_found(req);
+    }
+    if (lk == LK_EINVAL && adding) {
+        return gw__send_error(req, MHD_HTTP_CONFLICT, "session_full",
+                              json_pack("{s:i}", "max_locks", LK_SESSION_LOCKS_MAX),
+                              "the session cannot hold more than %d locks",
+                              LK_SESSION_LOCKS_MAX);
+    }
+    return gw__send_lk_error(req, err != NULL && err[0] != '\0' ? err : NULL, lk);
+}
+
 static void session_lock_work(gw_job *job)
 {
     struct gw_session_lock *s = job->arg;
@@ -95,17 +114,14 @@ static void session_lock_work(gw_job *job)
     if (s->phase == PHASE_LOOKUP) {
         s->lk = lk_session_info(c, s->id, s->client, &s->ttl_ms, &remaining, NULL, 0, &n);
     } else {
-        s->lk = lk_session_add(c, s->id, s->client, s->call->turn.resource, s->call->owner,
-                               s->res.token, NULL);
-        if ((s->lk == LK_NOT_OWNER || s->lk == LK_EINVAL) && s->res.holds == 1 &&
-            !s->res.replayed) {
-            /* Gone meanwhile (or full): a hold this call created must not outlive the
-             * session. A re-entry's or a replay's token was answered before, outside this
-             * call: it keeps its hold, less the one this call added (resumed). */
-            s->store = gw__fence_session_lock(&s->srv->fence, c, s->call->turn.resource,
-                                              s->res.token, &s->ended);
-            s->fenced = 1;
-        }
+        /* Gone meanwhile (or full): a hold this call created must not outlive the session,
+         * and is fenced. A re-entry's or a replay's token was answered before, outside this
+         * call: it keeps its hold, less the one this call added (resumed). */
+        lk_many one = {.resource = s->call->turn.resource, .status = LK_ACQUIRED,
+                       .res = s->res};
+        s->lk = gw__fence_session_join(&s->srv->fence, c, s->id, s->client, s->call->owner,
+                                       &one, 1, &s->store);
+        s->fenced = one.undone;
     }
     gw__note_redis(s->srv, s->lk);
     if (s->lk >= LK_EINVAL) {
@@ -180,22 +196,7 @@ int gw__session_lock_resumed(gw_request *req, struct gw_lock_call *call,
         /* Not recorded, so not ended with the session: give back the hold it added. */
         gw__lock_give_back(req->srv, call, s->res.token, 0);
     }
-    if (s->phase == PHASE_ADD && s->fenced && s->store != STORE_OK) {
-        *result = gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
-                                 NULL, "the session ended as the lock was taken, and storage "
-                                 "could not record the fence of that hold (%s)",
-                                 store_status_name(s->store));
-        return 1;
-    }
-    if (s->lk == LK_NOT_OWNER) {
-        *result = gw__session_not_found(req);
-    } else if (s->lk == LK_EINVAL && s->phase == PHASE_ADD) {
-        *result = gw__send_error(req, MHD_HTTP_CONFLICT, "session_full",
-                                 json_pack("{s:i}", "max_locks", LK_SESSION_LOCKS_MAX),
-                                 "the session holds %d locks already", LK_SESSION_LOCKS_MAX);
-    } else {
-        *result = gw__send_lk_error(req, s->err[0] != '\0' ? s->err : NULL, s->lk);
-    }
+    *result = gw__session_refused(req, s->phase == PHASE_ADD, s->lk, s->store, s->err);
     return 1;
 }
 
@@ -211,4 +212,83 @@ void gw__session_lock_free(struct gw_lock_call *call)
     }
     free(call->session);
     call->session = NULL;
+}
+
+/* ---- A set's /lock in a session (ops/lock_set.c) ------------------------------------- */
+
+int gw__session_set_begin(gw_request *req, json_t *root, gw_session_set *ss,
+                          enum MHD_Result *result)
+{
+    const char *session = NULL;
+
+    memset(ss, 0, sizeof *ss);
+    ss->lk = LK_OK;
+    if (gw__session_lock_args(req, root, &session, result) != 0) {
+        return -1;
+    }
+    if (session == NULL) {
+        return 0;
+    }
+    if (strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
+        *result = gw__session_unavailable(req);
+        return -1;
+    }
+    if (!lk_valid_session(session)) {
+        *result = gw__session_not_found(req);
+        return -1;
+    }
+    ss->in = 1;
+    snprintf(ss->id, sizeof ss->id, "%s", session);
+    snprintf(ss->client, sizeof ss->client, "%s", gw__session_client(req));
+    return 0;
+}
+
+int gw__session_set_lease(gw_server *srv, lk_client *c, gw_session_set *ss, int64_t *ttl_ms,
+                          lk_status *lk, char *err, size_t errlen)
+{
+    int64_t remaining = 0;
+    size_t n = 0;
+
+    if (!ss->in || ss->lease_known) {
+        return 0;
+    }
+    ss->lk = lk_session_info(c, ss->id, ss->client, ttl_ms, &remaining, NULL, 0, &n);
+    gw__note_redis(srv, ss->lk);
+    if (ss->lk != LK_OK) {
+        *lk = ss->lk;
+        snprintf(err, errlen, "%s", lk_errstr(c));
+        return -1;
+    }
+    ss->lease_known = 1;
+    return 0;
+}
+
+void gw__session_set_join(gw_server *srv, lk_client *c, gw_session_set *ss, const char *owner,
+                          const char *idem_key, lk_many *items, size_t n, char *err,
+                          size_t errlen)
+{
+    lk_many back[LK_MANY_MAX];
+    size_t m = 0;
+
+    if (!ss->in) {
+        return;
+    }
+    ss->lk = gw__fence_session_join(&srv->fence, c, ss->id, ss->client, owner, items, n,
+                                    &ss->store);
+    gw__note_redis(srv, ss->lk);
+    if (ss->lk == LK_OK) {
+        return;
+    }
+    snprintf(err, errlen, "%s", lk_errstr(c));
+    /* Not recorded, so not ended with the session: each hold the grant added that was not
+     * ended and fenced is given back (a replay added none). */
+    for (size_t i = 0; i < n && m < LK_MANY_MAX; i++) {
+        if (!items[i].undone && !items[i].res.replayed) {
+            back[m++] = items[i];
+        }
+    }
+    if (m > 0) {
+        lk_undo_many(c, back, m, owner, idem_key != NULL && idem_key[0] != '\0' ? idem_key
+                                                                                 : NULL);
+    }
 }

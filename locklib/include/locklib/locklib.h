@@ -698,10 +698,23 @@ LK_EXTERN lk_status lk_session_info(lk_client *c, const char *id, const char *cl
  * the session's (the gateway's POST /lock takes it through its own pipeline first). Returns
  * OK (*remaining_ms: the session's remaining time, may be NULL), NOT_OWNER (the session is
  * gone: the caller must end that lock with lk_session_end_lock()), EINVAL (the session has
- * LK_SESSION_LOCKS_MAX locks already), or an error. */
+ * LK_SESSION_LOCKS_MAX locks already), or an error. With min_replicas the record WAITs for
+ * the replicas as an acquisition does: too few acknowledgements answer EREPLICAS (a failover
+ * could lose the record, and the session's renewals and end would miss the lock): the caller
+ * ends the lock as for any error. */
 LK_EXTERN lk_status lk_session_add(lk_client *c, const char *id, const char *client,
                                    const char *resource, const char *owner, int64_t token,
                                    int64_t *remaining_ms);
+
+/* lk_session_add() for the n locks of a set the caller took for owner (lk_acquire_many():
+ * items[i].resource with items[i].res.token), 1..LK_MANY_MAX distinct names, recorded in one
+ * script: all of them or none. Returns OK, NOT_OWNER (the session is gone: the caller must end
+ * each lock it created with lk_session_end_lock()), EINVAL (the session would hold more than
+ * LK_SESSION_LOCKS_MAX locks: none recorded; or bad arguments), EREPLICAS (min_replicas,
+ * as lk_session_add()), or an error. */
+LK_EXTERN lk_status lk_session_add_many(lk_client *c, const char *id, const char *client,
+                                        const lk_many *items, size_t n, const char *owner,
+                                        int64_t *remaining_ms);
 
 /* lk_acquire() inside a session: the lease is the session's (read first), and an ACQUIRED
  * lock is recorded in the session. floor and idem_key as lk_acquire(). Returns ACQUIRED,

@@ -4,7 +4,8 @@
 # over.
 #
 # What happens (fg_workload run ... sessions, wl_sessions.c): three clients create sessions
-# of 1 s, take two of three shared resources in each (waiting for one another), write with
+# of 1 s, take two of three shared resources in each (waiting for one another; in every
+# third session both as one set, POST /lock {"resources", "session"}), write with
 # each token, renew the session, write again, then DELETE the session and write once more
 # with each old token; every fourth session is left to expire, for a gateway's reaper to end;
 # every fifth round of client 0 forks a holder that takes a lock in a session and writes,
