@@ -45,7 +45,8 @@
 -- KEYS[7]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed, handed, shared}  acquired;
---                                     handed is 1 when this claims a hand-off grant;
+--                                     handed is 1 when this claims a hand-off grant (lease_ms is
+--                                     then what is left of the grant's lease);
 --                                     shared is 1 for a shared hold (its token may be 0)
 --          {0, holder_pttl_ms, holder_token}   held by another owner, whose hold has that
 --                                              token (0 while the lock is free but a writer
@@ -103,7 +104,7 @@ end
 if handoff_ms > 0 then
     local g_token, g_holds = handoff_claim(KEYS[1], owner, hold_id, will_wait == '1')
     if g_token then
-        return {1, g_token, g_holds, lease_ms, 0, 0, 1, 0}
+        return {1, g_token, g_holds, redis.call('PTTL', KEYS[1]), 0, 0, 1, 0}
     end
 end
 

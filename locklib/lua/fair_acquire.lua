@@ -29,7 +29,8 @@
 -- KEYS[9]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
 -- Returns  {1, token, holds, lease_ms, floor_raised, replayed, -1, shared, handed}  acquired;
---                                   handed is 1 when this claims a hand-off grant
+--                                   handed is 1 when this claims a hand-off grant (lease_ms is then
+--                                   what is left of the grant's lease)
 --          {0, retry_ms, position, holder_token}
 --                                   not this owner's turn: it is queued at 0-based
 --                                   position; retry within retry_ms or on a release message;
@@ -107,7 +108,7 @@ end
 if handoff_id ~= '' then
     local g_token, g_holds = handoff_claim(KEYS[1], owner, handoff_id, will_wait == '1')
     if g_token then
-        return {1, g_token, g_holds, lease_ms, 0, 0, -1, 0, 1}
+        return {1, g_token, g_holds, redis.call('PTTL', KEYS[1]), 0, 0, -1, 0, 1}
     end
 end
 

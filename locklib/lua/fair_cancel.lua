@@ -6,8 +6,11 @@
 -- KEYS[3]  deadlines zset fg:{R}:qtimeout
 -- ARGV[1]  owner id, [A-Za-z0-9._:-]{1,128}
 -- ARGV[2]  release channel fg:{R}:released
--- ARGV[3]  optional: the waiter's hand-off id, "" (or absent) for none. With it KEYS[4]
---          fg:{R}:hq, KEYS[5] fg:{R}:wq and KEYS[6] fg:{R}:wqt are the hand-off keys: the
+-- KEYS[4]  optional: waiting requests fg:{R}:rwait (prelude/shared.lua): an exclusive
+--          waiter that leaves the queue leaves the writers' preference too, so that new
+--          readers are not held back for it until its wait would have ended
+-- ARGV[3]  optional: the waiter's hand-off id, "" (or absent) for none. With it KEYS[5]
+--          fg:{R}:hq, KEYS[6] fg:{R}:wq and KEYS[7] fg:{R}:wqt are the hand-off keys: the
 --          waiter leaves them, and a grant a release made to it is reported.
 --
 -- The owner leaves whichever way it was queued: as itself (exclusive) or as '#' .. owner
@@ -38,7 +41,7 @@ if id ~= '' and not handoff_valid_id(id) then
     return redis.error_reply('fencegate: invalid argument')
 end
 if id ~= '' then
-    handoff_leave(KEYS[4], KEYS[5], KEYS[6], owner, id)
+    handoff_leave(KEYS[5], KEYS[6], KEYS[7], owner, id)
     local g = redis.call('HMGET', KEYS[1], '#grant', owner, '#token')
     if g[1] == id and g[2] then
         redis.call('LREM', KEYS[2], 0, owner)
@@ -49,8 +52,12 @@ end
 
 local as_shared = '#' .. owner
 local head = redis.call('LINDEX', KEYS[2], 0)
-local removed = redis.call('LREM', KEYS[2], 0, owner) + redis.call('LREM', KEYS[2], 0, as_shared)
+local as_writer = redis.call('LREM', KEYS[2], 0, owner)
+local removed = as_writer + redis.call('LREM', KEYS[2], 0, as_shared)
 redis.call('ZREM', KEYS[3], owner, as_shared)
+if as_writer > 0 and KEYS[4] then
+    redis.call('ZREM', KEYS[4], owner)
+end
 if removed == 0 then
     return {0}
 end

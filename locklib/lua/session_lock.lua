@@ -28,7 +28,11 @@ local token = mint_floor(ARGV[2])
 if token == nil or token < 1 then
     return redis.error_reply('fencegate: invalid argument')
 end
-local held = tonumber(redis.call('HGET', KEYS[1], '#token') or '0') == token
+-- Held by this lock: an exclusive hold with its token. Readers that came after that hold
+-- lapsed carry the same token in "#token" (prelude/shared.lua: a shared period answers the
+-- last token minted), but their hold is not the session's.
+local held = tonumber(redis.call('HGET', KEYS[1], '#token') or '0') == token and
+    redis.call('HEXISTS', KEYS[1], '#mode') == 0
 
 if ARGV[1] == 'ttl' then
     if held then

@@ -357,11 +357,11 @@ static lk_status decode_status(lk_call *call, const redisReply *reply, char *err
     return LK_OK;
 }
 
-/* KEYS lock, queue, qtimeout[, hand-off keys]; ARGV owner, channel[, hand-off id]. */
+/* KEYS lock, queue, qtimeout, rwait[, hand-off keys]; ARGV owner, channel[, hand-off id]. */
 static lk_status build_fair_cancel(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                    char *err)
 {
-    static const char *const keys[] = {"lock", "queue", "qtimeout", NULL};
+    static const char *const keys[] = {"lock", "queue", "qtimeout", "rwait", NULL};
     lk_status st = start_with_keys(call, 1, cmd, err, LK__SCRIPT_FAIR_CANCEL, keys);
 
     (void)opts;

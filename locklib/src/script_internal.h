@@ -14,7 +14,7 @@
 #define LK__ARGV_MAX 28 /* keys and arguments of one call (acquire.lua with a hand-off: 10 + 12) */
 #define LK__CMD_KEYS 14 /* key names and other long strings (the channel) one call may hold
                         * (release.lua with a hand-off: 12 keys and the channel) */
-#define LK__CMD_NUMS 12 /* numbers one call may hold (acquire.lua: ten and the hold id) */
+#define LK__CMD_NUMS 12 /* numbers one call may hold (acquire.lua with a hand-off: nine) */
 
 /* Keys first, then the arguments, all pointing into the storage below or into the caller's
  * strings (which must outlive the send). `route` is the resource: every key is

@@ -393,6 +393,61 @@ static void test_bad_arguments(void **state)
     assert_lk(f->c, run(f, &call), LK_EINVAL);
 }
 
+/* Redis's clock in ms. */
+static long long redis_now_ms(const lk_fixture *f)
+{
+    redisContext *ctx = redisConnect("127.0.0.1", f->redis.port);
+    assert_true(ctx != NULL && ctx->err == 0);
+    redisReply *t = redisCommand(ctx, "TIME");
+    assert_true(t != NULL && t->type == REDIS_REPLY_ARRAY && t->elements == 2);
+    long long ms = atoll(t->element[0]->str) * 1000 + atoll(t->element[1]->str) / 1000;
+    freeReplyObject(t);
+    redisFree(ctx);
+    return ms;
+}
+
+/* A claim answers what is left of the grant's lease, not the lease it asks for. */
+static void test_claim_reports_the_lease_left(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("leaseleft");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "b2", 0, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_true(g.handed_token > 0);
+    th_redis_cmd(&f->redis, NULL, 0, "PEXPIRE fg:{%s}:lock 4000", res);
+    assert_lk(f->c, attempt(f, res, "B", "b2", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    assert_true(r.ttl_ms > 0 && r.ttl_ms <= 4000);
+}
+
+/* A fair waiter's hand-off entry from an earlier wait, whose deadline passed, is not used
+ * when the same owner waits again without a hand-off id: the release hands nothing and
+ * publishes, so the owner comes for the lock itself and never gets a hold it did not ask
+ * for. */
+static void test_stale_fair_entry_is_not_granted(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("stalefair");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "X", "0a", 1, NULL, 50, &r), LK_HELD);
+    /* A non-fair waiter keeps the hand-off keys alive past X's wait. */
+    assert_lk(f->c, attempt(f, res, "Z", "0c", 0, NULL, 60000, &r), LK_HELD);
+    long long asked = redis_now_ms(f);
+    while (redis_now_ms(f) <= asked + 50) { /* until X's 50 ms wait is over in Redis */
+        poll(NULL, 0, 5);
+    }
+    assert_lk(f->c, attempt(f, res, "X", NULL, 1, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_int_equal(g.handed_token, 0);
+    assert_int_equal(g.published, 1);
+    assert_int_equal(holds_of(f, res, "X"), 0);
+}
+
 /* A shared hold of one attempt (no hand-off id: readers take none). */
 static lk_status share(lk_fixture *f, const char *res, const char *owner, int64_t wait_ms,
                        lk_result *out)
@@ -476,6 +531,8 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_last_reader_hands_to_writer),
         cmocka_unit_test(test_shared_head_is_not_handed),
+        cmocka_unit_test(test_claim_reports_the_lease_left),
+        cmocka_unit_test(test_stale_fair_entry_is_not_granted),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);
 }

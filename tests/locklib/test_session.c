@@ -474,6 +474,37 @@ static void test_redlock_refuses_sessions(void **state)
     th_redis_set_stop(&s);
 }
 
+/* A session's end leaves alone the readers that came after its hold of a lock lapsed: they
+ * carry the lapsed hold's token (a shared period answers the last token minted), but their
+ * hold is not the session's. The token is still fenced. */
+static void test_end_leaves_later_readers(void **state)
+{
+    ses_fixture *f = *state;
+    lk_client *c = f->c;
+    char id[LK_SESSION_ID_LEN + 1], owner[33];
+    const char *res = res_name("readers-after");
+    lk_session_lock ended[LK_SESSION_LOCKS_MAX];
+    size_t n = 0;
+    lk_result r;
+    lk_random_id(owner);
+
+    assert_lk(c, lk_session_create(c, 30000, NULL, id), LK_OK);
+    assert_lk(c, lk_session_acquire(c, id, NULL, res, owner, 0, NULL, &r), LK_ACQUIRED);
+    int64_t token = r.token;
+    /* The session's hold lapses (as when Redis lost it), and two readers come. */
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "DEL fg:{%s}:lock", res), 1);
+    assert_lk(c, lk_acquire_shared(c, res, "reader-1", 30000, 0, NULL, 0, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, token);
+    assert_lk(c, lk_acquire_shared(c, res, "reader-2", 30000, 0, NULL, 0, &r), LK_ACQUIRED);
+    assert_lk(c, lk_session_end(c, id, "", 0, 5000, ended, LK_SESSION_LOCKS_MAX, &n),
+              LK_RELEASED);
+    assert_int_equal(n, 1);
+    assert_true(ended[0].fenced_by > token);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock reader-1", res), 1);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock reader-2", res), 1);
+    assert_lk(c, lk_session_forget(c, id), LK_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest single[] = {
@@ -487,6 +518,7 @@ int main(void)
         cmocka_unit_test(test_add_many_all_or_none),
         cmocka_unit_test(test_watchdog_renews_session),
         cmocka_unit_test(test_redlock_refuses_sessions),
+        cmocka_unit_test(test_end_leaves_later_readers),
     };
     const struct CMUnitTest cluster[] = {
         cmocka_unit_test(test_renew_keeps_every_lock),

@@ -251,6 +251,22 @@ static void test_idempotent_shared(void **state)
     assert_lk(f->c, lk_release(f->c, res, "a", NULL, &r), LK_RELEASED);
 }
 
+/* A fair writer that leaves the queue (lk_fair_cancel) stops holding new readers back at
+ * once, not when its wait would have ended. */
+static void test_cancelled_fair_writer_lets_readers_in(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("fcancel");
+
+    assert_lk(f->c, fair(f, res, "r1", 1, &r), LK_ACQUIRED);
+    assert_lk(f->c, fair(f, res, "w", 0, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "r2", 1, 20000, 0, &r), LK_HELD); /* the writer waits */
+    assert_lk(f->c, lk_fair_cancel(f->c, res, "w"), LK_OK);
+    assert_lk(f->c, attempt(f, res, "r2", 1, 20000, 0, &r), LK_ACQUIRED);
+    assert_lk(f->c, fair(f, res, "r3", 1, &r), LK_ACQUIRED);
+}
+
 static void test_fair_shared(void **state)
 {
     lk_fixture *f = *state;
@@ -391,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_fair_shared_cancel),
         cmocka_unit_test(test_idempotent_shared),
         cmocka_unit_test(test_fair_shared),
+        cmocka_unit_test(test_cancelled_fair_writer_lets_readers_in),
         cmocka_unit_test(test_shared_wait_wakes_on_release),
         cmocka_unit_test(test_list_shows_mode),
     };

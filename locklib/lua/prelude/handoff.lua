@@ -1,8 +1,7 @@
 -- prelude/handoff.lua: hand-offs, a release that grants the lock to the next waiter in the
 -- same script. Shared by acquire.lua, fair_acquire.lua, release.lua and fair_cancel.lua.
--- Not a script of its own. Uses limits.lua, idem.lua, idle.lua, mint.lua and wanted.lua, and
--- shared.lua's server_ms() for the clock of its deadlines (a script that calls
--- handoff_next() or handoff_enqueue() names shared.lua before this file).
+-- Not a script of its own. Uses limits.lua, idem.lua, idle.lua, mint.lua and wanted.lua; its
+-- callers pass it the time (shared.lua's server_ms()).
 --
 -- A waiter that asks with a hand-off id (1 to 16 lowercase hex digits, the same on every
 -- attempt of its wait; it is the hold id of the grant it gets) and is answered held leaves
@@ -10,7 +9,7 @@
 --   fg:{R}:hq   hash: entry per waiter, field <id> (non-fair) or "f:" .. <owner> (fair),
 --               value a cjson object {o = owner, h = id, l = lease_ms, k = its idempotency
 --               record key, i = that record's retention in ms (0: none), d = the token keys'
---               idle expiry in ms}
+--               idle expiry in ms, t = the end of its wait, ms of Redis server time}
 --   fg:{R}:wq   list: the non-fair waiters' ids, first come first
 --   fg:{R}:wqt  zset: id -> deadline, ms of Redis server time
 -- A fair waiter's place is its place in the fair queue (fair_acquire.lua's KEYS[5] and
@@ -61,7 +60,7 @@ end
 local function handoff_enqueue(k_hq, k_wq, k_wqt, fair, owner, id, lease_ms, k_idem, idem_ms,
         idle_ms, now, wait_ms)
     local entry = cjson.encode({o = owner, h = id, l = lease_ms, k = k_idem, i = idem_ms,
-        d = idle_ms})
+        d = idle_ms, t = now + wait_ms})
     if fair then
         redis.call('HSET', k_hq, 'f:' .. owner, entry)
         return
@@ -124,15 +123,25 @@ local function handoff_next(k_q, k_qt, k_hq, k_wq, k_wqt, now)
         n = n + 1
         head = redis.call('LINDEX', k_q, 0)
     end
+    if head and n >= PRUNE then
+        return nil -- the head may be past its deadline too: nobody is handed the lock
+    end
     if head then
         local e = redis.call('HGET', k_hq, 'f:' .. head)
         if not e then
             return nil
         end
+        local d = cjson.decode(e)
+        if d.t == nil or d.t < now then
+            -- An entry of an earlier wait of this owner (left by a call without a hand-off
+            -- id, which does not clear it): the head's present wait asked for none.
+            redis.call('HDEL', k_hq, 'f:' .. head)
+            return nil
+        end
         redis.call('LPOP', k_q)
         redis.call('ZREM', k_qt, head)
         redis.call('HDEL', k_hq, 'f:' .. head)
-        return cjson.decode(e)
+        return d
     end
     while n < PRUNE do
         local id = redis.call('LPOP', k_wq)
