@@ -137,6 +137,17 @@ static int count_answered(int n, const lk__rl_node *nodes)
     return k;
 }
 
+/* Counts the nodes whose outcome is known: those that answered, and those held out, which
+ * were sent nothing and so took nothing. */
+static int count_known(int n, const lk__rl_node *nodes)
+{
+    int k = 0;
+    for (int i = 0; i < n; i++) {
+        k += answered(&nodes[i]) || nodes[i].held_out;
+    }
+    return k;
+}
+
 /* Over the answering nodes with status st: the largest token and holds, whether any replayed
  * or raised the floor. */
 static void merge_res(int n, const lk__rl_node *nodes, lk_status st, lk_result *res)
@@ -211,10 +222,10 @@ lk__rl_next lk__rl_combine_acquire(int n, const lk__rl_node *nodes, int64_t ttl_
                            wrong_mode, n);
         return LK__RL_ANSWER;
     }
-    if (refused >= q && granted == 0 && count_answered(n, nodes) == n) {
-        /* Every node refused the key: none took a hold, and the undo (a release of any hold
-         * of this owner) would free a hold the owner had before, taken with that key in the
-         * other mode, say. */
+    if (refused >= q && granted == 0 && count_known(n, nodes) == n) {
+        /* Every node refused the key or was held out: none took a hold, and the undo (a
+         * release of any hold of this owner) would free a hold the owner had before, taken
+         * with that key in the other mode, say. */
         out->st = lk__errf(out->err, LK_EIDEMPOTENCY,
                            "idempotency key was used by another request");
         return LK__RL_ANSWER;

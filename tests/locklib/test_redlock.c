@@ -118,6 +118,11 @@ static void test_combine_acquire(void **state)
                         node_st(LK_EIDEMPOTENCY, 0, 0)};
     assert_int_equal(lk__rl_combine_acquire(3, g, 10000, 5, &out), LK__RL_ANSWER);
     assert_int_equal(out.st, LK_EIDEMPOTENCY);
+    /* The same with a node held out: it was sent nothing, so it took nothing either. */
+    lk__rl_node h[3] = {node_st(LK_EIDEMPOTENCY, 0, 0), node_st(LK_EIDEMPOTENCY, 0, 0),
+                        node_out()};
+    assert_int_equal(lk__rl_combine_acquire(3, h, 10000, 5, &out), LK__RL_ANSWER);
+    assert_int_equal(out.st, LK_EIDEMPOTENCY);
 }
 
 static void test_combine_raise(void **state)

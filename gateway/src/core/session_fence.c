@@ -102,7 +102,9 @@ lk_status gw__fence_session_join(gw_fence *f, lk_client *c, const char *id, cons
         lk_status ended;
         store_status fenced = gw__fence_session_lock(f, c, items[i].resource,
                                                      items[i].res.token, &ended);
-        items[i].undone = 1;
+        /* Ended (or gone already): fenced here. A failed end leaves the hold to the
+         * caller, which gives it back as it gives back a re-entry. */
+        items[i].undone = ended == LK_RELEASED || ended == LK_NOT_OWNER;
         if (fenced != STORE_OK && *fence_st == STORE_OK) {
             *fence_st = fenced;
         }

@@ -41,8 +41,9 @@ store_status gw__fence_session_lock(gw_fence *f, lk_client *c, const char *resou
 /* Records the holds of items[0..n) (granted to owner: status ACQUIRED, res filled) in session
  * id of client, all or none (lk_session_add_many). When the session is gone (NOT_OWNER) or
  * full (EINVAL), each hold the grant created (holds 1, not replayed) is ended and fenced as
- * the session's end does (gw__fence_session_lock) and marked undone; a re-entry's or a
- * replay's hold is left to the caller (its token was answered before, outside the session,
+ * the session's end does (gw__fence_session_lock) and, once ended, marked undone (one whose
+ * end failed is left to the caller to give back); a re-entry's or a replay's hold is left to
+ * the caller (its token was answered before, outside the session,
  * and is not the session's to fence). Returns lk_session_add_many()'s status; *fence_st the
  * first fence storage could not record, else STORE_OK. Blocking. */
 lk_status gw__fence_session_join(gw_fence *f, lk_client *c, const char *id, const char *client,
