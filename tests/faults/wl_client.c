@@ -246,8 +246,9 @@ void wl_lock_set(client *c, const conf *cf, const char *const *names, size_t n, 
     }
     if (session != NULL) {
         snprintf(body + len, sizeof body - (size_t)len,
-                 "],\"owner\":\"%s\",\"session\":\"%s\",\"wait_ms\":%ld}", ops[0].owner,
-                 session[0], wait_ms);
+                 "],\"owner\":\"%s\",\"session\":\"%s\",\"wait_ms\":%ld%s}", ops[0].owner,
+                 session[0], wait_ms,
+                 (flags & FH_F_SHARED) != 0 ? ",\"mode\":\"shared\"" : "");
     } else {
         snprintf(body + len, sizeof body - (size_t)len,
                  "],\"owner\":\"%s\",\"ttl_ms\":%ld,\"wait_ms\":%ld%s}", ops[0].owner,
