@@ -5,9 +5,9 @@
  * Invariants:
  *   - a duration is accepted exactly when it is digits then ms, s or m, at most one day, and
  *     its value in ms is the one written;
- *   - fencectl: a successful parse has a command, a valid RESOURCE, every duration and
- *     number in its documented range, the flags its command needs, and every string pointing
- *     into argv; a failure has a reason, and a bad --owner is never echoed (it is a
+ *   - fencectl: a successful parse has a command, a valid RESOURCE (ls: none, and a valid
+ *     PREFIX if any), every duration and number in its documented range, the flags its
+ *     command needs, and every string pointing into argv; a failure has a reason, and a bad --owner is never echoed (it is a
  *     capability);
  *   - gateway: a successful parse has every field in its documented range and is the same
  *     when parsed again; a failure has a reason;
@@ -137,8 +137,19 @@ static void check_fencectl(int argc, char **argv)
         free(err);
         return;
     }
-    fuzz_check(o.cmd >= FC_CMD_LOCK && o.cmd <= FC_CMD_STATUS, "a command was given");
+    fuzz_check(o.cmd >= FC_CMD_LOCK && o.cmd <= FC_CMD_RELEASE, "a command was given");
+    fuzz_check(in_argv(o.prefix, argv, argc) && in_argv(o.reason, argv, argc),
+               "strings point into argv");
+    if (o.cmd == FC_CMD_LS) {
+        /* ls takes an optional PREFIX and no RESOURCE. */
+        fuzz_check(o.resource == NULL, "ls has no RESOURCE");
+        fuzz_check(o.prefix == NULL || fuzz_valid_name(o.prefix, 200), "PREFIX is valid");
+        free(err);
+        return;
+    }
     fuzz_check(o.resource != NULL && fuzz_valid_name(o.resource, 200), "RESOURCE is valid");
+    fuzz_check(o.cmd != FC_CMD_RELEASE || (o.force && o.reason != NULL),
+               "release has --force and --reason");
     fuzz_check(o.cmd != FC_CMD_LOCK || (o.command != NULL && o.command[0] != NULL),
                "lock has a COMMAND");
     fuzz_check((o.cmd != FC_CMD_UNLOCK && o.cmd != FC_CMD_RENEW) || o.owner != NULL,

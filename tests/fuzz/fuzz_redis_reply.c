@@ -87,8 +87,14 @@ static void check_int_at(lk_client *c, const redisReply *r)
     fuzz_check(res.token == lk__int_at(r, 1) && res.holds == lk__int_at(r, 2) &&
                    res.ttl_ms == lk__int_at(r, 3) && res.queue_pos == -1,
                "lk__read_acquired reads {1, token, holds, ttl_ms, ...}");
-    fuzz_check(st == ((res.token >= 1 && res.token <= LK_TOKEN_MAX) ? LK_ACQUIRED : LK_EREDIS),
-               "lk__read_acquired accepts exactly the tokens 1..2^53-1");
+    /* A shared hold (slot 7 is 1) may have token 0: nothing exclusive was minted yet. */
+    int shared = lk__int_at(r, 7) == 1;
+    fuzz_check(res.shared == shared, "lk__read_acquired reads the shared flag at 7");
+    fuzz_check(st == (((res.token >= 1 && res.token <= LK_TOKEN_MAX) ||
+                       (shared && res.token == 0))
+                          ? LK_ACQUIRED
+                          : LK_EREDIS),
+               "lk__read_acquired accepts exactly the tokens 1..2^53-1, and 0 when shared");
 }
 
 static void check_sub_report(const redisReply *r)

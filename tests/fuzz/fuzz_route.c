@@ -3,8 +3,9 @@
  * never percent-decodes them).
  *
  * Invariants:
- *   - 200: the route's method is the request's (HEAD is served by the GET routes), the path is the template (no {resource}) or
- *     the template's prefix followed by a non-empty param; param points into the path and
+ *   - 200: the route's method is the request's (HEAD is served by the GET routes), the path is
+ *     the template (no {param}) or the template's prefix, a non-empty param and the
+ *     template's tail after the param ("/renew"); param points into the path and
  *     ends where it ends, so it is never longer than the path;
  *   - 405: the path matches some template but none with this method; allow lists exactly
  *     those templates' methods, with HEAD after each GET (when the buffer holds them), and is always NUL-terminated
@@ -26,8 +27,13 @@ static int template_matches(const char *tmpl, const char *path)
     if (brace == NULL) {
         return strcmp(tmpl, path) == 0;
     }
+    /* The template's prefix, a non-empty param, then what follows the param's braces (the
+     * tail, "/renew" say; empty for most). */
     size_t prefix = (size_t)(brace - tmpl);
-    return strlen(path) > prefix && memcmp(tmpl, path, prefix) == 0;
+    const char *tail = strchr(brace, '}') + 1;
+    size_t tlen = strlen(tail), plen = strlen(path);
+    return plen > prefix + tlen && memcmp(tmpl, path, prefix) == 0 &&
+           memcmp(path + plen - tlen, tail, tlen) == 0;
 }
 
 /* 1 when a route of route_method serves a request of method: its own, and HEAD for GET. */
