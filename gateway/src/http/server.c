@@ -290,6 +290,11 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
 /* Undoes what gw__server_start() did, in reverse; each step only when it was done. */
 static void server_unwind(gw_server *srv)
 {
+    /* The loops stop first, so nothing submits to a pipeline any more; then waitd and the
+     * pipelines, which may still be resuming connections of the last batch (the loops'
+     * memory stays until then); then the daemons. */
+    gw__loops_join(srv->loops);
+    stop_threads(srv);
     gw__loops_free(srv->loops); /* the sweep with them; their closing notifications need the
                                  * list, freed next */
     srv->loops = NULL;
@@ -298,7 +303,6 @@ static void server_unwind(gw_server *srv)
         close(srv->listen_fd);
         srv->listen_fd = -1;
     }
-    stop_threads(srv);
 }
 
 int gw__server_start(gw_server *srv, char *err, size_t errlen)
@@ -340,9 +344,10 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
  *      /lock is woken and answers 503 shutting_down, as does any that tries to park;
  *   3. wait until no request is in flight, up to drain_ms;
  *   4. the loop threads stop (their exit closes their lk_clients, and ends the request
- *      deadline sweep) and MHD_stop_daemon() closes each daemon's idle keep-alive connections;
- *      then the waiters' thread stops, then the Redis pipeline's. No connection is
- *      suspended by then (MHD forbids stopping with one). */
+ *      deadline sweep); then the waiters' thread and the pipelines, which may still be
+ *      resuming connections of their last batch; then MHD_stop_daemon() closes each
+ *      daemon's idle keep-alive connections. No connection is suspended by then (MHD
+ *      forbids stopping with one). */
 int gw__server_stop(gw_server *srv, int drain_ms)
 {
     atomic_store(&srv->shutting_down, 1);

@@ -41,7 +41,8 @@
  * full eventfd counter means a wake-up is pending anyway. Shutdown: gw__loops_quiesce()
  * asks each loop to quiesce its daemon on its own thread (libmicrohttpd's quiesce is not
  * safe against a concurrent MHD_run of the same daemon), then the server waits for its
- * requests, then gw__loops_free() stops the threads and the daemons.
+ * requests, then gw__loops_join() stops the threads, and once nothing else can resume a
+ * connection, gw__loops_free() stops the daemons.
  */
 #define _DEFAULT_SOURCE
 #include <errno.h>
@@ -469,7 +470,7 @@ void gw__loops_quiesce(gw_loops *ls)
     }
 }
 
-void gw__loops_free(gw_loops *ls)
+void gw__loops_join(gw_loops *ls)
 {
     if (ls == NULL) {
         return;
@@ -483,6 +484,14 @@ void gw__loops_free(gw_loops *ls)
             l->started = 0;
         }
     }
+}
+
+void gw__loops_free(gw_loops *ls)
+{
+    if (ls == NULL) {
+        return;
+    }
+    gw__loops_join(ls);
     for (unsigned int i = 0; i < ls->n; i++) {
         gw_loop *l = &ls->loops[i];
         loop_unreserve(l);

@@ -34,8 +34,13 @@ int gw__loops_start(gw_loops *ls, char *err, size_t errlen);
  * the connections it holds are served on. Returns once every loop has: the listening
  * socket is then in no epoll set, and its owner may close it. Any thread but a loop's. */
 void gw__loops_quiesce(gw_loops *ls);
-/* Stops the threads, then every daemon (quiesced first, so none closes the shared socket:
- * its owner does). Only once no connection is suspended. NULL is a no-op. */
+/* Stops the loop threads and waits for them; the daemons and ls stay, so a thread that may
+ * still be resuming a connection (a pipeline finishing its batch, waitd) reads valid memory
+ * until it is stopped too. Repeating it is a no-op; so is NULL. */
+void gw__loops_join(gw_loops *ls);
+/* Stops the threads (gw__loops_join), then every daemon (quiesced first, so none closes the
+ * shared socket: its owner does), and frees ls. Only once no connection is suspended and no
+ * other thread can call gw__loops_resume(). NULL is a no-op. */
 void gw__loops_free(gw_loops *ls);
 
 /* MHD_AcceptPolicyCallback with cls the gw_loops: refuses an address that already holds
