@@ -82,6 +82,17 @@ static int setup_per_address(void **state)
     return 0;
 }
 
+/* Redis with AOF and appendfsync always, as in production: every grant and release waits
+ * for the disk, so a line of attempts spans many releases. */
+static int setup_aof(void **state)
+{
+    wt_state *s = calloc(1, sizeof *s);
+    th_redis_start(&s->redis, 1, NULL);
+    gwt_start(&s->gw, s->redis.url, NULL, gw_args);
+    *state = s;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     wt_state *s = *state;
@@ -539,6 +550,104 @@ static void test_no_herd_with_1000_waiters(void **state)
     gwt_await_metric(&s->gw2, "fencegate_waiters", 0);
     free(fds);
     free(done);
+}
+
+/* POST body to path on fd, a kept-alive connection to the gateway; reads the whole answer
+ * (its Content-Length) and returns its status, or -1. */
+static int keepalive_post(int fd, const char *path, const char *body)
+{
+    char buf[4096];
+    size_t len = 0;
+    int n = snprintf(buf, sizeof buf,
+                     "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     "Content-Length: %zu\r\n\r\n%s",
+                     path, strlen(body), body);
+    if (write(fd, buf, (size_t)n) != n) {
+        return -1;
+    }
+    for (;;) {
+        ssize_t got = read(fd, buf + len, sizeof buf - 1 - len);
+        if (got <= 0) {
+            return -1;
+        }
+        len += (size_t)got;
+        buf[len] = '\0';
+        const char *end = strstr(buf, "\r\n\r\n");
+        const char *cl = strstr(buf, "Content-Length: ");
+        if (end != NULL && cl != NULL && cl < end &&
+            len >= (size_t)(end + 4 - buf) + strtoul(cl + 16, NULL, 10)) {
+            return (int)strtol(buf + 9, NULL, 10);
+        }
+        if (len == sizeof buf - 1) {
+            return -1;
+        }
+    }
+}
+
+/* A client of the crowd below, on one kept-alive connection: `pairs` times, a waiting
+ * /lock, then its /unlock. */
+typedef struct cycler {
+    const gwt_proc *gw;
+    const char *resource;
+    int id, pairs, failed;
+    pthread_t thread;
+} cycler;
+
+static void *cycler_main(void *arg)
+{
+    cycler *c = arg;
+    char lock[256], unlock[256];
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)c->gw->port)};
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+    inet_pton(AF_INET, "127.0.0.1", &addr.sin_addr);
+    c->failed = fd < 0 || connect(fd, (struct sockaddr *)&addr, sizeof addr) != 0;
+    snprintf(lock, sizeof lock,
+             "{\"resource\":\"%s\",\"owner\":\"cy%d\",\"wait_ms\":60000,\"ttl_ms\":30000}",
+             c->resource, c->id);
+    snprintf(unlock, sizeof unlock, "{\"resource\":\"%s\",\"owner\":\"cy%d\"}",
+             c->resource, c->id);
+    for (int i = 0; i < c->pairs && !c->failed; i++) {
+        c->failed = keepalive_post(fd, "/lock", lock) != 200 ||
+                    keepalive_post(fd, "/unlock", unlock) != 200;
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    return NULL;
+}
+
+/* A crowd of clients taking one lock in turn, each asking again as soon as it released it,
+ * all starting at once: their first attempts line up behind the resource's stripe, and
+ * many releases go by while one waits its turn. An attempt answered held by a holder that
+ * has not released parks, however many earlier releases it waited through, so the crowd
+ * settles into one attempt per grant (a parked waiter is handed the lock behind the
+ * release). Redis counts the script calls per lock-and-unlock pair: one release and one
+ * grant, and few attempts that find the lock taken. */
+static void test_crowd_on_one_lock_parks(void **state)
+{
+    wt_state *s = *state;
+    enum { CLIENTS = 64, PAIRS = 25 };
+    cycler c[CLIENTS];
+
+    long long before = evalsha_calls(&s->redis);
+    for (int i = 0; i < CLIENTS; i++) {
+        c[i] = (cycler){.gw = &s->gw, .resource = "wt.crowd", .id = i, .pairs = PAIRS};
+        assert_int_equal(pthread_create(&c[i].thread, NULL, cycler_main, &c[i]), 0);
+    }
+    for (int i = 0; i < CLIENTS; i++) {
+        pthread_join(c[i].thread, NULL);
+        assert_false(c[i].failed);
+    }
+    long long calls = evalsha_calls(&s->redis) - before;
+    double per_pair = (double)calls / (CLIENTS * PAIRS);
+    print_message("%d clients, %d pairs: %lld script calls, %.2f per pair, %lld hand-offs, "
+                  "%lld parked unasked\n",
+                  CLIENTS, CLIENTS * PAIRS, calls, per_pair,
+                  gwt_metric(&s->gw, "fencegate_lock_handoffs_total"),
+                  gwt_metric(&s->gw, "fencegate_waiters_parked_unasked_total"));
+    assert_true(per_pair <= 3.0);
+    assert_false(is_locked(&s->gw, "wt.crowd"));
 }
 
 /* --max-waiters requests wait at once; the next one is answered 503
@@ -1076,6 +1185,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_waiter_woken_by_lease_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_herd_script_calls_per_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_herd_with_1000_waiters, setup_1k, teardown),
+        cmocka_unit_test_setup_teardown(test_crowd_on_one_lock_parks, setup_aof, teardown),
         cmocka_unit_test_setup_teardown(test_unlock_hands_the_lock_to_a_parked_waiter,
                                         setup_no_subscribe, teardown),
         cmocka_unit_test_setup_teardown(test_failed_handoff_leaves_the_next_release_message,

@@ -360,6 +360,9 @@ int gw__fence_answered(gw_job *job)
         if (minted > 0) {
             t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
         }
+        if (t->cover == STORE_OK && f->ops->acquired != NULL) {
+            f->ops->acquired(f, t, call);
+        }
     } else if (call->status == LK_HELD && f->ops->held != NULL) {
         f->ops->held(f, t);
     }
@@ -374,6 +377,9 @@ int gw__fence_granted(gw_job *job)
 
     t->cover = (unsigned char)t->grant.status;
     t->granted = t->grant.status == STORE_STALE ? t->grant.highest : 0;
+    if (t->cover == STORE_OK && f->ops->acquired != NULL) {
+        f->ops->acquired(f, t, job->call);
+    }
     pass_on(f, t, (int64_t)t->grant.token);
     return 1;
 }

@@ -66,6 +66,10 @@ typedef struct gw_fence_ops {
     /* On the pipeline thread: t's attempt was answered HELD, and t still holds its stripe.
      * May be NULL. */
     void (*held)(gw_fence *f, gw_fence_turn *t);
+    /* On the pipeline thread (the storage writer with a shared ledger): t's attempt took
+     * the lock (call, answered LK_ACQUIRED) and its token is covered or granted, before the
+     * stripe passes on and the connection resumes. May be NULL. */
+    void (*acquired)(gw_fence *f, gw_fence_turn *t, const lk_call *call);
     /* On the pipeline thread: submit job (its grant filled, done = gw__fence_granted) to the
      * storage writer, which runs done and resumes the connection. */
     void (*grant)(gw_fence *f, gw_job *job);

@@ -180,10 +180,6 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
     int64_t held_ms = -1, holder_token = 0;
     if (st == LK_ACQUIRED) {
         held_ms = res->ttl_ms > 0 ? res->ttl_ms : call->ttl_ms;
-        if (call->marked && !res->replayed && res->holds == 1 && !res->shared &&
-            call->turn.refused == ATTEMPT_ASKED && call->turn.cover == STORE_OK) {
-            gw__wait_note_holder(srv->waitq, &call->waiter, call->owner, res->token, held_ms);
-        }
     } else if (st == LK_HELD && call->turn.refused == ATTEMPT_ASKED) {
         /* The holder Redis found, its time left (on Redlock the shortest of the majority's;
          * for a fair attempt at most the queue's retry hint, when the lock is free but

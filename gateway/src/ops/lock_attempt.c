@@ -162,6 +162,7 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
             lc->turn.refused = ATTEMPT_NOMEM;
         } else {
             fill_attempt(srv, lc, at, floor.floor, now_ms);
+            gw__wait_sending(srv->waitq, &lc->waiter);
             at->job.call = &at->call;
             at->job.conn = lc->waiter.conn;
             at->job.done = gw__fence_answered;
@@ -200,6 +201,24 @@ static void attempt_held(gw_fence *f, gw_fence_turn *t)
     }
 }
 
+/* gw__lock_fence_ops.acquired: a waiting request took the lock in an attempt that marked it
+ * wanted, so its holder is known (ops/lock.c, "Known holders") from here, before its
+ * connection resumes. The owner that released the lock to it in a hand-off is answered in
+ * the same batch and often asks again at once; knowing the holder, that request parks
+ * without an attempt, which would find the lock held and keep the stripe busy when the next
+ * release comes, so that release would go out without its hand-off. */
+static void attempt_acquired(gw_fence *f, gw_fence_turn *t, const lk_call *call)
+{
+    gw_server *srv = f->owner;
+    struct gw_lock_call *lc = call_of_turn(t);
+    const lk_result *res = &call->res;
+
+    if (call->others_waiting && !res->replayed && res->holds == 1 && !res->shared) {
+        gw__wait_note_holder(srv->waitq, &lc->waiter, lc->owner, res->token,
+                             res->ttl_ms > 0 ? res->ttl_ms : lc->ttl_ms);
+    }
+}
+
 /* gw__lock_fence_ops.grant, on the pipeline thread: the shared ledger's grant of an
  * answered attempt's token goes to the storage writer, which resumes the connection. */
 static void attempt_grant(gw_fence *f, gw_job *job)
@@ -208,7 +227,8 @@ static void attempt_grant(gw_fence *f, gw_job *job)
     gw__pipe_submit(srv->writer, job);
 }
 
-const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_grant};
+const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_acquired,
+                                         attempt_grant};
 
 /*
  * Redis calls a /lock makes besides its attempts: giving back a hold nobody will use, and

@@ -152,6 +152,17 @@ int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource)
     return 0;
 }
 
+void gw__wait_sending(gw_waitq *wq, gw_waiter *w)
+{
+    if (w->res == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    w->epoch = w->res->epoch;
+    w->msgs = w->res->msgs;
+    pthread_mutex_unlock(&wq->mu);
+}
+
 /* The parked waiter of r gw__wq_wake_one() would choose (SUSPENDED or PARKING), or NULL.
  * Under mu. */
 static gw_waiter *first_parked(gw_wres *r, int64_t now)

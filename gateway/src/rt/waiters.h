@@ -34,6 +34,11 @@ void gw__waitq_stop(gw_waitq *wq);
  * first one subscribes to its channel) and records its epoch. Returns 0, or -1 without
  * memory. */
 int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource);
+/* An attempt of w leaves for Redis now, after it may have waited for its stripe's turn:
+ * it will see every release published so far, so only messages from here on can say that
+ * the holder it finds has gone (gw__wait_park). Takes w's epoch and message count again.
+ * No-op without a reference. */
+void gw__wait_sending(gw_waitq *wq, gw_waiter *w);
 /* Gives the waiter its place at the end of its resource's queue now, if it has none (a fair
  * waiter's attempt calls it on the pipeline thread right after its HELD answer, while its
  * stripe is still busy, so that its local place follows its place in the Redis queue).
