@@ -157,6 +157,7 @@ static void *pipe_main(void *arg)
 {
     gw_pipe *p = arg;
     gw_job *batch[GW_PIPE_BATCH];
+    struct MHD_Connection *resume_conns[GW_PIPE_BATCH];
     void *state = p->kind->open(p->srv);
     size_t n;
 
@@ -167,14 +168,22 @@ static void *pipe_main(void *arg)
         atomic_fetch_add(&p->srv->metrics.pipe_batches[p->kind->metric], 1);
         atomic_fetch_add(&p->srv->metrics.pipe_jobs[p->kind->metric], n);
         p->kind->run(p->srv, state, batch, n);
+        /* Every completion of the batch runs before any connection resumes: a release and
+         * the hand-off attempt sent behind it (ops/lock_attempt.c, "Hand-offs") are answered
+         * in one batch, and the new holder is known (ops/lock.c, "Known holders") before the
+         * owner that released can ask again. */
+        size_t nresume = 0;
         for (size_t i = 0; i < n; i++) {
-            /* Read before done(): once resumed, or handed on, the request may complete and
-             * free the job. */
+            /* Read before done(): once handed on, the request may complete and free the
+             * job. */
             struct MHD_Connection *conn = batch[i]->conn;
             int resume = batch[i]->done != NULL ? batch[i]->done(batch[i]) : 1;
             if (resume && conn != NULL) {
-                gw__loops_resume(p->srv->loops, conn);
+                resume_conns[nresume++] = conn;
             }
+        }
+        for (size_t i = 0; i < nresume; i++) {
+            gw__loops_resume(p->srv->loops, resume_conns[i]);
         }
     }
     p->kind->close(state);
