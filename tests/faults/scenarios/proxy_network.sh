@@ -204,8 +204,8 @@ proxy_settled() {
     [ "$proxy_open" -eq "$gw_via_proxy" ] && [ "$proxy_fds" -eq $((proxy_fd_base + 2 * proxy_open)) ]
 }
 
-scenario_check() {
-    check_windows
+# proxy_check_settled: waits up to 15 s for proxy_settled, then prints the proxy's counters.
+proxy_check_settled() {
     deadline=$((SECONDS + 15))
     until proxy_settled; do
         [ "$SECONDS" -lt "$deadline" ] || fail "15 s after the run the proxy holds $proxy_open \
@@ -214,4 +214,9 @@ connections and $proxy_fds fds (baseline $proxy_fd_base), the gateway $gw_via_pr
     done
     proxy_cmd stats
     say "proxy: $proxy_answer"
+}
+
+scenario_check() {
+    check_windows
+    proxy_check_settled
 }
