@@ -480,6 +480,30 @@ static void print_targets(const bench *b, const pass_stats *ps)
     snprintf(shown, sizeof shown, "%.2fx (need <= 1.5x)", x);
     target("4. /lock p99 at 64 conns vs raw acquire script p99 (one run)", gw && raw, shown,
            x <= 1.5);
+
+    /* Hot locks: the contended rows against the ceiling and etcd, and the tail against the
+     * queue. With N clients in FIFO order on one lock a waiter waits about N hand-offs, so
+     * N / the hand-off rate (pairs/s of the same row) is the wait a fair chain would give. */
+    const row *gwc16 = clean(find(b, aof, K_GWC, 16));
+    printf("\ntargets for hot locks, appendfsync %s:\n", aof);
+    const row *hot[2] = {gwc16, gwc};
+    for (int i = 0; i < 2; i++) {
+        int n = i == 0 ? 16 : 64;
+        char what[96];
+        x = hot[i] && raw1 ? hot[i]->r.rate / (2 * raw1->r.rate) : 0;
+        snprintf(shown, sizeof shown, "%.0f%% (need >= 60%%)", 100 * x);
+        snprintf(what, sizeof what, "contended pairs at %d clients vs the contended ceiling", n);
+        target(what, hot[i] && raw1, shown, x >= 0.6);
+        double queue_ms = hot[i] ? 1000.0 * n / hot[i]->r.rate : 0;
+        x = hot[i] && queue_ms > 0 ? hot[i]->r.op_p99_ms / queue_ms : 0;
+        snprintf(shown, sizeof shown, "%.1f / %.1f ms = %.2fx (need <= 2x)",
+                 hot[i] ? hot[i]->r.op_p99_ms : 0, queue_ms, x);
+        snprintf(what, sizeof what, "/lock p99 at %d clients vs %d / hand-off rate", n, n);
+        target(what, hot[i] != NULL, shown, x <= 2);
+    }
+    x = gwc && etcdc && etcdc->r.rate > 0 ? gwc->r.rate / etcdc->r.rate : 0;
+    snprintf(shown, sizeof shown, "%.2fx (need >= 4x)", x);
+    target("contended pairs at 64 clients vs etcd contended", gwc && etcdc, shown, x >= 4);
 }
 
 static void print_report(const bench *b)
