@@ -32,7 +32,7 @@ typedef struct gw_waiter {
     gw_timer timer;               /* its deadline while parked */
     gw_waiter_state state;
     gw_wake reason;               /* why it was last woken */
-    uint64_t epoch;               /* its resource's epoch when the attempt began */
+    uint64_t epoch;               /* its resource's epoch when the attempt was sent */
     uint64_t msgs;                /* its resource's release messages then (waiters.c) */
     int queued;
     int parked_before;            /* parked at least once in this wait: counted against

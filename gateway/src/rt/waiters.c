@@ -313,7 +313,7 @@ void gw__wait_note_holder(gw_waitq *wq, const gw_waiter *w, const char *owner,
         return;
     }
     pthread_mutex_lock(&wq->mu);
-    /* The epoch must not have moved since the attempt began: a release message seen since
+    /* The epoch must not have moved since the attempt was sent: a release message seen since
      * may have come after the grant (another gateway's hand-off of a lease that ran out,
      * say), and then nothing says who holds the lock now. */
     if (r->epoch == w->epoch && !gw__wres_released_since(r, w->msgs, token) &&
@@ -416,7 +416,7 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         return GW_PARK_SHUTDOWN;
     }
     if (r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token)) {
-        /* Released (or resubscribed) since the attempt began: look again now. */
+        /* Released (or resubscribed) since the attempt was sent: look again now. */
         w->epoch = r->epoch;
         w->msgs = r->msgs;
         pthread_mutex_unlock(&wq->mu);

@@ -101,7 +101,7 @@ void gw__wait_free(gw_waitq *wq, const gw_waiter *w, void *mem);
  * caller is the access handler of conn). deadline_ms is monotonic; hint_ms is the holder's
  * remaining lease (-1 unknown); holder_token the token of the hold the attempt found
  * (lk_result.holder_token, 0 unknown). GW_PARK_RETRY when the lock may have been freed
- * since the attempt began. */
+ * since the attempt was sent. */
 gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
                       int64_t deadline_ms, int64_t hint_ms, int64_t holder_token);
 /* What the socket of conn says about its client, without reading anything:
