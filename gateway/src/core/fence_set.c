@@ -182,6 +182,9 @@ void gw__fence_acquire_set(gw_fence *f, lk_client *c, gw_set_acq *a)
         a->uncovered = 0;
         a->floor_corrections = 0;
         a->err[0] = '\0';
+        if (a->sending != NULL) {
+            a->sending(a->sending_arg);
+        }
         acquire_shared_set(f, c, a);
         return;
     }
@@ -218,6 +221,9 @@ void gw__fence_acquire_set(gw_fence *f, lk_client *c, gw_set_acq *a)
         turns[i].owner = a->owner;
         turns[i].sync = &syncs[i];
         gw__fence_hold(f, &turns[i]);
+    }
+    if (a->sending != NULL) {
+        a->sending(a->sending_arg);
     }
     for (int tries = 0; try_set(f, c, a, min_floor, &minted); tries++) {
         if (tries + 1 >= SET_GRANT_TRIES) {

@@ -23,6 +23,9 @@ typedef struct gw_set_acq {
     int64_t lease_ms;
     int fair;
     int shared;                          /* the whole set in shared mode */
+    void (*sending)(void *arg);          /* NULL, or called with sending_arg once the set
+                                          * holds its stripes, before its Redis call */
+    void *sending_arg;
     lk_status lk;                        /* out: lk_acquire_many()'s; ACQUIRED with cover
                                           * STORE_OK is the only grant that may be answered */
     store_status cover;                  /* out: STORE_OK, or why a floor could not be read

@@ -92,6 +92,13 @@ struct gw_set_call {
     char text[];                         /* owner, key, then the names, NUL-terminated */
 };
 
+/* gw_set_acq.sending: what the set waited through for its stripes ran before its call. */
+static void set_sending(void *arg)
+{
+    struct gw_set_call *sc = arg;
+    gw__wait_sending(sc->srv->waitq, &sc->waiter);
+}
+
 /* The attempt, on a thread of the set pipeline. */
 static void set_work(gw_job *job)
 {
@@ -119,6 +126,8 @@ static void set_work(gw_job *job)
     sc->acq.idem_key = sc->idem_key[0] != '\0' ? sc->idem_key : NULL;
     sc->acq.fair = sc->fair;
     sc->acq.shared = sc->shared;
+    sc->acq.sending = set_sending;
+    sc->acq.sending_arg = sc;
     if (gw__session_set_lease(srv, c, &sc->ses, &sc->ttl_ms, &sc->acq.lk, sc->acq.err,
                               sizeof sc->acq.err) != 0) {
         return;

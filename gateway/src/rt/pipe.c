@@ -168,22 +168,28 @@ static void *pipe_main(void *arg)
         atomic_fetch_add(&p->srv->metrics.pipe_batches[p->kind->metric], 1);
         atomic_fetch_add(&p->srv->metrics.pipe_jobs[p->kind->metric], n);
         p->kind->run(p->srv, state, batch, n);
-        /* Every completion of the batch runs before any connection resumes: a release and
-         * the hand-off attempt sent behind it (ops/lock_attempt.c, "Hand-offs") are answered
-         * in one batch, and the new holder is known (ops/lock.c, "Known holders") before the
-         * owner that released can ask again. */
+        /* Jobs glued together (gw__pipe_hold) resume their connections only once every
+         * completion of the group ran: a release and the hand-off attempt sent behind it
+         * (ops/lock_attempt.c, "Hand-offs") are one group, and its new holder is known
+         * (ops/lock.c, "Known holders", noted by the attempt's completion) before the
+         * owner that released it is answered and can ask again. Any other job resumes as
+         * soon as its completion ran. */
         size_t nresume = 0;
         for (size_t i = 0; i < n; i++) {
             /* Read before done(): once handed on, the request may complete and free the
              * job. */
             struct MHD_Connection *conn = batch[i]->conn;
+            int glued = batch[i]->glued && i + 1 < n;
             int resume = batch[i]->done != NULL ? batch[i]->done(batch[i]) : 1;
             if (resume && conn != NULL) {
                 resume_conns[nresume++] = conn;
             }
-        }
-        for (size_t i = 0; i < nresume; i++) {
-            gw__loops_resume(p->srv->loops, resume_conns[i]);
+            if (!glued) {
+                for (size_t k = 0; k < nresume; k++) {
+                    gw__loops_resume(p->srv->loops, resume_conns[k]);
+                }
+                nresume = 0;
+            }
         }
     }
     p->kind->close(state);

@@ -35,9 +35,11 @@ void gw__waitq_stop(gw_waitq *wq);
  * memory. */
 int gw__wait_begin(gw_waitq *wq, gw_waiter *w, const char *resource);
 /* An attempt of w leaves for Redis now, after it may have waited for its stripe's turn:
- * it will see every release published so far, so only messages from here on can say that
- * the holder it finds has gone (gw__wait_park). Takes w's epoch and message count again.
- * No-op without a reference. */
+ * on one Redis, Sentinel or Cluster it will see every release published so far, so only
+ * messages from here on can say that the holder it finds has gone (gw__wait_park). On
+ * Redlock a message comes with the first master's release, and the attempt may still meet
+ * that holder on a majority: it parks, and the settling nap ("Settling", waiters.c) looks
+ * again soon. Takes w's epoch and message count again. No-op without a reference. */
 void gw__wait_sending(gw_waitq *wq, gw_waiter *w);
 /* Gives the waiter its place at the end of its resource's queue now, if it has none (a fair
  * waiter's attempt calls it on the pipeline thread right after its HELD answer, while its
