@@ -23,8 +23,10 @@
 #   - the checker's invariants over the workload's history and these operations.
 # Not in ctest (about 17 s, 40 s under ASan): scripts/faults.sh --full runs it.
 
+# shellcheck source=proxy_network.sh
 source "$(dirname "${BASH_SOURCE[0]}")/proxy_network.sh" # the proxy and its end checks
-source "$(dirname "${BASH_SOURCE[0]}")/gateway_stop.sh"   # call, record, park, write_as ...
+# shellcheck source=gateway_stop.sh
+source "$(dirname "${BASH_SOURCE[0]}")/gateway_stop.sh" # call, record, park, write_as ...
 
 faults=3
 [ "$length" = full ] && faults=8
@@ -64,8 +66,8 @@ handoff_kill_fault() {
     record "hk-$1-waiter" runner lock "$res" "hk-$1-waiter" "$HK_GRANT_MS" "$HK_WAIT_MS"
     record "hk-$1-unlock" runner unlock "$res" "hk-$1-holder" 0 0 "$t_hold"
     code=$(code_of "hk-$1-waiter")
-    [ "$code" = 000 ] || fail "kill $1: the waiter was answered $code $(cat "$tmp/ops/hk-$1-waiter.body") \
-before the kill, with Redis's answers held 300 ms in the proxy"
+    [ "$code" = 000 ] || fail "kill $1: the waiter was answered $code \
+$(cat "$tmp/ops/hk-$1-waiter.body") before the kill, with Redis's answers held 300 ms in the proxy"
     code=$(code_of "hk-$1-unlock")
     [ "$code" = 000 ] || fail "kill $1: the unlock was answered $code before the kill"
     # -2: the hold ended already. -1: no expiry, a ghost for ever.
