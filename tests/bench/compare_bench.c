@@ -433,8 +433,8 @@ static void print_targets(const bench *b, const pass_stats *ps)
     snprintf(shown, sizeof shown, "%.2fx (need >= 5x)", x);
     target("token-checked writes at 64 writers vs 1 writer", w64 && w1, shown, x >= 5);
     x = gwc && etcdc && etcdc->r.rate > 0 ? gwc->r.rate / etcdc->r.rate : 0;
-    snprintf(shown, sizeof shown, "%.2fx (need >= 10x)", x);
-    target("contended pairs at 64 clients vs etcd contended", gwc && etcdc, shown, x >= 10);
+    snprintf(shown, sizeof shown, "%.2fx (need >= 4x)", x);
+    target("contended pairs at 64 clients vs etcd contended", gwc && etcdc, shown, x >= 4);
     /* What any gateway could reach against these two etcd targets, from this run's own
      * rows. Uncontended: no gateway in front of Redis beats locklib's scripts sent straight
      * to it. Contended: hand-offs on one resource form a chain, each waiting for the one
@@ -481,8 +481,8 @@ static void print_targets(const bench *b, const pass_stats *ps)
     target("4. /lock p99 at 64 conns vs raw acquire script p99 (one run)", gw && raw, shown,
            x <= 1.5);
 
-    /* Hot locks: the contended rows against the ceiling and etcd, and the tail against the
-     * queue. With N clients in FIFO order on one lock a waiter waits about N hand-offs, so
+    /* Hot locks: the contended rows against the ceiling (etcd's ratio is above), and the
+     * tail against the queue. With N clients in FIFO order on one lock a waiter waits about N hand-offs, so
      * N / the hand-off rate (pairs/s of the same row) is the wait a fair chain would give. */
     const row *gwc16 = clean(find(b, aof, K_GWC, 16));
     printf("\ntargets for hot locks, appendfsync %s:\n", aof);
@@ -501,9 +501,6 @@ static void print_targets(const bench *b, const pass_stats *ps)
         snprintf(what, sizeof what, "/lock p99 at %d clients vs %d / hand-off rate", n, n);
         target(what, hot[i] != NULL, shown, x <= 2);
     }
-    x = gwc && etcdc && etcdc->r.rate > 0 ? gwc->r.rate / etcdc->r.rate : 0;
-    snprintf(shown, sizeof shown, "%.2fx (need >= 4x)", x);
-    target("contended pairs at 64 clients vs etcd contended", gwc && etcdc, shown, x >= 4);
 }
 
 static void print_report(const bench *b)

@@ -7,8 +7,8 @@
  *     its value in ms is the one written;
  *   - fencectl: a successful parse has a command, a valid RESOURCE (ls: none, and a valid
  *     PREFIX if any), every duration and number in its documented range, the flags its
- *     command needs, and every string pointing into argv; a failure has a reason, and a bad --owner is never echoed (it is a
- *     capability);
+ *     command needs, and every string pointing into argv; a failure has a reason, and a
+ *     bad --owner is never echoed (it is a capability);
  *   - gateway: a successful parse has every field in its documented range and is the same
  *     when parsed again; a failure has a reason;
  *   - a reason is one line of printable ASCII, whatever bytes it quotes. Neither parser
