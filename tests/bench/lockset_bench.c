@@ -16,7 +16,8 @@
  * topology and row (single pairs/s divided by set pairs/s: 1.0 costs the same, 2.0 as much as
  * locking each resource alone). Asserts nothing.
  *
- * Usage: lockset_bench [--seconds N] [--threads N]
+ * Usage: lockset_bench [--seconds N] [--threads N] [--fencegate PATH]
+ * (--fencegate: the gateway binary to run, for interleaved runs of two builds)
  */
 #include <pthread.h>
 #include <signal.h>
@@ -32,6 +33,7 @@
 
 static int64_t row_ms = 3000;
 static int threads = 16;
+static const char *fencegate_bin = FENCEGATE_BIN;
 
 typedef struct worker {
     const char *url;       /* the Redis URL (locklib rows) or http://127.0.0.1:PORT */
@@ -169,7 +171,7 @@ static int start_gateway(cp_proc *gw, const char *name, const char *redis_url, c
     snprintf(listen, sizeof listen, "127.0.0.1:%d", gw->port);
     snprintf(data, sizeof data, "%s/%s", dir, name);
     snprintf(log, sizeof log, "%s/%s.log", dir, name);
-    char *argv[] = {(char *)FENCEGATE_BIN, "--listen", listen, "--redis", (char *)redis_url,
+    char *argv[] = {(char *)fencegate_bin, "--listen", listen, "--redis", (char *)redis_url,
                     "--data", data, NULL};
     if (cp_spawn(gw, name, argv, log) != 0) {
         return -1;
@@ -219,10 +221,15 @@ int main(int argc, char **argv)
             row_ms = atol(argv[i + 1]) * 1000;
         } else if (strcmp(argv[i], "--threads") == 0) {
             threads = atoi(argv[i + 1]);
+        } else if (strcmp(argv[i], "--fencegate") == 0) {
+            fencegate_bin = argv[i + 1]; /* another build, for interleaved runs */
+        } else {
+            row_ms = 0; /* unknown: the usage below */
         }
     }
     if (row_ms <= 0 || threads < 1 || threads > 256) {
-        fprintf(stderr, "usage: lockset_bench [--seconds N] [--threads 1..256]\n");
+        fprintf(stderr, "usage: lockset_bench [--seconds N] [--threads 1..256] "
+                        "[--fencegate PATH]\n");
         return 2;
     }
     curl_global_init(CURL_GLOBAL_DEFAULT);

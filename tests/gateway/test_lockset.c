@@ -15,10 +15,13 @@
  *     resource's current token; an exclusive set with a member held shared is 409 locked,
  *     or waits (holding new shared sets back) and is granted once both readers left; the
  *     readers' own set in the other mode is 409 mode_mismatch; a write with a shared
- *     member's token is 409 not_exclusive; renew, unlock and Idempotency-Key work.
+ *     member's token is 409 not_exclusive; renew, unlock and Idempotency-Key work;
+ *   - the set pipeline keeps one thread while idle, grows while set attempts block, and
+ *     shrinks back once idle.
  * No test asserts timing; every wait is a loop on a condition with a deadline.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -394,6 +397,80 @@ static void test_opposite_orders_never_deadlock(void **state)
     pthread_join(b.thread, NULL);
     assert_int_equal(a.ok, 40);
     assert_int_equal(b.ok, 40);
+}
+
+/* Threads of the gateway named name (their /proc/PID/task/TID/comm). */
+static int threads_named(const gwt_proc *gw, const char *name)
+{
+    char path[64], comm[32];
+    int n = 0;
+    snprintf(path, sizeof path, "/proc/%d/task", (int)gw->pid);
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    for (struct dirent *e; (e = readdir(d)) != NULL;) {
+        if (e->d_name[0] == '.') {
+            continue;
+        }
+        char file[sizeof path + sizeof e->d_name + 8];
+        snprintf(file, sizeof file, "%s/%s/comm", path, e->d_name);
+        FILE *f = fopen(file, "r");
+        if (f != NULL && fgets(comm, sizeof comm, f) != NULL &&
+            strncmp(comm, name, strlen(name)) == 0 && comm[strlen(name)] == '\n') {
+            n++;
+        }
+        if (f != NULL) {
+            fclose(f);
+        }
+    }
+    closedir(d);
+    return n;
+}
+
+/* The set pipeline keeps one thread while idle, starts more while set attempts block at
+ * the same time, and lets them go again once idle: a gateway serving no sets keeps
+ * neither the threads nor their Redis connections. */
+static void test_set_threads_grow_and_retire(void **state)
+{
+    set_state *s = *state;
+    enum { N = 4 };
+    setter w[N];
+    char out[64];
+
+    assert_int_equal(threads_named(&s->gw, "fg-sets"), 1);
+    /* Redis holds every command for 1.5 s (less than the gateway's 2 s command timeout):
+     * each set attempt then blocks its thread in its round trip. */
+    th_redis_cmd(&s->redis, out, sizeof out, "CLIENT PAUSE 1500 ALL");
+    for (int i = 0; i < N; i++) {
+        static const char *const owners[N] = {"g0", "g1", "g2", "g3"};
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].gw = &s->gw;
+        w[i].owner = owners[i];
+        w[i].rounds = 1;
+        names_for("grow", w[i].names, 2);
+        assert_int_equal(pthread_create(&w[i].thread, NULL, setter_main, &w[i]), 0);
+    }
+    int most = 0;
+    for (int64_t until = th_now_ms() + 10000; most < N && th_now_ms() < until;) {
+        int n = threads_named(&s->gw, "fg-sets");
+        most = n > most ? n : most;
+        th_nap_ms(5); /* a poll's interval */
+    }
+    for (int i = 0; i < N; i++) {
+        pthread_join(w[i].thread, NULL);
+        assert_int_equal(w[i].ok, 1);
+    }
+    assert_int_equal(most, N);
+    /* Idle again: back to one thread (each retires after 5 s without a job). */
+    int now = most;
+    for (int64_t until = th_now_ms() + 30000; now > 1 && th_now_ms() < until;) {
+        now = threads_named(&s->gw, "fg-sets");
+        th_nap_ms(50);
+    }
+    assert_int_equal(now, 1);
+    /* And it grows again on demand. */
+    w[0].ok = 0;
+    setter_main(&w[0]);
+    assert_int_equal(w[0].ok, 1);
 }
 
 static void test_wait_deadline_is_409(void **state)
@@ -805,6 +882,10 @@ int main(void)
     int failed = cmocka_run_group_tests_name("lockset_single_redis", tests, single_setup,
                                              teardown);
     failed += cmocka_run_group_tests_name("lockset_cluster", tests, cluster_setup, teardown);
+    const struct CMUnitTest threads[] = {
+        cmocka_unit_test(test_set_threads_grow_and_retire),
+    };
+    failed += cmocka_run_group_tests_name("lockset_threads", threads, single_setup, teardown);
     const struct CMUnitTest shared[] = {
         cmocka_unit_test(test_shared_ledger_lifts_a_set),
         cmocka_unit_test(test_shared_set_held_together),

@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <sys/prctl.h>
+
 #include "rt/log.h"
 #include "rt/util.h"
 
@@ -78,6 +80,8 @@ static void flush_locked(void)
 static void *flusher_main(void *arg)
 {
     (void)arg;
+
+    prctl(PR_SET_NAME, "fg-log", 0, 0, 0);
     pthread_mutex_lock(&lg.mu);
     while (!lg.stopping || lg.len > 0) {
         if (lg.len == 0) {

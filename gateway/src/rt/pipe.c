@@ -38,8 +38,12 @@
  * shutdown the threads drain their queue before they exit, and the server stops them only
  * after every request has completed.
  */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+
+#include <sys/prctl.h>
 
 #include "rt/gateway.h"
 #include "rt/pipe.h"
@@ -50,6 +54,7 @@
 
 /* A kind of pipeline: what each thread keeps, and how it runs a batch. */
 typedef struct pipe_kind {
+    const char *name;                    /* its threads' name (ps -L, /proc/PID/task) */
     int metric;                          /* index in gw_metrics.pipe_batches */
     size_t max_batch;                    /* the most jobs a thread takes at once */
     size_t max_work;                     /* of them, the most with a work (0: no limit) */
@@ -65,9 +70,18 @@ struct gw_pipe {
     pthread_cond_t cv;
     gw_job *head, *tail;
     int stopping;
-    int started;
-    pthread_t threads[GW_SET_THREADS]; /* the most of any pipeline (pipe.h) */
+    size_t queued;                       /* jobs in the queue */
+    int idle;                            /* threads waiting for a job */
+    int running;                         /* threads started and not retired */
+    int min_threads, max_threads;        /* equal unless the pipeline grows on demand */
+    /* Each thread's place; the most threads of any pipeline (pipe.h). */
+    pthread_t threads[GW_SET_THREADS];
+    unsigned char slot[GW_SET_THREADS];  /* SLOT_* */
 };
+
+/* A thread place of a pipeline: free, a thread running in it, or a thread that retired and
+ * has not been joined yet. */
+enum { SLOT_FREE, SLOT_RUNNING, SLOT_RETIRED };
 
 /* Jobs this thread holds back for one pipeline (gw__pipe_hold). */
 static _Thread_local struct {
@@ -75,6 +89,32 @@ static _Thread_local struct {
     size_t n;
     gw_job *jobs[GW_PIPE_HOLD_MAX];
 } held;
+
+static void *pipe_main(void *arg);
+
+/* Starts one more thread in a free place (p->mu held, or before p is shared). Returns 0, or
+ * -1 when no place is free or the thread could not be started: the threads running take
+ * the job in turn. A retired thread's place is joined first: it has left pipe_main and
+ * holds nothing this thread waits for. */
+static int grow(gw_pipe *p)
+{
+    for (int i = 0; i < p->max_threads; i++) {
+        if (p->slot[i] == SLOT_RUNNING) {
+            continue;
+        }
+        if (p->slot[i] == SLOT_RETIRED) {
+            pthread_join(p->threads[i], NULL);
+            p->slot[i] = SLOT_FREE;
+        }
+        if (pthread_create(&p->threads[i], NULL, pipe_main, p) != 0) {
+            return -1;
+        }
+        p->slot[i] = SLOT_RUNNING;
+        p->running++;
+        return 0;
+    }
+    return -1;
+}
 
 /* Queues jobs[0..n) in order, under one lock; each but the last glued to the next. */
 static void enqueue(gw_pipe *p, gw_job *const *jobs, size_t n)
@@ -90,6 +130,10 @@ static void enqueue(gw_pipe *p, gw_job *const *jobs, size_t n)
             p->head = job;
         }
         p->tail = job;
+    }
+    p->queued += n;
+    if (p->queued > (size_t)p->idle && p->running < p->max_threads && !p->stopping) {
+        grow(p); /* more jobs queued than threads waiting for one */
     }
     pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
@@ -129,7 +173,28 @@ static size_t take_batch(gw_pipe *p, gw_job **batch)
 
     pthread_mutex_lock(&p->mu);
     while (p->head == NULL && !p->stopping) {
-        pthread_cond_wait(&p->cv, &p->mu);
+        p->idle++;
+        if (p->running <= p->min_threads) {
+            pthread_cond_wait(&p->cv, &p->mu);
+            p->idle--;
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_sec += GW_PIPE_IDLE_MS / 1000;
+        until.tv_nsec += (long)(GW_PIPE_IDLE_MS % 1000) * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        int rc = pthread_cond_timedwait(&p->cv, &p->mu, &until);
+        p->idle--;
+        if (rc == ETIMEDOUT && p->head == NULL && !p->stopping &&
+            p->running > p->min_threads) {
+            p->running--; /* idle past GW_PIPE_IDLE_MS above the minimum: retire */
+            pthread_mutex_unlock(&p->mu);
+            return 0;
+        }
     }
     while (p->head != NULL && n < p->kind->max_batch) {
         size_t span = 1;
@@ -149,6 +214,7 @@ static size_t take_batch(gw_pipe *p, gw_job **batch)
     if (p->head == NULL) {
         p->tail = NULL;
     }
+    p->queued -= n;
     pthread_mutex_unlock(&p->mu);
     return n;
 }
@@ -160,6 +226,8 @@ static void *pipe_main(void *arg)
     struct MHD_Connection *resume_conns[GW_PIPE_BATCH];
     void *state = p->kind->open(p->srv);
     size_t n;
+
+    prctl(PR_SET_NAME, p->kind->name, 0, 0, 0);
 
     while ((n = take_batch(p, batch)) > 0) {
         if (state == NULL) {
@@ -193,6 +261,14 @@ static void *pipe_main(void *arg)
         }
     }
     p->kind->close(state);
+    /* Stopped, or retired (take_batch): its place is joined by grow() or gw__pipe_stop(). */
+    pthread_mutex_lock(&p->mu);
+    for (int i = 0; i < p->max_threads; i++) {
+        if (p->slot[i] == SLOT_RUNNING && pthread_equal(p->threads[i], pthread_self())) {
+            p->slot[i] = SLOT_RETIRED;
+        }
+    }
+    pthread_mutex_unlock(&p->mu);
     return NULL;
 }
 
@@ -231,7 +307,8 @@ static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     }
 }
 
-static const pipe_kind redis_kind = {0, GW_PIPE_BATCH, 0, redis_open, redis_close, redis_run};
+static const pipe_kind redis_kind = {"fg-redis", 0, GW_PIPE_BATCH, 0, redis_open, redis_close,
+                                     redis_run};
 
 /* ---- The storage writer ------------------------------------------------------------- */
 
@@ -269,8 +346,8 @@ static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     gw__metrics_observe_commit(&srv->metrics, gw__now_us() - start);
 }
 
-static const pipe_kind store_kind = {1, GW_PIPE_BATCH, 0, store_open_state, store_close_state,
-                                     store_run};
+static const pipe_kind store_kind = {"fg-writer", 1, GW_PIPE_BATCH, 0, store_open_state,
+                                     store_close_state, store_run};
 
 /* ---- The side pipeline: calls that may block ----------------------------------------- */
 
@@ -309,50 +386,67 @@ static void reads_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
 /* No state: a job's work takes this thread's lk_client from gw__client() when it needs one.
  * One job with a work per batch: each blocks on its own, and a job must not wait behind
  * another taken in the same batch while the other thread is free. */
-static const pipe_kind side_kind = {2, 1, 1, store_open_state, store_close_state, side_run};
-static const pipe_kind reads_kind = {3, GW_PIPE_BATCH, 1, store_open_state, store_close_state,
-                                     reads_run};
+static const pipe_kind side_kind = {"fg-side", 2, 1, 1, store_open_state, store_close_state,
+                                    side_run};
+static const pipe_kind reads_kind = {"fg-reads", 3, GW_PIPE_BATCH, 1, store_open_state,
+                                     store_close_state, reads_run};
+/* The set pipeline runs as the side pipeline does, counted with it in the metrics. */
+static const pipe_kind sets_kind = {"fg-sets", 2, 1, 1, store_open_state, store_close_state,
+                                    side_run};
 
 /* ---- Start and stop ------------------------------------------------------------------- */
 
-static gw_pipe *pipe_start(gw_server *srv, const pipe_kind *kind, int threads, char *err,
-                           size_t errlen)
+/* Starts a pipeline with min_threads threads, growing to max_threads while jobs queue up
+ * with no thread free (enqueue) and shrinking back after GW_PIPE_IDLE_MS idle (take_batch). */
+static gw_pipe *pipe_start(gw_server *srv, const pipe_kind *kind, int min_threads,
+                           int max_threads, char *err, size_t errlen)
 {
     gw_pipe *p = calloc(1, sizeof *p);
+    pthread_condattr_t ca;
     if (p == NULL) {
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
     p->srv = srv;
     p->kind = kind;
+    p->min_threads = min_threads;
+    p->max_threads = max_threads;
     pthread_mutex_init(&p->mu, NULL);
-    pthread_cond_init(&p->cv, NULL);
-    for (int i = 0; i < threads; i++) {
-        if (pthread_create(&p->threads[i], NULL, pipe_main, p) != 0) {
-            snprintf(err, errlen, "cannot start the pipeline threads");
-            gw__pipe_stop(p);
-            return NULL;
-        }
-        p->started++;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* take_batch's idle deadline */
+    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_lock(&p->mu);
+    int ok = 1;
+    for (int i = 0; i < min_threads && ok; i++) {
+        ok = grow(p) == 0;
+    }
+    pthread_mutex_unlock(&p->mu);
+    if (!ok) {
+        snprintf(err, errlen, "cannot start the pipeline threads");
+        gw__pipe_stop(p);
+        return NULL;
     }
     return p;
 }
 
 int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
 {
-    srv->pipe = pipe_start(srv, &redis_kind, GW_PIPE_THREADS, err, errlen);
+    srv->pipe = pipe_start(srv, &redis_kind, GW_PIPE_THREADS, GW_PIPE_THREADS, err, errlen);
     if (srv->pipe == NULL) {
         return -1;
     }
-    srv->writer = pipe_start(srv, &store_kind, 1, err, errlen);
+    srv->writer = pipe_start(srv, &store_kind, 1, 1, err, errlen);
     if (srv->writer != NULL) {
-        srv->side = pipe_start(srv, &side_kind, GW_SIDE_THREADS, err, errlen);
+        srv->side = pipe_start(srv, &side_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
+                               errlen);
     }
     if (srv->side != NULL) {
-        srv->reads = pipe_start(srv, &reads_kind, GW_SIDE_THREADS, err, errlen);
+        srv->reads = pipe_start(srv, &reads_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
+                                errlen);
     }
     if (srv->reads != NULL) {
-        srv->sets = pipe_start(srv, &side_kind, GW_SET_THREADS, err, errlen);
+        srv->sets = pipe_start(srv, &sets_kind, 1, GW_SET_THREADS, err, errlen);
     }
     if (srv->sets == NULL) {
         gw__pipes_stop(srv);
@@ -378,12 +472,18 @@ void gw__pipe_stop(gw_pipe *p)
     if (p == NULL) {
         return;
     }
+    unsigned char started[GW_SET_THREADS];
     pthread_mutex_lock(&p->mu);
-    p->stopping = 1;
+    p->stopping = 1; /* no thread starts from now on (enqueue) */
+    for (int i = 0; i < p->max_threads; i++) {
+        started[i] = p->slot[i] != SLOT_FREE;
+    }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; i < p->started; i++) {
-        pthread_join(p->threads[i], NULL);
+    for (int i = 0; i < p->max_threads; i++) {
+        if (started[i]) {
+            pthread_join(p->threads[i], NULL);
+        }
     }
     pthread_mutex_destroy(&p->mu);
     pthread_cond_destroy(&p->cv);

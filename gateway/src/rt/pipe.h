@@ -20,11 +20,15 @@ struct gw_server;
 /* Threads of each side pipeline (calls that may block): two, so that one call waiting out
  * a timeout does not hold up every other call of its kind. */
 #define GW_SIDE_THREADS 2
-/* Threads of the set pipeline (srv->sets: multi-resource /locks, each blocking on its
- * stripes and one Redis round trip): enough for their round trips to share fsyncs. Their
- * Redis connections, one each opened on first use, fit in the descriptor reserve of
- * main.c's fit_fd_limit (88 with 4 loops on one Redis, 25 measured before these 8). */
+/* The most threads of the set pipeline (srv->sets: multi-resource /locks, each blocking on
+ * its stripes and one Redis round trip): enough for their round trips to share fsyncs. It
+ * keeps one thread, starts more while set attempts queue up with none free, and each extra
+ * thread stops after GW_PIPE_IDLE_MS without a job, so a gateway that serves no sets keeps
+ * neither the threads nor their Redis connections. Those connections, one each opened on
+ * first use, fit in the descriptor reserve of main.c's fit_fd_limit (88 with 4 loops on one
+ * Redis, 25 measured without these 8). */
 #define GW_SET_THREADS 8
+#define GW_PIPE_IDLE_MS 5000
 #if GW_SET_THREADS < GW_PIPE_THREADS || GW_SET_THREADS < GW_SIDE_THREADS
 #error "gw_pipe.threads is sized by GW_SET_THREADS, the most threads of any pipeline"
 #endif

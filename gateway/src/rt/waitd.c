@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <unistd.h>
 
 #include "rt/log.h"
@@ -94,7 +95,10 @@ static void sub_lost(gw_waitq *wq)
 static void *reconnect_main(void *arg)
 {
     gw_waitq *wq = arg;
-    lk_status st = lk_sub_reconnect(wq->sub);
+    lk_status st;
+
+    prctl(PR_SET_NAME, "fg-resubscribe", 0, 0, 0);
+    st = lk_sub_reconnect(wq->sub);
 
     pthread_mutex_lock(&wq->mu);
     if (st != LK_OK) {
@@ -180,6 +184,8 @@ static void *waitd_main(void *arg)
 {
     gw_waitq *wq = arg;
     struct epoll_event evs[WQ_EVENTS];
+
+    prctl(PR_SET_NAME, "fg-waitd", 0, 0, 0);
 
     for (;;) {
         pthread_mutex_lock(&wq->mu);
