@@ -18,7 +18,9 @@
 # "rt/pipe.h" is resolved from DIR (an include without a folder, from the including file's
 # folder). A module may depend only on modules of its own folder or of a folder before it in
 # ORDER. A dependency on a later folder is named, as is a folder with sources that ORDER does
-# not list, and the exit status is then 1.
+# not list, and the exit status is then 1. With an ops/ folder (the gateway's), no file there
+# may name gw_server or include rt/gateway.h, directly or through other headers: operations
+# see only the runtime (rt/runtime.h).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ $# -gt 0 ] || set -- gateway/src:base,core,rt,http,ops,. locklib/src storage/src
@@ -169,6 +171,40 @@ for arg in "$@"; do
         if [ $bad -eq 0 ]; then echo "  every dependency points to its own folder or one below"; fi
         [ $bad -eq 0 ] || status=1
         unset rank
+    fi
+    # Operations see the runtime (rt/runtime.h, gw_rt), never the HTTP server's own state
+    # (rt/gateway.h, gw_server): a file of ops/ that names gw_server, or includes rt/gateway.h
+    # directly or through other headers, is named, and the exit status is then 1.
+    if [ -n "$order" ] && [ -d "$dir/ops" ] && [ -e "$dir/rt/gateway.h" ]; then
+        echo "== $dir/ops: operations see gw_rt, not gw_server"
+        bad=0
+        for f in "$dir"/ops/*.c "$dir"/ops/*.h; do
+            [ -e "$f" ] || continue
+            if grep -qw gw_server "$f"; then
+                echo "  NAMES gw_server: $f"
+                bad=1
+            fi
+            seen=" $f "
+            todo=("$f")
+            while [ "${#todo[@]}" -gt 0 ]; do
+                g=${todo[0]}
+                todo=("${todo[@]:1}")
+                for inc in ${incs[$g]:-}; do
+                    for h in "$dir/$inc" "${g%/*}/$inc"; do
+                        [ -e "$h" ] || continue
+                        case "$seen" in *" $h "*) continue ;; esac
+                        seen="$seen$h "
+                        todo+=("$h")
+                    done
+                done
+            done
+            case "$seen" in *" $dir/rt/gateway.h "*)
+                echo "  INCLUDES rt/gateway.h: $f"
+                bad=1 ;;
+            esac
+        done
+        if [ $bad -eq 0 ]; then echo "  none includes rt/gateway.h or names gw_server"; fi
+        [ $bad -eq 0 ] || status=1
     fi
     unset deps owner folder calls incs
 done

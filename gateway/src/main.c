@@ -159,22 +159,22 @@ static int validate(gw_config *cfg, int quiet)
     store_options_init(&sopts);
     sopts.url = cfg->store_url[0] != '\0' ? cfg->store_url : NULL;
     sopts.dir = cfg->data_dir;
-    if (store_describe_options(&sopts, server.store_desc, sizeof server.store_desc, err,
+    if (store_describe_options(&sopts, server.rt.store_desc, sizeof server.rt.store_desc, err,
                                sizeof err) != STORE_OK) {
         fprintf(stderr, "fencegate: --store: %s\n", err);
         return -1;
     }
-    lk_options_init(&server.lk_opts);
+    lk_options_init(&server.rt.lk_opts);
     /* Safe only because every acquisition passes the ledger floor (fence.c). */
-    server.lk_opts.token_key_idle_ttl_ms = cfg->token_key_idle_ttl_ms;
-    server.lk_opts.min_replicas = cfg->redis_min_replicas;
+    server.rt.lk_opts.token_key_idle_ttl_ms = cfg->token_key_idle_ttl_ms;
+    server.rt.lk_opts.min_replicas = cfg->redis_min_replicas;
     /* Redlock holds a node that lost its data out for the longest lease it may grant. */
-    server.lk_opts.redlock_max_lease_ms = cfg->max_ttl_ms;
-    return probe_redis(cfg, &server.lk_opts, quiet);
+    server.rt.lk_opts.redlock_max_lease_ms = cfg->max_ttl_ms;
+    return probe_redis(cfg, &server.rt.lk_opts, quiet);
 }
 
-/* Opens the store --store names (LMDB in --data without one) into server.st and describes
- * it, without the password, in server.store_desc. Returns 0, or -1 after printing why (the
+/* Opens the store --store names (LMDB in --data without one) into server.rt.st and describes
+ * it, without the password, in server.rt.store_desc. Returns 0, or -1 after printing why (the
  * storage's own message never holds the password). */
 static int open_store(const gw_config *cfg)
 {
@@ -186,14 +186,14 @@ static int open_store(const gw_config *cfg)
     sopts.dir = cfg->data_dir;
     sopts.max_value_bytes = cfg->max_value_bytes;
     sopts.map_size = cfg->map_size;
-    store_status sst = store_open(&server.st, &sopts, err, sizeof err);
+    store_status sst = store_open(&server.rt.st, &sopts, err, sizeof err);
     if (sst != STORE_OK) {
         fprintf(stderr, "fencegate: %s: %s: %s\n",
                 cfg->store_url[0] != '\0' ? "--store" : "--data", store_status_str(sst), err);
         return -1;
     }
-    store_describe(server.st, server.store_desc, sizeof server.store_desc);
-    gw__log_event(cfg, "info", "store: %s", server.store_desc);
+    store_describe(server.rt.st, server.rt.store_desc, sizeof server.rt.store_desc);
+    gw__log_event(cfg, "info", "store: %s", server.rt.store_desc);
     return 0;
 }
 
@@ -275,30 +275,33 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
      * (generate_owner in http/args.c), so it must outlive the process: a retry that reaches the
      * gateway after a restart then derives the same owner and replays the first answer,
      * instead of a 422. The store keeps it (store_secret()). */
-    store_status sst = store_secret(server.st, server.owner_secret, err, sizeof err);
+    store_status sst = store_secret(server.rt.st, server.owner_secret, err, sizeof err);
     if (sst != STORE_OK) {
-        fprintf(stderr, "fencegate: store %s: %s\n", server.store_desc, err);
-        store_close(server.st);
+        fprintf(stderr, "fencegate: store %s: %s\n", server.rt.store_desc, err);
+        store_close(server.rt.st);
         return 1;
     }
-    server.fence.holder_key = server.owner_secret; /* before gw__server_start() */
+    server.rt.fence.holder_key = server.owner_secret; /* before gw__server_start() */
     /* The operations run on the HTTP server and the fence: the server dispatches each route
      * to its operation, and the fence sends /lock's attempts through ops/lock's callbacks. */
     server.ops = route_ops;
-    gw__fence_init(&server.fence, server.st, &gw__lock_fence_ops, &server);
-    atomic_store(&server.metrics.redis_up, 1);
-    atomic_store(&server.metrics.store_up, 1); /* store_open() and store_secret() just worked */
-    server.metrics.max_connections = cfg->max_connections; /* as fitted above */
-    server.metrics.max_waiters = cfg->max_waiters;
+    gw__fence_init(&server.rt.fence, server.rt.st, &gw__lock_fence_ops, &server.rt);
+    atomic_store(&server.rt.metrics.redis_up, 1);
+    atomic_store(&server.rt.metrics.store_up, 1); /* store_open() and store_secret() just worked */
+    server.rt.metrics.max_connections = cfg->max_connections; /* as fitted above */
+    server.rt.metrics.max_waiters = cfg->max_waiters;
     /* Shared by every server thread's Redis client; NULL (out of memory) just means none. */
-    server.lk_opts.breaker = lk_breaker_new(GW_BREAKER_OPEN_MS);
-    server.metrics.breaker = server.lk_opts.breaker;
+    server.rt.lk_opts.breaker = lk_breaker_new(GW_BREAKER_OPEN_MS);
+    server.rt.metrics.breaker = server.rt.lk_opts.breaker;
     /* The reaper fences through the fence and the store opened above; its tick starts with
      * the server (a --check-config run, which never gets here, claims no session). */
-    gw__session_reaper_start(&server);
+    if (gw__session_reaper_start(&server.rt)) {
+        server.chore = gw__session_reap_tick;
+        server.chore_ms = GW_SESSION_REAP_MS;
+    }
     if (gw__server_start(&server, err, sizeof err) != 0) {
         fprintf(stderr, "fencegate: %s\n", err);
-        store_close(server.st);
+        store_close(server.rt.st);
         return 1;
     }
     gw__config_redact_url(cfg->redis_url, shown, sizeof shown);
@@ -308,7 +311,7 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
                   server.tls == NULL ? "plain HTTP"
                   : tls.ca_pem != NULL ? "HTTPS, client certificates required"
                                        : "HTTPS",
-                  shown, server.store_desc, gw__server_loops(cfg));
+                  shown, server.rt.store_desc, gw__server_loops(cfg));
     for (;;) {
         if (sigwait(stop_signals, &sig) != 0) {
             continue;
@@ -330,8 +333,8 @@ static int serve(gw_config *cfg, const sigset_t *stop_signals)
         gw__log_stop();
         _exit(0);
     }
-    store_close(server.st);
-    lk_breaker_free(server.lk_opts.breaker); /* every client using it is closed by now */
+    store_close(server.rt.st);
+    lk_breaker_free(server.rt.lk_opts.breaker); /* every client using it is closed by now */
     gw__tls_free(&tls);
     gw__clients_swap(&server.clients, NULL); /* no request holds it any more */
     gw__log_event(cfg, "info", "stopped");
@@ -348,7 +351,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "fencegate: %s\n", err);
         return 2;
     }
-    server.cfg = &cfg;
+    server.rt.cfg = &cfg;
     if (cfg.help) {
         gw__config_usage(stdout, argv[0]);
         return 0;
@@ -389,7 +392,7 @@ int main(int argc, char **argv)
         if (fit_fd_limit(&cfg) != 0) {
             return 1;
         }
-        printf("fencegate: store %s\n", server.store_desc);
+        printf("fencegate: store %s\n", server.rt.store_desc);
         printf("fencegate: connections %d (waiters %d, per address %d)\n", cfg.max_connections,
                cfg.max_waiters, cfg.max_connections_per_address);
         printf("fencegate: configuration ok\n");

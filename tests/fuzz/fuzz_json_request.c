@@ -30,6 +30,7 @@
 #include "fuzz.h"
 #include "http/args.h"
 #include "http/respond.h"
+#include "rt/gateway.h"
 
 #define MAX_HEADERS 8
 
@@ -100,9 +101,9 @@ static void server_init(void)
     char *argv[] = {argv0, NULL};
     char err[512];
 
-    if (srv.cfg == NULL) {
+    if (srv.rt.cfg == NULL) {
         fuzz_check(gw__config_parse(&cfg, 1, argv, err, sizeof err) == 0, "default configuration");
-        srv.cfg = &cfg;
+        srv.rt.cfg = &cfg;
     }
 }
 
@@ -261,6 +262,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     memset(&req, 0, sizeof req);
     server_init();
     req.srv = &srv;
+    req.rt = &srv.rt;
     req.conn = FAKE_CONN;
     req.param = "";
     snprintf(req.method, sizeof req.method, "%s", strcmp(endpoint, "path") == 0 ? "GET" : "POST");

@@ -78,7 +78,7 @@ typedef struct gw_fence_ops {
 struct gw_fence {
     store *st;                           /* the ledger and each resource's highest token */
     const gw_fence_ops *ops;
-    void *owner;                         /* for ops: the server */
+    void *owner;                         /* for ops: the runtime (gw_rt) */
     atomic_llong max_token;              /* the largest token this process has handed out */
     const unsigned char *holder_key;     /* 16 bytes (the owner secret) keying the holder
                                           * fingerprints; set by the owner before the first

@@ -7,6 +7,7 @@
 
 #include "http/args.h"
 #include "http/respond.h"
+#include "rt/gateway.h"
 
 typedef gw_lock_args lock_args; /* see args.h */
 
@@ -63,7 +64,7 @@ static int bind_one(gw_request *req, const char *what, const char *s, int keep_b
  * --clients only (args.h). Returns 0 or -1 after queuing the 400. */
 static int bind_key(gw_request *req, lock_args *a, enum MHD_Result *result)
 {
-    if (req->client == NULL || req->srv->cfg->clients_file[0] == '\0' || a->idem_key == NULL) {
+    if (req->client == NULL || req->rt->cfg->clients_file[0] == '\0' || a->idem_key == NULL) {
         return 0;
     }
     if (bind_one(req, "Idempotency-Key", a->idem_key, 0, a->idem_buf, result) != 0) {
@@ -76,7 +77,7 @@ static int bind_key(gw_request *req, lock_args *a, enum MHD_Result *result)
 /* Binds the owner to the request's client, with --clients only (args.h). */
 static int bind_owner(gw_request *req, lock_args *a, enum MHD_Result *result)
 {
-    if (req->client == NULL || req->srv->cfg->clients_file[0] == '\0') {
+    if (req->client == NULL || req->rt->cfg->clients_file[0] == '\0') {
         return 0;
     }
     if (bind_one(req, "owner", a->owner, 1, a->owner_buf, result) != 0) {
@@ -133,7 +134,7 @@ static const char *const renew_fields[] = {"resource", "owner", "ttl_ms", NULL};
 /* ttl_ms when the body has none: GW_DEFAULT_TTL_MS, or --max-ttl when that is shorter. */
 static int64_t default_ttl_ms(const gw_request *req)
 {
-    long long max_ms = req->srv->cfg->max_ttl_ms;
+    long long max_ms = req->rt->cfg->max_ttl_ms;
     return max_ms < GW_DEFAULT_TTL_MS ? max_ms : GW_DEFAULT_TTL_MS;
 }
 
@@ -145,7 +146,7 @@ int gw__lock_args(gw_request *req, json_t *root, lock_args *a, enum MHD_Result *
         gw__authorize(req, a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 0, &a->owner, result) != 0 ||
         gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
-                      req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0 ||
+                      req->rt->cfg->max_ttl_ms, &a->ttl_ms, result) != 0 ||
         gw__field_int(req, root, "wait_ms", 0, 0, GW_MAX_WAIT_MS, &a->wait_ms, result) != 0 ||
         field_bool(req, root, "fair", &a->fair, result) != 0 ||
         gw__field_mode(req, root, &a->shared, result) != 0 ||
@@ -168,7 +169,7 @@ int gw__owner_args(gw_request *req, json_t *root, int renew, lock_args *a,
         gw__authorize(req, a->resource, result) != 0 ||
         gw__field_name(req, root, "owner", 1, &a->owner, result) != 0 ||
         (renew && gw__field_int(req, root, "ttl_ms", default_ttl_ms(req), LK_LEASE_MIN_MS,
-                                req->srv->cfg->max_ttl_ms, &a->ttl_ms, result) != 0) ||
+                                req->rt->cfg->max_ttl_ms, &a->ttl_ms, result) != 0) ||
         gw__idempotency_key(req, &a->idem_key, result) != 0 || bind_key(req, a, result) != 0 ||
         bind_owner(req, a, result) != 0) {
         return -1;

@@ -10,6 +10,7 @@
 #include "base/config.h"
 #include "http/args_set.h"
 #include "http/respond.h"
+#include "rt/gateway.h"
 
 static const char *const lock_fields[] = {"resources", "owner", "ttl_ms", "wait_ms", "fair",
                                           "mode", "session", NULL};
@@ -107,7 +108,7 @@ int gw__set_args(gw_request *req, json_t *root, gw_set_kind kind, gw_set_args *s
                  enum MHD_Result *result)
 {
     gw_lock_args *a = &s->a;
-    long long max_ms = req->srv->cfg->max_ttl_ms;
+    long long max_ms = req->rt->cfg->max_ttl_ms;
     int64_t def_ttl = max_ms < GW_DEFAULT_TTL_MS ? max_ms : GW_DEFAULT_TTL_MS;
 
     memset(s, 0, sizeof *s);

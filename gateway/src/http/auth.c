@@ -12,6 +12,7 @@
 #include "http/server_internal.h"
 #include "http/tls.h"
 #include "rt/util.h"
+#include "token_file.h"
 
 /* Queues 401 with a challenge and why. Returns -1. */
 static int unauthorized(gw_request *req, const char *challenge, const char *why,
@@ -55,13 +56,13 @@ static int check_client_cert(gw_request *req, gw_conn *c, enum MHD_Result *resul
  * or -1 after queuing 503 too_many_connections, which closes the connection. */
 static int take_connection(gw_request *req, gw_conn *c, enum MHD_Result *result)
 {
-    int n = req->srv->cfg->max_connections;
+    int n = req->rt->cfg->max_connections;
     int limit = n / 2 > 0 ? n / 2 : 1;
     /* --auth-token-file's one client is everyone who has the token: no per-client limit. */
-    if (c == NULL || c->client_place >= 0 || req->srv->cfg->clients_file[0] == '\0') {
+    if (c == NULL || c->client_place >= 0 || req->rt->cfg->clients_file[0] == '\0') {
         return 0;
     }
-    c->client_place = gw__metrics_client_conn_take(&req->srv->metrics, req->client->name, limit);
+    c->client_place = gw__metrics_client_conn_take(&req->rt->metrics, req->client->name, limit);
     if (c->client_place >= 0) {
         return 0;
     }
@@ -129,7 +130,7 @@ int gw__check_auth(gw_request *req, enum MHD_Result *result)
         check_client_cert(req, c, result) != 0) {
         return -1;
     }
-    const gw_config *cfg = req->srv->cfg;
+    const gw_config *cfg = req->rt->cfg;
     if (cfg->clients_file[0] == '\0' && cfg->auth_token_file[0] == '\0') {
         return 0; /* no --clients, no --auth-token-file: open, as documented */
     }

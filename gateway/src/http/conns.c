@@ -64,7 +64,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         }
         c->fd = ci->connect_fd;
         c->client_place = -1;
-        c->slot = gw__loops_opened(cs->srv->loops);
+        c->slot = gw__loops_opened(cs->srv->rt.loops);
         atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
         pthread_mutex_lock(&cs->mu);
         c->next = cs->head;
@@ -73,7 +73,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         }
         cs->head = c;
         pthread_mutex_unlock(&cs->mu);
-        atomic_fetch_add(&cs->srv->metrics.connections, 1);
+        atomic_fetch_add(&cs->srv->rt.metrics.connections, 1);
         *socket_context = c;
         return;
     }
@@ -90,9 +90,9 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         c->next->prev = c->prev;
     }
     pthread_mutex_unlock(&cs->mu);
-    gw__loops_closed(cs->srv->loops, c->slot);
-    atomic_fetch_sub(&cs->srv->metrics.connections, 1);
-    gw__metrics_client_conn_give(&cs->srv->metrics, c->client_place);
+    gw__loops_closed(cs->srv->rt.loops, c->slot);
+    atomic_fetch_sub(&cs->srv->rt.metrics.connections, 1);
+    gw__metrics_client_conn_give(&cs->srv->rt.metrics, c->client_place);
     free(c);
     *socket_context = NULL;
 }
@@ -119,7 +119,7 @@ void gw__conns_sweep(void *arg)
     unsigned closed = 0;
 
     if (cs->srv->tls != NULL) {
-        gw__tls_expiry_check(cs->srv->cfg, cs->srv->tls); /* a time() and two compares */
+        gw__tls_expiry_check(cs->srv->rt.cfg, cs->srv->tls); /* a time() and two compares */
     }
     pthread_mutex_lock(&cs->mu);
     for (gw_conn *c = cs->head; c != NULL; c = c->next) {
@@ -132,9 +132,9 @@ void gw__conns_sweep(void *arg)
     }
     pthread_mutex_unlock(&cs->mu);
     if (closed > 0) {
-        atomic_fetch_add(&cs->srv->metrics.deadline_closed, closed);
+        atomic_fetch_add(&cs->srv->rt.metrics.deadline_closed, closed);
         /* One line per sweep, so a flood cannot turn into a flood of log lines. */
-        gw__log_event(cs->srv->cfg, "warn",
+        gw__log_event(cs->srv->rt.cfg, "warn",
                       "closed %u connection(s) whose request was not received within %d s",
                       closed, GW_REQUEST_DEADLINE_S);
     }
@@ -148,7 +148,7 @@ void gw__conns_free(gw_server *srv)
     if (cs == NULL) {
         return;
     }
-    if (srv->loops == NULL) {
+    if (srv->rt.loops == NULL) {
         pthread_mutex_destroy(&cs->mu);
         free(cs);
         srv->conns = NULL;

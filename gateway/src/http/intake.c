@@ -201,8 +201,8 @@ int gw__request_start(gw_request *req, const char *url, const char *method,
     req->param_too_long = plen > LK_RESOURCE_MAX;
     req->param = param;
     req->op = req->srv->ops[req->route->id];
-    req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->srv->cfg->max_value_bytes
-                    : req->route->id == GW_R_TRANSACTION ? gw__config_txn_body_max(req->srv->cfg)
+    req->body_max = req->route->id == GW_R_RESOURCE_PUT ? req->rt->cfg->max_value_bytes
+                    : req->route->id == GW_R_TRANSACTION ? gw__config_txn_body_max(req->rt->cfg)
                                                          : GW_JSON_BODY_MAX;
 
     /* The JSON endpoints take JSON only. A web page can send text/plain, form bodies and

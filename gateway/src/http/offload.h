@@ -11,8 +11,8 @@
 #include "http/request.h"
 #include "rt/pipe.h"
 
-/* Starts an operation whose one call may block, on side pipeline p (srv->side or
- * srv->reads). state is the operation's state, calloc'd by the caller, with job inside it;
+/* Starts an operation whose one call may block, on side pipeline p (rt->side or
+ * rt->reads). state is the operation's state, calloc'd by the caller, with job inside it;
  * NULL when that failed (the answer is then 500 and MHD_NO or MHD_YES as gw__send_error
  * says). Otherwise state becomes req->op_state (the operation's completed frees it), the
  * connection is suspended, and work(job) runs on a side thread with job->arg = state before

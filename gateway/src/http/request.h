@@ -1,7 +1,9 @@
 /*
  * A request (gw_request) and the operation that serves it (gw_op): the types the HTTP server
- * and every operation see. Types only; no functions. The server they belong to, and which
- * threads run what, is rt/gateway.h.
+ * and every operation see. Types only; no functions. An operation reaches the gateway only
+ * through req->rt, the runtime (rt/runtime.h); the server the request belongs to, and which
+ * threads run what, is rt/gateway.h, which this header leaves out so that no operation can
+ * reach into it.
  */
 #ifndef GATEWAY_REQUEST_H
 #define GATEWAY_REQUEST_H
@@ -12,10 +14,13 @@
 #include <microhttpd.h>
 
 #include "base/routes.h"
-#include "rt/gateway.h"
+#include "rt/clients.h"
 #include "rt/loops.h"
+#include "rt/runtime.h"
 
 typedef struct gw_request gw_request;
+/* The HTTP server's state (rt/gateway.h): for the http layer only. */
+struct gw_server;
 
 /*
  * An endpoint's operation. server.c drives every request through one, the way libuv drives
@@ -46,7 +51,8 @@ typedef enum gw_op_stage {
 /* Per-request state, created on the first call of the access handler and freed in the
  * NOTIFY_COMPLETED callback. */
 struct gw_request {
-    gw_server *srv;
+    struct gw_server *srv;        /* the server it came in on: for the http layer */
+    gw_rt *rt;                    /* &srv->rt: all an operation uses of the gateway */
     struct MHD_Connection *conn;
     const gw_route *route;        /* NULL when no route matched */
     const gw_op *op;              /* the route's operation, NULL when no route matched */

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "http/respond.h"
+#include "rt/gateway.h"
 #include "rt/log.h"
 #include "rt/util.h"
 
@@ -114,9 +115,9 @@ enum MHD_Result gw__send_error(gw_request *req, unsigned int status, const char 
     return gw__queue(req, status, resp);
 }
 
-void gw__note_redis(gw_server *srv, lk_status st)
+void gw__note_redis(gw_rt *rt, lk_status st)
 {
-    atomic_store(&srv->metrics.redis_up, st == LK_EUNAVAILABLE ? 0 : 1);
+    atomic_store(&rt->metrics.redis_up, st == LK_EUNAVAILABLE ? 0 : 1);
 }
 
 enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st)
@@ -134,13 +135,13 @@ enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st
     case LK_EREDIS:
     case LK_ENOMEM:
         /* The reason goes to the log, not to the client: it may describe our deployment. */
-        gw__log_event(req->srv->cfg, "warn", "redis: %s: %s", lk_status_name(st),
+        gw__log_event(req->rt->cfg, "warn", "redis: %s: %s", lk_status_name(st),
                       why != NULL ? why : "no client");
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "the lock service (Redis) is unavailable: %s; try again",
                               lk_status_str(st));
     default:
-        gw__log_event(req->srv->cfg, "error", "locklib: unexpected %s", lk_status_name(st));
+        gw__log_event(req->rt->cfg, "error", "locklib: unexpected %s", lk_status_name(st));
         return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
                               "unexpected lock service answer: %s", lk_status_name(st));
     }

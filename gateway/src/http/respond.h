@@ -29,7 +29,7 @@ enum MHD_Result gw__send_error(gw_request *req, unsigned int status, const char 
 enum MHD_Result gw__queue(gw_request *req, unsigned int status, struct MHD_Response *resp);
 
 /* Records whether Redis answered (fencegate_redis_up) from a call's status. */
-void gw__note_redis(gw_server *srv, lk_status st);
+void gw__note_redis(gw_rt *rt, lk_status st);
 /* Maps a locklib error status to an HTTP error answer; why (for the log) is the call's
  * reason, lk_errstr() or lk_call.err. */
 enum MHD_Result gw__send_lk_error(gw_request *req, const char *why, lk_status st);

@@ -67,6 +67,7 @@ static gw_request *request_new(gw_server *srv, struct MHD_Connection *conn, cons
         return NULL;
     }
     req->srv = srv;
+    req->rt = &srv->rt;
     req->conn = conn;
     gw_conn *c = gw__conn_state(conn);
     req->slot = c != NULL ? c->slot : NULL;
@@ -147,12 +148,12 @@ static void request_completed(void *cls, struct MHD_Connection *conn, void **req
         return;
     }
     int64_t micros = gw__now_us() - req->start_us;
-    gw__log_request(srv->cfg, req->method, gw__route_log_path(req->url), req->status, micros, toe,
-                    req->client != NULL ? req->client->name : NULL);
-    gw__metrics_observe(&srv->metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
+    gw__log_request(srv->rt.cfg, req->method, gw__route_log_path(req->url), req->status, micros,
+                    toe, req->client != NULL ? req->client->name : NULL);
+    gw__metrics_observe(&srv->rt.metrics, req->route != NULL ? (int)req->route->id : GW_R_NONE,
                         req->status, micros);
     if (req->client != NULL) {
-        gw__metrics_client(&srv->metrics, req->client->name, req->status);
+        gw__metrics_client(&srv->rt.metrics, req->client->name, req->status);
     }
     if (req->op_state != NULL && req->op->completed != NULL) {
         req->op->completed(req, toe);
@@ -177,9 +178,9 @@ static size_t no_unescape(void *cls, struct MHD_Connection *conn, char *s)
 /* The waiters' thread, then the pipelines' (a waiter's attempt may be in one). */
 static void stop_threads(gw_server *srv)
 {
-    gw__waitq_stop(srv->waitq);
-    srv->waitq = NULL;
-    gw__pipes_stop(srv);
+    gw__waitq_stop(srv->rt.waitq);
+    srv->rt.waitq = NULL;
+    gw__pipes_stop(&srv->rt);
 }
 
 unsigned int gw__server_loops(const gw_config *cfg)
@@ -248,22 +249,22 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
     if (srv->tls != NULL) {
         gw__tls_options(srv->tls, tls_opts);
     }
-    unsigned int n = gw__server_loops(srv->cfg);
+    unsigned int n = gw__server_loops(srv->rt.cfg);
     /* Each daemon its share of the limit, the remainder to the first ones, as
      * libmicrohttpd's pool split it. */
-    unsigned int share = (unsigned int)srv->cfg->max_connections / n;
-    unsigned int extra = (unsigned int)srv->cfg->max_connections % n;
+    unsigned int share = (unsigned int)srv->rt.cfg->max_connections / n;
+    unsigned int extra = (unsigned int)srv->rt.cfg->max_connections % n;
 
-    srv->loops = gw__loops_new(n, (unsigned int)srv->cfg->max_connections_per_address,
-                               address_refused, (void *)srv->cfg, err, errlen);
-    if (srv->loops == NULL) {
+    srv->rt.loops = gw__loops_new(n, (unsigned int)srv->rt.cfg->max_connections_per_address,
+                               address_refused, (void *)srv->rt.cfg, err, errlen);
+    if (srv->rt.loops == NULL) {
         return -1;
     }
     for (unsigned int i = 0; i < n; i++) {
         struct MHD_Daemon *d = MHD_start_daemon(
-            flags, 0, gw__loops_accept, srv->loops, access_handler, srv,
+            flags, 0, gw__loops_accept, srv->rt.loops, access_handler, srv,
             /* First, so that libmicrohttpd's messages about the options below are ours. */
-            MHD_OPTION_EXTERNAL_LOGGER, gw__log_mhd, (void *)srv->cfg,
+            MHD_OPTION_EXTERNAL_LOGGER, gw__log_mhd, (void *)srv->rt.cfg,
             MHD_OPTION_LISTEN_SOCKET, srv->listen_fd,
             MHD_OPTION_CONNECTION_LIMIT, share + (i < extra ? 1 : 0),
             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)GW_CONN_TIMEOUT_S,
@@ -273,18 +274,18 @@ static int loops_start(gw_server *srv, int ipv6, char *err, size_t errlen)
             MHD_OPTION_URI_LOG_CALLBACK, gw__conn_request_line, NULL, MHD_OPTION_ARRAY,
             tls_opts, MHD_OPTION_END);
         if (d == NULL) {
-            snprintf(err, errlen, "cannot start HTTP loop %u on %s", i, srv->cfg->listen);
+            snprintf(err, errlen, "cannot start HTTP loop %u on %s", i, srv->rt.cfg->listen);
             return -1;
         }
-        if (gw__loops_set(srv->loops, i, d, err, errlen) != 0) {
+        if (gw__loops_set(srv->rt.loops, i, d, err, errlen) != 0) {
             return -1;
         }
     }
-    gw__loops_every(srv->loops, GW_REAP_MS, gw__conns_sweep, srv->conns);
+    gw__loops_every(srv->rt.loops, GW_REAP_MS, gw__conns_sweep, srv->conns);
     if (srv->chore != NULL) {
-        gw__loops_every(srv->loops, srv->chore_ms, srv->chore, srv);
+        gw__loops_every(srv->rt.loops, srv->chore_ms, srv->chore, &srv->rt);
     }
-    return gw__loops_start(srv->loops, err, errlen);
+    return gw__loops_start(srv->rt.loops, err, errlen);
 }
 
 /* Undoes what gw__server_start() did, in reverse; each step only when it was done. */
@@ -293,11 +294,11 @@ static void server_unwind(gw_server *srv)
     /* The loops stop first, so nothing submits to a pipeline any more; then waitd and the
      * pipelines, which may still be resuming connections of the last batch (the loops'
      * memory stays until then); then the daemons. */
-    gw__loops_join(srv->loops);
+    gw__loops_join(srv->rt.loops);
     stop_threads(srv);
-    gw__loops_free(srv->loops); /* the sweep with them; their closing notifications need the
-                                 * list, freed next */
-    srv->loops = NULL;
+    gw__loops_free(srv->rt.loops); /* the sweep with them; their closing notifications need
+                                    * the list, freed next */
+    srv->rt.loops = NULL;
     gw__conns_free(srv);
     if (srv->listen_fd >= 0) {
         close(srv->listen_fd);
@@ -310,15 +311,15 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     struct sockaddr_storage addr;
 
     srv->listen_fd = -1;
-    srv->loops = NULL;
-    if (gw__config_listen_addr(srv->cfg->listen, &addr, err, errlen) != 0) {
+    srv->rt.loops = NULL;
+    if (gw__config_listen_addr(srv->rt.cfg->listen, &addr, err, errlen) != 0) {
         return -1;
     }
-    if (gw__pipes_start(srv, err, errlen) != 0) {
+    if (gw__pipes_start(&srv->rt, err, errlen) != 0) {
         return -1;
     }
-    if (gw__waitq_start(srv, err, errlen) != 0) {
-        gw__pipes_stop(srv);
+    if (gw__waitq_start(&srv->rt, err, errlen) != 0) {
+        gw__pipes_stop(&srv->rt);
         return -1;
     }
     srv->conns = calloc(1, sizeof *srv->conns);
@@ -329,7 +330,7 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
     }
     pthread_mutex_init(&srv->conns->mu, NULL);
     srv->conns->srv = srv;
-    srv->listen_fd = listen_socket(srv->cfg, &addr, err, errlen);
+    srv->listen_fd = listen_socket(srv->rt.cfg, &addr, err, errlen);
     if (srv->listen_fd < 0 || loops_start(srv, addr.ss_family == AF_INET6, err, errlen) != 0) {
         server_unwind(srv);
         return -1;
@@ -351,10 +352,10 @@ int gw__server_start(gw_server *srv, char *err, size_t errlen)
 int gw__server_stop(gw_server *srv, int drain_ms)
 {
     atomic_store(&srv->shutting_down, 1);
-    gw__loops_quiesce(srv->loops);
+    gw__loops_quiesce(srv->rt.loops);
     close(srv->listen_fd); /* no loop has it any more: new connections are refused */
     srv->listen_fd = -1;
-    gw__waitq_shutdown(srv->waitq);
+    gw__waitq_shutdown(srv->rt.waitq);
     int64_t deadline = gw__now_us() + (int64_t)drain_ms * 1000;
     while (atomic_load(&srv->inflight) > 0) {
         if (gw__now_us() > deadline) {

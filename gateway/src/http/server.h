@@ -8,6 +8,7 @@
 #include <stddef.h>
 
 #include "http/request.h"
+#include "rt/gateway.h"
 
 /* The HTTP event loops the server runs (loops.c): --threads, each with its own daemon and
  * any number of connections, but no more than --max-connections. */

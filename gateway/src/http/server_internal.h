@@ -14,6 +14,7 @@
 #include <microhttpd.h>
 
 #include "http/request.h"
+#include "rt/gateway.h"
 #include "rt/loops.h"
 
 typedef struct gw_conn {

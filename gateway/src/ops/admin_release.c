@@ -24,7 +24,7 @@
 /* A forced release on the side pipeline. Freed at completion. */
 struct gw_admin_release {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     char resource[LK_RESOURCE_MAX + 1];
     char reason[REASON_MAX + 1];  /* printable_reason() of the client's text */
     char client[160];             /* the client's name (with --clients) and address */
@@ -64,21 +64,21 @@ static void client_of(struct MHD_Connection *conn, char *buf, size_t len)
 static void release_work(gw_job *job)
 {
     struct gw_admin_release *ar = job->arg;
-    gw_server *srv = ar->srv;
-    lk_client *c = gw__client(srv);
+    gw_rt *rt = ar->rt;
+    lk_client *c = gw__client(rt);
 
     if (c == NULL) {
         ar->out.lk = LK_ENOMEM;
         return;
     }
-    gw__fence_force(&srv->fence, c, ar->resource, &ar->out);
-    gw__note_redis(srv, ar->out.lk);
+    gw__fence_force(&rt->fence, c, ar->resource, &ar->out);
+    gw__note_redis(rt, ar->out.lk);
     if (ar->out.lk >= LK_EINVAL) {
         snprintf(ar->err, sizeof ar->err, "%s", lk_errstr(c));
     }
     if (ar->out.lk == LK_RELEASED) {
         /* Logged once Redis freed it, whatever the store says next: the lock is gone. */
-        gw__log_event(srv->cfg, "warn",
+        gw__log_event(rt->cfg, "warn",
                       "forced release of %s by client %s: token %lld fenced by %lld%s; "
                       "reason: %s",
                       ar->resource, ar->client, (long long)ar->out.token,
@@ -115,7 +115,7 @@ static enum MHD_Result release_start(gw_request *req)
     }
     struct gw_admin_release *ar = calloc(1, sizeof *ar);
     if (ar != NULL) {
-        ar->srv = req->srv;
+        ar->rt = req->rt;
         snprintf(ar->resource, sizeof ar->resource, "%s", resource);
         printable_reason(ar->reason, sizeof ar->reason, reason);
         char addr[64];
@@ -125,17 +125,17 @@ static enum MHD_Result release_start(gw_request *req)
                  name != NULL ? " at " : "", addr);
     }
     json_decref(root);
-    return gw__pipe_offload(req, req->srv->side, ar, ar != NULL ? &ar->job : NULL,
+    return gw__pipe_offload(req, req->rt->side, ar, ar != NULL ? &ar->job : NULL,
                             release_work);
 }
 
 static enum MHD_Result release_resumed(gw_request *req)
 {
     const struct gw_admin_release *ar = req->op_state;
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
 
     if (ar->out.lk == LK_NOT_OWNER && ar->out.store == STORE_OK) {
-        atomic_fetch_add(&srv->metrics.admin_release[1], 1);
+        atomic_fetch_add(&rt->metrics.admin_release[1], 1);
         return gw__send_json(req, MHD_HTTP_OK, json_pack("{s:s, s:b}", "resource",
                                                           ar->resource, "released", 0));
     }
@@ -157,7 +157,7 @@ static enum MHD_Result release_resumed(gw_request *req)
             "the holder's token is refused while Redis keeps its counter",
             store_status_name(ar->out.store));
     }
-    atomic_fetch_add(&srv->metrics.admin_release[0], 1);
+    atomic_fetch_add(&rt->metrics.admin_release[0], 1);
     return gw__send_json(req, MHD_HTTP_OK,
                          json_pack("{s:s, s:b, s:I, s:I}", "resource", ar->resource,
                                    "released", 1, "fenced_token", (json_int_t)ar->out.token,

@@ -52,7 +52,7 @@ static json_t *nodes_json(const lk_topology *topo)
 /* What a /readyz or /metrics probe found, filled on a side thread. Freed at completion. */
 typedef struct probe {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     int ready;            /* 1: /readyz, 0: /metrics (both read the store too, a second step) */
     int have_client;      /* the side thread had an lk_client: topo is filled */
     lk_status redis;
@@ -65,8 +65,8 @@ static void probe_store_work(gw_job *job)
 {
     probe *p = job->arg;
     uint64_t highest = 0;
-    p->storage = store_highest(p->srv->st, READY_PROBE_RESOURCE, &highest);
-    atomic_store(&p->srv->metrics.store_up, p->storage == STORE_OK);
+    p->storage = store_highest(p->rt->st, READY_PROBE_RESOURCE, &highest);
+    atomic_store(&p->rt->metrics.store_up, p->storage == STORE_OK);
 }
 
 /* After /readyz's PING: the same job goes on to the reads pipeline, which resumes the
@@ -77,7 +77,7 @@ static int probe_to_store(gw_job *job)
     probe *p = job->arg;
     job->work = probe_store_work;
     job->done = NULL;
-    gw__pipe_submit(p->srv->reads, job);
+    gw__pipe_submit(p->rt->reads, job);
     return 0;
 }
 
@@ -85,15 +85,15 @@ static int probe_to_store(gw_job *job)
 static void probe_work(gw_job *job)
 {
     probe *p = job->arg;
-    lk_client *c = gw__client(p->srv);
+    lk_client *c = gw__client(p->rt);
 
     p->redis = c != NULL ? lk_ping(c) : LK_ENOMEM;
     if (c != NULL) {
         p->have_client = 1;
         lk_client_topology(c, &p->topo);
-        gw__metrics_note_topology(&p->srv->metrics, &p->topo);
+        gw__metrics_note_topology(&p->rt->metrics, &p->topo);
     }
-    atomic_store(&p->srv->metrics.redis_up, p->redis == LK_OK);
+    atomic_store(&p->rt->metrics.redis_up, p->redis == LK_OK);
 }
 
 /* Starts a probe: the request is suspended until the side pipeline has run it. */
@@ -101,24 +101,24 @@ static enum MHD_Result probe_start(gw_request *req, int ready)
 {
     probe *p = calloc(1, sizeof *p);
     if (p != NULL) {
-        p->srv = req->srv;
+        p->rt = req->rt;
         p->ready = ready;
         p->job.done = probe_to_store;
     }
-    return gw__pipe_offload(req, req->srv->side, p, p != NULL ? &p->job : NULL, probe_work);
+    return gw__pipe_offload(req, req->rt->side, p, p != NULL ? &p->job : NULL, probe_work);
 }
 
 /* {"kind", "master", "failovers", "url"[, "nodes"]} of the Redis deployment, as the probe's
  * handle saw it ("nodes" for Redlock). The URL comes redacted: the password never leaves
  * the process. */
-static json_t *topology_json(gw_server *srv, const lk_topology *topo)
+static json_t *topology_json(gw_rt *rt, const lk_topology *topo)
 {
-    char url[sizeof srv->cfg->redis_url + 8];
+    char url[sizeof rt->cfg->redis_url + 8];
 
-    gw__config_redact_url(srv->cfg->redis_url, url, sizeof url);
+    gw__config_redact_url(rt->cfg->redis_url, url, sizeof url);
     json_t *j = json_pack("{s:s, s:s, s:I, s:s}", "kind", lk_topology_name(topo->kind),
                           "master", topo->master, "failovers",
-                          (json_int_t)atomic_load(&srv->metrics.redis_failovers), "url", url);
+                          (json_int_t)atomic_load(&rt->metrics.redis_failovers), "url", url);
     if (j != NULL && topo->nnodes > 0) {
         json_object_set_new(j, "nodes", nodes_json(topo));
     }
@@ -132,7 +132,7 @@ static enum MHD_Result readyz_start(gw_request *req)
 
 static enum MHD_Result readyz_resumed(gw_request *req)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
     const probe *p = req->op_state;
     int redis_ok = p->redis == LK_OK;
     int storage_ok = p->storage == STORE_OK;
@@ -140,18 +140,18 @@ static enum MHD_Result readyz_resumed(gw_request *req)
     if (redis_ok && storage_ok) {
         return gw__send_json(req, MHD_HTTP_OK,
                              json_pack("{s:s, s:s, s:s, s:s, s:o}", "status", "ready", "redis",
-                                       "up", "storage", "up", "store", srv->store_desc,
-                                       "topology", topology_json(srv, &p->topo)));
+                                       "up", "storage", "up", "store", rt->store_desc,
+                                       "topology", topology_json(rt, &p->topo)));
     }
     const char *failed = !redis_ok && !storage_ok ? "redis and storage"
                          : !redis_ok             ? "redis"
                                                  : "storage";
     json_t *details = json_pack("{s:s, s:s, s:s}", "redis", redis_ok ? "up" : "down",
                                 "storage", storage_ok ? "up" : "down", "store",
-                                srv->store_desc);
+                                rt->store_desc);
     if (details != NULL && p->have_client) {
         /* Which nodes are down or held out (Redlock) is what an operator needs here. */
-        json_object_set_new(details, "topology", topology_json(srv, &p->topo));
+        json_object_set_new(details, "topology", topology_json(rt, &p->topo));
     }
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", details,
                           "%s unavailable", failed);
@@ -169,7 +169,7 @@ static enum MHD_Result metrics_resumed(gw_request *req)
     size_t len = 0;
     const probe *p = req->op_state;
 
-    char *text = gw__metrics_render(&req->srv->metrics, &p->topo, &len);
+    char *text = gw__metrics_render(&req->rt->metrics, &p->topo, &len);
     if (text == NULL) {
         return gw__send_error(req, MHD_HTTP_INTERNAL_SERVER_ERROR, "internal_error", NULL,
                               "out of memory while rendering metrics");

@@ -95,16 +95,16 @@
 static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held_ms,
                         int64_t token, enum MHD_Result *result)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
     lk_result res = {.ttl_ms = held_ms, .queue_pos = -1};
 
     call->stage = LOCK_PARKED;
     /* As if Redis had answered HELD with the known holder's token: a release message of an
      * older hold since this request began (a hand-off's, say) does not send it to Redis. */
-    switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms, held_ms,
+    switch (gw__wait_park(rt->waitq, &call->waiter, req->conn, call->deadline_ms, held_ms,
                           token)) {
     case GW_PARKED:
-        atomic_fetch_add(&srv->metrics.parked_unasked, 1);
+        atomic_fetch_add(&rt->metrics.parked_unasked, 1);
         *result = MHD_YES;
         return 1;
     case GW_PARK_SHUTDOWN:
@@ -126,18 +126,18 @@ static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held
  * and again when a release came during an attempt. */
 static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
 
     call->waiting = (unsigned char)(call->wants_wait && !call->last);
     call->waiter.fair = call->fair;
-    if (call->waiting && gw__wait_begin(srv->waitq, &call->waiter, call->turn.resource) != 0) {
+    if (call->waiting && gw__wait_begin(rt->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
     /* Not for a shared request: a known holder may be a shared one it would join. */
     if (call->waiting && !call->fair && !call->shared && call->idem_key[0] == '\0' &&
         call->supersede == 0) {
         int64_t token = 0;
-        int64_t held_ms = gw__wait_known_held(srv->waitq, &call->waiter, call->owner, &token);
+        int64_t held_ms = gw__wait_known_held(rt->waitq, &call->waiter, call->owner, &token);
         if (held_ms > 0 && call->deadline_ms > gw__now_ms()) {
             enum MHD_Result parked = 0;
             if (park_unasked(req, call, held_ms, token, &parked)) {
@@ -146,7 +146,7 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
         }
     }
     MHD_suspend_connection(req->conn);
-    (void)gw__lock_attempt_send(srv, call, req->conn);
+    (void)gw__lock_attempt_send(rt, call, req->conn);
     return MHD_YES;
 }
 
@@ -180,7 +180,7 @@ static int refused_fresh_grant(gw_request *req, struct gw_lock_call *call, const
     call->grant_tries++;
     call->turn.min_floor = (int64_t)call->turn.granted;
     call->supersede = call->idem_key[0] != '\0' ? res->token : 0;
-    atomic_fetch_add(&req->srv->metrics.floor_corrections, 1);
+    atomic_fetch_add(&req->rt->metrics.floor_corrections, 1);
     return 1;
 }
 
@@ -188,7 +188,7 @@ static int refused_fresh_grant(gw_request *req, struct gw_lock_call *call, const
  * lock is held and wait time is left (see waiters.c). */
 static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
     gw_attempt *at = call->attempt;
     lk_result res;
     lk_status st;
@@ -211,7 +211,7 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         call->marked = (unsigned char)at->call.others_waiting;
         snprintf(why, sizeof why, "%s", at->call.err);
         gw__lock_attempt_free(at);
-        gw__note_redis(srv, st);
+        gw__note_redis(rt, st);
     } else {
         st = call->turn.refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
     }
@@ -226,7 +226,7 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         return gw__lock_answer_attempt(req, call, st, &res, why);
     }
     call->stage = LOCK_PARKED; /* what resumes it now, unless it is answered below */
-    switch (gw__wait_park(srv->waitq, &call->waiter, req->conn, call->deadline_ms,
+    switch (gw__wait_park(rt->waitq, &call->waiter, req->conn, call->deadline_ms,
                           res.ttl_ms >= 0 ? res.ttl_ms : -1, res.holder_token)) {
     case GW_PARKED:
         return MHD_YES;
@@ -258,7 +258,7 @@ static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
         /* Gone, or closed its side: a lock taken now might be for nobody, so end without
          * acting. A release it was woken for is passed on to the next waiter
          * (gw__wait_end). A client that only half-closed still reads: tell it why. */
-        gw__wait_end(req->srv->waitq, w, -1, 0);
+        gw__wait_end(req->rt->waitq, w, -1, 0);
         gw__lock_leave_fair_queue(req, call);
         gw__lock_count_acquire(req, GW_ACQ_abandoned);
         if (peer != GW_PEER_EOF) {
@@ -327,7 +327,7 @@ static enum MHD_Result lock_start(gw_request *req)
         json_decref(root);
         return result;
     }
-    if (a.fair && strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
+    if (a.fair && strncmp(req->rt->cfg->redis_url, "redlock://", 10) == 0) {
         /* A FIFO queue across independent masters is not built: say so instead of giving
          * a lock that is not fair (docs/topologies.md, "Redlock"). */
         gw__lock_count_acquire(req, GW_ACQ_invalid);
@@ -355,15 +355,15 @@ static enum MHD_Result lock_start(gw_request *req)
     call->wants_wait = (unsigned char)(a.wait_ms > 0);
     if (call->wants_wait) {
         /* Past its address's share of waiters it may still take a free lock, but not wait. */
-        call->wait_place = (unsigned char)gw__loops_wait_take(req->srv->loops, req->slot);
+        call->wait_place = (unsigned char)gw__loops_wait_take(req->rt->loops, req->slot);
         call->over_share = (unsigned char)!call->wait_place;
         call->wants_wait = call->wait_place;
     }
     call->client_place = -1;
-    if (call->wants_wait && req->client != NULL && req->srv->cfg->clients_file[0] != '\0') {
+    if (call->wants_wait && req->client != NULL && req->rt->cfg->clients_file[0] != '\0') {
         /* And past its client's share, so one client cannot take every waiter. */
-        call->client_place = gw__metrics_client_wait_take(&req->srv->metrics, req->client->name,
-                                                          gw__lock_client_waiters(req->srv));
+        call->client_place = gw__metrics_client_wait_take(&req->rt->metrics, req->client->name,
+                                                          gw__lock_client_waiters(req->rt));
         call->over_client = (unsigned char)(call->client_place < 0);
         call->over_share = call->over_client;
         call->wants_wait = !call->over_client;
@@ -399,7 +399,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (at != NULL && at->call.status == LK_ACQUIRED) {
         call->fair_queued = 0; /* the script took it off the queue */
     }
-    gw__wait_end(req->srv->waitq, &call->waiter, -1, 0);
+    gw__wait_end(req->rt->waitq, &call->waiter, -1, 0);
     gw__lock_leave_fair_queue(req, call);
     if (at != NULL) {
         /* The answer came in, but when the pipeline resumed the connection libmicrohttpd
@@ -409,7 +409,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
          * it). A replayed answer took nothing. */
         if (at->call.kind != LK_CALL_RELEASE && at->call.status == LK_ACQUIRED &&
             !at->call.res.replayed) {
-            gw__lock_give_back(req->srv, call, at->call.res.token, 0);
+            gw__lock_give_back(req->rt, call, at->call.res.token, 0);
         }
         call->attempt = NULL;
         gw__lock_attempt_free(at);
@@ -421,10 +421,10 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (call->acquired && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || reset)) {
         /* The answer never reached the client (it disconnected as the lock was taken):
          * give the hold back, so no lock stays held for a client that is gone. */
-        gw__lock_give_back(req->srv, call, call->token, 1);
+        gw__lock_give_back(req->rt, call, call->token, 1);
         /* Its outcome is that of a client gone as the lock was taken, as when that is seen
          * before answering. */
-        atomic_fetch_sub(&req->srv->metrics.acquire[call->counted - 1], 1);
+        atomic_fetch_sub(&req->rt->metrics.acquire[call->counted - 1], 1);
         gw__lock_count_acquire(req, GW_ACQ_abandoned);
     }
     if (!call->counted) {
@@ -432,11 +432,11 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
         gw__lock_count_acquire(req, GW_ACQ_abandoned);
     }
     if (call->wait_place) {
-        gw__loops_wait_give(req->srv->loops, req->slot);
+        gw__loops_wait_give(req->rt->loops, req->slot);
     }
-    gw__metrics_client_wait_give(&req->srv->metrics, call->client_place);
+    gw__metrics_client_wait_give(&req->rt->metrics, call->client_place);
     gw__session_lock_free(call);
-    gw__wait_free(req->srv->waitq, &call->waiter, call);
+    gw__wait_free(req->rt->waitq, &call->waiter, call);
     req->op_state = NULL;
 }
 

@@ -18,7 +18,7 @@
 void gw__lock_count_acquire(gw_request *req, gw_acquire_outcome o)
 {
     struct gw_lock_call *call = req->op_state;
-    atomic_fetch_add(&req->srv->metrics.acquire[o], 1);
+    atomic_fetch_add(&req->rt->metrics.acquire[o], 1);
     if (call != NULL) {
         call->counted = (unsigned char)(o + 1);
     }
@@ -39,9 +39,9 @@ enum MHD_Result gw__lock_answer_uncovered(gw_request *req, const struct gw_lock_
                               "the lock was not taken, retry",
                               (unsigned long long)token);
     }
-    gw__log_event(req->srv->cfg, "error", "token ledger: %s",
+    gw__log_event(req->rt->cfg, "error", "token ledger: %s",
                   store_status_str((store_status)call->turn.cover));
-    atomic_fetch_add(&req->srv->metrics.ledger_uncovered, 1);
+    atomic_fetch_add(&req->rt->metrics.ledger_uncovered, 1);
     gw__lock_count_acquire(req, GW_ACQ_error);
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                           "storage could not record the fencing token; the lock was not "
@@ -51,7 +51,7 @@ enum MHD_Result gw__lock_answer_uncovered(gw_request *req, const struct gw_lock_
 static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *call,
                                        const lk_result *res)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
 
     if (res->replayed) {
         gw__lock_count_acquire(req, GW_ACQ_replayed);
@@ -59,10 +59,10 @@ static enum MHD_Result answer_acquired(gw_request *req, struct gw_lock_call *cal
         gw__lock_count_acquire(req, GW_ACQ_reentered);
     } else {
         gw__lock_count_acquire(req, GW_ACQ_acquired);
-        atomic_fetch_add(&srv->metrics.locks_held, 1);
+        atomic_fetch_add(&rt->metrics.locks_held, 1);
     }
     if (res->floor_raised) {
-        atomic_fetch_add(&srv->metrics.floor_corrections, 1);
+        atomic_fetch_add(&rt->metrics.floor_corrections, 1);
     }
     call->acquired = (unsigned char)!res->replayed;
     call->token = res->token;
@@ -104,12 +104,12 @@ void gw__lock_leave_fair_queue(gw_request *req, struct gw_lock_call *call)
         return;
     }
     call->fair_queued = 0;
-    gw__lock_send_errand(req->srv, call, LK_CALL_FAIR_CANCEL, 0, 0);
+    gw__lock_send_errand(req->rt, call, LK_CALL_FAIR_CANCEL, 0, 0);
 }
 
 enum MHD_Result gw__lock_answer_stopped(gw_request *req, struct gw_lock_call *call)
 {
-    gw__wait_end(req->srv->waitq, &call->waiter, -1, 0);
+    gw__wait_end(req->rt->waitq, &call->waiter, -1, 0);
     gw__lock_leave_fair_queue(req, call);
     gw__lock_count_acquire(req, GW_ACQ_shutting_down);
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down", NULL,
@@ -121,10 +121,10 @@ enum MHD_Result gw__lock_answer_stopped(gw_request *req, struct gw_lock_call *ca
  * (over_share): 503 with a Retry-After of the holder's remaining lease (at least 1 s), when
  * the lock may be free and the waiters fewer. The connection stays open: a client's pool
  * sends its next request, one that does not wait, on it. */
-int gw__lock_client_waiters(const gw_server *srv)
+int gw__lock_client_waiters(const gw_rt *rt)
 {
     /* An eighth of --max-waiters stays for the other clients (at least one waiter each). */
-    int n = srv->cfg->max_waiters;
+    int n = rt->cfg->max_waiters;
     return n - n / 8 > 0 ? n - n / 8 : 1;
 }
 
@@ -135,12 +135,12 @@ enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock
     int64_t retry_ms = res->ttl_ms > 1000 ? res->ttl_ms : 1000;
     struct MHD_Response *resp = NULL;
 
-    gw__wait_end(req->srv->waitq, &call->waiter, -1, 0);
+    gw__wait_end(req->rt->waitq, &call->waiter, -1, 0);
     gw__lock_leave_fair_queue(req, call);
     gw__lock_count_acquire(req, GW_ACQ_unavailable);
     snprintf(retry, sizeof retry, "%lld", (long long)((retry_ms + 999) / 1000));
     if (call->over_client) {
-        int share = gw__lock_client_waiters(req->srv);
+        int share = gw__lock_client_waiters(req->rt);
         resp = gw__error_response(
             "too_many_waiters",
             json_pack("{s:s, s:I, s:i}", "resource", call->turn.resource, "retry_after_ms",
@@ -149,7 +149,7 @@ enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock
             "(a client's share of --max-waiters)",
             call->turn.resource, share, req->client != NULL ? req->client->name : "");
     } else if (call->over_share) {
-        unsigned int share = gw__loops_waiter_share(req->srv->loops);
+        unsigned int share = gw__loops_waiter_share(req->rt->loops);
         resp = gw__error_response(
             "too_many_waiters",
             json_pack("{s:s, s:I, s:I}", "resource", call->turn.resource, "retry_after_ms",
@@ -161,9 +161,9 @@ enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock
         resp = gw__error_response(
             "too_many_waiters",
             json_pack("{s:s, s:I, s:i}", "resource", call->turn.resource, "retry_after_ms",
-                      (json_int_t)retry_ms, "max_waiters", req->srv->cfg->max_waiters),
+                      (json_int_t)retry_ms, "max_waiters", req->rt->cfg->max_waiters),
             "%s is held by another owner, and %d requests are waiting already (--max-waiters)",
-            call->turn.resource, req->srv->cfg->max_waiters);
+            call->turn.resource, req->rt->cfg->max_waiters);
     }
     if (resp != NULL) {
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, retry);
@@ -175,7 +175,7 @@ enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock
 enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *call,
                                         lk_status st, const lk_result *res, const char *why)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
 
     int64_t held_ms = -1, holder_token = 0;
     if (st == LK_ACQUIRED) {
@@ -187,7 +187,7 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
         held_ms = res->ttl_ms;
         holder_token = res->holder_token;
     }
-    gw__wait_end(srv->waitq, &call->waiter, held_ms, holder_token);
+    gw__wait_end(rt->waitq, &call->waiter, held_ms, holder_token);
     if (st != LK_ACQUIRED) {
         gw__lock_leave_fair_queue(req, call);
     }
@@ -232,7 +232,7 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
              * again, so the shared requests a release woke come in one after another, and
              * the chain stops at the first waiter that is not granted (an exclusive one,
              * which parks again). */
-            gw__lock_hand_on(srv, call->turn.resource);
+            gw__lock_hand_on(rt, call->turn.resource);
         }
         enum MHD_Result answered = answer_acquired(req, call, res);
         if (call->acquired && peer == GW_PEER_EOF) {

@@ -76,7 +76,7 @@ void gw__lock_attempt_free(gw_attempt *at)
 }
 
 /* Fills the lock call of lc's attempt at (floor: the turn's, 0 for a shared attempt). */
-static void fill_attempt(gw_server *srv, struct gw_lock_call *lc, gw_attempt *at, int64_t floor,
+static void fill_attempt(gw_rt *rt, struct gw_lock_call *lc, gw_attempt *at, int64_t floor,
                          int64_t now_ms)
 {
     at->call.kind = lc->fair ? LK_CALL_ACQUIRE_FAIR : LK_CALL_ACQUIRE;
@@ -90,7 +90,7 @@ static void fill_attempt(gw_server *srv, struct gw_lock_call *lc, gw_attempt *at
      * release wakes may be the one that takes the lock. */
     at->call.others_waiting =
         !lc->fair && (lc->handed_off ||
-                      gw__wait_others(srv->waitq, &lc->waiter, lc->turn.resource));
+                      gw__wait_others(rt->waitq, &lc->waiter, lc->turn.resource));
     at->call.supersede = lc->supersede;
     at->call.shared = lc->shared;
     /* How much longer it waits if held: a waiting exclusive request holds new shared
@@ -126,7 +126,7 @@ static int shared_marked(gw_job *job)
 static int shared_answered(gw_job *job)
 {
     struct gw_lock_call *lc = job->arg;
-    gw_server *srv = job->ctx;
+    gw_rt *rt = job->ctx;
     const lk_call *call = job->call;
 
     if (call->status != LK_ACQUIRED || !call->res.shared || call->res.token <= 0) {
@@ -137,7 +137,7 @@ static int shared_answered(gw_job *job)
     job->grant = &lc->turn.grant;
     job->write = NULL;
     job->done = shared_marked;
-    gw__pipe_submit(srv->writer, job); /* job and lc may be gone from here on */
+    gw__pipe_submit(rt->writer, job); /* job and lc may be gone from here on */
     return 0;
 }
 
@@ -147,7 +147,7 @@ static int shared_answered(gw_job *job)
  * one may be freed by then). */
 static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
 {
-    gw_server *srv = f->owner;
+    gw_rt *rt = f->owner;
     struct gw_lock_call *lc = call_of_turn(t);
     int first = 1;
 
@@ -161,21 +161,21 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
         } else if ((at = attempt_new()) == NULL) {
             lc->turn.refused = ATTEMPT_NOMEM;
         } else {
-            fill_attempt(srv, lc, at, floor.floor, now_ms);
-            gw__wait_sending(srv->waitq, &lc->waiter);
+            fill_attempt(rt, lc, at, floor.floor, now_ms);
+            gw__wait_sending(rt->waitq, &lc->waiter);
             at->job.call = &at->call;
             at->job.conn = lc->waiter.conn;
             at->job.done = gw__fence_answered;
             at->job.arg = &lc->turn;
             at->job.ctx = f;
             lc->attempt = at;
-            gw__pipe_submit(srv->pipe, &at->job);
+            gw__pipe_submit(rt->pipe, &at->job);
             return first;
         }
         struct MHD_Connection *conn = lc->waiter.conn;
         struct gw_lock_call *next =
             call_of_turn(gw__fence_leave(f, &lc->turn, 0, &floor));
-        gw__loops_resume(srv->loops, conn); /* lc may be freed from here on */
+        gw__loops_resume(rt->loops, conn); /* lc may be freed from here on */
         lc = next;
         first = 0;
     }
@@ -193,11 +193,11 @@ static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
  * the stripe, so both orders agree. */
 static void attempt_held(gw_fence *f, gw_fence_turn *t)
 {
-    gw_server *srv = f->owner;
+    gw_rt *rt = f->owner;
     struct gw_lock_call *lc = call_of_turn(t);
 
     if (lc->fair) {
-        gw__wait_place(srv->waitq, &lc->waiter);
+        gw__wait_place(rt->waitq, &lc->waiter);
     }
 }
 
@@ -211,12 +211,12 @@ static void attempt_held(gw_fence *f, gw_fence_turn *t)
  * out without its hand-off. */
 static void attempt_acquired(gw_fence *f, gw_fence_turn *t, const lk_call *call)
 {
-    gw_server *srv = f->owner;
+    gw_rt *rt = f->owner;
     struct gw_lock_call *lc = call_of_turn(t);
     const lk_result *res = &call->res;
 
     if (call->others_waiting && !res->replayed && res->holds == 1 && !res->shared) {
-        gw__wait_note_holder(srv->waitq, &lc->waiter, lc->owner, res->token,
+        gw__wait_note_holder(rt->waitq, &lc->waiter, lc->owner, res->token,
                              res->ttl_ms > 0 ? res->ttl_ms : lc->ttl_ms);
     }
 }
@@ -225,8 +225,8 @@ static void attempt_acquired(gw_fence *f, gw_fence_turn *t, const lk_call *call)
  * answered attempt's token goes to the storage writer, which resumes the connection. */
 static void attempt_grant(gw_fence *f, gw_job *job)
 {
-    gw_server *srv = f->owner;
-    gw__pipe_submit(srv->writer, job);
+    gw_rt *rt = f->owner;
+    gw__pipe_submit(rt->writer, job);
 }
 
 const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_acquired,
@@ -260,7 +260,7 @@ const gw_fence_ops gw__lock_fence_ops = {stripe_send, attempt_held, attempt_acqu
 struct gw_errand {
     gw_job job;
     lk_call call;
-    gw_server *srv;
+    gw_rt *rt;
     unsigned char uncount_held;          /* a RELEASED answer ends a counted hold */
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };
@@ -278,7 +278,7 @@ static int errand_done(gw_job *job)
 {
     struct gw_errand *e = job->arg;
     if (e->uncount_held && e->call.status == LK_RELEASED) {
-        atomic_fetch_sub(&e->srv->metrics.locks_held, 1);
+        atomic_fetch_sub(&e->rt->metrics.locks_held, 1);
     }
     free(e);
     return 1;
@@ -287,7 +287,7 @@ static int errand_done(gw_job *job)
 /* Sends a give-back of token (kind LK_CALL_RELEASE) or a fair-queue exit
  * (LK_CALL_FAIR_CANCEL) for call's resource and owner, answered by nobody. Out of memory, it
  * is not sent: the hold ends with its lease, the queue entry at its deadline. */
-void gw__lock_send_errand(gw_server *srv, const struct gw_lock_call *call, lk_call_kind kind,
+void gw__lock_send_errand(gw_rt *rt, const struct gw_lock_call *call, lk_call_kind kind,
                           int64_t token, int uncount_held)
 {
     const char *idem = kind == LK_CALL_RELEASE ? call->idem_key : "";
@@ -300,7 +300,7 @@ void gw__lock_send_errand(gw_server *srv, const struct gw_lock_call *call, lk_ca
     memcpy(e->text, call->turn.resource, rlen);
     memcpy(e->text + rlen, call->owner, olen);
     memcpy(e->text + rlen + olen, idem, ilen);
-    e->srv = srv;
+    e->rt = rt;
     e->uncount_held = (unsigned char)uncount_held;
     e->call.kind = kind;
     e->call.resource = e->text;
@@ -310,14 +310,14 @@ void gw__lock_send_errand(gw_server *srv, const struct gw_lock_call *call, lk_ca
     e->job.call = &e->call;
     e->job.done = errand_done;
     e->job.arg = e;
-    gw__pipe_submit(srv->pipe, &e->job);
+    gw__pipe_submit(rt->pipe, &e->job);
 }
 
 /* A give-back of a hold whose client is gone or whose request has ended. */
-void gw__lock_give_back(gw_server *srv, const struct gw_lock_call *call, int64_t token,
+void gw__lock_give_back(gw_rt *rt, const struct gw_lock_call *call, int64_t token,
                         int uncount_held)
 {
-    gw__lock_send_errand(srv, call, LK_CALL_RELEASE, token, uncount_held);
+    gw__lock_send_errand(rt, call, LK_CALL_RELEASE, token, uncount_held);
 }
 
 /* Gives back the hold of token, taken by this request's last attempt, through the Redis
@@ -329,7 +329,7 @@ enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, i
     if (at == NULL) {
         /* Out of memory: the give-back goes on its own, and the connection is closed
          * rather than answered before it. */
-        gw__lock_give_back(req->srv, call, token, 0);
+        gw__lock_give_back(req->rt, call, token, 0);
         return MHD_NO;
     }
     at->call.kind = LK_CALL_RELEASE;
@@ -344,7 +344,7 @@ enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, i
     call->then = (unsigned char)then;
     call->stage = LOCK_GIVING_BACK;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(req->srv->pipe, &at->job);
+    gw__pipe_submit(req->rt->pipe, &at->job);
     return MHD_YES;
 }
 
@@ -352,7 +352,7 @@ enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, i
  * pipeline (see "Attempts in the pipeline"). Returns 1 when it went to the pipeline now; 0
  * when it waits for its stripe, or was answered without Redis (then it may be resumed, and
  * even freed, already). */
-int gw__lock_attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_Connection *conn)
+int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connection *conn)
 {
     call->turn.refused = ATTEMPT_ASKED;
     call->turn.cover = STORE_OK;
@@ -366,22 +366,22 @@ int gw__lock_attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_
         gw_attempt *at = attempt_new();
         if (at == NULL) {
             call->turn.refused = ATTEMPT_NOMEM;
-            gw__loops_resume(srv->loops, conn);
+            gw__loops_resume(rt->loops, conn);
             return 0;
         }
-        fill_attempt(srv, call, at, 0, gw__now_ms());
+        fill_attempt(rt, call, at, 0, gw__now_ms());
         at->job.call = &at->call;
         at->job.conn = conn;
         at->job.done = shared_answered;
         at->job.arg = call;
-        at->job.ctx = srv;
+        at->job.ctx = rt;
         call->attempt = at;
-        gw__pipe_submit(srv->pipe, &at->job);
+        gw__pipe_submit(rt->pipe, &at->job);
         return 1;
     }
     gw_floor floor;
-    if (gw__fence_enter(&srv->fence, &call->turn, &floor)) {
-        return stripe_send_first(&srv->fence, &call->turn, floor);
+    if (gw__fence_enter(&rt->fence, &call->turn, &floor)) {
+        return stripe_send_first(&rt->fence, &call->turn, floor);
     }
     return 0; /* the fence sends it in turn */
 }
@@ -426,14 +426,14 @@ int gw__lock_attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_
  *   - The hand-off waiter's own deadline is due: claimed only when no other parked waiter
  *     has time left, as a wake would choose (rt/waitq.c, gw__wq_wake_one).
  */
-int gw__lock_handoff(gw_server *srv, const char *resource)
+int gw__lock_handoff(gw_rt *rt, const char *resource)
 {
     /* Most unlocks have nobody parked anywhere: no lock to take, no lookup. A waiter that
      * parks meanwhile is woken by the release's message, as without hand-offs. */
-    if (atomic_load(&srv->metrics.waiters_parked) <= 0) {
+    if (atomic_load(&rt->metrics.waiters_parked) <= 0) {
         return 0;
     }
-    gw_waiter *w = gw__wait_claim(srv->waitq, resource);
+    gw_waiter *w = gw__wait_claim(rt->waitq, resource);
     if (w == NULL) {
         return 0;
     }
@@ -442,22 +442,22 @@ int gw__lock_handoff(gw_server *srv, const char *resource)
     call->last = 0;
     call->waiting = 1; /* it parked, so it waits, and its reference is held */
     call->handed_off = 1;
-    if (!gw__lock_attempt_send(srv, call, w->conn)) {
-        gw__wait_handoff_settled(srv->waitq, resource, 0); /* call may be gone: not read */
+    if (!gw__lock_attempt_send(rt, call, w->conn)) {
+        gw__wait_handoff_settled(rt->waitq, resource, 0); /* call may be gone: not read */
         return 0;
     }
-    atomic_fetch_add(&srv->metrics.handoffs, 1);
+    atomic_fetch_add(&rt->metrics.handoffs, 1);
     return 1;
 }
 
-void gw__lock_hand_on(gw_server *srv, const char *resource)
+void gw__lock_hand_on(gw_rt *rt, const char *resource)
 {
-    if (atomic_load(&srv->metrics.waiters_parked) <= 0) {
+    if (atomic_load(&rt->metrics.waiters_parked) <= 0) {
         return;
     }
-    if (gw__lock_handoff(srv, resource)) {
-        gw__wait_handoff_settled(srv->waitq, resource, 0);
+    if (gw__lock_handoff(rt, resource)) {
+        gw__wait_handoff_settled(rt->waitq, resource, 0);
     } else {
-        gw__wait_kick_set(srv->waitq, resource);
+        gw__wait_kick_set(rt->waitq, resource);
     }
 }

@@ -6,21 +6,21 @@
 #define GATEWAY_LOCK_ATTEMPT_H
 
 #include "core/fence.h"
-#include "rt/gateway.h"
+#include "rt/runtime.h"
 
 /* How the fence sends /lock attempts and tells them a HELD answer (fence.h), for
  * gw__fence_init(). */
 extern const gw_fence_ops gw__lock_fence_ops;
-/* For an /unlock of resource, between gw__pipe_hold() and gw__pipe_flush() on srv->pipe,
+/* For an /unlock of resource, between gw__pipe_hold() and gw__pipe_flush() on rt->pipe,
  * right after submitting its release: sends the attempt of a waiter parked on resource
  * here, if any, so that it follows the release in the same batch (lock_attempt.c,
  * "Hand-offs"). Returns 1 when it did: the release's answer must then reach
  * gw__wait_handoff_settled(). */
-int gw__lock_handoff(gw_server *srv, const char *resource);
+int gw__lock_handoff(gw_rt *rt, const char *resource);
 /* After a shared grant of resource that marked it wanted: this gateway's parked waiters
  * there may join. The first is handed an attempt (gw__lock_handoff, no release behind it);
  * a set first in line, which is never handed one, is woken instead (gw__wait_kick_set). A
  * shared request granted so hands on again, so the chain goes through sets as well. */
-void gw__lock_hand_on(gw_server *srv, const char *resource);
+void gw__lock_hand_on(gw_rt *rt, const char *resource);
 
 #endif

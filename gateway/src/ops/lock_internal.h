@@ -103,7 +103,7 @@ enum MHD_Result gw__lock_answer_uncovered(gw_request *req, const struct gw_lock_
                                           int64_t token);
 enum MHD_Result gw__lock_answer_stopped(gw_request *req, struct gw_lock_call *call);
 /* The most parked /locks of one client (--clients): all but an eighth of --max-waiters. */
-int gw__lock_client_waiters(const gw_server *srv);
+int gw__lock_client_waiters(const gw_rt *rt);
 enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock_call *call,
                                                  const lk_result *res);
 enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *call,
@@ -112,10 +112,10 @@ enum MHD_Result gw__lock_answer_attempt(gw_request *req, struct gw_lock_call *ca
 /* ---- lock_attempt.c: attempts, give-backs and fair-queue exits (comments there) ----- */
 
 void gw__lock_attempt_free(gw_attempt *at);
-int gw__lock_attempt_send(gw_server *srv, struct gw_lock_call *call, struct MHD_Connection *conn);
-void gw__lock_send_errand(gw_server *srv, const struct gw_lock_call *call, lk_call_kind kind,
+int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connection *conn);
+void gw__lock_send_errand(gw_rt *rt, const struct gw_lock_call *call, lk_call_kind kind,
                           int64_t token, int uncount_held);
-void gw__lock_give_back(gw_server *srv, const struct gw_lock_call *call, int64_t token,
+void gw__lock_give_back(gw_rt *rt, const struct gw_lock_call *call, int64_t token,
                         int uncount_held);
 enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, int64_t token,
                                    int then);

@@ -9,7 +9,7 @@
  *   PARKED      resumed by waiters.c (set_woken): attempt again, or answer;
  *   completed   end the wait, give back a set whose answer did not reach the client.
  *
- * An attempt runs on a thread of the set pipeline (srv->sets: it blocks on its stripes,
+ * An attempt runs on a thread of the set pipeline (rt->sets: it blocks on its stripes,
  * Redis and the store, never a loop thread):
  * core/fence_set.c holds the stripes of the set's resources, computes their floors,
  * acquires the whole set in one Redis pipeline (lk_acquire_many) and makes the ledger cover
@@ -67,7 +67,7 @@ typedef enum set_stage { SET_WORKING, SET_PARKED } set_stage;
 /* A POST /lock of a set in progress. Freed at request completion (gw__wait_free). */
 struct gw_set_call {
     gw_job job;                          /* the attempt on the set pipeline */
-    gw_server *srv;
+    gw_rt *rt;
     size_t n;
     const char *owner;
     const char *idem_key;                /* "" for none */
@@ -96,15 +96,15 @@ struct gw_set_call {
 static void set_sending(void *arg)
 {
     struct gw_set_call *sc = arg;
-    gw__wait_sending(sc->srv->waitq, &sc->waiter);
+    gw__wait_sending(sc->rt->waitq, &sc->waiter);
 }
 
 /* The attempt, on a thread of the set pipeline. */
 static void set_work(gw_job *job)
 {
     struct gw_set_call *sc = job->arg;
-    gw_server *srv = sc->srv;
-    lk_client *c = gw__client(srv);
+    gw_rt *rt = sc->rt;
+    lk_client *c = gw__client(rt);
 
     if (c == NULL) {
         sc->acq.lk = LK_ENOMEM;
@@ -117,7 +117,7 @@ static void set_work(gw_job *job)
     left = left > 0 ? (left < LK_WAIT_MAX_MS ? left : LK_WAIT_MAX_MS) : 0;
     for (size_t i = 0; i < sc->n; i++) {
         sc->items[i].others_waiting =
-            gw__wait_others(srv->waitq, &sc->waiter, sc->items[i].resource);
+            gw__wait_others(rt->waitq, &sc->waiter, sc->items[i].resource);
         sc->items[i].wait_ms = left;
     }
     sc->acq.items = sc->items;
@@ -128,16 +128,16 @@ static void set_work(gw_job *job)
     sc->acq.shared = sc->shared;
     sc->acq.sending = set_sending;
     sc->acq.sending_arg = sc;
-    if (gw__session_set_lease(srv, c, &sc->ses, &sc->ttl_ms, &sc->acq.lk, sc->acq.err,
+    if (gw__session_set_lease(rt, c, &sc->ses, &sc->ttl_ms, &sc->acq.lk, sc->acq.err,
                               sizeof sc->acq.err) != 0) {
         return;
     }
     sc->acq.lease_ms = sc->ttl_ms;
-    gw__fence_acquire_set(&srv->fence, c, &sc->acq);
-    gw__note_redis(srv, sc->acq.lk);
-    atomic_fetch_add(&srv->metrics.floor_corrections, (unsigned)sc->acq.floor_corrections);
+    gw__fence_acquire_set(&rt->fence, c, &sc->acq);
+    gw__note_redis(rt, sc->acq.lk);
+    atomic_fetch_add(&rt->metrics.floor_corrections, (unsigned)sc->acq.floor_corrections);
     if (sc->acq.lk == LK_ACQUIRED && sc->acq.cover == STORE_OK) {
-        gw__session_set_join(srv, c, &sc->ses, sc->owner, sc->idem_key, sc->items, sc->n,
+        gw__session_set_join(rt, c, &sc->ses, sc->owner, sc->idem_key, sc->items, sc->n,
                              sc->acq.err, sizeof sc->acq.err);
     }
 }
@@ -145,19 +145,19 @@ static void set_work(gw_job *job)
 static enum MHD_Result set_attempt(gw_request *req, struct gw_set_call *sc)
 {
     if (sc->target >= 0 &&
-        gw__wait_begin(sc->srv->waitq, &sc->waiter, sc->items[sc->target].resource) != 0) {
+        gw__wait_begin(sc->rt->waitq, &sc->waiter, sc->items[sc->target].resource) != 0) {
         sc->target = -1; /* without memory it does not wait: this attempt is its last */
         sc->wants_wait = 0;
     }
     sc->stage = SET_WORKING;
     sc->looked = 0;
-    return gw__pipe_offload(req, sc->srv->sets, sc, &sc->job, set_work);
+    return gw__pipe_offload(req, sc->rt->sets, sc, &sc->job, set_work);
 }
 
 /* A give-back of a set whose answer did not reach its client, answered by nobody. */
 struct set_errand {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     size_t n;
     int uncount;                         /* its holds were counted in locks_held */
     const char *owner;
@@ -169,13 +169,13 @@ struct set_errand {
 static void errand_work(gw_job *job)
 {
     struct set_errand *e = job->arg;
-    lk_client *c = gw__client(e->srv);
+    lk_client *c = gw__client(e->rt);
     if (c != NULL) {
         lk_undo_many(c, e->items, e->n, e->owner, e->idem_key);
         for (size_t i = 0; i < e->n; i++) {
             if (e->uncount && e->items[i].undone && e->items[i].res.holds == 1 &&
                 !e->items[i].res.replayed) {
-                atomic_fetch_sub(&e->srv->metrics.locks_held, 1);
+                atomic_fetch_sub(&e->rt->metrics.locks_held, 1);
             }
         }
     }
@@ -206,7 +206,7 @@ static void give_back(struct gw_set_call *sc, int uncount)
     memcpy(p, sc->idem_key, ilen);
     e->idem_key = ilen > 1 ? p : NULL;
     p += ilen;
-    e->srv = sc->srv;
+    e->rt = sc->rt;
     e->n = sc->n;
     e->uncount = uncount;
     for (size_t i = 0; i < sc->n; i++) {
@@ -219,7 +219,7 @@ static void give_back(struct gw_set_call *sc, int uncount)
     e->job.work = errand_work;
     e->job.done = errand_done;
     e->job.arg = e;
-    gw__pipe_submit(sc->srv->sets, &e->job);
+    gw__pipe_submit(sc->rt->sets, &e->job);
 }
 
 /* 1 when every grant of the set replayed an earlier answer (it took nothing). */
@@ -235,7 +235,7 @@ static int all_replayed(const struct gw_set_call *sc)
 
 static void count(gw_request *req, gw_acquire_outcome o)
 {
-    atomic_fetch_add(&req->srv->metrics.acquire[o], 1);
+    atomic_fetch_add(&req->rt->metrics.acquire[o], 1);
 }
 
 /* 200 {"owner", "ttl_ms", "mode", "locks": [{"resource", "token", "mode"}, ...]} in the
@@ -257,7 +257,7 @@ static enum MHD_Result answer_granted(gw_request *req, struct gw_set_call *sc)
         }
         replayed &= r->replayed;
         if (!r->replayed && r->holds == 1) {
-            atomic_fetch_add(&req->srv->metrics.locks_held, 1);
+            atomic_fetch_add(&req->rt->metrics.locks_held, 1);
         }
     }
     count(req, replayed ? GW_ACQ_replayed : GW_ACQ_acquired);
@@ -323,7 +323,7 @@ static void hand_on(struct gw_set_call *sc)
     for (size_t i = 0; i < sc->n; i++) {
         const lk_many *it = &sc->items[i];
         if (it->others_waiting && !it->res.replayed) {
-            gw__lock_hand_on(sc->srv, it->resource);
+            gw__lock_hand_on(sc->rt, it->resource);
         }
     }
 }
@@ -333,7 +333,7 @@ static enum MHD_Result answer(gw_request *req, struct gw_set_call *sc)
 {
     gw_set_acq *a = &sc->acq;
 
-    gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+    gw__wait_end(sc->rt->waitq, &sc->waiter, -1, 0);
     if (sc->ses.lk != LK_OK) {
         count(req, sc->ses.lk == LK_NOT_OWNER ? GW_ACQ_invalid : GW_ACQ_error);
         return gw__session_refused(req, sc->ses.lease_known, sc->ses.lk, sc->ses.store,
@@ -354,7 +354,7 @@ static enum MHD_Result answer(gw_request *req, struct gw_set_call *sc)
         return answer_granted(req, sc);
     }
     if (a->lk == LK_ACQUIRED && sc->shared) {
-        atomic_fetch_add(&sc->srv->metrics.ledger_uncovered, 1);
+        atomic_fetch_add(&sc->rt->metrics.ledger_uncovered, 1);
         count(req, GW_ACQ_error);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not record the shared mark of token %lld of "
@@ -414,31 +414,31 @@ static enum MHD_Result set_answered(gw_request *req, struct gw_set_call *sc)
         /* Register on the held resource first, then attempt again: a park must follow an
          * attempt made after its registration, or a release in between would be missed. */
         if (sc->target >= 0) {
-            gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+            gw__wait_end(sc->rt->waitq, &sc->waiter, -1, 0);
         }
         sc->target = t;
         return set_attempt(req, sc);
     }
     const lk_result *r = &sc->items[t].res;
     sc->stage = SET_PARKED;
-    switch (gw__wait_park(sc->srv->waitq, &sc->waiter, req->conn, sc->deadline_ms,
+    switch (gw__wait_park(sc->rt->waitq, &sc->waiter, req->conn, sc->deadline_ms,
                           r->ttl_ms >= 0 ? r->ttl_ms : -1, r->holder_token)) {
     case GW_PARKED:
         return MHD_YES;
     case GW_PARK_RETRY:
         return set_attempt(req, sc);
     case GW_PARK_SHUTDOWN:
-        gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+        gw__wait_end(sc->rt->waitq, &sc->waiter, -1, 0);
         count(req, GW_ACQ_shutting_down);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down", NULL,
                               "the gateway is shutting down; retry on another instance");
     case GW_PARK_FULL:
-        gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+        gw__wait_end(sc->rt->waitq, &sc->waiter, -1, 0);
         count(req, GW_ACQ_unavailable);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "too_many_waiters",
-                              json_pack("{s:i}", "max_waiters", sc->srv->cfg->max_waiters),
+                              json_pack("{s:i}", "max_waiters", sc->rt->cfg->max_waiters),
                               "%d requests are waiting already (--max-waiters)",
-                              sc->srv->cfg->max_waiters);
+                              sc->rt->cfg->max_waiters);
     case GW_PARK_NOMEM:
         break;
     }
@@ -455,13 +455,13 @@ static enum MHD_Result set_woken(gw_request *req, struct gw_set_call *sc)
     MHD_set_connection_option(req->conn, MHD_CONNECTION_OPTION_TIMEOUT,
                               (unsigned int)GW_CONN_TIMEOUT_S);
     if (reason == GW_WAKE_SHUTDOWN) {
-        gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+        gw__wait_end(sc->rt->waitq, &sc->waiter, -1, 0);
         count(req, GW_ACQ_shutting_down);
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "shutting_down", NULL,
                               "the gateway is shutting down; retry on another instance");
     }
     if (reason == GW_WAKE_DISCONNECT || gw__conn_peer(req->conn) != GW_PEER_OPEN) {
-        gw__wait_end(sc->srv->waitq, &sc->waiter, -1, 0);
+        gw__wait_end(sc->rt->waitq, &sc->waiter, -1, 0);
         count(req, GW_ACQ_abandoned);
         return MHD_NO;
     }
@@ -486,11 +486,11 @@ static void take_places(gw_request *req, struct gw_set_call *sc)
     if (!sc->wants_wait) {
         return;
     }
-    sc->wait_place = (unsigned char)gw__loops_wait_take(req->srv->loops, req->slot);
+    sc->wait_place = (unsigned char)gw__loops_wait_take(req->rt->loops, req->slot);
     sc->wants_wait = sc->wait_place;
-    if (sc->wants_wait && req->client != NULL && req->srv->cfg->clients_file[0] != '\0') {
-        int n = req->srv->cfg->max_waiters;
-        sc->client_place = gw__metrics_client_wait_take(&req->srv->metrics, req->client->name,
+    if (sc->wants_wait && req->client != NULL && req->rt->cfg->clients_file[0] != '\0') {
+        int n = req->rt->cfg->max_waiters;
+        sc->client_place = gw__metrics_client_wait_take(&req->rt->metrics, req->client->name,
                                                         n - n / 8 > 0 ? n - n / 8 : 1);
         sc->wants_wait = sc->client_place >= 0;
     }
@@ -510,7 +510,7 @@ static enum MHD_Result set_lock_start(gw_request *req)
         json_decref(root);
         return result;
     }
-    if (s.a.fair && strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
+    if (s.a.fair && strncmp(req->rt->cfg->redis_url, "redlock://", 10) == 0) {
         count(req, GW_ACQ_invalid);
         json_decref(root);
         return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "fair_unavailable",
@@ -542,7 +542,7 @@ static enum MHD_Result set_lock_start(gw_request *req)
     }
     sc->ses = ses;
     json_decref(root);
-    sc->srv = req->srv;
+    sc->rt = req->rt;
     sc->n = s.n;
     sc->ttl_ms = s.a.ttl_ms;
     sc->fair = (unsigned char)s.a.fair;
@@ -563,14 +563,14 @@ static void set_lock_completed(gw_request *req, enum MHD_RequestTerminationCode 
 {
     struct gw_set_call *sc = req->op_state;
 
-    gw__wait_end(req->srv->waitq, &sc->waiter, -1, 0);
+    gw__wait_end(req->rt->waitq, &sc->waiter, -1, 0);
     /* A client that had closed its side and was answered: if it had closed for good, the
      * answer drew a reset (at once over loopback). */
     int reset = sc->eof && gw__conn_peer(req->conn) == GW_PEER_GONE;
     if (sc->acquired && (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || reset)) {
         /* The answer never reached the client: nobody will use these holds. */
         give_back(sc, 1);
-        atomic_fetch_sub(&req->srv->metrics.acquire[GW_ACQ_acquired], 1);
+        atomic_fetch_sub(&req->rt->metrics.acquire[GW_ACQ_acquired], 1);
         count(req, GW_ACQ_abandoned);
     } else if (!sc->looked && sc->stage == SET_WORKING && sc->acq.lk == LK_ACQUIRED &&
                sc->acq.cover == STORE_OK && sc->ses.lk == LK_OK && !all_replayed(sc)) {
@@ -581,10 +581,10 @@ static void set_lock_completed(gw_request *req, enum MHD_RequestTerminationCode 
         count(req, GW_ACQ_abandoned);
     }
     if (sc->wait_place) {
-        gw__loops_wait_give(req->srv->loops, req->slot);
+        gw__loops_wait_give(req->rt->loops, req->slot);
     }
-    gw__metrics_client_wait_give(&req->srv->metrics, sc->client_place);
-    gw__wait_free(req->srv->waitq, &sc->waiter, sc);
+    gw__metrics_client_wait_give(&req->rt->metrics, sc->client_place);
+    gw__wait_free(req->rt->waitq, &sc->waiter, sc);
     req->op_state = NULL;
 }
 

@@ -13,7 +13,7 @@
  * thread, so a slow Redis delays this answer and no server thread. Freed at completion. */
 struct gw_status_read {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     const char *resource;       /* req->param: valid while the request lives */
     lk_status st;
     lk_lock_info info;
@@ -23,10 +23,10 @@ struct gw_status_read {
 static void status_work(gw_job *job)
 {
     struct gw_status_read *sr = job->arg;
-    lk_client *c = gw__client(sr->srv);
+    lk_client *c = gw__client(sr->rt);
 
     sr->st = c != NULL ? lk_lock_status(c, sr->resource, &sr->info) : LK_ENOMEM;
-    gw__note_redis(sr->srv, sr->st);
+    gw__note_redis(sr->rt, sr->st);
     if (sr->st != LK_OK && c != NULL) {
         snprintf(sr->err, sizeof sr->err, "%s", lk_errstr(c));
     }
@@ -41,10 +41,10 @@ static enum MHD_Result status_start(gw_request *req)
     }
     struct gw_status_read *sr = calloc(1, sizeof *sr);
     if (sr != NULL) {
-        sr->srv = req->srv;
+        sr->rt = req->rt;
         sr->resource = req->param;
     }
-    return gw__pipe_offload(req, req->srv->side, sr, sr != NULL ? &sr->job : NULL, status_work);
+    return gw__pipe_offload(req, req->rt->side, sr, sr != NULL ? &sr->job : NULL, status_work);
 }
 
 static enum MHD_Result status_resumed(gw_request *req)

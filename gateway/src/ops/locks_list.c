@@ -21,7 +21,7 @@
 /* A GET /locks on the side pipeline. Freed at completion (its entries by list_completed). */
 struct gw_list_read {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     char prefix[LK_RESOURCE_MAX + 1];
     char after[LK_RESOURCE_MAX + 1];
     size_t limit;
@@ -127,17 +127,17 @@ static int scoped_prefix(gw_request *req, const char **prefix, enum MHD_Result *
 static void list_work(gw_job *job)
 {
     struct gw_list_read *lr = job->arg;
-    lk_client *c = gw__client(lr->srv);
+    lk_client *c = gw__client(lr->rt);
 
     lr->st = c != NULL ? lk_list_locks(c, lr->prefix, lr->after, lr->limit, lr->entries,
                                        &lr->n, lr->next)
                        : LK_ENOMEM;
-    gw__note_redis(lr->srv, lr->st);
+    gw__note_redis(lr->rt, lr->st);
     if (lr->st != LK_OK && c != NULL) {
         snprintf(lr->err, sizeof lr->err, "%s", lk_errstr(c));
     }
     for (size_t i = 0; lr->st == LK_OK && i < lr->n; i++) {
-        lr->waiters[i] = gw__wait_count(lr->srv->waitq, lr->entries[i].resource);
+        lr->waiters[i] = gw__wait_count(lr->rt->waitq, lr->entries[i].resource);
     }
 }
 
@@ -199,12 +199,12 @@ static enum MHD_Result list_start(gw_request *req)
         }
     }
     if (lr != NULL) {
-        lr->srv = req->srv;
+        lr->rt = req->rt;
         lr->limit = (size_t)limit;
         snprintf(lr->prefix, sizeof lr->prefix, "%s", prefix);
         snprintf(lr->after, sizeof lr->after, "%s", q.after != NULL ? q.after : "");
     }
-    return gw__pipe_offload(req, req->srv->side, lr, lr != NULL ? &lr->job : NULL, list_work);
+    return gw__pipe_offload(req, req->rt->side, lr, lr != NULL ? &lr->job : NULL, list_work);
 }
 
 static enum MHD_Result list_resumed(gw_request *req)

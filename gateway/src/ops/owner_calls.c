@@ -42,8 +42,8 @@ static void owner_call_completed(gw_request *req, enum MHD_RequestTerminationCod
 static int handoff_release_done(gw_job *job)
 {
     const struct gw_owner_call *oc = job->arg;
-    gw_server *srv = job->ctx;
-    gw__wait_handoff_settled(srv->waitq, oc->a.resource,
+    gw_rt *rt = job->ctx;
+    gw__wait_handoff_settled(rt->waitq, oc->a.resource,
                              oc->call.status == LK_RELEASED ? oc->call.res.published : 0);
     return 1;
 }
@@ -74,18 +74,18 @@ static int send_owner_call(gw_request *req, int renew, enum MHD_Result *result)
     oc->job.conn = req->conn;
     MHD_suspend_connection(req->conn);
     if (renew) {
-        gw__pipe_submit(req->srv->pipe, &oc->job);
+        gw__pipe_submit(req->rt->pipe, &oc->job);
     } else {
         /* A waiter parked here is handed the lock in the same batch (lock_attempt.c,
          * "Hand-offs"). */
-        gw__pipe_hold(req->srv->pipe);
-        gw__pipe_submit(req->srv->pipe, &oc->job);
-        if (gw__lock_handoff(req->srv, oc->a.resource)) {
+        gw__pipe_hold(req->rt->pipe);
+        gw__pipe_submit(req->rt->pipe, &oc->job);
+        if (gw__lock_handoff(req->rt, oc->a.resource)) {
             oc->job.done = handoff_release_done;
             oc->job.arg = oc;
-            oc->job.ctx = req->srv;
+            oc->job.ctx = req->rt;
         }
-        gw__pipe_flush(req->srv->pipe);
+        gw__pipe_flush(req->rt->pipe);
     }
     *result = MHD_YES;
     return 0;
@@ -147,7 +147,7 @@ static enum MHD_Result answer_owner_call(gw_request *req, const gw_lock_args *a,
     }
     int released = st == LK_RELEASED;
     if (released && !res->replayed) {
-        atomic_fetch_sub(&req->srv->metrics.locks_held, 1);
+        atomic_fetch_sub(&req->rt->metrics.locks_held, 1);
     }
     return gw__send_json(req, MHD_HTTP_OK,
                          json_pack("{s:s, s:b, s:I}", "resource", a->resource, "released",
@@ -157,7 +157,7 @@ static enum MHD_Result answer_owner_call(gw_request *req, const gw_lock_args *a,
 /* start: parses and sends the call. Counts a refused one as invalid. */
 static enum MHD_Result owner_call_begin(gw_request *req, int renew)
 {
-    gw_metrics *m = &req->srv->metrics;
+    gw_metrics *m = &req->rt->metrics;
     enum MHD_Result result = MHD_YES;
 
     if (send_owner_call(req, renew, &result) != 0) {
@@ -173,13 +173,13 @@ static enum MHD_Result owner_call_begin(gw_request *req, int renew)
 /* resumed: the pipeline answered the call. */
 static enum MHD_Result owner_call_answered(gw_request *req)
 {
-    gw_metrics *m = &req->srv->metrics;
+    gw_metrics *m = &req->rt->metrics;
     struct gw_owner_call *oc = req->op_state;
     int renew = oc->renew;
     lk_status st = oc->call.status;
     const lk_result *res = &oc->call.res;
 
-    gw__note_redis(req->srv, st);
+    gw__note_redis(req->rt, st);
     if (renew) {
         atomic_fetch_add(&m->renew[renew_outcome(st, res)], 1);
     } else {

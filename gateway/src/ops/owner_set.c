@@ -26,7 +26,7 @@ typedef struct set_job {
 } set_job;
 
 struct gw_owner_set {
-    gw_server *srv;
+    gw_rt *rt;
     json_t *root;                        /* the body: the names point into it */
     gw_set_args s;
     gw_set_kind kind;
@@ -68,7 +68,7 @@ static enum MHD_Result send_set(gw_request *req, struct gw_owner_set *os)
     MHD_suspend_connection(req->conn);
     /* Queued back to back: the pipeline takes what is queued as one batch. */
     for (size_t i = 0; i < os->s.n; i++) {
-        gw__pipe_submit(req->srv->pipe, &os->jobs[i].job);
+        gw__pipe_submit(req->rt->pipe, &os->jobs[i].job);
     }
     return MHD_YES;
 }
@@ -86,20 +86,20 @@ static void collect(struct gw_owner_set *os)
             snprintf(os->err, sizeof os->err, "%.40s: %.200s", call->resource, call->err);
         }
     }
-    gw__note_redis(os->srv, os->st);
+    gw__note_redis(os->rt, os->st);
 }
 
 static enum MHD_Result owner_set_start(gw_request *req, gw_set_kind kind)
 {
     struct gw_owner_set *os = calloc(1, sizeof *os);
     enum MHD_Result result = MHD_YES;
-    gw_metrics *m = &req->srv->metrics;
+    gw_metrics *m = &req->rt->metrics;
 
     if (os == NULL) {
         return MHD_NO;
     }
     req->op_state = os; /* freed at completion, whatever happens next */
-    os->srv = req->srv;
+    os->rt = req->rt;
     os->kind = kind;
     if (gw__parse_object(req, &os->root, &result) != 0 ||
         gw__set_args(req, os->root, kind, &os->s, &result) != 0) {
@@ -119,7 +119,7 @@ static enum MHD_Result owner_set_start(gw_request *req, gw_set_kind kind)
 static enum MHD_Result owner_set_answered(gw_request *req)
 {
     struct gw_owner_set *os = req->op_state;
-    gw_metrics *m = &req->srv->metrics;
+    gw_metrics *m = &req->rt->metrics;
     int renew = os->kind == GW_SET_RENEW;
 
     collect(os);

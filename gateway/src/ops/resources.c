@@ -33,9 +33,9 @@
 
 #define DEFAULT_CONTENT_TYPE "application/octet-stream"
 
-static void count_write(gw_server *srv, gw_write_outcome o)
+static void count_write(gw_rt *rt, gw_write_outcome o)
 {
-    atomic_fetch_add(&srv->metrics.write[o], 1);
+    atomic_fetch_add(&rt->metrics.write[o], 1);
 }
 
 int gw__parse_token(const char *s, uint64_t *token)
@@ -108,11 +108,11 @@ static int read_write_headers(gw_request *req, uint64_t *token, const char **cty
 static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t token,
                                     const store_write_result *wr)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
 
     switch (st) {
     case STORE_ACCEPTED: {
-        count_write(srv, GW_WR_accepted);
+        count_write(rt, GW_WR_accepted);
         json_t *body = json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
                                  (json_int_t)token, "highest_token",
                                  (json_int_t)wr->highest_token, "version",
@@ -123,7 +123,7 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
         return gw__send_json(req, MHD_HTTP_OK, body);
     }
     case STORE_STALE:
-        count_write(srv, GW_WR_stale);
+        count_write(rt, GW_WR_stale);
         /* highest_token is a later grant's, or the token a forced release burned
          * (store_fence): either way it superseded this one. */
         return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
@@ -136,7 +136,7 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
                               (unsigned long long)token,
                               (unsigned long long)wr->highest_token, req->param);
     case STORE_UNKNOWN_TOKEN:
-        count_write(srv, GW_WR_unknown_token);
+        count_write(rt, GW_WR_unknown_token);
         return gw__send_error(req, MHD_HTTP_FORBIDDEN, "unknown_token",
                               json_pack("{s:s, s:I}", "resource", req->param, "token",
                                         (json_int_t)token),
@@ -144,7 +144,7 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
                               "or lost with Redis's data); nothing was changed",
                               (unsigned long long)token, req->param);
     case STORE_NOT_EXCLUSIVE:
-        count_write(srv, GW_WR_not_exclusive);
+        count_write(rt, GW_WR_not_exclusive);
         /* The token was granted to shared (read) holders: whoever holds it, a reader or an
          * exclusive holder whose lease ran out before readers came, may not change what
          * they read. */
@@ -158,18 +158,18 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
     case STORE_TOO_LARGE:
         /* Counted with every other 413 of a PUT, in gw__metrics_observe(). */
         return gw__send_error(req, MHD_HTTP_CONTENT_TOO_LARGE, "payload_too_large", NULL,
-                              "the value is over %zu bytes", srv->cfg->max_value_bytes);
+                              "the value is over %zu bytes", rt->cfg->max_value_bytes);
     case STORE_FULL:
-        count_write(srv, GW_WR_full);
+        count_write(rt, GW_WR_full);
         return gw__send_error(req, MHD_HTTP_INSUFFICIENT_STORAGE, "insufficient_storage", NULL,
                               "the store is full; nothing was changed");
     case STORE_INVALID:
-        count_write(srv, GW_WR_invalid);
+        count_write(rt, GW_WR_invalid);
         return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
                               "storage refused the resource name or content type");
     default:
-        count_write(srv, GW_WR_error);
-        gw__log_event(srv->cfg, "error", "storage write: %s", store_status_str(st));
+        count_write(rt, GW_WR_error);
+        gw__log_event(rt->cfg, "error", "storage write: %s", store_status_str(st));
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not make the write durable (%s); nothing was "
                               "acknowledged", store_status_name(st));
@@ -199,7 +199,7 @@ struct gw_write_call {
 /* The verdict is in: refuses the write, or sends it to the storage writer. */
 static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
     uint64_t token = wc->token;
     int64_t last_issued = wc->call.last;
     store_write_result wr;
@@ -214,7 +214,7 @@ static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
     case GW_VERDICT_UNKNOWN:
         return answer_write(req, STORE_UNKNOWN_TOKEN, token, &wr);
     case GW_VERDICT_SUPERSEDED:
-        count_write(srv, GW_WR_stale);
+        count_write(rt, GW_WR_stale);
         return gw__send_error(req, MHD_HTTP_CONFLICT, "stale_token",
                               json_pack("{s:s, s:I, s:I, s:I}", "resource", req->param, "token",
                                         (json_int_t)token, "highest_token",
@@ -238,7 +238,7 @@ static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
     wc->job.write = &wc->w;
     wc->stage = WRITE_STORING;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(srv->writer, &wc->job);
+    gw__pipe_submit(rt->writer, &wc->job);
     return MHD_YES;
 }
 
@@ -246,12 +246,12 @@ static enum MHD_Result write_judged(gw_request *req, struct gw_write_call *wc)
  * is judged on a store reader first (a refusal reads the store: never on a loop thread). */
 static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
     lk_status lst = wc->call.status;
 
-    gw__note_redis(srv, lst);
+    gw__note_redis(rt, lst);
     if (lst != LK_OK) {
-        count_write(srv, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
+        count_write(rt, lst == LK_EUNAVAILABLE ? GW_WR_unavailable : GW_WR_error);
         return gw__send_lk_error(req, wc->call.err, lst);
     }
     if (!gw__fence_verdict_reads(wc->token, &wc->call)) {
@@ -265,7 +265,7 @@ static enum MHD_Result write_checked(gw_request *req, struct gw_write_call *wc)
     wc->job.verdict = &wc->verdict;
     wc->stage = WRITE_JUDGING;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(srv->reads, &wc->job);
+    gw__pipe_submit(rt->reads, &wc->job);
     return MHD_YES;
 }
 
@@ -286,7 +286,7 @@ static enum MHD_Result write_resumed(gw_request *req)
 /* The body is in: check the path and headers, and send the token check. */
 static enum MHD_Result write_start(gw_request *req)
 {
-    gw_server *srv = req->srv;
+    gw_rt *rt = req->rt;
     struct gw_write_call *wc = NULL;
     enum MHD_Result result = MHD_YES;
 
@@ -297,11 +297,11 @@ static enum MHD_Result write_start(gw_request *req)
     req->op_state = wc;
     if (gw__path_resource(req, &result) != 0 ||
         read_write_headers(req, &wc->token, &wc->ctype, &result) != 0) {
-        count_write(srv, GW_WR_invalid);
+        count_write(rt, GW_WR_invalid);
         return result;
     }
     if (req->route->id == GW_R_RESOURCE_DELETE && req->body_len > 0) {
-        count_write(srv, GW_WR_invalid);
+        count_write(rt, GW_WR_invalid);
         return gw__send_error(req, MHD_HTTP_BAD_REQUEST, "invalid_request", NULL,
                               "a DELETE takes no body");
     }
@@ -312,7 +312,7 @@ static enum MHD_Result write_start(gw_request *req)
     wc->job.conn = req->conn;
     wc->stage = WRITE_CHECKING;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(srv->pipe, &wc->job);
+    gw__pipe_submit(rt->pipe, &wc->job);
     return MHD_YES;
 }
 
@@ -323,7 +323,7 @@ static enum MHD_Result write_start(gw_request *req)
  * Freed at completion, with the value read. */
 struct gw_value_read {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     const char *resource;       /* req->param: valid while the request lives */
     int fenced;                 /* a Fencing-Token came with the read */
     int checking;               /* fenced: the token check is in the Redis pipeline */
@@ -342,13 +342,13 @@ static void value_read_work(gw_job *job)
     if (vr->fenced) {
         vr->judged = (gw_read_verdict){.resource = vr->resource, .token = vr->token,
                                        .check = &vr->call};
-        vr->verdict = gw__fence_read_verdict(&vr->srv->fence, &vr->judged);
+        vr->verdict = gw__fence_read_verdict(&vr->rt->fence, &vr->judged);
         if (vr->verdict != GW_VERDICT_WRITE) {
             vr->status = vr->judged.st;
             return; /* refused: nothing is read */
         }
     }
-    vr->status = store_read(vr->srv->st, vr->resource, &vr->v);
+    vr->status = store_read(vr->rt->st, vr->resource, &vr->v);
     if (vr->fenced && vr->status == STORE_OK && vr->v.highest_token > vr->token) {
         /* A larger token wrote after the verdict: its grant came after it too. */
         vr->verdict = GW_VERDICT_STALE;
@@ -387,16 +387,16 @@ static enum MHD_Result resource_get_start(gw_request *req)
     }
     struct gw_value_read *vr = calloc(1, sizeof *vr);
     if (vr == NULL) {
-        return gw__pipe_offload(req, req->srv->reads, NULL, NULL, value_read_work);
+        return gw__pipe_offload(req, req->rt->reads, NULL, NULL, value_read_work);
     }
-    vr->srv = req->srv;
+    vr->rt = req->rt;
     vr->resource = req->param;
     req->op_state = vr; /* freed by resource_get_completed */
     if (read_read_header(req, vr, &result) != 0) {
         return result;
     }
     if (!vr->fenced) {
-        return gw__pipe_offload(req, req->srv->reads, vr, &vr->job, value_read_work);
+        return gw__pipe_offload(req, req->rt->reads, vr, &vr->job, value_read_work);
     }
     vr->call.kind = LK_CALL_TOKEN_CHECK;
     vr->call.resource = req->param;
@@ -405,7 +405,7 @@ static enum MHD_Result resource_get_start(gw_request *req)
     vr->job.conn = req->conn;
     vr->checking = 1;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(req->srv->pipe, &vr->job);
+    gw__pipe_submit(req->rt->pipe, &vr->job);
     return MHD_YES;
 }
 
@@ -438,7 +438,7 @@ static enum MHD_Result answer_refused_read(gw_request *req, const struct gw_valu
                               "token %llu is not one Redis knows was issued for %s (forged, "
                               "or lost with Redis's data)", token, req->param);
     default:
-        gw__log_event(req->srv->cfg, "error", "storage read: %s", store_status_str(vr->status));
+        gw__log_event(req->rt->cfg, "error", "storage read: %s", store_status_str(vr->status));
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not be read (%s)", store_status_name(vr->status));
     }
@@ -451,12 +451,12 @@ static enum MHD_Result fenced_read_checked(gw_request *req, struct gw_value_read
 
     vr->checking = 0;
     vr->status = STORE_EIO; /* until the read runs: nothing to free at completion */
-    gw__note_redis(req->srv, lst);
+    gw__note_redis(req->rt, lst);
     if (lst != LK_OK) {
         return gw__send_lk_error(req, vr->call.err, lst);
     }
     vr->job.call = NULL;
-    return gw__pipe_offload(req, req->srv->reads, vr, &vr->job, value_read_work);
+    return gw__pipe_offload(req, req->rt->reads, vr, &vr->job, value_read_work);
 }
 
 static enum MHD_Result resource_get_resumed(gw_request *req)
@@ -478,7 +478,7 @@ static enum MHD_Result resource_get_resumed(gw_request *req)
                               "%s has never been written", req->param);
     }
     if (st != STORE_OK) {
-        gw__log_event(req->srv->cfg, "error", "storage read: %s", store_status_str(st));
+        gw__log_event(req->rt->cfg, "error", "storage read: %s", store_status_str(st));
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not be read (%s)", store_status_name(st));
     }

@@ -29,7 +29,7 @@ enum { PHASE_LOOKUP, PHASE_ADD };
 
 struct gw_session_lock {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     const struct gw_lock_call *call;
     int phase;
     int well_formed;
@@ -102,7 +102,7 @@ enum MHD_Result gw__session_refused(gw_request *req, int adding, lk_status lk,
 static void session_lock_work(gw_job *job)
 {
     struct gw_session_lock *s = job->arg;
-    lk_client *c = gw__client(s->srv);
+    lk_client *c = gw__client(s->rt);
     int64_t remaining = 0;
     size_t n = 0;
 
@@ -119,11 +119,11 @@ static void session_lock_work(gw_job *job)
          * call: it keeps its hold, less the one this call added (resumed). */
         lk_many one = {.resource = s->call->turn.resource, .status = LK_ACQUIRED,
                        .res = s->res};
-        s->lk = gw__fence_session_join(&s->srv->fence, c, s->id, s->client, s->call->owner,
+        s->lk = gw__fence_session_join(&s->rt->fence, c, s->id, s->client, s->call->owner,
                                        &one, 1, &s->store);
         s->fenced = one.undone;
     }
-    gw__note_redis(s->srv, s->lk);
+    gw__note_redis(s->rt, s->lk);
     if (s->lk >= LK_EINVAL) {
         snprintf(s->err, sizeof s->err, "%s", lk_errstr(c));
     }
@@ -138,14 +138,14 @@ static enum MHD_Result submit(gw_request *req, struct gw_lock_call *call)
     s->job.conn = req->conn;
     s->job.done = NULL;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(req->srv->side, &s->job);
+    gw__pipe_submit(req->rt->side, &s->job);
     return MHD_YES;
 }
 
 enum MHD_Result gw__session_lock_begin(gw_request *req, struct gw_lock_call *call,
                                        const char *session)
 {
-    if (strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
+    if (strncmp(req->rt->cfg->redis_url, "redlock://", 10) == 0) {
         gw__lock_count_acquire(req, GW_ACQ_invalid);
         return gw__session_unavailable(req);
     }
@@ -154,7 +154,7 @@ enum MHD_Result gw__session_lock_begin(gw_request *req, struct gw_lock_call *cal
         return MHD_NO;
     }
     call->session = s;
-    s->srv = req->srv;
+    s->rt = req->rt;
     s->call = call;
     s->phase = PHASE_LOOKUP;
     s->well_formed = lk_valid_session(session);
@@ -194,7 +194,7 @@ int gw__session_lock_resumed(gw_request *req, struct gw_lock_call *call,
     gw__lock_count_acquire(req, s->lk == LK_NOT_OWNER ? GW_ACQ_invalid : GW_ACQ_error);
     if (s->phase == PHASE_ADD && !s->fenced) {
         /* Not recorded, so not ended with the session: give back the hold it added. */
-        gw__lock_give_back(req->srv, call, s->res.token, 0);
+        gw__lock_give_back(req->rt, call, s->res.token, 0);
     }
     *result = gw__session_refused(req, s->phase == PHASE_ADD, s->lk, s->store, s->err);
     return 1;
@@ -208,7 +208,7 @@ void gw__session_lock_free(struct gw_lock_call *call)
         /* The client went away while the hold was being recorded: libmicrohttpd ended the
          * request without resuming it, so nobody answered the hold. Give it back rather
          * than leave it held, renewed with the session, for an owner that may be gone. */
-        gw__lock_give_back(s->srv, call, s->res.token, 0);
+        gw__lock_give_back(s->rt, call, s->res.token, 0);
     }
     free(call->session);
     call->session = NULL;
@@ -229,7 +229,7 @@ int gw__session_set_begin(gw_request *req, json_t *root, gw_session_set *ss,
     if (session == NULL) {
         return 0;
     }
-    if (strncmp(req->srv->cfg->redis_url, "redlock://", 10) == 0) {
+    if (strncmp(req->rt->cfg->redis_url, "redlock://", 10) == 0) {
         *result = gw__session_unavailable(req);
         return -1;
     }
@@ -243,7 +243,7 @@ int gw__session_set_begin(gw_request *req, json_t *root, gw_session_set *ss,
     return 0;
 }
 
-int gw__session_set_lease(gw_server *srv, lk_client *c, gw_session_set *ss, int64_t *ttl_ms,
+int gw__session_set_lease(gw_rt *rt, lk_client *c, gw_session_set *ss, int64_t *ttl_ms,
                           lk_status *lk, char *err, size_t errlen)
 {
     int64_t remaining = 0;
@@ -253,7 +253,7 @@ int gw__session_set_lease(gw_server *srv, lk_client *c, gw_session_set *ss, int6
         return 0;
     }
     ss->lk = lk_session_info(c, ss->id, ss->client, ttl_ms, &remaining, NULL, 0, &n);
-    gw__note_redis(srv, ss->lk);
+    gw__note_redis(rt, ss->lk);
     if (ss->lk != LK_OK) {
         *lk = ss->lk;
         snprintf(err, errlen, "%s", lk_errstr(c));
@@ -263,7 +263,7 @@ int gw__session_set_lease(gw_server *srv, lk_client *c, gw_session_set *ss, int6
     return 0;
 }
 
-void gw__session_set_join(gw_server *srv, lk_client *c, gw_session_set *ss, const char *owner,
+void gw__session_set_join(gw_rt *rt, lk_client *c, gw_session_set *ss, const char *owner,
                           const char *idem_key, lk_many *items, size_t n, char *err,
                           size_t errlen)
 {
@@ -273,9 +273,9 @@ void gw__session_set_join(gw_server *srv, lk_client *c, gw_session_set *ss, cons
     if (!ss->in) {
         return;
     }
-    ss->lk = gw__fence_session_join(&srv->fence, c, ss->id, ss->client, owner, items, n,
+    ss->lk = gw__fence_session_join(&rt->fence, c, ss->id, ss->client, owner, items, n,
                                     &ss->store);
-    gw__note_redis(srv, ss->lk);
+    gw__note_redis(rt, ss->lk);
     if (ss->lk == LK_OK) {
         return;
     }

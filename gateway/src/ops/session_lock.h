@@ -56,14 +56,14 @@ int gw__session_set_begin(gw_request *req, json_t *root, gw_session_set *ss,
 /* Before the set's first attempt: looks the session up and puts its lease in *ttl_ms.
  * Returns 0 (also when the set is in no session), or -1 with the refusal in ss->lk, *lk and
  * err. Blocking. */
-int gw__session_set_lease(gw_server *srv, lk_client *c, gw_session_set *ss, int64_t *ttl_ms,
+int gw__session_set_lease(gw_rt *rt, lk_client *c, gw_session_set *ss, int64_t *ttl_ms,
                           lk_status *lk, char *err, size_t errlen);
 
 /* Once the set was granted (items ACQUIRED): records every lock of it in the session, all or
  * none (gw__fence_session_join). Refused (ss->lk not OK), the holds the grant created were
  * ended and fenced, and the others it added are given back here. Nothing when the set is in
  * no session. Blocking. */
-void gw__session_set_join(gw_server *srv, lk_client *c, gw_session_set *ss, const char *owner,
+void gw__session_set_join(gw_rt *rt, lk_client *c, gw_session_set *ss, const char *owner,
                           const char *idem_key, lk_many *items, size_t n, char *err,
                           size_t errlen);
 

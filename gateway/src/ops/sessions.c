@@ -16,11 +16,11 @@
  * commit), so each runs on a side thread (pipe.c), never a loop thread.
  *
  * The reaper: a tick of the first HTTP loop hands a pass to a side thread every
- * GW_REAP_EVERY_MS (one at a time), which asks Redis for sessions whose deadline passed (lk_session_reap, which claims each for GW_SESSION_CLAIM_MS, so two
- * gateways never end one at once and a gateway killed while ending one is taken over once
- * its claim runs out), and ends each like DELETE does. Any gateway of the Redis reaps, so a
- * session outlives the gateway that created it by at most its lease plus one period plus
- * the end's round trips.
+ * GW_SESSION_REAP_MS (one at a time), which asks Redis for sessions whose deadline passed
+ * (lk_session_reap, which claims each for GW_SESSION_CLAIM_MS, so two gateways never end
+ * one at once and a gateway killed while ending one is taken over once its claim runs out),
+ * and ends each like DELETE does. Any gateway of the Redis reaps, so a session outlives the
+ * gateway that created it by at most its lease plus one period plus the end's round trips.
  */
 #include <stdatomic.h>
 #include <stdio.h>
@@ -35,13 +35,12 @@
 #include "rt/pipe.h"
 #include "rt/redis_client.h"
 
-#define GW_REAP_EVERY_MS 100
 #define GW_REAP_BATCH 16
 
 /* One session call on the side pipeline. Freed at completion. */
 struct gw_session_op {
     gw_job job;
-    gw_server *srv;
+    gw_rt *rt;
     gw_route_id route;
     char id[LK_SESSION_ID_LEN + 1];
     char client[LK_SESSION_CLIENT_MAX + 1];
@@ -56,8 +55,8 @@ struct gw_session_op {
 
 const char *gw__session_client(const gw_request *req)
 {
-    return req->client != NULL && req->srv->cfg->clients_file[0] != '\0' ? req->client->name
-                                                                          : "";
+    return req->client != NULL && req->rt->cfg->clients_file[0] != '\0' ? req->client->name
+                                                                         : "";
 }
 
 enum MHD_Result gw__session_not_found(gw_request *req)
@@ -73,15 +72,15 @@ enum MHD_Result gw__session_unavailable(gw_request *req)
                           "sessions are not available on the redlock topology");
 }
 
-static int on_redlock(const gw_server *srv)
+static int on_redlock(const gw_rt *rt)
 {
-    return strncmp(srv->cfg->redis_url, "redlock://", 10) == 0;
+    return strncmp(rt->cfg->redis_url, "redlock://", 10) == 0;
 }
 
 static void session_work(gw_job *job)
 {
     struct gw_session_op *op = job->arg;
-    lk_client *c = gw__client(op->srv);
+    lk_client *c = gw__client(op->rt);
 
     if (c == NULL) {
         op->lk = LK_ENOMEM;
@@ -102,12 +101,12 @@ static void session_work(gw_job *job)
                                        op->locks, LK_SESSION_LOCKS_MAX, &op->n);
         break;
     default:
-        gw__fence_session_end(&op->srv->fence, c, op->id, op->client, &op->end);
+        gw__fence_session_end(&op->rt->fence, c, op->id, op->client, &op->end);
         op->lk = op->end.lk;
         snprintf(op->err, sizeof op->err, "%s", op->end.err);
         return;
     }
-    gw__note_redis(op->srv, op->lk);
+    gw__note_redis(op->rt, op->lk);
     if (op->lk >= LK_EINVAL) {
         snprintf(op->err, sizeof op->err, "%s", lk_errstr(c));
     }
@@ -145,7 +144,7 @@ static enum MHD_Result session_start(gw_request *req)
                                    &result) != 0 ||
                   (route == GW_R_SESSION_CREATE &&
                    gw__field_int(req, root, "ttl_ms", -1, LK_LEASE_MIN_MS,
-                                 req->srv->cfg->max_ttl_ms, &ttl, &result) != 0);
+                                 req->rt->cfg->max_ttl_ms, &ttl, &result) != 0);
         json_decref(root);
         if (bad) {
             return result;
@@ -156,12 +155,12 @@ static enum MHD_Result session_start(gw_request *req)
                                   "\"ttl_ms\" is required: the session's lease in ms");
         }
     }
-    if (on_redlock(req->srv)) {
+    if (on_redlock(req->rt)) {
         return gw__session_unavailable(req);
     }
     struct gw_session_op *op = calloc(1, sizeof *op);
     if (op != NULL) {
-        op->srv = req->srv;
+        op->rt = req->rt;
         op->route = route;
         op->ttl_ms = ttl;
         snprintf(op->client, sizeof op->client, "%s", gw__session_client(req));
@@ -170,7 +169,7 @@ static enum MHD_Result session_start(gw_request *req)
             return gw__session_not_found(req);
         }
     }
-    return gw__pipe_offload(req, req->srv->side, op, op != NULL ? &op->job : NULL,
+    return gw__pipe_offload(req, req->rt->side, op, op != NULL ? &op->job : NULL,
                             session_work);
 }
 
@@ -220,7 +219,7 @@ static enum MHD_Result session_resumed(gw_request *req)
                                        locks_json(op)));
     default:
         if (op->lk == LK_RELEASED && op->end.store == STORE_OK) {
-            atomic_fetch_add(&req->srv->metrics.sessions_ended[0], 1);
+            atomic_fetch_add(&req->rt->metrics.sessions_ended[0], 1);
             return gw__send_json(req, MHD_HTTP_OK,
                                  json_pack("{s:I, s:I}", "locks", (json_int_t)op->end.locks,
                                            "released", (json_int_t)op->end.released));
@@ -258,8 +257,8 @@ const gw_op gw__op_sessions = {session_start, session_resumed, session_completed
 
 /* ---- The reaper ---------------------------------------------------------------------- */
 
-/* One reaper per process: a tick on the first HTTP loop (gw__loops_every, through
- * srv->chore) hands a pass to a side thread unless the last one is still running. */
+/* One reaper per process: a tick on the first HTTP loop (gw__loops_every, through the
+ * server's chore) hands a pass to a side thread unless the last one is still running. */
 static struct {
     gw_job job;
     atomic_int busy; /* a pass is queued or running */
@@ -267,23 +266,23 @@ static struct {
 } reaper;
 
 /* One pass: claims the expired sessions and ends each. Returns how many it claimed. */
-static size_t reap_once(gw_server *srv)
+static size_t reap_once(gw_rt *rt)
 {
     char ids[GW_REAP_BATCH][LK_SESSION_ID_LEN + 1];
     size_t n = 0;
-    lk_client *c = gw__client(srv);
+    lk_client *c = gw__client(rt);
 
     if (c == NULL || lk_session_reap(c, GW_SESSION_CLAIM_MS, ids, GW_REAP_BATCH, &n) != LK_OK) {
         return 0;
     }
     for (size_t i = 0; i < n; i++) {
         gw_session_end end;
-        gw__fence_session_end(&srv->fence, c, ids[i], NULL, &end);
+        gw__fence_session_end(&rt->fence, c, ids[i], NULL, &end);
         if (end.lk == LK_RELEASED && end.store == STORE_OK) {
-            atomic_fetch_add(&srv->metrics.sessions_ended[1], 1);
+            atomic_fetch_add(&rt->metrics.sessions_ended[1], 1);
         } else if (end.lk != LK_NOT_OWNER) {
             /* Never the id: it is a capability. */
-            gw__log_event(srv->cfg, "warn",
+            gw__log_event(rt->cfg, "warn",
                           "an expired session's end is incomplete (%s%s%s); it is retried "
                           "in %d ms", lk_status_name(end.lk),
                           end.store != STORE_OK ? ", store: " : "",
@@ -297,8 +296,8 @@ static size_t reap_once(gw_server *srv)
 /* On a side thread: passes until fewer than a batch were due (or the gateway stops). */
 static void reap_work(gw_job *job)
 {
-    gw_server *srv = job->arg;
-    while (reap_once(srv) == GW_REAP_BATCH && !atomic_load(&reaper.stop)) {
+    gw_rt *rt = job->arg;
+    while (reap_once(rt) == GW_REAP_BATCH && !atomic_load(&reaper.stop)) {
     }
 }
 
@@ -309,29 +308,28 @@ static int reap_done(gw_job *job)
     return 0; /* no connection to resume */
 }
 
-/* On the first loop, every GW_REAP_EVERY_MS: never waits on Redis itself. */
-static void reap_tick(void *arg)
+/* On the first loop, every GW_SESSION_REAP_MS: never waits on Redis itself. */
+void gw__session_reap_tick(void *arg)
 {
-    gw_server *srv = arg;
+    gw_rt *rt = arg;
     if (atomic_load(&reaper.stop) || atomic_exchange(&reaper.busy, 1)) {
         return;
     }
     memset(&reaper.job, 0, sizeof reaper.job);
     reaper.job.work = reap_work;
     reaper.job.done = reap_done;
-    reaper.job.arg = srv;
-    gw__pipe_submit(srv->side, &reaper.job);
+    reaper.job.arg = rt;
+    gw__pipe_submit(rt->side, &reaper.job);
 }
 
-void gw__session_reaper_start(gw_server *srv)
+int gw__session_reaper_start(const gw_rt *rt)
 {
-    if (on_redlock(srv)) {
-        return; /* no sessions there */
+    if (on_redlock(rt)) {
+        return 0; /* no sessions there */
     }
     atomic_store(&reaper.stop, 0);
     atomic_store(&reaper.busy, 0);
-    srv->chore = reap_tick;
-    srv->chore_ms = GW_REAP_EVERY_MS;
+    return 1;
 }
 
 void gw__session_reaper_stop(void)

@@ -15,9 +15,13 @@ const char *gw__session_client(const gw_request *req);
 enum MHD_Result gw__session_not_found(gw_request *req);
 enum MHD_Result gw__session_unavailable(gw_request *req);
 
-/* Sets srv's chore to the reaper's tick (none on redlock://, which has no sessions); call
- * before gw__server_start(), once the store and the fence are open. */
-void gw__session_reaper_start(gw_server *srv);
+/* The reaper: readies it and returns 1, or 0 on redlock://, which has no sessions. Call it
+ * once the store and the fence are open; on 1, run gw__session_reap_tick with the runtime
+ * (gw_rt *) as its argument every GW_SESSION_REAP_MS on one loop (main.c makes it the
+ * server's chore). The tick never blocks: it hands a pass to a side thread. */
+#define GW_SESSION_REAP_MS 100
+int gw__session_reaper_start(const gw_rt *rt);
+void gw__session_reap_tick(void *rt);
 /* Asks it to start no new pass, and a running one to stop after its batch. */
 void gw__session_reaper_stop(void);
 

@@ -148,7 +148,7 @@ static int read_value(gw_request *req, size_t i, json_t *o, txn_write *tw,
     json_t *text = json_object_get(o, "value");
     json_t *b64 = json_object_get(o, "value_base64");
     json_t *del = json_object_get(o, "delete");
-    size_t max = req->srv->cfg->max_value_bytes;
+    size_t max = req->rt->cfg->max_value_bytes;
     const char *def = TEXT_TYPE;
 
     if ((text != NULL) + (b64 != NULL) + (del != NULL) != 1 ||
@@ -386,7 +386,7 @@ static enum MHD_Result answer_stored(gw_request *req, txn_call *tc)
                               NULL, "storage refused the transaction (%s); nothing was written",
                               store_status_str(st));
     }
-    gw__log_event(req->srv->cfg, "error", "storage transaction: %s", store_status_str(st));
+    gw__log_event(req->rt->cfg, "error", "storage transaction: %s", store_status_str(st));
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                           "storage could not make the transaction durable (%s); nothing was "
                           "acknowledged", store_status_name(st));
@@ -402,7 +402,7 @@ static enum MHD_Result send_to_store(gw_request *req, txn_call *tc)
     tc->job = (gw_job){.txn = &tc->txn, .conn = req->conn};
     tc->stage = TXN_STORING;
     MHD_suspend_connection(req->conn);
-    gw__pipe_submit(req->srv->writer, &tc->job);
+    gw__pipe_submit(req->rt->writer, &tc->job);
     return MHD_YES;
 }
 
@@ -442,7 +442,7 @@ static enum MHD_Result checked(gw_request *req, txn_call *tc)
 
     for (size_t i = 0; i < tc->n; i++) {
         txn_write *tw = &tc->writes[i];
-        gw__note_redis(req->srv, tw->call.status);
+        gw__note_redis(req->rt, tw->call.status);
         if (tw->call.status != LK_OK) {
             return gw__send_lk_error(req, tw->call.err, tw->call.status);
         }
@@ -467,7 +467,7 @@ static enum MHD_Result checked(gw_request *req, txn_call *tc)
         tw->verdict.check = &tw->call;
         tw->job = (gw_job){.verdict = &tw->verdict, .conn = req->conn, .done = part_done,
                            .arg = tw};
-        gw__pipe_submit(req->srv->reads, &tw->job);
+        gw__pipe_submit(req->rt->reads, &tw->job);
     }
     return MHD_YES;
 }
@@ -508,7 +508,7 @@ static enum MHD_Result txn_start(gw_request *req)
         tw->call.resource = tw->w.resource;
         tw->call.token = (int64_t)tw->token;
         tw->job = (gw_job){.call = &tw->call, .conn = req->conn, .done = part_done, .arg = tw};
-        gw__pipe_submit(req->srv->pipe, &tw->job);
+        gw__pipe_submit(req->rt->pipe, &tw->job);
     }
     return MHD_YES;
 }

@@ -1,6 +1,7 @@
 /*
- * The gateway's shared state (gw_server): what the runtime's threads, the HTTP server and
- * every operation see. Types only; no functions.
+ * The gateway's shared state (gw_server): the runtime an operation drives (gw_rt, runtime.h)
+ * and, around it, the HTTP server's own state. The HTTP server and main.c see all of it; an
+ * operation sees only the gw_rt its request points to. Types only; no functions.
  *
  * Threads: the HTTP event loops (loops.c, --threads of them) each run a libmicrohttpd
  * daemon that parses requests and answers them. Locks, unlocks, renewals and token checks
@@ -11,10 +12,10 @@
  * same way (on LMDB too, where a read costs microseconds and the hop is the larger part).
  * A write whose token the check does not show current is judged on the store readers, since
  * the refusal names the highest token written (a PostgreSQL query on a shared store). A
- * /lock's give-backs and fair-queue exits go through the Redis pipeline (ops/lock_attempt.c). What
- * still runs on a loop thread: the fence's LMDB floor read before an attempt (a read of the
- * memory map; on PostgreSQL the floor reads nothing). The token ledger's cover, a small LMDB
- * commit once per block of tokens, runs on the pipeline thread that got the token
+ * /lock's give-backs and fair-queue exits go through the Redis pipeline (ops/lock_attempt.c).
+ * What still runs on a loop thread: the fence's LMDB floor read before an attempt (a read of
+ * the memory map; on PostgreSQL the floor reads nothing). The token ledger's cover, a small
+ * LMDB commit once per block of tokens, runs on the pipeline thread that got the token
  * (gw__fence_answered). The store is shared: storage is thread-safe. Counters in gw_metrics
  * are atomics. The fence's stripes and the pipelines' queues have their own mutexes.
  */
@@ -22,55 +23,33 @@
 #define GATEWAY_RT_GATEWAY_H
 
 #include <stdatomic.h>
-#include <stddef.h>
 
 #include <uuid/uuid.h>
 
-#include "locklib/locklib.h"
-#include "storage/storage.h"
-#include "token_file.h"
-
-#include "base/config.h"
-#include "core/fence.h"
 #include "rt/clients.h"
-#include "rt/loops.h"
-#include "rt/metrics.h"
+#include "rt/runtime.h"
 
-/* Opaque here, defined by the layer that owns them (pipe.h, waiters.h). */
-typedef struct gw_pipe gw_pipe;
-typedef struct gw_waitq gw_waitq;
 typedef struct gw_tls gw_tls;
 /* An endpoint's operation (http/request.h). */
 struct gw_op;
 
 typedef struct gw_server {
-    const gw_config *cfg;
-    store *st;
-    char store_desc[600];         /* store_describe(st): for logs and /readyz, no password */
-    lk_options lk_opts;
+    /* What operations use (runtime.h): requests carry a pointer to it, never to the server. */
+    gw_rt rt;
     /* The clients (--clients, or the --auth-token-file token as one); none installed: no
      * authentication. Swapped on SIGHUP (clients.h). */
     gw_clients_box clients;
     gw_tls *tls;                  /* the listener's TLS (http/tls.h); NULL: plain HTTP */
     uuid_t owner_secret;          /* keys the owner derived from an Idempotency-Key */
     atomic_int shutting_down;     /* set by main when SIGTERM/SIGINT arrives */
-    /* An operation's periodic chore (ops/sessions.c's reaper), set before
-     * gw__server_start(): run with this server on the first loop every chore_ms
+    /* A periodic chore (ops/sessions.c's reaper tick), set by main.c before
+     * gw__server_start(): run with &rt on the first loop every chore_ms
      * (gw__loops_every); it must not block. NULL: none. */
-    void (*chore)(void *srv);
+    void (*chore)(void *rt);
     unsigned int chore_ms;
     atomic_long inflight;         /* requests between their first call and completion */
-    gw_metrics metrics;
-    gw_loops *loops;              /* the HTTP event loops and their daemons (loops.c) */
     int listen_fd;                /* the socket every loop's daemon accepts on; -1 once
                                    * shutdown has closed it */
-    gw_waitq *waitq;
-    gw_fence fence;               /* the floor stripes, max_token, the ledger (fence.c) */
-    gw_pipe *pipe;                /* Redis calls (pipe.c) */
-    gw_pipe *writer;              /* token-checked writes (pipe.c) */
-    gw_pipe *side;                /* Redis probes and status reads (pipe.c) */
-    gw_pipe *reads;               /* value reads from the store (pipe.c) */
-    gw_pipe *sets;                /* multi-resource lock attempts (ops/lock_set.c) */
     /* Each route's operation, in the order of gw_route_id: set by main.c, dispatched to by
      * http/server.c. */
     const struct gw_op *const *ops;

@@ -19,8 +19,8 @@
  * runs the ledger's grants of fresh tokens (fence.c hands an answered acquisition on to it),
  * committed with the batch's writes in one transaction (store_grant_many).
  *
- * Two side pipelines run the calls that may block and are neither of those: srv->side the
- * Redis calls (a /readyz or /metrics PING, a GET /locks status read), srv->reads the store
+ * Two side pipelines run the calls that may block and are neither of those: rt->side the
+ * Redis calls (a /readyz or /metrics PING, a GET /locks status read), rt->reads the store
  * reads (a GET /resources value, the /readyz or /metrics probe read: a network round trip
  * on PostgreSQL; a probe goes to one, then the other). Each job's work runs on a side
  * thread, with that thread's own lk_client. On a server thread such a call held every
@@ -45,7 +45,7 @@
 
 #include <sys/prctl.h>
 
-#include "rt/gateway.h"
+#include "rt/runtime.h"
 #include "rt/pipe.h"
 #include "rt/util.h"
 
@@ -58,13 +58,13 @@ typedef struct pipe_kind {
     int metric;                          /* index in gw_metrics.pipe_batches */
     size_t max_batch;                    /* the most jobs a thread takes at once */
     size_t max_work;                     /* of them, the most with a work (0: no limit) */
-    void *(*open)(gw_server *srv);
+    void *(*open)(gw_rt *rt);
     void (*close)(void *state);
-    void (*run)(gw_server *srv, void *state, gw_job **jobs, size_t n);
+    void (*run)(gw_rt *rt, void *state, gw_job **jobs, size_t n);
 } pipe_kind;
 
 struct gw_pipe {
-    gw_server *srv;
+    gw_rt *rt;
     const pipe_kind *kind;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -224,18 +224,18 @@ static void *pipe_main(void *arg)
     gw_pipe *p = arg;
     gw_job *batch[GW_PIPE_BATCH];
     struct MHD_Connection *resume_conns[GW_PIPE_BATCH];
-    void *state = p->kind->open(p->srv);
+    void *state = p->kind->open(p->rt);
     size_t n;
 
     prctl(PR_SET_NAME, p->kind->name, 0, 0, 0);
 
     while ((n = take_batch(p, batch)) > 0) {
         if (state == NULL) {
-            state = p->kind->open(p->srv); /* out of memory last time: try again */
+            state = p->kind->open(p->rt); /* out of memory last time: try again */
         }
-        atomic_fetch_add(&p->srv->metrics.pipe_batches[p->kind->metric], 1);
-        atomic_fetch_add(&p->srv->metrics.pipe_jobs[p->kind->metric], n);
-        p->kind->run(p->srv, state, batch, n);
+        atomic_fetch_add(&p->rt->metrics.pipe_batches[p->kind->metric], 1);
+        atomic_fetch_add(&p->rt->metrics.pipe_jobs[p->kind->metric], n);
+        p->kind->run(p->rt, state, batch, n);
         /* Jobs glued together (gw__pipe_hold) resume their connections only once every
          * completion of the group ran: a release and the hand-off attempt sent behind it
          * (ops/lock_attempt.c, "Hand-offs") are one group, and its new holder is known
@@ -254,7 +254,7 @@ static void *pipe_main(void *arg)
             }
             if (!glued) {
                 for (size_t k = 0; k < nresume; k++) {
-                    gw__loops_resume(p->srv->loops, resume_conns[k]);
+                    gw__loops_resume(p->rt->loops, resume_conns[k]);
                 }
                 nresume = 0;
             }
@@ -274,11 +274,11 @@ static void *pipe_main(void *arg)
 
 /* ---- The Redis pipeline ------------------------------------------------------------- */
 
-static void *redis_open(gw_server *srv)
+static void *redis_open(gw_rt *rt)
 {
     lk_client *c = NULL;
     /* EUNAVAILABLE still gives a handle: every batch tries to connect again. */
-    lk_client_open(&c, srv->cfg->redis_url, &srv->lk_opts);
+    lk_client_open(&c, rt->cfg->redis_url, &rt->lk_opts);
     return c;
 }
 
@@ -287,7 +287,7 @@ static void redis_close(void *state)
     lk_client_close(state);
 }
 
-static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+static void redis_run(gw_rt *rt, void *state, gw_job **jobs, size_t n)
 {
     lk_call *calls[GW_PIPE_BATCH];
     for (size_t i = 0; i < n; i++) {
@@ -298,7 +298,7 @@ static void redis_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
         lk_call_many(state, calls, n);
         /* This handle carries the lock traffic: it is the first to meet a failover. */
         lk_client_topology(state, &topo);
-        gw__metrics_note_topology(&srv->metrics, &topo);
+        gw__metrics_note_topology(&rt->metrics, &topo);
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -312,9 +312,9 @@ static const pipe_kind redis_kind = {"fg-redis", 0, GW_PIPE_BATCH, 0, redis_open
 
 /* ---- The storage writer ------------------------------------------------------------- */
 
-static void *store_open_state(gw_server *srv)
+static void *store_open_state(gw_rt *rt)
 {
-    (void)srv;
+    (void)rt;
     return NULL;
 }
 
@@ -323,7 +323,7 @@ static void store_close_state(void *state)
     (void)state;
 }
 
-static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+static void store_run(gw_rt *rt, void *state, gw_job **jobs, size_t n)
 {
     store_write_req *writes[GW_PIPE_BATCH];
     store_grant_req *grants[GW_PIPE_BATCH];
@@ -342,8 +342,8 @@ static void store_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
     /* Grants (a shared ledger's, fence.c) and transactions commit with the writes of the
      * batch (store_run_many). */
     int64_t start = gw__now_us();
-    store_run_many(srv->st, grants, ng, writes, nw, txns, nt);
-    gw__metrics_observe_commit(&srv->metrics, gw__now_us() - start);
+    store_run_many(rt->st, grants, ng, writes, nw, txns, nt);
+    gw__metrics_observe_commit(&rt->metrics, gw__now_us() - start);
 }
 
 static const pipe_kind store_kind = {"fg-writer", 1, GW_PIPE_BATCH, 0, store_open_state,
@@ -351,9 +351,9 @@ static const pipe_kind store_kind = {"fg-writer", 1, GW_PIPE_BATCH, 0, store_ope
 
 /* ---- The side pipeline: calls that may block ----------------------------------------- */
 
-static void side_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+static void side_run(gw_rt *rt, void *state, gw_job **jobs, size_t n)
 {
-    (void)srv;
+    (void)rt;
     (void)state;
     for (size_t i = 0; i < n; i++) {
         jobs[i]->work(jobs[i]);
@@ -363,7 +363,7 @@ static void side_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
 /* The store readers: the fence's verdicts on stale tokens, all of a batch together (one
  * read of the highest token per resource: gw__fence_verdict_many), then the batch's one
  * value read. */
-static void reads_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
+static void reads_run(gw_rt *rt, void *state, gw_job **jobs, size_t n)
 {
     struct gw_verdict_req *verdicts[GW_PIPE_BATCH];
     size_t nv = 0;
@@ -374,7 +374,7 @@ static void reads_run(gw_server *srv, void *state, gw_job **jobs, size_t n)
         }
     }
     if (nv > 0) {
-        gw__fence_verdict_many(&srv->fence, verdicts, nv);
+        gw__fence_verdict_many(&rt->fence, verdicts, nv);
     }
     for (size_t i = 0; i < n; i++) {
         if (jobs[i]->verdict == NULL) {
@@ -398,7 +398,7 @@ static const pipe_kind sets_kind = {"fg-sets", 2, 1, 1, store_open_state, store_
 
 /* Starts a pipeline with min_threads threads, growing to max_threads while jobs queue up
  * with no thread free (enqueue) and shrinking back after GW_PIPE_IDLE_MS idle (take_batch). */
-static gw_pipe *pipe_start(gw_server *srv, const pipe_kind *kind, int min_threads,
+static gw_pipe *pipe_start(gw_rt *rt, const pipe_kind *kind, int min_threads,
                            int max_threads, char *err, size_t errlen)
 {
     gw_pipe *p = calloc(1, sizeof *p);
@@ -407,7 +407,7 @@ static gw_pipe *pipe_start(gw_server *srv, const pipe_kind *kind, int min_thread
         snprintf(err, errlen, "out of memory");
         return NULL;
     }
-    p->srv = srv;
+    p->rt = rt;
     p->kind = kind;
     p->min_threads = min_threads;
     p->max_threads = max_threads;
@@ -430,26 +430,26 @@ static gw_pipe *pipe_start(gw_server *srv, const pipe_kind *kind, int min_thread
     return p;
 }
 
-int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
+int gw__pipes_start(gw_rt *rt, char *err, size_t errlen)
 {
-    srv->pipe = pipe_start(srv, &redis_kind, GW_PIPE_THREADS, GW_PIPE_THREADS, err, errlen);
-    if (srv->pipe == NULL) {
+    rt->pipe = pipe_start(rt, &redis_kind, GW_PIPE_THREADS, GW_PIPE_THREADS, err, errlen);
+    if (rt->pipe == NULL) {
         return -1;
     }
-    srv->writer = pipe_start(srv, &store_kind, 1, 1, err, errlen);
-    if (srv->writer != NULL) {
-        srv->side = pipe_start(srv, &side_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
+    rt->writer = pipe_start(rt, &store_kind, 1, 1, err, errlen);
+    if (rt->writer != NULL) {
+        rt->side = pipe_start(rt, &side_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
                                errlen);
     }
-    if (srv->side != NULL) {
-        srv->reads = pipe_start(srv, &reads_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
+    if (rt->side != NULL) {
+        rt->reads = pipe_start(rt, &reads_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
                                 errlen);
     }
-    if (srv->reads != NULL) {
-        srv->sets = pipe_start(srv, &sets_kind, 1, GW_SET_THREADS, err, errlen);
+    if (rt->reads != NULL) {
+        rt->sets = pipe_start(rt, &sets_kind, 1, GW_SET_THREADS, err, errlen);
     }
-    if (srv->sets == NULL) {
-        gw__pipes_stop(srv);
+    if (rt->sets == NULL) {
+        gw__pipes_stop(rt);
         return -1;
     }
     return 0;
@@ -457,14 +457,14 @@ int gw__pipes_start(gw_server *srv, char *err, size_t errlen)
 
 /* In this order: the side pipeline hands /readyz jobs on to the reads pipeline, so it
  * drains first. */
-void gw__pipes_stop(gw_server *srv)
+void gw__pipes_stop(gw_rt *rt)
 {
-    gw__pipe_stop(srv->pipe);
-    gw__pipe_stop(srv->writer);
-    gw__pipe_stop(srv->side);
-    gw__pipe_stop(srv->reads);
-    gw__pipe_stop(srv->sets);
-    srv->pipe = srv->writer = srv->side = srv->reads = srv->sets = NULL;
+    gw__pipe_stop(rt->pipe);
+    gw__pipe_stop(rt->writer);
+    gw__pipe_stop(rt->side);
+    gw__pipe_stop(rt->reads);
+    gw__pipe_stop(rt->sets);
+    rt->pipe = rt->writer = rt->side = rt->reads = rt->sets = NULL;
 }
 
 void gw__pipe_stop(gw_pipe *p)

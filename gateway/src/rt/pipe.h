@@ -13,14 +13,14 @@
 
 #include "core/job.h"
 
-struct gw_server;
+struct gw_rt;
 
 /* Redis pipeline threads, each with its own connection and one batch in flight. */
 #define GW_PIPE_THREADS 2
 /* Threads of each side pipeline (calls that may block): two, so that one call waiting out
  * a timeout does not hold up every other call of its kind. */
 #define GW_SIDE_THREADS 2
-/* The most threads of the set pipeline (srv->sets: multi-resource /locks, each blocking on
+/* The most threads of the set pipeline (rt->sets: multi-resource /locks, each blocking on
  * its stripes and one Redis round trip): enough for their round trips to share fsyncs. It
  * keeps one thread, starts more while set attempts queue up with none free, and each extra
  * thread stops after GW_PIPE_IDLE_MS without a job, so a gateway that serves no sets keeps
@@ -35,12 +35,12 @@ struct gw_server;
 
 typedef struct gw_pipe gw_pipe;
 
-/* Starts the Redis pipeline (srv->pipe; Redis may be down: each batch reconnects), the
- * storage writer (srv->writer) and the side pipelines (srv->side, srv->reads). Returns 0 or
+/* Starts the Redis pipeline (rt->pipe; Redis may be down: each batch reconnects), the
+ * storage writer (rt->writer) and the side pipelines (rt->side, rt->reads). Returns 0 or
  * -1 with err, with none of them running. */
-int gw__pipes_start(struct gw_server *srv, char *err, size_t errlen);
+int gw__pipes_start(struct gw_rt *rt, char *err, size_t errlen);
 /* Stops every pipeline gw__pipes_start() started (gw__pipe_stop() on each). */
-void gw__pipes_stop(struct gw_server *srv);
+void gw__pipes_stop(struct gw_rt *rt);
 /* Queues a job. The caller has suspended job->conn first. Never blocks on Redis or disk. */
 void gw__pipe_submit(gw_pipe *p, gw_job *job);
 /* Between these two, the jobs this thread submits to p are held back, then queued together

@@ -27,7 +27,7 @@ static void client_key_init(void)
     pthread_key_create(&client_key, client_destroy);
 }
 
-lk_client *gw__client(gw_server *srv)
+lk_client *gw__client(gw_rt *rt)
 {
     lk_client *c = NULL;
 
@@ -38,9 +38,9 @@ lk_client *gw__client(gw_server *srv)
     }
     /* EUNAVAILABLE still gives a handle: Redis being down now is not fatal, every later
      * call on this handle tries to connect again. */
-    lk_status st = lk_client_open(&c, srv->cfg->redis_url, &srv->lk_opts);
+    lk_status st = lk_client_open(&c, rt->cfg->redis_url, &rt->lk_opts);
     if (c == NULL) {
-        gw__log_event(srv->cfg, "error", "cannot create a Redis client: %s", lk_status_str(st));
+        gw__log_event(rt->cfg, "error", "cannot create a Redis client: %s", lk_status_str(st));
         return NULL;
     }
     pthread_setspecific(client_key, c);

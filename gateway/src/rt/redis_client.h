@@ -7,10 +7,10 @@
 
 #include "locklib/locklib.h"
 
-#include "rt/gateway.h"
+#include "rt/runtime.h"
 
 /* This thread's locklib handle, opened on first use; NULL on allocation failure or a bad
  * URL. Closed by a thread-exit destructor. */
-lk_client *gw__client(gw_server *srv);
+lk_client *gw__client(gw_rt *rt);
 
 #endif

@@ -33,7 +33,7 @@ static void sub_lost(gw_waitq *wq);
 static void sub_write_failed(gw_waitq *wq)
 {
     if (lk_sub_fd(wq->sub) < 0 && wq->sub_fd >= 0) {
-        gw__log_event(wq->srv->cfg, "warn", "redis subscriber: %s; reconnecting",
+        gw__log_event(wq->rt->cfg, "warn", "redis subscriber: %s; reconnecting",
                       lk_sub_errstr(wq->sub));
         sub_lost(wq);
     }
@@ -74,7 +74,7 @@ static void sub_lost(gw_waitq *wq)
     /* lk_sub has closed the socket already, which took it out of epfd; its number may even
      * belong to another connection now, so it is not touched. */
     wq->sub_fd = -1;
-    atomic_store(&wq->srv->metrics.subscriber_up, 0);
+    atomic_store(&wq->rt->metrics.subscriber_up, 0);
     wq->reconnect_at_ms = gw__now_ms() + wq->reconnect_backoff_ms;
     /* Every subscription is gone with the connection; renew them all on reconnect. */
     for (size_t b = 0; b < WQ_BUCKETS; b++) {
@@ -112,7 +112,7 @@ static void *reconnect_main(void *arg)
         wq->sub_fd = lk_sub_fd(wq->sub);
         epoll_ctl(wq->epfd, EPOLL_CTL_ADD, wq->sub_fd, &ev);
         wq->reconnect_backoff_ms = WQ_RECONNECT_MIN_MS;
-        atomic_store(&wq->srv->metrics.subscriber_up, 1);
+        atomic_store(&wq->rt->metrics.subscriber_up, 1);
         for (size_t b = 0; b < WQ_BUCKETS; b++) {
             for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
                 gw__wq_pending_add(wq, r); /* need_sub is set for every entry */
@@ -168,7 +168,7 @@ static void handle_event(gw_waitq *wq, const struct epoll_event *ev)
     }
     if (ev->data.ptr == wq) { /* the subscriber */
         if (lk_sub_dispatch(wq->sub, gw__wq_on_sub_event, wq) != LK_OK) {
-            gw__log_event(wq->srv->cfg, "warn", "redis subscriber: %s; reconnecting",
+            gw__log_event(wq->rt->cfg, "warn", "redis subscriber: %s; reconnecting",
                           lk_sub_errstr(wq->sub));
             sub_lost(wq);
         }
@@ -221,14 +221,14 @@ static void *waitd_main(void *arg)
             free(g);
         }
         for (size_t i = 0; i < len; i++) {
-            gw__loops_resume(wq->srv->loops, wq->resume[i]);
+            gw__loops_resume(wq->rt->loops, wq->resume[i]);
         }
     }
 }
 
 /* ---- Start and stop ------------------------------------------------------------------ */
 
-int gw__waitq_start(gw_server *srv, char *err, size_t errlen)
+int gw__waitq_start(gw_rt *rt, char *err, size_t errlen)
 {
     gw_waitq *wq = calloc(1, sizeof *wq);
     struct epoll_event ev = {.events = EPOLLIN, .data.ptr = NULL};
@@ -237,8 +237,8 @@ int gw__waitq_start(gw_server *srv, char *err, size_t errlen)
         snprintf(err, errlen, "out of memory");
         return -1;
     }
-    wq->srv = srv;
-    wq->max_waiters = srv->cfg->max_waiters;
+    wq->rt = rt;
+    wq->max_waiters = rt->cfg->max_waiters;
     wq->sub_fd = -1;
     wq->reconnect_backoff_ms = WQ_RECONNECT_MIN_MS;
     pthread_mutex_init(&wq->mu, NULL);
@@ -249,7 +249,7 @@ int gw__waitq_start(gw_server *srv, char *err, size_t errlen)
         goto fail;
     }
     /* Redis being down now is not fatal: waitd reconnects. */
-    lk_status st = lk_sub_open(&wq->sub, srv->cfg->redis_url, &srv->lk_opts);
+    lk_status st = lk_sub_open(&wq->sub, rt->cfg->redis_url, &rt->lk_opts);
     if (wq->sub == NULL) {
         snprintf(err, errlen, "cannot create the Redis subscriber: %s", lk_status_str(st));
         goto fail;
@@ -258,13 +258,13 @@ int gw__waitq_start(gw_server *srv, char *err, size_t errlen)
         struct epoll_event sev = {.events = EPOLLIN, .data.ptr = wq};
         wq->sub_fd = lk_sub_fd(wq->sub);
         epoll_ctl(wq->epfd, EPOLL_CTL_ADD, wq->sub_fd, &sev);
-        atomic_store(&srv->metrics.subscriber_up, 1);
+        atomic_store(&rt->metrics.subscriber_up, 1);
     }
     if (pthread_create(&wq->thread, NULL, waitd_main, wq) != 0) {
         snprintf(err, errlen, "cannot start the waiters' thread");
         goto fail;
     }
-    srv->waitq = wq;
+    rt->waitq = wq;
     return 0;
 fail:
     lk_sub_close(wq->sub);

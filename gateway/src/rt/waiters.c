@@ -204,7 +204,7 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource)
         claimed = NULL;
     }
     if (claimed != NULL) {
-        gw_metrics *m = &wq->srv->metrics;
+        gw_metrics *m = &wq->rt->metrics;
         gw__timer_cancel(&wq->timers, &claimed->timer);
         /* Off the disconnect watch: a hang-up now is found when its attempt is answered.
          * waitd may hold an event of this socket from an epoll_wait that returned before
@@ -364,7 +364,7 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms, int64_t holder_to
     if (w->state == GW_WAITER_PARKING || w->state == GW_WAITER_SUSPENDED) {
         /* cannot happen on the normal paths; keep the entry consistent */
         gw__timer_cancel(&wq->timers, &w->timer);
-        atomic_fetch_sub(&wq->srv->metrics.waiters_parked, 1);
+        atomic_fetch_sub(&wq->rt->metrics.waiters_parked, 1);
     }
     if (held_ms >= 0 && w->res->head != NULL) {
         /* This waiter took the lock, or its last attempt (woken by a release or an expiry,
@@ -450,7 +450,7 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         wq->waiting++;
     }
     gw__wq_queue_append(r, w);
-    atomic_fetch_add(&wq->srv->metrics.waiters_parked, 1);
+    atomic_fetch_add(&wq->rt->metrics.waiters_parked, 1);
     pthread_mutex_unlock(&wq->mu);
 
     MHD_suspend_connection(conn);
@@ -471,7 +471,7 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
     }
     pthread_mutex_unlock(&wq->mu);
     if (resume_now) {
-        gw__loops_resume(wq->srv->loops, conn);
+        gw__loops_resume(wq->rt->loops, conn);
     }
     return GW_PARKED;
 }

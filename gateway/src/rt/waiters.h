@@ -12,7 +12,7 @@
 
 #include "rt/waiter.h"
 
-struct gw_server;
+struct gw_rt;
 
 typedef enum gw_park {
     GW_PARKED,                    /* suspended: return MHD_YES without a response */
@@ -23,8 +23,8 @@ typedef enum gw_park {
 } gw_park;
 
 /* Starts the waiters' thread and its Redis subscriber (Redis may be down: it reconnects).
- * Sets srv->waitq. Returns 0 or -1 with err. */
-int gw__waitq_start(struct gw_server *srv, char *err, size_t errlen);
+ * Sets rt->waitq. Returns 0 or -1 with err. */
+int gw__waitq_start(struct gw_rt *rt, char *err, size_t errlen);
 /* Wakes every parked waiter with GW_WAKE_SHUTDOWN, and every later park answers
  * GW_PARK_SHUTDOWN. Returns at once. */
 void gw__waitq_shutdown(gw_waitq *wq);

@@ -11,7 +11,7 @@
 
 #include "locklib/locklib.h"
 
-#include "rt/gateway.h"
+#include "rt/runtime.h"
 #include "rt/timer_heap.h"
 #include "rt/waiter.h"
 
@@ -68,7 +68,7 @@ typedef struct unsub_node {
 } unsub_node;
 
 struct gw_waitq {
-    gw_server *srv;
+    gw_rt *rt;
     pthread_mutex_t mu;
     gw_wres *buckets[WQ_BUCKETS];
     gw_timer_heap timers;              /* waiters' deadlines, resources' expiries */

@@ -211,7 +211,7 @@ int gw__wres_released_since(const gw_wres *r, uint64_t since, int64_t token)
 int64_t gw__wres_settle_nap(const gw_waitq *wq, const gw_wres *r, int64_t holder_token,
                             int64_t hint_ms)
 {
-    int64_t now = gw__now_ms(), window = wq->srv->lk_opts.command_timeout_ms, oldest = -1;
+    int64_t now = gw__now_ms(), window = wq->rt->lk_opts.command_timeout_ms, oldest = -1;
 
     if (holder_token <= 0) {
         return 0;
@@ -241,7 +241,7 @@ static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
             /* Cannot happen in practice; the waiter's deadline still cannot fire twice, so
              * resume at once rather than lose it (MHD is then called under mu, which is
              * safe here: waitd holds no MHD lock). */
-            gw__loops_resume(wq->srv->loops, conn);
+            gw__loops_resume(wq->rt->loops, conn);
             return;
         }
         wq->resume = grown;
@@ -253,7 +253,7 @@ static void resume_later(gw_waitq *wq, struct MHD_Connection *conn)
 /* Wakes w for `reason`. It keeps its place in the queue. */
 void gw__wq_wake(gw_waitq *wq, gw_waiter *w, gw_wake reason)
 {
-    gw_metrics *m = &wq->srv->metrics;
+    gw_metrics *m = &wq->rt->metrics;
 
     gw__timer_cancel(&wq->timers, &w->timer);
     w->reason = reason;
