@@ -14,12 +14,6 @@
 --          fg:{R}:recent, KEYS[7] fg:{R}:queue, KEYS[8] fg:{R}:qtimeout, KEYS[9] fg:{R}:hq,
 --          KEYS[10] fg:{R}:wq, KEYS[11] fg:{R}:wqt and KEYS[12] fg:{R}:rwait are the keys the
 --          grant needs.
--- ARGV[7]  optional: "1" when this release gives back a Redlock grant that did not stand
---          (locklib/src/redlock_transport.c's undo: short of a majority, or too late), "0"
---          (or absent) otherwise; ARGV[5] and ARGV[6] are then given too. Its message is
---          the release message behind "u:": a hold that was granted on a minority of the
---          masters never held the lock, so a listener that saw another holder must not take
---          that holder for released (locklib/src/sub.c, lk_sub_event_undone()).
 -- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
 --          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
@@ -47,8 +41,7 @@
 --                                when it was, else 0 (a replay: 0); granted is the token
 --                                minted for the waiter the lock was handed to (its id in
 --                                grant_id), 0 (and "") when none: then "g:<granted>:<id>"
---                                is published instead of the release message; "u:" goes
---                                before the release message of a Redlock give-back (ARGV[7])
+--                                is published instead of the release message
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
@@ -70,15 +63,13 @@ local idem_ms = tonumber(ARGV[2])
 local undo = ARGV[4] or '0'
 local hand = ARGV[5] or '0'
 local hand_floor = mint_floor(ARGV[6] or '0')
-local given_back = ARGV[7] or '0'
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
         (undo ~= '0' and idem_ms ~= 0) or (hand ~= '0' and hand ~= '1') or
-        hand_floor == nil or hand_floor >= TOKEN_MAX or (hand == '1' and KEYS[12] == nil) or
-        (given_back ~= '0' and given_back ~= '1') then
+        hand_floor == nil or hand_floor >= TOKEN_MAX or (hand == '1' and KEYS[12] == nil) then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -158,11 +149,7 @@ if status == 1 then
         end
     end
     if wanted and granted == 0 then
-        local msg = release_message(ids)
-        if given_back == '1' then
-            msg = 'u:' .. msg
-        end
-        redis.call('PUBLISH', ARGV[3], msg)
+        redis.call('PUBLISH', ARGV[3], release_message(ids))
         published = 1
     end
 end

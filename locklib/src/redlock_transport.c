@@ -765,11 +765,6 @@ static void undo(lk__redlock *rl, size_t n, const lk__cmd *const *cmds,
                            .supersede = acq ? -1 : 0};
         if (next[i] == LK__RL_UNDO &&
             lk__call_kind_of(LK_CALL_RELEASE)->build(&opts, &release, &rel[m], err) == LK_OK) {
-            /* No hand-off, no floor, and a give-back: its message says so ("u:"), so that a
-             * listener that saw the majority's holder does not take it for released. */
-            lk__cmd_num(&rel[m], 0);
-            lk__cmd_num(&rel[m], 0);
-            lk__cmd_num(&rel[m], 1);
             sent[m] = &rel[m];
             m++;
         }

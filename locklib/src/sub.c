@@ -115,7 +115,6 @@ struct lk_sub {
     size_t nseen, capseen;
     int64_t event_token;   /* lk_sub_event_token() inside a callback */
     uint64_t event_hold;   /* the message's hold id, 0 when it names none */
-    int event_undone;      /* lk_sub_event_undone(): a Redlock give-back's message ("u:") */
     int64_t event_grant;   /* lk_sub_event_grant(): a hand-off's token, 0 when none */
     char event_grant_id[17]; /* and the id of the waiter it was granted to */
 };
@@ -476,10 +475,9 @@ static void grant_ids(lk_sub *s, const char *p, size_t len)
     s->event_grant = t;
 }
 
-/* A release message "<token>" or "<token>:<hold id>", either behind "u:" for a Redlock
- * give-back (release.lua): its token into s->event_token, its hold id into s->event_hold,
- * each 0 when the message has none (or is not a release message), and the "u:" into
- * s->event_undone. */
+/* A release message "<token>" or "<token>:<hold id>" (release.lua): its token into
+ * s->event_token and its hold id into s->event_hold, each 0 when the message has none (or
+ * is not a release message). */
 static void message_ids(lk_sub *s, const redisReply *r)
 {
     const redisReply *p = r->type == REDIS_REPLY_ARRAY && r->elements == 3 ? r->element[2]
@@ -490,7 +488,6 @@ static void message_ids(lk_sub *s, const redisReply *r)
 
     s->event_token = 0;
     s->event_hold = 0;
-    s->event_undone = 0;
     s->event_grant = 0;
     s->event_grant_id[0] = '\0';
     if (p == NULL || p->type != REDIS_REPLY_STRING) {
@@ -500,13 +497,10 @@ static void message_ids(lk_sub *s, const redisReply *r)
         grant_ids(s, p->str + 2, p->len - 2);
         return;
     }
-    int undone = p->len > 2 && p->str[0] == 'u' && p->str[1] == ':';
-    i = undone ? 2 : 0;
-    size_t first = i;
-    for (; i < p->len && i - first < 16 && p->str[i] >= '0' && p->str[i] <= '9'; i++) {
+    for (; i < p->len && i < 16 && p->str[i] >= '0' && p->str[i] <= '9'; i++) {
         t = t * 10 + (p->str[i] - '0');
     }
-    if (i == first || (i < p->len && p->str[i] != ':')) {
+    if (i == 0 || (i < p->len && p->str[i] != ':')) {
         return; /* no token: "released" (an older script, a fair cancel) */
     }
     if (i < p->len) {
@@ -527,17 +521,11 @@ static void message_ids(lk_sub *s, const redisReply *r)
     }
     s->event_token = t;
     s->event_hold = h;
-    s->event_undone = undone;
 }
 
 int64_t lk_sub_event_token(const lk_sub *s)
 {
     return s->event_token;
-}
-
-int lk_sub_event_undone(const lk_sub *s)
-{
-    return s->event_undone;
 }
 
 int64_t lk_sub_event_grant(const lk_sub *s, char *id)
@@ -635,7 +623,6 @@ static int read_replies(lk_sub *s, redisContext *ctx, int k, lk_sub_fn fn, void 
         }
         s->event_token = 0;
         s->event_hold = 0;
-        s->event_undone = 0;
         s->event_grant = 0;
         s->event_grant_id[0] = '\0';
         freeReplyObject(reply);

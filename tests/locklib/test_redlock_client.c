@@ -841,7 +841,6 @@ typedef struct sub_count {
     int subscribed[1 + TH_MAX_NODES];
     lk_sub *s;
     int64_t token[12]; /* the tokens of the watched resource's first releases */
-    int undone[12];    /* and whether each gave back a grant that did not stand */
 } sub_count;
 
 static void on_event(const char *resource, int event, void *userdata)
@@ -851,7 +850,6 @@ static void on_event(const char *resource, int event, void *userdata)
     if (event == LK_SUB_RELEASED) {
         if (i == 0 && n->s != NULL && n->released[0] < 12) {
             n->token[n->released[0]] = lk_sub_event_token(n->s);
-            n->undone[n->released[0]] = lk_sub_event_undone(n->s);
         }
         n->released[i]++;
     } else {
@@ -990,52 +988,6 @@ static void test_sub_every_master_once(void **state)
     lk_sub_close(s);
 }
 
-/* A grant on a minority of the masters is given back, and its message says so: its master
- * minted on its own, so its token may be at or above the token of the majority's holder,
- * and a listener that took it for a release would take that holder for gone (the gateway's
- * parked waiters went again instead of waiting, rt/waitq.c). bob holds the lock on every
- * master but 0 (through clients of their own); alice's Redlock attempt, told that others
- * wait (so that its grant publishes its release), is granted on master 0 alone, answered
- * held, and given back there: lk_sub reports that release as undone. bob's own releases
- * are plain ones. */
-static void test_minority_give_back_reported_undone(void **state)
-{
-    rl_fixture *f = *state;
-    lk_sub *s = NULL;
-    sub_count n;
-    lk_result r;
-    lk_client *one[TH_MAX_NODES] = {NULL};
-    char url[64];
-
-    memset(&n, 0, sizeof n);
-    assert_int_equal(lk_sub_open(&s, f->url, NULL), LK_OK);
-    n.s = s;
-    assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
-    dispatch_until(s, &n, all_subscribed, 0);
-    for (int k = 1; k < f->set.n; k++) {
-        snprintf(url, sizeof url, "redis://127.0.0.1:%d", f->set.nodes[k].port);
-        assert_int_equal(lk_client_open(&one[k], url, NULL), LK_OK);
-        assert_lk(one[k], lk_acquire(one[k], "rl-sub", "bob", LEASE_MS, 0, NULL, &r),
-                  LK_ACQUIRED);
-    }
-    lk_call a = {.kind = LK_CALL_ACQUIRE, .resource = "rl-sub", .owner = "alice",
-                 .lease_ms = LEASE_MS, .others_waiting = 1};
-    lk_call *calls[] = {&a};
-    lk_call_many(f->c, calls, 1);
-    assert_int_equal(a.status, LK_HELD);
-    dispatch_until(s, &n, released_at_least, 1);
-    assert_int_equal(n.undone[0], 1);
-    assert_true(n.token[0] > 0);
-    /* Answered held on bob's masters, which marked them: bob's releases publish, plain. */
-    for (int k = 1; k < f->set.n; k++) {
-        assert_lk(one[k], lk_release(one[k], "rl-sub", "bob", NULL, &r), LK_RELEASED);
-        lk_client_close(one[k]);
-    }
-    dispatch_until(s, &n, released_at_least, 2);
-    assert_int_equal(n.undone[1], 0);
-    lk_sub_close(s);
-}
-
 static int subscribed_again(const sub_count *n, int want)
 {
     return n->subscribed[0] >= want;
@@ -1089,7 +1041,6 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_fair_refused_and_bad_urls),                              \
             cmocka_unit_test(test_waiter_woken_by_release),                                \
             cmocka_unit_test(test_sub_every_master_once),                                  \
-            cmocka_unit_test(test_minority_give_back_reported_undone),                     \
             cmocka_unit_test(test_waiter_woken_master_paused),                             \
             cmocka_unit_test(test_waiter_woken_master_killed),                             \
             cmocka_unit_test(test_waiter_woken_before_the_release_reaches_a_majority),     \

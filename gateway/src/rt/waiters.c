@@ -56,14 +56,9 @@
  * half-way, say), and the lease ends the hold, as the answer says. False positives cost
  * naps, never a grant: on Redlock two holds can carry the same token on different masters
  * (a minority grant given back, whose message names the winner's token too), and each such
- * message opens the window again. A grant given back because it did not stand (lk_sub
- * reports it undone) never held the lock, and its masters mint on their own, often above
- * the token of the majority's holder: its message counts only for a hold of exactly its
- * token, here and for an attempt's answer (gw__wres_released_since), or every attempt out
- * while contenders split the masters would take the holder for gone and go again instead
- * of parking. On one Redis, Sentinel or Cluster tokens only grow and the release and its
- * message are one script on the master the attempts go to, so the case arises only when a
- * failover lost the release.
+ * message opens the window again. On one Redis, Sentinel or Cluster tokens only grow and
+ * the release and its message are one script on the master the attempts go to, so the case
+ * arises only when a failover lost the release.
  *
  * A wake that a waiter could not use (its client was gone) is passed on to the next waiter
  * of the resource, so a vanished waiter never swallows a release.

@@ -41,9 +41,6 @@ struct gw_wres {
                                         * without a token ("Missed wake-ups") */
     uint64_t msgs;                     /* release messages with a token, ever */
     int64_t msg_token[WQ_RING];        /* the token of message k at [k % WQ_RING] */
-    unsigned char msg_undone[WQ_RING]; /* message k gave back a Redlock grant that did not
-                                        * stand (lk_sub_event_undone): it freed only a hold
-                                        * of exactly its token */
     int64_t msg_at[WQ_RING];           /* when waitd read it, monotonic ms ("Settling") */
     gw_timer expiry;                   /* when the holder's lease runs out, if known */
     int subscribed;                    /* SUBSCRIBE sent on the current connection */

@@ -175,19 +175,9 @@ void gw__wres_expiry_at(gw_waitq *wq, gw_wres *r, int64_t at)
 
 /* ---- Waking (waitd, under mu) ------------------------------------------------------- */
 
-/* Whether message k of the ring may have freed a hold of token `token`. A release of that
- * token or a larger one did: tokens grow, so a larger one was granted after that hold
- * ended. A Redlock give-back of a grant that did not stand frees only a hold of its own
- * token (rt/waiters.c, "Settling"). Under mu. */
-static int frees(const gw_wres *r, uint64_t k, int64_t token)
-{
-    int64_t t = r->msg_token[k % WQ_RING];
-    return r->msg_undone[k % WQ_RING] ? t == token : t >= token;
-}
-
 /* Whether a release message with a token since message count `since` may have freed a hold
- * of token `token` (0: of an unknown hold): one that frees it did (frees()), and when more
- * came than the ring keeps, or the hold is unknown, any may have. Under mu. */
+ * of token `token` (0: of an unknown hold): one with that token or a larger one did, and
+ * when more came than the ring keeps, or the hold is unknown, any may have. Under mu. */
 int gw__wres_released_since(const gw_wres *r, uint64_t since, int64_t token)
 {
     if (r->msgs == since) {
@@ -197,7 +187,7 @@ int gw__wres_released_since(const gw_wres *r, uint64_t since, int64_t token)
         return 1;
     }
     for (uint64_t k = since + 1; k <= r->msgs; k++) {
-        if (frees(r, k, token)) {
+        if (r->msg_token[k % WQ_RING] >= token) {
             return 1;
         }
     }
@@ -218,7 +208,7 @@ int64_t gw__wres_settle_nap(const gw_waitq *wq, const gw_wres *r, int64_t holder
     }
     for (uint64_t k = r->msgs; k > 0 && r->msgs - k < WQ_RING; k--) {
         int64_t age = now - r->msg_at[k % WQ_RING];
-        if (frees(r, k, holder_token) && age < window && age > oldest) {
+        if (r->msg_token[k % WQ_RING] >= holder_token && age < window && age > oldest) {
             oldest = age;
         }
     }
@@ -327,7 +317,6 @@ void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
     if (token > 0) {
         r->msgs++;
         r->msg_token[r->msgs % WQ_RING] = token;
-        r->msg_undone[r->msgs % WQ_RING] = (unsigned char)lk_sub_event_undone(wq->sub);
         r->msg_at[r->msgs % WQ_RING] = gw__now_ms();
     }
     if (event == LK_SUB_RELEASED && r->credits > 0 && gw__now_ms() > r->credit_until) {

@@ -598,13 +598,6 @@ typedef void (*lk_sub_fn)(const char *resource, int event, void *userdata);
  * a repeat never names a smaller token than the first report. */
 LK_EXTERN int64_t lk_sub_event_token(const lk_sub *s);
 
-/* Inside fn, for LK_SUB_RELEASED: 1 when the release gave back a Redlock grant that did not
- * stand (short of a majority, or too late: the message "u:<token>[:<hold id>]"), else 0.
- * Such a hold may never have held the lock: a listener that saw a holder should take the
- * lock as freed by it only when lk_sub_event_token() is that holder's token, while a plain
- * release of a token at or above it always frees it. */
-LK_EXTERN int lk_sub_event_undone(const lk_sub *s);
-
 /* Inside fn, for LK_SUB_RELEASED: when the release handed the lock to a queued waiter
  * (lk_call.handoff; the message "g:<token>:<id>"), the token minted for it, with the
  * waiter's hand-off id written to id (17 bytes, NULL to skip); else 0. The token of the
