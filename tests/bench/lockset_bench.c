@@ -216,6 +216,9 @@ int main(int argc, char **argv)
     cp_proc gws[2] = {{.name = "single"}, {.name = "cluster"}};
     char dir[256], base[2][64];
 
+    if (argc % 2 == 0) {
+        row_ms = 0; /* a flag without its value: the usage below */
+    }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "--seconds") == 0) {
             row_ms = atol(argv[i + 1]) * 1000;
