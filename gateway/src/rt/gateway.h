@@ -14,7 +14,8 @@
  * the refusal names the highest token written (a PostgreSQL query on a shared store). A
  * /lock's give-backs and fair-queue exits go through the Redis pipeline (ops/lock_attempt.c).
  * What still runs on a loop thread: the fence's LMDB floor read before an attempt (a read of
- * the memory map; on PostgreSQL the floor reads nothing). The token ledger's cover, a small
+ * the memory map; on PostgreSQL the floor reads nothing), and, for a set /lock queued with
+ * no set thread free, the start of another (pipe.c, grow()). The token ledger's cover, a small
  * LMDB commit once per block of tokens, runs on the pipeline thread that got the token
  * (gw__fence_answered). The store is shared: storage is thread-safe. Counters in gw_metrics
  * are atomics. The fence's stripes and the pipelines' queues have their own mutexes.

@@ -1,38 +1,34 @@
 /*
- * Pipelines: the Redis pipeline and the storage writer. A request's operation suspends its
- * connection and submits a job; a pipeline thread takes whatever jobs are queued, runs them
- * as one batch, runs each job's completion, and resumes each connection; the request's
- * operation then runs again and answers.
+ * Pipelines. A request's operation suspends its connection and submits a job; a pipeline
+ * thread takes whatever jobs are queued, runs them as one batch, runs each job's
+ * completion, and resumes each connection; the request's operation then runs again and
+ * answers. No loop thread waits on a backend.
  *
- * The Redis pipeline runs every acquire, release, renew and token check of every server
- * thread: GW_PIPE_THREADS threads, each with its own connection, send each batch as one
- * pipeline (lk_call_many()). Under appendfsync always Redis fsyncs once per pass of its
- * event loop, so its throughput comes from commands in flight; server threads that each
- * waited for one reply kept at most one command each in flight. Here a batch carries every
- * request waiting, no server thread sleeps on Redis, and with two threads one batch is sent
- * while the other waits for its fsync.
+ * The Redis pipeline runs every acquire, release, renew and token check of every loop:
+ * GW_PIPE_THREADS threads, each with its own connection, send each batch as one pipeline
+ * (lk_call_many()). Under appendfsync always Redis fsyncs once per pass of its event loop,
+ * so throughput comes from commands in flight: a batch carries every request waiting, and
+ * with two threads one batch is sent while the other waits for its fsync.
  *
  * The storage writer runs every token-checked write: one thread hands each batch to
- * store_write_many(), which commits it with one fsync. Server threads that each waited in
- * store_write() filled a group commit with at most one write each. It runs the fenced
- * transactions (POST /resources) the same way, in the same group commit. On a shared store it also
- * runs the ledger's grants of fresh tokens (fence.c hands an answered acquisition on to it),
- * committed with the batch's writes in one transaction (store_grant_many).
+ * store_run_many(), which commits it with one fsync, with the fenced transactions
+ * (POST /resources) and, on a shared store, the ledger's grants of fresh tokens (fence.c
+ * hands an answered acquisition on to it) in the same group commit.
  *
  * Two side pipelines run the calls that may block and are neither of those: rt->side the
  * Redis calls (a /readyz or /metrics PING, a GET /locks status read), rt->reads the store
  * reads (a GET /resources value, the /readyz or /metrics probe read: a network round trip
  * on PostgreSQL; a probe goes to one, then the other). Each job's work runs on a side
- * thread, with that thread's own lk_client. On a server thread such a call held every
- * connection of the thread until Redis or PostgreSQL answered or timed out (2 s for Redis,
- * 5 s for PostgreSQL): a client polling /metrics during a Redis stall could hold up the
- * lock traffic of every connection sharing its thread. Now a stall delays only the calls queued
- * behind it on its own side pipeline: a stalled Redis does not delay value reads, nor a
- * stalled store Redis probes. What still runs on a server thread is listed in rt/gateway.h.
+ * thread, with that thread's own lk_client (rt/redis_client.c). A stall delays only the
+ * calls queued behind it on its own side pipeline: a stalled Redis does not delay value
+ * reads, nor a stalled store Redis probes, and neither holds up a loop (a Redis stall
+ * lasts up to 2 s, a PostgreSQL one 5 s). The set pipeline (rt->sets) runs multi-resource
+ * /locks the same way, one blocking attempt per thread: it keeps one thread and starts
+ * more, up to GW_SET_THREADS, while attempts queue up (grow(), wait_idle()).
  *
  * Failures: a Redis batch whose connection fails answers each job EUNAVAILABLE
  * (lk_call_many: the outcome of each is unknown) and the next batch reconnects; while the
- * breaker (lk_breaker, shared with the server threads' clients) is open, every job fails
+ * breaker (lk_breaker, shared with the side threads' clients) is open, every job fails
  * fast. A failed commit answers every write of it with the error, and nothing of it is
  * acknowledged (storage.h). A job is always completed, so no connection stays suspended: at
  * shutdown the threads drain their queue before they exit, and the server stops them only
@@ -45,8 +41,9 @@
 
 #include <sys/prctl.h>
 
-#include "rt/runtime.h"
+#include "rt/log.h"
 #include "rt/pipe.h"
+#include "rt/runtime.h"
 #include "rt/util.h"
 
 /* The most jobs in one batch: bounds a batch's memory and the wait of its last job. */
@@ -63,25 +60,38 @@ typedef struct pipe_kind {
     void (*run)(gw_rt *rt, void *state, gw_job **jobs, size_t n);
 } pipe_kind;
 
+/* A thread's place in a pipeline: free, a thread running in it, or a thread that retired
+ * and has not been joined yet. */
+enum { SLOT_FREE, SLOT_RUNNING, SLOT_RETIRED };
+
+typedef struct pipe_slot {
+    struct gw_pipe *p;
+    int i;                               /* its index in p->slot */
+    unsigned char state;                 /* SLOT_* */
+    unsigned char stacked;               /* on p->idle_stack, waiting to be woken */
+    pthread_t thread;
+    pthread_cond_t cv;                   /* its own wake-up (enqueue) */
+} pipe_slot;
+
+/* Idle threads wait on a stack, each on its own condition variable, and a new job wakes the
+ * one that went idle last: jobs that never come two at a time keep one thread busy while
+ * the others stay idle long enough to retire (take_batch). One shared condition variable
+ * would wake them in turn, and none would ever be idle that long. */
 struct gw_pipe {
     gw_rt *rt;
     const pipe_kind *kind;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
     gw_job *head, *tail;
     int stopping;
     size_t queued;                       /* jobs in the queue */
-    int idle;                            /* threads waiting for a job */
+    int idle;                            /* threads waiting for a job, woken ones too */
     int running;                         /* threads started and not retired */
     int min_threads, max_threads;        /* equal unless the pipeline grows on demand */
+    int nstacked;
+    int idle_stack[GW_SET_THREADS];      /* slots waiting to be woken, the last idle on top */
     /* Each thread's place; the most threads of any pipeline (pipe.h). */
-    pthread_t threads[GW_SET_THREADS];
-    unsigned char slot[GW_SET_THREADS];  /* SLOT_* */
+    pipe_slot slot[GW_SET_THREADS];
 };
-
-/* A thread place of a pipeline: free, a thread running in it, or a thread that retired and
- * has not been joined yet. */
-enum { SLOT_FREE, SLOT_RUNNING, SLOT_RETIRED };
 
 /* Jobs this thread holds back for one pipeline (gw__pipe_hold). */
 static _Thread_local struct {
@@ -93,27 +103,47 @@ static _Thread_local struct {
 static void *pipe_main(void *arg);
 
 /* Starts one more thread in a free place (p->mu held, or before p is shared). Returns 0, or
- * -1 when no place is free or the thread could not be started: the threads running take
- * the job in turn. A retired thread's place is joined first: it has left pipe_main and
- * holds nothing this thread waits for. */
+ * -1 when no place is free or the thread could not be started (logged): the threads
+ * running take the job in turn. A free place is used first; a retired thread's place is
+ * joined before it is used again: that thread has left pipe_main, and all it has left to
+ * do is close its Redis connection (rt/redis_client.c), a close() that waits on no
+ * backend, so a loop thread submitting a job never waits on Redis here. */
 static int grow(gw_pipe *p)
 {
-    for (int i = 0; i < p->max_threads; i++) {
-        if (p->slot[i] == SLOT_RUNNING) {
-            continue;
-        }
-        if (p->slot[i] == SLOT_RETIRED) {
-            pthread_join(p->threads[i], NULL);
-            p->slot[i] = SLOT_FREE;
-        }
-        if (pthread_create(&p->threads[i], NULL, pipe_main, p) != 0) {
-            return -1;
-        }
-        p->slot[i] = SLOT_RUNNING;
-        p->running++;
-        return 0;
+    int i = -1;
+    for (int k = 0; k < p->max_threads && i < 0; k++) {
+        i = p->slot[k].state == SLOT_FREE ? k : -1;
     }
-    return -1;
+    for (int k = 0; k < p->max_threads && i < 0; k++) {
+        i = p->slot[k].state == SLOT_RETIRED ? k : -1;
+    }
+    if (i < 0) {
+        return -1;
+    }
+    pipe_slot *sl = &p->slot[i];
+    if (sl->state == SLOT_RETIRED) {
+        pthread_join(sl->thread, NULL);
+        sl->state = SLOT_FREE;
+    }
+    int rc = pthread_create(&sl->thread, NULL, pipe_main, sl);
+    if (rc != 0) {
+        gw__log_event(p->rt->cfg, "error", "cannot start a %s thread: %s", p->kind->name,
+                      strerror(rc));
+        return -1;
+    }
+    sl->state = SLOT_RUNNING;
+    p->running++;
+    return 0;
+}
+
+/* Wakes the thread that went idle last (p->mu held); none when none waits. */
+static void wake_one(gw_pipe *p)
+{
+    if (p->nstacked > 0) {
+        pipe_slot *sl = &p->slot[p->idle_stack[--p->nstacked]];
+        sl->stacked = 0;
+        pthread_cond_signal(&sl->cv);
+    }
 }
 
 /* Queues jobs[0..n) in order, under one lock; each but the last glued to the next. */
@@ -132,10 +162,13 @@ static void enqueue(gw_pipe *p, gw_job *const *jobs, size_t n)
         p->tail = job;
     }
     p->queued += n;
+    /* A thread takes one job at a time where a batch holds one, else as many as queued. */
+    for (size_t i = 0; i < (p->kind->max_batch == 1 ? n : 1); i++) {
+        wake_one(p);
+    }
     if (p->queued > (size_t)p->idle && p->running < p->max_threads && !p->stopping) {
         grow(p); /* more jobs queued than threads waiting for one */
     }
-    pthread_cond_signal(&p->cv);
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -164,21 +197,32 @@ void gw__pipe_flush(gw_pipe *p)
     }
 }
 
-/* Takes up to the kind's max_batch jobs, never parting a job from the one glued to it (a
- * glued pair that does not fit waits for the next batch, unless it would be alone); 0 when
- * stopping and nothing is left. */
-static size_t take_batch(gw_pipe *p, gw_job **batch)
+/* Takes sl off the idle stack, wherever it is (p->mu held): it woke without wake_one(). */
+static void unstack(gw_pipe *p, pipe_slot *sl)
 {
-    size_t n = 0, works = 0;
+    int k = 0;
+    while (k < p->nstacked && p->idle_stack[k] != sl->i) {
+        k++;
+    }
+    for (; k + 1 < p->nstacked; k++) {
+        p->idle_stack[k] = p->idle_stack[k + 1];
+    }
+    p->nstacked--;
+    sl->stacked = 0;
+}
 
-    pthread_mutex_lock(&p->mu);
-    while (p->head == NULL && !p->stopping) {
-        p->idle++;
-        if (p->running <= p->min_threads) {
-            pthread_cond_wait(&p->cv, &p->mu);
-            p->idle--;
-            continue;
-        }
+/* Waits on the idle stack until woken, or, above the minimum, at most GW_PIPE_IDLE_MS
+ * (p->mu held). Returns 1 when the thread is to retire: its time ran out with no job. */
+static int wait_idle(gw_pipe *p, pipe_slot *sl)
+{
+    int rc = 0;
+
+    p->idle++;
+    sl->stacked = 1;
+    p->idle_stack[p->nstacked++] = sl->i;
+    if (p->running <= p->min_threads) {
+        pthread_cond_wait(&sl->cv, &p->mu);
+    } else {
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_sec += GW_PIPE_IDLE_MS / 1000;
@@ -187,11 +231,30 @@ static size_t take_batch(gw_pipe *p, gw_job **batch)
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
         }
-        int rc = pthread_cond_timedwait(&p->cv, &p->mu, &until);
-        p->idle--;
-        if (rc == ETIMEDOUT && p->head == NULL && !p->stopping &&
-            p->running > p->min_threads) {
-            p->running--; /* idle past GW_PIPE_IDLE_MS above the minimum: retire */
+        rc = pthread_cond_timedwait(&sl->cv, &p->mu, &until);
+    }
+    p->idle--;
+    if (sl->stacked) {
+        unstack(p, sl); /* timed out, stopping, or a spurious wake-up */
+    }
+    if (rc == ETIMEDOUT && p->head == NULL && !p->stopping && p->running > p->min_threads) {
+        p->running--; /* idle past GW_PIPE_IDLE_MS above the minimum: retire */
+        return 1;
+    }
+    return 0;
+}
+
+/* Takes up to the kind's max_batch jobs, never parting a job from the one glued to it (a
+ * glued pair that does not fit waits for the next batch, unless it would be alone); 0 when
+ * stopping and nothing is left, or when the thread retires. */
+static size_t take_batch(pipe_slot *sl, gw_job **batch)
+{
+    gw_pipe *p = sl->p;
+    size_t n = 0, works = 0;
+
+    pthread_mutex_lock(&p->mu);
+    while (p->head == NULL && !p->stopping) {
+        if (wait_idle(p, sl)) {
             pthread_mutex_unlock(&p->mu);
             return 0;
         }
@@ -221,7 +284,8 @@ static size_t take_batch(gw_pipe *p, gw_job **batch)
 
 static void *pipe_main(void *arg)
 {
-    gw_pipe *p = arg;
+    pipe_slot *sl = arg;
+    gw_pipe *p = sl->p;
     gw_job *batch[GW_PIPE_BATCH];
     struct MHD_Connection *resume_conns[GW_PIPE_BATCH];
     void *state = p->kind->open(p->rt);
@@ -229,7 +293,7 @@ static void *pipe_main(void *arg)
 
     prctl(PR_SET_NAME, p->kind->name, 0, 0, 0);
 
-    while ((n = take_batch(p, batch)) > 0) {
+    while ((n = take_batch(sl, batch)) > 0) {
         if (state == NULL) {
             state = p->kind->open(p->rt); /* out of memory last time: try again */
         }
@@ -263,11 +327,7 @@ static void *pipe_main(void *arg)
     p->kind->close(state);
     /* Stopped, or retired (take_batch): its place is joined by grow() or gw__pipe_stop(). */
     pthread_mutex_lock(&p->mu);
-    for (int i = 0; i < p->max_threads; i++) {
-        if (p->slot[i] == SLOT_RUNNING && pthread_equal(p->threads[i], pthread_self())) {
-            p->slot[i] = SLOT_RETIRED;
-        }
-    }
+    sl->state = SLOT_RETIRED;
     pthread_mutex_unlock(&p->mu);
     return NULL;
 }
@@ -413,8 +473,12 @@ static gw_pipe *pipe_start(gw_rt *rt, const pipe_kind *kind, int min_threads,
     p->max_threads = max_threads;
     pthread_mutex_init(&p->mu, NULL);
     pthread_condattr_init(&ca);
-    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* take_batch's idle deadline */
-    pthread_cond_init(&p->cv, &ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC); /* wait_idle's deadline */
+    for (int i = 0; i < max_threads; i++) {
+        p->slot[i].p = p;
+        p->slot[i].i = i;
+        pthread_cond_init(&p->slot[i].cv, &ca);
+    }
     pthread_condattr_destroy(&ca);
     pthread_mutex_lock(&p->mu);
     int ok = 1;
@@ -438,12 +502,10 @@ int gw__pipes_start(gw_rt *rt, char *err, size_t errlen)
     }
     rt->writer = pipe_start(rt, &store_kind, 1, 1, err, errlen);
     if (rt->writer != NULL) {
-        rt->side = pipe_start(rt, &side_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
-                               errlen);
+        rt->side = pipe_start(rt, &side_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err, errlen);
     }
     if (rt->side != NULL) {
-        rt->reads = pipe_start(rt, &reads_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err,
-                                errlen);
+        rt->reads = pipe_start(rt, &reads_kind, GW_SIDE_THREADS, GW_SIDE_THREADS, err, errlen);
     }
     if (rt->reads != NULL) {
         rt->sets = pipe_start(rt, &sets_kind, 1, GW_SET_THREADS, err, errlen);
@@ -476,16 +538,16 @@ void gw__pipe_stop(gw_pipe *p)
     pthread_mutex_lock(&p->mu);
     p->stopping = 1; /* no thread starts from now on (enqueue) */
     for (int i = 0; i < p->max_threads; i++) {
-        started[i] = p->slot[i] != SLOT_FREE;
+        started[i] = p->slot[i].state != SLOT_FREE;
+        pthread_cond_signal(&p->slot[i].cv);
     }
-    pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     for (int i = 0; i < p->max_threads; i++) {
         if (started[i]) {
-            pthread_join(p->threads[i], NULL);
+            pthread_join(p->slot[i].thread, NULL);
         }
+        pthread_cond_destroy(&p->slot[i].cv);
     }
     pthread_mutex_destroy(&p->mu);
-    pthread_cond_destroy(&p->cv);
     free(p);
 }

@@ -30,18 +30,20 @@ struct gw_rt;
 #define GW_SET_THREADS 8
 #define GW_PIPE_IDLE_MS 5000
 #if GW_SET_THREADS < GW_PIPE_THREADS || GW_SET_THREADS < GW_SIDE_THREADS
-#error "gw_pipe.threads is sized by GW_SET_THREADS, the most threads of any pipeline"
+#error "gw_pipe.slot is sized by GW_SET_THREADS, the most threads of any pipeline"
 #endif
 
 typedef struct gw_pipe gw_pipe;
 
 /* Starts the Redis pipeline (rt->pipe; Redis may be down: each batch reconnects), the
- * storage writer (rt->writer) and the side pipelines (rt->side, rt->reads). Returns 0 or
- * -1 with err, with none of them running. */
+ * storage writer (rt->writer), the side pipelines (rt->side, rt->reads) and the set
+ * pipeline (rt->sets, one thread until set attempts queue up). Returns 0 or -1 with err,
+ * with none of them running. */
 int gw__pipes_start(struct gw_rt *rt, char *err, size_t errlen);
 /* Stops every pipeline gw__pipes_start() started (gw__pipe_stop() on each). */
 void gw__pipes_stop(struct gw_rt *rt);
-/* Queues a job. The caller has suspended job->conn first. Never blocks on Redis or disk. */
+/* Queues a job. The caller has suspended job->conn first. Never blocks on Redis or disk; on
+ * the set pipeline it may start a thread (and join a retired one first: pipe.c, grow()). */
 void gw__pipe_submit(gw_pipe *p, gw_job *job);
 /* Between these two, the jobs this thread submits to p are held back, then queued together
  * by gw__pipe_flush() so that one batch carries them all, in order, on one connection: an
