@@ -150,7 +150,7 @@ void gw__fence_init(gw_fence *f, store *st, const gw_fence_ops *ops, void *owner
     for (int i = 0; i < GW_FLOOR_STRIPES; i++) {
         pthread_mutex_init(&f->stripes[i].mu, NULL);
         f->stripes[i].busy = 0;
-        f->stripes[i].first = f->stripes[i].last = NULL;
+        gw_queue_init(&f->stripes[i].line);
     }
 }
 
@@ -205,15 +205,9 @@ static int take_or_queue(gw_fence *f, gw_fence_turn *t)
     gw_stripe *s = stripe_of(f, t->resource);
     int taken = 0;
 
-    t->next = NULL;
     pthread_mutex_lock(&s->mu);
     if (s->busy) {
-        if (s->last != NULL) {
-            s->last->next = t;
-        } else {
-            s->first = t;
-        }
-        s->last = t;
+        gw_queue_push(&s->line, &t->link);
     } else {
         s->busy = taken = 1;
     }
@@ -240,14 +234,9 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
     while (minted > seen && !atomic_compare_exchange_weak(&f->max_token, &seen, minted)) {
     }
     pthread_mutex_lock(&s->mu);
-    gw_fence_turn *next = s->first;
-    if (next != NULL) {
-        s->first = next->next;
-        if (s->first == NULL) {
-            s->last = NULL;
-        }
-        next->next = NULL;
-    } else {
+    gw_qlink *n = gw_queue_pop(&s->line);
+    gw_fence_turn *next = n != NULL ? gw_container_of(n, gw_fence_turn, link) : NULL;
+    if (next == NULL) {
         s->busy = 0;
     }
     pthread_mutex_unlock(&s->mu);

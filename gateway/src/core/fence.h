@@ -13,6 +13,7 @@
 #include "locklib/locklib.h"
 #include "storage/storage.h"
 
+#include "base/list.h"
 #include "core/job.h"
 
 #define GW_FLOOR_STRIPES 1024
@@ -21,7 +22,7 @@
  * alive from gw__fence_enter() until its turn has ended (gw__fence_answered() or
  * gw__fence_leave()). */
 typedef struct gw_fence_turn {
-    struct gw_fence_turn *next;
+    gw_qlink link;                       /* in its stripe's line */
     const char *resource;                /* what it acquires */
     const char *owner;                   /* for whom: keys its holder fingerprint */
     int64_t min_floor;                   /* the floor is at least this (0: none): the ledger's
@@ -52,7 +53,7 @@ typedef struct gw_floor {
 typedef struct gw_stripe {
     pthread_mutex_t mu;
     int busy;                            /* an acquisition holds the stripe */
-    gw_fence_turn *first, *last;         /* acquisitions waiting for it, in arrival order */
+    gw_queue line;                       /* acquisitions waiting for it, in arrival order */
 } gw_stripe;
 
 typedef struct gw_fence gw_fence;

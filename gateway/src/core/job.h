@@ -9,6 +9,8 @@
 #include "locklib/locklib.h"
 #include "storage/storage.h"
 
+#include "base/list.h"
+
 /* The connection a job resumes (libmicrohttpd's; the fence never looks inside). */
 struct MHD_Connection;
 
@@ -18,7 +20,7 @@ typedef struct gw_job gw_job;
  * `work` for the side pipeline, all owned by the submitter, which keeps the job alive until
  * done has run (conn's request owns it: a suspended request cannot complete). */
 struct gw_job {
-    gw_job *next;                   /* the pipeline's queue */
+    gw_qlink link;                  /* in the pipeline's queue */
     int glued;                      /* the next job in the queue goes in the same batch,
                                      * right after this one (gw__pipe_hold) */
     lk_call *call;                  /* in: the call; out: status, result and reason */

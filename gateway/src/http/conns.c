@@ -67,11 +67,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         c->slot = gw__loops_opened(cs->srv->rt.loops);
         atomic_store(&c->deadline_us, gw__now_us() + (int64_t)GW_REQUEST_DEADLINE_S * 1000000);
         pthread_mutex_lock(&cs->mu);
-        c->next = cs->head;
-        if (cs->head != NULL) {
-            cs->head->prev = c;
-        }
-        cs->head = c;
+        gw_dlist_push_front(&cs->open, &c->link);
         pthread_mutex_unlock(&cs->mu);
         atomic_fetch_add(&cs->srv->rt.metrics.connections, 1);
         *socket_context = c;
@@ -81,14 +77,7 @@ void gw__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_conte
         return;
     }
     pthread_mutex_lock(&cs->mu);
-    if (c->prev != NULL) {
-        c->prev->next = c->next;
-    } else {
-        cs->head = c->next;
-    }
-    if (c->next != NULL) {
-        c->next->prev = c->prev;
-    }
+    gw_dlist_remove(&cs->open, &c->link);
     pthread_mutex_unlock(&cs->mu);
     gw__loops_closed(cs->srv->rt.loops, c->slot);
     atomic_fetch_sub(&cs->srv->rt.metrics.connections, 1);
@@ -122,7 +111,8 @@ void gw__conns_sweep(void *arg)
         gw__tls_expiry_check(cs->srv->rt.cfg, cs->srv->tls); /* a time() and two compares */
     }
     pthread_mutex_lock(&cs->mu);
-    for (gw_conn *c = cs->head; c != NULL; c = c->next) {
+    for (gw_dlink *n = gw_dlist_first(&cs->open); n != NULL; n = gw_dlist_next(n)) {
+        gw_conn *c = gw_container_of(n, gw_conn, link);
         int64_t at = atomic_load(&c->deadline_us);
         if (at != 0 && now > at) {
             shutdown(c->fd, SHUT_RDWR);

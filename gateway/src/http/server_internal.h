@@ -13,12 +13,13 @@
 
 #include <microhttpd.h>
 
+#include "base/list.h"
 #include "http/request.h"
 #include "rt/gateway.h"
 #include "rt/loops.h"
 
 typedef struct gw_conn {
-    struct gw_conn *prev, *next;
+    gw_dlink link;                /* in gw_conns.open */
     gw_addr_slot *slot;           /* its place in its address's count (loops.c) */
     int fd;
     int served;                   /* requests completed; only its own thread touches it */
@@ -32,7 +33,7 @@ typedef struct gw_conn {
 
 struct gw_conns {
     pthread_mutex_t mu;
-    gw_conn *head;
+    gw_dlist open;                /* every tracked connection */
     gw_server *srv;
 };
 

@@ -39,19 +39,19 @@ static struct gw_lock_call *call_of_turn(gw_fence_turn *t)
 
 #define ATTEMPTS_KEPT 1024
 static pthread_mutex_t attempts_mu = PTHREAD_MUTEX_INITIALIZER;
-static gw_job *attempts_free;
+static gw_qlink *attempts_free; /* a stack through job.link, the latest freed on top */
 static size_t attempts_kept;
 
 static gw_attempt *attempt_new(void)
 {
     pthread_mutex_lock(&attempts_mu);
-    gw_job *job = attempts_free;
-    if (job != NULL) {
-        attempts_free = job->next;
+    gw_qlink *top = attempts_free;
+    if (top != NULL) {
+        attempts_free = top->next;
         attempts_kept--;
     }
     pthread_mutex_unlock(&attempts_mu);
-    gw_attempt *at = job != NULL ? job->arg : calloc(1, sizeof *at);
+    gw_attempt *at = top != NULL ? gw_container_of(top, gw_job, link)->arg : calloc(1, sizeof *at);
     if (at != NULL) {
         memset(at, 0, sizeof *at);
     }
@@ -66,8 +66,8 @@ void gw__lock_attempt_free(gw_attempt *at)
     pthread_mutex_lock(&attempts_mu);
     if (attempts_kept < ATTEMPTS_KEPT) {
         at->job.arg = at;
-        at->job.next = attempts_free;
-        attempts_free = &at->job;
+        at->job.link.next = attempts_free;
+        attempts_free = &at->job.link;
         attempts_kept++;
         at = NULL;
     }

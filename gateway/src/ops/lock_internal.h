@@ -91,7 +91,7 @@ enum { ATTEMPT_ASKED, ATTEMPT_STORE_FAILED, ATTEMPT_STRIPE_BUSY, ATTEMPT_NOMEM }
 /* A call in the Redis pipeline: an attempt or a give-back (lock_attempt.c, "Attempts in the
  * pipeline"). */
 typedef struct gw_attempt {
-    gw_job job;                          /* job.next links the free list */
+    gw_job job;                          /* job.link links the free list */
     lk_call call;
 } gw_attempt;
 

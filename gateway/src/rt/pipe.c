@@ -81,7 +81,7 @@ struct gw_pipe {
     gw_rt *rt;
     const pipe_kind *kind;
     pthread_mutex_t mu;
-    gw_job *head, *tail;
+    gw_queue jobs;
     int stopping;
     size_t queued;                       /* jobs in the queue */
     int idle;                            /* threads waiting for a job, woken ones too */
@@ -101,6 +101,11 @@ static _Thread_local struct {
 } held;
 
 static void *pipe_main(void *arg);
+
+static gw_job *job_of(const gw_qlink *l)
+{
+    return gw_container_of(l, gw_job, link);
+}
 
 /* Starts one more thread in a free place (p->mu held, or before p is shared). Returns 0, or
  * -1 when no place is free or the thread could not be started (logged): the threads
@@ -152,14 +157,8 @@ static void enqueue(gw_pipe *p, gw_job *const *jobs, size_t n)
     pthread_mutex_lock(&p->mu);
     for (size_t i = 0; i < n; i++) {
         gw_job *job = jobs[i];
-        job->next = NULL;
         job->glued = i + 1 < n;
-        if (p->tail != NULL) {
-            p->tail->next = job;
-        } else {
-            p->head = job;
-        }
-        p->tail = job;
+        gw_queue_push(&p->jobs, &job->link);
     }
     p->queued += n;
     /* A thread takes one job at a time where a batch holds one, else as many as queued. */
@@ -237,7 +236,8 @@ static int wait_idle(gw_pipe *p, pipe_slot *sl)
     if (sl->stacked) {
         unstack(p, sl); /* timed out, stopping, or a spurious wake-up */
     }
-    if (rc == ETIMEDOUT && p->head == NULL && !p->stopping && p->running > p->min_threads) {
+    if (rc == ETIMEDOUT && gw_queue_empty(&p->jobs) && !p->stopping &&
+        p->running > p->min_threads) {
         p->running--; /* idle past GW_PIPE_IDLE_MS above the minimum: retire */
         return 1;
     }
@@ -253,29 +253,26 @@ static size_t take_batch(pipe_slot *sl, gw_job **batch)
     size_t n = 0, works = 0;
 
     pthread_mutex_lock(&p->mu);
-    while (p->head == NULL && !p->stopping) {
+    while (gw_queue_empty(&p->jobs) && !p->stopping) {
         if (wait_idle(p, sl)) {
             pthread_mutex_unlock(&p->mu);
             return 0;
         }
     }
-    while (p->head != NULL && n < p->kind->max_batch) {
+    while (!gw_queue_empty(&p->jobs) && n < p->kind->max_batch) {
+        gw_job *head = job_of(gw_queue_first(&p->jobs));
         size_t span = 1;
-        for (const gw_job *j = p->head; j->glued && j->next != NULL; j = j->next) {
+        for (const gw_qlink *l = &head->link; job_of(l)->glued && l->next != NULL; l = l->next) {
             span++;
         }
         if (n > 0 && n + span > p->kind->max_batch) {
             break;
         }
-        if (p->head->work != NULL && p->kind->max_work > 0 && works == p->kind->max_work) {
+        if (head->work != NULL && p->kind->max_work > 0 && works == p->kind->max_work) {
             break;
         }
-        works += p->head->work != NULL;
-        batch[n++] = p->head;
-        p->head = p->head->next;
-    }
-    if (p->head == NULL) {
-        p->tail = NULL;
+        works += head->work != NULL;
+        batch[n++] = job_of(gw_queue_pop(&p->jobs));
     }
     p->queued -= n;
     pthread_mutex_unlock(&p->mu);

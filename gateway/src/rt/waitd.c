@@ -42,16 +42,16 @@ static void sub_write_failed(gw_waitq *wq)
 /* Subscriptions, unsubscriptions and passed-on wakes asked for by loop threads. */
 static void run_pending(gw_waitq *wq)
 {
-    while (wq->unsub != NULL) {
-        unsub_node *u = wq->unsub;
-        wq->unsub = u->next;
+    gw_qlink *l;
+    while ((l = gw_queue_pop(&wq->unsub)) != NULL) {
+        unsub_node *u = gw_container_of(l, unsub_node, link);
         if (wq->sub_fd >= 0 && lk_sub_remove(wq->sub, u->name) != LK_OK) {
             sub_write_failed(wq);
         }
         free(u);
     }
-    while (wq->pending_head != NULL) {
-        gw_wres *r = wq->pending_head;
+    while (!gw_dlist_empty(&wq->pending)) {
+        gw_wres *r = gw_container_of(gw_dlist_first(&wq->pending), gw_wres, pend);
         gw__wq_pending_remove(wq, r);
         if (r->need_sub && wq->sub_fd >= 0) {
             if (lk_sub_add(wq->sub, r->name) == LK_OK) {
@@ -209,16 +209,14 @@ static void *waitd_main(void *arg)
         /* Every event of this batch is handled: a waiter claimed before now can no longer
          * be reached through one (gw__wait_end). */
         wq->loops++;
-        struct grave *graves = wq->graves;
-        wq->graves = NULL;
+        gw_queue graves = wq->graves;
+        gw_queue_init(&wq->graves);
         size_t len = wq->resume_len;
         wq->resume_len = 0;
         /* Resume outside mu. The array is only touched by this thread. */
         pthread_mutex_unlock(&wq->mu);
-        while (graves != NULL) {
-            struct grave *g = graves;
-            graves = g->next;
-            free(g);
+        while (!gw_queue_empty(&graves)) {
+            free(gw_queue_pop(&graves));
         }
         for (size_t i = 0; i < len; i++) {
             gw__loops_resume(wq->rt->loops, wq->resume[i]);
@@ -308,15 +306,12 @@ void gw__waitq_stop(gw_waitq *wq)
             free(r);
         }
     }
-    while (wq->unsub != NULL) {
-        unsub_node *u = wq->unsub;
-        wq->unsub = u->next;
-        free(u);
+    gw_qlink *l;
+    while ((l = gw_queue_pop(&wq->unsub)) != NULL) {
+        free(gw_container_of(l, unsub_node, link));
     }
-    while (wq->graves != NULL) {
-        struct grave *g = wq->graves;
-        wq->graves = g->next;
-        free(g);
+    while ((l = gw_queue_pop(&wq->graves)) != NULL) {
+        free(l);
     }
     lk_sub_close(wq->sub);
     close(wq->epfd);

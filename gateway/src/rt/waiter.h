@@ -8,6 +8,7 @@
 
 #include <stdint.h>
 
+#include "base/list.h"
 #include "rt/metrics.h"
 #include "rt/timer_heap.h"
 
@@ -25,7 +26,7 @@ typedef enum gw_waiter_state {
 
 /* The waiting part of a /lock request. Zero-initialised; owned by its request. */
 typedef struct gw_waiter {
-    struct gw_waiter *prev, *next; /* in its resource's queue */
+    gw_dlink link;                /* in its resource's queue */
     gw_wres *res;                 /* the entry it holds a reference on, NULL when none */
     struct MHD_Connection *conn;
     int fd;                       /* watched for hang-ups while suspended, else -1 */

@@ -169,7 +169,11 @@ static gw_waiter *first_parked(gw_wres *r, int64_t now)
 {
     gw_waiter *due = NULL;
 
-    for (gw_waiter *w = r != NULL ? r->head : NULL; w != NULL; w = w->next) {
+    if (r == NULL) {
+        return NULL;
+    }
+    for (gw_dlink *n = gw_dlist_first(&r->queue); n != NULL; n = gw_dlist_next(n)) {
+        gw_waiter *w = gw_container_of(n, gw_waiter, link);
         if (w->state != GW_WAITER_SUSPENDED && w->state != GW_WAITER_PARKING) {
             continue;
         }
@@ -361,7 +365,7 @@ void gw__wait_end(gw_waitq *wq, gw_waiter *w, int64_t held_ms, int64_t holder_to
         gw__timer_cancel(&wq->timers, &w->timer);
         atomic_fetch_sub(&wq->rt->metrics.waiters_parked, 1);
     }
-    if (held_ms >= 0 && w->res->head != NULL) {
+    if (held_ms >= 0 && !gw_dlist_empty(&w->res->queue)) {
         /* This waiter took the lock, or its last attempt (woken by a release or an expiry,
          * its deadline passing meanwhile) found a new holder: the others now wait for that
          * lease, which none of them has seen (no attempt of theirs since), and whose end
@@ -394,9 +398,7 @@ void gw__wait_free(gw_waitq *wq, const gw_waiter *w, void *mem)
         if (wq->loops == w->claim_loop && !wq->stop) {
             /* waitd may still hold an event of its socket from before the claim: it frees
              * mem once that batch is done (gw__wait_claim). */
-            struct grave *g = mem;
-            g->next = wq->graves;
-            wq->graves = g;
+            gw_queue_push(&wq->graves, mem);
             gw__signal_waitd(wq);
             mem = NULL;
         }

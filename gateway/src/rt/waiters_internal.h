@@ -11,6 +11,7 @@
 
 #include "locklib/locklib.h"
 
+#include "base/list.h"
 #include "rt/runtime.h"
 #include "rt/timer_heap.h"
 #include "rt/waiter.h"
@@ -34,7 +35,7 @@ enum { TIMER_WAITER, TIMER_EXPIRY };
 struct gw_wres {
     char name[LK_RESOURCE_MAX + 1];
     struct gw_wres *hnext;             /* hash chain */
-    gw_waiter *head, *tail;            /* parked waiters, in arrival order */
+    gw_dlist queue;                    /* parked waiters, in arrival order */
     int refs;                          /* waiters between gw__wait_begin and their end */
     uint64_t epoch;                    /* events that may have freed it without saying which
                                         * hold ended: confirmations, expiry timer, messages
@@ -55,12 +56,12 @@ struct gw_wres {
     int64_t known_token;
     int64_t known_until;
     char known_owner[LK_OWNER_MAX + 1];
-    struct gw_wres *pend_prev, *pend_next;
+    gw_dlink pend;                     /* in gw_waitq.pending while in_pending */
     int in_pending;
 };
 
 typedef struct unsub_node {
-    struct unsub_node *next;
+    gw_qlink link;                     /* in gw_waitq.unsub */
     char name[LK_RESOURCE_MAX + 1];
 } unsub_node;
 
@@ -69,8 +70,8 @@ struct gw_waitq {
     pthread_mutex_t mu;
     gw_wres *buckets[WQ_BUCKETS];
     gw_timer_heap timers;              /* waiters' deadlines, resources' expiries */
-    gw_wres *pending_head;                /* resources waitd must subscribe or kick */
-    unsub_node *unsub;                 /* channels to leave */
+    gw_dlist pending;                  /* resources waitd must subscribe or kick */
+    gw_queue unsub;                    /* channels to leave (unsub_node) */
     struct MHD_Connection **resume;    /* collected under mu, resumed after unlocking */
     size_t resume_len, resume_cap;
     int epfd;
@@ -88,13 +89,9 @@ struct gw_waitq {
     int waiting;                       /* waiters counted against max_waiters */
     int max_waiters;                   /* --max-waiters */
     uint64_t loops;                    /* epoll batches waitd has finished */
-    struct grave *graves;              /* requests to free after waitd's batch (gw__wait_free) */
-};
-
-/* The memory of a request whose waiter was claimed, laid over its first bytes until waitd
- * frees it. */
-struct grave {
-    struct grave *next;
+    gw_queue graves;                   /* requests to free after waitd's batch (gw__wait_free),
+                                        * each link laid over the first bytes of the request's
+                                        * memory */
 };
 
 /* ---- waitq.c: resources and wakes, called under mu (their comments are in waitq.c) ---- */

@@ -61,12 +61,7 @@ void gw__wq_pending_add(gw_waitq *wq, gw_wres *r)
         return;
     }
     r->in_pending = 1;
-    r->pend_prev = NULL;
-    r->pend_next = wq->pending_head;
-    if (wq->pending_head != NULL) {
-        wq->pending_head->pend_prev = r;
-    }
-    wq->pending_head = r;
+    gw_dlist_push_front(&wq->pending, &r->pend);
     gw__signal_waitd(wq);
 }
 
@@ -75,14 +70,7 @@ void gw__wq_pending_remove(gw_waitq *wq, gw_wres *r)
     if (!r->in_pending) {
         return;
     }
-    if (r->pend_prev != NULL) {
-        r->pend_prev->pend_next = r->pend_next;
-    } else {
-        wq->pending_head = r->pend_next;
-    }
-    if (r->pend_next != NULL) {
-        r->pend_next->pend_prev = r->pend_prev;
-    }
+    gw_dlist_remove(&wq->pending, &r->pend);
     r->in_pending = 0;
 }
 
@@ -110,7 +98,7 @@ gw_wres *gw__wres_get(gw_waitq *wq, const char *name)
 /* Drops one reference; the last one frees the entry and leaves its channel. */
 void gw__wres_unref(gw_waitq *wq, gw_wres *r)
 {
-    if (--r->refs > 0 || r->head != NULL) {
+    if (--r->refs > 0 || !gw_dlist_empty(&r->queue)) {
         return;
     }
     gw_wres **pp = &wq->buckets[bucket_of(r->name)];
@@ -124,8 +112,7 @@ void gw__wres_unref(gw_waitq *wq, gw_wres *r)
         unsub_node *u = malloc(sizeof *u);
         if (u != NULL) { /* without memory the channel stays subscribed: harmless */
             snprintf(u->name, sizeof u->name, "%s", r->name);
-            u->next = wq->unsub;
-            wq->unsub = u;
+            gw_queue_push(&wq->unsub, &u->link);
             gw__signal_waitd(wq);
         }
     }
@@ -134,17 +121,7 @@ void gw__wres_unref(gw_waitq *wq, gw_wres *r)
 
 void gw__wq_queue_remove(gw_wres *r, gw_waiter *w)
 {
-    if (w->prev != NULL) {
-        w->prev->next = w->next;
-    } else {
-        r->head = w->next;
-    }
-    if (w->next != NULL) {
-        w->next->prev = w->prev;
-    } else {
-        r->tail = w->prev;
-    }
-    w->prev = w->next = NULL;
+    gw_dlist_remove(&r->queue, &w->link);
     w->queued = 0;
 }
 
@@ -153,14 +130,7 @@ void gw__wq_queue_append(gw_wres *r, gw_waiter *w)
     if (w->queued) {
         return;
     }
-    w->next = NULL;
-    w->prev = r->tail;
-    if (r->tail != NULL) {
-        r->tail->next = w;
-    } else {
-        r->head = w;
-    }
-    r->tail = w;
+    gw_dlist_push_back(&r->queue, &w->link);
     w->queued = 1;
 }
 
@@ -275,7 +245,8 @@ int gw__wq_wake_one(gw_waitq *wq, gw_wres *r, gw_wake reason)
     int64_t now = gw__now_ms();
     gw_waiter *due = NULL;
 
-    for (gw_waiter *w = r->head; w != NULL; w = w->next) {
+    for (gw_dlink *n = gw_dlist_first(&r->queue); n != NULL; n = gw_dlist_next(n)) {
+        gw_waiter *w = gw_container_of(n, gw_waiter, link);
         if (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING) {
             if (w->timer.idx != GW_TIMER_OFF && w->timer.at <= now) {
                 if (due == NULL) {
