@@ -75,7 +75,7 @@ typedef struct pipe_slot {
 
 /* Idle threads wait on a stack, each on its own condition variable, and a new job wakes the
  * one that went idle last: jobs that never come two at a time keep one thread busy while
- * the others stay idle long enough to retire (take_batch). One shared condition variable
+ * the others stay idle long enough to retire (wait_idle). One shared condition variable
  * would wake them in turn, and none would ever be idle that long. */
 struct gw_pipe {
     gw_rt *rt;
