@@ -1,7 +1,7 @@
 /*
- * Pipelines (pipe.c): the Redis pipeline, the storage writer and the side pipelines. An
- * operation suspends its connection and submits a job; a pipeline thread runs it in a batch
- * and resumes the connection.
+ * Pipelines (pipe.c): the Redis pipeline, the storage writer, the side pipelines and the set
+ * pipeline. An operation suspends its connection and submits a job; a pipeline thread runs it
+ * in a batch and resumes the connection.
  */
 #ifndef GATEWAY_PIPE_H
 #define GATEWAY_PIPE_H
