@@ -426,10 +426,8 @@ static int threads_named(const gwt_proc *gw, const char *name)
     return n;
 }
 
-/* N set /locks at once while Redis holds every command for 1 s (less than the gateway's
- * 2 s command timeout), so each blocks its thread in its round trip: returns the most
- * fg-sets threads seen meanwhile. Every lock is granted. */
-static int blocked_burst(set_state *s)
+/* One try of blocked_burst(). */
+static int blocked_burst_once(set_state *s)
 {
     enum { N = 4 };
     static const char *const owners[N] = {"g0", "g1", "g2", "g3"};
@@ -458,6 +456,19 @@ static int blocked_burst(set_state *s)
     return most;
 }
 
+/* N set /locks at once while Redis holds every command for 1 s (less than the gateway's
+ * 2 s command timeout), so each blocks its thread in its round trip: returns the most
+ * fg-sets threads seen meanwhile. Every lock is granted. On a loaded machine a request may
+ * reach the gateway only after the pause: up to three bursts are tried. */
+static int blocked_burst(set_state *s)
+{
+    int most = 0;
+    for (int k = 0; k < 3 && most < 4; k++) {
+        most = blocked_burst_once(s);
+    }
+    return most;
+}
+
 /* The set pipeline keeps one thread while idle and starts more while set attempts block at
  * the same time. Under a trickle of sets, never two at once, the extra threads retire
  * (each after 5 s without a job: the last thread to wait takes the next job, so the others
@@ -468,10 +479,16 @@ static void test_set_threads_grow_and_retire(void **state)
     set_state *s = *state;
     setter one = {.gw = &s->gw, .owner = "trickle", .rounds = 1};
 
-    assert_int_equal(threads_named(&s->gw, "fg-sets"), 1);
+    /* A thread takes its name once it runs: under load it may not have run yet. */
+    int now = 0;
+    for (int64_t until = th_now_ms() + 10000; now != 1 && th_now_ms() < until;) {
+        now = threads_named(&s->gw, "fg-sets");
+        th_nap_ms(now != 1 ? 20 : 0);
+    }
+    assert_int_equal(now, 1);
     assert_int_equal(blocked_burst(s), 4);
     names_for("trickle", one.names, 2);
-    int now = 4;
+    now = 4;
     for (int64_t until = th_now_ms() + 30000; now > 1 && th_now_ms() < until;) {
         one.ok = 0;
         setter_main(&one);
