@@ -185,16 +185,16 @@ for arg in "$@"; do
                 bad=1
             fi
             seen=" $f "
-            todo=("$f")
-            while [ "${#todo[@]}" -gt 0 ]; do
-                g=${todo[0]}
-                todo=("${todo[@]:1}")
+            pending=("$f")
+            while [ "${#pending[@]}" -gt 0 ]; do
+                g=${pending[0]}
+                pending=("${pending[@]:1}")
                 for inc in ${incs[$g]:-}; do
                     for h in "$dir/$inc" "${g%/*}/$inc"; do
                         [ -e "$h" ] || continue
                         case "$seen" in *" $h "*) continue ;; esac
                         seen="$seen$h "
-                        todo+=("$h")
+                        pending+=("$h")
                     done
                 done
             done
