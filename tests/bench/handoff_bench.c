@@ -600,23 +600,6 @@ static long long read_rss_kib(pid_t pid)
     return kib;
 }
 
-/* Script calls Redis has served so far: EVALSHA + EVAL (INFO commandstats), or -1. */
-static long long script_calls(const th_redis *r)
-{
-    static char info[64 * 1024];
-    const char *names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    long long total = 0;
-
-    if (th_redis_cmd(r, info, sizeof info, "INFO commandstats") != 0) {
-        return -1;
-    }
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        const char *p = strstr(info, names[i]);
-        total += p != NULL ? strtoll(p + strlen(names[i]), NULL, 10) : 0;
-    }
-    return total;
-}
-
 /* Copies redis_version from INFO server into buf ("?" when unknown). */
 static void redis_version(const th_redis *r, char *buf, size_t len)
 {
@@ -941,7 +924,7 @@ static int run_chain(bench *b, int waiters, int rounds, chain_result *r)
             await_gauge(b, waiters, deadline) != 0) {
             goto out;
         }
-        before = round == 0 ? script_calls(&b->redis) : before;
+        before = round == 0 ? th_redis_script_calls(&b->redis) : before;
         for (int i = 0; i < waiters; i++) {
             hconn *next = NULL;
             if (hand_off(b, holder, resource, 1, &next, r, deadline) != 0) {
@@ -958,7 +941,7 @@ static int run_chain(bench *b, int waiters, int rounds, chain_result *r)
     if (hand_off(b, holder, resource, 0, &none, r, deadline) != 0) {
         goto out;
     }
-    after = script_calls(&b->redis);
+    after = th_redis_script_calls(&b->redis);
     if (rounds == 1 && before >= 0 && after >= 0) {
         r->calls = after - before;
     }

@@ -10,13 +10,18 @@
  *   1. /lock latency (the cycle's first operation) and cycles/s through one gateway, LMDB
  *      against PostgreSQL, at 1 and at --conns connections;
  *   2. cycles/s through one PostgreSQL gateway and through two (half the connections on
- *      each, run at the same time, rates added), at --conns connections.
+ *      each, run at the same time, rates added), at --conns connections;
+ *   3. a hot lock (compare_work.h's contended pairs: every connection locks and unlocks one
+ *      resource, waiting for it) through the LMDB gateway, one PostgreSQL gateway and both
+ *      PostgreSQL gateways (half the connections on each, on the same resource), with the
+ *      script calls Redis served per pair and the /lock p99 against the wait of a fair
+ *      chain (--conns / the pairs/s). --hot-only runs only these rows.
  * Each row also prints the CPU time the whole stack spent per 1,000 cycles (stack_cpu_s):
  * on a machine shared with other work, cycles/s measure the CPU share the stack got as much
  * as the stack, while CPU per cycle tells whether two gateways cost more work per cycle.
  * Token-checked writes/s with 1 and 64 writers on PostgreSQL and LMDB: storage_bench.
  *
- * Usage: multigw_bench [--seconds N] [--conns N] [--fencegate PATH]
+ * Usage: multigw_bench [--seconds N] [--conns N] [--fencegate PATH] [--hot-only]
  * --fencegate runs another gateway binary (an older tree's, to compare) under the same load.
  */
 #include <dirent.h>
@@ -53,6 +58,7 @@ typedef struct mg_run {
     char err[256];
     double cpu_ms_per_kcycle; /* the stack's CPU per 1,000 cycles (all runs of the row) */
     double tx_per_kcycle;     /* PostgreSQL write transactions (commits) per 1,000 cycles */
+    int contended;            /* the pair workload, every run on one resource */
 } mg_run;
 
 /* The PostgreSQL server's URL, for pg_xid(). */
@@ -119,22 +125,30 @@ static void *run_thread(void *arg)
     lg_workload w;
     memset(&r->ctx, 0, sizeof r->ctx);
     snprintf(r->ctx.tag, sizeof r->ctx.tag, "%s", r->tag);
-    cw_gateway_cycles(&w, &r->ctx);
+    r->ctx.contended = r->contended;
+    if (r->contended) {
+        cw_gateway_pairs(&w, &r->ctx);
+    } else {
+        cw_gateway_cycles(&w, &r->ctx);
+    }
     r->rc = lg_run(&w, r->port, r->conns, WARM_MS, r->measure_ms, NULL, NULL, &r->res, r->err,
                    sizeof r->err);
     return NULL;
 }
 
-/* Runs the cycle workload on n gateways (ports) at once, conns connections each. */
-static int run_cycles(const int *ports, int n, int conns, int measure_ms, const char *tag,
-                      mg_run *runs)
+/* Runs on n gateways (ports) at once, conns connections each: the cycle workload, or with
+ * contended the pair workload, all on one resource. */
+static int run_on(const int *ports, int n, int conns, int measure_ms, const char *tag,
+                  mg_run *runs, int contended)
 {
     pthread_t th[2];
     double cpu0 = stack_cpu_s();
     long long xid0 = pg_xid();
     for (int i = 0; i < n; i++) {
-        runs[i] = (mg_run){.port = ports[i], .conns = conns, .measure_ms = measure_ms};
-        snprintf(runs[i].tag, sizeof runs[i].tag, "%s-%d", tag, i);
+        runs[i] = (mg_run){.port = ports[i], .conns = conns, .measure_ms = measure_ms,
+                           .contended = contended};
+        /* Contended runs share their tag, and with it the resource. */
+        snprintf(runs[i].tag, sizeof runs[i].tag, "%s-%d", tag, contended ? 0 : i);
         pthread_create(&th[i], NULL, run_thread, &runs[i]);
     }
     int rc = 0;
@@ -160,6 +174,13 @@ static int run_cycles(const int *ports, int n, int conns, int measure_ms, const 
     return rc;
 }
 
+/* Runs the cycle workload on n gateways (ports) at once, conns connections each. */
+static int run_cycles(const int *ports, int n, int conns, int measure_ms, const char *tag,
+                      mg_run *runs)
+{
+    return run_on(ports, n, conns, measure_ms, tag, runs, 0);
+}
+
 static int start_gateway(cp_proc *p, const char *name, const char *redis_url, const char *data,
                          const char *store)
 {
@@ -183,23 +204,80 @@ static void print_latency(const char *what, int conns, const mg_run *r)
            r->tx_per_kcycle, (unsigned long long)r->res.failures);
 }
 
+/* One hot-lock row: conns connections on one resource, split over the n gateways of ports. */
+static int hot_row(const th_redis *redis, const char *what, const int *ports, int n, int conns,
+                   int ms, const char *tag)
+{
+    mg_run runs[2];
+    long long before = th_redis_script_calls(redis);
+    int rc = run_on(ports, n, conns / n, ms, tag, runs, 1);
+    long long after = th_redis_script_calls(redis);
+    long long calls = before >= 0 && after >= before ? after - before : 0;
+    double rate = 0, p99 = 0, p50 = 0;
+    unsigned long long errors = 0;
+    for (int i = 0; i < n; i++) {
+        rate += runs[i].res.rate;
+        p50 += runs[i].res.op_p50_ms / n;
+        p99 = runs[i].res.op_p99_ms > p99 ? runs[i].res.op_p99_ms : p99;
+        errors += runs[i].res.failures;
+    }
+    /* Warm-up included, as for the CPU figures: its rate is taken to be the measured one. */
+    double pairs = rate * (WARM_MS + ms) / 1000.0;
+    double chain_ms = rate > 0 ? 1000.0 * conns / rate : 0;
+    printf("| %-30s | %5d | %8.0f | %8.2f | %8.2f | %6.2fx | %10.2f | %6llu |\n", what, conns,
+           rate, p50, p99, chain_ms > 0 ? p99 / chain_ms : 0, pairs > 0 ? calls / pairs : 0,
+           errors);
+    fflush(stdout);
+    return rc;
+}
+
+/* A hot lock through the LMDB gateway, one PostgreSQL gateway, and both of those. */
+static int hot_rows(const th_redis *redis, int lmdb_port, const int *pg_ports, int conns, int ms)
+{
+    int rc = 0;
+    printf("\nhot lock: every connection locks and unlocks one resource, waiting for it; "
+           "/chain: the /lock p99 against %d / pairs/s, the wait of a fair chain\n\n", conns);
+    printf("| %-30s | %5s | %8s | %8s | %8s | %7s | %10s | %6s |\n", "gateways, ledger",
+           "conns", "pairs/s", "lock p50", "lock p99", "/chain", "calls/pair", "errors");
+    printf("|--------------------------------|-------|----------|----------|----------|"
+           "---------|------------|--------|\n");
+    rc |= hot_row(redis, "1, LMDB", &lmdb_port, 1, conns, ms, "hot-lmdb");
+    rc |= hot_row(redis, "1, PostgreSQL", pg_ports, 1, conns, ms, "hot-pg-1");
+    rc |= hot_row(redis, "2, PostgreSQL (sum, worse p99)", pg_ports, 2, conns, ms, "hot-pg-2");
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
-    int seconds = 5, conns = 64;
+    int seconds = 5, conns = 64, hot_only = 0;
     th_redis redis;
     th_pg pg;
     cp_proc lmdb_gw = {0}, pg_gw[2] = {{0}, {0}};
     char dir[256], data[3][320], store[512];
     mg_run runs[2], lat[4];
 
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--seconds") == 0) {
-            seconds = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--conns") == 0) {
-            conns = atoi(argv[i + 1]);
-        } else if (strcmp(argv[i], "--fencegate") == 0) {
-            g_fencegate = argv[i + 1];
+    for (int i = 1; i < argc; i++) {
+        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(argv[i], "--hot-only") == 0) {
+            hot_only = 1;
+            continue;
         }
+        if (v != NULL && strcmp(argv[i], "--seconds") == 0) {
+            seconds = atoi(v);
+        } else if (v != NULL && strcmp(argv[i], "--conns") == 0) {
+            conns = atoi(v);
+        } else if (v != NULL && strcmp(argv[i], "--fencegate") == 0) {
+            g_fencegate = v;
+        } else {
+            fprintf(stderr, "usage: multigw_bench [--seconds N] [--conns N] [--fencegate PATH] "
+                            "[--hot-only]\n");
+            return 2;
+        }
+        i++;
+    }
+    if (seconds <= 0 || conns < 2) {
+        fprintf(stderr, "multigw_bench: --seconds must be > 0 and --conns >= 2\n");
+        return 2;
     }
     int ms = seconds * 1000;
     th_tempdir(dir, sizeof dir, "multigw-bench");
@@ -226,6 +304,14 @@ int main(int argc, char **argv)
     fprintf(stderr, "multigw_bench: %d s per row, %d connections\n", seconds, conns);
     int pg_ports[2] = {pg_gw[0].port, pg_gw[1].port};
     int rc = 0;
+    rc |= hot_rows(&redis, lmdb_gw.port, pg_ports, conns, ms);
+    if (hot_only) {
+        cp_stop_all();
+        th_redis_stop(&redis);
+        th_pg_stop(&pg);
+        th_rmtree(dir);
+        return rc != 0;
+    }
     rc |= run_cycles(&lmdb_gw.port, 1, 1, ms, "lat-lmdb-1", &lat[0]);
     rc |= run_cycles(&pg_ports[0], 1, 1, ms, "lat-pg-1", &lat[1]);
     rc |= run_cycles(&lmdb_gw.port, 1, conns, ms, "lat-lmdb-n", &lat[2]);

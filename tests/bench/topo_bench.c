@@ -88,29 +88,14 @@ static int node_is_master(const th_redis *r)
            strstr(info, "role:master") != NULL;
 }
 
-/* EVALSHA + EVAL calls a node served (INFO commandstats), or 0. */
-static long long node_scripts(const th_redis *r)
-{
-    static char info[16384];
-    long long n = 0;
-    if (th_redis_cmd(r, info, sizeof info, "INFO commandstats") != 0) {
-        return 0;
-    }
-    static const char *const keys[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
-    for (int i = 0; i < 2; i++) {
-        const char *p = strstr(info, keys[i]);
-        n += p != NULL ? strtoll(p + strlen(keys[i]), NULL, 10) : 0;
-    }
-    return n;
-}
-
 /* Script calls served by t's masters. */
 static long long topo_scripts(const topo *t)
 {
     long long sum = 0;
     for (int i = 0; i < t->nnodes; i++) {
         if (t->nodes[i]->pid > 0 && node_is_master(t->nodes[i])) {
-            sum += node_scripts(t->nodes[i]);
+            long long n = th_redis_script_calls(t->nodes[i]);
+            sum += n > 0 ? n : 0;
         }
     }
     return sum;

@@ -493,6 +493,23 @@ out:
     return result;
 }
 
+long long th_redis_script_calls(const th_redis *r)
+{
+    static const char *const names[] = {"cmdstat_evalsha:calls=", "cmdstat_eval:calls="};
+    char *info = malloc(64 * 1024);
+    long long total = -1;
+
+    if (info != NULL && th_redis_cmd(r, info, 64 * 1024, "INFO commandstats") == 0) {
+        total = 0;
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+            const char *p = strstr(info, names[i]);
+            total += p != NULL ? strtoll(p + strlen(names[i]), NULL, 10) : 0;
+        }
+    }
+    free(info);
+    return total;
+}
+
 /* Finds the directory holding initdb: Debian keeps it off PATH. Exits when there is none. */
 static void pg_find_bindir(th_pg *pg)
 {

@@ -77,6 +77,10 @@ void th_redis_stop(th_redis *r);
  * For test setup and inspection only. */
 long long th_redis_cmd(const th_redis *r, char *out, size_t outlen, const char *fmt, ...);
 
+/* Script calls r has served so far, EVALSHA plus EVAL (INFO commandstats), or -1 when it
+ * cannot be read. */
+long long th_redis_script_calls(const th_redis *r);
+
 /* How many TCP connections to r hold bytes r has not read yet (the kernel's receive queue,
  * /proc/net/tcp), open or closed by the client since (ESTABLISHED or CLOSE_WAIT on r's
  * side): with r stopped (SIGSTOP), how many connections have sent it something since. -1
