@@ -714,6 +714,15 @@ static void test_waiters_beyond_the_cap_are_refused(void **state)
  * take the address's last connections), a free lock is still granted to it, and the same
  * address's /healthz and the holder's /unlock are served, which hands the lock to the
  * first fair waiter. */
+/* Waits until the gateway has closed every connection of the test's own earlier requests:
+ * `open` connections stay (the waiters'), plus the metrics request's own. A closed
+ * connection keeps its address's place until the gateway has seen the close, and this test
+ * uses the address's places to the last. */
+static void settle_connections(const gwt_proc *gw, int open)
+{
+    gwt_await_metric(gw, "fencegate_connections", open + 1);
+}
+
 static void test_one_address_waiters_leave_room(void **state)
 {
     wt_state *s = *state;
@@ -747,9 +756,11 @@ static void test_one_address_waiters_leave_room(void **state)
                 "{\"resource\":\"wt.addr.free\",\"owner\":\"free\",\"wait_ms\":20000}", 200);
     unlock_as(&s->gw2, "wt.addr.free", "free");
 
+    settle_connections(&s->gw2, SHARE);
     gwt_get(&s->gw2, "/healthz", &r);
     gwt_assert_status(&r, 200, NULL);
     gwt_resp_free(&r);
+    settle_connections(&s->gw2, SHARE);
     unlock_as(&s->gw2, "wt.addr", "holder");
     for (int i = 0; i < SHARE; i++) {
         pthread_join(w[i].thread, NULL);
