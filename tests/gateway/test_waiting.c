@@ -32,6 +32,7 @@ typedef struct wt_state {
     th_redis redis;
     gwt_proc gw;
     gwt_proc gw2;       /* a second gateway on the same Redis, for the tests that need one */
+    th_pg pg;           /* the shared store, for the tests that start one (pg.pid > 0) */
 } wt_state;
 
 static const char *const gw_args[] = {"--threads", "2", "--max-connections", "240", NULL};
@@ -93,11 +94,30 @@ static int setup_aof(void **state)
     return 0;
 }
 
+/* As setup_aof, with the gateway's ledger in a PostgreSQL store (--store), as several
+ * gateways share it: a grant is a commit on the storage writer, after Redis answered. */
+static int setup_aof_shared(void **state)
+{
+    wt_state *s = calloc(1, sizeof *s);
+    char store[512];
+    th_redis_start(&s->redis, 1, NULL);
+    th_pg_start(&s->pg);
+    th_pg_url(&s->pg, "postgres", store, sizeof store);
+    const char *const args[] = {"--threads", "2", "--max-connections", "240", "--store", store,
+                                NULL};
+    gwt_start(&s->gw, s->redis.url, NULL, args);
+    *state = s;
+    return 0;
+}
+
 static int teardown(void **state)
 {
     wt_state *s = *state;
     int rc = s->gw.pid > 0 ? gwt_stop(&s->gw) : 0;
     int rc2 = s->gw2.pid > 0 ? gwt_stop(&s->gw2) : 0;
+    if (s->pg.pid > 0) {
+        th_pg_stop(&s->pg);
+    }
     th_redis_stop(&s->redis);
     free(s);
     /* A non-zero exit (a sanitizer report, a failed shutdown) fails the test. */
@@ -655,6 +675,15 @@ static void test_crowd_on_one_lock_parks(void **state)
     assert_false(is_locked(&s->gw, "wt.crowd"));
 }
 
+/* The same crowd with the ledger in PostgreSQL: the grant commits on the storage writer
+ * after Redis answered, and the owner whose /unlock handed the lock on is answered before
+ * that commit. Its next /lock must still find the new holder known and park without
+ * asking. */
+static void test_crowd_on_a_shared_ledger_parks(void **state)
+{
+    test_crowd_on_one_lock_parks(state);
+}
+
 /* --max-waiters requests wait at once; the next one is answered 503
  * too_many_waiters with a Retry-After at once, and the connections left over serve /healthz
  * and the holder's /unlock, after which every parked waiter gets the lock in turn. */
@@ -1202,6 +1231,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_herd_script_calls_per_release, setup, teardown),
         cmocka_unit_test_setup_teardown(test_no_herd_with_1000_waiters, setup_1k, teardown),
         cmocka_unit_test_setup_teardown(test_crowd_on_one_lock_parks, setup_aof, teardown),
+        cmocka_unit_test_setup_teardown(test_crowd_on_a_shared_ledger_parks, setup_aof_shared,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_unlock_hands_the_lock_to_a_parked_waiter,
                                         setup_no_subscribe, teardown),
         cmocka_unit_test_setup_teardown(test_failed_handoff_leaves_the_next_release_message,

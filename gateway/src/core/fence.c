@@ -87,9 +87,17 @@
  *   - Cost. The grant is a database commit, so it is not run on the Redis pipeline thread:
  *     gw__fence_answered hands the attempt to the storage writer (pipe.c), which commits the
  *     grants of its batch together with the batch's writes in one pipelined transaction
- *     (store_grant_many), and gw__fence_granted resumes the request. The turn of the stripe
- *     is held until then, as for the LMDB cover. The floor skips store_highest() here: every
- *     written token was granted, so the ledger's refusal already lifts a low mint.
+ *     (store_grant_many), and gw__fence_granted resumes the request. The stripe does not
+ *     wait for that commit: the token is counted in max_token and the turn passes on when
+ *     the grant is handed to the writer, so the next acquisition's floor covers it, as
+ *     after an LMDB cover. The stripe only spares a refusal after Redis lost data; P1 and
+ *     P2 here are the ledger's. The writer commits grants in the order they were handed to
+ *     it, and the next turn's attempt is sent only after this grant was, so of two grants
+ *     of one stripe the earlier mint commits first. A grant refused or failed leaves
+ *     max_token at a token nobody was handed: later mints skip it. Holding the stripe
+ *     through the commit would keep a hot lock's next acquisition (an /unlock's hand-off)
+ *     out for a commit per grant. The floor skips store_highest() here: every written token
+ *     was granted, so the ledger's refusal already lifts a low mint.
  *   - PostgreSQL unavailable: the grant answers EIO, the hold is given back and the client
  *     gets 503; nothing was handed out.
  *
@@ -329,18 +337,31 @@ int gw__fence_answered(gw_job *job)
         /* A shared grant mints nothing: its token is the last exclusive one, covered (or
          * granted to its holder) when it was minted. */
         minted = call->res.shared ? 0 : call->res.token;
+        /* Redis holds it for this turn's owner now, whatever the cover or grant below
+         * decides: a hold they refuse is given back, and its release message undoes what
+         * this tells (ops->acquired). Told before the grant's commit, which comes after the
+         * pipeline resumed the rest of the batch. */
+        if (f->ops->acquired != NULL) {
+            f->ops->acquired(f, t, call);
+        }
         if (minted > 0 && store_grant_needed(f->st, (uint64_t)minted)) {
             /* A shared ledger: the grant is a database commit, so it goes to the storage
              * writer, which batches it with other grants and writes (one transaction),
-             * instead of a round trip here that every answer of this batch would wait for.
-             * The turn stays held until gw__fence_granted. */
+             * instead of a round trip here that every answer of this batch would wait for. */
             holder_of(f, t, t->holder);
             t->grant = (store_grant_req){.resource = t->resource, .token = (uint64_t)minted,
                                          .holder = t->holder};
             job->grant = &t->grant;
             job->write = NULL;
             job->done = gw__fence_granted;
+            /* The stripe passes on now, the token counted (see "Cost" above); the next
+             * turn is sent after this grant is queued, so the writer commits it first. */
+            gw_floor floor;
+            gw_fence_turn *next = gw__fence_leave(f, t, minted, &floor);
             f->ops->grant(f, job); /* job and t may be gone from here on */
+            if (next != NULL) {
+                f->ops->send(f, next, floor);
+            }
             return 0;
         }
         /* LMDB: costs nothing when the token is under the durable ceiling already; raising
@@ -348,9 +369,6 @@ int gw__fence_answered(gw_job *job)
          * passes on. */
         if (minted > 0) {
             t->cover = (unsigned char)store_ledger_cover(f->st, (uint64_t)minted);
-        }
-        if (t->cover == STORE_OK && f->ops->acquired != NULL) {
-            f->ops->acquired(f, t, call);
         }
     } else if (call->status == LK_HELD && f->ops->held != NULL) {
         f->ops->held(f, t);
@@ -362,14 +380,9 @@ int gw__fence_answered(gw_job *job)
 int gw__fence_granted(gw_job *job)
 {
     gw_fence_turn *t = job->arg;
-    gw_fence *f = job->ctx;
 
     t->cover = (unsigned char)t->grant.status;
     t->granted = t->grant.status == STORE_STALE ? t->grant.highest : 0;
-    if (t->cover == STORE_OK && f->ops->acquired != NULL) {
-        f->ops->acquired(f, t, job->call);
-    }
-    pass_on(f, t, (int64_t)t->grant.token);
     return 1;
 }
 

@@ -20,7 +20,7 @@
 
 /* A place in a stripe's line of acquisitions; embedded in the caller's state, which stays
  * alive from gw__fence_enter() until its turn has ended (gw__fence_answered() or
- * gw__fence_leave()). */
+ * gw__fence_leave()) and, on a shared ledger, its grant is done (gw__fence_granted()). */
 typedef struct gw_fence_turn {
     gw_qlink link;                       /* in its stripe's line */
     const char *resource;                /* what it acquires */
@@ -67,9 +67,10 @@ typedef struct gw_fence_ops {
     /* On the pipeline thread: t's attempt was answered HELD, and t still holds its stripe.
      * May be NULL. */
     void (*held)(gw_fence *f, gw_fence_turn *t);
-    /* On the pipeline thread (the storage writer with a shared ledger): t's attempt took
-     * the lock (call, answered LK_ACQUIRED) and its token is covered or granted, before the
-     * stripe passes on and the connection resumes. May be NULL. */
+    /* On the pipeline thread: Redis answered t's attempt LK_ACQUIRED (call), before its
+     * token is covered or granted, the stripe passes on and the connection resumes. A hold
+     * whose cover or grant then fails is given back, and its release publishes when the
+     * lock was marked wanted. May be NULL. */
     void (*acquired)(gw_fence *f, gw_fence_turn *t, const lk_call *call);
     /* On the pipeline thread: submit job (its grant filled, done = gw__fence_granted) to the
      * storage writer, which runs done and resumes the connection. */
@@ -108,13 +109,13 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
  * out), and counted; a HELD answer calls ops->held; then the stripe passes on, and the next
  * turn is sent (ops->send). Returns 1: the pipeline resumes the attempt's connection.
  * On a shared ledger (store_grant_needed) an ACQUIRED answer's token is granted instead:
- * the job goes on to the storage writer (ops->grant) with done = gw__fence_granted, still
- * holding the stripe, and this returns 0 (the writer resumes the connection). */
+ * it is counted and the stripe passes on, the job goes on to the storage writer
+ * (ops->grant) with done = gw__fence_granted, the next turn is sent, and this returns 0
+ * (the writer resumes the connection). */
 int gw__fence_answered(gw_job *job);
 
 /* The done of a grant job, on the storage writer: the grant's outcome in turn->cover (and
- * turn->granted), then as gw__fence_answered: count, pass the stripe on, send the next.
- * Returns 1. */
+ * turn->granted). Returns 1. */
 int gw__fence_granted(gw_job *job);
 
 /* Holding stripes from a side thread (fence_set.c), for an acquisition of several

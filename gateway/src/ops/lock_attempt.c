@@ -201,14 +201,15 @@ static void attempt_held(gw_fence *f, gw_fence_turn *t)
     }
 }
 
-/* gw__lock_fence_ops.acquired: a waiting request took the lock in an attempt that marked it
- * wanted, so its holder is known (ops/lock.c, "Known holders") from here, before its
- * connection resumes. The owner that released the lock to it in a hand-off is answered
- * after this (rt/pipe.c: a glued group resumes together; with a shared ledger the grant
- * commits later, on the storage writer, and the owner may ask first) and often asks again
- * at once; knowing the holder, that request parks without an attempt, which would find the
- * lock held and keep the stripe busy when the next release comes, so that release would go
- * out without its hand-off. */
+/* gw__lock_fence_ops.acquired: a waiting request took the lock in Redis in an attempt that
+ * marked it wanted, so its holder is known (ops/lock.c, "Known holders") from here, before
+ * the ledger covers or grants its token and before its connection resumes. The owner that
+ * released the lock to it in a hand-off is answered after this (rt/pipe.c: a glued group
+ * resumes together; a shared ledger's grant commits later, on the storage writer) and often
+ * asks again at once; knowing the holder, that request parks without an attempt, which
+ * would find the lock held and keep the stripe busy when the next release comes, so that
+ * release would go out without its hand-off. A hold the ledger refuses is given back, and
+ * the give-back's release message voids what is known. */
 static void attempt_acquired(gw_fence *f, gw_fence_turn *t, const lk_call *call)
 {
     gw_rt *rt = f->owner;
