@@ -501,6 +501,18 @@ static void print_targets(const bench *b, const pass_stats *ps)
         snprintf(what, sizeof what, "/lock p99 at %d clients vs %d / hand-off rate", n, n);
         target(what, hot[i] != NULL, shown, x <= 2);
     }
+    /* The contended ceiling leaves out what every hand-off through a gateway also carries:
+     * the new holder's /unlock, an HTTP request through the gateway's threads. One client
+     * alone on the gateway measures that chain (each request one Redis pass, nothing else
+     * running); reading the hot rows against it tells the hand-off's own cost apart from the
+     * gateway's serial latency. */
+    const row *gw1 = clean(find(b, aof, K_GW, 1));
+    if (gw1 != NULL && gw1->r.rate > 0) {
+        printf("  %-62s %.0f/s; hot rows at %.0f%% and %.0f%% of it\n",
+               "for reference: 2 x fencegate pairs at 1 conn (1 request/hand-off)",
+               2 * gw1->r.rate, gwc16 ? 100 * gwc16->r.rate / (2 * gw1->r.rate) : 0,
+               gwc ? 100 * gwc->r.rate / (2 * gw1->r.rate) : 0);
+    }
 }
 
 static void print_report(const bench *b)

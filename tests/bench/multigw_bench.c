@@ -209,6 +209,7 @@ static int hot_row(const th_redis *redis, const char *what, const int *ports, in
                    int ms, const char *tag)
 {
     mg_run runs[2];
+    conns = conns / n * n; /* what runs: conns / n on each */
     long long before = th_redis_script_calls(redis);
     int rc = run_on(ports, n, conns / n, ms, tag, runs, 1);
     long long after = th_redis_script_calls(redis);
@@ -217,7 +218,7 @@ static int hot_row(const th_redis *redis, const char *what, const int *ports, in
     unsigned long long errors = 0;
     for (int i = 0; i < n; i++) {
         rate += runs[i].res.rate;
-        p50 += runs[i].res.op_p50_ms / n;
+        p50 += runs[i].res.op_p50_ms / n; /* the mean of the gateways' p50s */
         p99 = runs[i].res.op_p99_ms > p99 ? runs[i].res.op_p99_ms : p99;
         errors += runs[i].res.failures;
     }

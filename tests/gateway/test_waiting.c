@@ -644,7 +644,7 @@ static void *cycler_main(void *arg)
  * settles into one attempt per grant (a parked waiter is handed the lock behind the
  * release). Redis counts the script calls per lock-and-unlock pair: one release and one
  * grant, and few attempts that find the lock taken. */
-static void test_crowd_on_one_lock_parks(void **state)
+static void crowd_parks(void **state, const char *ledger)
 {
     wt_state *s = *state;
     enum { CLIENTS = 64, PAIRS = 25 };
@@ -665,14 +665,19 @@ static void test_crowd_on_one_lock_parks(void **state)
     double per_pair = (double)calls / (CLIENTS * PAIRS);
     long long handoffs = gwt_metric(&s->gw, "fencegate_lock_handoffs_total");
     long long unasked = gwt_metric(&s->gw, "fencegate_waiters_parked_unasked_total");
-    print_message("%d clients, %d pairs: %lld script calls, %.2f per pair, %lld hand-offs, "
-                  "%lld parked unasked\n",
-                  CLIENTS, CLIENTS * PAIRS, calls, per_pair, handoffs, unasked);
+    print_message("%s ledger, %d clients, %d pairs: %lld script calls, %.2f per pair, "
+                  "%lld hand-offs, %lld parked unasked\n",
+                  ledger, CLIENTS, CLIENTS * PAIRS, calls, per_pair, handoffs, unasked);
     /* The crowd parks (most new requests without asking), and most releases hand on. */
     assert_true(unasked >= CLIENTS * PAIRS / 2);
     assert_true(handoffs >= CLIENTS * PAIRS / 2);
     assert_true(per_pair <= 3.0);
     assert_false(is_locked(&s->gw, "wt.crowd"));
+}
+
+static void test_crowd_on_one_lock_parks(void **state)
+{
+    crowd_parks(state, "LMDB");
 }
 
 /* The same crowd with the ledger in PostgreSQL: the grant commits on the storage writer
@@ -681,7 +686,7 @@ static void test_crowd_on_one_lock_parks(void **state)
  * asking. */
 static void test_crowd_on_a_shared_ledger_parks(void **state)
 {
-    test_crowd_on_one_lock_parks(state);
+    crowd_parks(state, "PostgreSQL");
 }
 
 /* --max-waiters requests wait at once; the next one is answered 503
@@ -738,11 +743,6 @@ static void test_waiters_beyond_the_cap_are_refused(void **state)
     gwt_resp_free(&r);
 }
 
-/* One address's waiters may hold all but an eighth of its connections: the next waiting
- * /lock from it is answered 503 too_many_waiters with a Retry-After at once (it does not
- * take the address's last connections), a free lock is still granted to it, and the same
- * address's /healthz and the holder's /unlock are served, which hands the lock to the
- * first fair waiter. */
 /* Waits until the gateway has closed every connection of the test's own earlier requests:
  * `open` connections stay (the waiters'), plus the metrics request's own. A closed
  * connection keeps its address's place until the gateway has seen the close, and this test
@@ -752,6 +752,11 @@ static void settle_connections(const gwt_proc *gw, int open)
     gwt_await_metric(gw, "fencegate_connections", open + 1);
 }
 
+/* One address's waiters may hold all but an eighth of its connections: the next waiting
+ * /lock from it is answered 503 too_many_waiters with a Retry-After at once (it does not
+ * take the address's last connections), a free lock is still granted to it, and the same
+ * address's /healthz and the holder's /unlock are served, which hands the lock to the
+ * first fair waiter. */
 static void test_one_address_waiters_leave_room(void **state)
 {
     wt_state *s = *state;

@@ -88,12 +88,15 @@
  *     gw__fence_answered hands the attempt to the storage writer (pipe.c), which commits the
  *     grants of its batch together with the batch's writes in one pipelined transaction
  *     (store_grant_many), and gw__fence_granted resumes the request. The stripe does not
- *     wait for that commit: the token is counted in max_token and the turn passes on when
- *     the grant is handed to the writer, so the next acquisition's floor covers it, as
- *     after an LMDB cover. The stripe only spares a refusal after Redis lost data; P1 and
- *     P2 here are the ledger's. The writer commits grants in the order they were handed to
- *     it, and the next turn's attempt is sent only after this grant was, so of two grants
- *     of one stripe the earlier mint commits first. A grant refused or failed leaves
+ *     wait for that commit: the token is counted in max_token and the turn passes on once
+ *     the grant is queued on the writer, so the next acquisition's floor covers it, as
+ *     after an LMDB cover. P1 and P2 here are the ledger's; the stripe only spares
+ *     refusals. The writer commits its grants in the order they were queued, so of two
+ *     attempts on one stripe the earlier mint commits first; a set's grants go to the
+ *     store from its own thread (fence_set.c) and may overtake a queued one, which then
+ *     costs that one a refusal (STALE) and an attempt above the ledger, never a repeated
+ *     or lower token. Both need the lock freed in Redis while the first grant is queued
+ *     (a data loss, a lease run out, a forced release). A grant refused or failed leaves
  *     max_token at a token nobody was handed: later mints skip it. Holding the stripe
  *     through the commit would keep a hot lock's next acquisition (an /unlock's hand-off)
  *     out for a commit per grant. The floor skips store_highest() here: every written token
@@ -232,15 +235,18 @@ int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor)
     return 1;
 }
 
-gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
-                               gw_floor *next_floor)
+/* Counts minted in max_token: every floor computed after this covers it. */
+static void count(gw_fence *f, int64_t minted)
 {
-    gw_stripe *s = stripe_of(f, t->resource);
-
-    /* Counted before the stripe passes on: the next floor must cover this token. */
     long long seen = atomic_load(&f->max_token);
     while (minted > seen && !atomic_compare_exchange_weak(&f->max_token, &seen, minted)) {
     }
+}
+
+/* Passes stripe s, held by a turn that has ended, to the next turn in its line, or frees it
+ * (see gw__fence_leave). */
+static gw_fence_turn *pass_stripe(gw_fence *f, gw_stripe *s, gw_floor *next_floor)
+{
     pthread_mutex_lock(&s->mu);
     gw_qlink *n = gw_queue_pop(&s->line);
     gw_fence_turn *next = n != NULL ? gw_container_of(n, gw_fence_turn, link) : NULL;
@@ -260,6 +266,15 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
         granted(f, next, next_floor);
     }
     return next;
+}
+
+gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
+                               gw_floor *next_floor)
+{
+    gw_stripe *s = stripe_of(f, t->resource);
+
+    count(f, minted); /* before the stripe passes on: the next floor must cover this token */
+    return pass_stripe(f, s, next_floor);
 }
 
 int gw__fence_stripe(const gw_fence *f, const char *resource)
@@ -354,11 +369,13 @@ int gw__fence_answered(gw_job *job)
             job->grant = &t->grant;
             job->write = NULL;
             job->done = gw__fence_granted;
-            /* The stripe passes on now, the token counted (see "Cost" above); the next
-             * turn is sent after this grant is queued, so the writer commits it first. */
-            gw_floor floor;
-            gw_fence_turn *next = gw__fence_leave(f, t, minted, &floor);
+            /* The stripe passes on now, the token counted, not after the commit (see
+             * "Cost" above); it stays held until the grant is queued on the writer. */
+            gw_stripe *s = stripe_of(f, t->resource);
+            count(f, minted);
             f->ops->grant(f, job); /* job and t may be gone from here on */
+            gw_floor floor;
+            gw_fence_turn *next = pass_stripe(f, s, &floor);
             if (next != NULL) {
                 f->ops->send(f, next, floor);
             }

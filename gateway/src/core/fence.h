@@ -73,7 +73,8 @@ typedef struct gw_fence_ops {
      * lock was marked wanted. May be NULL. */
     void (*acquired)(gw_fence *f, gw_fence_turn *t, const lk_call *call);
     /* On the pipeline thread: submit job (its grant filled, done = gw__fence_granted) to the
-     * storage writer, which runs done and resumes the connection. */
+     * storage writer, which runs done and resumes the connection; t and job may be freed
+     * once it is submitted. The stripe passes on right after (gw__fence_answered). */
     void (*grant)(gw_fence *f, gw_job *job);
 } gw_fence_ops;
 

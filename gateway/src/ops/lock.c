@@ -11,9 +11,9 @@
  *   completed   end the wait, give back a hold whose answer did not reach the client.
  *
  * Fencing is fence.c's: an attempt takes its resource's turn and floor there, and when its
- * answer is in (on the pipeline thread) the fence makes the ledger cover the token, counts
- * it and passes the turn on. If that cover failed the hold is released again and the client
- * gets 503.
+ * answer is in (on the pipeline thread) the fence makes the ledger cover the token (a shared
+ * ledger's grant commits later, on the storage writer), counts it and passes the turn on.
+ * If the cover or grant failed the hold is released again and the client gets 503.
  *
  * A 503 does not always mean "not taken": when Redis accepted the acquire script but its
  * answer came too late (a stalled Redis, a dropped connection), the lock may be held by the
@@ -79,9 +79,11 @@
  * resource's epoch (rt/waiters.c), a new waiting /lock parks at once, as if its attempt had
  * answered HELD with that lease: what it would have been answered.
  * What may differ, and why it is safe:
- *   - The holder released through another gateway, or its hold was given back: the release
- *     publishes (the lock was marked wanted) and its message voids what is known; a request
- *     parked before it came is woken by it, or retried at once (gw__wait_park).
+ *   - The holder released through another gateway, or its hold was given back (also a
+ *     grant the ledger could not cover or refused: the holder is known from Redis's
+ *     answer, before the ledger's): the release publishes (the lock was marked wanted) and
+ *     its message voids what is known; a request parked before it came is woken by it, or
+ *     retried at once (gw__wait_park).
  *   - The lease ran out, or Redis lost the lock (a failover, a restart): nothing publishes;
  *     the expiry timer, set from the lease, wakes a waiter then, as it does for waiters
  *     parked on a HELD answer. A new request parks until then instead of taking the freed

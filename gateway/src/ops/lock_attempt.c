@@ -3,8 +3,9 @@
  * turn (gw__fence_enter). When no acquisition of the stripe is out, it gets the turn with its
  * floor and goes to the Redis pipeline at once (stripe_send); else it queues behind, and when
  * the answer of the one before it is in, the fence (gw__fence_answered, on a pipeline thread)
- * covers and counts that token, then grants the next turn with its floor and sends it through
- * gw__lock_fence_ops. Why the turns: fence.c, "Concurrent acquisitions".
+ * covers (or queues the shared ledger's grant of) and counts that token, then grants the
+ * next turn with its floor and sends it through gw__lock_fence_ops. Why the turns: fence.c,
+ * "Concurrent acquisitions".
  *
  * An attempt that waited for its stripe past its deadline + GW_STRIPE_GRACE_MS is answered
  * 503 without asking Redis: on a slow Redis (calls that take most of the command timeout
