@@ -110,8 +110,8 @@ gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
  * out), and counted; a HELD answer calls ops->held; then the stripe passes on, and the next
  * turn is sent (ops->send). Returns 1: the pipeline resumes the attempt's connection.
  * On a shared ledger (store_grant_needed) an ACQUIRED answer's token is granted instead:
- * it is counted and the stripe passes on, the job goes on to the storage writer
- * (ops->grant) with done = gw__fence_granted, the next turn is sent, and this returns 0
+ * it is counted, the job goes on to the storage writer (ops->grant) with done =
+ * gw__fence_granted, then the stripe passes on and the next turn is sent, and this returns 0
  * (the writer resumes the connection). */
 int gw__fence_answered(gw_job *job);
 
