@@ -40,7 +40,7 @@
 --          ARGV[8] is the waiter's hand-off id (required), and KEYS[8] fg:{R}:hq, KEYS[9]
 --          fg:{R}:wq and KEYS[10] fg:{R}:wqt are the hand-off keys: a held answer queues the
 --          waiter there, an acquisition takes it out, and a grant a release made to this id
---          is claimed.
+--          is claimed. A wait of 1 ms only claims: a held answer queues nothing.
 -- KEYS[6]  shared holders' leases fg:{R}:readers (prelude/shared.lua)
 -- KEYS[7]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
@@ -104,6 +104,11 @@ end
 if handoff_ms > 0 then
     local g_token, g_holds = handoff_claim(KEYS[1], owner, hold_id, will_wait == '1')
     if g_token then
+        -- Others wait in the caller's process, perhaps without a place in Redis: the
+        -- grant's release must publish (HSETNX: a write only when not marked yet).
+        if others == '1' then
+            mark_wanted(KEYS[1])
+        end
         return {1, g_token, g_holds, redis.call('PTTL', KEYS[1]), 0, 0, 1, 0}
     end
 end
@@ -162,7 +167,7 @@ else
         return {0, writer_first_retry(KEYS[7], now), 0}
     end
     mark_wanted(KEYS[1])
-    if handoff_ms > 0 then
+    if handoff_ms > 1 then
         handoff_enqueue(KEYS[8], KEYS[9], KEYS[10], false, owner, hold_id, lease_ms, KEYS[3],
             idem_ms, idle_ms, now, handoff_ms)
     end

@@ -14,6 +14,14 @@
 --          fg:{R}:recent, KEYS[7] fg:{R}:queue, KEYS[8] fg:{R}:qtimeout, KEYS[9] fg:{R}:hq,
 --          KEYS[10] fg:{R}:wq, KEYS[11] fg:{R}:wqt and KEYS[12] fg:{R}:rwait are the keys the
 --          grant needs.
+-- ARGV[7]  optional, with ARGV[5] "1": the owner of a waiter the caller knows of (an
+--          exclusive, non-fair one, with no idempotency key), "" (or absent) for none: the
+--          freed lock is granted to it instead of a queued waiter (it barges, as its own
+--          attempt would), with hold id ARGV[8] (its hand-off id), lease ARGV[9] ms and the
+--          token keys' idle expiry ARGV[10] ms. The caller sends that waiter's attempt right
+--          behind, which claims the grant. The lock stays marked wanted when it was, and
+--          "g:<token>:<id>" is published only then. ARGV[7] equal to ARGV[1] grants
+--          nothing.
 -- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
 --          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
@@ -63,13 +71,20 @@ local idem_ms = tonumber(ARGV[2])
 local undo = ARGV[4] or '0'
 local hand = ARGV[5] or '0'
 local hand_floor = mint_floor(ARGV[6] or '0')
+local to = ARGV[7] or ''
+local to_id = ARGV[8] or ''
+local to_lease = tonumber(ARGV[9] or '0')
+local to_idle = idle_arg(ARGV[10] or '0')
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
 end
 if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
         (undo ~= '0' and idem_ms ~= 0) or (hand ~= '0' and hand ~= '1') or
-        hand_floor == nil or hand_floor >= TOKEN_MAX or (hand == '1' and KEYS[12] == nil) then
+        hand_floor == nil or hand_floor >= TOKEN_MAX or (hand == '1' and KEYS[12] == nil) or
+        (to ~= '' and (hand ~= '1' or not valid_owner(to) or
+            not handoff_valid_id(to_id) or to_lease == nil or to_lease < 1 or
+            to_idle == nil)) then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -126,9 +141,18 @@ if status == 1 then
     local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])
     local e = nil
-    if wanted and hand == '1' then
+    local direct = false
+    if hand == '1' and (wanted or to ~= '') then
         now = server_ms()
-        e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
+        if to == '' and wanted then
+            e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
+        elseif to ~= '' and to ~= owner then
+            -- The caller's waiter, which may barge past queued waiters as its own attempt
+            -- would (acquire.lua ignores both queues).
+            handoff_leave(KEYS[9], KEYS[10], KEYS[11], to, to_id)
+            e = {o = to, h = to_id, l = to_lease, k = KEYS[2], i = 0, d = to_idle}
+            direct = true
+        end
     end
     if e then
         -- The hand-off: the grant the waiter's own attempt would have made (mint.lua), with
@@ -137,15 +161,18 @@ if status == 1 then
         if token then
             redis.call('HSET', KEYS[1], '#grant', e.h)
             writer_granted(KEYS[1], KEYS[12], e.o, now)
-            if handoff_others(KEYS[7], KEYS[10]) then
+            if handoff_others(KEYS[7], KEYS[10]) or (direct and wanted) then
                 mark_wanted(KEYS[1])
             end
             acquire_record(e.k, e.i, e.o, token, 1, e.l)
             keep_token_keys(KEYS[4], KEYS[5], KEYS[6], e.d, e.l, e.k, e.i)
             granted = token
             grant_id = e.h
-            redis.call('PUBLISH', ARGV[3], 'g:' .. string.format('%d', token) .. ':' .. e.h)
-            published = 1
+            if wanted then
+                redis.call('PUBLISH', ARGV[3],
+                    'g:' .. string.format('%d', token) .. ':' .. e.h)
+                published = 1
+            end
         end
     end
     if wanted and granted == 0 then

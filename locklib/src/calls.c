@@ -178,7 +178,8 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
 /* ---- release.lua, renew.lua ----------------------------------------------------------- */
 
 /* KEYS lock, idem, readers[, fence, base, recent, queue, qtimeout, hand-off keys, rwait];
- * ARGV owner, idem_ttl, channel, undo[, hand off, floor] (release.lua) or KEYS lock, idem,
+ * ARGV owner, idem_ttl, channel, undo[, hand off, floor[, to, its id, lease, idle]]
+ * (release.lua) or KEYS lock, idem,
  * fence, base, recent, readers; ARGV owner, lease, idem_ttl, token_key_idle_ttl (renew.lua).
  * A release with supersede set undoes an acquisition: idem is that acquisition's key, and
  * the release itself keeps no record (idem_ttl 0). A release with handoff hands the lock
@@ -204,6 +205,14 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
     int hand = !renew && call->handoff;
     if (hand && (call->floor < 0 || call->floor >= LK_TOKEN_MAX)) {
         return lk__errf(err, LK_EINVAL, "floor must be 0..2^53-2");
+    }
+    const char *to = hand ? call->handoff_to : NULL;
+    if (!renew && call->handoff_to != NULL &&
+        (!hand || !lk_valid_owner(to) || call->handoff_id == NULL ||
+         !valid_handoff_id(call->handoff_id) || !lk__valid_lease(call->lease_ms))) {
+        return lk__errf(err, LK_EINVAL,
+                        "a hand-off to a waiter needs handoff, a valid owner, a hand-off id "
+                        "and a lease of %d..%d ms", LK_LEASE_MIN_MS, LK_LEASE_MAX_MS);
     }
     lk__cmd_start(cmd, renew ? LK__SCRIPT_RENEW : LK__SCRIPT_RELEASE, call->resource);
     lk__cmd_key(cmd, "lock");
@@ -235,6 +244,12 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
         if (hand) {
             lk__cmd_num(cmd, 1);
             lk__cmd_num(cmd, call->floor);
+        }
+        if (to != NULL) {
+            lk__cmd_arg(cmd, to);
+            lk__cmd_arg(cmd, call->handoff_id);
+            lk__cmd_num(cmd, call->lease_ms);
+            lk__cmd_num(cmd, opts->token_key_idle_ttl_ms);
         }
     }
     return LK_OK;

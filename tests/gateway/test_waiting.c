@@ -365,6 +365,38 @@ static void test_unlock_hands_the_lock_to_a_parked_waiter(void **state)
     assert_false(is_locked(&s->gw, "wt.handoff"));
 }
 
+/* The /unlock's release grants the parked waiter in its own script (locklib's hand-offs to
+ * the caller's waiter): the release mints the waiter's token and marks the lock "#grant"
+ * with the waiter's hand-off id, and the attempt sent behind it only claims that grant. Two
+ * script calls, one token minted, and the grant's mark is there. */
+static void test_unlock_grants_in_its_release_script(void **state)
+{
+    wt_state *s = *state;
+    waiter heir;
+    char grant[64] = "", fence[32] = "";
+
+    memset(&heir, 0, sizeof heir);
+    lock_as(&s->gw, "wt.grant", "holder", 60000);
+    waiter_start(&heir, &s->gw, "wt.grant", "heir", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    long long before = evalsha_calls(&s->redis);
+    unlock_as(&s->gw, "wt.grant", "holder");
+    pthread_join(heir.thread, NULL);
+    gwt_assert_status(&heir.r, 200, NULL);
+    long long token = json_integer_value(json_object_get(heir.r.json, "token"));
+    gwt_resp_free(&heir.r);
+    assert_int_equal(evalsha_calls(&s->redis) - before, 2);
+    th_redis_cmd(&s->redis, fence, sizeof fence, "GET fg:{wt.grant}:fence");
+    assert_int_equal(atoll(fence), token);
+    th_redis_cmd(&s->redis, grant, sizeof grant, "HGET fg:{wt.grant}:lock #grant");
+    assert_int_equal(strlen(grant), 16);
+    assert_int_equal(strspn(grant, "0123456789abcdef"), 16);
+    assert_int_equal(gwt_metric(&s->gw, "fencegate_lock_handoffs_total"), 1);
+    assert_true(is_locked(&s->gw, "wt.grant"));
+    unlock_as(&s->gw, "wt.grant", "heir");
+    assert_false(is_locked(&s->gw, "wt.grant"));
+}
+
 /* A hand-off whose release did not free the lock (the holder had re-entered it) publishes
  * nothing, so it must not take the next release message for its own: here that message
  * comes from the holder's final release through another gateway, and it must wake the
@@ -1252,6 +1284,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unlock_hands_the_lock_to_a_parked_waiter,
                                         setup_no_subscribe, teardown),
+        cmocka_unit_test_setup_teardown(test_unlock_grants_in_its_release_script, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_failed_handoff_leaves_the_next_release_message,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiting_request_parks_on_a_known_holder, setup,

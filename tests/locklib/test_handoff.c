@@ -378,6 +378,71 @@ static void test_claim_writes_only_before_a_wait(void **state)
     lk_client_close(c);
 }
 
+/* A release with the caller's waiter (handoff_to): nobody queued, so the freed lock is
+ * granted to it in the same script, above the floor, published only when the lock was
+ * marked wanted; that waiter's attempt claims it (holds 1), marking the grant wanted when
+ * others wait in the caller. A queued waiter comes first. */
+static void test_release_grants_the_callers_waiter(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("direct");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t first = r.token;
+    lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
+                   .floor = first + 10, .handoff_to = "B", .handoff_id = "b7",
+                   .lease_ms = 5000};
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_int_equal(rel.res.handed_token, first + 11); /* above the floor */
+    assert_string_equal(rel.res.handed_id, "b7");
+    assert_int_equal(rel.res.published, 0); /* nobody had asked */
+    assert_int_equal(holds_of(f, res, "B"), 1);
+    lk_call claim = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "B",
+                     .lease_ms = 5000, .wait_ms = 1000, .handoff_id = "b7",
+                     .others_waiting = 1};
+    assert_lk(f->c, run(f, &claim), LK_ACQUIRED);
+    assert_int_equal(claim.res.token, first + 11);
+    assert_int_equal(claim.res.holds, 1);
+    assert_int_equal(claim.res.handed, 1);
+    assert_true(claim.res.ttl_ms > 0 && claim.res.ttl_ms <= 5000);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #wait", res), 1);
+
+    /* A claim that finds no grant (wait 1 ms) queues nothing. */
+    lk_call d = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "D", .lease_ms = 5000,
+                 .wait_ms = 1, .handoff_id = "d7"};
+    assert_lk(f->c, run(f, &d), LK_HELD);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:hq", res), 0);
+    /* C is queued with its id, and the lock marked wanted: the caller's D barges past it,
+     * and the grant is published; C stays queued. */
+    assert_lk(f->c, attempt(f, res, "C", "c7", 0, NULL, 60000, &r), LK_HELD);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "B", .handoff = 1,
+                    .handoff_to = "D", .handoff_id = "d7", .lease_ms = 5000};
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_string_equal(rel.res.handed_id, "d7");
+    assert_int_equal(rel.res.published, 1);
+    assert_int_equal(holds_of(f, res, "D"), 1);
+    assert_int_equal(holds_of(f, res, "C"), 0);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "LLEN fg:{%s}:wq", res), 1);
+    assert_lk(f->c, run(f, &d), LK_ACQUIRED);
+    assert_int_equal(d.res.handed, 1);
+
+    /* Handing to the releasing owner itself grants nothing; bad targets are refused. */
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "D", .handoff = 1,
+                    .handoff_to = "D", .handoff_id = "d8", .lease_ms = 5000};
+    lk_call bad = rel;
+    bad.handoff = 0;
+    assert_lk(f->c, run(f, &bad), LK_EINVAL);
+    bad = rel;
+    bad.handoff_id = "XY";
+    assert_lk(f->c, run(f, &bad), LK_EINVAL);
+    bad = rel;
+    bad.lease_ms = 0;
+    assert_lk(f->c, run(f, &bad), LK_EINVAL);
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_int_equal(rel.res.handed_token, 0);
+}
+
 /* Bad hand-off arguments are refused before anything is sent. */
 static void test_bad_arguments(void **state)
 {
@@ -529,6 +594,7 @@ int main(void)
         cmocka_unit_test(test_replay_leaves_the_queue),
         cmocka_unit_test(test_claim_writes_only_before_a_wait),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_release_grants_the_callers_waiter),
         cmocka_unit_test(test_last_reader_hands_to_writer),
         cmocka_unit_test(test_shared_head_is_not_handed),
         cmocka_unit_test(test_claim_reports_the_lease_left),

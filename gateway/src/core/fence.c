@@ -243,6 +243,11 @@ static void count(gw_fence *f, int64_t minted)
     }
 }
 
+void gw__fence_count(gw_fence *f, int64_t minted)
+{
+    count(f, minted);
+}
+
 /* Passes stripe s, held by a turn that has ended, to the next turn in its line, or frees it
  * (see gw__fence_leave). */
 static gw_fence_turn *pass_stripe(gw_fence *f, gw_stripe *s, gw_floor *next_floor)

@@ -104,6 +104,13 @@ int gw__fence_enter(gw_fence *f, gw_fence_turn *t, gw_floor *floor);
 gw_fence_turn *gw__fence_leave(gw_fence *f, gw_fence_turn *t, int64_t minted,
                                gw_floor *next_floor);
 
+/* Counts a token minted under a turn that t's own answer does not bring: a release that
+ * handed the lock to a waiter in its script, with the floor of the turn of the attempt sent
+ * right behind it (ops/lock_attempt.c, "Hand-offs"). Called on the pipeline thread before
+ * that attempt's answer ends the turn, so the next floor on the stripe covers it whoever the
+ * waiter was. */
+void gw__fence_count(gw_fence *f, int64_t minted);
+
 /* The done of an attempt's job, on the pipeline thread (job->arg the turn, job->ctx the
  * fence): an ACQUIRED answer's token (also a replayed one) is covered by the ledger's
  * durable ceiling, the outcome in turn->cover (not STORE_OK: the token must not be handed

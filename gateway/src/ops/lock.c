@@ -52,6 +52,7 @@
  * appear only in the /lock answer to the caller who asked, never in a log line, /locks or
  * /metrics.
  */
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -121,6 +122,32 @@ static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held
     }
     call->stage = LOCK_ATTEMPTING;
     return 0; /* ask Redis after all */
+}
+
+/* A hand-off id (16 hex digits) for a new wait, unique in this process and unpredictable
+ * from outside it: splitmix64, a bijection, of a counter offset by a random seed drawn once.
+ * It names the grant's hold, next to its owner, which alone is the capability. An owner
+ * id's draw from the kernel (lk_random_id) costs two getrandom calls, about 15 us on a loop
+ * thread for every waiting /lock. */
+static void gw__handoff_id(char out[17])
+{
+    static atomic_uint_fast64_t counter;
+    static atomic_uint_fast64_t seed;
+    uint64_t s = atomic_load(&seed);
+    if (s == 0) {
+        char rnd[33];
+        lk_random_id(rnd);
+        s = strtoull(rnd + 16, NULL, 16) | 1u;
+        uint_fast64_t none = 0;
+        if (!atomic_compare_exchange_strong(&seed, &none, s)) {
+            s = none;
+        }
+    }
+    uint64_t z = s + atomic_fetch_add(&counter, 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    snprintf(out, 17, "%016llx", (unsigned long long)z);
 }
 
 /* Starts an attempt of the lock through the pipeline: suspends the connection and returns;
@@ -208,6 +235,9 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         st = at->call.status;
         if (st == LK_ACQUIRED) {
             call->fair_queued = 0; /* the script took it off the queue */
+        }
+        if (st == LK_ACQUIRED || st == LK_HELD) {
+            call->maybe_granted = 0; /* it claimed the grant, or there was none */
         }
         res = at->call.res;
         call->marked = (unsigned char)at->call.others_waiting;
@@ -372,6 +402,13 @@ static enum MHD_Result lock_start(gw_request *req)
     }
     call->fair = (unsigned char)a.fair;
     call->shared = (unsigned char)a.shared;
+    if (call->wants_wait && !call->fair && !call->shared && session == NULL &&
+        strncmp(req->rt->cfg->redis_url, "redlock://", 10) != 0) {
+        /* Its hand-off id: an /unlock that hands the lock to it grants it in the release
+         * script, under this id, which its attempt then claims (ops/lock_attempt.c,
+         * "Hand-offs"). */
+        gw__handoff_id(call->waiter.handoff_id);
+    }
     call->deadline_ms = gw__now_ms() + a.wait_ms;
     call->waiter.fd = -1;
     call->waiter.timer.idx = GW_TIMER_OFF;
@@ -400,6 +437,7 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
 
     if (at != NULL && at->call.status == LK_ACQUIRED) {
         call->fair_queued = 0; /* the script took it off the queue */
+        call->maybe_granted = 0;
     }
     gw__wait_end(req->rt->waitq, &call->waiter, -1, 0);
     gw__lock_leave_fair_queue(req, call);

@@ -95,16 +95,18 @@ static enum MHD_Result answer_locked(gw_request *req, const struct gw_lock_call 
     return gw__queue(req, MHD_HTTP_CONFLICT, resp);
 }
 
-/* Leaves the fair queue when the wait ends without the lock, so the waiters behind it do
- * not wait for its deadline (an errand: see gw__lock_send_errand). A failure (Redis gone)
- * leaves the entry to expire then. */
+/* Leaves the fair queue and the hand-off keys when the wait ends without the lock, so the
+ * waiters behind it do not wait for its deadline, and gives back a hand-off grant made to it
+ * meanwhile (an errand: see gw__lock_send_errand). A failure (Redis gone) leaves the entry
+ * to expire then, and such a grant to end with its lease. */
 void gw__lock_leave_fair_queue(gw_request *req, struct gw_lock_call *call)
 {
-    if (!call->fair_queued) {
+    if (!call->fair_queued && !call->maybe_granted) {
         return;
     }
-    call->fair_queued = 0;
     gw__lock_send_errand(req->rt, call, LK_CALL_FAIR_CANCEL, 0, 0);
+    call->fair_queued = 0;
+    call->maybe_granted = 0;
 }
 
 enum MHD_Result gw__lock_answer_stopped(gw_request *req, struct gw_lock_call *call)

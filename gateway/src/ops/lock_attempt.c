@@ -106,6 +106,12 @@ static void fill_attempt(gw_rt *rt, struct gw_lock_call *lc, gw_attempt *at, int
         int64_t left = lc->over_share ? 0 : lc->deadline_ms - now_ms;
         at->call.wait_ms = left > 0 ? left : 0;
         lc->fair_queued = !lc->over_share;
+    } else if (lc->maybe_granted) {
+        /* A release may have granted it the lock (release_hands_on): the attempt carries its
+         * hand-off id and claims that grant, never re-entering it. A wait of 1 ms makes it
+         * a claim only: held, it queues nothing in Redis (it waits here). */
+        at->call.handoff_id = lc->waiter.handoff_id;
+        at->call.wait_ms = 1;
     }
 }
 
@@ -142,11 +148,29 @@ static int shared_answered(gw_job *job)
     return 0;
 }
 
+/* Makes release, an /unlock's lk_call in the held pipeline batch right before lc's attempt
+ * (gw__lock_handoff), grant the lock to lc in its own script, with the floor of lc's turn,
+ * when lc can take such a grant: non-fair, with a hand-off id (none on Redlock) and no
+ * idempotency key. lc's attempt then claims it. */
+static void release_hands_on(lk_call *release, struct gw_lock_call *lc, int64_t floor)
+{
+    if (lc->waiter.handoff_id[0] == '\0' || lc->fair || lc->idem_key[0] != '\0') {
+        return;
+    }
+    lc->maybe_granted = 1; /* until an answer shows it holds no grant */
+    release->handoff = 1;
+    release->floor = floor;
+    release->handoff_to = lc->owner;
+    release->handoff_id = lc->waiter.handoff_id;
+    release->lease_ms = lc->ttl_ms;
+}
+
 /* Sends the attempt of t, which holds its stripe with floor, to the pipeline; or answers it
  * without Redis and passes the stripe on, until one is sent or the stripe is free. Returns
  * 1 when t's own attempt went to the pipeline (read before anything is resumed: an answered
- * one may be freed by then). */
-static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
+ * one may be freed by then). release, when not NULL, is the /unlock t's attempt is sent
+ * behind (gw__lock_handoff): it hands the lock on when t's attempt goes out. */
+static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor, lk_call *release)
 {
     gw_rt *rt = f->owner;
     struct gw_lock_call *lc = call_of_turn(t);
@@ -162,6 +186,9 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
         } else if ((at = attempt_new()) == NULL) {
             lc->turn.refused = ATTEMPT_NOMEM;
         } else {
+            if (first && release != NULL) {
+                release_hands_on(release, lc, floor.floor);
+            }
             fill_attempt(rt, lc, at, floor.floor, now_ms);
             gw__wait_sending(rt->waitq, &lc->waiter);
             at->job.call = &at->call;
@@ -186,7 +213,7 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor)
 /* gw__lock_fence_ops.send: stripe_send_first() for the fence. */
 static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
 {
-    stripe_send_first(f, t, floor);
+    stripe_send_first(f, t, floor, NULL);
 }
 
 /* gw__lock_fence_ops.held, on the pipeline thread: a fair waiter was queued in Redis just
@@ -264,6 +291,7 @@ struct gw_errand {
     lk_call call;
     gw_rt *rt;
     unsigned char uncount_held;          /* a RELEASED answer ends a counted hold */
+    char id[17];                         /* a FAIR_CANCEL's hand-off id, "" for none */
     char text[];                         /* resource, owner and key, each NUL-terminated */
 };
 
@@ -275,10 +303,22 @@ static int64_t give_back_supersede(int64_t token)
     return token > 0 ? token : -1;
 }
 
-/* gw_job.done of an errand, on the pipeline thread. */
+/* gw_job.done of an errand, on the pipeline thread. A waiter's exit that finds a hand-off
+ * grant made to it, which its request never answered, turns into the give-back of that hold
+ * (it keeps the request's key, for the acquisition record the grant wrote). */
 static int errand_done(gw_job *job)
 {
     struct gw_errand *e = job->arg;
+    if (e->call.kind == LK_CALL_FAIR_CANCEL && e->call.status == LK_OK &&
+        e->call.res.handed_token > 0) {
+        int64_t token = e->call.res.handed_token;
+        memset(&e->call.res, 0, sizeof e->call.res);
+        e->call.kind = LK_CALL_RELEASE;
+        e->call.handoff_id = NULL;
+        e->call.supersede = give_back_supersede(token);
+        gw__pipe_submit(e->rt->pipe, &e->job);
+        return 0;
+    }
     if (e->uncount_held && e->call.status == LK_RELEASED) {
         atomic_fetch_sub(&e->rt->metrics.locks_held, 1);
     }
@@ -292,7 +332,10 @@ static int errand_done(gw_job *job)
 void gw__lock_send_errand(gw_rt *rt, const struct gw_lock_call *call, lk_call_kind kind,
                           int64_t token, int uncount_held)
 {
-    const char *idem = kind == LK_CALL_RELEASE ? call->idem_key : "";
+    /* A hand-off exit may turn into a give-back (errand_done): it keeps the key too. */
+    int handoff_exit = kind == LK_CALL_FAIR_CANCEL && call->maybe_granted &&
+                       call->waiter.handoff_id[0] != '\0';
+    const char *idem = kind == LK_CALL_RELEASE || handoff_exit ? call->idem_key : "";
     size_t rlen = strlen(call->turn.resource) + 1, olen = strlen(call->owner) + 1;
     size_t ilen = strlen(idem) + 1;
     struct gw_errand *e = calloc(1, sizeof *e + rlen + olen + ilen);
@@ -309,6 +352,10 @@ void gw__lock_send_errand(gw_rt *rt, const struct gw_lock_call *call, lk_call_ki
     e->call.owner = e->text + rlen;
     e->call.idem_key = idem[0] != '\0' ? e->text + rlen + olen : NULL;
     e->call.supersede = kind == LK_CALL_RELEASE ? give_back_supersede(token) : 0;
+    if (handoff_exit) {
+        memcpy(e->id, call->waiter.handoff_id, sizeof e->id);
+        e->call.handoff_id = e->id;
+    }
     e->job.call = &e->call;
     e->job.done = errand_done;
     e->job.arg = e;
@@ -354,7 +401,8 @@ enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, i
  * pipeline (see "Attempts in the pipeline"). Returns 1 when it went to the pipeline now; 0
  * when it waits for its stripe, or was answered without Redis (then it may be resumed, and
  * even freed, already). */
-int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connection *conn)
+static int attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connection *conn,
+                        lk_call *release)
 {
     call->turn.refused = ATTEMPT_ASKED;
     call->turn.cover = STORE_OK;
@@ -383,9 +431,14 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
     }
     gw_floor floor;
     if (gw__fence_enter(&rt->fence, &call->turn, &floor)) {
-        return stripe_send_first(&rt->fence, &call->turn, floor);
+        return stripe_send_first(&rt->fence, &call->turn, floor, release);
     }
     return 0; /* the fence sends it in turn */
+}
+
+int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connection *conn)
+{
+    return attempt_send(rt, call, conn, NULL);
 }
 
 /*
@@ -397,6 +450,23 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
  * reads both at once, runs the release and then the attempt in one pass, and one fsync
  * covers both. The release's message, when it comes, is that waiter's wake (waiters.c,
  * gw__wait_claim), so a release still costs one attempt, not two.
+ *
+ * The release grants. When that attempt gets its stripe's turn at once (nothing else of the
+ * stripe is out), the release is made to grant the lock to the waiter in its own script
+ * (release_hands_on; locklib's lk_call.handoff_to): with the floor of the waiter's turn it
+ * mints the waiter's token, records the hold under the waiter's hand-off id (a random id per
+ * wait, gw__handoff_id in lock.c) and, when somebody had marked the lock wanted, publishes
+ * "g:<token>:<id>" instead of a release message. The attempt behind carries that id and only
+ * claims the grant: a read, so under appendfsync always the release's fsync is the
+ * hand-off's only one, and a listener on another gateway hears that the lock changed hands,
+ * not that it is free, so none of its waiters wakes for an attempt that would find it held
+ * (waitq.c, on_grant). The release's done counts the minted token (gw__fence_count) before
+ * the attempt's answer ends the turn. The waiter must be non-fair (a fair one's place is
+ * Redis's queue), wait without an Idempotency-Key (its record is written by its own
+ * attempt) and not be on Redlock (no hand-offs across masters); else the release is plain.
+ * A waiter that may have been granted so carries its id on every attempt until an answer
+ * shows it holds the grant or none (maybe_granted), and if its wait ends first its exit
+ * (gw__lock_leave_fair_queue) gives such a grant back.
  *
  * Nothing about the attempt changes: it is the one the waiter would have made when woken,
  * with its own stripe turn and floor (fence.c), answered by lock_answered() on its own
@@ -419,16 +489,18 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
  *     answer, on a holder that the release ends: a non-fair hand-off attempt is therefore
  *     always sent as marking the lock wanted if it takes it (lk_call.others_waiting), so
  *     that the grant's release publishes and wakes it; a fair one forgets the holder.
- *   - The gateway is killed after the release is sent: the attempt may or may not have
- *     run; its hold, if granted, was never answered to anybody and ends with its lease, as
- *     any answer lost to a crash. The waiter's client sees its connection close.
+ *   - The gateway is killed after the release is sent: the grant and the attempt may or may
+ *     not have run; the hold, if granted, was never answered to anybody and ends with the
+ *     waiter's lease, as any answer lost to a crash, and the next grant's token is larger
+ *     (tests/faults/scenarios/handoff_kill.sh). The waiter's client sees its connection
+ *     close.
  *   - The waiter's client hung up while parked: it is no longer watched once claimed, so
  *     the attempt may take the lock for nobody; its answer finds the socket gone and gives
  *     the hold back (lock_answered, as for any attempt), which wakes the next waiter.
  *   - The hand-off waiter's own deadline is due: claimed only when no other parked waiter
  *     has time left, as a wake would choose (rt/waitq.c, gw__wq_wake_one).
  */
-int gw__lock_handoff(gw_rt *rt, const char *resource)
+int gw__lock_handoff(gw_rt *rt, const char *resource, lk_call *release)
 {
     /* Most unlocks have nobody parked anywhere: no lock to take, no lookup. A waiter that
      * parks meanwhile is woken by the release's message, as without hand-offs. */
@@ -444,7 +516,7 @@ int gw__lock_handoff(gw_rt *rt, const char *resource)
     call->last = 0;
     call->waiting = 1; /* it parked, so it waits, and its reference is held */
     call->handed_off = 1;
-    if (!gw__lock_attempt_send(rt, call, w->conn)) {
+    if (!attempt_send(rt, call, w->conn, release)) {
         gw__wait_handoff_settled(rt->waitq, resource, 0); /* call may be gone: not read */
         return 0;
     }
@@ -457,7 +529,7 @@ void gw__lock_hand_on(gw_rt *rt, const char *resource)
     if (atomic_load(&rt->metrics.waiters_parked) <= 0) {
         return;
     }
-    if (gw__lock_handoff(rt, resource)) {
+    if (gw__lock_handoff(rt, resource, NULL)) {
         gw__wait_handoff_settled(rt->waitq, resource, 0);
     } else {
         gw__wait_kick_set(rt->waitq, resource);

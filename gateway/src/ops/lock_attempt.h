@@ -14,9 +14,12 @@ extern const gw_fence_ops gw__lock_fence_ops;
 /* For an /unlock of resource, between gw__pipe_hold() and gw__pipe_flush() on rt->pipe,
  * right after submitting its release: sends the attempt of a waiter parked on resource
  * here, if any, so that it follows the release in the same batch (lock_attempt.c,
- * "Hand-offs"). Returns 1 when it did: the release's answer must then reach
+ * "Hand-offs"). release (not yet run: the batch is held), when not NULL, is then made to
+ * hand the lock on in its script, with the floor of that attempt's turn; its done must
+ * count res.handed_token (gw__fence_count) before that attempt's answer passes the stripe
+ * on. Returns 1 when it sent one: the release's answer must then reach
  * gw__wait_handoff_settled(). */
-int gw__lock_handoff(gw_rt *rt, const char *resource);
+int gw__lock_handoff(gw_rt *rt, const char *resource, lk_call *release);
 /* After a shared grant of resource that marked it wanted: this gateway's parked waiters
  * there may join. The first is handed an attempt (gw__lock_handoff, no release behind it);
  * a set first in line, which is never handed one, is woken instead (gw__wait_kick_set). A

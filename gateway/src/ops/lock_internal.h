@@ -51,6 +51,10 @@ struct gw_lock_call {
     unsigned char fair;
     unsigned char shared;                /* "mode": "shared" */
     unsigned char fair_queued;           /* may have an entry in the fair queue */
+    unsigned char maybe_granted;        /* a release may have granted it the lock in its
+                                          * script, and no answer has shown otherwise yet
+                                          * (ops/lock_attempt.c, "Hand-offs"): its attempts
+                                          * claim, and its exit gives such a grant back */
     unsigned char acquired;              /* answered 200 with a hold this call added: 1, or
                                           * ACQUIRED_AFTER_EOF when its client had closed its
                                           * side then (a byte, not a flag of its own: a parked

@@ -38,11 +38,16 @@ static void owner_call_completed(gw_request *req, enum MHD_RequestTerminationCod
     req->op_state = NULL;
 }
 
-/* The release of a hand-off is answered, on the pipeline thread (waiters.c, "Hand-offs"). */
+/* The release of a hand-off is answered, on the pipeline thread (waiters.c, "Hand-offs"),
+ * before the attempt sent behind it: a token it minted for a waiter is counted while that
+ * attempt still holds the stripe (gw__lock_handoff). */
 static int handoff_release_done(gw_job *job)
 {
     const struct gw_owner_call *oc = job->arg;
     gw_rt *rt = job->ctx;
+    if (oc->call.status == LK_RELEASED && oc->call.res.handed_token > 0) {
+        gw__fence_count(&rt->fence, oc->call.res.handed_token);
+    }
     gw__wait_handoff_settled(rt->waitq, oc->a.resource,
                              oc->call.status == LK_RELEASED ? oc->call.res.published : 0);
     return 1;
@@ -76,11 +81,11 @@ static int send_owner_call(gw_request *req, int renew, enum MHD_Result *result)
     if (renew) {
         gw__pipe_submit(req->rt->pipe, &oc->job);
     } else {
-        /* A waiter parked here is handed the lock in the same batch (lock_attempt.c,
-         * "Hand-offs"). */
+        /* A waiter parked here is handed the lock in the same batch, and the release grants
+         * it in its script (lock_attempt.c, "Hand-offs"). */
         gw__pipe_hold(req->rt->pipe);
         gw__pipe_submit(req->rt->pipe, &oc->job);
-        if (gw__lock_handoff(req->rt, oc->a.resource)) {
+        if (gw__lock_handoff(req->rt, oc->a.resource, &oc->call)) {
             oc->job.done = handoff_release_done;
             oc->job.arg = oc;
             oc->job.ctx = req->rt;

@@ -45,6 +45,9 @@ typedef struct gw_waiter {
     int claimed;                  /* claimed once: gw__wait_free() leaves its request to
                                    * waitd until the epoll batch it was claimed in is done */
     uint64_t claim_loop;          /* waitd's loop count when it was claimed */
+    char handoff_id[17];          /* its hand-off id (lk_call.handoff_id), "" for none: a
+                                   * release that grants it the lock names it in its
+                                   * message "g:<token>:<id>" (waitq.c) */
 } gw_waiter;
 
 #endif

@@ -275,6 +275,35 @@ void gw__wq_wake_all(gw_waitq *wq, gw_wake reason)
     }
 }
 
+/* A release handed r's lock to the waiter with hand-off id `id` and minted `token` for it
+ * (locklib's hand-offs; ops/lock_attempt.c, "Hand-offs"). The lock is held again, by that
+ * waiter, so nobody else is woken: only that waiter, when it is parked here, so that its
+ * attempt claims the grant. The hold released had a token below `token`: recorded as
+ * token - 1, it tells an attempt that saw an older holder that the lock changed hands since
+ * (it tries again: it may be the waiter named, whose attempt ran just before the grant),
+ * and one that saw the grant that nothing did. The message takes a hand-off's credit like a
+ * release message: the /unlock that sent it holds one. */
+static void on_grant(gw_waitq *wq, gw_wres *r, int64_t token, const char *id)
+{
+    r->msgs++;
+    r->msg_token[r->msgs % WQ_RING] = token - 1;
+    r->msg_at[r->msgs % WQ_RING] = gw__now_ms();
+    if (r->credits > 0 && gw__now_ms() > r->credit_until) {
+        r->credits = 0;
+    }
+    if (r->credits > 0) {
+        r->credits--;
+    }
+    for (gw_dlink *n = gw_dlist_first(&r->queue); n != NULL; n = gw_dlist_next(n)) {
+        gw_waiter *w = gw_container_of(n, gw_waiter, link);
+        if ((w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING) &&
+            strcmp(w->handoff_id, id) == 0) {
+            gw__wq_wake(wq, w, GW_WAKE_RELEASE);
+            return;
+        }
+    }
+}
+
 /* lk_sub_dispatch callback: a release or a (re)subscription of `resource`. */
 void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
 {
@@ -283,6 +312,12 @@ void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
 
     if (r == NULL) {
         return; /* nobody waits here any more (or a late confirmation) */
+    }
+    char grant_id[17];
+    int64_t granted = event == LK_SUB_RELEASED ? lk_sub_event_grant(wq->sub, grant_id) : 0;
+    if (granted > 0) {
+        on_grant(wq, r, granted, grant_id);
+        return;
     }
     int64_t token = event == LK_SUB_RELEASED ? lk_sub_event_token(wq->sub) : 0;
     if (token > 0) {

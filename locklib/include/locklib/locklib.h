@@ -358,7 +358,8 @@ typedef struct lk_call {
      * ACQUIRE, ACQUIRE_FAIR, FAIR_CANCEL: NULL, or this waiter's hand-off id, 1 to 16
      * lowercase hex digits, the same on every attempt of one wait. An attempt answered
      * HELD queues the waiter for a hand-off until wait_ms from now (ACQUIRE too: wait_ms
-     * 1..LK_WAIT_MAX_MS; a fair waiter keeps its place in the fair queue); an attempt that
+     * 1..LK_WAIT_MAX_MS, and 1 queues nothing: the attempt only claims; a fair waiter keeps
+     * its place in the fair queue); an attempt that
      * finds the lock handed to this id claims it (ACQUIRED, holds 1, res.handed 1; the
      * grant wrote the idempotency record of its key); the grant's hold id is the id.
      * A claim writes nothing (with min_replicas it writes, for the WAIT), so the release's
@@ -369,6 +370,16 @@ typedef struct lk_call {
     int handoff;           /* RELEASE: 1 to hand a freed lock to the next queued waiter,
                             * its token minted above `floor` (res.handed_token,
                             * res.handed_id); 0 for a plain release */
+    const char *handoff_to; /* RELEASE with handoff: NULL, or the owner of a waiter the
+                            * caller knows of (exclusive, non-fair, no idempotency key; its
+                            * hand-off id in handoff_id, its lease in lease_ms): the freed lock
+                            * is granted to it, not to a queued waiter (it barges, as its own
+                            * attempt would), and its next attempt with that id (wait_ms 1:
+                            * a claim that queues nothing) claims the grant. The
+                            * caller sends that attempt right behind the release, so one
+                            * Redis pass hands the lock on. "g:<token>:<id>" is published
+                            * only when the lock was marked wanted, and the grant stays
+                            * marked then. Equal to owner: nothing is granted. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */
