@@ -40,7 +40,8 @@
 --          ARGV[8] is the waiter's hand-off id (required), and KEYS[8] fg:{R}:hq, KEYS[9]
 --          fg:{R}:wq and KEYS[10] fg:{R}:wqt are the hand-off keys: a held answer queues the
 --          waiter there, an acquisition takes it out, and a grant a release made to this id
---          is claimed. A wait of 1 ms only claims: a held answer queues nothing.
+--          is claimed. "1" only claims (lk_call.handoff_claim): a held answer queues
+--          nothing.
 -- KEYS[6]  shared holders' leases fg:{R}:readers (prelude/shared.lua)
 -- KEYS[7]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --

@@ -21,7 +21,7 @@
 --          token keys' idle expiry ARGV[10] ms. The caller sends that waiter's attempt right
 --          behind, which claims the grant. The lock stays marked wanted when it was, and
 --          "g:<token>:<id>" is published only then. ARGV[7] equal to ARGV[1] grants
---          nothing.
+--          nothing. ARGV[9] is decimal digits, 1..3600000 (LK_LEASE_MAX_MS).
 -- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
 --          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
@@ -49,7 +49,8 @@
 --                                when it was, else 0 (a replay: 0); granted is the token
 --                                minted for the waiter the lock was handed to (its id in
 --                                grant_id), 0 (and "") when none: then "g:<granted>:<id>"
---                                is published instead of the release message
+--                                is published instead of the release message, when the
+--                                lock was marked wanted (always for a queued waiter)
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
@@ -73,7 +74,7 @@ local hand = ARGV[5] or '0'
 local hand_floor = mint_floor(ARGV[6] or '0')
 local to = ARGV[7] or ''
 local to_id = ARGV[8] or ''
-local to_lease = tonumber(ARGV[9] or '0')
+local to_lease = string.match(ARGV[9] or '', '^%d+$') and tonumber(ARGV[9]) or nil
 local to_idle = idle_arg(ARGV[10] or '0')
 
 if not valid_owner(owner) then
@@ -84,7 +85,7 @@ if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
         hand_floor == nil or hand_floor >= TOKEN_MAX or (hand == '1' and KEYS[12] == nil) or
         (to ~= '' and (hand ~= '1' or not valid_owner(to) or
             not handoff_valid_id(to_id) or to_lease == nil or to_lease < 1 or
-            to_idle == nil)) then
+            to_lease > 3600000 or to_idle == nil)) then
     return redis.error_reply('fencegate: invalid argument')
 end
 

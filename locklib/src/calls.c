@@ -97,7 +97,8 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
     if (hid != NULL && call->shared) {
         return lk__errf(err, LK_EINVAL, "a shared acquisition takes no hand-off id");
     }
-    if (hid != NULL && !fair && (call->wait_ms < 1 || call->wait_ms > LK_WAIT_MAX_MS)) {
+    if (hid != NULL && !fair && !call->handoff_claim &&
+        (call->wait_ms < 1 || call->wait_ms > LK_WAIT_MAX_MS)) {
         return lk__errf(err, LK_EINVAL, "wait must be 1..%d ms with a hand-off id",
                         LK_WAIT_MAX_MS);
     }
@@ -146,7 +147,7 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
         if (fair) {
             lk__cmd_arg(cmd, hid);
         } else {
-            lk__cmd_num(cmd, call->wait_ms);
+            lk__cmd_num(cmd, call->handoff_claim ? 1 : call->wait_ms); /* 1: claim only */
         }
     }
     return LK_OK;
@@ -198,7 +199,7 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
         return lk__errf(err, LK_EINVAL, "lease must be %d..%d ms", LK_LEASE_MIN_MS,
                         LK_LEASE_MAX_MS);
     }
-    int64_t undo = !renew && call->idem_key != NULL ? call->supersede : 0;
+    int64_t undo = !renew ? call->supersede : 0;
     if (undo < -1 || undo >= LK_TOKEN_MAX) {
         return lk__errf(err, LK_EINVAL, "supersede must be -1..2^53-2");
     }

@@ -124,12 +124,12 @@ static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held
     return 0; /* ask Redis after all */
 }
 
-/* A hand-off id (16 hex digits) for a new wait, unique in this process and unpredictable
- * from outside it: splitmix64, a bijection, of a counter offset by a random seed drawn once.
- * It names the grant's hold, next to its owner, which alone is the capability. An owner
- * id's draw from the kernel (lk_random_id) costs two getrandom calls, about 15 us on a loop
- * thread for every waiting /lock. */
-static void gw__handoff_id(char out[17])
+/* A hand-off id (16 hex digits) for a new wait, unique in this process: splitmix64, a
+ * bijection, of a counter offset by a random seed drawn once, so two processes' ids differ
+ * too. Not a secret: it names the grant's hold in a published message, next to its owner,
+ * which alone is the capability. An owner id's draw from the kernel (lk_random_id) costs
+ * two getrandom calls, about 15 us on a loop thread for every waiting /lock. */
+static void new_handoff_id(char out[17])
 {
     static atomic_uint_fast64_t counter;
     static atomic_uint_fast64_t seed;
@@ -235,9 +235,7 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         st = at->call.status;
         if (st == LK_ACQUIRED) {
             call->fair_queued = 0; /* the script took it off the queue */
-        }
-        if (st == LK_ACQUIRED || st == LK_HELD) {
-            call->maybe_granted = 0; /* it claimed the grant, or there was none */
+            call->maybe_granted = 0; /* it holds the lock: a grant, if any, is this hold */
         }
         res = at->call.res;
         call->marked = (unsigned char)at->call.others_waiting;
@@ -407,7 +405,7 @@ static enum MHD_Result lock_start(gw_request *req)
         /* Its hand-off id: an /unlock that hands the lock to it grants it in the release
          * script, under this id, which its attempt then claims (ops/lock_attempt.c,
          * "Hand-offs"). */
-        gw__handoff_id(call->waiter.handoff_id);
+        new_handoff_id(call->waiter.handoff_id);
     }
     call->deadline_ms = gw__now_ms() + a.wait_ms;
     call->waiter.fd = -1;

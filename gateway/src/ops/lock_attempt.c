@@ -108,10 +108,10 @@ static void fill_attempt(gw_rt *rt, struct gw_lock_call *lc, gw_attempt *at, int
         lc->fair_queued = !lc->over_share;
     } else if (lc->maybe_granted) {
         /* A release may have granted it the lock (release_hands_on): the attempt carries its
-         * hand-off id and claims that grant, never re-entering it. A wait of 1 ms makes it
-         * a claim only: held, it queues nothing in Redis (it waits here). */
+         * hand-off id and claims that grant, never re-entering it; held, it queues nothing
+         * in Redis (it waits here). */
         at->call.handoff_id = lc->waiter.handoff_id;
-        at->call.wait_ms = 1;
+        at->call.handoff_claim = 1;
     }
 }
 
@@ -154,10 +154,13 @@ static int shared_answered(gw_job *job)
  * idempotency key. lc's attempt then claims it. */
 static void release_hands_on(lk_call *release, struct gw_lock_call *lc, int64_t floor)
 {
-    if (lc->waiter.handoff_id[0] == '\0' || lc->fair || lc->idem_key[0] != '\0') {
+    if (lc->waiter.handoff_id[0] == '\0' || lc->fair || lc->idem_key[0] != '\0' ||
+        !lk_valid_owner(lc->owner) || strcmp(lc->owner, release->owner) == 0) {
         return;
     }
-    lc->maybe_granted = 1; /* until an answer shows it holds no grant */
+    /* Until it holds the lock or its wait ends: a held answer does not show that no grant
+     * is coming (a release sent again after NOSCRIPT runs after the claim). */
+    lc->maybe_granted = 1;
     release->handoff = 1;
     release->floor = floor;
     release->handoff_to = lc->owner;
@@ -305,7 +308,7 @@ static int64_t give_back_supersede(int64_t token)
 
 /* gw_job.done of an errand, on the pipeline thread. A waiter's exit that finds a hand-off
  * grant made to it, which its request never answered, turns into the give-back of that hold
- * (it keeps the request's key, for the acquisition record the grant wrote). */
+ * (supersede: a later hold of the same owner, with a larger token, is left alone). */
 static int errand_done(gw_job *job)
 {
     struct gw_errand *e = job->arg;
@@ -332,10 +335,9 @@ static int errand_done(gw_job *job)
 void gw__lock_send_errand(gw_rt *rt, const struct gw_lock_call *call, lk_call_kind kind,
                           int64_t token, int uncount_held)
 {
-    /* A hand-off exit may turn into a give-back (errand_done): it keeps the key too. */
     int handoff_exit = kind == LK_CALL_FAIR_CANCEL && call->maybe_granted &&
                        call->waiter.handoff_id[0] != '\0';
-    const char *idem = kind == LK_CALL_RELEASE || handoff_exit ? call->idem_key : "";
+    const char *idem = kind == LK_CALL_RELEASE ? call->idem_key : "";
     size_t rlen = strlen(call->turn.resource) + 1, olen = strlen(call->owner) + 1;
     size_t ilen = strlen(idem) + 1;
     struct gw_errand *e = calloc(1, sizeof *e + rlen + olen + ilen);
@@ -455,7 +457,7 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
  * stripe is out), the release is made to grant the lock to the waiter in its own script
  * (release_hands_on; locklib's lk_call.handoff_to): with the floor of the waiter's turn it
  * mints the waiter's token, records the hold under the waiter's hand-off id (a random id per
- * wait, gw__handoff_id in lock.c) and, when somebody had marked the lock wanted, publishes
+ * wait, new_handoff_id() in lock.c) and, when somebody had marked the lock wanted, publishes
  * "g:<token>:<id>" instead of a release message. The attempt behind carries that id and only
  * claims the grant: a read, so under appendfsync always the release's fsync is the
  * hand-off's only one, and a listener on another gateway hears that the lock changed hands,
@@ -464,15 +466,16 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
  * the attempt's answer ends the turn. The waiter must be non-fair (a fair one's place is
  * Redis's queue), wait without an Idempotency-Key (its record is written by its own
  * attempt) and not be on Redlock (no hand-offs across masters); else the release is plain.
- * A waiter that may have been granted so carries its id on every attempt until an answer
- * shows it holds the grant or none (maybe_granted), and if its wait ends first its exit
- * (gw__lock_leave_fair_queue) gives such a grant back.
+ * A waiter that may have been granted so carries its id on every attempt until it holds
+ * the lock (maybe_granted): a held answer does not prove that no grant comes, since a
+ * release sent again after NOSCRIPT (locklib's transport) runs after the claim. If its wait
+ * ends first, its exit (gw__lock_leave_fair_queue) gives such a grant back.
  *
- * Nothing about the attempt changes: it is the one the waiter would have made when woken,
- * with its own stripe turn and floor (fence.c), answered by lock_answered() on its own
- * thread. It is only sent early, on the releasing request's thread, while the waiter's
- * connection stays suspended (a claimed waiter is this code's alone: waitd no longer
- * touches it). What may differ:
+ * The attempt is otherwise the one the waiter would have made when woken, with its own
+ * stripe turn and floor (fence.c), answered by lock_answered() on its own thread (a claim
+ * carries the id and queues nothing). It is only sent early, on the releasing request's
+ * thread, while the waiter's connection stays suspended (a claimed waiter is this code's
+ * alone: waitd no longer touches it). What may differ:
  *   - The release did not free the lock (the owner still holds it, reentered; it was not
  *     the owner; the lock had expired and someone else holds it): the attempt finds it held
  *     and the waiter parks again, as after any wake that lost the race. One attempt more
@@ -484,7 +487,8 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
  *     claim gives up its credit at once (gw__wait_handoff_settled with nothing published):
  *     the release's message wakes a parked waiter as usual.
  *   - On Redlock the batch goes to every master in order, so each master runs the release
- *     before the attempt; on a cluster both go to the resource's slot owner, in order.
+ *     before the attempt; on a cluster both go to the resource's slot owner, in order
+ *     (except a script Redis no longer knows, sent again after the batch: above).
  *   - A request may park unasked (below, "Known holders") between the claim and the
  *     answer, on a holder that the release ends: a non-fair hand-off attempt is therefore
  *     always sent as marking the lock wanted if it takes it (lk_call.others_waiting), so

@@ -358,15 +358,19 @@ typedef struct lk_call {
      * ACQUIRE, ACQUIRE_FAIR, FAIR_CANCEL: NULL, or this waiter's hand-off id, 1 to 16
      * lowercase hex digits, the same on every attempt of one wait. An attempt answered
      * HELD queues the waiter for a hand-off until wait_ms from now (ACQUIRE too: wait_ms
-     * 1..LK_WAIT_MAX_MS, and 1 queues nothing: the attempt only claims; a fair waiter keeps
-     * its place in the fair queue); an attempt that
+     * 1..LK_WAIT_MAX_MS, unless handoff_claim; a fair waiter keeps its place in the fair
+     * queue); an attempt that
      * finds the lock handed to this id claims it (ACQUIRED, holds 1, res.handed 1; the
      * grant wrote the idempotency record of its key); the grant's hold id is the id.
-     * A claim writes nothing (with min_replicas it writes, for the WAIT), so the release's
-     * fsync is the hand-off's only one. FAIR_CANCEL takes the waiter out, and reports a
+     * A claim writes nothing (with min_replicas it writes, for the WAIT; with
+     * others_waiting it marks the grant wanted once), so the release's fsync is usually
+     * the hand-off's only one. FAIR_CANCEL takes the waiter out, and reports a
      * grant made to it that it still holds (res.handed_token), whose hold the caller, which
      * answered nobody with it, gives back with a RELEASE. */
     const char *handoff_id;
+    int handoff_claim;     /* ACQUIRE with handoff_id: 1 to claim a grant made to the id
+                            * without queuing the waiter when answered HELD (wait_ms keeps
+                            * its meaning for writers' preference, and may be 0) */
     int handoff;           /* RELEASE: 1 to hand a freed lock to the next queued waiter,
                             * its token minted above `floor` (res.handed_token,
                             * res.handed_id); 0 for a plain release */
@@ -374,8 +378,8 @@ typedef struct lk_call {
                             * caller knows of (exclusive, non-fair, no idempotency key; its
                             * hand-off id in handoff_id, its lease in lease_ms): the freed lock
                             * is granted to it, not to a queued waiter (it barges, as its own
-                            * attempt would), and its next attempt with that id (wait_ms 1:
-                            * a claim that queues nothing) claims the grant. The
+                            * attempt would), and its next attempt with that id (with
+                            * handoff_claim, it queues nothing) claims the grant. The
                             * caller sends that attempt right behind the release, so one
                             * Redis pass hands the lock on. "g:<token>:<id>" is published
                             * only when the lock was marked wanted, and the grant stays

@@ -25,6 +25,10 @@
 -- ask for hand-offs) is granted nothing: the release publishes as before and that head
 -- comes for the lock itself.
 --
+-- A release may instead name the waiter (release.lua ARGV[7], lk_call.handoff_to: a caller
+-- that sends that waiter's claim right behind it): it is granted as above without being
+-- queued, ahead of queued ones.
+--
 -- A waiter that has gone: one past its deadline is skipped (and dropped); one that leaves
 -- early removes its entry (fair_cancel.lua), and when its grant was made already is told
 -- its token so that its caller gives the hold back (release.lua with that token), which
@@ -84,8 +88,9 @@ local function handoff_leave(k_hq, k_wq, k_wqt, owner, id)
 end
 
 -- The grant made to id, if the lock holds one for owner: returns token, holds; nil when
--- there is none. A claim writes nothing, so under appendfsync always it waits for no fsync:
--- the release's is the hand-off's only one. "#grant" stays with the hold, and a second
+-- there is none. A claim writes nothing (acquire.lua adds the wanted mark when its caller
+-- says others wait and the grant is not marked yet), so under appendfsync always it usually
+-- waits for no fsync: the release's is the hand-off's only one. "#grant" stays with the hold, and a second
 -- attempt with the id answers the same grant again, as a replay would (an id is one wait's).
 -- will_wait (the caller WAITs for replicas after the answer, as acquire_replay in mint.lua)
 -- makes it write the field again, unchanged, so that this connection's WAIT covers the
