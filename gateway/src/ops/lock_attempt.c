@@ -151,11 +151,16 @@ static int shared_answered(gw_job *job)
 /* Makes release, an /unlock's lk_call in the held pipeline batch right before lc's attempt
  * (gw__lock_handoff), grant the lock to lc in its own script, with the floor of lc's turn,
  * when lc can take such a grant: non-fair, with a hand-off id (none on Redlock) and no
- * idempotency key. lc's attempt then claims it. */
-static void release_hands_on(lk_call *release, struct gw_lock_call *lc, int64_t floor)
+ * idempotency key, behind the one gateway of its ledger. lc's attempt then claims it.
+ * Not on a shared ledger: there other gateways' waiters wait for the same lock, and a
+ * grant in the release keeps the lock with this gateway's waiters for as long as any is
+ * parked (docs/architecture.md, "Hand-offs in one script"). */
+static void release_hands_on(gw_rt *rt, lk_call *release, struct gw_lock_call *lc,
+                             int64_t floor)
 {
     if (lc->waiter.handoff_id[0] == '\0' || lc->fair || lc->idem_key[0] != '\0' ||
-        !lk_valid_owner(lc->owner) || strcmp(lc->owner, release->owner) == 0) {
+        !lk_valid_owner(lc->owner) || strcmp(lc->owner, release->owner) == 0 ||
+        store_grant_needed(rt->fence.st, 0)) {
         return;
     }
     /* Until it holds the lock or its wait ends: a held answer does not show that no grant
@@ -190,7 +195,7 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor, lk_c
             lc->turn.refused = ATTEMPT_NOMEM;
         } else {
             if (first && release != NULL) {
-                release_hands_on(release, lc, floor.floor);
+                release_hands_on(rt, release, lc, floor.floor);
             }
             fill_attempt(rt, lc, at, floor.floor, now_ms);
             gw__wait_sending(rt->waitq, &lc->waiter);
