@@ -343,9 +343,9 @@ typedef struct lk_call {
                             * owner answering exactly this token is dropped instead of
                             * replayed, so the call acts afresh (a new token, recorded in its
                             * place when ACQUIRED). A record with another token is replayed.
-                            * RELEASE with idem_key: 0 for a plain release; else the release
-                            * undoes an acquisition whose ACQUIRED never reached its caller
-                            * or did not stand (rolled back, given back): idem_key is then
+                            * RELEASE: 0 for a plain release; else the release undoes an
+                            * acquisition whose ACQUIRED never reached its caller or did not
+                            * stand (rolled back, given back): idem_key, when set, is then
                             * that acquisition's key, and its record for this owner answering
                             * this token or a smaller one (-1: any token) is deleted with the
                             * hold, so a retry of the acquisition acts afresh instead of
