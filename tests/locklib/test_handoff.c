@@ -443,6 +443,29 @@ static void test_release_grants_the_callers_waiter(void **state)
     assert_int_equal(rel.res.handed_token, 0);
 }
 
+/* A give-back without an idempotency key (the gateway's, of a grant its waiter never
+ * claimed) undoes only a hold with that token or a smaller one: a later hold of the same
+ * owner stays. */
+static void test_give_back_without_key_spares_a_later_hold(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("giveback");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    int64_t first = r.token;
+    assert_lk(f->c, lk_release(f->c, res, "A", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_true(r.token > first);
+    lk_call back = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A",
+                    .supersede = first};
+    assert_lk(f->c, run(f, &back), LK_STILL_HELD);
+    assert_int_equal(holds_of(f, res, "A"), 1);
+    back.supersede = r.token;
+    assert_lk(f->c, run(f, &back), LK_RELEASED);
+    assert_int_equal(holds_of(f, res, "A"), 0);
+}
+
 /* Bad hand-off arguments are refused before anything is sent. */
 static void test_bad_arguments(void **state)
 {
@@ -595,6 +618,7 @@ int main(void)
         cmocka_unit_test(test_claim_writes_only_before_a_wait),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_release_grants_the_callers_waiter),
+        cmocka_unit_test(test_give_back_without_key_spares_a_later_hold),
         cmocka_unit_test(test_last_reader_hands_to_writer),
         cmocka_unit_test(test_shared_head_is_not_handed),
         cmocka_unit_test(test_claim_reports_the_lease_left),
