@@ -158,9 +158,19 @@ if status == 1 then
     if e then
         -- The hand-off: the grant the waiter's own attempt would have made (mint.lua), with
         -- the waiter's lease, hold id and idempotency record, in this script.
-        local token = mint(KEYS[1], KEYS[4], KEYS[5], KEYS[6], e.o, hand_floor, e.l, e.h)
+        -- A queued waiter's grant ends with its wait unless claimed (handoff_grant_lease);
+        -- the caller's own waiter claims in the same batch.
+        local lease, full = e.l, nil
+        if not direct then
+            lease, full = handoff_grant_lease(e, now)
+        end
+        local token = mint(KEYS[1], KEYS[4], KEYS[5], KEYS[6], e.o, hand_floor, lease, e.h)
         if token then
-            redis.call('HSET', KEYS[1], '#grant', e.h)
+            if full then
+                redis.call('HSET', KEYS[1], '#grant', e.h, '#glease', string.format('%d', full))
+            else
+                redis.call('HSET', KEYS[1], '#grant', e.h)
+            end
             writer_granted(KEYS[1], KEYS[12], e.o, now)
             if handoff_others(KEYS[7], KEYS[10]) or (direct and wanted) then
                 mark_wanted(KEYS[1])

@@ -511,6 +511,34 @@ static void test_claim_reports_the_lease_left(void **state)
     assert_true(r.ttl_ms > 0 && r.ttl_ms <= 4000);
 }
 
+/* A queued waiter whose wait ends before its lease is granted only until shortly after its
+ * wait (a vanished waiter's grant then ends about when its place in line would have); its
+ * claim gives the hold its own lease. One that waits longer than its lease gets the lease. */
+static void test_grant_lasts_the_wait_until_claimed(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r, g;
+    const char *res = res_name("waitlease");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "b3", 1, NULL, 1500, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "A", 0, &g), LK_RELEASED);
+    assert_string_equal(g.handed_id, "b3");
+    long long pttl = th_redis_cmd(&f->redis, NULL, 0, "PTTL fg:{%s}:lock", res);
+    assert_true(pttl > 0 && pttl <= 2500); /* 1,500 ms of wait + 1,000 */
+    assert_lk(f->c, attempt(f, res, "B", "b3", 1, NULL, 1500, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    assert_true(r.ttl_ms > 9000 && r.ttl_ms <= 10000); /* its own lease from the claim */
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #glease", res), 0);
+
+    /* Waiting longer than its lease: the grant has the lease, and the claim writes
+     * nothing. */
+    assert_lk(f->c, attempt(f, res, "C", "c3", 1, NULL, 60000, &r), LK_HELD);
+    assert_lk(f->c, release_handing(f, res, "B", 0, &g), LK_RELEASED);
+    assert_true(th_redis_cmd(&f->redis, NULL, 0, "PTTL fg:{%s}:lock", res) > 9000);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #glease", res), 0);
+}
+
 /* A fair waiter's hand-off entry from an earlier wait, whose deadline passed, is not used
  * when the same owner waits again without a hand-off id: the release hands nothing and
  * publishes, so the owner comes for the lock itself and never gets a hold it did not ask
@@ -622,6 +650,7 @@ int main(void)
         cmocka_unit_test(test_last_reader_hands_to_writer),
         cmocka_unit_test(test_shared_head_is_not_handed),
         cmocka_unit_test(test_claim_reports_the_lease_left),
+        cmocka_unit_test(test_grant_lasts_the_wait_until_claimed),
         cmocka_unit_test(test_stale_fair_entry_is_not_granted),
     };
     return cmocka_run_group_tests(tests, group_setup, lk_group_teardown);

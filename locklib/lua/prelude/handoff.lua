@@ -17,8 +17,10 @@
 -- expire just after the last deadline, so they vanish once everybody has left.
 --
 -- A release that frees the lock takes the first live entry (a deadline not passed) and
--- grants it: mints its token above the release's floor (mint.lua), records the grant for
--- the waiter's idempotency key, marks the lock "#grant" = the waiter's id, and publishes
+-- grants it: mints its token above the release's floor (mint.lua), for the waiter's lease
+-- or, when its wait ends sooner, until shortly after that (handoff_grant_lease), records the
+-- grant for the waiter's idempotency key, marks the lock "#grant" = the waiter's id, and
+-- publishes
 -- "g:<token>:<id>" on the release channel instead of the plain release message. One grant
 -- per release: the other waiters stay where they are (no herd). The waiter's next attempt
 -- with its id claims the grant (handoff_claim below): ACQUIRED with holds 1. A fair queue whose head is a waiter without an entry (a caller that does not
@@ -87,10 +89,31 @@ local function handoff_leave(k_hq, k_wq, k_wqt, owner, id)
     end
 end
 
+-- How long the grant to queued waiter e holds the lock before its claim: e's lease, but no
+-- longer than the rest of e's wait and HANDOFF_CLAIM_GRACE_MS (a waiter's last attempt comes
+-- at its deadline), so that the grant to a waiter that vanished without leaving (its gateway
+-- killed) ends about when its place in line would have (fair_acquire.lua drops such a head
+-- at its deadline), not a whole lease later. Returns the lease to grant, and e's lease when
+-- that is shorter (the claim then applies it: handoff_claim), else nil.
+local HANDOFF_CLAIM_GRACE_MS = 1000
+local function handoff_grant_lease(e, now)
+    if e.t == nil then
+        return e.l, nil
+    end
+    local left = e.t - now + HANDOFF_CLAIM_GRACE_MS
+    if left < e.l then
+        return left, e.l
+    end
+    return e.l, nil
+end
+
 -- The grant made to id, if the lock holds one for owner: returns token, holds; nil when
--- there is none. A claim writes nothing (acquire.lua adds the wanted mark when its caller
--- says others wait and the grant is not marked yet), so under appendfsync always it usually
--- waits for no fsync: the release's is the hand-off's only one. "#grant" stays with the hold, and a second
+-- there is none. A claim writes nothing unless the grant's lease was cut to the waiter's
+-- wait (handoff_grant_lease: the claim sets the waiter's own lease then, a write) or its
+-- caller WAITs; acquire.lua adds the wanted mark when its caller says others wait and the
+-- grant is not marked yet. So under appendfsync always a claim of a waiter that waits
+-- longer than its lease, or one sent in the release's own batch, waits for no fsync of its
+-- own: the release's is the hand-off's only one. "#grant" stays with the hold, and a second
 -- attempt with the id answers the same grant again, as a replay would (an id is one wait's).
 -- will_wait (the caller WAITs for replicas after the answer, as acquire_replay in mint.lua)
 -- makes it write the field again, unchanged, so that this connection's WAIT covers the
@@ -99,11 +122,14 @@ local function handoff_claim(k_lock, owner, id, will_wait)
     if id == '' then
         return nil
     end
-    local g = redis.call('HMGET', k_lock, '#grant', owner, '#token')
+    local g = redis.call('HMGET', k_lock, '#grant', owner, '#token', '#glease')
     if g[1] ~= id or not g[2] or not g[3] then
         return nil
     end
-    if will_wait then
+    if g[4] then
+        redis.call('PEXPIRE', k_lock, tonumber(g[4]))
+        redis.call('HDEL', k_lock, '#glease')
+    elseif will_wait then
         redis.call('HSET', k_lock, '#grant', id)
     end
     return tonumber(g[3]), tonumber(g[2])
