@@ -172,6 +172,15 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
             if (park_unasked(req, call, held_ms, token, &parked)) {
                 return parked;
             }
+        } else if (gw__wait_line_busy(rt->waitq, &call->waiter) &&
+                   call->deadline_ms > gw__now_ms()) {
+            /* Another waiter's attempt waits in the stripe's line: it asks Redis after this
+             * request came, and what it is answered wakes a parked waiter (rt/waiters.c,
+             * "The line"). Asking too would only lengthen the line. */
+            enum MHD_Result parked = 0;
+            if (park_unasked(req, call, -1, 0, &parked)) {
+                return parked;
+            }
         }
     }
     MHD_suspend_connection(req->conn);
@@ -244,6 +253,9 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         gw__note_redis(rt, st);
     } else {
         st = call->turn.refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
+    }
+    if (call->waiting && !call->fair && st != LK_ACQUIRED && st != LK_HELD) {
+        gw__wait_pass_wake(rt->waitq, &call->waiter); /* "The line": nothing was learned */
     }
     if (st == LK_ACQUIRED && refused_fresh_grant(req, call, &res)) {
         return gw__lock_undo_then(req, call, res.token, THEN_ATTEMPT);
@@ -436,6 +448,10 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
     if (at != NULL && at->call.status == LK_ACQUIRED) {
         call->fair_queued = 0; /* the script took it off the queue */
         call->maybe_granted = 0;
+    }
+    if (at != NULL && call->waiting && !call->fair && at->call.status != LK_ACQUIRED &&
+        at->call.status != LK_HELD) {
+        gw__wait_pass_wake(req->rt->waitq, &call->waiter); /* as in lock_answered */
     }
     gw__wait_end(req->rt->waitq, &call->waiter, -1, 0);
     gw__lock_leave_fair_queue(req, call);

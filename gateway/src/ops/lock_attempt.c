@@ -173,6 +173,15 @@ static void release_hands_on(gw_rt *rt, lk_call *release, struct gw_lock_call *l
     release->lease_ms = lc->ttl_ms;
 }
 
+/* lc's attempt leaves its stripe's line (rt/waiters.c, "The line"): sent to Redis, or not. */
+static void leave_line(gw_rt *rt, struct gw_lock_call *lc, int sent)
+{
+    if (lc->lined) {
+        lc->lined = 0;
+        gw__wait_lined(rt->waitq, &lc->waiter, 0, sent);
+    }
+}
+
 /* Sends the attempt of t, which holds its stripe with floor, to the pipeline; or answers it
  * without Redis and passes the stripe on, until one is sent or the stripe is free. Returns
  * 1 when t's own attempt went to the pipeline (read before anything is resumed: an answered
@@ -197,6 +206,7 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor, lk_c
             if (first && release != NULL) {
                 release_hands_on(rt, release, lc, floor.floor);
             }
+            leave_line(rt, lc, 1);
             fill_attempt(rt, lc, at, floor.floor, now_ms);
             gw__wait_sending(rt->waitq, &lc->waiter);
             at->job.call = &at->call;
@@ -208,6 +218,7 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor, lk_c
             gw__pipe_submit(rt->pipe, &at->job);
             return first;
         }
+        leave_line(rt, lc, 0);
         struct MHD_Connection *conn = lc->waiter.conn;
         struct gw_lock_call *next =
             call_of_turn(gw__fence_leave(f, &lc->turn, 0, &floor));
@@ -437,6 +448,12 @@ static int attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connect
         return 1;
     }
     gw_floor floor;
+    /* Counted before it may be sent (a fence answering the turn ahead passes the stripe to
+     * it at once, on another thread), and taken back if it goes now. */
+    if (call->waiting && !call->fair) {
+        call->lined = 1;
+        gw__wait_lined(rt->waitq, &call->waiter, 1, 0);
+    }
     if (gw__fence_enter(&rt->fence, &call->turn, &floor)) {
         return stripe_send_first(&rt->fence, &call->turn, floor, release);
     }

@@ -66,6 +66,8 @@ struct gw_lock_call {
     unsigned char grant_tries;           /* attempts the shared ledger refused (STALE) */
     unsigned char handed_off;            /* its attempt was started by a hand-off, not on
                                           * its own thread (gw__lock_handoff) */
+    unsigned char lined;                 /* its attempt waits in its stripe's line, counted
+                                          * in its resource's (gw__wait_lined) */
     unsigned char marked;                /* its last attempt marked the lock wanted if it
                                           * took it (lk_call.others_waiting) */
     unsigned char then;                  /* THEN_*: after LOCK_GIVING_BACK */

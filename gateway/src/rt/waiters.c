@@ -100,6 +100,20 @@
  * names its token (or moves the epoch, without one); an expiry is the expiry timer's; a
  * dropped subscriber forgets every holder.
  *
+ * The line. Attempts on one stripe go to Redis one at a time (core/fence.c), so on a hot
+ * lock several waiters' attempts queue behind it. An attempt answered held by a hold that
+ * a release message has ended since would try again, at the end of that line; when the lock
+ * changes hands faster than an attempt's round trip, every answer is such, nobody parks,
+ * no /unlock finds a parked waiter to hand the lock to, and the line never empties: a
+ * convoy of attempts that find the lock taken. So a non-fair waiter so answered parks when
+ * an attempt of another non-fair waiter of its resource is still in the line (lined): that
+ * attempt reaches Redis after the release, and either takes the lock, marked wanted (the
+ * parked waiter counts as another waiter), or is answered held, which marks the lock
+ * wanted; either way the next release publishes, and its message wakes a parked waiter. An
+ * attempt that leaves the line without reaching Redis (answered 503 at its stripe) passes
+ * a wake on instead. A fair waiter always looks again: its turn is its place in Redis's
+ * queue, and an attempt of a waiter behind it cannot take the lock.
+ *
  * The cap. A parked waiter keeps its connection, and connections are limited
  * (--max-connections): 1,024 waiters would take them all, and then /healthz and the
  * holder's own /unlock, which the waiters wait for, could not even connect. So at most
@@ -273,6 +287,47 @@ void gw__wait_handoff_settled(gw_waitq *wq, const char *resource, int published)
     pthread_mutex_unlock(&wq->mu);
 }
 
+void gw__wait_lined(gw_waitq *wq, gw_waiter *w, int joined, int sent)
+{
+    if (w->res == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = w->res;
+    if (joined) {
+        r->lined++;
+    } else {
+        r->lined--;
+        if (!sent) {
+            r->kicks++;
+            gw__wq_pending_add(wq, r);
+        }
+    }
+    pthread_mutex_unlock(&wq->mu);
+}
+
+int gw__wait_line_busy(gw_waitq *wq, const gw_waiter *w)
+{
+    int busy = 0;
+    if (w->res != NULL && !w->fair) {
+        pthread_mutex_lock(&wq->mu);
+        busy = w->res->lined > 0;
+        pthread_mutex_unlock(&wq->mu);
+    }
+    return busy;
+}
+
+void gw__wait_pass_wake(gw_waitq *wq, gw_waiter *w)
+{
+    if (w->res == NULL) {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    w->res->kicks++;
+    gw__wq_pending_add(wq, w->res);
+    pthread_mutex_unlock(&wq->mu);
+}
+
 void gw__wait_place(gw_waitq *wq, gw_waiter *w)
 {
     if (w->res == NULL) {
@@ -327,6 +382,11 @@ void gw__wait_note_holder(gw_waitq *wq, const gw_waiter *w, const char *owner,
         r->known_token = token;
         r->known_until = gw__now_ms() + lease_ms;
         snprintf(r->known_owner, sizeof r->known_owner, "%s", owner);
+    }
+    /* Waiters parked on the line ("The line") know no lease: if this hold is never
+     * released, its end wakes one of them. */
+    if (!gw_dlist_empty(&r->queue)) {
+        gw__wres_expiry_at(wq, r, gw__now_ms() + lease_ms + 1);
     }
     pthread_mutex_unlock(&wq->mu);
 }
@@ -417,8 +477,10 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_SHUTDOWN;
     }
-    if (r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token)) {
-        /* Released (or resubscribed) since the attempt was sent: look again now. */
+    if ((r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token)) &&
+        (w->fair || r->lined <= 0)) {
+        /* Released (or resubscribed) since the attempt was sent: look again now, unless
+         * another waiter's attempt queued behind the stripe will ("The line"). */
         w->epoch = r->epoch;
         w->msgs = r->msgs;
         pthread_mutex_unlock(&wq->mu);

@@ -68,6 +68,17 @@ gw_waiter *gw__wait_claim(gw_waitq *wq, const char *resource);
  * waiter there is a set's (never claimed), waitd wakes it as a release message would, so
  * that it attempts its set and, granted, hands on in turn. Returns 1 when it did. */
 int gw__wait_kick_set(gw_waitq *wq, const char *resource);
+/* The line (waiters.c, "The line"): an attempt of w, a non-fair waiter, joins its stripe's
+ * line (joined 1) or leaves it (joined 0), sent to Redis (sent 1) or answered without it
+ * (sent 0: a waiter may have parked counting on it, so waitd wakes one, as for a
+ * release). */
+void gw__wait_lined(gw_waitq *wq, gw_waiter *w, int joined, int sent);
+/* Whether an attempt of another non-fair waiter of w's resource waits in its stripe's line
+ * (w not fair): a new waiting request then parks without asking ("The line"). */
+int gw__wait_line_busy(gw_waitq *wq, const gw_waiter *w);
+/* An attempt of w, a non-fair waiter, got no answer from Redis (an error, a timeout): the
+ * waiters parked on it may sleep on a free lock, so waitd wakes one, as for a release. */
+void gw__wait_pass_wake(gw_waitq *wq, gw_waiter *w);
 /* The release a claim went out behind is answered (on the pipeline thread): published is
  * lk_result.published, 0 for anything but RELEASED. When nothing was published no message
  * comes for the claim, so none may be taken for it. */
