@@ -137,8 +137,9 @@ static int gw_pair_next(void *vctx, int conn, void *vstate, char *buf, size_t ca
         *starts_unit = 1;
         if (ctx->contended) {
             snprintf(body, sizeof body,
-                     "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%d,\"wait_ms\":%d}",
-                     resource, owner, CW_LEASE_MS, CW_WAIT_MS);
+                     "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%d,\"wait_ms\":%d%s}",
+                     resource, owner, CW_LEASE_MS, CW_WAIT_MS,
+                     ctx->fair ? ",\"fair\":true" : "");
         } else {
             snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%d}",
                      resource, owner, CW_LEASE_MS);

@@ -17,6 +17,7 @@
 typedef struct cw_ctx {
     char tag[32];        /* unique per phase, part of every name */
     int contended;       /* 1: every connection on one name */
+    int fair;            /* with contended: the /lock asks for a fair (FIFO) lock */
     char sha_acquire[41];/* raw Redis: SHA1 of the generated acquire.lua */
     char sha_release[41];
 } cw_ctx;

@@ -15,13 +15,14 @@
  *      resource, waiting for it) through the LMDB gateway, one PostgreSQL gateway and both
  *      PostgreSQL gateways (half the connections on each, on the same resource), with the
  *      script calls Redis served per pair and the /lock p99 against the wait of a fair
- *      chain (--conns / the pairs/s). --hot-only runs only these rows.
+ *      chain (--conns / the pairs/s). --hot-only runs only these rows; --fair makes their
+ *      /lock fair (FIFO, the queue in Redis).
  * Each row also prints the CPU time the whole stack spent per 1,000 cycles (stack_cpu_s):
  * on a machine shared with other work, cycles/s measure the CPU share the stack got as much
  * as the stack, while CPU per cycle tells whether two gateways cost more work per cycle.
  * Token-checked writes/s with 1 and 64 writers on PostgreSQL and LMDB: storage_bench.
  *
- * Usage: multigw_bench [--seconds N] [--conns N] [--fencegate PATH] [--hot-only]
+ * Usage: multigw_bench [--seconds N] [--conns N] [--fencegate PATH] [--hot-only] [--fair]
  * --fencegate runs another gateway binary (an older tree's, to compare) under the same load.
  */
 #include <dirent.h>
@@ -45,6 +46,7 @@
 #define START_TIMEOUT_MS 20000
 
 static const char *g_fencegate = FENCEGATE_BIN; /* --fencegate */
+static int g_fair;                               /* --fair */
 #define WARM_MS 1000
 
 typedef struct mg_run {
@@ -126,6 +128,7 @@ static void *run_thread(void *arg)
     memset(&r->ctx, 0, sizeof r->ctx);
     snprintf(r->ctx.tag, sizeof r->ctx.tag, "%s", r->tag);
     r->ctx.contended = r->contended;
+    r->ctx.fair = g_fair;
     if (r->contended) {
         cw_gateway_pairs(&w, &r->ctx);
     } else {
@@ -242,8 +245,9 @@ static int hot_row(const th_redis *redis, const char *what, const int *ports, in
 static int hot_rows(const th_redis *redis, int lmdb_port, const int *pg_ports, int conns, int ms)
 {
     int rc = 0;
-    printf("\nhot lock: every connection locks and unlocks one resource, waiting for it; "
-           "/chain: the /lock p99 against %d / pairs/s, the wait of a fair chain\n\n", conns);
+    printf("\nhot lock%s: every connection locks and unlocks one resource, waiting for it; "
+           "/chain: the /lock p99 against %d / pairs/s, the wait of a fair chain\n\n",
+           g_fair ? " (fair /lock)" : "", conns);
     printf("| %-30s | %5s | %8s | %11s | %8s | %8s | %7s | %10s | %6s |\n",
            "gateways, ledger", "conns", "pairs/s", "per gateway", "lock p50", "lock p99",
            "/chain", "calls/pair", "errors");
@@ -270,6 +274,10 @@ int main(int argc, char **argv)
             hot_only = 1;
             continue;
         }
+        if (strcmp(argv[i], "--fair") == 0) {
+            g_fair = 1;
+            continue;
+        }
         if (v != NULL && strcmp(argv[i], "--seconds") == 0) {
             seconds = atoi(v);
         } else if (v != NULL && strcmp(argv[i], "--conns") == 0) {
@@ -278,7 +286,7 @@ int main(int argc, char **argv)
             g_fencegate = v;
         } else {
             fprintf(stderr, "usage: multigw_bench [--seconds N] [--conns N] [--fencegate PATH] "
-                            "[--hot-only]\n");
+                            "[--hot-only] [--fair]\n");
             return 2;
         }
         i++;

@@ -365,36 +365,86 @@ static void test_unlock_hands_the_lock_to_a_parked_waiter(void **state)
     assert_false(is_locked(&s->gw, "wt.handoff"));
 }
 
-/* The /unlock's release grants the parked waiter in its own script (locklib's hand-offs to
- * the caller's waiter): the release mints the waiter's token and marks the lock "#grant"
- * with the waiter's hand-off id, and the attempt sent behind it only claims that grant. Two
- * script calls, one token minted, and the grant's mark is there. */
-static void test_unlock_grants_in_its_release_script(void **state)
+/* The 16 lowercase hex digits of the grant a release made on resource's lock ("#grant"). */
+static void assert_granted_in_release(const th_redis *redis, const char *resource)
 {
-    wt_state *s = *state;
+    char grant[64] = "";
+    th_redis_cmd(redis, grant, sizeof grant, "HGET fg:{%s}:lock #grant", resource);
+    assert_int_equal(strlen(grant), 16);
+    assert_int_equal(strspn(grant, "0123456789abcdef"), 16);
+}
+
+/* The /unlock of a lock a waiter (fair or not) is parked on: its release grants the waiter
+ * in its own script (one token minted, the lock marked with the grant), and the waiter's
+ * attempt behind it claims the grant: two script calls in all. */
+static void unlock_grants_in_release(wt_state *s, const char *resource, int fair)
+{
     waiter heir;
-    char grant[64] = "", fence[32] = "";
+    char fence[32] = "";
 
     memset(&heir, 0, sizeof heir);
-    lock_as(&s->gw, "wt.grant", "holder", 60000);
-    waiter_start(&heir, &s->gw, "wt.grant", "heir", 30000);
+    lock_as(&s->gw, resource, "holder", 60000);
+    heir.fair = fair;
+    waiter_start(&heir, &s->gw, resource, "heir", 30000);
     gwt_await_metric(&s->gw, "fencegate_waiters", 1);
     long long before = evalsha_calls(&s->redis);
-    unlock_as(&s->gw, "wt.grant", "holder");
+    unlock_as(&s->gw, resource, "holder");
     pthread_join(heir.thread, NULL);
     gwt_assert_status(&heir.r, 200, NULL);
     long long token = json_integer_value(json_object_get(heir.r.json, "token"));
     gwt_resp_free(&heir.r);
     assert_int_equal(evalsha_calls(&s->redis) - before, 2);
-    th_redis_cmd(&s->redis, fence, sizeof fence, "GET fg:{wt.grant}:fence");
+    th_redis_cmd(&s->redis, fence, sizeof fence, "GET fg:{%s}:fence", resource);
     assert_int_equal(atoll(fence), token);
-    th_redis_cmd(&s->redis, grant, sizeof grant, "HGET fg:{wt.grant}:lock #grant");
-    assert_int_equal(strlen(grant), 16);
-    assert_int_equal(strspn(grant, "0123456789abcdef"), 16);
+    assert_granted_in_release(&s->redis, resource);
     assert_int_equal(gwt_metric(&s->gw, "fencegate_lock_handoffs_total"), 1);
-    assert_true(is_locked(&s->gw, "wt.grant"));
-    unlock_as(&s->gw, "wt.grant", "heir");
-    assert_false(is_locked(&s->gw, "wt.grant"));
+    assert_true(is_locked(&s->gw, resource));
+    unlock_as(&s->gw, resource, "heir");
+    assert_false(is_locked(&s->gw, resource));
+}
+
+static void test_unlock_grants_in_its_release_script(void **state)
+{
+    unlock_grants_in_release(*state, "wt.grant", 0);
+}
+
+/* A fair waiter is granted as the first of the fair queue in Redis. */
+static void test_unlock_grants_the_fair_head_in_its_release_script(void **state)
+{
+    unlock_grants_in_release(*state, "wt.fairgrant", 1);
+}
+
+/* The release grants the first in line in Redis, not the waiter of the releasing gateway:
+ * "first" waits on gw2, "second" on gw, and the /unlock on gw hands the lock to "first"
+ * (second's attempt, sent behind the release, finds it held). Then first's release on gw2
+ * lets second in, with a larger token. */
+static void test_fair_grant_goes_to_the_first_in_line_on_another_gateway(void **state)
+{
+    wt_state *s = *state;
+    waiter first, second;
+
+    memset(&first, 0, sizeof first);
+    memset(&second, 0, sizeof second);
+    gwt_start(&s->gw2, s->redis.url, NULL, gw_args);
+    lock_as(&s->gw, "wt.fairx", "holder", 60000);
+    first.fair = second.fair = 1;
+    waiter_start(&first, &s->gw2, "wt.fairx", "first", 30000);
+    gwt_await_metric(&s->gw2, "fencegate_waiters", 1);
+    waiter_start(&second, &s->gw, "wt.fairx", "second", 30000);
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    unlock_as(&s->gw, "wt.fairx", "holder");
+    pthread_join(first.thread, NULL);
+    gwt_assert_status(&first.r, 200, NULL);
+    long long t1 = json_integer_value(json_object_get(first.r.json, "token"));
+    gwt_resp_free(&first.r);
+    assert_granted_in_release(&s->redis, "wt.fairx");
+    gwt_await_metric(&s->gw, "fencegate_waiters", 1); /* second parked again */
+    unlock_as(&s->gw2, "wt.fairx", "first");
+    pthread_join(second.thread, NULL);
+    gwt_assert_status(&second.r, 200, NULL);
+    assert_true(json_integer_value(json_object_get(second.r.json, "token")) > t1);
+    gwt_resp_free(&second.r);
+    unlock_as(&s->gw, "wt.fairx", "second");
 }
 
 /* A hand-off whose release did not free the lock (the holder had re-entered it) publishes
@@ -1286,6 +1336,10 @@ int main(void)
                                         setup_no_subscribe, teardown),
         cmocka_unit_test_setup_teardown(test_unlock_grants_in_its_release_script, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_unlock_grants_the_fair_head_in_its_release_script,
+                                        setup, teardown),
+        cmocka_unit_test_setup_teardown(
+            test_fair_grant_goes_to_the_first_in_line_on_another_gateway, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_handoff_leaves_the_next_release_message,
                                         setup, teardown),
         cmocka_unit_test_setup_teardown(test_waiting_request_parks_on_a_known_holder, setup,

@@ -412,11 +412,12 @@ static enum MHD_Result lock_start(gw_request *req)
     }
     call->fair = (unsigned char)a.fair;
     call->shared = (unsigned char)a.shared;
-    if (call->wants_wait && !call->fair && !call->shared && session == NULL &&
+    if (call->wants_wait && !call->shared && session == NULL && call->idem_key[0] == '\0' &&
+        (call->fair || !store_grant_needed(req->rt->fence.st, 0)) &&
         strncmp(req->rt->cfg->redis_url, "redlock://", 10) != 0) {
-        /* Its hand-off id: an /unlock that hands the lock to it grants it in the release
+        /* Its hand-off id: a release that hands the lock to it grants it in the release
          * script, under this id, which its attempt then claims (ops/lock_attempt.c,
-         * "Hand-offs"). */
+         * "Hand-offs"). A non-fair waiter behind a shared ledger is never granted so. */
         new_handoff_id(call->waiter.handoff_id);
     }
     call->deadline_ms = gw__now_ms() + a.wait_ms;

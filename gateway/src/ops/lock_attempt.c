@@ -106,6 +106,13 @@ static void fill_attempt(gw_rt *rt, struct gw_lock_call *lc, gw_attempt *at, int
         int64_t left = lc->over_share ? 0 : lc->deadline_ms - now_ms;
         at->call.wait_ms = left > 0 ? left : 0;
         lc->fair_queued = !lc->over_share;
+        if (lc->waiter.handoff_id[0] != '\0') {
+            /* Queued with its id, it may be granted the lock by any release that frees it
+             * while it is first in line, on any gateway (release_hands_on): every attempt
+             * claims such a grant, and its exit gives it back. */
+            at->call.handoff_id = lc->waiter.handoff_id;
+            lc->maybe_granted = lc->fair_queued;
+        }
     } else if (lc->maybe_granted) {
         /* A release may have granted it the lock (release_hands_on): the attempt carries its
          * hand-off id and claims that grant, never re-entering it; held, it queues nothing
@@ -149,18 +156,30 @@ static int shared_answered(gw_job *job)
 }
 
 /* Makes release, an /unlock's lk_call in the held pipeline batch right before lc's attempt
- * (gw__lock_handoff), grant the lock to lc in its own script, with the floor of lc's turn,
- * when lc can take such a grant: non-fair, with a hand-off id (none on Redlock) and no
- * idempotency key, behind the one gateway of its ledger. lc's attempt then claims it.
- * Not on a shared ledger: there other gateways' waiters wait for the same lock, and a
- * grant in the release keeps the lock with this gateway's waiters for as long as any is
- * parked (docs/architecture.md, "Hand-offs in one script"). */
+ * (gw__lock_handoff), grant the lock in its own script, with the floor of lc's turn, when
+ * lc has a hand-off id (none on Redlock, nor with an idempotency key):
+ *   - lc fair: to the first of the fair queue in Redis, whichever gateway it waits on, when
+ *     that waiter queued with an id. That may be lc, whose attempt then claims it, or
+ *     another, which the grant's message wakes (rt/waitq.c, on_grant). On every ledger:
+ *     the queue's order is the fairness across gateways.
+ *   - lc non-fair: to lc, behind the one gateway of its ledger. lc's attempt claims it. Not
+ *     on a shared ledger: there other gateways' waiters wait for the same lock, and a grant
+ *     in the release keeps the lock with this gateway's waiters for as long as any is
+ *     parked (docs/architecture.md, "Hand-offs in one script").
+ * The minted token is counted before lc's turn ends (owner_calls.c), as an acquisition's. */
 static void release_hands_on(gw_rt *rt, lk_call *release, struct gw_lock_call *lc,
                              int64_t floor)
 {
-    if (lc->waiter.handoff_id[0] == '\0' || lc->fair || lc->idem_key[0] != '\0' ||
-        !lk_valid_owner(lc->owner) || strcmp(lc->owner, release->owner) == 0 ||
-        store_grant_needed(rt->fence.st, 0)) {
+    if (lc->waiter.handoff_id[0] == '\0' || lc->idem_key[0] != '\0' ||
+        !lk_valid_owner(lc->owner) || strcmp(lc->owner, release->owner) == 0) {
+        return;
+    }
+    if (lc->fair) {
+        release->handoff = 1;
+        release->floor = floor;
+        return;
+    }
+    if (store_grant_needed(rt->fence.st, 0)) {
         return;
     }
     /* Until it holds the lock or its wait ends: a held answer does not show that no grant
