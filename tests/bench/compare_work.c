@@ -54,9 +54,11 @@ static void name_of(const cw_ctx *ctx, int conn, const char *prefix, char *buf, 
 }
 
 /* An owner id as long as the gateway's own (32 characters), the same on both sides. */
-static void owner_of(int conn, char *buf, size_t len)
+/* The owner of connection conn: distinct across the runs of one phase (ctx->first_owner),
+ * which may share a resource. */
+static void owner_of(const cw_ctx *ctx, int conn, char *buf, size_t len)
 {
-    snprintf(buf, len, "bench-owner-%020d", conn);
+    snprintf(buf, len, "bench-owner-%020d", ctx->first_owner + conn);
 }
 
 /* Parses a JSON body and returns the string or integer member `field` as text in out.
@@ -132,7 +134,7 @@ static int gw_pair_next(void *vctx, int conn, void *vstate, char *buf, size_t ca
     char resource[96], owner[40], body[256];
 
     name_of(ctx, conn, "u", resource, sizeof resource);
-    owner_of(conn, owner, sizeof owner);
+    owner_of(ctx, conn, owner, sizeof owner);
     if (st->step == 0) {
         *starts_unit = 1;
         if (ctx->contended) {
@@ -182,7 +184,7 @@ static int gw_write_next(void *vctx, int conn, void *vstate, char *buf, size_t c
 
     name_of(ctx, conn, "w", resource, sizeof resource);
     if (st->step == 0) {
-        owner_of(conn, owner, sizeof owner);
+        owner_of(ctx, conn, owner, sizeof owner);
         snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%d}",
                  resource, owner, CW_WRITER_TTL_MS);
         return json_post(buf, cap, "/lock", body);
@@ -233,7 +235,7 @@ static int gw_cycle_next(void *vctx, int conn, void *vstate, char *buf, size_t c
     char value[CW_VALUE_BYTES];
 
     name_of(ctx, conn, "c", resource, sizeof resource);
-    owner_of(conn, owner, sizeof owner);
+    owner_of(ctx, conn, owner, sizeof owner);
     if (st->step == 0) {
         *starts_unit = 1;
         snprintf(body, sizeof body, "{\"resource\":\"%s\",\"owner\":\"%s\",\"ttl_ms\":%d}",
@@ -311,7 +313,7 @@ static int raw_next(void *vctx, int conn, void *vstate, char *buf, size_t cap,
     /* The keys of lk__key()/lk_channel_name() and the arguments of lk_acquire/lk_release
      * without an idempotency key: the idem key is declared but unused, its TTL "0". */
     name_of(ctx, conn, "r", resource, sizeof resource);
-    owner_of(conn, owner, sizeof owner);
+    owner_of(ctx, conn, owner, sizeof owner);
     snprintf(lock, sizeof lock, "fg:{%s}:lock", resource);
     snprintf(idem, sizeof idem, "fg:{%s}:idem:", resource);
     if (st->step == 0) {

@@ -18,6 +18,8 @@ typedef struct cw_ctx {
     char tag[32];        /* unique per phase, part of every name */
     int contended;       /* 1: every connection on one name */
     int fair;            /* with contended: the /lock asks for a fair (FIFO) lock */
+    int first_owner;     /* connection i's owner is number first_owner + i: runs that share
+                          * a resource at once (several gateways) need distinct owners */
     char sha_acquire[41];/* raw Redis: SHA1 of the generated acquire.lua */
     char sha_release[41];
 } cw_ctx;

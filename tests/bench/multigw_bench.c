@@ -61,6 +61,7 @@ typedef struct mg_run {
     double cpu_ms_per_kcycle; /* the stack's CPU per 1,000 cycles (all runs of the row) */
     double tx_per_kcycle;     /* PostgreSQL write transactions (commits) per 1,000 cycles */
     int contended;            /* the pair workload, every run on one resource */
+    int first_owner;          /* the number of its first connection's owner (cw_ctx) */
 } mg_run;
 
 /* The PostgreSQL server's URL, for pg_xid(). */
@@ -129,6 +130,7 @@ static void *run_thread(void *arg)
     snprintf(r->ctx.tag, sizeof r->ctx.tag, "%s", r->tag);
     r->ctx.contended = r->contended;
     r->ctx.fair = g_fair;
+    r->ctx.first_owner = r->first_owner;
     if (r->contended) {
         cw_gateway_pairs(&w, &r->ctx);
     } else {
@@ -149,7 +151,7 @@ static int run_on(const int *ports, int n, int conns, int measure_ms, const char
     long long xid0 = pg_xid();
     for (int i = 0; i < n; i++) {
         runs[i] = (mg_run){.port = ports[i], .conns = conns, .measure_ms = measure_ms,
-                           .contended = contended};
+                           .contended = contended, .first_owner = i * conns};
         /* Contended runs share their tag, and with it the resource. */
         snprintf(runs[i].tag, sizeof runs[i].tag, "%s-%d", tag, contended ? 0 : i);
         pthread_create(&th[i], NULL, run_thread, &runs[i]);
