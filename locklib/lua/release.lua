@@ -15,9 +15,10 @@
 --          KEYS[10] fg:{R}:wq, KEYS[11] fg:{R}:wqt and KEYS[12] fg:{R}:rwait are the keys the
 --          grant needs.
 -- ARGV[7]  optional, with ARGV[5] "1": the owner of a waiter the caller knows of (an
---          exclusive, non-fair one, with no idempotency key), "" (or absent) for none: the
---          freed lock is granted to it instead of a queued waiter (it barges, as its own
---          attempt would), with hold id ARGV[8] (its hand-off id), lease ARGV[9] ms and the
+--          exclusive, non-fair one, with no idempotency key), "" (or absent) for none: when
+--          no waiter is queued for a hand-off, the freed lock is granted to it (past a fair
+--          queue whose head asked for none, as its own attempt would), with hold id ARGV[8]
+--          (its hand-off id), lease ARGV[9] ms and the
 --          token keys' idle expiry ARGV[10] ms. The caller sends that waiter's attempt right
 --          behind, which claims the grant. The lock stays marked wanted when it was, and
 --          "g:<token>:<id>" is published only then. ARGV[7] equal to ARGV[1] grants
@@ -145,11 +146,13 @@ if status == 1 then
     local direct = false
     if hand == '1' and (wanted or to ~= '') then
         now = server_ms()
-        if to == '' and wanted then
+        if wanted then
             e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
-        elseif to ~= '' and to ~= owner then
-            -- The caller's waiter, which may barge past queued waiters as its own attempt
-            -- would (acquire.lua ignores both queues).
+        end
+        if not e and to ~= '' and to ~= owner then
+            -- Nobody queued: the caller's waiter, which takes the lock past a fair queue
+            -- whose head asked for no hand-off, as its own attempt would (acquire.lua
+            -- ignores the fair queue).
             handoff_leave(KEYS[9], KEYS[10], KEYS[11], to, to_id)
             e = {o = to, h = to_id, l = to_lease, k = KEYS[2], i = 0, d = to_idle}
             direct = true

@@ -16,6 +16,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -704,6 +705,8 @@ typedef struct cycler {
     const gwt_proc *gw;
     const char *resource;
     int id, pairs, failed;
+    atomic_int done;                   /* pairs completed so far */
+    const atomic_int *stop;            /* stop after the pair in progress, when set; or NULL */
     pthread_t thread;
 } cycler;
 
@@ -721,9 +724,11 @@ static void *cycler_main(void *arg)
              c->resource, c->id);
     snprintf(unlock, sizeof unlock, "{\"resource\":\"%s\",\"owner\":\"cy%d\"}",
              c->resource, c->id);
-    for (int i = 0; i < c->pairs && !c->failed; i++) {
+    for (int i = 0; i < c->pairs && !c->failed && (c->stop == NULL || !atomic_load(c->stop));
+         i++) {
         c->failed = keepalive_post(fd, "/lock", lock) != 200 ||
                     keepalive_post(fd, "/unlock", unlock) != 200;
+        atomic_fetch_add(&c->done, !c->failed);
     }
     if (fd >= 0) {
         close(fd);
@@ -747,6 +752,7 @@ static void crowd_parks(void **state, const char *ledger)
     long long before = evalsha_calls(&s->redis);
     for (int i = 0; i < CLIENTS; i++) {
         c[i] = (cycler){.gw = &s->gw, .resource = "wt.crowd", .id = i, .pairs = PAIRS};
+        atomic_init(&c[i].done, 0);
         assert_int_equal(pthread_create(&c[i].thread, NULL, cycler_main, &c[i]), 0);
     }
     int failed = 0;
@@ -781,6 +787,51 @@ static void test_crowd_on_one_lock_parks(void **state)
 static void test_crowd_on_a_shared_ledger_parks(void **state)
 {
     crowd_parks(state, "PostgreSQL");
+}
+
+/* Two gateways on one shared ledger, 16 clients each, on one hot lock: neither gateway's
+ * clients starve. A release that kept the lock with the releasing gateway's parked
+ * clients (a grant in the release to them) gave one gateway every pair and the other none.
+ * Each gateway's clients must complete PAIRS pairs before the deadline. */
+static void test_two_gateways_share_a_hot_lock(void **state)
+{
+    wt_state *s = *state;
+    enum { PER_GATEWAY = 16, PAIRS = 200 };
+    enum { DEADLINE_MS = 60000 };
+    cycler c[2 * PER_GATEWAY];
+    atomic_int stop;
+    long done[2] = {0, 0};
+    char store[512];
+
+    th_pg_url(&s->pg, "postgres", store, sizeof store);
+    const char *const args[] = {"--threads", "2", "--max-connections", "240", "--store", store,
+                                NULL};
+    gwt_start(&s->gw2, s->redis.url, NULL, args);
+    atomic_init(&stop, 0);
+    for (int i = 0; i < 2 * PER_GATEWAY; i++) {
+        c[i] = (cycler){.gw = i < PER_GATEWAY ? &s->gw : &s->gw2, .resource = "wt.shared2",
+                        .id = i, .pairs = 1 << 30, .stop = &stop};
+        atomic_init(&c[i].done, 0);
+        assert_int_equal(pthread_create(&c[i].thread, NULL, cycler_main, &c[i]), 0);
+    }
+    int64_t deadline = th_now_ms() + DEADLINE_MS;
+    while (th_now_ms() < deadline && (done[0] < PAIRS || done[1] < PAIRS)) {
+        th_nap_ms(50);
+        done[0] = done[1] = 0;
+        for (int i = 0; i < 2 * PER_GATEWAY; i++) {
+            done[i / PER_GATEWAY] += atomic_load(&c[i].done);
+        }
+    }
+    atomic_store(&stop, 1);
+    int failed = 0;
+    for (int i = 0; i < 2 * PER_GATEWAY; i++) {
+        pthread_join(c[i].thread, NULL);
+        failed += c[i].failed;
+    }
+    print_message("two gateways on one hot lock: %ld and %ld pairs\n", done[0], done[1]);
+    assert_int_equal(failed, 0);
+    assert_true(done[0] >= PAIRS && done[1] >= PAIRS);
+    assert_false(is_locked(&s->gw, "wt.shared2"));
 }
 
 /* --max-waiters requests wait at once; the next one is answered 503
@@ -1331,6 +1382,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_no_herd_with_1000_waiters, setup_1k, teardown),
         cmocka_unit_test_setup_teardown(test_crowd_on_one_lock_parks, setup_aof, teardown),
         cmocka_unit_test_setup_teardown(test_crowd_on_a_shared_ledger_parks, setup_aof_shared,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_two_gateways_share_a_hot_lock, setup_aof_shared,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_unlock_hands_the_lock_to_a_parked_waiter,
                                         setup_no_subscribe, teardown),

@@ -413,17 +413,27 @@ static void test_release_grants_the_callers_waiter(void **state)
                  .wait_ms = 1, .handoff_id = "d7"};
     assert_lk(f->c, run(f, &d), LK_HELD);
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:hq", res), 0);
-    /* C is queued with its id, and the lock marked wanted: the caller's D barges past it,
-     * and the grant is published; C stays queued. */
+    /* C is queued with its id, and the lock marked wanted: the release grants C, the first
+     * queued waiter, before the caller's D (a waiter queued in Redis is not passed over by
+     * another's batched hand-off), and publishes; D's claim finds the lock held. */
     assert_lk(f->c, attempt(f, res, "C", "c7", 0, NULL, 60000, &r), LK_HELD);
     rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "B", .handoff = 1,
                     .handoff_to = "D", .handoff_id = "d7", .lease_ms = 5000};
     assert_lk(f->c, run(f, &rel), LK_RELEASED);
-    assert_string_equal(rel.res.handed_id, "d7");
+    assert_string_equal(rel.res.handed_id, "c7");
     assert_int_equal(rel.res.published, 1);
+    assert_int_equal(holds_of(f, res, "C"), 1);
+    assert_int_equal(holds_of(f, res, "D"), 0);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "LLEN fg:{%s}:wq", res), 0);
+    assert_lk(f->c, run(f, &d), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "C", "c7", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_int_equal(r.handed, 1);
+    /* Nobody queued: the caller's D is granted. */
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "C", .handoff = 1,
+                    .handoff_to = "D", .handoff_id = "d7", .lease_ms = 5000};
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_string_equal(rel.res.handed_id, "d7");
     assert_int_equal(holds_of(f, res, "D"), 1);
-    assert_int_equal(holds_of(f, res, "C"), 0);
-    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "LLEN fg:{%s}:wq", res), 1);
     assert_lk(f->c, run(f, &d), LK_ACQUIRED);
     assert_int_equal(d.res.handed, 1);
 

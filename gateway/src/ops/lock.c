@@ -313,6 +313,9 @@ static enum MHD_Result lock_woken(gw_request *req, struct gw_lock_call *call)
                               call->turn.resource);
     }
     call->last = (unsigned char)(reason == GW_WAKE_DEADLINE);
+    /* Woken by a release or an expiry, it races whoever else comes for the lock: if it
+     * loses, it queues in Redis for a hand-off (ops/lock_attempt.c, "Hand-offs"). */
+    call->queue_next = (unsigned char)(reason == GW_WAKE_RELEASE || reason == GW_WAKE_EXPIRY);
     return lock_attempt(req, call);
 }
 
@@ -413,11 +416,10 @@ static enum MHD_Result lock_start(gw_request *req)
     call->fair = (unsigned char)a.fair;
     call->shared = (unsigned char)a.shared;
     if (call->wants_wait && !call->shared && session == NULL && call->idem_key[0] == '\0' &&
-        (call->fair || !store_grant_needed(req->rt->fence.st, 0)) &&
         strncmp(req->rt->cfg->redis_url, "redlock://", 10) != 0) {
         /* Its hand-off id: a release that hands the lock to it grants it in the release
          * script, under this id, which its attempt then claims (ops/lock_attempt.c,
-         * "Hand-offs"). A non-fair waiter behind a shared ledger is never granted so. */
+         * "Hand-offs"). */
         new_handoff_id(call->waiter.handoff_id);
     }
     call->deadline_ms = gw__now_ms() + a.wait_ms;

@@ -113,10 +113,17 @@ static void fill_attempt(gw_rt *rt, struct gw_lock_call *lc, gw_attempt *at, int
             at->call.handoff_id = lc->waiter.handoff_id;
             lc->maybe_granted = lc->fair_queued;
         }
+    } else if (lc->queue_next && lc->waiting && lc->waiter.handoff_id[0] != '\0' &&
+               at->call.wait_ms > 0) {
+        /* Woken to race for the lock: answered held, it is queued in Redis, and the next
+         * release that frees the lock, on any gateway, grants it first ("Hand-offs"). */
+        lc->queue_next = 0;
+        lc->maybe_granted = 1;
+        at->call.handoff_id = lc->waiter.handoff_id;
     } else if (lc->maybe_granted) {
         /* A release may have granted it the lock (release_hands_on): the attempt carries its
          * hand-off id and claims that grant, never re-entering it; held, it queues nothing
-         * in Redis (it waits here). */
+         * in Redis (it waits here, or is queued there already). */
         at->call.handoff_id = lc->waiter.handoff_id;
         at->call.handoff_claim = 1;
     }
@@ -157,15 +164,15 @@ static int shared_answered(gw_job *job)
 
 /* Makes release, an /unlock's lk_call in the held pipeline batch right before lc's attempt
  * (gw__lock_handoff), grant the lock in its own script, with the floor of lc's turn, when
- * lc has a hand-off id (none on Redlock, nor with an idempotency key):
- *   - lc fair: to the first of the fair queue in Redis, whichever gateway it waits on, when
- *     that waiter queued with an id. That may be lc, whose attempt then claims it, or
- *     another, which the grant's message wakes (rt/waitq.c, on_grant). On every ledger:
- *     the queue's order is the fairness across gateways.
- *   - lc non-fair: to lc, behind the one gateway of its ledger. lc's attempt claims it. Not
- *     on a shared ledger: there other gateways' waiters wait for the same lock, and a grant
- *     in the release keeps the lock with this gateway's waiters for as long as any is
- *     parked (docs/architecture.md, "Hand-offs in one script").
+ * lc has a hand-off id (none on Redlock, nor with an idempotency key): to the first waiter
+ * queued in Redis for a hand-off, whichever gateway it waits on (the head of the fair
+ * queue when it asked for hand-offs, else the first non-fair waiter queued after losing a
+ * race: fill_attempt), whose claim then takes it (lc's own attempt, or another waiter woken
+ * by the grant's message, rt/waitq.c, on_grant: lc's attempt then finds the lock held and
+ * parks again); with nobody queued and lc non-fair, to lc itself, behind the one gateway of
+ * its ledger. Not on a shared ledger: there other gateways' waiters wait for the same lock
+ * too, and a grant to the waiter parked here at every release kept the lock with this
+ * gateway's clients (docs/architecture.md, "Hand-offs in one script").
  * The minted token is counted before lc's turn ends (owner_calls.c), as an acquisition's. */
 static void release_hands_on(gw_rt *rt, lk_call *release, struct gw_lock_call *lc,
                              int64_t floor)
@@ -174,19 +181,14 @@ static void release_hands_on(gw_rt *rt, lk_call *release, struct gw_lock_call *l
         !lk_valid_owner(lc->owner) || strcmp(lc->owner, release->owner) == 0) {
         return;
     }
-    if (lc->fair) {
-        release->handoff = 1;
-        release->floor = floor;
-        return;
-    }
-    if (store_grant_needed(rt->fence.st, 0)) {
+    release->handoff = 1;
+    release->floor = floor;
+    if (lc->fair || store_grant_needed(rt->fence.st, 0)) {
         return;
     }
     /* Until it holds the lock or its wait ends: a held answer does not show that no grant
      * is coming (a release sent again after NOSCRIPT runs after the claim). */
     lc->maybe_granted = 1;
-    release->handoff = 1;
-    release->floor = floor;
     release->handoff_to = lc->owner;
     release->handoff_id = lc->waiter.handoff_id;
     release->lease_ms = lc->ttl_ms;

@@ -66,6 +66,9 @@ struct gw_lock_call {
     unsigned char grant_tries;           /* attempts the shared ledger refused (STALE) */
     unsigned char handed_off;            /* its attempt was started by a hand-off, not on
                                           * its own thread (gw__lock_handoff) */
+    unsigned char queue_next;            /* its next attempt queues it in Redis for a
+                                          * hand-off if answered held (it was woken to race
+                                          * for the lock: ops/lock_attempt.c, "Hand-offs") */
     unsigned char lined;                 /* its attempt waits in its stripe's line, counted
                                           * in its resource's (gw__wait_lined) */
     unsigned char marked;                /* its last attempt marked the lock wanted if it

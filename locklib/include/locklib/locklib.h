@@ -377,8 +377,8 @@ typedef struct lk_call {
     const char *handoff_to; /* RELEASE with handoff: NULL, or the owner of a waiter the
                             * caller knows of (exclusive, non-fair, no idempotency key; its
                             * hand-off id in handoff_id, its lease in lease_ms): the freed lock
-                            * is granted to it, not to a queued waiter (it barges, as its own
-                            * attempt would), and its next attempt with that id (with
+                            * is granted to it when no waiter is queued for a hand-off (a
+                            * queued one comes first), and its next attempt with that id (with
                             * handoff_claim, it queues nothing) claims the grant. The
                             * caller sends that attempt right behind the release, so one
                             * Redis pass hands the lock on. "g:<token>:<id>" is published
