@@ -103,8 +103,11 @@ if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKE
 end
 
 if handoff_ms > 0 then
-    local g_token, g_holds = handoff_claim(KEYS[1], owner, hold_id, will_wait == '1')
+    local g_token, g_holds, g_leased = handoff_claim(KEYS[1], owner, hold_id, will_wait == '1')
     if g_token then
+        if g_leased then
+            keep_token_keys(KEYS[2], KEYS[4], KEYS[5], idle_ms, lease_ms, KEYS[3], idem_ms)
+        end
         -- Others wait in the caller's process, perhaps without a place in Redis: the
         -- grant's release must publish (HSETNX: a write only when not marked yet).
         if others == '1' then

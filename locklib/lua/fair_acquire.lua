@@ -106,8 +106,12 @@ if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKE
 end
 
 if handoff_id ~= '' then
-    local g_token, g_holds = handoff_claim(KEYS[1], owner, handoff_id, will_wait == '1')
+    local g_token, g_holds, g_leased = handoff_claim(KEYS[1], owner, handoff_id,
+        will_wait == '1')
     if g_token then
+        if g_leased then
+            keep_token_keys(KEYS[2], KEYS[4], KEYS[7], idle_ms, lease_ms, KEYS[3], idem_ms)
+        end
         return {1, g_token, g_holds, redis.call('PTTL', KEYS[1]), 0, 0, -1, 0, 1}
     end
 end

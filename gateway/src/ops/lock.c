@@ -172,7 +172,7 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
             if (park_unasked(req, call, held_ms, token, &parked)) {
                 return parked;
             }
-        } else if (gw__wait_line_busy(rt->waitq, &call->waiter) &&
+        } else if (!call->maybe_granted && gw__wait_line_busy(rt->waitq, &call->waiter) &&
                    call->deadline_ms > gw__now_ms()) {
             /* Another waiter's attempt waits in the stripe's line: it asks Redis after this
              * request came, and what it is answered wakes a parked waiter (rt/waiters.c,
@@ -254,9 +254,10 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     } else {
         st = call->turn.refused == ATTEMPT_STRIPE_BUSY ? LK_EUNAVAILABLE : LK_EREDIS;
     }
-    if (call->waiting && !call->fair && st != LK_ACQUIRED && st != LK_HELD) {
+    if (call->line_sent && st != LK_ACQUIRED && st != LK_HELD) {
         gw__wait_pass_wake(rt->waitq, &call->waiter); /* "The line": nothing was learned */
     }
+    call->line_sent = 0;
     if (st == LK_ACQUIRED && refused_fresh_grant(req, call, &res)) {
         return gw__lock_undo_then(req, call, res.token, THEN_ATTEMPT);
     }
@@ -452,11 +453,14 @@ static void lock_completed(gw_request *req, enum MHD_RequestTerminationCode toe)
         call->fair_queued = 0; /* the script took it off the queue */
         call->maybe_granted = 0;
     }
-    if (at != NULL && call->waiting && !call->fair && at->call.status != LK_ACQUIRED &&
-        at->call.status != LK_HELD) {
+    if (at != NULL && call->line_sent && at->call.kind != LK_CALL_RELEASE &&
+        at->call.status != LK_ACQUIRED && at->call.status != LK_HELD) {
         gw__wait_pass_wake(req->rt->waitq, &call->waiter); /* as in lock_answered */
     }
-    gw__wait_end(req->rt->waitq, &call->waiter, -1, 0);
+    /* A held answer nobody looked at: the waiters parked behind it wait for that lease. */
+    int held = at != NULL && at->call.kind != LK_CALL_RELEASE && at->call.status == LK_HELD;
+    gw__wait_end(req->rt->waitq, &call->waiter, held ? at->call.res.ttl_ms : -1,
+                 held ? at->call.res.holder_token : 0);
     gw__lock_leave_fair_queue(req, call);
     if (at != NULL) {
         /* The answer came in, but when the pipeline resumed the connection libmicrohttpd

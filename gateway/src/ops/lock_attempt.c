@@ -127,6 +127,7 @@ static void fill_attempt(gw_rt *rt, struct gw_lock_call *lc, gw_attempt *at, int
         at->call.handoff_id = lc->waiter.handoff_id;
         at->call.handoff_claim = 1;
     }
+    lc->waiter.claims = lc->maybe_granted;
 }
 
 /* The done of a shared attempt's mark job, on the storage writer: its outcome goes where the
@@ -199,6 +200,7 @@ static void leave_line(gw_rt *rt, struct gw_lock_call *lc, int sent)
 {
     if (lc->lined) {
         lc->lined = 0;
+        lc->line_sent = (unsigned char)sent; /* a waiter may have parked counting on it */
         gw__wait_lined(rt->waitq, &lc->waiter, 0, sent);
     }
 }
@@ -471,6 +473,7 @@ static int attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connect
     gw_floor floor;
     /* Counted before it may be sent (a fence answering the turn ahead passes the stripe to
      * it at once, on another thread), and taken back if it goes now. */
+    call->line_sent = 0;
     if (call->waiting && !call->fair) {
         call->lined = 1;
         gw__wait_lined(rt->waitq, &call->waiter, 1, 0);
@@ -497,22 +500,27 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
  * gw__wait_claim), so a release still costs one attempt, not two.
  *
  * The release grants. When that attempt gets its stripe's turn at once (nothing else of the
- * stripe is out), the release is made to grant the lock to the waiter in its own script
- * (release_hands_on; locklib's lk_call.handoff_to): with the floor of the waiter's turn it
- * mints the waiter's token, records the hold under the waiter's hand-off id (a random id per
- * wait, new_handoff_id() in lock.c) and, when somebody had marked the lock wanted, publishes
- * "g:<token>:<id>" instead of a release message. The attempt behind carries that id and only
- * claims the grant: a read, so under appendfsync always the release's fsync is the
- * hand-off's only one, and a listener on another gateway hears that the lock changed hands,
- * not that it is free, so none of its waiters wakes for an attempt that would find it held
- * (waitq.c, on_grant). The release's done counts the minted token (gw__fence_count) before
- * the attempt's answer ends the turn. The waiter must be non-fair (a fair one's place is
- * Redis's queue), wait without an Idempotency-Key (its record is written by its own
- * attempt) and not be on Redlock (no hand-offs across masters); else the release is plain.
- * A waiter that may have been granted so carries its id on every attempt until it holds
- * the lock (maybe_granted): a held answer does not prove that no grant comes, since a
- * release sent again after NOSCRIPT (locklib's transport) runs after the claim. If its wait
- * ends first, its exit (gw__lock_leave_fair_queue) gives such a grant back.
+ * stripe is out), the release is made to hand the lock on in its own script
+ * (release_hands_on; locklib's lk_call.handoff), with the floor of the waiter's turn: to the
+ * first waiter queued in Redis for a hand-off, on any gateway (a fair queue's head, or a
+ * non-fair waiter queued after it lost a race: fill_attempt), else, behind a gateway alone
+ * on its ledger, to the non-fair waiter behind it (lk_call.handoff_to). The grant mints the
+ * waiter's token, records the hold under the waiter's hand-off id (a random id per wait,
+ * new_handoff_id() in lock.c) and, when somebody had marked the lock wanted, publishes
+ * "g:<token>:<id>" instead of a release message. The waiter's next attempt carries that id
+ * and claims the grant: a read (unless the grant's lease was cut to the waiter's wait), so
+ * under appendfsync always the release's fsync is the hand-off's only one; and a listener
+ * hears that the lock changed hands, not that it is free, so it wakes nobody but the waiter
+ * named (waitq.c, on_grant). The release's done counts the minted token (gw__fence_count)
+ * before the attempt's answer ends the turn, whichever waiter it went to; that waiter's
+ * claim is answered through gw__fence_answered() like any grant (the ledger covers, or on a
+ * shared ledger grants, its token first). A waiter with an Idempotency-Key (its record is
+ * written by its own attempt) or on Redlock (no hand-offs across masters) has no id; with
+ * nobody to grant, the release is plain. A waiter that may have been granted carries its id
+ * on every attempt until it holds the lock (maybe_granted): a held answer does not prove
+ * that no grant comes, since a release sent again after NOSCRIPT (locklib's transport) runs
+ * after the claim. If its wait ends first, its exit (gw__lock_leave_fair_queue) gives such a
+ * grant back.
  *
  * The attempt is otherwise the one the waiter would have made when woken, with its own
  * stripe turn and floor (fence.c), answered by lock_answered() on its own thread (a claim

@@ -71,6 +71,8 @@ struct gw_lock_call {
                                           * for the lock: ops/lock_attempt.c, "Hand-offs") */
     unsigned char lined;                 /* its attempt waits in its stripe's line, counted
                                           * in its resource's (gw__wait_lined) */
+    unsigned char line_sent;             /* its attempt left that line for Redis: a waiter
+                                          * may have parked counting on its answer */
     unsigned char marked;                /* its last attempt marked the lock wanted if it
                                           * took it (lk_call.others_waiting) */
     unsigned char then;                  /* THEN_*: after LOCK_GIVING_BACK */

@@ -40,6 +40,10 @@ typedef struct gw_waiter {
                                    * --max-waiters until gw__wait_end */
     int wake_unused;              /* woken by a release/expiry and not yet attempted */
     int fair;                     /* its attempts are fair (set by its owner, read by claims) */
+    int claims;                   /* a release may have granted it the lock, which its next
+                                   * attempt claims: it never parks on the line, and a
+                                   * resubscription wakes it (its grant's message may be
+                                   * lost). Set by its owner before each attempt */
     int set;                      /* a set's waiter (ops/lock_set.c): never claimed, since a
                                    * hand-off sends one resource's attempt */
     int claimed;                  /* claimed once: gw__wait_free() leaves its request to

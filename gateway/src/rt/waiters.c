@@ -112,7 +112,9 @@
  * wanted; either way the next release publishes, and its message wakes a parked waiter. An
  * attempt that leaves the line without reaching Redis (answered 503 at its stripe) passes
  * a wake on instead. A fair waiter always looks again: its turn is its place in Redis's
- * queue, and an attempt of a waiter behind it cannot take the lock.
+ * queue, and an attempt of a waiter behind it cannot take the lock. Nor does a waiter that a
+ * release may have granted the lock (claims): the attempt in the line would find the lock
+ * held by that very grant, and only this waiter's own attempt claims it.
  *
  * The cap. A parked waiter keeps its connection, and connections are limited
  * (--max-connections): 1,024 waiters would take them all, and then /healthz and the
@@ -309,7 +311,7 @@ void gw__wait_lined(gw_waitq *wq, gw_waiter *w, int joined, int sent)
 int gw__wait_line_busy(gw_waitq *wq, const gw_waiter *w)
 {
     int busy = 0;
-    if (w->res != NULL && !w->fair) {
+    if (w->res != NULL && !w->fair && !w->claims) {
         pthread_mutex_lock(&wq->mu);
         busy = w->res->lined > 0;
         pthread_mutex_unlock(&wq->mu);
@@ -478,7 +480,7 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         return GW_PARK_SHUTDOWN;
     }
     if ((r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token)) &&
-        (w->fair || r->lined <= 0)) {
+        (w->fair || w->claims || r->lined <= 0)) {
         /* Released (or resubscribed) since the attempt was sent: look again now, unless
          * another waiter's attempt queued behind the stripe will ("The line"). */
         w->epoch = r->epoch;

@@ -28,6 +28,9 @@
 /* The naps of a waiter whose held answer names a hold reported released ("Settling"). */
 #define WQ_SETTLE_MIN_MS 10
 #define WQ_SETTLE_MAX_MS 100
+/* A grant to a waiter not parked here (rt/waitq.c, on_grant): the waiters here look at the
+ * lock again this long after, in case it is never claimed. */
+#define WQ_GRANT_CHECK_MS 1000
 
 enum { TIMER_WAITER, TIMER_EXPIRY };
 

@@ -291,7 +291,8 @@ static void on_grant(gw_waitq *wq, gw_wres *r, int64_t token, const char *id)
     if (r->credits > 0 && gw__now_ms() > r->credit_until) {
         r->credits = 0;
     }
-    if (r->credits > 0) {
+    int ours = r->credits > 0; /* this gateway's /unlock, whose claim is out behind it */
+    if (ours) {
         r->credits--;
     }
     for (gw_dlink *n = gw_dlist_first(&r->queue); n != NULL; n = gw_dlist_next(n)) {
@@ -300,6 +301,28 @@ static void on_grant(gw_waitq *wq, gw_wres *r, int64_t token, const char *id)
             strcmp(w->handoff_id, id) == 0) {
             gw__wq_wake(wq, w, GW_WAKE_RELEASE);
             return;
+        }
+    }
+    /* The waiter granted is elsewhere (another gateway), or attempting here. Should it
+     * never claim (its gateway killed), the grant ends with its wait, silently: the waiters
+     * here look at the lock again soon, one attempt, which sets the timer from the grant's
+     * lease when it is still held. Not for this gateway's own hand-off, whose claim is
+     * out. */
+    if (!ours) {
+        gw__wres_expiry_at(wq, r, gw__now_ms() + WQ_GRANT_CHECK_MS);
+    }
+}
+
+/* A (re)subscription of r: messages may have been lost meanwhile, a grant's among them, so
+ * every waiter parked here that a release may have granted the lock looks again. */
+static void wake_claimers(gw_waitq *wq, gw_wres *r)
+{
+    gw_dlink *n = gw_dlist_first(&r->queue);
+    while (n != NULL) {
+        gw_waiter *w = gw_container_of(n, gw_waiter, link);
+        n = gw_dlist_next(n);
+        if (w->claims && (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING)) {
+            gw__wq_wake(wq, w, GW_WAKE_RELEASE);
         }
     }
 }
@@ -341,6 +364,9 @@ void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
     }
     if (token <= 0) {
         r->epoch++;
+    }
+    if (event != LK_SUB_RELEASED) {
+        wake_claimers(wq, r);
     }
     gw__wq_wake_one(wq, r, GW_WAKE_RELEASE);
 }

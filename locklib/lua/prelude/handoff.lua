@@ -108,8 +108,9 @@ local function handoff_grant_lease(e, now)
     return e.l, nil
 end
 
--- The grant made to id, if the lock holds one for owner: returns token, holds; nil when
--- there is none. A claim writes nothing unless the grant's lease was cut to the waiter's
+-- The grant made to id, if the lock holds one for owner: returns token, holds, and whether
+-- the claim set the waiter's lease (the caller then keeps the token keys as long:
+-- keep_token_keys in idle.lua); nil when there is none. A claim writes nothing unless the grant's lease was cut to the waiter's
 -- wait (handoff_grant_lease: the claim sets the waiter's own lease then, a write) or its
 -- caller WAITs; acquire.lua adds the wanted mark when its caller says others wait and the
 -- grant is not marked yet. So under appendfsync always a claim of a waiter that waits
@@ -130,10 +131,11 @@ local function handoff_claim(k_lock, owner, id, will_wait)
     if g[4] then
         redis.call('PEXPIRE', k_lock, tonumber(g[4]))
         redis.call('HDEL', k_lock, '#glease')
+        return tonumber(g[3]), tonumber(g[2]), true
     elseif will_wait then
         redis.call('HSET', k_lock, '#grant', id)
     end
-    return tonumber(g[3]), tonumber(g[2])
+    return tonumber(g[3]), tonumber(g[2]), false
 end
 
 -- The next live waiter for a hand-off, taken out of the keys: the head of the fair queue
