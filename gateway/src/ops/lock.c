@@ -172,8 +172,8 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
             if (park_unasked(req, call, held_ms, token, &parked)) {
                 return parked;
             }
-        } else if (!call->maybe_granted && gw__wait_line_busy(rt->waitq, &call->waiter) &&
-                   call->deadline_ms > gw__now_ms()) {
+        } else if (call->deadline_ms > gw__now_ms() &&
+                   gw__wait_line_busy(rt->waitq, &call->waiter)) {
             /* Another waiter's attempt waits in the stripe's line: it asks Redis after this
              * request came, and what it is answered wakes a parked waiter (rt/waiters.c,
              * "The line"). Asking too would only lengthen the line. */

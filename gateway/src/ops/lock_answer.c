@@ -139,7 +139,7 @@ enum MHD_Result gw__lock_answer_too_many_waiters(gw_request *req, struct gw_lock
 
     /* The waiters parked here wait for the lease this answer saw (it may be the answer they
      * parked counting on: rt/waiters.c, "The line"). */
-    gw__wait_end(req->rt->waitq, &call->waiter, res->ttl_ms > 0 ? res->ttl_ms : -1,
+    gw__wait_end(req->rt->waitq, &call->waiter, res->ttl_ms >= 0 ? res->ttl_ms : -1,
                  res->holder_token);
     gw__lock_leave_fair_queue(req, call);
     gw__lock_count_acquire(req, GW_ACQ_unavailable);

@@ -41,9 +41,12 @@ typedef struct gw_waiter {
     int wake_unused;              /* woken by a release/expiry and not yet attempted */
     int fair;                     /* its attempts are fair (set by its owner, read by claims) */
     int claims;                   /* a release may have granted it the lock, which its next
-                                   * attempt claims: it never parks on the line, and a
-                                   * resubscription wakes it (its grant's message may be
-                                   * lost). Set by its owner before each attempt */
+                                   * attempt claims: a resubscription wakes it (its grant's
+                                   * message may be lost). Set by its owner before each
+                                   * attempt */
+    int granted;                  /* a grant's message named it since its attempt was sent:
+                                   * it looks again rather than park, also on the line
+                                   * (rt/waitq.c, on_grant). Under the queue's mutex */
     int set;                      /* a set's waiter (ops/lock_set.c): never claimed, since a
                                    * hand-off sends one resource's attempt */
     int claimed;                  /* claimed once: gw__wait_free() leaves its request to

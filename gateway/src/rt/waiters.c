@@ -113,8 +113,8 @@
  * attempt that leaves the line without reaching Redis (answered 503 at its stripe) passes
  * a wake on instead. A fair waiter always looks again: its turn is its place in Redis's
  * queue, and an attempt of a waiter behind it cannot take the lock. Nor does a waiter that a
- * release may have granted the lock (claims): the attempt in the line would find the lock
- * held by that very grant, and only this waiter's own attempt claims it.
+ * grant's message named since its attempt was sent (granted): the attempt in the line would
+ * find the lock held by that very grant, and only this waiter's own attempt claims it.
  *
  * The cap. A parked waiter keeps its connection, and connections are limited
  * (--max-connections): 1,024 waiters would take them all, and then /healthz and the
@@ -176,6 +176,7 @@ void gw__wait_sending(gw_waitq *wq, gw_waiter *w)
     pthread_mutex_lock(&wq->mu);
     w->epoch = w->res->epoch;
     w->msgs = w->res->msgs;
+    w->granted = 0; /* this attempt claims a grant made so far */
     pthread_mutex_unlock(&wq->mu);
 }
 
@@ -289,6 +290,18 @@ void gw__wait_handoff_settled(gw_waitq *wq, const char *resource, int published)
     pthread_mutex_unlock(&wq->mu);
 }
 
+/* Passes a wake on for an attempt of the line that learned nothing, when a waiter parked on
+ * the line may count on it; once, so that failures in a row (Redis down) do not wake every
+ * parked waiter in turn. Under mu. */
+static void line_pass_wake(gw_waitq *wq, gw_wres *r)
+{
+    if (r->line_parked) {
+        r->line_parked = 0;
+        r->kicks++;
+        gw__wq_pending_add(wq, r);
+    }
+}
+
 void gw__wait_lined(gw_waitq *wq, gw_waiter *w, int joined, int sent)
 {
     if (w->res == NULL) {
@@ -301,8 +314,7 @@ void gw__wait_lined(gw_waitq *wq, gw_waiter *w, int joined, int sent)
     } else {
         r->lined--;
         if (!sent) {
-            r->kicks++;
-            gw__wq_pending_add(wq, r);
+            line_pass_wake(wq, r);
         }
     }
     pthread_mutex_unlock(&wq->mu);
@@ -311,9 +323,12 @@ void gw__wait_lined(gw_waitq *wq, gw_waiter *w, int joined, int sent)
 int gw__wait_line_busy(gw_waitq *wq, const gw_waiter *w)
 {
     int busy = 0;
-    if (w->res != NULL && !w->fair && !w->claims) {
+    if (w->res != NULL && !w->fair) {
         pthread_mutex_lock(&wq->mu);
-        busy = w->res->lined > 0;
+        busy = w->res->lined > 0 && !w->granted;
+        if (busy) {
+            w->res->line_parked = 1; /* its caller parks on it */
+        }
         pthread_mutex_unlock(&wq->mu);
     }
     return busy;
@@ -325,8 +340,7 @@ void gw__wait_pass_wake(gw_waitq *wq, gw_waiter *w)
         return;
     }
     pthread_mutex_lock(&wq->mu);
-    w->res->kicks++;
-    gw__wq_pending_add(wq, w->res);
+    line_pass_wake(wq, w->res);
     pthread_mutex_unlock(&wq->mu);
 }
 
@@ -479,14 +493,18 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_SHUTDOWN;
     }
-    if ((r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token)) &&
-        (w->fair || w->claims || r->lined <= 0)) {
+    int moved = r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token);
+    if (w->granted || (moved && (w->fair || r->lined <= 0))) {
         /* Released (or resubscribed) since the attempt was sent: look again now, unless
          * another waiter's attempt queued behind the stripe will ("The line"). */
         w->epoch = r->epoch;
         w->msgs = r->msgs;
+        w->granted = 0;
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_RETRY;
+    }
+    if (moved) {
+        r->line_parked = 1; /* it parks on the line */
     }
     if (!w->parked_before && wq->waiting >= wq->max_waiters) {
         pthread_mutex_unlock(&wq->mu);

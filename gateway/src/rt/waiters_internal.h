@@ -52,6 +52,8 @@ struct gw_wres {
     int kicks;                         /* wakes to pass on to the next waiter */
     int lined;                         /* attempts of its non-fair waiters queued behind
                                         * their stripe, not sent yet ("The line") */
+    int line_parked;                   /* a waiter parked on the line since a wake was last
+                                        * passed on for it ("The line") */
     int credits;                       /* release messages due for hand-offs (below) */
     int64_t credit_until;              /* monotonic ms; credits are void after it */
     /* The known holder ("Known holders"), valid while epoch == known_epoch and the

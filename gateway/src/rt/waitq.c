@@ -297,11 +297,14 @@ static void on_grant(gw_waitq *wq, gw_wres *r, int64_t token, const char *id)
     }
     for (gw_dlink *n = gw_dlist_first(&r->queue); n != NULL; n = gw_dlist_next(n)) {
         gw_waiter *w = gw_container_of(n, gw_waiter, link);
-        if ((w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING) &&
-            strcmp(w->handoff_id, id) == 0) {
-            gw__wq_wake(wq, w, GW_WAKE_RELEASE);
-            return;
+        if (strcmp(w->handoff_id, id) != 0) {
+            continue;
         }
+        w->granted = 1; /* an attempt of it out now looks again rather than park */
+        if (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING) {
+            gw__wq_wake(wq, w, GW_WAKE_RELEASE);
+        }
+        break;
     }
     /* The waiter granted is elsewhere (another gateway), or attempting here. Should it
      * never claim (its gateway killed), the grant ends with its wait, silently: the waiters
@@ -314,16 +317,23 @@ static void on_grant(gw_waitq *wq, gw_wres *r, int64_t token, const char *id)
 }
 
 /* A (re)subscription of r: messages may have been lost meanwhile, a grant's among them, so
- * every waiter parked here that a release may have granted the lock looks again. */
+ * the waiters parked here that a release may have granted the lock look again: every
+ * non-fair one queued in Redis, and the first fair one (only the head of the fair queue is
+ * granted; the local order of fair waiters is the queue's). */
 static void wake_claimers(gw_waitq *wq, gw_wres *r)
 {
+    int fair_seen = 0;
     gw_dlink *n = gw_dlist_first(&r->queue);
     while (n != NULL) {
         gw_waiter *w = gw_container_of(n, gw_waiter, link);
         n = gw_dlist_next(n);
-        if (w->claims && (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING)) {
+        if (w->state != GW_WAITER_SUSPENDED && w->state != GW_WAITER_PARKING) {
+            continue;
+        }
+        if (w->claims && (!w->fair || !fair_seen)) {
             gw__wq_wake(wq, w, GW_WAKE_RELEASE);
         }
+        fair_seen |= w->fair;
     }
 }
 

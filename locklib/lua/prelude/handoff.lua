@@ -23,9 +23,9 @@
 -- publishes
 -- "g:<token>:<id>" on the release channel instead of the plain release message. One grant
 -- per release: the other waiters stay where they are (no herd). The waiter's next attempt
--- with its id claims the grant (handoff_claim below): ACQUIRED with holds 1. A fair queue whose head is a waiter without an entry (a caller that does not
--- ask for hand-offs) is granted nothing: the release publishes as before and that head
--- comes for the lock itself.
+-- with its id claims the grant (handoff_claim below): ACQUIRED with holds 1. A fair queue
+-- whose head is a waiter without an entry (a caller that does not ask for hand-offs) is
+-- granted nothing: the release publishes as before and that head comes for the lock itself.
 --
 -- A release may also name a waiter (release.lua ARGV[7], lk_call.handoff_to: a caller that
 -- sends that waiter's claim right behind it): when nobody is queued, it is granted as above
@@ -110,13 +110,14 @@ end
 
 -- The grant made to id, if the lock holds one for owner: returns token, holds, and whether
 -- the claim set the waiter's lease (the caller then keeps the token keys as long:
--- keep_token_keys in idle.lua); nil when there is none. A claim writes nothing unless the grant's lease was cut to the waiter's
--- wait (handoff_grant_lease: the claim sets the waiter's own lease then, a write) or its
--- caller WAITs; acquire.lua adds the wanted mark when its caller says others wait and the
--- grant is not marked yet. So under appendfsync always a claim of a waiter that waits
--- longer than its lease, or one sent in the release's own batch, waits for no fsync of its
--- own: the release's is the hand-off's only one. "#grant" stays with the hold, and a second
--- attempt with the id answers the same grant again, as a replay would (an id is one wait's).
+-- keep_token_keys in idle.lua); nil when there is none. A claim writes nothing unless the
+-- grant's lease was cut to the waiter's wait (handoff_grant_lease: the claim sets the
+-- waiter's own lease then, a write) or its caller WAITs; acquire.lua adds the wanted mark
+-- when its caller says others wait and the grant is not marked yet. So under appendfsync
+-- always a claim of a waiter that waits longer than its lease, or one sent in the release's
+-- own batch, waits for no fsync of its own: the release's is the hand-off's only one.
+-- "#grant" stays with the hold, and a second attempt with the id answers the same grant
+-- again, as a replay would (an id is one wait's).
 -- will_wait (the caller WAITs for replicas after the answer, as acquire_replay in mint.lua)
 -- makes it write the field again, unchanged, so that this connection's WAIT covers the
 -- grant's writes.
