@@ -74,7 +74,9 @@ int gw__wait_kick_set(gw_waitq *wq, const char *resource);
  * release). */
 void gw__wait_lined(gw_waitq *wq, gw_waiter *w, int joined, int sent);
 /* Whether an attempt of another non-fair waiter of w's resource waits in its stripe's line
- * (w not fair): a new waiting request then parks without asking ("The line"). */
+ * (w not fair, and named by no grant since its last attempt): the caller then parks without
+ * asking ("The line"), and is counted as parked on the line, so that an attempt of the line
+ * that learns nothing passes a wake on. */
 int gw__wait_line_busy(gw_waitq *wq, const gw_waiter *w);
 /* An attempt of w, a non-fair waiter, got no answer from Redis (an error, a timeout): the
  * waiters parked on it may sleep on a free lock, so waitd wakes one, as for a release. */
