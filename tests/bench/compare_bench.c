@@ -14,12 +14,17 @@
  * /lock + /unlock pairs and etcd lock + unlock pairs; then contended pairs (16 and 64
  * clients on one name) on fencegate and etcd; then token-checked PUTs at 1, 16 and 64
  * writers. The gateway's CPU time is read around its 64-connection phase and its VmHWM
- * after the 256-connection one. Every measurement lasts warm-up + measure time, and every
+ * after the 256-connection one; the gateway's and Redis's around the 64-client hot row. Every measurement lasts warm-up + measure time, and every
  * start-up wait has a deadline.
  *
  * Usage: compare_bench [--seconds N] [--warmup-ms N] [--perf-dir DIR] [--fencegate PATH]
+ *                      [--hot-only]
+ *   --hot-only      per pass, only the rows the hot-lock targets read: raw and fencegate
+ *                   pairs at 1 connection (the ceilings), then the hot rows; no etcd.
  *   --perf-dir DIR  also runs `perf record -g -p <gateway>` through each pass's 64-connection
- *                   uncontended phase, into DIR/perf-gateway-64-<aof>.data (perturbs it).
+ *                   uncontended phase, into DIR/perf-gateway-64-<aof>.data, and of the gateway
+ *                   and Redis through its 64-client hot row, into DIR/perf-hot-64-<aof>.data
+ *                   (perturbs them).
  */
 #include <errno.h>
 #include <signal.h>
@@ -63,10 +68,14 @@ typedef struct pass_stats {
     double user_s, sys_s; /* gateway CPU through the 64-connection uncontended window */
     uint64_t cpu_pairs;
     long hwm_kb; /* gateway VmHWM right after the 256-connection uncontended phase */
+    int hot_cpu_ok;
+    double hot_gw_s, hot_redis_s; /* gateway and Redis CPU through the 64-client hot window */
+    uint64_t hot_pairs;
 } pass_stats;
 
 typedef struct bench {
     int measure_ms, warm_ms;
+    int hot_only; /* --hot-only */
     const char *fencegate, *perf_dir;
     char dir[256];
     cp_proc null_srv, etcd, gw, perf;
@@ -79,6 +88,7 @@ typedef struct bench {
     int seq;
     int etcd_starts;
     double u0, s0; /* CPU at the start of the measured window */
+    double ru0, rs0; /* Redis's CPU at the start of the hot window */
     pass_stats *cur;
 } bench;
 
@@ -153,6 +163,42 @@ static void cpu_window(void *arg, int begin)
     b->cur->cpu_ok = 1;
     b->cur->user_s = u - b->u0;
     b->cur->sys_s = s - b->s0;
+    if (b->perf.pid > 0) {
+        cp_stop(&b->perf, SIGINT, 60000);
+    }
+}
+
+/* The 64-client hot row's window: the gateway's and Redis's CPU per hand-off, and with
+ * --perf-dir a profile of both processes. */
+static void hot_window(void *arg, int begin)
+{
+    bench *b = arg;
+    pass_stats *ps = b->cur;
+    double u = 0, s = 0, ru = 0, rs = 0;
+    char file[512], pids[40], log[300];
+
+    if (begin && b->perf_dir != NULL) {
+        snprintf(file, sizeof file, "%s/perf-hot-64-%s.data", b->perf_dir, ps->aof);
+        snprintf(pids, sizeof pids, "%d,%d", (int)b->gw.pid, (int)b->redis.pid);
+        snprintf(log, sizeof log, "%s/perf.log", b->dir);
+        char *argv[] = {"perf", "record", "-g", "-o", file, "-p", pids, NULL};
+        cp_spawn(&b->perf, "perf", argv, log);
+    }
+    if (cp_cpu_seconds(b->gw.pid, &u, &s) != 0 ||
+        cp_cpu_seconds(b->redis.pid, &ru, &rs) != 0) {
+        ps->hot_cpu_ok = 0;
+        return;
+    }
+    if (begin) {
+        b->u0 = u;
+        b->s0 = s;
+        b->ru0 = ru;
+        b->rs0 = rs;
+        return;
+    }
+    ps->hot_cpu_ok = 1;
+    ps->hot_gw_s = u + s - b->u0 - b->s0;
+    ps->hot_redis_s = ru + rs - b->ru0 - b->rs0;
     if (b->perf.pid > 0) {
         cp_stop(&b->perf, SIGINT, 60000);
     }
@@ -325,7 +371,7 @@ static int run_pass(bench *b, const char *aof)
         return -1;
     }
     /* Interleaved per concurrency, so the ratios compare figures seconds apart. */
-    for (size_t i = 0; i < sizeof conns / sizeof *conns; i++) {
+    for (size_t i = 0; i < sizeof conns / sizeof *conns && !(b->hot_only && i > 0); i++) {
         run_row(b, aof, K_RAW, conns[i], NULL);
         row *gw = run_row(b, aof, K_GW, conns[i], conns[i] == 64 ? cpu_window : NULL);
         if (conns[i] == 64) {
@@ -334,17 +380,19 @@ static int run_pass(bench *b, const char *aof)
         if (conns[i] == 256) {
             ps->hwm_kb = cp_status_kb(b->gw.pid, "VmHWM");
         }
-        run_row(b, aof, K_ETCD, conns[i], NULL);
+        if (!b->hot_only) {
+            run_row(b, aof, K_ETCD, conns[i], NULL);
+        }
     }
     run_row(b, aof, K_GWC, 16, NULL);
-    if (etcd_contended_row(b, aof, 16) != 0) {
+    if (!b->hot_only && etcd_contended_row(b, aof, 16) != 0) {
         return -1;
     }
-    run_row(b, aof, K_GWC, 64, NULL);
-    if (etcd_contended_row(b, aof, 64) != 0) {
+    ps->hot_pairs = run_row(b, aof, K_GWC, 64, hot_window)->r.units;
+    if (!b->hot_only && etcd_contended_row(b, aof, 64) != 0) {
         return -1;
     }
-    for (int writers = 1; writers <= 64; writers *= writers == 1 ? 16 : 4) {
+    for (int writers = 1; writers <= 64 && !b->hot_only; writers *= writers == 1 ? 16 : 4) {
         run_row(b, aof, K_PUT, writers, NULL);
     }
     int st = cp_stop(&b->gw, SIGTERM, STOP_TIMEOUT_MS);
@@ -480,6 +528,16 @@ static void print_targets(const bench *b, const pass_stats *ps)
     snprintf(shown, sizeof shown, "%.2fx (need <= 1.5x)", x);
     target("4. /lock p99 at 64 conns vs raw acquire script p99 (one run)", gw && raw, shown,
            x <= 1.5);
+}
+
+/* The hot-lock targets of one pass, and what the hot rows cost. */
+static void print_hot_targets(const bench *b, const pass_stats *ps)
+{
+    const char *aof = ps->aof;
+    const row *gwc = clean(find(b, aof, K_GWC, 64)), *raw1 = clean(find(b, aof, K_RAW, 1));
+    int always = strcmp(aof, "always") == 0;
+    char shown[64];
+    double x;
 
     /* Hot locks: the contended rows against the ceiling (etcd's ratio is above), and the
      * tail against the queue. With N clients in FIFO order on one lock a waiter waits about N hand-offs, so
@@ -508,6 +566,11 @@ static void print_targets(const bench *b, const pass_stats *ps)
      * gateway's serial latency. Not under appendfsync always: there the lone client leaves
      * the cores idle through every fsync, and waking them costs it more than a busy chain
      * pays (the hot rows come out above it). */
+    if (ps->hot_cpu_ok && ps->hot_pairs > 0) {
+        printf("  %-62s gateway %.1f us, Redis %.1f us\n", "CPU per hand-off at 64 clients",
+               ps->hot_gw_s * 1e6 / (double)ps->hot_pairs,
+               ps->hot_redis_s * 1e6 / (double)ps->hot_pairs);
+    }
     const row *gw1 = clean(find(b, aof, K_GW, 1));
     if (!always && gw1 != NULL && gw1->r.rate > 0) {
         printf("  %-62s %.0f/s; hot rows at %.0f%% and %.0f%% of it\n",
@@ -540,7 +603,10 @@ static void print_report(const bench *b)
                ceiling->r.rate, ceiling->r.rate / 2);
     }
     for (int i = 0; i < b->npasses; i++) {
-        print_targets(b, &b->passes[i]);
+        if (!b->hot_only) {
+            print_targets(b, &b->passes[i]);
+        }
+        print_hot_targets(b, &b->passes[i]);
     }
 }
 
@@ -556,9 +622,12 @@ static int parse_args(bench *b, int argc, char **argv)
             b->perf_dir = v;
         } else if (strcmp(argv[i], "--fencegate") == 0 && v != NULL) {
             b->fencegate = v;
+        } else if (strcmp(argv[i], "--hot-only") == 0) {
+            b->hot_only = 1;
+            continue;
         } else {
             fprintf(stderr, "usage: compare_bench [--seconds N] [--warmup-ms N] "
-                            "[--perf-dir DIR] [--fencegate PATH]\n");
+                            "[--perf-dir DIR] [--fencegate PATH] [--hot-only]\n");
             return -1;
         }
         i++;
@@ -586,11 +655,11 @@ int main(int argc, char **argv)
     sigaction(SIGTERM, &sa, NULL);
     atexit(cleanup);
     th_tempdir(b->dir, sizeof b->dir, "compare");
-    if (start_null_server(b) != 0 || start_etcd(b) != 0) {
+    if (start_null_server(b) != 0 || (!b->hot_only && start_etcd(b) != 0)) {
         return 1;
     }
     fprintf(stderr, "compare_bench: load generator ceiling (trivial MHD server)\n");
-    for (int c = 1; c <= 256; c *= c == 1 ? 16 : 4) {
+    for (int c = 1; c <= 256 && !b->hot_only; c *= c == 1 ? 16 : 4) {
         run_row(b, "-", K_NULL, c, NULL);
     }
     if (run_pass(b, "always") != 0 || run_pass(b, "everysec") != 0) {

@@ -165,6 +165,7 @@ int main(int argc, char **argv)
     lk_client *c = NULL;
     lk_options o;
     lk_options_init(&o);
+    o.token_key_idle_ttl_ms = 7LL * 24 * 3600 * 1000; /* the gateway's default */
     lk_status st = lk_client_open(&c, r.url, &o);
     if (c == NULL || st != LK_OK) {
         die("open", c, st);
