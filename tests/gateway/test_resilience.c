@@ -474,7 +474,7 @@ static void test_idle_token_keys_expire_and_tokens_still_grow(void **state)
     assert_true(last > written);
     unlock_idle(gw, res);
     long long pttl = th_redis_cmd(redis, NULL, 0, "PTTL fg:{%s}:fence", res);
-    assert_true(pttl > 0 && pttl <= 1000);
+    assert_true(pttl > 0 && pttl <= 1000 + 1000 / 24); /* the idle time and its slack */
 
     int64_t deadline = th_now_ms() + 15000;
     long long left = -1;

@@ -198,5 +198,5 @@ end
 -- Whether anybody is still queued after a grant: the grant is then marked wanted, so that
 -- its release hands on in turn (and wakes a waiter that does not ask for hand-offs).
 local function handoff_others(k_q, k_wq)
-    return redis.call('EXISTS', k_q) == 1 or redis.call('EXISTS', k_wq) == 1
+    return redis.call('EXISTS', k_q, k_wq) > 0
 end

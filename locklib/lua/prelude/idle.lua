@@ -23,6 +23,10 @@ end
 
 -- Makes the time to live of the keys k_fence, k_base and k_recent (a missing one is left
 -- missing) at least max(idle_ms, lease_ms, record_ms), or removes it when idle_ms is 0.
+-- A relative time to live that falls short is set IDLE_SLACK_DIV-th longer than needed
+-- (7 h more on the 7 days the gateway uses by default), so the grants and renewals that
+-- follow within that slack find it long enough and write nothing: on a hot lock, three
+-- PEXPIREs per hand-off otherwise, each a write Redis logs and replicates.
 -- record_ms: the retention of the idempotency record k_record written with this grant, 0 for
 -- none. The caller writes that record first: with one, every expiry is counted from the
 -- instant the record's own was set (its PEXPIRETIME less record_ms) and set as an absolute
@@ -30,6 +34,7 @@ end
 -- PEXPIREs would not do: Redis before 7.2 reads the clock afresh for each command of a
 -- script, so two PEXPIREs of the same length one after the other can end on different
 -- milliseconds.
+local IDLE_SLACK_DIV = 24
 local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms, k_record,
         record_ms)
     local keys = {k_fence, k_base, k_recent}
@@ -54,10 +59,11 @@ local function keep_token_keys(k_fence, k_base, k_recent, idle_ms, lease_ms, k_r
         end
         return
     end
+    local set_ms = ttl_ms + math.floor(ttl_ms / IDLE_SLACK_DIV)
     for _, k in ipairs(keys) do
         local left = redis.call('PTTL', k)
         if left == -1 or (left >= 0 and left < ttl_ms) then
-            redis.call('PEXPIRE', k, ttl_ms)
+            redis.call('PEXPIRE', k, set_ms)
         end
     end
 end

@@ -28,9 +28,10 @@ end
 -- Returns token, raised (1 when the counter was lifted); or nil when the token space is
 -- exhausted, and then nothing has been written.
 local function mint(k_lock, k_fence, k_base, k_recent, owner, floor, lease_ms, hold_id)
-    local current = tonumber(redis.call('GET', k_fence) or '0') or 0
+    local got = redis.call('MGET', k_fence, k_base)
+    local current = tonumber(got[1] or '0') or 0
     local lift = floor
-    local base = tonumber(redis.call('GET', k_base) or '0') or 0
+    local base = tonumber(got[2] or '0') or 0
     if base > lift then
         lift = base
     end
