@@ -125,7 +125,9 @@ typedef struct lk_options {
     int64_t idempotency_ttl_ms;   /* how long a first answer is replayed, default 600000 */
     /* How long a resource's token keys (fg:{R}:fence, :base, :recent) stay after its last
      * grant or renewal, in ms; 0 (the default) keeps them forever. Every grant and renewal
-     * sets their time to live to max(this, the lease), so they never expire under a lease;
+     * sets their time to live to at least max(this, the lease), so they never expire under a
+     * lease (one it finds short it sets a 24th longer, so the grants that follow within
+     * that slack write no expiry);
      * one with an idempotency key keeps them at least until its record expires (read with
      * PEXPIRETIME: Redis 7.0 or later when both are set). Once they have expired the
      * counter starts again from the floor of the next acquisition: only set this when
