@@ -93,8 +93,8 @@ static const gw_option options[] = {
      "behind a reverse proxy)",
      OPT_INT, 0, 1000000},
     {"--token-key-idle-ttl", "FENCEGATE_TOKEN_KEY_IDLE_TTL", "DURATION",
-     "expire a resource's token keys in Redis after this long without a lock or renew "
-     "(500ms, 30s, 2m, 12h, 7d or ms; 0: never; default 7d)",
+     "expire a resource's token keys in Redis after this long, or up to a 24th more, "
+     "without a lock or renew (500ms, 30s, 2m, 12h, 7d or ms; 0: never; default 7d)",
      OPT_DURATION, 0, GW_TOKEN_KEY_IDLE_TTL_MAX_MS},
     {"--max-ttl", "FENCEGATE_MAX_TTL", "DURATION",
      "the largest ttl_ms a /lock or /renew may ask for (default 1h, the most); on "

@@ -38,8 +38,9 @@
  * floor stripe lock before answering 503: bounds the queue of attempts on one resource
  * behind a slow (not stalled) Redis. */
 #define GW_STRIPE_GRACE_MS 1000
-/* --token-key-idle-ttl: a resource's token keys in Redis expire this long after its last
- * grant or renewal (lk_options.token_key_idle_ttl_ms), so names used once do not stay in
+/* --token-key-idle-ttl: a resource's token keys in Redis expire this long, or up to a 24th
+ * more, after its last grant or renewal (lk_options.token_key_idle_ttl_ms, whose slack spares
+ * the grants after a renewed expiry their writes), so names used once do not stay in
  * Redis forever. Days, so the keys of any resource in regular use stay; the ledger floor
  * keeps tokens increasing after they expire (fence.c). The maximum is 10 years. */
 #define GW_TOKEN_KEY_IDLE_TTL_DEFAULT_MS (7LL * 86400000)
