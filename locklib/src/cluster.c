@@ -26,14 +26,20 @@
  *          CLUSTERDOWN (no master for a slot, during a failover): the call goes again after
  *          a short nap, until the timeout;
  *        - no reply at all (a dead node, a timeout): EUNAVAILABLE, like one node (the call
- *          may have run), and the map is marked stale: a failover may have moved the slots.
+ *          may have run), and the map is marked stale: a failover may have moved the slots;
+ *        - not written at all (no connection to the node: killed, restarted, failed over):
+ *          the call did not run. The map is read again and the call goes next round to the
+ *          slot's owner then; if the map still names the same node it is answered
+ *          EUNAVAILABLE with the connect's reason, without a second connect.
  * Why resending is safe: MOVED, ASK, TRYAGAIN and CLUSTERDOWN are refusals; the script did
  * not run, exactly like NOSCRIPT. Each call gets one answer, under its own index, so a batch
  * split over nodes answers each call as it would have been answered alone.
  *
  * Failovers: a master killed fails every call sent to it until the cluster promotes its
  * replica; the stale map is read again at the next batch, and a slot with no master yet is
- * retried (as CLUSTERDOWN) until the timeout. A map naming a master the previous map did
+ * retried (as CLUSTERDOWN) until the timeout. A handle that meets the promotion late (its
+ * connection to the killed master idle since) loses no call to it: the call is not
+ * written, so it follows the map read then. A map naming a master the previous map did
  * not counts one failover (lk_client_topology()).
  *
  * Release messages: the scripts PUBLISH on fg:{R}:released. In a cluster, PUBLISH is
@@ -56,7 +62,10 @@
 #define MAX_ROUNDS 1000
 
 typedef struct cnode {
-    lk__transport tp; /* tp.node.host/port: the node's address */
+    lk__transport tp;       /* tp.node.host/port: the node's address */
+    unsigned long down_run; /* the batch (lk__cluster.runs) in which a call to it could not
+                             * be sent: no connection; 0 for none */
+    char down_err[LK__ERR_LEN]; /* why */
 } cnode;
 
 typedef struct lk__cluster {
@@ -70,6 +79,7 @@ typedef struct lk__cluster {
     int have_map;
     int stale;                         /* read the map before the next batch */
     int last;                          /* the node of the last batch's last group, -1 */
+    unsigned long runs;                /* batches run so far */
 } lk__cluster;
 
 int lk__cluster_slot(const char *key, size_t len)
@@ -371,6 +381,7 @@ static int ask_target(lk__transport *t, const char *err)
 typedef struct cgroup {
     cbatch *b;
     size_t off;
+    cnode *node;
 } cgroup;
 
 /* Step 4, for one call of a group. */
@@ -402,6 +413,16 @@ static void group_done(void *ctx, size_t j, lk_status st, redisReply *reply)
         b->retry = 1;
         return;
     }
+    if (st == LK_EUNAVAILABLE && g->node->tp.unsent) {
+        /* Never written: the node has no connection (killed, restarted, failed over), so
+         * the call did not run. The map is read again next round, and the call goes to
+         * the slot's owner then, unless that is this node still (run_round). A failover
+         * another handle has already seen then costs no error here. */
+        g->node->down_run = cl->runs;
+        snprintf(g->node->down_err, sizeof g->node->down_err, "%s", err);
+        cl->stale = 1;
+        return;
+    }
     if (st == LK_EUNAVAILABLE) {
         cl->stale = 1; /* a node that does not answer may have been failed over */
     }
@@ -421,7 +442,7 @@ static void run_groups(cbatch *b, size_t n, int asking, const short *target)
     size_t off = 0;
 
     for (int k = 0; k < nodes; k++) {
-        groups[k] = (cgroup){b, off};
+        groups[k] = (cgroup){b, off, cl->nodes[k]};
         for (size_t i = 0; i < n; i++) {
             /* An ASK answered in this round's first pass goes out in its second. */
             int to = asking ? b->ask[i] : b->ask[i] < 0 ? target[i] : -1;
@@ -451,6 +472,39 @@ static void run_groups(cbatch *b, size_t n, int asking, const short *target)
     }
 }
 
+/* Answers pending call i EUNAVAILABLE, as its first try was, when its node k could not be
+ * reached in this batch (group_done: no connection) and the map, read since, still names
+ * it: trying again would only wait for the same connect. Returns 1 if it answered. */
+static int answer_if_down(cbatch *b, size_t i, int k)
+{
+    lk__cluster *cl = b->t->impl;
+    if (k < 0 || k >= cl->nnodes || cl->nodes[k]->down_run != cl->runs) {
+        return 0;
+    }
+    b->state[i] = C_DONE;
+    b->done(b->ctx, i, lk__errf(b->t->err, LK_EUNAVAILABLE, "%s", cl->nodes[k]->down_err),
+            NULL);
+    return 1;
+}
+
+/* Answers, without a map, every pending call whose node could not be reached in this batch
+ * (the map could not be read again: the old one names its node still). Returns the number
+ * of calls left pending. */
+static size_t answer_down(cbatch *b, size_t n)
+{
+    lk__cluster *cl = b->t->impl;
+    size_t left = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (b->state[i] != C_PENDING) {
+            continue;
+        }
+        const char *route = b->cmds[i]->route;
+        int k = b->ask[i] >= 0 ? b->ask[i] : cl->owner[lk__cluster_slot(route, strlen(route))];
+        left += !answer_if_down(b, i, k);
+    }
+    return left;
+}
+
 /* One round of steps 2 and 3. Returns the number of calls still unanswered before it. */
 static size_t run_round(cbatch *b, size_t n, short *target)
 {
@@ -469,6 +523,8 @@ static size_t run_round(cbatch *b, size_t n, short *target)
             b->retry = 1; /* no master for the slot: a failover in progress */
             cl->stale = 1;
             snprintf(b->last, sizeof b->last, "no master for slot %d", slot);
+        } else if (answer_if_down(b, i, target[i])) {
+            pending--;
         }
     }
     for (int asking = 0; asking <= 1; asking++) {
@@ -509,6 +565,7 @@ static void cluster_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
         b.ask[i] = -1;
     }
     cl->last = -1;
+    cl->runs++;
     for (int round = 0;; round++) {
         if (!cl->have_map || cl->stale) {
             /* A new map renumbers the nodes: an ASK not yet followed goes to the owner
@@ -518,6 +575,9 @@ static void cluster_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
             }
         }
         if (ensure_map(t) != LK_OK) {
+            if (answer_down(&b, n) == 0) {
+                break;
+            }
             if (lk__now_ms() >= deadline) {
                 answer_pending(&b, n, LK_EUNAVAILABLE);
                 break;

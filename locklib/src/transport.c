@@ -565,6 +565,7 @@ void lk__transport_finish(lk__transport *t, lk__inflight *b)
         worst = st != LK_OK ? st : worst;
     }
     lk__sigpipe_restore(&guard);
+    t->unsent = 1;
     for (size_t i = 0; i < b->n; i++) {
         if (b->state[i] != ITEM_DONE) {
             /* Not sent (no connection, a script that would not load), or answered NOSCRIPT
@@ -574,6 +575,7 @@ void lk__transport_finish(lk__transport *t, lk__inflight *b)
                    NULL);
         }
     }
+    t->unsent = 0;
     lk__breaker_leave(t->breaker, b->probe, worst,
                       redis_slow(t, worst, lk__now_ms() - b->start));
     if (t->stale) {

@@ -103,6 +103,10 @@ struct lk__transport {
                                         * lk__transport_abandon) */
     int asking;                        /* send ASKING before each call (a Cluster ASK
                                         * redirection) */
+    int unsent;                        /* 1 while a batch answers the calls it never wrote
+                                        * (no connection, a script that would not load):
+                                        * they did not run. A Cluster sends such a call to
+                                        * its slot's owner in a map read afresh (cluster.c) */
     lk_breaker *breaker;               /* NULL for none */
     redisContext *ctx;                 /* NULL while disconnected */
     char sha[LK__SCRIPT_COUNT][41];    /* "" until SCRIPT LOAD on the current connection */

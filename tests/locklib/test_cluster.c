@@ -16,7 +16,8 @@
  *   - malformed redis-cluster:// URLs are refused;
  *   - a master is SIGKILLed: the handle follows its replica's promotion by itself,
  *     reports the failover, and the lock it held there is still its own (it was replicated:
- *     WAIT before the kill);
+ *     WAIT before the kill); another handle, whose first call after the promotion finds
+ *     no connection to the killed master, is served by the promoted one in that call;
  *   - last, the promoted master is SIGKILLed too, leaving its slots without a master: each
  *     call there is answered EUNAVAILABLE with a reason of its own, not one that quotes the
  *     previous call's.
@@ -410,6 +411,9 @@ static void test_master_failover(void **state)
 
     assert_lk(f->c, lk_acquire(f->c, r, "A", 60000, 0, NULL, &res), LK_ACQUIRED);
     int64_t token = res.token;
+    /* A second handle, connected to the master about to be killed. */
+    lk_client *late = open_cluster(&f->cl, 2000);
+    assert_lk(late, lk_acquire(late, r, "B", 60000, 0, NULL, &res), LK_HELD);
     assert_int_equal(th_redis_cmd(&f->cl.nodes[owner], NULL, 0, "WAIT 1 2000"), 1);
     th_cluster_kill(&f->cl, owner);
     f->killed = owner;
@@ -430,6 +434,12 @@ static void test_master_failover(void **state)
     lk_client_topology(f->c, &topo);
     print_message("masters %s, failovers %lld\n", topo.master, topo.failovers);
     assert_int_equal(topo.failovers, 1);
+
+    /* The second handle has not met the failover: its first call finds no connection to
+     * the killed master, so it was not sent; the map read again names the promoted
+     * replica, which answers it. No error for a failover that is over. */
+    assert_lk(late, lk_acquire(late, r, "B", 60000, 0, NULL, &res), LK_HELD);
+    lk_client_close(late);
 }
 
 /* How many times needle occurs in hay. */
