@@ -30,7 +30,8 @@
  *        - not written at all (no connection to the node: killed, restarted, failed over):
  *          the call did not run. The map is read again and the call goes next round to the
  *          slot's owner then; if the map still names the same node it is answered
- *          EUNAVAILABLE with the connect's reason, without a second connect.
+ *          EUNAVAILABLE with the connect's reason, without sending it there again (not
+ *          after an ASK: the owner would name the same node again).
  * Why resending is safe: MOVED, ASK, TRYAGAIN and CLUSTERDOWN are refusals; the script did
  * not run, exactly like NOSCRIPT. Each call gets one answer, under its own index, so a batch
  * split over nodes answers each call as it would have been answered alone.
@@ -413,11 +414,12 @@ static void group_done(void *ctx, size_t j, lk_status st, redisReply *reply)
         b->retry = 1;
         return;
     }
-    if (st == LK_EUNAVAILABLE && g->node->tp.unsent) {
+    if (st == LK_EUNAVAILABLE && g->node->tp.unsent && !g->node->tp.asking) {
         /* Never written: the node has no connection (killed, restarted, failed over), so
          * the call did not run. The map is read again next round, and the call goes to
          * the slot's owner then, unless that is this node still (run_round). A failover
-         * another handle has already seen then costs no error here. */
+         * another handle has already seen then costs no error here. Not after an ASK: the
+         * slot's owner would name the same unreachable node again. */
         g->node->down_run = cl->runs;
         snprintf(g->node->down_err, sizeof g->node->down_err, "%s", err);
         cl->stale = 1;
@@ -590,11 +592,8 @@ static void cluster_run(lk__transport *t, size_t n, const lk__cmd *const *cmds,
             break;
         }
         if (round + 1 >= MAX_ROUNDS || lk__now_ms() >= deadline) {
-            int left = 0;
-            for (size_t i = 0; i < n; i++) {
-                left += b.state[i] == C_PENDING;
-            }
-            if (left > 0) {
+            /* A call whose node could not be reached gets that reason, not the rounds'. */
+            if (answer_down(&b, n) > 0) {
                 /* b.last is bounded (LK__ERR_LEN) and lk__errf truncates to the same size. */
                 answer_pending(&b, n, lk__errf(t->err, LK_EUNAVAILABLE,
                                                "cluster still redirecting after %d rounds, "

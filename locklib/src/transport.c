@@ -537,6 +537,9 @@ void lk__transport_start(lk__transport *t, lk__inflight *b, size_t n,
     lk__sigpipe_restore(&guard);
     b->st = st;
     b->worst = st;
+    if (st != LK_OK) {
+        snprintf(b->why, sizeof b->why, "%s", t->err);
+    }
 }
 
 void lk__transport_finish(lk__transport *t, lk__inflight *b)
@@ -565,6 +568,9 @@ void lk__transport_finish(lk__transport *t, lk__inflight *b)
         worst = st != LK_OK ? st : worst;
     }
     lk__sigpipe_restore(&guard);
+    if (b->st != LK_OK && st == b->st) {
+        snprintf(t->err, LK__ERR_LEN, "%s", b->why); /* start()'s reason, not a later one */
+    }
     t->unsent = 1;
     for (size_t i = 0; i < b->n; i++) {
         if (b->state[i] != ITEM_DONE) {

@@ -153,6 +153,8 @@ typedef struct lk__inflight {
     int probe;                         /* the breaker's */
     int64_t start;
     lk_status st, worst;
+    char why[LK__ERR_LEN];             /* start()'s reason when it failed: the err buffer may
+                                        * be another node's by finish() (a Cluster) */
 } lk__inflight;
 
 /* lk__transport_run() of a single node in two halves, so that a cluster writes every node's

@@ -217,9 +217,10 @@ static void test_promoted_replica_missed_a_grant(void **state)
     assert_true(token_c > token_b);
 
     /* B's write is refused now that C has locked, before C wrote anything. Each Redis
-     * pipeline of the gateway has its own connections and slot map: one that has not met
-     * the failover yet answers its first call 503 (the dead master did not answer) and reads
-     * the map again, so a 503 is retried, as a client would. */
+     * pipeline of the gateway has its own connections and slot map: a call on one that has
+     * not met the failover yet is sent to the promoted master when the dead one takes no
+     * connection, but may answer 503 when a connection to it still looked alive and the
+     * call was written (it may have run); so a 503 is retried, as a client would. */
     status = put_until_answered(st, resource, token_b, "from B", start);
     print_message("gateway on cluster: B's write with token %lld answered %ld\n", token_b,
                   status);
