@@ -190,8 +190,8 @@ static void call_with_answers(lk_client *c, uint8_t op, const uint8_t *p, size_t
     switch (op & 7) {
     case 0:
         st = lk_acquire(c, "orders", "owner-1", 10000, floor, idem, &res);
-        fuzz_check(one_of(st, 5, LK_ACQUIRED, LK_HELD, LK_EIDEMPOTENCY, LK_EUNAVAILABLE,
-                          LK_EREDIS),
+        fuzz_check(one_of(st, 6, LK_ACQUIRED, LK_HELD, LK_WRONG_MODE, LK_EIDEMPOTENCY,
+                          LK_EUNAVAILABLE, LK_EREDIS),
                    "lk_acquire status");
         break;
     case 1:
@@ -217,8 +217,8 @@ static void call_with_answers(lk_client *c, uint8_t op, const uint8_t *p, size_t
         break;
     case 5:
         st = lk_acquire_fair(c, "orders", "owner-1", 10000, floor, idem, 5000, &res);
-        fuzz_check(one_of(st, 5, LK_ACQUIRED, LK_HELD, LK_EIDEMPOTENCY, LK_EUNAVAILABLE,
-                          LK_EREDIS),
+        fuzz_check(one_of(st, 6, LK_ACQUIRED, LK_HELD, LK_WRONG_MODE, LK_EIDEMPOTENCY,
+                          LK_EUNAVAILABLE, LK_EREDIS),
                    "lk_acquire_fair status");
         break;
     case 6:

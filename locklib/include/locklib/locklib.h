@@ -219,7 +219,8 @@ typedef struct lk_result {
  * lk_release() takes the hold count to zero, the handle is closed, or the lock is found gone.
  * The token is always > floor. idem_key (NULL for none) makes a retry replay the first
  * ACQUIRED answer without adding a hold or minting a token.
- * Returns ACQUIRED (token, holds, ttl_ms) or HELD (ttl_ms), or an error. With min_replicas,
+ * Returns ACQUIRED (token, holds, ttl_ms) or HELD (ttl_ms), WRONG_MODE when owner holds
+ * the lock shared (lk_acquire_mode), or an error. With min_replicas,
  * too few acknowledgements give EREPLICAS once the hold is undone, or EUNAVAILABLE when the
  * undo failed too: the lock may then still be held until its lease runs out. A replay
  * waits for the replicas as well (the first call may have died before its WAIT); when too
@@ -271,7 +272,8 @@ LK_EXTERN lk_status lk_acquire_shared(lk_client *c, const char *resource, const 
  * A waiter that gives up early should call lk_fair_cancel().
  * Returns ACQUIRED (token, holds, ttl_ms, as lk_acquire(); the owner left the queue) or
  * HELD (ttl_ms: when to retry at the latest; queue_pos: the owner's 0-based place in line),
- * or an error. The holder re-enters at once, whatever the queue. Non-fair lk_acquire() and
+ * WRONG_MODE when owner holds the lock shared, or an error. The holder re-enters at once,
+ * whatever the queue. Non-fair lk_acquire() and
  * lk_acquire_wait() ignore the queue and may take a free lock ahead of queued fair waiters
  * (like tryLock() on a fair java.util.concurrent ReentrantLock). */
 LK_EXTERN lk_status lk_acquire_fair(lk_client *c, const char *resource, const char *owner,
