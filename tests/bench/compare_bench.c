@@ -14,8 +14,8 @@
  * /lock + /unlock pairs and etcd lock + unlock pairs; then contended pairs (16 and 64
  * clients on one name) on fencegate and etcd; then token-checked PUTs at 1, 16 and 64
  * writers. The gateway's CPU time is read around its 64-connection phase and its VmHWM
- * after the 256-connection one; the gateway's and Redis's around the 64-client hot row. Every measurement lasts warm-up + measure time, and every
- * start-up wait has a deadline.
+ * after the 256-connection one; the gateway's and Redis's around the 64-client hot row.
+ * Every measurement lasts warm-up + measure time, and every start-up wait has a deadline.
  *
  * Usage: compare_bench [--seconds N] [--warmup-ms N] [--perf-dir DIR] [--fencegate PATH]
  *                      [--hot-only]
@@ -138,18 +138,29 @@ static const char *kind_label(kind k)
 
 /* ---- Running one row ------------------------------------------------------------------ */
 
+/* With --perf-dir, starts `perf record -g -p pids` into DIR/perf-<what>-<aof>.data. */
+static void perf_begin(bench *b, const char *what, const char *pids)
+{
+    char file[512], log[300];
+
+    if (b->perf_dir == NULL) {
+        return;
+    }
+    snprintf(file, sizeof file, "%s/perf-%s-%s.data", b->perf_dir, what, b->cur->aof);
+    snprintf(log, sizeof log, "%s/perf.log", b->dir);
+    char *argv[] = {"perf", "record", "-g", "-o", file, "-p", (char *)pids, NULL};
+    cp_spawn(&b->perf, "perf", argv, log);
+}
+
 static void cpu_window(void *arg, int begin)
 {
     bench *b = arg;
     double u = 0, s = 0;
-    char file[512], pid[16], log[300];
+    char pid[16];
 
-    if (begin && b->perf_dir != NULL) {
-        snprintf(file, sizeof file, "%s/perf-gateway-64-%s.data", b->perf_dir, b->cur->aof);
+    if (begin) {
         snprintf(pid, sizeof pid, "%d", (int)b->gw.pid);
-        snprintf(log, sizeof log, "%s/perf.log", b->dir);
-        char *argv[] = {"perf", "record", "-g", "-o", file, "-p", pid, NULL};
-        cp_spawn(&b->perf, "perf", argv, log);
+        perf_begin(b, "gateway-64", pid);
     }
     if (cp_cpu_seconds(b->gw.pid, &u, &s) != 0) {
         b->cur->cpu_ok = 0;
@@ -175,14 +186,11 @@ static void hot_window(void *arg, int begin)
     bench *b = arg;
     pass_stats *ps = b->cur;
     double u = 0, s = 0, ru = 0, rs = 0;
-    char file[512], pids[40], log[300];
+    char pids[40];
 
-    if (begin && b->perf_dir != NULL) {
-        snprintf(file, sizeof file, "%s/perf-hot-64-%s.data", b->perf_dir, ps->aof);
+    if (begin) {
         snprintf(pids, sizeof pids, "%d,%d", (int)b->gw.pid, (int)b->redis.pid);
-        snprintf(log, sizeof log, "%s/perf.log", b->dir);
-        char *argv[] = {"perf", "record", "-g", "-o", file, "-p", pids, NULL};
-        cp_spawn(&b->perf, "perf", argv, log);
+        perf_begin(b, "hot-64", pids);
     }
     if (cp_cpu_seconds(b->gw.pid, &u, &s) != 0 ||
         cp_cpu_seconds(b->redis.pid, &ru, &rs) != 0) {
