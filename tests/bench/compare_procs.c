@@ -80,15 +80,17 @@ int cp_spawn(cp_proc *p, const char *name, char *const argv[], const char *log_p
     return 0;
 }
 
-/* One GET with a 1 s socket timeout. Returns the HTTP status, or -1. */
-static int http_get_status(int port, const char *path)
+/* One GET with a 1 s socket timeout, read until the server closes or buf is full (buf
+ * NUL-terminated). Returns the HTTP status, or -1. */
+static int http_get(int port, const char *path, char *buf, size_t len)
 {
     struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
     struct timeval tv = {1, 0};
-    char buf[256];
+    size_t have = 0;
     int status = -1;
     addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
 
+    buf[0] = '\0';
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     if (fd < 0) {
         return -1;
@@ -96,18 +98,40 @@ static int http_get_status(int port, const char *path)
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&addr, sizeof addr) == 0) {
-        int n = snprintf(buf, sizeof buf,
+        int n = snprintf(buf, len,
                          "GET %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", path);
-        if (send(fd, buf, (size_t)n, MSG_NOSIGNAL) == n) {
-            ssize_t got = recv(fd, buf, sizeof buf - 1, 0);
-            if (got >= 12 && strncmp(buf, "HTTP/1.", 7) == 0) {
-                buf[got] = '\0';
-                status = atoi(buf + 9);
+        if (n > 0 && (size_t)n < len && send(fd, buf, (size_t)n, MSG_NOSIGNAL) == n) {
+            ssize_t got;
+            while (have + 1 < len && (got = recv(fd, buf + have, len - 1 - have, 0)) > 0) {
+                have += (size_t)got;
             }
         }
     }
     close(fd);
+    buf[have] = '\0';
+    if (have >= 12 && strncmp(buf, "HTTP/1.", 7) == 0) {
+        status = atoi(buf + 9);
+    }
     return status;
+}
+
+static int http_get_status(int port, const char *path)
+{
+    char buf[256];
+    return http_get(port, path, buf, sizeof buf);
+}
+
+long long cp_metric(int port, const char *name)
+{
+    static char resp[256 * 1024]; /* the benchmarks read metrics from one thread */
+    char key[160];
+
+    if (http_get(port, "/metrics", resp, sizeof resp) != 200) {
+        return -1;
+    }
+    snprintf(key, sizeof key, "\n%s ", name);
+    const char *p = strstr(resp, key);
+    return p != NULL ? strtoll(p + strlen(key), NULL, 10) : -1;
 }
 
 int cp_wait_http(cp_proc *p, const char *path, int timeout_ms)

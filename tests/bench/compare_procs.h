@@ -24,6 +24,10 @@ int cp_spawn(cp_proc *p, const char *name, char *const argv[], const char *log_p
  * (printed) when the process exits first or the deadline passes. */
 int cp_wait_http(cp_proc *p, const char *path, int timeout_ms);
 
+/* The value of the unlabelled metric `name` in GET /metrics of the gateway on 127.0.0.1:port,
+ * or -1. Not thread-safe (one static buffer). */
+long long cp_metric(int port, const char *name);
+
 /* Sends sig, waits up to timeout_ms for the exit, then SIGKILLs. Returns the wait status
  * (or -1 when it was not running). */
 int cp_stop(cp_proc *p, int sig, int timeout_ms);

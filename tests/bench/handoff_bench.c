@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "compare_procs.h"
 #include "harness.h"
 
 #ifndef FENCEGATE_BIN
@@ -402,7 +403,7 @@ static int hc_send(hclient *c, hconn *h, const char *path, const char *body)
     return 0;
 }
 
-/* ---- One-shot blocking requests (/readyz, /metrics) ---------------------------------- */
+/* ---- One-shot blocking requests (/readyz) -------------------------------------------- */
 
 /* GET path on a fresh blocking connection with 2 s timeouts, "Connection: close", read to
  * EOF. Returns the status (the whole response, NUL-terminated, in resp) or -1. */
@@ -449,20 +450,6 @@ static int http_get_once(int port, const char *path, char *resp, size_t resplen)
 out:
     close(fd);
     return status;
-}
-
-/* The value of an unlabelled metric line "name value", or -1. */
-static long long read_metric(int port, const char *name)
-{
-    static char resp[256 * 1024];
-    char key[128];
-
-    if (http_get_once(port, "/metrics", resp, sizeof resp) != 200) {
-        return -1;
-    }
-    snprintf(key, sizeof key, "\n%s ", name);
-    const char *p = strstr(resp, key);
-    return p != NULL ? strtoll(p + strlen(key), NULL, 10) : -1;
 }
 
 /* ---- The gateway process -------------------------------------------------------------- */
@@ -832,7 +819,7 @@ static int await_gauge(bench *b, long long want, int64_t deadline)
             return fail("waiter %s answered %d (%s) before any release", h->owner,
                         h->status, h->state == HC_CLOSED ? "closed" : h->in);
         }
-        seen = read_metric(b->gw.port, "fencegate_waiters");
+        seen = cp_metric(b->gw.port, "fencegate_waiters");
         if (seen == want) {
             return 0;
         }

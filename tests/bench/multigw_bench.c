@@ -14,9 +14,10 @@
  *   3. a hot lock (compare_work.h's contended pairs: every connection locks and unlocks one
  *      resource, waiting for it) through the LMDB gateway, one PostgreSQL gateway and both
  *      PostgreSQL gateways (half the connections on each, on the same resource), with the
- *      script calls Redis served per pair and the /lock p99 against the wait of a fair
- *      chain (--conns / the pairs/s). --hot-only runs only these rows; --fair makes their
- *      /lock fair (FIFO, the queue in Redis).
+ *      script calls Redis served per pair, the share of pairs whose /unlock handed the lock
+ *      on in its own release script (the gateways' fencegate_lock_handoffs_total) and the
+ *      /lock p99 against the wait of a fair chain (--conns / the pairs/s). --hot-only runs
+ *      only these rows; --fair makes their /lock fair (FIFO, the queue in Redis).
  * Each row also prints the CPU time the whole stack spent per 1,000 cycles (stack_cpu_s):
  * on a machine shared with other work, cycles/s measure the CPU share the stack got as much
  * as the stack, while CPU per cycle tells whether two gateways cost more work per cycle.
@@ -215,10 +216,17 @@ static int hot_row(const th_redis *redis, const char *what, const int *ports, in
 {
     mg_run runs[2];
     conns = conns / n * n; /* what runs: conns / n on each */
+    long long handoffs = 0;
+    for (int i = 0; i < n; i++) {
+        handoffs -= cp_metric(ports[i], "fencegate_lock_handoffs_total");
+    }
     long long before = th_redis_script_calls(redis);
     int rc = run_on(ports, n, conns / n, ms, tag, runs, 1);
     long long after = th_redis_script_calls(redis);
     long long calls = before >= 0 && after >= before ? after - before : 0;
+    for (int i = 0; i < n; i++) {
+        handoffs += cp_metric(ports[i], "fencegate_lock_handoffs_total");
+    }
     double rate = 0, p99 = 0, p50 = 0;
     unsigned long long errors = 0;
     for (int i = 0; i < n; i++) {
@@ -236,9 +244,9 @@ static int hot_row(const th_redis *redis, const char *what, const int *ports, in
     if (n == 2) {
         snprintf(split, sizeof split, "%.0f / %.0f", runs[0].res.rate, runs[1].res.rate);
     }
-    printf("| %-30s | %5d | %8.0f | %11s | %8.2f | %8.2f | %6.2fx | %10.2f | %6llu |\n", what,
-           conns, rate, split, p50, p99, chain_ms > 0 ? p99 / chain_ms : 0,
-           pairs > 0 ? calls / pairs : 0, errors);
+    printf("| %-30s | %5d | %8.0f | %11s | %8.2f | %8.2f | %6.2fx | %10.2f | %9.0f%% | %6llu |\n",
+           what, conns, rate, split, p50, p99, chain_ms > 0 ? p99 / chain_ms : 0,
+           pairs > 0 ? calls / pairs : 0, pairs > 0 ? 100.0 * handoffs / pairs : 0, errors);
     fflush(stdout);
     return rc;
 }
@@ -248,13 +256,15 @@ static int hot_rows(const th_redis *redis, int lmdb_port, const int *pg_ports, i
 {
     int rc = 0;
     printf("\nhot lock%s: every connection locks and unlocks one resource, waiting for it; "
-           "/chain: the /lock p99 against %d / pairs/s, the wait of a fair chain\n\n",
+           "/chain: the /lock p99 against %d / pairs/s, the wait of a fair chain; in release: the "
+           "pairs whose /unlock handed the lock on in its own release script, a parked "
+           "waiter's attempt right behind it (fencegate_lock_handoffs_total)\n\n",
            g_fair ? " (fair /lock)" : "", conns);
-    printf("| %-30s | %5s | %8s | %11s | %8s | %8s | %7s | %10s | %6s |\n",
+    printf("| %-30s | %5s | %8s | %11s | %8s | %8s | %7s | %10s | %10s | %6s |\n",
            "gateways, ledger", "conns", "pairs/s", "per gateway", "lock p50", "lock p99",
-           "/chain", "calls/pair", "errors");
+           "/chain", "calls/pair", "in release", "errors");
     printf("|--------------------------------|-------|----------|-------------|----------|"
-           "----------|---------|------------|--------|\n");
+           "----------|---------|------------|------------|--------|\n");
     rc |= hot_row(redis, "1, LMDB", &lmdb_port, 1, conns, ms, "hot-lmdb");
     rc |= hot_row(redis, "1, PostgreSQL", pg_ports, 1, conns, ms, "hot-pg-1");
     rc |= hot_row(redis, "2, PostgreSQL (sum, worse p99)", pg_ports, 2, conns, ms, "hot-pg-2");
