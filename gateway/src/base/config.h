@@ -54,9 +54,10 @@
 /* libmicrohttpd's memory pool per connection: the request line and headers and the answer's
  * headers live in it (bodies are streamed into our own buffers). Its default, 32 KiB, is all
  * touched once a keep-alive connection has served a request, so 10,000 parked waiters would
- * cost 320 MiB. At 3 KiB a parked waiter costs under 4 KiB in all (tests/bench/handoff_bench)
- * and a request may carry about 2.5 KiB of request line and headers; libmicrohttpd refuses a
- * larger one with 431 (its own short HTML body, not our JSON: it answers before we see it). */
+ * cost 320 MiB. At 3 KiB a parked waiter costs about 4.3 KiB in all, most of it this pool
+ * (tests/bench/handoff_bench), and a request may carry about 2.5 KiB of request line and
+ * headers; libmicrohttpd refuses a larger one with 431 (its own short HTML body, not our
+ * JSON: it answers before we see it). */
 #define GW_CONN_MEMORY (3 * 1024)
 
 typedef struct gw_config {
