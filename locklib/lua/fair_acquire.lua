@@ -25,6 +25,11 @@
 --          leaves an entry there, so that the release that frees the lock while this owner
 --          is first grants it; an attempt claims such a grant; a grant this call mints has
 --          the id as its hold id.
+-- ARGV[11] optional: "1" to join the queue only, "0" (or absent) for an attempt: the call
+--          takes nothing (no mint, no re-entry, no claim of a grant, no replay), so it needs
+--          no floor (ARGV[3] is checked, unused). Exclusive, without an idempotency key. The
+--          owner's turn (step 4) or a hold of its own (step 3, a grant to its id included)
+--          answers {0, 0, -1, 0, 1} with nothing queued: attempt again without this flag.
 -- KEYS[8]  shared holders' leases fg:{R}:readers (prelude/shared.lua)
 -- KEYS[9]  waiting requests       fg:{R}:rwait   (prelude/shared.lua)
 --
@@ -36,6 +41,11 @@
 --                                   position; retry within retry_ms or on a release message;
 --                                   holder_token is the holder's token, 0 when the lock is
 --                                   free (another waiter is first)
+--          {0, 0, -1, 0, 1}         a join (ARGV[11]) that found this owner's turn or hold
+--          A queued answer is {0, retry_ms, position, holder_token, 0, first}: while the
+--          lock is free, first is the queue element of the live waiter first in line (its
+--          owner, '#' and its owner for a shared one), the one to take it, whose own
+--          process may not have woken it; else "".
 --          {-1, 0, -1}  the idempotency key was used by another owner or operation, or by a
 --                       call of the other mode
 --          {-2, 0, -1}  this owner holds the lock in the other mode: nothing changes
@@ -90,6 +100,7 @@ local supersede = mint_floor(ARGV[7] or '0')
 local will_wait = ARGV[8] or '0'
 local mode_arg = ARGV[9] or 'x'
 local handoff_id = ARGV[10] or ''
+local join_arg = ARGV[11] or '0'
 local HEAD_POLL_MS = 1000
 local PRUNE_MAX = 100
 
@@ -101,11 +112,15 @@ if lease_ms == nil or lease_ms < 1 or floor == nil or floor < 0 or floor >= TOKE
         idle_ms == nil or supersede == nil or (will_wait ~= '0' and will_wait ~= '1') or
         (mode_arg ~= 'x' and mode_arg ~= 's') or (mode_arg == 's' and KEYS[9] == nil) or
         (handoff_id ~= '' and (mode_arg == 's' or not handoff_valid_id(handoff_id) or
-            KEYS[10] == nil)) then
+            KEYS[10] == nil)) or (join_arg ~= '0' and join_arg ~= '1') or
+        (join_arg == '1' and (mode_arg == 's' or idem_ms ~= 0)) then
     return redis.error_reply('fencegate: invalid argument')
 end
 
-if handoff_id ~= '' then
+local join_only = join_arg == '1'
+local TURN = {0, 0, -1, 0, 1} -- a join that found this owner's turn or hold: attempt
+
+if handoff_id ~= '' and not join_only then
     local g_token, g_holds, g_leased = handoff_claim(KEYS[1], owner, handoff_id,
         will_wait == '1')
     if g_token then
@@ -197,6 +212,9 @@ if held and redis.call('HEXISTS', KEYS[1], owner) == 1 then
     if (mode == 's') ~= shared then
         return {-2, 0, -1}
     end
+    if join_only then
+        return TURN
+    end
     if shared then
         return shared_granted(share(KEYS[1], KEYS[2], KEYS[8], owner, lease_ms, now, ''))
     end
@@ -214,6 +232,9 @@ end
 
 -- 4. This owner's turn: mint (prelude/mint.lua).
 if not shared and not held and (not head or head == owner) then
+    if join_only then
+        return TURN
+    end
     -- Only when left over: a DEL is the script's first write, and Redis lets a script that
     -- has written go on writing, out of memory or not (DEL is allowed then).
     if KEYS[8] and redis.call('EXISTS', KEYS[8]) == 1 then
@@ -256,6 +277,7 @@ end
 
 local retry_ms
 local holder_token = 0
+local first = ''
 if held then
     mark_wanted(KEYS[1])
     retry_ms = redis.call('PTTL', KEYS[1])
@@ -263,6 +285,7 @@ if held then
 elseif head and head ~= elem then
     -- head is another live waiter, so head_deadline >= now.
     retry_ms = math.min(head_deadline - now, HEAD_POLL_MS)
+    first = head
 else
     -- A shared request at the head, refused for a writer waiting without the queue.
     retry_ms = writer_first_retry(KEYS[9], now)
@@ -270,4 +293,4 @@ end
 if retry_ms < 1 then
     retry_ms = 1
 end
-return {0, retry_ms, position, holder_token}
+return {0, retry_ms, position, holder_token, 0, first}

@@ -63,8 +63,9 @@ static void handoff_keys(lk__cmd *cmd)
  * ARGV owner, lease, floor, idem_ttl[, wait], token_key_idle_ttl[, others_waiting (not
  * fair)], supersede[, hold id (not fair)], will_wait (min_replicas: a replay must write, for
  * the WAIT after it), mode ("s" shared, "x" exclusive)[, wait (not fair: how long the caller
- * waits when held)][, with a hand-off id: the wait (not fair) or the id (fair)]. A non-fair
- * call with a hand-off id sends that id as its hold id. */
+ * waits when held)][, with a hand-off id: the wait (not fair) or the id (fair)][, fair
+ * join_only: the id or "", then "1"]. A non-fair call with a hand-off id sends that id as its
+ * hold id. */
 static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__cmd *cmd,
                                char *err)
 {
@@ -101,6 +102,11 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
         (call->wait_ms < 1 || call->wait_ms > LK_WAIT_MAX_MS)) {
         return lk__errf(err, LK_EINVAL, "wait must be 1..%d ms with a hand-off id",
                         LK_WAIT_MAX_MS);
+    }
+    if (call->join_only && (!fair || call->shared || call->idem_key != NULL ||
+                            call->handoff_claim)) {
+        return lk__errf(err, LK_EINVAL,
+                        "join_only is for an exclusive fair call without idempotency key");
     }
     lk__cmd_start(cmd, fair ? LK__SCRIPT_FAIR_ACQUIRE : LK__SCRIPT_ACQUIRE, call->resource);
     lk__cmd_key(cmd, "lock");
@@ -150,12 +156,21 @@ static lk_status build_acquire(const lk_options *opts, const lk_call *call, lk__
             lk__cmd_num(cmd, call->handoff_claim ? 1 : call->wait_ms); /* 1: claim only */
         }
     }
+    if (call->join_only) {
+        if (hid == NULL) {
+            lk__cmd_arg(cmd, "");
+        }
+        lk__cmd_arg(cmd, "1");
+    }
     return LK_OK;
 }
 
 static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *err)
 {
     long long code = lk__int_at(reply, 0);
+    if (code == 1 && call->join_only) {
+        return lk__errf(err, LK_EREDIS, "a join was answered with a grant");
+    }
     if (code == 1) {
         call->res.handed = (int)lk__int_at(reply, call->kind == LK_CALL_ACQUIRE_FAIR ? 8 : 6);
         return lk__read_acquired(err, reply, &call->res);
@@ -168,6 +183,15 @@ static lk_status decode_acquire(lk_call *call, const redisReply *reply, char *er
         if (call->kind == LK_CALL_ACQUIRE_FAIR) {
             call->res.queue_pos = (int)lk__int_at(reply, 2);
             call->res.holder_token = lk__int_at(reply, 3);
+            call->res.may_take = call->join_only && lk__int_at(reply, 4) == 1;
+            const redisReply *h = reply->type == REDIS_REPLY_ARRAY && reply->elements > 5
+                                      ? reply->element[5]
+                                      : NULL;
+            if (h != NULL && h->type == REDIS_REPLY_STRING && h->len > 0 &&
+                h->len < sizeof call->res.first) {
+                memcpy(call->res.first, h->str, h->len);
+                call->res.first[h->len] = '\0';
+            }
         } else {
             call->res.holder_token = lk__int_at(reply, 2);
         }

@@ -854,9 +854,14 @@ static void test_crowd_on_a_shared_ledger_parks(void **state)
 }
 
 /* A crowd of fair clients on one lock, each asking again as soon as it released: every
- * pair completes (the lock goes round in the fair queue's order, and a free lock whose first
- * waiter is parked here is never left waiting for that waiter's deadline), and the script
- * calls per pair stay few: a release wakes one waiter, never the crowd. */
+ * pair completes (a free lock whose first waiter is parked here is never left waiting for
+ * that waiter's deadline: rt/waiters.c, "Fair waiters in order"), and most releases hand
+ * the lock on in their own script, one script call for the release, one for the next
+ * holder's claim and one for a new request's place in the queue. A new request's first
+ * call only joins the queue, without its stripe's turn, and parks though releases went by
+ * meanwhile (ops/lock_attempt.c, "Fair joins"); with an attempt under the turn instead, the
+ * /unlocks found the turn taken and released plainly (about 4.7 calls per pair, a fifth of
+ * the releases handing on). */
 static void test_fair_crowd_on_one_lock(void **state)
 {
     wt_state *s = *state;
@@ -864,11 +869,12 @@ static void test_fair_crowd_on_one_lock(void **state)
 
     long long calls = crowd_run(s, "wt.faircrowd", 1, PAIRS);
     double per_pair = (double)calls / (CLIENTS * PAIRS);
+    long long handoffs = gwt_metric(&s->gw, "fencegate_lock_handoffs_total");
     print_message("fair, %d clients, %d pairs: %lld script calls, %.2f per pair, "
                   "%lld hand-offs\n",
-                  CLIENTS, CLIENTS * PAIRS, calls, per_pair,
-                  gwt_metric(&s->gw, "fencegate_lock_handoffs_total"));
-    assert_true(per_pair <= 6.0);
+                  CLIENTS, CLIENTS * PAIRS, calls, per_pair, handoffs);
+    assert_true(handoffs >= CLIENTS * PAIRS / 2);
+    assert_true(per_pair <= 4.0);
     assert_false(is_locked(&s->gw, "wt.faircrowd"));
 }
 

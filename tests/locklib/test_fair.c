@@ -431,6 +431,81 @@ static void test_validation(void **state)
     assert_lk(f->c, lk_release(f->c, res, "A", NULL, &r), LK_RELEASED);
 }
 
+/* One join_only call of owner on res (lk_call_many), its status returned, *r its result. */
+static lk_status join(lk_fixture *f, const char *res, const char *owner, const char *hid,
+                      lk_result *r)
+{
+    lk_call call = {.kind = LK_CALL_ACQUIRE_FAIR, .resource = res, .owner = owner,
+                    .lease_ms = 10000, .wait_ms = 10000, .handoff_id = hid, .join_only = 1};
+    lk_call *calls[] = {&call};
+    lk_call_many(f->c, calls, 1);
+    *r = call.res;
+    return call.status;
+}
+
+/* A join only queues: behind a holder it is answered HELD with its place, as an attempt
+ * is; on the owner's turn (a free lock, the owner first in line) or on a hold of the
+ * owner's own it takes nothing (may_take) and queues nothing, and no token is minted. An
+ * answer on a free lock names the owner first in line (first). */
+static void test_join_only(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    char q[256];
+    const char *res = res_name("join");
+
+    assert_lk(f->c, join(f, res, "A", NULL, &r), LK_HELD); /* free, nobody in line */
+    assert_int_equal(r.may_take, 1);
+    assert_int_equal(r.queue_pos, -1);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:fence", res), 0);
+    assert_lk(f->c, lk_acquire_fair(f->c, res, "A", 10000, 0, NULL, 10000, &r), LK_ACQUIRED);
+    int64_t a_token = r.token;
+
+    assert_lk(f->c, join(f, res, "B", "b1", &r), LK_HELD); /* behind A: queued */
+    assert_int_equal(r.may_take, 0);
+    assert_int_equal(r.queue_pos, 0);
+    assert_int_equal(r.holder_token, a_token);
+    assert_lk(f->c, join(f, res, "C", "c1", &r), LK_HELD);
+    assert_int_equal(r.may_take, 0);
+    assert_int_equal(r.queue_pos, 1);
+    assert_string_equal(r.first, ""); /* held: nobody is to take it now */
+    assert_lk(f->c, join(f, res, "A", NULL, &r), LK_HELD); /* the holder: its own hold */
+    assert_int_equal(r.may_take, 1);
+    queue_str(f, res, q, sizeof q);
+    assert_string_equal(q, "B,C");
+
+    /* Freed: B is first, so C's join queues it where it was and B's finds its turn. */
+    assert_lk(f->c, lk_release(f->c, res, "A", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, join(f, res, "C", "c1", &r), LK_HELD);
+    assert_int_equal(r.may_take, 0);
+    assert_int_equal(r.queue_pos, 1);
+    assert_int_equal(r.holder_token, 0);
+    assert_string_equal(r.first, "B"); /* the one to take the free lock */
+    assert_lk(f->c, join(f, res, "B", "b1", &r), LK_HELD);
+    assert_int_equal(r.may_take, 1);
+    queue_str(f, res, q, sizeof q);
+    assert_string_equal(q, "B,C");
+    assert_lk(f->c, lk_acquire_fair(f->c, res, "B", 10000, 0, NULL, 10000, &r), LK_ACQUIRED);
+    assert_int_equal(r.token, a_token + 1); /* nothing was minted in between */
+    assert_lk(f->c, lk_release(f->c, res, "B", NULL, &r), LK_RELEASED);
+    assert_lk(f->c, lk_fair_cancel(f->c, res, "C"), LK_OK);
+
+    /* Only an exclusive fair call without an idempotency key joins. */
+    lk_call bad[] = {
+        {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "D", .lease_ms = 10000,
+         .join_only = 1},
+        {.kind = LK_CALL_ACQUIRE_FAIR, .resource = res, .owner = "D", .lease_ms = 10000,
+         .shared = 1, .join_only = 1},
+        {.kind = LK_CALL_ACQUIRE_FAIR, .resource = res, .owner = "D", .lease_ms = 10000,
+         .idem_key = "k1", .join_only = 1},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        lk_call *calls[] = {&bad[i]};
+        lk_call_many(f->c, calls, 1);
+        assert_lk(f->c, bad[i].status, LK_EINVAL);
+    }
+}
+
 /* Waiters on their own connections (as in separate processes), each polling at its own
  * pace, are served in the order they queued. */
 typedef struct fifo_arg {
@@ -528,6 +603,7 @@ int main(void)
         cmocka_unit_test(test_non_fair_barges),
         cmocka_unit_test(test_forged_owner),
         cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_join_only),
         cmocka_unit_test(test_fifo_across_connections),
     };
     return cmocka_run_group_tests_name("locklib_fair", tests, group_setup, lk_group_teardown);

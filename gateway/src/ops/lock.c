@@ -105,7 +105,7 @@ static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held
     /* As if Redis had answered HELD with the known holder's token: a release message of an
      * older hold since this request began (a hand-off's, say) does not send it to Redis. */
     switch (gw__wait_park(rt->waitq, &call->waiter, req->conn, call->deadline_ms, held_ms,
-                          token)) {
+                          token, -1)) {
     case GW_PARKED:
         atomic_fetch_add(&rt->metrics.parked_unasked, 1);
         *result = MHD_YES;
@@ -159,6 +159,7 @@ static enum MHD_Result lock_attempt(gw_request *req, struct gw_lock_call *call)
 
     call->waiting = (unsigned char)(call->wants_wait && !call->last);
     call->waiter.fair = call->fair;
+    call->waiter.owner = call->owner;
     if (call->waiting && gw__wait_begin(rt->waitq, &call->waiter, call->turn.resource) != 0) {
         call->waiting = 0;
     }
@@ -258,6 +259,12 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
         gw__wait_pass_wake(rt->waitq, &call->waiter); /* "The line": nothing was learned */
     }
     call->line_sent = 0;
+    if (st == LK_HELD && res.may_take) {
+        return lock_attempt(req, call); /* a join found the lock the owner's to take */
+    }
+    if (st == LK_HELD && call->fair && res.holder_token == 0) {
+        gw__wait_wake_head(rt->waitq, &call->waiter, res.first); /* "Fair waiters in order" */
+    }
     if (st == LK_ACQUIRED && refused_fresh_grant(req, call, &res)) {
         return gw__lock_undo_then(req, call, res.token, THEN_ATTEMPT);
     }
@@ -270,7 +277,8 @@ static enum MHD_Result lock_answered(gw_request *req, struct gw_lock_call *call)
     }
     call->stage = LOCK_PARKED; /* what resumes it now, unless it is answered below */
     switch (gw__wait_park(rt->waitq, &call->waiter, req->conn, call->deadline_ms,
-                          res.ttl_ms >= 0 ? res.ttl_ms : -1, res.holder_token)) {
+                          res.ttl_ms >= 0 ? res.ttl_ms : -1, res.holder_token,
+                          call->shared ? -1 : res.queue_pos)) {
     case GW_PARKED:
         return MHD_YES;
     case GW_PARK_RETRY:

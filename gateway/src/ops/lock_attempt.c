@@ -260,7 +260,8 @@ static void stripe_send(gw_fence *f, gw_fence_turn *t, gw_floor floor)
 
 /* gw__lock_fence_ops.held, on the pipeline thread: a fair waiter was queued in Redis just
  * now; it takes its local place while attempts on this resource are still serialised by
- * the stripe, so both orders agree. */
+ * the stripe, so the orders of attempts agree (joins go beside them: rt/waiters.c, "Fair
+ * waiters in order"). */
 static void attempt_held(gw_fence *f, gw_fence_turn *t)
 {
     gw_rt *rt = f->owner;
@@ -438,6 +439,45 @@ enum MHD_Result gw__lock_undo_then(gw_request *req, struct gw_lock_call *call, i
     return MHD_YES;
 }
 
+/* Fair joins. A new fair request must take its place in the fair queue in Redis, and on
+ * a hot lock its first attempt only does that: the lock is held, or another waiter is
+ * first. Sent as an attempt, it would hold its stripe's turn for a round trip, and an
+ * /unlock meanwhile could not hand the lock on in its release ("Hand-offs": the waiter's
+ * attempt behind the release needs the turn at once): the lock would go on by a plain
+ * release, a message and a second pass. So while other requests of this gateway wait for
+ * the resource (and fewer than WQ_JOINS_MAX joins of it are out: rt/waiters_internal.h),
+ * a new fair request's first call is a join (lk_call.join_only): it queues
+ * the owner and takes nothing, so it needs no floor and no turn (fence.c: the turns are for
+ * tokens minted), and goes to Redis beside the acquisitions. Answered HELD, the request
+ * parks as after an attempt, also when releases went by meanwhile, as long as they went to
+ * the waiters ahead of it (rt/waiters.c, "Fair waiters behind the first"); answered that
+ * the lock is the owner's to take (a free lock with nobody ahead, or a hold of the owner's
+ * own), it attempts at once, in turn. Joins are answered out of the queue's order at times
+ * (rt/waiters.c, "Fair waiters in order"). A request with an Idempotency-Key (its first
+ * answer is recorded), a shared one (readers are granted together, whatever their place)
+ * or one past its address's share of waiters (it does not queue) attempts. */
+static int join_first(gw_rt *rt, struct gw_lock_call *call, const lk_call *release)
+{
+    return call->fair && !call->shared && call->waiting && !call->fair_queued &&
+           !call->over_share && call->idem_key[0] == '\0' && release == NULL &&
+           gw__wait_join(rt->waitq, &call->waiter, 1);
+}
+
+/* The done of a join's job, on the pipeline thread (no stripe held): queued in Redis just
+ * now, the waiter takes its local place, as attempt_held() places one queued by an
+ * attempt. The pipeline resumes the connection. */
+static int joined(gw_job *job)
+{
+    struct gw_lock_call *lc = job->arg;
+    gw_rt *rt = job->ctx;
+
+    if (job->call->status == LK_HELD && !job->call->res.may_take) {
+        gw__wait_place(rt->waitq, &lc->waiter);
+    }
+    gw__wait_join(rt->waitq, &lc->waiter, 0);
+    return 1;
+}
+
 /* Sends an attempt whose connection conn is suspended: its stripe's turn, then the
  * pipeline (see "Attempts in the pipeline"). Returns 1 when it went to the pipeline now; 0
  * when it waits for its stripe, or was answered without Redis (then it may be resumed, and
@@ -450,20 +490,29 @@ static int attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Connect
     call->attempt = NULL;
     call->waiter.conn = conn; /* the same connection it parks, if it does */
     call->stage = LOCK_ATTEMPTING;
-    if (call->shared) {
-        /* A shared attempt mints nothing: it needs no floor and no turn of its stripe, whose
-         * line makes the acquisitions of one resource go one round trip at a time until each
-         * new token is counted. Readers of one resource go to Redis together. */
+    int join = join_first(rt, call, release);
+    if (call->shared || join) {
+        /* A shared attempt mints nothing, nor does a join ("Fair joins"): it needs no floor
+         * and no turn of its stripe, whose line makes the acquisitions of one resource go
+         * one round trip at a time until each new token is counted. Readers of one resource
+         * go to Redis together. */
         gw_attempt *at = attempt_new();
         if (at == NULL) {
+            if (join) {
+                gw__wait_join(rt->waitq, &call->waiter, 0);
+            }
             call->turn.refused = ATTEMPT_NOMEM;
             gw__loops_resume(rt->loops, conn);
             return 0;
         }
         fill_attempt(rt, call, at, 0, gw__now_ms());
+        at->call.join_only = join;
+        if (join) {
+            gw__wait_sending(rt->waitq, &call->waiter);
+        }
         at->job.call = &at->call;
         at->job.conn = conn;
-        at->job.done = shared_answered;
+        at->job.done = join ? joined : shared_answered;
         at->job.arg = call;
         at->job.ctx = rt;
         call->attempt = at;

@@ -422,7 +422,7 @@ static enum MHD_Result set_answered(gw_request *req, struct gw_set_call *sc)
     const lk_result *r = &sc->items[t].res;
     sc->stage = SET_PARKED;
     switch (gw__wait_park(sc->rt->waitq, &sc->waiter, req->conn, sc->deadline_ms,
-                          r->ttl_ms >= 0 ? r->ttl_ms : -1, r->holder_token)) {
+                          r->ttl_ms >= 0 ? r->ttl_ms : -1, r->holder_token, -1)) {
     case GW_PARKED:
         return MHD_YES;
     case GW_PARK_RETRY:

@@ -64,6 +64,17 @@ static void run_pending(gw_waitq *wq)
         for (; r->kicks > 0; r->kicks--) {
             gw__wq_wake_one(wq, r, GW_WAKE_RELEASE);
         }
+        for (gw_dlink *n = r->head_wakes > 0 ? gw_dlist_first(&r->queue) : NULL; n != NULL;
+             n = gw_dlist_next(n)) {
+            gw_waiter *w = gw_container_of(n, gw_waiter, link);
+            if (w->head_woken) {
+                w->head_woken = 0;
+                if (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING) {
+                    gw__wq_wake(wq, w, GW_WAKE_RELEASE);
+                }
+            }
+        }
+        r->head_wakes = 0;
     }
 }
 

@@ -47,6 +47,10 @@ typedef struct gw_waiter {
     int granted;                  /* a grant's message named it since its attempt was sent:
                                    * it looks again rather than park, also on the line
                                    * (rt/waitq.c, on_grant). Under the queue's mutex */
+    const char *owner;            /* its owner (set by its owner; fair waiters are named by
+                                   * it in the fair queue) */
+    int head_woken;               /* another waiter's answer named it first in line on a
+                                   * free lock: waitd wakes it (gw__wait_wake_head). Under mu */
     int set;                      /* a set's waiter (ops/lock_set.c): never claimed, since a
                                    * hand-off sends one resource's attempt */
     int claimed;                  /* claimed once: gw__wait_free() leaves its request to

@@ -15,9 +15,10 @@
  * A woken waiter runs its attempt on an HTTP loop thread (the access handler is called again
  * on resume). If the lock is still held, it parks again. A waiter keeps its place in its
  * resource's queue from its first HELD answer until its wait ends, woken or not, so waking
- * "the first parked waiter" follows arrival order. A fair waiter takes its place while its
- * first attempt's answer is in and its resource's floor stripe is still busy (fence.c), so
- * the local order of fair waiters is their order in the Redis queue.
+ * "the first parked waiter" follows arrival order. A fair waiter takes its place when its
+ * first call's answer is in; for an attempt its resource's floor stripe is still busy then
+ * (fence.c), but joins are answered beside it, so the local order of fair waiters is close
+ * to their order in the Redis queue, not always the same ("Fair waiters in order").
  *
  * One thread (waitd) runs the subscriber, the timers and the disconnect watch with epoll; a
  * short-lived thread reconnects the subscriber when it is down, so a slow connect never
@@ -39,6 +40,31 @@
  * (or a resubscription after the subscriber connection dropped, when messages were lost)
  * wakes one waiter when Redis confirms it. If the subscriber is down, the expiry timer and
  * the deadline still wake waiters: slower, never a hang past wait_ms.
+ *
+ * Fair waiters behind the first. A fair attempt (or join, ops/lock_attempt.c) answered held
+ * learns its place in the fair queue: k waiters ahead of it, and a holder or not. The lock
+ * reaches it only after the holder's release and then one release per waiter ahead, each
+ * of which hands it to the next in line (a grant in its script, or the next one's own
+ * attempt). So a waiter behind the first parks though release messages came while its
+ * attempt was out, as long as they were fewer than those turns; a message without a token,
+ * an expiry or a confirmation (the epoch) still sends it back to Redis at once. Should a
+ * waiter ahead be gone (its wait over, its gateway killed) the count runs ahead of the
+ * queue, so such a waiter parks with its resource's expiry timer at most WQ_BEHIND_CHECK_MS
+ * away, the fair queue's own poll of a free lock. On a hot fair lock every new request's
+ * join is answered after releases went by: asking again would cost an attempt under the
+ * stripe's turn, which the next /unlock needs free to hand on in its release
+ * (ops/lock_attempt.c, "Hand-offs").
+ *
+ * Fair waiters in order. A release message wakes the first fair waiter parked here, which
+ * is the first in line among them when their local order is the queue's. Joins take no turn
+ * of the stripe and are answered on two Redis connections, so a later joiner may be placed
+ * here before an earlier one, and the first in line can sleep on a free lock while another
+ * waiter is woken. So an answer that finds the lock free with another waiter first names
+ * that waiter's owner (locklib's lk_result.first), and if it is parked here, waitd wakes it
+ * (gw__wait_wake_head). The queue's poll of a free lock (at most 1 s) wakes a waiter whose
+ * answer then does this, so the order costs a wait of at most that poll, never the first
+ * waiter's whole wait. A grant named for a waiter not yet placed here (its answer still on
+ * the way) is kept in the message ring, and its park sees it (gw__wres_granted_since).
  *
  * Settling (Redlock). A release reaches the masters one by one, and lk_sub reports it once,
  * at its first master's message (its hold id); the other masters' copies wake nobody. The
@@ -344,6 +370,48 @@ void gw__wait_pass_wake(gw_waitq *wq, gw_waiter *w)
     pthread_mutex_unlock(&wq->mu);
 }
 
+int gw__wait_join(gw_waitq *wq, gw_waiter *w, int begin)
+{
+    int ok = 0;
+
+    if (w->res == NULL) {
+        return 0;
+    }
+    pthread_mutex_lock(&wq->mu);
+    gw_wres *r = w->res;
+    if (!begin) {
+        r->joins--;
+    } else if (r->refs > 1 && r->joins < WQ_JOINS_MAX) {
+        r->joins++;
+        ok = 1;
+    }
+    pthread_mutex_unlock(&wq->mu);
+    return ok;
+}
+
+void gw__wait_wake_head(gw_waitq *wq, gw_waiter *w, const char *first)
+{
+    if (first[0] == '#') {
+        first++; /* a shared waiter's queue element */
+    }
+    if (w->res == NULL || first[0] == '\0') {
+        return;
+    }
+    pthread_mutex_lock(&wq->mu);
+    for (gw_dlink *n = gw_dlist_first(&w->res->queue); n != NULL; n = gw_dlist_next(n)) {
+        gw_waiter *x = gw_container_of(n, gw_waiter, link);
+        if (x != w && x->fair && x->owner != NULL && strcmp(x->owner, first) == 0) {
+            if (x->state == GW_WAITER_SUSPENDED || x->state == GW_WAITER_PARKING) {
+                x->head_woken = 1;
+                w->res->head_wakes++;
+                gw__wq_pending_add(wq, w->res);
+            }
+            break;
+        }
+    }
+    pthread_mutex_unlock(&wq->mu);
+}
+
 void gw__wait_place(gw_waitq *wq, gw_waiter *w)
 {
     if (w->res == NULL) {
@@ -484,7 +552,8 @@ void gw__wait_free(gw_waitq *wq, const gw_waiter *w, void *mem)
 }
 
 gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
-                      int64_t deadline_ms, int64_t hint_ms, int64_t holder_token)
+                      int64_t deadline_ms, int64_t hint_ms, int64_t holder_token,
+                      int64_t queue_pos)
 {
     gw_wres *r = w->res;
 
@@ -493,7 +562,14 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_SHUTDOWN;
     }
-    int moved = r->epoch != w->epoch || gw__wres_released_since(r, w->msgs, holder_token);
+    /* Behind the first in line: the next `turns` releases since its attempt (the holder's,
+     * then those of the waiters ahead of it) hand the lock to others ("Fair waiters behind
+     * the first"). */
+    int behind = w->fair && queue_pos > 0;
+    uint64_t turns = (uint64_t)queue_pos + (holder_token > 0), since = r->msgs - w->msgs;
+    int moved = r->epoch != w->epoch ||
+                (behind ? since >= turns || gw__wres_granted_since(r, w->msgs, w->handoff_id)
+                        : gw__wres_released_since(r, w->msgs, holder_token));
     if (w->granted || (moved && (w->fair || r->lined <= 0))) {
         /* Released (or resubscribed) since the attempt was sent: look again now, unless
          * another waiter's attempt queued behind the stripe will ("The line"). */
@@ -514,7 +590,12 @@ gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
         pthread_mutex_unlock(&wq->mu);
         return GW_PARK_NOMEM;
     }
-    int64_t nap = gw__wres_settle_nap(wq, r, holder_token, hint_ms);
+    int passed = behind && since > 0;
+    if (passed && (hint_ms < 0 || hint_ms > WQ_BEHIND_CHECK_MS)) {
+        hint_ms = WQ_BEHIND_CHECK_MS; /* the lock went to the first in line, or is free */
+    }
+    /* A release this attempt saw coming is no sign that its answer is stale ("Settling"). */
+    int64_t nap = passed ? 0 : gw__wres_settle_nap(wq, r, holder_token, hint_ms);
     if (nap > 0) {
         gw__wres_expiry_at(wq, r, gw__now_ms() + nap);
     } else if (hint_ms >= 0) {

@@ -81,6 +81,15 @@ int gw__wait_line_busy(gw_waitq *wq, const gw_waiter *w);
 /* An attempt of w, a non-fair waiter, got no answer from Redis (an error, a timeout): the
  * waiters parked on it may sleep on a free lock, so waitd wakes one, as for a release. */
 void gw__wait_pass_wake(gw_waitq *wq, gw_waiter *w);
+/* begin 1: whether w, a fair waiter, may send a join now: other requests here wait for its
+ * resource, and fewer than WQ_JOINS_MAX joins of it are out; if so the join is counted
+ * until gw__wait_join(wq, w, 0) at its answer. */
+int gw__wait_join(gw_waitq *wq, gw_waiter *w, int begin);
+/* An attempt of w, a fair waiter, was answered that the lock is free but the waiter whose
+ * queue element is `first` (lk_result.first: its owner, "#"-prefixed when shared) is first
+ * in line: when that waiter is parked here, waitd wakes it, as for a release ("Fair waiters
+ * in order"). */
+void gw__wait_wake_head(gw_waitq *wq, gw_waiter *w, const char *first);
 /* The release a claim went out behind is answered (on the pipeline thread): published is
  * lk_result.published, 0 for anything but RELEASED. When nothing was published no message
  * comes for the claim, so none may be taken for it. */
@@ -115,10 +124,13 @@ void gw__wait_free(gw_waitq *wq, const gw_waiter *w, void *mem);
 /* After an attempt answered HELD with time left: parks the waiter and suspends conn (the
  * caller is the access handler of conn). deadline_ms is monotonic; hint_ms is the holder's
  * remaining lease (-1 unknown); holder_token the token of the hold the attempt found
- * (lk_result.holder_token, 0 unknown). GW_PARK_RETRY when the lock may have been freed
- * since the attempt was sent. */
+ * (lk_result.holder_token, 0 unknown); queue_pos a fair attempt's 0-based place in the fair
+ * queue (lk_result.queue_pos; -1 for none, and for a shared request, which can be granted
+ * with those before it). GW_PARK_RETRY when the lock may have been freed
+ * since the attempt was sent, for this waiter ("Fair waiters behind the first"). */
 gw_park gw__wait_park(gw_waitq *wq, gw_waiter *w, struct MHD_Connection *conn,
-                      int64_t deadline_ms, int64_t hint_ms, int64_t holder_token);
+                      int64_t deadline_ms, int64_t hint_ms, int64_t holder_token,
+                      int64_t queue_pos);
 /* What the socket of conn says about its client, without reading anything:
  *   GW_PEER_OPEN  still sending, or quiet (a pipelined request's bytes, or nothing yet);
  *   GW_PEER_EOF   it closed its sending side: a half-close (shutdown(SHUT_WR), which HTTP/1.1

@@ -28,6 +28,15 @@
 /* The naps of a waiter whose held answer names a hold reported released ("Settling"). */
 #define WQ_SETTLE_MIN_MS 10
 #define WQ_SETTLE_MAX_MS 100
+/* The most joins of one resource's fair waiters out at once: a join carries a Redis call
+ * from the moment it is sent, where an attempt waiting for its stripe's turn carries none,
+ * so a crowd arriving at once would otherwise hold a call each. Past it new requests
+ * attempt, in turn (ops/lock_attempt.c, "Fair joins"). */
+#define WQ_JOINS_MAX 32
+/* A fair waiter behind the first in line that parked past releases looks again at the
+ * latest this long after ("Fair waiters behind the first"): the fair queue's own poll of a
+ * free lock (locklib's fair_acquire.lua, HEAD_POLL_MS). */
+#define WQ_BEHIND_CHECK_MS 1000
 /* A grant to a waiter not parked here (rt/waitq.c, on_grant): the waiters here look at the
  * lock again this long after, in case it is never claimed. */
 #define WQ_GRANT_CHECK_MS 1000
@@ -46,10 +55,14 @@ struct gw_wres {
     uint64_t msgs;                     /* release messages with a token, ever */
     int64_t msg_token[WQ_RING];        /* the token of message k at [k % WQ_RING] */
     int64_t msg_at[WQ_RING];           /* when waitd read it, monotonic ms ("Settling") */
+    char msg_grant[WQ_RING][17];       /* the hand-off id a grant's message named, else "" */
     gw_timer expiry;                   /* when the holder's lease runs out, if known */
     int subscribed;                    /* SUBSCRIBE sent on the current connection */
     int need_sub;                      /* waitd must (re)subscribe */
     int kicks;                         /* wakes to pass on to the next waiter */
+    int joins;                         /* joins of its fair waiters out (gw__wait_join) */
+    int head_wakes;                    /* waiters marked head_woken ("Fair waiters in
+                                        * order") */
     int lined;                         /* attempts of its non-fair waiters queued behind
                                         * their stripe, not sent yet ("The line") */
     int line_parked;                   /* a waiter parked on the line since a wake was last
@@ -112,6 +125,7 @@ int gw__wq_timer_set(gw_waitq *wq, gw_timer *t, int64_t at);
 gw_wres *gw__wres_find(gw_waitq *wq, const char *name);
 gw_wres *gw__wres_get(gw_waitq *wq, const char *name);
 void gw__wres_unref(gw_waitq *wq, gw_wres *r);
+int gw__wres_granted_since(const gw_wres *r, uint64_t since, const char *id);
 void gw__wq_pending_add(gw_waitq *wq, gw_wres *r);
 void gw__wq_pending_remove(gw_waitq *wq, gw_wres *r);
 void gw__wq_queue_remove(gw_wres *r, gw_waiter *w);

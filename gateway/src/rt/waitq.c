@@ -164,6 +164,24 @@ int gw__wres_released_since(const gw_wres *r, uint64_t since, int64_t token)
     return 0;
 }
 
+/* Whether a grant's message since message count `since` named hand-off id `id` (not "");
+ * when more came than the ring keeps, any may have. Under mu. */
+int gw__wres_granted_since(const gw_wres *r, uint64_t since, const char *id)
+{
+    if (r->msgs == since || id[0] == '\0') {
+        return 0;
+    }
+    if (r->msgs - since > WQ_RING) {
+        return 1;
+    }
+    for (uint64_t k = since + 1; k <= r->msgs; k++) {
+        if (strcmp(r->msg_grant[k % WQ_RING], id) == 0) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
 /* The nap before r is looked at again, in ms, when an attempt was answered held by the hold
  * of token holder_token and a message of the last command timeout named that token or a
  * larger one ("Settling"); 0 when the answer is to be believed. Never longer than hint_ms
@@ -217,6 +235,7 @@ void gw__wq_wake(gw_waitq *wq, gw_waiter *w, gw_wake reason)
 
     gw__timer_cancel(&wq->timers, &w->timer);
     w->reason = reason;
+    w->head_woken = 0;
     w->wake_unused = reason == GW_WAKE_RELEASE || reason == GW_WAKE_EXPIRY;
     atomic_fetch_sub(&m->waiters_parked, 1);
     atomic_fetch_add(&m->waiter_wakes[reason], 1);
@@ -288,6 +307,7 @@ static void on_grant(gw_waitq *wq, gw_wres *r, int64_t token, const char *id)
     r->msgs++;
     r->msg_token[r->msgs % WQ_RING] = token - 1;
     r->msg_at[r->msgs % WQ_RING] = gw__now_ms();
+    snprintf(r->msg_grant[r->msgs % WQ_RING], sizeof r->msg_grant[0], "%s", id);
     if (r->credits > 0 && gw__now_ms() > r->credit_until) {
         r->credits = 0;
     }
@@ -317,23 +337,19 @@ static void on_grant(gw_waitq *wq, gw_wres *r, int64_t token, const char *id)
 }
 
 /* A (re)subscription of r: messages may have been lost meanwhile, a grant's among them, so
- * the waiters parked here that a release may have granted the lock look again: every
- * non-fair one queued in Redis, and the first fair one (only the head of the fair queue is
- * granted; the local order of fair waiters is the queue's). */
+ * every waiter parked here that a release may have granted the lock looks again (its
+ * claims): every one queued in Redis for a hand-off, fair or not. Only the head of the fair
+ * queue is granted, but the local order of fair waiters may differ from the queue's
+ * (rt/waiters.c, "Fair waiters in order"). */
 static void wake_claimers(gw_waitq *wq, gw_wres *r)
 {
-    int fair_seen = 0;
     gw_dlink *n = gw_dlist_first(&r->queue);
     while (n != NULL) {
         gw_waiter *w = gw_container_of(n, gw_waiter, link);
         n = gw_dlist_next(n);
-        if (w->state != GW_WAITER_SUSPENDED && w->state != GW_WAITER_PARKING) {
-            continue;
-        }
-        if (w->claims && (!w->fair || !fair_seen)) {
+        if (w->claims && (w->state == GW_WAITER_SUSPENDED || w->state == GW_WAITER_PARKING)) {
             gw__wq_wake(wq, w, GW_WAKE_RELEASE);
         }
-        fair_seen |= w->fair;
     }
 }
 
@@ -357,6 +373,7 @@ void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
         r->msgs++;
         r->msg_token[r->msgs % WQ_RING] = token;
         r->msg_at[r->msgs % WQ_RING] = gw__now_ms();
+        r->msg_grant[r->msgs % WQ_RING][0] = '\0';
     }
     if (event == LK_SUB_RELEASED && r->credits > 0 && gw__now_ms() > r->credit_until) {
         r->credits = 0; /* their messages are lost or very late: wake as usual */

@@ -212,6 +212,12 @@ typedef struct lk_result {
                            * still holds (a waiter that leaves answered nobody with it: the
                            * caller gives that hold back), else 0 */
     char handed_id[17];  /* RELEASED with a hand-off: that waiter's id, else "" */
+    int may_take;        /* HELD of a lk_call.join_only: 1 when nothing was queued because
+                          * the owner may take the lock now (or holds it), else 0 */
+    char first[LK_OWNER_MAX + 2]; /* HELD of ACQUIRE_FAIR, the lock free: the owner of
+                          * the live waiter first in the fair queue, who is to take it (its
+                          * process may wake it), "#" and its owner for a shared waiter; ""
+                          * when the lock is held */
 } lk_result;
 
 /* Acquires `resource` for `owner`. lease_ms is LK_LEASE_MIN_MS..LK_LEASE_MAX_MS, or
@@ -375,6 +381,15 @@ typedef struct lk_call {
     int handoff_claim;     /* ACQUIRE with handoff_id: 1 to claim a grant made to the id
                             * without queuing the waiter when answered HELD (wait_ms keeps
                             * its meaning for writers' preference, and may be 0) */
+    int join_only;         /* ACQUIRE_FAIR, exclusive, without idem_key or handoff_claim: 1
+                            * to only join the fair queue. Nothing is taken (no token
+                            * minted, no re-entry, no grant claimed), so floor is unused and
+                            * the call may run beside acquisitions of the resource. Answered
+                            * HELD, queued as an attempt's HELD is, or, when it finds the
+                            * owner's turn (a free lock, the owner first in line) or a hold
+                            * of the owner's (a grant to handoff_id included), HELD with
+                            * res.may_take = 1 and nothing queued: the caller attempts again
+                            * without join_only. */
     int handoff;           /* RELEASE: 1 to hand a freed lock to the next queued waiter,
                             * its token minted above `floor` (res.handed_token,
                             * res.handed_id); 0 for a plain release */
