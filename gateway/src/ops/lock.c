@@ -127,8 +127,8 @@ static int park_unasked(gw_request *req, struct gw_lock_call *call, int64_t held
 /* A hand-off id (16 hex digits) for a new wait, unique in this process: splitmix64, a
  * bijection, of a counter offset by a random seed drawn once, so two processes' ids differ
  * too. Not a secret: it names the grant's hold in a published message, next to its owner,
- * which alone is the capability. An owner id's draw from the kernel (lk_random_id) costs
- * two getrandom calls, about 15 us on a loop thread for every waiting /lock. */
+ * which alone is the capability, so it needs no system call of its own (lk_random_id's
+ * getrandom) on a loop thread for every waiting /lock. */
 static void new_handoff_id(char out[17])
 {
     static atomic_uint_fast64_t counter;
