@@ -142,8 +142,8 @@ static void random_bytes(unsigned char raw[16])
         ssize_t n = getrandom(raw + got, 16 - got, 0);
         if (n > 0) {
             got += (size_t)n;
-        } else if (n < 0 && errno != EINTR) {
-            break;
+        } else if (n == 0 || errno != EINTR) {
+            break; /* 0 never comes for a short read; a loop on it would never end */
         }
     }
     if (got == 16) {
