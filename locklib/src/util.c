@@ -1,16 +1,18 @@
 /* Status strings, name validation, key names, ids, error text, the clock and the SIGPIPE
  * guard: the bottom layer (util_internal.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sys/random.h>
 #include <sys/types.h>
-#include <uuid/uuid.h>
 
 #include "util_internal.h"
 
@@ -87,6 +89,45 @@ lk_status lk_channel_name(const char *resource, char *buf, size_t len)
     return n >= 0 && (size_t)n < len ? LK_OK : LK_EINVAL;
 }
 
+/* Fills raw with n bytes (n <= 256) of the kernel CSPRNG: one getrandom call, which blocks
+ * only until the kernel's pool is first seeded, at boot. Where getrandom is refused (a kernel
+ * without it, a seccomp filter) /dev/urandom is read instead. libuuid's uuid_generate_random
+ * is no substitute: it costs about 6 us and six system calls per draw, and when getrandom
+ * fails with anything but ENOSYS it fills its bytes from rand() seeded with the pid, the uid
+ * and the time, and says so only in a return value its public function drops. These bytes
+ * make capabilities (owner and session ids), so with neither source the process aborts
+ * rather than hand out guessable ones. */
+static void random_bytes(unsigned char *raw, size_t n)
+{
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = getrandom(raw + got, n - got, 0);
+        if (r > 0) {
+            got += (size_t)r;
+        } else if (r == 0 || errno != EINTR) {
+            break; /* getrandom never answers 0 for a length above 0: no loop on it */
+        }
+    }
+    int fd = got < n ? open("/dev/urandom", O_RDONLY | O_CLOEXEC) : -1;
+    while (fd >= 0 && got < n) {
+        ssize_t r = read(fd, raw + got, n - got);
+        if (r > 0) {
+            got += (size_t)r;
+        } else if (r == 0 || errno != EINTR) {
+            break;
+        }
+    }
+    if (fd >= 0) {
+        close(fd);
+    }
+    if (got < n) {
+        fputs("locklib: no random bytes from getrandom or /dev/urandom; aborting rather than "
+              "make a guessable id\n",
+              stderr);
+        abort();
+    }
+}
+
 /* lk__hold_id: a per-process random key, drawn once, mixed with a counter. */
 static uint64_t hold_key;
 static _Atomic uint64_t hold_count;
@@ -94,11 +135,9 @@ static pthread_once_t hold_once = PTHREAD_ONCE_INIT;
 
 static void hold_key_draw(void)
 {
-    uuid_t raw;
-    uuid_generate_random(raw); /* the kernel CSPRNG */
-    /* Bytes 0-5 and 10-11: 64 random bits (byte 6 holds the version, byte 8 the variant). */
-    memcpy(&hold_key, raw, 6);
-    memcpy((unsigned char *)&hold_key + 6, raw + 10, 2);
+    unsigned char raw[sizeof hold_key];
+    random_bytes(raw, sizeof raw);
+    memcpy(&hold_key, raw, sizeof raw);
 }
 
 static void hold_key_init(void)
@@ -130,40 +169,12 @@ void lk__hold_id(char *buf)
     buf[16] = '\0';
 }
 
-/* Fills raw with 16 bytes of the kernel CSPRNG: one getrandom call (about 0.4 us here, where
- * two uuid_generate_random draws cost about 6 us: libuuid mixes in its own generator, with a
- * getpid, getuid, getppid and gettid per draw). It blocks only until the kernel's pool is first
- * seeded, at boot. Where getrandom fails (a kernel without it, a seccomp filter refusing it)
- * libuuid's draws, which then read /dev/urandom, fill it instead. */
-static void random_bytes(unsigned char raw[16])
-{
-    size_t got = 0;
-    while (got < 16) {
-        ssize_t n = getrandom(raw + got, 16 - got, 0);
-        if (n > 0) {
-            got += (size_t)n;
-        } else if (n == 0 || errno != EINTR) {
-            break; /* 0 never comes for a short read; a loop on it would never end */
-        }
-    }
-    if (got == 16) {
-        return;
-    }
-    /* uuid_generate_random fixes six version and variant bits: the raw bytes of two draws
-     * make them random again. */
-    uuid_t fix;
-    uuid_generate_random(raw);
-    uuid_generate_random(fix);
-    raw[6] = (unsigned char)((raw[6] & 0x0f) | (fix[0] & 0xf0));
-    raw[8] = (unsigned char)((raw[8] & 0x3f) | (fix[1] & 0xc0));
-}
-
 char *lk_random_id(char *buf)
 {
     static const char hex[] = "0123456789abcdef";
     unsigned char raw[16];
 
-    random_bytes(raw);
+    random_bytes(raw, sizeof raw);
     for (int i = 0; i < 16; i++) {
         buf[2 * i] = hex[raw[i] >> 4];
         buf[2 * i + 1] = hex[raw[i] & 0x0f];

@@ -178,8 +178,9 @@ LK_EXTERN const char *lk_errstr(const lk_client *c);
 #define LK_OWNER_ID_LEN 53
 LK_EXTERN char *lk_owner_id(const lk_client *c, char *buf);
 
-/* Writes a fresh random owner id (32 hex digits, 128 bits of the kernel CSPRNG) into buf
- * (33 bytes). */
+/* Writes a fresh random owner id (32 hex digits, 128 bits of the kernel CSPRNG: getrandom,
+ * else /dev/urandom) into buf (33 bytes). With neither it aborts the process rather than
+ * return a guessable id. */
 LK_EXTERN char *lk_random_id(char *buf);
 
 typedef struct lk_result {
