@@ -19,10 +19,15 @@
 --          no waiter is queued for a hand-off, the freed lock is granted to it (past a fair
 --          queue whose head asked for none, as its own attempt would), with hold id ARGV[8]
 --          (its hand-off id), lease ARGV[9] ms and the
---          token keys' idle expiry ARGV[10] ms. The caller sends that waiter's attempt right
+--          token keys' idle expiry ARGV[10] ms; so it is too, with lease ARGV[9], when it is
+--          itself the first queued waiter with id ARGV[8] (it queued after losing a race). The caller sends that waiter's attempt right
 --          behind, which claims the grant. The lock stays marked wanted when it was, and
 --          "g:<token>:<id>" is published only then. ARGV[7] equal to ARGV[1] grants
 --          nothing. ARGV[9] is decimal digits, 1..3600000 (LK_LEASE_MAX_MS).
+-- ARGV[11] optional, with ARGV[7]: "1" when the caller knows of other waiters besides that
+--          one: a grant to it marks the lock wanted, as its claim with others waiting would
+--          (acquire.lua ARGV[6]), so that a caller may answer the waiter from this reply and
+--          send no claim; "0" (or absent) when not.
 -- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
 --          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
@@ -42,7 +47,7 @@
 --          A stale record of a re-entry has the token of the hold it entered: the token
 --          cannot tell it from that hold, and one hold is released.
 --
--- Returns  {1, 0, replayed, published, granted, grant_id}
+-- Returns  {1, 0, replayed, published, granted, grant_id, direct}
 --                                released: the lock is deleted, and the token of the hold
 --                                released (decimal; then ':' and its hold id when it has
 --                                one, acquire.lua ARGV[8]) is published on ARGV[3] when the
@@ -51,7 +56,11 @@
 --                                minted for the waiter the lock was handed to (its id in
 --                                grant_id), 0 (and "") when none: then "g:<granted>:<id>"
 --                                is published instead of the release message, when the
---                                lock was marked wanted (always for a queued waiter)
+--                                lock was marked wanted (always for a queued waiter);
+--                                direct is 1 when the grant went to ARGV[7]'s waiter
+--                                (named, or found first in line with hand-off id
+--                                ARGV[8]), whose hold then has lease ARGV[9]: what its
+--                                claim would answer is all in this reply, else 0
 --          {2, holds, replayed}  still held with this many holds; the lease is NOT extended
 --          {0, held, 0}          not the owner: nothing changes; held is 1 when another owner
 --                                holds the lock, 0 when nobody does (released, or expired)
@@ -77,6 +86,7 @@ local to = ARGV[7] or ''
 local to_id = ARGV[8] or ''
 local to_lease = string.match(ARGV[9] or '', '^%d+$') and tonumber(ARGV[9]) or nil
 local to_idle = idle_arg(ARGV[10] or '0')
+local to_others = ARGV[11] or '0'
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
@@ -86,7 +96,8 @@ if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
         hand_floor == nil or hand_floor >= TOKEN_MAX or (hand == '1' and KEYS[12] == nil) or
         (to ~= '' and (hand ~= '1' or not valid_owner(to) or
             not handoff_valid_id(to_id) or to_lease == nil or to_lease < 1 or
-            to_lease > 3600000 or to_idle == nil)) then
+            to_lease > 3600000 or to_idle == nil)) or
+        (to_others ~= '0' and to_others ~= '1') then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -124,6 +135,7 @@ local status = 2
 local published = 0
 local granted = 0
 local grant_id = ''
+local direct = false
 if holds <= 0 then
     holds = 0
     status = 1
@@ -143,13 +155,17 @@ if status == 1 then
     local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])
     local e = nil
-    local direct = false
     if hand == '1' and (wanted or to ~= '') then
         now = server_ms()
         if wanted then
             e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
         end
-        if not e and to ~= '' and to ~= owner then
+        if e and to ~= '' and e.o == to and e.h == to_id then
+            -- The caller's waiter, first in the queue (it queued after losing a race): its
+            -- caller answers it from this reply, so it is granted as if named, with its
+            -- own lease.
+            direct = true
+        elseif not e and to ~= '' and to ~= owner then
             -- Nobody queued: the caller's waiter, which takes the lock past a fair queue
             -- whose head asked for no hand-off, as its own attempt would (acquire.lua
             -- ignores the fair queue).
@@ -163,7 +179,7 @@ if status == 1 then
         -- the waiter's lease, hold id and idempotency record, in this script.
         -- A queued waiter's grant ends with its wait unless claimed (handoff_grant_lease);
         -- the caller's own waiter claims in the same batch.
-        local lease, full = e.l, nil
+        local lease, full = to_lease, nil
         if not direct then
             lease, full = handoff_grant_lease(e, now)
         end
@@ -175,7 +191,8 @@ if status == 1 then
                 redis.call('HSET', KEYS[1], '#grant', e.h)
             end
             writer_granted(KEYS[1], KEYS[12], e.o, now)
-            if handoff_others(KEYS[7], KEYS[10]) or (direct and wanted) then
+            if handoff_others(KEYS[7], KEYS[10]) or
+                    (direct and (wanted or to_others == '1')) then
                 mark_wanted(KEYS[1])
             end
             acquire_record(e.k, e.i, e.o, token, 1, e.l)
@@ -196,4 +213,4 @@ if status == 1 then
 end
 
 idem_record(KEYS[2], idem_ms, 'release', owner, 'status', status, 'holds', holds)
-return {status, holds, 0, published, granted, grant_id}
+return {status, holds, 0, published, granted, grant_id, (direct and granted > 0) and 1 or 0}

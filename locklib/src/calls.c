@@ -275,6 +275,7 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
             lk__cmd_arg(cmd, call->handoff_id);
             lk__cmd_num(cmd, call->lease_ms);
             lk__cmd_num(cmd, opts->token_key_idle_ttl_ms);
+            lk__cmd_num(cmd, call->others_waiting != 0);
         }
     }
     return LK_OK;
@@ -294,6 +295,7 @@ static lk_status decode_release(lk_call *call, const redisReply *reply, char *er
         memcpy(call->res.handed_id, id->str, id->len);
         call->res.handed_id[id->len] = '\0';
     }
+    call->res.handed_direct = call->res.handed_token > 0 && lk__int_at(reply, 6) == 1;
     switch (code) {
     case 1:
         return LK_RELEASED;

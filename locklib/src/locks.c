@@ -9,6 +9,7 @@
  * the watchdog (undone when it cannot start).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "client_internal.h"
@@ -127,6 +128,103 @@ static void release_settled(lk_client *c, const lk_call *call)
     }
 }
 
+/*
+ * Claims answered by their release (lk_call.claim_from). A release that hands the lock to
+ * the caller's own waiter (handoff_to) mints that waiter's token, records its hold with its
+ * lease and, with others_waiting, marks it wanted: all the waiter's claim would do, or
+ * answer, is in the release's reply. So the claim is held back until the batch is
+ * answered, and sent only when the release did not grant its waiter directly (it freed
+ * nothing, granted a waiter queued in Redis, was replayed, or was refused): then after the
+ * batch, in a second round, where it finds whatever the release left. A hand-off costs one
+ * script instead of two. With min_replicas the claim's WAIT is what covers the grant (a
+ * release WAITs for nothing), so it is sent as any call.
+ */
+
+/* Whether calls[i] is a claim to hold back: its release is earlier in the batch and the
+ * two agree on the resource, the waiter and its lease. */
+static int held_back(const lk_client *c, lk_call *const *calls, size_t i)
+{
+    const lk_call *call = calls[i];
+    const lk_call *rel = call->claim_from;
+    size_t k = 0;
+
+    if (rel == NULL || c->opts.min_replicas > 0 || call->kind != LK_CALL_ACQUIRE ||
+        call->shared || call->idem_key != NULL || call->handoff_id == NULL) {
+        return 0;
+    }
+    while (k < i && calls[k] != rel) {
+        k++;
+    }
+    return k < i && rel->kind == LK_CALL_RELEASE && rel->handoff && rel->handoff_to != NULL &&
+           rel->handoff_id != NULL && call->resource != NULL && rel->resource != NULL &&
+           call->owner != NULL && strcmp(rel->resource, call->resource) == 0 &&
+           strcmp(rel->handoff_to, call->owner) == 0 &&
+           strcmp(rel->handoff_id, call->handoff_id) == 0 && rel->lease_ms == call->lease_ms;
+}
+
+/* Answers a held-back claim from its release, answered by now. Returns 0 when the claim
+ * must be sent instead. */
+static int answer_from_release(lk_call *call)
+{
+    const lk_call *rel = call->claim_from;
+
+    lk__call_reset(call);
+    if (rel->status == LK_RELEASED && rel->res.handed_direct && !rel->res.replayed &&
+        strcmp(rel->res.handed_id, call->handoff_id) == 0) {
+        call->status = LK_ACQUIRED;
+        call->res.token = rel->res.handed_token;
+        call->res.holds = 1;
+        call->res.ttl_ms = rel->lease_ms;
+        call->res.handed = 1;
+        return 1;
+    }
+    if (rel->status == LK_EUNAVAILABLE) {
+        /* The connection failed under the release: no second round on it now (the next
+         * batch reconnects), and whether the grant was made is as unknown as if the claim
+         * had gone in the same batch. */
+        call->status = LK_EUNAVAILABLE;
+        snprintf(call->err, sizeof call->err, "%s", rel->err);
+        return 1;
+    }
+    return 0;
+}
+
+/* lk__run() of calls[0..n) with nheld of them held back for their releases: the others
+ * first, then those not answered by their release. Out of memory, all together, in order:
+ * each claim then finds its grant in Redis. */
+static void run_with_claims(lk_client *c, lk_call *const *calls, size_t n, size_t nheld,
+                            lk_call_kind last_kind)
+{
+    lk_call **first = malloc(n * sizeof *first);
+    lk_call **held = malloc(nheld * sizeof *held);
+    size_t nfirst = 0, nsend = 0, h = 0;
+
+    if (first == NULL || held == NULL) {
+        free(first);
+        free(held);
+        lk__run(&c->tp, &c->opts, calls, n, last_kind);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (h < nheld && held_back(c, calls, i)) {
+            held[h++] = calls[i];
+        } else {
+            first[nfirst++] = calls[i];
+        }
+    }
+    lk__run(&c->tp, &c->opts, first, nfirst, last_kind);
+    for (size_t i = 0; i < h; i++) {
+        if (!answer_from_release(held[i])) {
+            held[nsend++] = held[i];
+        }
+    }
+    if (nsend > 0) {
+        lk__run(&c->tp, &c->opts, held, nsend, last_kind);
+    }
+    free(first);
+    free(held);
+}
+
 /* lk_call_many() for kinds up to last_kind. */
 static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kind last_kind)
 {
@@ -145,7 +243,15 @@ static void call_many(lk_client *c, lk_call *const *calls, size_t n, lk_call_kin
             lk__watch_releasing(c, calls[i]->resource, calls[i]->owner, 1);
         }
     }
-    lk__run(&c->tp, &c->opts, calls, n, last_kind);
+    size_t nheld = 0;
+    for (size_t i = 0; i < n; i++) {
+        nheld += held_back(c, calls, i);
+    }
+    if (nheld > 0) {
+        run_with_claims(c, calls, n, nheld, last_kind);
+    } else {
+        lk__run(&c->tp, &c->opts, calls, n, last_kind);
+    }
     for (size_t i = 0; i < n; i++) {
         lk_call *call = calls[i];
         if (call->status >= LK_EINVAL) {

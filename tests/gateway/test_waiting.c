@@ -294,8 +294,9 @@ static void test_waiter_woken_by_lease_expiry(void **state)
 
 /* No thundering herd: with N waiters parked on one resource, each release wakes one
  * waiter. Every waiter releases right after it is granted, so the N+1 releases hand the
- * lock down the line; Redis's own count of script calls must stay O(1) per release (one
- * release and one acquire each), not O(N). */
+ * lock down the line; Redis's own count of script calls must stay O(1) per release, not
+ * O(N): one each, the release that grants the waiter parked behind it, whose claim is
+ * answered from the release's reply (locklib, lk_call.claim_from). */
 static void test_no_herd_script_calls_per_release(void **state)
 {
     wt_state *s = *state;
@@ -314,7 +315,7 @@ static void test_no_herd_script_calls_per_release(void **state)
     double per_release = (double)calls / (N + 1);
     print_message("script calls: %lld for %d releases (%.2f per release)\n", calls, N + 1,
                   per_release);
-    assert_true(per_release <= 3.0);
+    assert_true(per_release <= 1.5);
     free(w);
 }
 
@@ -388,9 +389,11 @@ static int handed_on(const gwt_proc *gw, long long handoffs_before)
 enum { HANDOFF_TRIES = 10 };
 
 /* The /unlock of a lock a waiter (fair or not) is parked on: its release grants the waiter
- * in its own script (one token minted, the lock marked with the grant), and the waiter's
- * attempt behind it claims the grant: two script calls in all. Returns 0, with the lock
- * free, when the /unlock met the waiter awake (handed_on). */
+ * in its own script (one token minted, the lock marked with the grant). A fair waiter, the
+ * head of the queue in Redis, claims the grant with the attempt behind the release: two
+ * script calls in all. A non-fair one, granted directly (lk_call.handoff_to), is answered
+ * from the release's reply (lk_call.claim_from): one. Returns 0, with the lock free, when
+ * the /unlock met the waiter awake (handed_on). */
 static int unlock_grants_in_release(wt_state *s, const char *resource, int fair)
 {
     waiter heir;
@@ -412,7 +415,7 @@ static int unlock_grants_in_release(wt_state *s, const char *resource, int fair)
         unlock_as(&s->gw, resource, "heir");
         return 0;
     }
-    assert_int_equal(evalsha_calls(&s->redis) - before, 2);
+    assert_int_equal(evalsha_calls(&s->redis) - before, fair ? 2 : 1);
     th_redis_cmd(&s->redis, fence, sizeof fence, "GET fg:{%s}:fence", resource);
     assert_int_equal(atoll(fence), token);
     assert_granted_in_release(&s->redis, resource);
@@ -818,9 +821,12 @@ static long long crowd_run(wt_state *s, const char *resource, int fair, int pair
  * many releases go by while one waits its turn. An attempt answered held by a holder that
  * has not released parks, however many earlier releases it waited through, so the crowd
  * settles into one attempt per grant (a parked waiter is handed the lock behind the
- * release). Redis counts the script calls per lock-and-unlock pair: one release and one
- * grant, and few attempts that find the lock taken. */
-static void crowd_parks(void **state, const char *ledger)
+ * release). Redis counts the script calls per lock-and-unlock pair: the release that
+ * grants, few attempts that find the lock taken and, on a shared ledger (where the release
+ * grants only waiters queued in Redis), the next holder's claim. Alone on its ledger the
+ * gateway grants the waiter parked behind the release, whose claim is answered from the
+ * release's reply: at most max_per_pair. */
+static void crowd_parks(void **state, const char *ledger, double max_per_pair)
 {
     wt_state *s = *state;
     enum { CLIENTS = CROWD, PAIRS = 25 };
@@ -835,13 +841,13 @@ static void crowd_parks(void **state, const char *ledger)
     /* The crowd parks (most new requests without asking), and most releases hand on. */
     assert_true(unasked >= CLIENTS * PAIRS / 2);
     assert_true(handoffs >= CLIENTS * PAIRS / 2);
-    assert_true(per_pair <= 3.0);
+    assert_true(per_pair <= max_per_pair);
     assert_false(is_locked(&s->gw, "wt.crowd"));
 }
 
 static void test_crowd_on_one_lock_parks(void **state)
 {
-    crowd_parks(state, "LMDB");
+    crowd_parks(state, "LMDB", 1.5);
 }
 
 /* The same crowd with the ledger in PostgreSQL: the grant commits on the storage writer
@@ -850,7 +856,7 @@ static void test_crowd_on_one_lock_parks(void **state)
  * asking. */
 static void test_crowd_on_a_shared_ledger_parks(void **state)
 {
-    crowd_parks(state, "PostgreSQL");
+    crowd_parks(state, "PostgreSQL", 3.0);
 }
 
 /* A crowd of fair clients on one lock, each asking again as soon as it released: every

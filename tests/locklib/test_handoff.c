@@ -453,6 +453,107 @@ static void test_release_grants_the_callers_waiter(void **state)
     assert_int_equal(rel.res.handed_token, 0);
 }
 
+/* Runs a release and its waiter's claim (claim_from) as one lk_call_many() batch; returns
+ * how many scripts Redis ran for the two. */
+static long long run_release_and_claim(lk_fixture *f, lk_call *rel, lk_call *claim)
+{
+    lk_call *calls[2] = {rel, claim};
+    long long before = th_redis_script_calls(&f->redis);
+    lk_call_many(f->c, calls, 2);
+    return th_redis_script_calls(&f->redis) - before;
+}
+
+/* A claim sent in the batch of the release that grants its waiter directly is answered
+ * from the release: one script hands the lock on, and the answer is the claim's (the
+ * token handed, holds 1, the lease), the grant marked wanted when the release says others
+ * wait. When the release grants a waiter queued in Redis instead, or frees nothing, the
+ * claim is sent after it and finds what the release left. */
+static void test_claim_answered_by_its_release(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("claimfrom");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
+                   .floor = r.token, .handoff_to = "B", .handoff_id = "b7",
+                   .lease_ms = 5000, .others_waiting = 1};
+    lk_call claim = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "B", .lease_ms = 5000,
+                     .handoff_id = "b7", .handoff_claim = 1, .others_waiting = 1,
+                     .claim_from = &rel};
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 1);
+    assert_int_equal(rel.status, LK_RELEASED);
+    assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(claim.status, LK_ACQUIRED);
+    assert_int_equal(claim.res.token, rel.res.handed_token);
+    assert_int_equal(claim.res.token, fence_of(f, res));
+    assert_int_equal(claim.res.holds, 1);
+    assert_int_equal(claim.res.handed, 1);
+    assert_int_equal(claim.res.ttl_ms, 5000);
+    assert_int_equal(holds_of(f, res, "B"), 1);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #wait", res), 1);
+    int64_t b_token = claim.res.token;
+
+    /* C queued in Redis comes first: the release grants C, and D's claim, sent after the
+     * batch, finds the lock held by C. */
+    assert_lk(f->c, attempt(f, res, "C", "c7", 0, NULL, 60000, &r), LK_HELD);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "B", .handoff = 1,
+                    .floor = b_token, .handoff_to = "D", .handoff_id = "d7",
+                    .lease_ms = 5000, .others_waiting = 1};
+    claim = (lk_call){.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "D", .lease_ms = 5000,
+                      .handoff_id = "d7", .handoff_claim = 1, .claim_from = &rel};
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 2);
+    assert_int_equal(rel.status, LK_RELEASED);
+    assert_string_equal(rel.res.handed_id, "c7");
+    assert_int_equal(rel.res.handed_direct, 0);
+    assert_int_equal(claim.status, LK_HELD);
+    assert_int_equal(holds_of(f, res, "C"), 1);
+    assert_int_equal(holds_of(f, res, "D"), 0);
+
+    /* C holds twice: its release frees nothing, and D's claim is sent and finds it held. */
+    assert_lk(f->c, attempt(f, res, "C", "c7", 0, NULL, 60000, &r), LK_ACQUIRED);
+    assert_lk(f->c, lk_acquire(f->c, res, "C", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_int_equal(r.holds, 2);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "C", .handoff = 1,
+                    .floor = r.token, .handoff_to = "D", .handoff_id = "d7", .lease_ms = 5000};
+    claim.status = LK_OK;
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 2);
+    assert_int_equal(rel.status, LK_STILL_HELD);
+    assert_int_equal(claim.status, LK_HELD);
+
+    /* A claim whose release is not in its batch is sent as any call: it finds no grant. */
+    lk_call alone = claim;
+    assert_lk(f->c, run(f, &alone), LK_HELD);
+    /* Nor is one held back whose release names another lease: the release grants D, and
+     * the claim, sent after it, claims that grant in Redis. */
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "C", .handoff = 1,
+                    .floor = r.token, .handoff_to = "D", .handoff_id = "d7", .lease_ms = 6000};
+    claim.claim_from = &rel;
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 2);
+    assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(claim.status, LK_ACQUIRED);
+    assert_int_equal(claim.res.token, rel.res.handed_token);
+    assert_true(claim.res.ttl_ms > 0 && claim.res.ttl_ms <= 6000);
+
+    /* The caller's waiter queued in Redis itself (it lost a race) is granted as named, with
+     * the release's lease, and answered from it. */
+    assert_lk(f->c, attempt(f, res, "E", "e7", 0, NULL, 60000, &r), LK_HELD);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "LLEN fg:{%s}:wq", res), 1);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "D", .handoff = 1,
+                    .floor = claim.res.token, .handoff_to = "E", .handoff_id = "e7",
+                    .lease_ms = 5000, .others_waiting = 1};
+    claim = (lk_call){.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "E", .lease_ms = 5000,
+                      .handoff_id = "e7", .handoff_claim = 1, .claim_from = &rel};
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 1);
+    assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(claim.status, LK_ACQUIRED);
+    assert_int_equal(claim.res.token, fence_of(f, res));
+    assert_int_equal(holds_of(f, res, "E"), 1);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "LLEN fg:{%s}:wq", res), 0);
+    long long pttl = th_redis_cmd(&f->redis, NULL, 0, "PTTL fg:{%s}:lock", res);
+    assert_true(pttl > 4000 && pttl <= 5000);
+}
+
 /* A give-back without an idempotency key (the gateway's, of a grant its waiter never
  * claimed) undoes only a hold with that token or a smaller one: a later hold of the same
  * owner stays. */
@@ -656,6 +757,7 @@ int main(void)
         cmocka_unit_test(test_claim_writes_only_before_a_wait),
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_release_grants_the_callers_waiter),
+        cmocka_unit_test(test_claim_answered_by_its_release),
         cmocka_unit_test(test_give_back_without_key_spares_a_later_hold),
         cmocka_unit_test(test_last_reader_hands_to_writer),
         cmocka_unit_test(test_shared_head_is_not_handed),

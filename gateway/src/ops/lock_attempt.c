@@ -231,6 +231,12 @@ static int stripe_send_first(gw_fence *f, gw_fence_turn *t, gw_floor floor, lk_c
             }
             leave_line(rt, lc, 1);
             fill_attempt(rt, lc, at, floor.floor, now_ms);
+            if (first && release != NULL && release->handoff_to != NULL) {
+                /* The release's grant to lc is its answer (locklib, lk_call.claim_from):
+                 * marked wanted as the attempt's grant would be, and no claim is sent. */
+                release->others_waiting = at->call.others_waiting;
+                at->call.claim_from = release;
+            }
             gw__wait_sending(rt->waitq, &lc->waiter);
             at->job.call = &at->call;
             at->job.conn = lc->waiter.conn;

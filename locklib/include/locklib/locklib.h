@@ -214,6 +214,9 @@ typedef struct lk_result {
                            * still holds (a waiter that leaves answered nobody with it: the
                            * caller gives that hold back), else 0 */
     char handed_id[17];  /* RELEASED with a hand-off: that waiter's id, else "" */
+    int handed_direct;   /* RELEASED with lk_call.handoff_to: 1 when the lock went to that
+                          * waiter with its own lease, so that this answer holds all its
+                          * claim would (lk_call.claim_from), else 0 */
     int may_take;        /* HELD of a lk_call.join_only: 1 when nothing was queued because
                           * the owner may take the lock now (or holds it), else 0 */
     char first[LK_OWNER_MAX + 2]; /* HELD of ACQUIRE_FAIR, the lock free: the owner of
@@ -347,7 +350,8 @@ typedef struct lk_call {
     int others_waiting;    /* ACQUIRE: 1 when the caller knows of other waiters for the
                             * resource (the gateway's parked waiters). A held answer always
                             * marks the lock so that its release publishes; a grant does so
-                            * only when this is 1 (lua/prelude/wanted.lua) */
+                            * only when this is 1 (lua/prelude/wanted.lua). RELEASE with
+                            * handoff_to: the same for the grant to that waiter */
     int64_t token;         /* TOKEN_CHECK: the token in hand */
     int64_t supersede;     /* ACQUIRE, ACQUIRE_FAIR with idem_key: 0, or a token this owner
                             * must not be handed again (a token ledger refused it and its
@@ -399,12 +403,26 @@ typedef struct lk_call {
                             * caller knows of (exclusive, non-fair, no idempotency key; its
                             * hand-off id in handoff_id, its lease in lease_ms): the freed lock
                             * is granted to it when no waiter is queued for a hand-off (a
-                            * queued one comes first), and its next attempt with that id (with
+                            * queued one comes first; when the first queued is this waiter
+                            * itself, it is granted as named, with lease_ms), and its next
+                            * attempt with that id (with
                             * handoff_claim, it queues nothing) claims the grant. The
                             * caller sends that attempt right behind the release, so one
                             * Redis pass hands the lock on. "g:<token>:<id>" is published
                             * only when the lock was marked wanted, and the grant stays
                             * marked then. Equal to owner: nothing is granted. */
+    const struct lk_call *claim_from; /* ACQUIRE with handoff_id, exclusive, without
+                            * idem_key: NULL, or a RELEASE with handoff_to this call's owner
+                            * and handoff_id its id, earlier in the same lk_call_many()
+                            * batch. This call is then held back until the batch is
+                            * answered: when the release granted its waiter directly
+                            * (res.handed_direct), it is answered from the release without
+                            * being sent (ACQUIRED, the token handed, holds 1, ttl_ms the
+                            * release's lease_ms, res.handed 1), so one script hands the lock
+                            * on; when the release's connection failed, with its status
+                            * (nothing of this call was sent); otherwise it is sent after the
+                            * batch, as any call. With min_replicas it is sent as any call,
+                            * in order: its WAIT covers the grant. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */

@@ -30,7 +30,8 @@
 -- A release may also name a waiter (release.lua ARGV[7], lk_call.handoff_to: a caller that
 -- sends that waiter's claim right behind it): when nobody is queued, it is granted as above
 -- without being queued. Queued waiters come first, so a waiter that queued after losing a
--- race is not passed over by another process's batched hand-offs.
+-- race is not passed over by another process's batched hand-offs; when the first queued is
+-- the named waiter itself, it is granted as named, with the lease its caller gives.
 --
 -- A waiter that has gone: one past its deadline is skipped (and dropped); one that leaves
 -- early removes its entry (fair_cancel.lua), and when its grant was made already is told
