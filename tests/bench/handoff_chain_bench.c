@@ -4,7 +4,7 @@
  * connection, one hand-off at a time (a chain: each waits for the one before). A program that
  * prints figures, not a test.
  *
- * Three shapes of a hand-off, side by side in one run, under appendfsync always and then
+ * Five shapes of a hand-off, side by side in one run, under appendfsync always and then
  * everysec (one redis-server of its own, on a free loopback port, stopped by PID):
  *   two passes  the release, its answer, then the next owner's acquire: two scripts, two
  *               Redis passes, and under always two fsyncs in series (a waiter woken by the
@@ -16,9 +16,14 @@
  *               (lk_call.handoff), then that owner's attempt claims the grant (a read: no
  *               fsync): one fsync, whoever the waiter is and wherever it waits;
  *   grant + claim  the same with the claim pipelined behind the release (a waiter that the
- *               releasing process knows is first).
- * Each shape first queues every other owner as a waiter (a HELD answer; for "grant" with a
- * hand-off id, so that it is queued in Redis), then passes the lock for the measuring time.
+ *               releasing process knows is first);
+ *   named       the release grants the waiter its caller names (lk_call.handoff_to), whose
+ *               claim names the release (lk_call.claim_from) and is answered from its reply:
+ *               one script (the gateway's /unlock for a waiter parked on it, alone on its
+ *               ledger).
+ * Each shape first queues every other owner as a waiter (a HELD answer; for the two "grant"
+ * shapes with a hand-off id, so that it is queued in Redis), then passes the lock for the
+ * measuring time.
  *
  * Usage: handoff_chain_bench [--seconds N] [--owners N]
  */
@@ -33,14 +38,21 @@
 
 #define MAX_OWNERS 256
 
-typedef enum shape { TWO_PASSES, ONE_BATCH, GRANT, GRANT_BATCH } shape;
+typedef enum shape { TWO_PASSES, ONE_BATCH, GRANT, GRANT_BATCH, NAMED } shape;
 
 static const char *shape_name(shape s)
 {
     return s == TWO_PASSES  ? "two passes (release, then acquire)"
            : s == ONE_BATCH ? "one batch (release + acquire pipelined)"
            : s == GRANT     ? "grant in release, then a read-only claim"
-                            : "grant in release + claim pipelined";
+           : s == GRANT_BATCH ? "grant in release + claim pipelined"
+                              : "grant to the named waiter, claim answered from the release";
+}
+
+/* Whether the waiters of shape s queue in Redis with their hand-off ids. */
+static int queued_with_ids(shape s)
+{
+    return s == GRANT || s == GRANT_BATCH;
 }
 
 static double now_s(void)
@@ -87,7 +99,7 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
     }
     /* Owner 0 holds; the others queue, in order. */
     for (int i = 0; i < n; i++) {
-        lk_call call = acquire_call(res, owners[i], s >= GRANT ? ids[i] : NULL);
+        lk_call call = acquire_call(res, owners[i], queued_with_ids(s) ? ids[i] : NULL);
         run1(c, &call);
         if (call.status != (i == 0 ? LK_ACQUIRED : LK_HELD)) {
             die("queueing", c, call.status);
@@ -102,7 +114,14 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
         lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = owners[holder],
                        .handoff = s >= GRANT};
         lk_call acq = acquire_call(res, owners[next], s >= GRANT ? ids[next] : NULL);
-        if (s == ONE_BATCH || s == GRANT_BATCH) {
+        if (s == NAMED) {
+            rel.handoff_to = owners[next];
+            rel.handoff_id = ids[next];
+            rel.lease_ms = acq.lease_ms;
+            acq.handoff_claim = 1;
+            acq.claim_from = &rel;
+        }
+        if (s == ONE_BATCH || s >= GRANT_BATCH) {
             lk_call *calls[2] = {&rel, &acq};
             lk_call_many(c, calls, 2);
         } else {
@@ -111,11 +130,13 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
         }
         double took = now_s() - t;
         if (rel.status != LK_RELEASED || acq.status != LK_ACQUIRED ||
-            (s >= GRANT && (acq.res.handed != 1 || rel.res.handed_token != acq.res.token))) {
+            (s >= GRANT && (acq.res.handed != 1 || rel.res.handed_token != acq.res.token)) ||
+            (s == NAMED && !rel.res.handed_direct)) {
             die("hand-off", c, rel.status != LK_RELEASED ? rel.status : acq.status);
         }
         /* The owner just released asks again at once: it queues behind the others. */
-        lk_call again = acquire_call(res, owners[holder], s >= GRANT ? ids[holder] : NULL);
+        lk_call again =
+            acquire_call(res, owners[holder], queued_with_ids(s) ? ids[holder] : NULL);
         run1(c, &again);
         if (again.status != LK_HELD) {
             die("queueing again", c, again.status);
@@ -178,7 +199,7 @@ int main(int argc, char **argv)
     int row = 0;
     for (int m = 0; m < 2; m++) {
         th_redis_cmd(&r, NULL, 0, "CONFIG SET appendfsync %s", modes[m]);
-        for (shape s = TWO_PASSES; s <= GRANT_BATCH; s++) {
+        for (shape s = TWO_PASSES; s <= NAMED; s++) {
             char res[32];
             snprintf(res, sizeof res, "chain%d", row++);
             double p99 = 0;

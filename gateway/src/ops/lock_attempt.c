@@ -566,7 +566,10 @@ int gw__lock_attempt_send(gw_rt *rt, struct gw_lock_call *call, struct MHD_Conne
  * and claims the grant: a read (unless the grant's lease was cut to the waiter's wait), so
  * under appendfsync always the release's fsync is the hand-off's only one; and a listener
  * hears that the lock changed hands, not that it is free, so it wakes nobody but the waiter
- * named (waitq.c, on_grant). The release's done counts the minted token (gw__fence_count)
+ * named (waitq.c, on_grant). The attempt behind a release that names its waiter
+ * (handoff_to) names that release (lk_call.claim_from): when the release granted it, locklib
+ * answers the attempt from the release's reply and sends no claim, so that hand-off is one
+ * script. The release's done counts the minted token (gw__fence_count)
  * before the attempt's answer ends the turn, whichever waiter it went to; that waiter's
  * claim is answered through gw__fence_answered() like any grant (the ledger covers, or on a
  * shared ledger grants, its token first). A waiter with an Idempotency-Key (its record is
