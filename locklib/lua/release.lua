@@ -20,7 +20,8 @@
 --          queue whose head asked for none, as its own attempt would), with hold id ARGV[8]
 --          (its hand-off id), lease ARGV[9] ms and the
 --          token keys' idle expiry ARGV[10] ms; so it is too, with lease ARGV[9], when it is
---          itself the first queued waiter with id ARGV[8] (it queued after losing a race). The caller sends that waiter's attempt right
+--          itself the first queued waiter with id ARGV[8] (it queued after losing a race).
+--          A queued waiter of the releasing owner itself is granted as any queued waiter. The caller sends that waiter's attempt right
 --          behind, which claims the grant. The lock stays marked wanted when it was, and
 --          "g:<token>:<id>" is published only then. ARGV[7] equal to ARGV[1] grants
 --          nothing. ARGV[9] is decimal digits, 1..3600000 (LK_LEASE_MAX_MS).
@@ -160,10 +161,12 @@ if status == 1 then
         if wanted then
             e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
         end
-        if e and to ~= '' and e.o == to and e.h == to_id then
+        if e and to ~= '' and to ~= owner and e.o == to and e.h == to_id then
             -- The caller's waiter, first in the queue (it queued after losing a race): its
-            -- caller answers it from this reply, so it is granted as if named, with its
-            -- own lease.
+            -- caller answers it from this reply, so it is granted as if named, with the
+            -- lease and idle expiry the caller gives (its record and token keys too).
+            e.l = to_lease
+            e.d = to_idle
             direct = true
         elseif not e and to ~= '' and to ~= owner then
             -- Nobody queued: the caller's waiter, which takes the lock past a fair queue
@@ -178,8 +181,9 @@ if status == 1 then
         -- The hand-off: the grant the waiter's own attempt would have made (mint.lua), with
         -- the waiter's lease, hold id and idempotency record, in this script.
         -- A queued waiter's grant ends with its wait unless claimed (handoff_grant_lease);
-        -- the caller's own waiter claims in the same batch.
-        local lease, full = to_lease, nil
+        -- the caller's named waiter gets its whole lease, since its caller answers it now,
+        -- from this reply or with a claim right behind it.
+        local lease, full = e.l, nil
         if not direct then
             lease, full = handoff_grant_lease(e, now)
         end

@@ -170,7 +170,8 @@ static int answer_from_release(lk_call *call)
 
     lk__call_reset(call);
     if (rel->status == LK_RELEASED && rel->res.handed_direct && !rel->res.replayed &&
-        strcmp(rel->res.handed_id, call->handoff_id) == 0) {
+        strcmp(rel->res.handed_id, call->handoff_id) == 0 &&
+        lk__check_token(call->err, rel->res.handed_token, "release") == LK_OK) {
         call->status = LK_ACQUIRED;
         call->res.token = rel->res.handed_token;
         call->res.holds = 1;
@@ -179,9 +180,10 @@ static int answer_from_release(lk_call *call)
         return 1;
     }
     if (rel->status == LK_EUNAVAILABLE) {
-        /* The connection failed under the release: no second round on it now (the next
-         * batch reconnects), and whether the grant was made is as unknown as if the claim
-         * had gone in the same batch. */
+        /* The connection failed under the release, or Redis refused it for now (LOADING,
+         * BUSY, a read-only replica...): no second round now (the next batch reconnects),
+         * and whether the grant was made is as unknown as if the claim had gone in the
+         * same batch, which Redis would have refused alike. */
         call->status = LK_EUNAVAILABLE;
         snprintf(call->err, sizeof call->err, "%s", rel->err);
         return 1;
@@ -190,7 +192,10 @@ static int answer_from_release(lk_call *call)
 }
 
 /* lk__run() of calls[0..n) with nheld of them held back for their releases: the others
- * first, then those not answered by their release. Out of memory, all together, in order:
+ * first, then those not answered by their release. That second round is one more round
+ * trip for the whole batch, taken only when a release did not grant its named waiter (it
+ * granted a waiter queued in Redis, freed nothing, or was refused): rare on a hot lock,
+ * whose releases grant the waiter they name. Out of memory, all together, in order:
  * each claim then finds its grant in Redis. */
 static void run_with_claims(lk_client *c, lk_call *const *calls, size_t n, size_t nheld,
                             lk_call_kind last_kind)

@@ -419,9 +419,10 @@ typedef struct lk_call {
                             * (res.handed_direct), it is answered from the release without
                             * being sent (ACQUIRED, the token handed, holds 1, ttl_ms the
                             * release's lease_ms, res.handed 1), so one script hands the lock
-                            * on; when the release's connection failed, with its status
+                            * on; when the release failed EUNAVAILABLE, with that status
                             * (nothing of this call was sent); otherwise it is sent after the
-                            * batch, as any call. With min_replicas it is sent as any call,
+                            * batch, as any call, and the whole batch waits for that round
+                            * trip. With min_replicas it is sent as any call,
                             * in order: its WAIT covers the grant. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
