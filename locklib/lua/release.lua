@@ -15,20 +15,28 @@
 --          KEYS[10] fg:{R}:wq, KEYS[11] fg:{R}:wqt and KEYS[12] fg:{R}:rwait are the keys the
 --          grant needs.
 -- ARGV[7]  optional, with ARGV[5] "1": the owner of a waiter the caller knows of (an
---          exclusive, non-fair one, with no idempotency key), "" (or absent) for none: when
---          no waiter is queued for a hand-off, the freed lock is granted to it (past a fair
---          queue whose head asked for none, as its own attempt would), with hold id ARGV[8]
---          (its hand-off id), lease ARGV[9] ms and the
---          token keys' idle expiry ARGV[10] ms; so it is too, with lease ARGV[9], when it is
---          itself the first queued waiter with id ARGV[8] (it queued after losing a race).
---          A queued waiter of the releasing owner itself is granted as any queued waiter. The caller sends that waiter's attempt right
---          behind, which claims the grant. The lock stays marked wanted when it was, and
---          "g:<token>:<id>" is published only then. ARGV[7] equal to ARGV[1] grants
---          nothing. ARGV[9] is decimal digits, 1..3600000 (LK_LEASE_MAX_MS).
+--          exclusive one, with no idempotency key), "" (or absent) for none, with hold id
+--          ARGV[8] (its hand-off id), lease ARGV[9] ms and the token keys' idle expiry
+--          ARGV[10] ms. When it is itself the first queued waiter with id ARGV[8] (a fair
+--          waiter at the head of the fair queue, or a non-fair one that queued after losing a
+--          race), it is granted with that lease, not one cut to its wait: its caller answers
+--          it now. When no waiter is queued for a hand-off and ARGV[12] is not "1", the freed
+--          lock is granted to it too (past a fair queue whose head asked for none, as a
+--          non-fair attempt would). A queued waiter of the releasing owner itself is granted
+--          as any queued waiter, and ARGV[7] equal to ARGV[1] is granted nothing. The caller
+--          answers that waiter from this reply (direct, below), or sends its attempt right
+--          behind, which claims the grant. "g:<token>:<id>" is published only when the lock
+--          was marked wanted. ARGV[9] is decimal digits, 1..3600000 (LK_LEASE_MAX_MS).
 -- ARGV[11] optional, with ARGV[7]: "1" when the caller knows of other waiters besides that
 --          one: a grant to it marks the lock wanted, as its claim with others waiting would
 --          (acquire.lua ARGV[6]), so that a caller may answer the waiter from this reply and
---          send no claim; "0" (or absent) when not.
+--          send no claim; "0" (or absent) when not. A grant to it that was not queued also
+--          stays marked when the lock was; one queued is marked as any queued grant, while
+--          others are queued.
+-- ARGV[12] optional, with ARGV[7]: "1" to grant that waiter only when it is the first
+--          queued (a fair waiter, which may not pass the queue; a caller whose waiters share
+--          the lock with other processes'), "0" (or absent) to grant it also when nobody is
+--          queued.
 -- ARGV[4]  optional: "0" (or absent) for a plain release; else this release undoes an
 --          acquisition whose ACQUIRED answer never stood (given back unseen, rolled back for
 --          want of replicas, short of a Redlock majority), KEYS[2] is that acquisition's
@@ -88,6 +96,7 @@ local to_id = ARGV[8] or ''
 local to_lease = string.match(ARGV[9] or '', '^%d+$') and tonumber(ARGV[9]) or nil
 local to_idle = idle_arg(ARGV[10] or '0')
 local to_others = ARGV[11] or '0'
+local to_first = ARGV[12] or '0'
 
 if not valid_owner(owner) then
     return redis.error_reply('fencegate: invalid owner')
@@ -98,7 +107,7 @@ if idem_ms == nil or not (undo == '-1' or string.match(undo, '^%d+$')) or
         (to ~= '' and (hand ~= '1' or not valid_owner(to) or
             not handoff_valid_id(to_id) or to_lease == nil or to_lease < 1 or
             to_lease > 3600000 or to_idle == nil)) or
-        (to_others ~= '0' and to_others ~= '1') then
+        (to_others ~= '0' and to_others ~= '1') or (to_first ~= '0' and to_first ~= '1') then
     return redis.error_reply('fencegate: invalid argument')
 end
 
@@ -156,19 +165,22 @@ if status == 1 then
     local ids = redis.call('HMGET', KEYS[1], '#token', '#hold')
     redis.call('DEL', KEYS[1])
     local e = nil
+    local queued = false
     if hand == '1' and (wanted or to ~= '') then
         now = server_ms()
         if wanted then
             e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
+            queued = e ~= nil
         end
         if e and to ~= '' and to ~= owner and e.o == to and e.h == to_id then
-            -- The caller's waiter, first in the queue (it queued after losing a race): its
-            -- caller answers it from this reply, so it is granted as if named, with the
-            -- lease and idle expiry the caller gives (its record and token keys too).
+            -- The caller's waiter, first in the queue (the fair queue's head, or a non-fair
+            -- waiter that queued after losing a race): its caller answers it now, so it is
+            -- granted with the lease and idle expiry the caller gives (its record and token
+            -- keys too), not a grant cut to its wait.
             e.l = to_lease
             e.d = to_idle
             direct = true
-        elseif not e and to ~= '' and to ~= owner then
+        elseif not e and to ~= '' and to ~= owner and to_first == '0' then
             -- Nobody queued: the caller's waiter, which takes the lock past a fair queue
             -- whose head asked for no hand-off, as its own attempt would (acquire.lua
             -- ignores the fair queue).
@@ -196,7 +208,7 @@ if status == 1 then
             end
             writer_granted(KEYS[1], KEYS[12], e.o, now)
             if handoff_others(KEYS[7], KEYS[10]) or
-                    (direct and (wanted or to_others == '1')) then
+                    (direct and (to_others == '1' or (wanted and not queued))) then
                 mark_wanted(KEYS[1])
             end
             acquire_record(e.k, e.i, e.o, token, 1, e.l)

@@ -276,6 +276,7 @@ static lk_status build_owner_call(const lk_options *opts, const lk_call *call, l
             lk__cmd_num(cmd, call->lease_ms);
             lk__cmd_num(cmd, opts->token_key_idle_ttl_ms);
             lk__cmd_num(cmd, call->others_waiting != 0);
+            lk__cmd_num(cmd, call->handoff_first != 0);
         }
     }
     return LK_OK;

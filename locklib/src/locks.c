@@ -148,8 +148,9 @@ static int held_back(const lk_client *c, lk_call *const *calls, size_t i)
     const lk_call *rel = call->claim_from;
     size_t k = 0;
 
-    if (rel == NULL || c->opts.min_replicas > 0 || call->kind != LK_CALL_ACQUIRE ||
-        call->shared || call->idem_key != NULL || call->handoff_id == NULL) {
+    if (rel == NULL || c->opts.min_replicas > 0 ||
+        (call->kind != LK_CALL_ACQUIRE && call->kind != LK_CALL_ACQUIRE_FAIR) ||
+        call->shared || call->join_only || call->idem_key != NULL || call->handoff_id == NULL) {
         return 0;
     }
     while (k < i && calls[k] != rel) {

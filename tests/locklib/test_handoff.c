@@ -555,6 +555,65 @@ static void test_claim_answered_by_its_release(void **state)
     assert_true(pttl > 4000 && pttl <= 5000);
 }
 
+/* A fair waiter named by the release (handoff_first: never past the queue) is granted only
+ * as the head of the fair queue, with the release's lease instead of a grant cut to its
+ * wait, and its fair claim is answered from the release. Behind another head, the head is
+ * granted and the named waiter's claim, sent after the batch, finds the lock held; with
+ * nobody queued, nothing is granted. */
+static void test_fair_head_answered_by_its_release(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("fairfrom");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "B", "b7", 1, NULL, 2000, &r), LK_HELD);
+    assert_lk(f->c, attempt(f, res, "C", "c7", 1, NULL, 60000, &r), LK_HELD);
+    lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
+                   .floor = r.holder_token, .handoff_to = "B", .handoff_id = "b7",
+                   .lease_ms = 5000, .handoff_first = 1};
+    lk_call claim = {.kind = LK_CALL_ACQUIRE_FAIR, .resource = res, .owner = "B",
+                     .lease_ms = 5000, .wait_ms = 2000, .handoff_id = "b7",
+                     .claim_from = &rel};
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 1);
+    assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(claim.status, LK_ACQUIRED);
+    assert_int_equal(claim.res.token, fence_of(f, res));
+    assert_int_equal(claim.res.handed, 1);
+    long long pttl = th_redis_cmd(&f->redis, NULL, 0, "PTTL fg:{%s}:lock", res);
+    assert_true(pttl > 4000 && pttl <= 5000); /* not cut to B's 2 s wait + 1 s */
+    /* C is still queued: the grant is marked wanted, so B's release hands on. */
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #wait", res), 1);
+
+    /* D, named, is behind C: C is granted, and D's claim, sent after the batch, finds the
+     * lock held. */
+    assert_lk(f->c, attempt(f, res, "D", "d7", 1, NULL, 60000, &r), LK_HELD);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "B", .handoff = 1,
+                    .floor = claim.res.token, .handoff_to = "D", .handoff_id = "d7",
+                    .lease_ms = 5000, .handoff_first = 1};
+    claim = (lk_call){.kind = LK_CALL_ACQUIRE_FAIR, .resource = res, .owner = "D",
+                      .lease_ms = 5000, .wait_ms = 60000, .handoff_id = "d7",
+                      .claim_from = &rel};
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 2);
+    assert_string_equal(rel.res.handed_id, "c7");
+    assert_int_equal(rel.res.handed_direct, 0);
+    assert_int_equal(claim.status, LK_HELD);
+    assert_int_equal(holds_of(f, res, "C"), 1);
+
+    /* Nobody queued once C claims and D leaves: C's release, naming E (not queued) with
+     * handoff_first, grants nothing. */
+    assert_lk(f->c, attempt(f, res, "C", "c7", 1, NULL, 60000, &r), LK_ACQUIRED);
+    lk_call cancel = {.kind = LK_CALL_FAIR_CANCEL, .resource = res, .owner = "D",
+                      .handoff_id = "d7"};
+    assert_lk(f->c, run(f, &cancel), LK_OK);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "C", .handoff = 1,
+                    .floor = r.token, .handoff_to = "E", .handoff_id = "e7", .lease_ms = 5000,
+                    .handoff_first = 1};
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_int_equal(rel.res.handed_token, 0);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:lock", res), 0);
+}
+
 /* A give-back without an idempotency key (the gateway's, of a grant its waiter never
  * claimed) undoes only a hold with that token or a smaller one: a later hold of the same
  * owner stays. */
@@ -759,6 +818,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_release_grants_the_callers_waiter),
         cmocka_unit_test(test_claim_answered_by_its_release),
+        cmocka_unit_test(test_fair_head_answered_by_its_release),
         cmocka_unit_test(test_give_back_without_key_spares_a_later_hold),
         cmocka_unit_test(test_last_reader_hands_to_writer),
         cmocka_unit_test(test_shared_head_is_not_handed),

@@ -168,12 +168,17 @@ static int shared_answered(gw_job *job)
  * lc has a hand-off id (none on Redlock, nor with an idempotency key): to the first waiter
  * queued in Redis for a hand-off, whichever gateway it waits on (the head of the fair
  * queue when it asked for hand-offs, else the first non-fair waiter queued after losing a
- * race: fill_attempt), whose claim then takes it (lc's own attempt, or another waiter woken
- * by the grant's message, rt/waitq.c, on_grant: lc's attempt then finds the lock held and
- * parks again); with nobody queued and lc non-fair, to lc itself, behind the one gateway of
- * its ledger. Not on a shared ledger: there other gateways' waiters wait for the same lock
- * too, and a grant to the waiter parked here at every release kept the lock with this
- * gateway's clients (docs/architecture.md, "Hand-offs in one script").
+ * race: fill_attempt), whose claim then takes it (another waiter woken by the grant's
+ * message, rt/waitq.c, on_grant: lc's attempt then finds the lock held and parks again),
+ * or lc itself. The release names lc (lk_call.handoff_to): when lc is that first waiter,
+ * its grant has lc's own lease, and its attempt is answered from the release's reply
+ * (stripe_send_first). With nobody queued and lc non-fair, the lock goes to lc too, behind
+ * the one gateway of its ledger. Not past the queue for a fair lc (handoff_first), nor on
+ * a shared ledger: there other gateways' waiters wait for the same lock too, and a grant
+ * to the waiter parked here at every release kept the lock with this gateway's clients
+ * (docs/architecture.md, "Hand-offs in one script"). There lc is named only when it is
+ * queued in Redis: else the release cannot grant it, and its attempt, named, would be held
+ * back for a second round after the batch (locklib, lk_call.claim_from).
  * The minted token is counted before lc's turn ends (owner_calls.c), as an acquisition's. */
 static void release_hands_on(gw_rt *rt, lk_call *release, struct gw_lock_call *lc,
                              int64_t floor)
@@ -184,15 +189,19 @@ static void release_hands_on(gw_rt *rt, lk_call *release, struct gw_lock_call *l
     }
     release->handoff = 1;
     release->floor = floor;
-    if (lc->fair || store_grant_needed(rt->fence.st, 0)) {
+    int first_only = lc->fair || store_grant_needed(rt->fence.st, 0);
+    if (first_only && !(lc->fair ? lc->fair_queued : lc->maybe_granted)) {
+        /* Not queued in Redis, so not grantable: its attempt goes in the release's pass as
+         * an ordinary one (named, it would wait for a second round). */
         return;
     }
-    /* Until it holds the lock or its wait ends: a held answer does not show that no grant
-     * is coming (a release sent again after NOSCRIPT runs after the claim). */
-    lc->maybe_granted = 1;
     release->handoff_to = lc->owner;
     release->handoff_id = lc->waiter.handoff_id;
     release->lease_ms = lc->ttl_ms;
+    release->handoff_first = first_only;
+    /* Until it holds the lock or its wait ends: a held answer does not show that no grant
+     * is coming (a release sent again after NOSCRIPT runs after the claim). */
+    lc->maybe_granted = 1;
 }
 
 /* lc's attempt leaves its stripe's line (rt/waiters.c, "The line"): sent to Redis, or not. */

@@ -400,21 +400,25 @@ typedef struct lk_call {
                             * its token minted above `floor` (res.handed_token,
                             * res.handed_id); 0 for a plain release */
     const char *handoff_to; /* RELEASE with handoff: NULL, or the owner of a waiter the
-                            * caller knows of (exclusive, non-fair, no idempotency key; its
-                            * hand-off id in handoff_id, its lease in lease_ms): the freed lock
-                            * is granted to it when no waiter is queued for a hand-off (a
-                            * queued one comes first; when the first queued is this waiter
-                            * itself, it is granted as named, with lease_ms), and its next
-                            * attempt with that id (with
-                            * handoff_claim, it queues nothing) claims the grant. The
-                            * caller sends that attempt right behind the release, so one
-                            * Redis pass hands the lock on. "g:<token>:<id>" is published
-                            * only when the lock was marked wanted, and the grant stays
-                            * marked then. Equal to owner: nothing is granted. */
-    const struct lk_call *claim_from; /* ACQUIRE with handoff_id, exclusive, without
-                            * idem_key: NULL, or a RELEASE with handoff_to this call's owner
-                            * and handoff_id its id, earlier in the same lk_call_many()
-                            * batch. This call is then held back until the batch is
+                            * caller knows of (exclusive, no idempotency key; its hand-off id
+                            * in handoff_id, its lease in lease_ms). When that waiter is the
+                            * first queued for a hand-off (a fair queue's head, or a non-fair
+                            * waiter that queued after losing a race), it is granted with
+                            * lease_ms, not a grant cut to its wait; when nobody is queued,
+                            * it is granted too, unless handoff_first. Its attempt with that
+                            * id (with handoff_claim, it queues nothing), sent right behind
+                            * the release, claims the grant, or is answered from the
+                            * release's reply (claim_from), so one Redis pass hands the lock
+                            * on. "g:<token>:<id>" is published only when the lock was marked
+                            * wanted. Equal to owner: nothing is granted. */
+    int handoff_first;     /* RELEASE with handoff_to: 1 to grant that waiter only when it
+                            * is the first queued (a fair waiter, which may not pass the
+                            * queue), 0 also when nobody is queued */
+    const struct lk_call *claim_from; /* ACQUIRE or ACQUIRE_FAIR with handoff_id,
+                            * exclusive, without idem_key or join_only: NULL, or a RELEASE
+                            * with handoff_to this call's owner and handoff_id its id,
+                            * earlier in the same lk_call_many() batch, whose lease_ms is
+                            * this call's. This call is then held back until the batch is
                             * answered: when the release granted its waiter directly
                             * (res.handed_direct), it is answered from the release without
                             * being sent (ACQUIRED, the token handed, holds 1, ttl_ms the
@@ -422,8 +426,8 @@ typedef struct lk_call {
                             * on; when the release failed EUNAVAILABLE, with that status
                             * (nothing of this call was sent); otherwise it is sent after the
                             * batch, as any call, and the whole batch waits for that round
-                            * trip. With min_replicas it is sent as any call,
-                            * in order: its WAIT covers the grant. */
+                            * trip. With min_replicas it is sent as any call, in order: its
+                            * WAIT covers the grant. */
     lk_status status;      /* out: what the function would have returned */
     lk_result res;         /* out */
     int64_t base, last;    /* out, TOKEN_CHECK: as lk_token_check() */
