@@ -156,7 +156,10 @@ static int held_back(const lk_client *c, lk_call *const *calls, size_t i)
     while (k < i && calls[k] != rel) {
         k++;
     }
+    /* A fair waiter only as the first queued: granted past the queue, it would stay in
+     * the fair queue, which only its own call leaves. */
     return k < i && rel->kind == LK_CALL_RELEASE && rel->handoff && rel->handoff_to != NULL &&
+           (call->kind != LK_CALL_ACQUIRE_FAIR || rel->handoff_first) &&
            rel->handoff_id != NULL && call->resource != NULL && rel->resource != NULL &&
            call->owner != NULL && strcmp(rel->resource, call->resource) == 0 &&
            strcmp(rel->handoff_to, call->owner) == 0 &&

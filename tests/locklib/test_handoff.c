@@ -612,6 +612,21 @@ static void test_fair_head_answered_by_its_release(void **state)
     assert_lk(f->c, run(f, &rel), LK_RELEASED);
     assert_int_equal(rel.res.handed_token, 0);
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "EXISTS fg:{%s}:lock", res), 0);
+
+    /* A fair claim whose release lacks handoff_first is not held back: it is sent, and
+     * claims the grant in Redis. */
+    assert_lk(f->c, lk_acquire(f->c, res, "P", 10000, 0, NULL, &r), LK_ACQUIRED);
+    assert_lk(f->c, attempt(f, res, "Q", "f7", 1, NULL, 60000, &r), LK_HELD);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "P", .handoff = 1,
+                    .floor = r.holder_token, .handoff_to = "Q", .handoff_id = "f7",
+                    .lease_ms = 5000};
+    claim = (lk_call){.kind = LK_CALL_ACQUIRE_FAIR, .resource = res, .owner = "Q",
+                      .lease_ms = 5000, .wait_ms = 60000, .handoff_id = "f7",
+                      .claim_from = &rel};
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 2);
+    assert_int_equal(claim.status, LK_ACQUIRED);
+    assert_int_equal(claim.res.handed, 1);
+    assert_int_equal(claim.res.token, rel.res.handed_token);
 }
 
 /* A give-back without an idempotency key (the gateway's, of a grant its waiter never

@@ -416,9 +416,10 @@ typedef struct lk_call {
                             * queue), 0 also when nobody is queued */
     const struct lk_call *claim_from; /* ACQUIRE or ACQUIRE_FAIR with handoff_id,
                             * exclusive, without idem_key or join_only: NULL, or a RELEASE
-                            * with handoff_to this call's owner and handoff_id its id,
-                            * earlier in the same lk_call_many() batch, whose lease_ms is
-                            * this call's. This call is then held back until the batch is
+                            * with handoff_to this call's owner and handoff_id its id
+                            * (and handoff_first for ACQUIRE_FAIR), earlier in the same
+                            * lk_call_many() batch, whose lease_ms is this call's. This
+                            * call is then held back until the batch is
                             * answered: when the release granted its waiter directly
                             * (res.handed_direct), it is answered from the release without
                             * being sent (ACQUIRED, the token handed, holds 1, ttl_ms the

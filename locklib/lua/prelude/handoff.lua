@@ -28,10 +28,12 @@
 -- granted nothing: the release publishes as before and that head comes for the lock itself.
 --
 -- A release may also name a waiter (release.lua ARGV[7], lk_call.handoff_to: a caller that
--- sends that waiter's claim right behind it): when nobody is queued, it is granted as above
--- without being queued. Queued waiters come first, so a waiter that queued after losing a
--- race is not passed over by another process's batched hand-offs; when the first queued is
--- the named waiter itself, it is granted as named, with the lease its caller gives.
+-- answers that waiter from the release's reply, or sends its claim right behind it): when
+-- nobody is queued, it is granted as above without being queued, unless the release says
+-- it may only be granted as the first queued (ARGV[12], lk_call.handoff_first: a fair
+-- waiter). Queued waiters come first, so a waiter that queued after losing a race is not
+-- passed over by another process's batched hand-offs; when the first queued is the named
+-- waiter itself, it is granted as named, with the lease its caller gives.
 --
 -- A waiter that has gone: one past its deadline is skipped (and dropped); one that leaves
 -- early removes its entry (fair_cancel.lua), and when its grant was made already is told
