@@ -447,10 +447,22 @@ static void test_cluster_failover(void **state)
     int now = 0;
 
     assert_true(killed >= 0);
-    /* Who replicated the master before the kill: the one to take over is among them. */
-    for (int i = 0; i < c->nnodes; i++) {
-        replicas[i] = is_replica_of(&c->nodes[killed], c->ids[killed], &c->nodes[i]);
+    /* Who replicated the master before the kill, by the master's own cluster view: the one
+     * to take over is among them. That view is gossip, and may not list a replica yet
+     * whose replication link is up (the cluster was just resharded by the tests before),
+     * so it is read again until it lists one. */
+    int64_t listed_by = th_now_ms() + 10000;
+    int nlisted = 0;
+    while (nlisted == 0 && th_now_ms() < listed_by) {
+        for (int i = 0; i < c->nnodes; i++) {
+            replicas[i] = is_replica_of(&c->nodes[killed], c->ids[killed], &c->nodes[i]);
+            nlisted += replicas[i];
+        }
+        if (nlisted == 0) {
+            th_nap_ms(50);
+        }
     }
+    assert_true(nlisted > 0);
     assert_answer(&c->nodes[killed], "OK", "SET %s 1", key);
     /* WAIT: the write reached the replica before the kill (replication is asynchronous). */
     assert_int_equal(th_redis_cmd(&c->nodes[killed], NULL, 0, "WAIT 1 5000"), 1);
@@ -460,7 +472,13 @@ static void test_cluster_failover(void **state)
     now = th_cluster_wait_failover(c, killed, FAILOVER_TIMEOUT_MS);
     report_ms("cluster master failover after SIGKILL (state ok everywhere, replica master)", t0);
     assert_true(now >= 0 && now != killed);
-    assert_true(replicas[now]);
+    if (!replicas[now]) {
+        char nodes[4096] = "";
+        th_redis_cmd(&c->nodes[now], nodes, sizeof nodes, "CLUSTER NODES");
+        fail_msg("node %d (port %d) took over from node %d (port %d), which listed it as no "
+                 "replica of its own; CLUSTER NODES on it now:\n%s",
+                 now, c->nodes[now].port, killed, c->nodes[killed].port, nodes);
+    }
     for (int i = 0; i < c->nnodes; i++) {
         if (c->nodes[i].pid > 0) {
             assert_int_equal(th_cluster_slot_owner(c, i, slot), now);
