@@ -444,9 +444,10 @@ typedef struct lk_call {
  * result the single-call function would have given (lk_acquire() etc. are this with n = 1).
  * Calls are sent in array order, except that a call answered NOSCRIPT (the script cache was
  * flushed) is sent again after the others: a caller that needs two calls on one resource
- * in order sends them in two batches. When the connection fails mid-batch every call whose
- * reply had not been read gets EUNAVAILABLE: it may or may not have run, as with a single
- * call. With min_replicas the calls run one at a time (each acquisition's WAIT on its own
+ * in order sends them in two batches. A claim naming its release (claim_from) is held back
+ * until the release is answered, then answered from it or sent in a second round. When
+ * the connection fails mid-batch every call whose reply had not been read gets
+ * EUNAVAILABLE: it may or may not have run, as with a single call. With min_replicas the calls run one at a time (each acquisition's WAIT on its own
  * connection). Each call's reason is in its err; lk_errstr(c) afterwards is the last reason
  * set by any of them. */
 LK_EXTERN void lk_call_many(lk_client *c, lk_call *const *calls, size_t n);
