@@ -555,6 +555,40 @@ static void test_claim_answered_by_its_release(void **state)
     assert_true(pttl > 4000 && pttl <= 5000);
 }
 
+/* The grant to a named waiter is marked wanted only when somebody else waits: the caller
+ * says so (others_waiting), or the lock was marked by a request the caller does not know
+ * of (another process's, answered held). Unmarked, the new holder's release publishes
+ * nothing, and nobody is woken for a lock nobody waits for. */
+static void test_named_grant_marked_only_when_others_wait(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("namedmark");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
+                   .floor = r.token, .handoff_to = "B", .handoff_id = "b7",
+                   .lease_ms = 5000};
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(rel.res.published, 0);
+    assert_int_equal(holds_of(f, res, "B"), 1);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #wait", res), 0);
+
+    /* C, unknown to the caller, is answered held while B holds, and marks the lock: the
+     * grant to D keeps the mark, and the release that made it published. */
+    assert_lk(f->c, attempt(f, res, "C", NULL, 0, NULL, 60000, &r), LK_HELD);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #wait", res), 1);
+    rel = (lk_call){.kind = LK_CALL_RELEASE, .resource = res, .owner = "B", .handoff = 1,
+                    .floor = rel.res.handed_token, .handoff_to = "D", .handoff_id = "d7",
+                    .lease_ms = 5000};
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(rel.res.published, 1);
+    assert_int_equal(holds_of(f, res, "D"), 1);
+    assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #wait", res), 1);
+}
+
 /* A fair waiter named by the release (handoff_first: never past the queue) is granted only
  * as the head of the fair queue, with the release's lease instead of a grant cut to its
  * wait, and its fair claim is answered from the release. Behind another head, the head is
@@ -833,6 +867,7 @@ int main(void)
         cmocka_unit_test(test_bad_arguments),
         cmocka_unit_test(test_release_grants_the_callers_waiter),
         cmocka_unit_test(test_claim_answered_by_its_release),
+        cmocka_unit_test(test_named_grant_marked_only_when_others_wait),
         cmocka_unit_test(test_fair_head_answered_by_its_release),
         cmocka_unit_test(test_give_back_without_key_spares_a_later_hold),
         cmocka_unit_test(test_last_reader_hands_to_writer),

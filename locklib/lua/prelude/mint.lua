@@ -24,10 +24,11 @@ end
 -- A first acquisition of the free lock k_lock by owner: lifts the counter k_fence (and the
 -- lift point k_base) to the floor when it is below, mints the next token, remembers it in
 -- the list k_recent (the last 16, newest first) and takes the lock for lease_ms, with the
--- hold id hold_id when it is not '' (acquire.lua ARGV[8]).
+-- hold id hold_id when it is not '' (acquire.lua ARGV[8]). extra, optional, is a list of
+-- more field-value pairs written to the lock in the same HSET (a hand-off's grant fields).
 -- Returns token, raised (1 when the counter was lifted); or nil when the token space is
 -- exhausted, and then nothing has been written.
-local function mint(k_lock, k_fence, k_base, k_recent, owner, floor, lease_ms, hold_id)
+local function mint(k_lock, k_fence, k_base, k_recent, owner, floor, lease_ms, hold_id, extra)
     local got = redis.call('MGET', k_fence, k_base)
     local current = tonumber(got[1] or '0') or 0
     local lift = floor
@@ -51,11 +52,17 @@ local function mint(k_lock, k_fence, k_base, k_recent, owner, floor, lease_ms, h
     local token = redis.call('INCR', k_fence)
     redis.call('LPUSH', k_recent, string.format('%d', token))
     redis.call('LTRIM', k_recent, 0, 15)
+    local fields = {'#token', string.format('%d', token), owner, 1}
     if hold_id ~= '' then
-        redis.call('HSET', k_lock, '#token', string.format('%d', token), owner, 1, '#hold', hold_id)
-    else
-        redis.call('HSET', k_lock, '#token', string.format('%d', token), owner, 1)
+        fields[5] = '#hold'
+        fields[6] = hold_id
     end
+    if extra then
+        for _, v in ipairs(extra) do
+            fields[#fields + 1] = v
+        end
+    end
+    redis.call('HSET', k_lock, unpack(fields))
     redis.call('PEXPIRE', k_lock, lease_ms)
     return token, raised
 end
