@@ -25,6 +25,11 @@
  * shapes with a hand-off id, so that it is queued in Redis), then passes the lock for the
  * measuring time.
  *
+ * Each row also prints the script calls per hand-off, the commands they called and Redis's
+ * microseconds in them (INFO commandstats: a script's time includes every command it
+ * calls), the released owner's re-queueing included: what a change to the scripts saves,
+ * apart from the machine's noise in the rates.
+ *
  * Usage: handoff_chain_bench [--seconds N] [--owners N]
  */
 #include <inttypes.h>
@@ -82,12 +87,50 @@ static void run1(lk_client *c, lk_call *call)
     lk_call_many(c, calls, 1);
 }
 
+/* The script calls r has served, the microseconds it spent in them and the commands they
+ * called (INFO commandstats: EVALSHA, whose time includes every command a script calls, and
+ * every data command, all of which only scripts send here). */
+static void script_time(const th_redis *r, long long *calls, long long *usec, long long *cmds)
+{
+    static const char *const not_data[] = {"evalsha:", "eval:", "info:", "config", "script",
+                                           "client", "ping:", "hello:", "select:", "auth:",
+                                           "command", "subscribe:", "unsubscribe:", "wait:"};
+    char info[32768];
+    *calls = *usec = *cmds = 0;
+    if (th_redis_cmd(r, info, sizeof info, "INFO commandstats") != 0) {
+        fprintf(stderr, "handoff_chain_bench: INFO commandstats failed\n");
+        exit(1);
+    }
+    for (const char *at = strstr(info, "cmdstat_"); at != NULL;
+         at = strstr(at + 1, "cmdstat_")) {
+        const char *name = at + strlen("cmdstat_");
+        const char *eq = strstr(name, ":calls=");
+        if (eq == NULL) {
+            break;
+        }
+        long long n = atoll(eq + strlen(":calls="));
+        if (strncmp(name, "evalsha:", 8) == 0) {
+            *calls = n;
+            sscanf(eq, ":calls=%*d,usec=%lld", usec);
+            continue;
+        }
+        int data = 1;
+        for (size_t i = 0; i < sizeof not_data / sizeof not_data[0]; i++) {
+            data = data && strncmp(name, not_data[i], strlen(not_data[i])) != 0;
+        }
+        *cmds += data ? n : 0;
+    }
+}
+
 /* Passes the lock of res along the owners for `seconds`; returns hand-offs per second of
  * hand-off time (from the release sent to the next owner's ACQUIRED, without the released
  * owner's re-queueing, which a waiter on a connection of its own does meanwhile) and writes
- * the p99 of one hand-off, in ms, to *p99_ms. */
-static double measure(lk_client *c, shape s, const char *res, int n, double seconds,
-                      double *p99_ms)
+ * the p99 of one hand-off, in ms, to *p99_ms, and the script calls and Redis's microseconds
+ * in scripts per hand-off, the re-queueing included, to *calls_per and *usec_per, and the
+ * commands those scripts called per hand-off to *cmds_per. */
+static double measure(lk_client *c, const th_redis *r, shape s, const char *res, int n,
+                      double seconds, double *p99_ms, double *calls_per, double *usec_per,
+                      double *cmds_per)
 {
     char owners[MAX_OWNERS][16], ids[MAX_OWNERS][17];
     static double lat[2000000];
@@ -108,6 +151,8 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
     int holder = 0;
     uint64_t handoffs = 0;
     double busy = 0;
+    long long calls0, usec0, cmds0, calls1, usec1, cmds1;
+    script_time(r, &calls0, &usec0, &cmds0);
     double start = now_s(), end = start + seconds;
     for (double t = start; t < end; t = now_s()) {
         int next = (holder + 1) % n;
@@ -148,6 +193,10 @@ static double measure(lk_client *c, shape s, const char *res, int n, double seco
         handoffs++;
         busy += took;
     }
+    script_time(r, &calls1, &usec1, &cmds1);
+    *calls_per = handoffs > 0 ? (double)(calls1 - calls0) / (double)handoffs : 0;
+    *cmds_per = handoffs > 0 ? (double)(cmds1 - cmds0) / (double)handoffs : 0;
+    *usec_per = handoffs > 0 ? (double)(usec1 - usec0) / (double)handoffs : 0;
     /* p99 by a partial selection sort of the top 1%. */
     size_t k = nlat / 100;
     for (size_t i = 0; i <= k && i < nlat; i++) {
@@ -193,8 +242,9 @@ int main(int argc, char **argv)
     }
     printf("hand-offs in a chain on one connection, %d owners on one lock, %.0f s per row\n\n",
            owners, seconds);
-    printf("| appendfsync | hand-off | hand-offs/s | hand-off p99 ms |\n");
-    printf("|---|---|---|---|\n");
+    printf("| appendfsync | hand-off | hand-offs/s | hand-off p99 ms | script calls | commands "
+           "in them | Redis us in scripts |\n");
+    printf("|---|---|---|---|---|---|---|\n");
     const char *modes[] = {"always", "everysec"};
     int row = 0;
     for (int m = 0; m < 2; m++) {
@@ -202,9 +252,10 @@ int main(int argc, char **argv)
         for (shape s = TWO_PASSES; s <= NAMED; s++) {
             char res[32];
             snprintf(res, sizeof res, "chain%d", row++);
-            double p99 = 0;
-            double rate = measure(c, s, res, owners, seconds, &p99);
-            printf("| %s | %s | %.0f | %.2f |\n", modes[m], shape_name(s), rate, p99);
+            double p99 = 0, calls = 0, usec = 0, cmds = 0;
+            double rate = measure(c, &r, s, res, owners, seconds, &p99, &calls, &usec, &cmds);
+            printf("| %s | %s | %.0f | %.2f | %.2f | %.1f | %.1f |\n", modes[m],
+                   shape_name(s), rate, p99, calls, cmds, usec);
             fflush(stdout);
         }
     }
