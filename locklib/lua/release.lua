@@ -148,18 +148,19 @@ end
 if undo ~= '0' and undo ~= '-1' and (tonumber(f[4]) or 0) > tonumber(undo) then
     return {2, tonumber(f[2]), 0}
 end
-local holds = tonumber(f[2]) - 1
+-- The first write, also on the last hold, whose field then goes: HINCRBY may grow memory,
+-- so Redis refuses it with -OOM when full under noeviction, and the release then changed
+-- nothing (a script's later writes are let through once it has written, and a DEL first
+-- would let this release hand the lock on while Redis refuses every grant).
+local holds = redis.call('HINCRBY', KEYS[1], owner, -1)
 local status = 2
 local published = 0
 local granted = 0
 local grant_id = ''
 local direct = false
 if holds <= 0 then
-    -- The last hold: the owner's field goes with the lock, or with HDEL for a shared one.
     holds = 0
     status = 1
-else
-    holds = redis.call('HINCRBY', KEYS[1], owner, -1)
 end
 if status == 1 and shared then
     redis.call('HDEL', KEYS[1], owner)
@@ -182,8 +183,12 @@ if status == 1 then
     -- one call stands for their five to seven.
     local any_queued = false
     if hand == '1' and (wanted or to ~= '') then
-        now = server_ms()
         any_queued = redis.call('EXISTS', KEYS[7], KEYS[9], KEYS[10], KEYS[11]) > 0
+        if any_queued then
+            -- The queue's deadlines and a queued waiter's grant need the time; a grant to
+            -- the caller's waiter with nobody queued does not.
+            now = server_ms()
+        end
         if wanted and any_queued then
             e = handoff_next(KEYS[7], KEYS[8], KEYS[9], KEYS[10], KEYS[11], now)
             queued = e ~= nil
@@ -217,14 +222,23 @@ if status == 1 then
         if not direct then
             lease, full = handoff_grant_lease(e, now)
         end
+        -- The grant's fields go in mint's own HSET: the grant's hold id, the lease it gets
+        -- when claimed, and the wanted mark when others wait (the lock was just deleted, so
+        -- the mark is new, as mark_wanted's HSETNX would write it).
+        local extra = {'#grant', e.h}
+        if full then
+            extra[#extra + 1] = '#glease'
+            extra[#extra + 1] = string.format('%d', full)
+        end
+        if (any_queued and handoff_others(KEYS[7], KEYS[10])) or
+                (direct and (to_others == '1' or (wanted and not queued))) then
+            extra[#extra + 1] = '#wait'
+            extra[#extra + 1] = '1'
+        end
         local token = mint(KEYS[1], KEYS[4], KEYS[5], KEYS[6], e.o, hand_floor, lease, e.h,
-            full and {'#grant', e.h, '#glease', string.format('%d', full)} or {'#grant', e.h})
+            extra)
         if token then
-            writer_granted(KEYS[1], KEYS[12], e.o, now)
-            if (any_queued and handoff_others(KEYS[7], KEYS[10])) or
-                    (direct and (to_others == '1' or (wanted and not queued))) then
-                mark_wanted(KEYS[1])
-            end
+            writer_granted(KEYS[1], KEYS[12], e.o, now ~= 0 and now or nil)
             acquire_record(e.k, e.i, e.o, token, 1, e.l)
             keep_token_keys(KEYS[4], KEYS[5], KEYS[6], e.d, e.l, e.k, e.i)
             granted = token

@@ -589,6 +589,37 @@ static void test_named_grant_marked_only_when_others_wait(void **state)
     assert_int_equal(th_redis_cmd(&f->redis, NULL, 0, "HEXISTS fg:{%s}:lock #wait", res), 1);
 }
 
+/* Redis full under noeviction refuses a release at its first write, before anything
+ * changed: the last hold stays, and the waiter it names is granted nothing, as every
+ * acquisition is refused then (a script that has written may go on writing, so a release
+ * that wrote first with a command Redis allows when full would hand the lock on). */
+static void test_full_redis_refuses_the_release_and_its_grant(void **state)
+{
+    lk_fixture *f = *state;
+    lk_result r;
+    const char *res = res_name("fullrel");
+
+    assert_lk(f->c, lk_acquire(f->c, res, "A", 10000, 0, NULL, &r), LK_ACQUIRED);
+    long long fence = fence_of(f, res);
+    lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
+                   .floor = r.token, .handoff_to = "B", .handoff_id = "b7",
+                   .lease_ms = 5000, .others_waiting = 1};
+    th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory-policy noeviction");
+    th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory 1");
+    lk_status st = run(f, &rel);
+    th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory 0");
+    assert_lk(f->c, st, LK_EUNAVAILABLE);
+    assert_non_null(strstr(lk_errstr(f->c), "OOM"));
+    assert_int_equal(holds_of(f, res, "A"), 1);
+    assert_int_equal(holds_of(f, res, "B"), 0);
+    assert_int_equal(fence_of(f, res), fence);
+    /* With room again, the same release hands the lock on. */
+    rel.status = LK_OK;
+    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(holds_of(f, res, "B"), 1);
+}
+
 /* A fair waiter named by the release (handoff_first: never past the queue) is granted only
  * as the head of the fair queue, with the release's lease instead of a grant cut to its
  * wait, and its fair claim is answered from the release. Behind another head, the head is
@@ -868,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_release_grants_the_callers_waiter),
         cmocka_unit_test(test_claim_answered_by_its_release),
         cmocka_unit_test(test_named_grant_marked_only_when_others_wait),
+        cmocka_unit_test(test_full_redis_refuses_the_release_and_its_grant),
         cmocka_unit_test(test_fair_head_answered_by_its_release),
         cmocka_unit_test(test_give_back_without_key_spares_a_later_hold),
         cmocka_unit_test(test_last_reader_hands_to_writer),

@@ -166,6 +166,7 @@ end
 
 -- An exclusive grant to owner: it waits no more, and when others still wait (writers, or
 -- readers refused for a writer) the lock is marked wanted so that its release wakes them.
+-- now may be nil: the time is then read only when somebody is registered as waiting.
 local function writer_granted(k_lock, k_rwait, owner, now)
     if not k_rwait then
         return
@@ -175,7 +176,7 @@ local function writer_granted(k_lock, k_rwait, owner, now)
         return
     end
     redis.call('ZREM', k_rwait, owner)
-    if redis.call('ZCOUNT', k_rwait, string.format('%d', now), '+inf') > 0 then
+    if redis.call('ZCOUNT', k_rwait, string.format('%d', now or server_ms()), '+inf') > 0 then
         mark_wanted(k_lock)
     end
 end
