@@ -87,41 +87,6 @@ static void run1(lk_client *c, lk_call *call)
     lk_call_many(c, calls, 1);
 }
 
-/* The script calls r has served, the microseconds it spent in them and the commands they
- * called (INFO commandstats: EVALSHA, whose time includes every command a script calls, and
- * every data command, all of which only scripts send here). */
-static void script_time(const th_redis *r, long long *calls, long long *usec, long long *cmds)
-{
-    static const char *const not_data[] = {"evalsha:", "eval:", "info:", "config", "script",
-                                           "client", "ping:", "hello:", "select:", "auth:",
-                                           "command", "subscribe:", "unsubscribe:", "wait:"};
-    char info[32768];
-    *calls = *usec = *cmds = 0;
-    if (th_redis_cmd(r, info, sizeof info, "INFO commandstats") != 0) {
-        fprintf(stderr, "handoff_chain_bench: INFO commandstats failed\n");
-        exit(1);
-    }
-    for (const char *at = strstr(info, "cmdstat_"); at != NULL;
-         at = strstr(at + 1, "cmdstat_")) {
-        const char *name = at + strlen("cmdstat_");
-        const char *eq = strstr(name, ":calls=");
-        if (eq == NULL) {
-            break;
-        }
-        long long n = atoll(eq + strlen(":calls="));
-        if (strncmp(name, "evalsha:", 8) == 0) {
-            *calls = n;
-            sscanf(eq, ":calls=%*d,usec=%lld", usec);
-            continue;
-        }
-        int data = 1;
-        for (size_t i = 0; i < sizeof not_data / sizeof not_data[0]; i++) {
-            data = data && strncmp(name, not_data[i], strlen(not_data[i])) != 0;
-        }
-        *cmds += data ? n : 0;
-    }
-}
-
 /* Passes the lock of res along the owners for `seconds`; returns hand-offs per second of
  * hand-off time (from the release sent to the next owner's ACQUIRED, without the released
  * owner's re-queueing, which a waiter on a connection of its own does meanwhile) and writes
@@ -151,8 +116,11 @@ static double measure(lk_client *c, const th_redis *r, shape s, const char *res,
     int holder = 0;
     uint64_t handoffs = 0;
     double busy = 0;
-    long long calls0, usec0, cmds0, calls1, usec1, cmds1;
-    script_time(r, &calls0, &usec0, &cmds0);
+    th_script_stats st0, st1;
+    if (th_redis_script_stats(r, &st0) != 0) {
+        fprintf(stderr, "handoff_chain_bench: INFO commandstats failed\n");
+        exit(1);
+    }
     double start = now_s(), end = start + seconds;
     for (double t = start; t < end; t = now_s()) {
         int next = (holder + 1) % n;
@@ -193,10 +161,13 @@ static double measure(lk_client *c, const th_redis *r, shape s, const char *res,
         handoffs++;
         busy += took;
     }
-    script_time(r, &calls1, &usec1, &cmds1);
-    *calls_per = handoffs > 0 ? (double)(calls1 - calls0) / (double)handoffs : 0;
-    *cmds_per = handoffs > 0 ? (double)(cmds1 - cmds0) / (double)handoffs : 0;
-    *usec_per = handoffs > 0 ? (double)(usec1 - usec0) / (double)handoffs : 0;
+    if (th_redis_script_stats(r, &st1) != 0) {
+        fprintf(stderr, "handoff_chain_bench: INFO commandstats failed\n");
+        exit(1);
+    }
+    *calls_per = handoffs > 0 ? (double)(st1.calls - st0.calls) / (double)handoffs : 0;
+    *cmds_per = handoffs > 0 ? (double)(st1.cmds - st0.cmds) / (double)handoffs : 0;
+    *usec_per = handoffs > 0 ? (double)(st1.usec - st0.usec) / (double)handoffs : 0;
     /* p99 by a partial selection sort of the top 1%. */
     size_t k = nlat / 100;
     for (size_t i = 0; i <= k && i < nlat; i++) {

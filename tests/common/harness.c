@@ -510,6 +510,42 @@ long long th_redis_script_calls(const th_redis *r)
     return total;
 }
 
+int th_redis_script_stats(const th_redis *r, th_script_stats *out)
+{
+    static const char *const not_data[] = {"evalsha:", "eval:", "info:", "config", "script",
+                                           "client", "ping:", "hello:", "select:", "auth:",
+                                           "command", "subscribe:", "unsubscribe:", "wait:"};
+    char *info = malloc(64 * 1024);
+    int rc = -1;
+
+    *out = (th_script_stats){0, 0, 0};
+    if (info != NULL && th_redis_cmd(r, info, 64 * 1024, "INFO commandstats") == 0) {
+        rc = 0;
+        for (const char *at = strstr(info, "cmdstat_"); at != NULL;
+             at = strstr(at + 1, "cmdstat_")) {
+            const char *name = at + strlen("cmdstat_");
+            const char *eq = strstr(name, ":calls=");
+            if (eq == NULL) {
+                break;
+            }
+            long long n = strtoll(eq + strlen(":calls="), NULL, 10);
+            if (strncmp(name, "evalsha:", 8) == 0) {
+                out->calls = n;
+                const char *us = strstr(eq, ",usec=");
+                out->usec = us != NULL ? strtoll(us + strlen(",usec="), NULL, 10) : 0;
+                continue;
+            }
+            int data = 1;
+            for (size_t i = 0; i < sizeof not_data / sizeof not_data[0]; i++) {
+                data = data && strncmp(name, not_data[i], strlen(not_data[i])) != 0;
+            }
+            out->cmds += data ? n : 0;
+        }
+    }
+    free(info);
+    return rc;
+}
+
 /* Finds the directory holding initdb: Debian keeps it off PATH. Exits when there is none. */
 static void pg_find_bindir(th_pg *pg)
 {

@@ -81,6 +81,17 @@ long long th_redis_cmd(const th_redis *r, char *out, size_t outlen, const char *
  * cannot be read. */
 long long th_redis_script_calls(const th_redis *r);
 
+/* What r's scripts have done so far (INFO commandstats): EVALSHA calls, the microseconds
+ * Redis spent in them (a script's time includes every command it calls, and no fsync), and
+ * the data commands run (every command but the server's own: INFO, CONFIG, SCRIPT, CLIENT,
+ * PING, HELLO, SELECT, AUTH, COMMAND, SUBSCRIBE, UNSUBSCRIBE, WAIT), which on a Redis only
+ * scripts write to are the commands its scripts called. Returns 0, or -1 when it cannot be
+ * read. */
+typedef struct th_script_stats {
+    long long calls, usec, cmds;
+} th_script_stats;
+int th_redis_script_stats(const th_redis *r, th_script_stats *out);
+
 /* How many TCP connections to r hold bytes r has not read yet (the kernel's receive queue,
  * /proc/net/tcp), open or closed by the client since (ESTABLISHED or CLOSE_WAIT on r's
  * side): with r stopped (SIGSTOP), how many connections have sent it something since. -1
