@@ -447,9 +447,9 @@ typedef struct lk_call {
  * in order sends them in two batches. A claim naming its release (claim_from) is held back
  * until the release is answered, then answered from it or sent in a second round. When
  * the connection fails mid-batch every call whose reply had not been read gets
- * EUNAVAILABLE: it may or may not have run, as with a single call. With min_replicas the calls run one at a time (each acquisition's WAIT on its own
- * connection). Each call's reason is in its err; lk_errstr(c) afterwards is the last reason
- * set by any of them. */
+ * EUNAVAILABLE: it may or may not have run, as with a single call. With min_replicas the
+ * calls run one at a time (each acquisition's WAIT on its own connection). Each call's
+ * reason is in its err; lk_errstr(c) afterwards is the last reason set by any of them. */
 LK_EXTERN void lk_call_many(lk_client *c, lk_call *const *calls, size_t n);
 
 /* ---- Several resources at once (many.c) ----------------------------------------------- */
