@@ -592,7 +592,8 @@ static void test_named_grant_marked_only_when_others_wait(void **state)
 /* Redis full under noeviction refuses a release at its first write, before anything
  * changed: the last hold stays, and the waiter it names is granted nothing, as every
  * acquisition is refused then (a script that has written may go on writing, so a release
- * that wrote first with a command Redis allows when full would hand the lock on). */
+ * that wrote first with a command Redis allows when full would hand the lock on). The
+ * waiter's claim held back for that release is refused with it. */
 static void test_full_redis_refuses_the_release_and_its_grant(void **state)
 {
     lk_fixture *f = *state;
@@ -604,19 +605,30 @@ static void test_full_redis_refuses_the_release_and_its_grant(void **state)
     lk_call rel = {.kind = LK_CALL_RELEASE, .resource = res, .owner = "A", .handoff = 1,
                    .floor = r.token, .handoff_to = "B", .handoff_id = "b7",
                    .lease_ms = 5000, .others_waiting = 1};
+    lk_call claim = {.kind = LK_CALL_ACQUIRE, .resource = res, .owner = "B", .lease_ms = 5000,
+                     .handoff_id = "b7", .handoff_claim = 1, .claim_from = &rel};
     th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory-policy noeviction");
     th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory 1");
-    lk_status st = run(f, &rel);
+    long long scripts = run_release_and_claim(f, &rel, &claim);
     th_redis_cmd(&f->redis, NULL, 0, "CONFIG SET maxmemory 0");
-    assert_lk(f->c, st, LK_EUNAVAILABLE);
-    assert_non_null(strstr(lk_errstr(f->c), "OOM"));
+    assert_lk(f->c, rel.status, LK_EUNAVAILABLE);
+    assert_non_null(strstr(rel.err, "OOM"));
+    /* The claim held back for that release is refused with it, and never sent: whether
+     * the grant was made is as unknown to it as to the release. */
+    assert_int_equal(scripts, 1);
+    assert_int_equal(claim.status, LK_EUNAVAILABLE);
+    assert_string_equal(claim.err, rel.err);
     assert_int_equal(holds_of(f, res, "A"), 1);
     assert_int_equal(holds_of(f, res, "B"), 0);
     assert_int_equal(fence_of(f, res), fence);
-    /* With room again, the same release hands the lock on. */
+    /* With room again, the same release hands the lock on, and answers the claim. */
     rel.status = LK_OK;
-    assert_lk(f->c, run(f, &rel), LK_RELEASED);
+    claim.status = LK_OK;
+    assert_int_equal(run_release_and_claim(f, &rel, &claim), 1);
+    assert_int_equal(rel.status, LK_RELEASED);
     assert_int_equal(rel.res.handed_direct, 1);
+    assert_int_equal(claim.status, LK_ACQUIRED);
+    assert_int_equal(claim.res.token, fence_of(f, res));
     assert_int_equal(holds_of(f, res, "B"), 1);
 }
 
