@@ -301,8 +301,11 @@ static void *pipe_main(void *arg)
          * completion of the group ran: a release and the hand-off attempt sent behind it
          * (ops/lock_attempt.c, "Hand-offs") are one group, and its new holder is known
          * (ops/lock.c, "Known holders", noted by the attempt's completion) before the
-         * owner that released it is answered and can ask again. Any other job resumes as
-         * soon as its completion ran. */
+         * owner that released it is answered and can ask again. A group resumes last job
+         * first, so that the loop of the attempt's connection is woken first: that is the
+         * new holder, whose next request (its /unlock) is the next hand-off of a hot lock,
+         * while the released owner's answer only lets it park again. Any other job resumes
+         * as soon as its completion ran. */
         size_t nresume = 0;
         for (size_t i = 0; i < n; i++) {
             /* Read before done(): once handed on, the request may complete and free the
@@ -314,7 +317,7 @@ static void *pipe_main(void *arg)
                 resume_conns[nresume++] = conn;
             }
             if (!glued) {
-                for (size_t k = 0; k < nresume; k++) {
+                for (size_t k = nresume; k-- > 0;) {
                     gw__loops_resume(p->rt->loops, resume_conns[k]);
                 }
                 nresume = 0;
