@@ -6,7 +6,7 @@
 # gateway (see run_only_pkgs), no test tools and no npm checkers.
 # Extra Debian package names may be given as arguments. With --fuzz first, it also installs
 # what scripts/fuzz.sh needs (clang-14 and libFuzzer); with --bench (after --fuzz, if both),
-# what tests/bench/run-compare.sh needs (etcd). The default install is unchanged.
+# what the benchmarks need (etcd, valgrind). The default install is unchanged.
 # FENCEGATE_SKIP_NODE_TOOLS=1 skips the npm-installed checkers (the Docker build needs none).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -57,11 +57,12 @@ if [ "${1:-}" = "--fuzz" ]; then
     shift
     fuzz_pkgs=(clang-14 libfuzzer-14-dev)
 fi
-# Only with --bench: etcd, the peer that tests/bench/run-compare.sh measures fencegate against.
+# Only with --bench: etcd, the peer that tests/bench/run-compare.sh measures fencegate against,
+# and valgrind, whose callgrind counts instructions for tests/bench/run-instructions.sh.
 bench_pkgs=()
 if [ "${1:-}" = "--bench" ]; then
     shift
-    bench_pkgs=(etcd-server)
+    bench_pkgs=(etcd-server valgrind)
 fi
 
 missing=()

@@ -3,7 +3,6 @@
  * build, not only where assert() is compiled in: an array overrun inside a batch of calls
  * would otherwise show only as a wrong argument of the next call (as it did once, when a
  * script gained an argument and LK__CMD_NUMS did not). */
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -64,7 +63,7 @@ void lk__cmd_num(lk__cmd *cmd, int64_t n)
 {
     fits(cmd->nnum < LK__CMD_NUMS, "numbers");
     char *s = cmd->num[cmd->nnum++];
-    snprintf(s, sizeof cmd->num[0], "%" PRId64, n);
+    lk__decimal(s, n);
     lk__cmd_arg(cmd, s);
 }
 

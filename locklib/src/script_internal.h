@@ -3,11 +3,12 @@
  * whose hash tag every key carries. It is what the call kinds (calls.c) produce and what a
  * transport (transport.c) sends; neither needs to know the other. The scripts themselves are
  * the generated table (script_table.h, one entry per locklib/lua/NAME.lua).
- * Layer: above util only. Never installed.
+ * Layer: above util and decimal only. Never installed.
  */
 #ifndef LOCKLIB_SCRIPT_INTERNAL_H
 #define LOCKLIB_SCRIPT_INTERNAL_H
 
+#include "decimal_internal.h"
 #include "script_table.h"
 #include "util_internal.h"
 
@@ -31,8 +32,9 @@ typedef struct lk__cmd {
     const char *argv[LK__ARGV_MAX];
     int nstr, nnum;
     char str[LK__CMD_KEYS][LK__KEY_MAX];
-    char num[LK__CMD_NUMS][24];
+    char num[LK__CMD_NUMS][LK__DECIMAL_MAX]; /* numbers (lk__decimal) and hold ids */
 } lk__cmd;
+_Static_assert(LK__HOLD_ID_LEN + 1 <= LK__DECIMAL_MAX, "a hold id fits a number's slot");
 
 /* Starts a call of `script` on the keys of `resource` (a valid name, kept by pointer). */
 void lk__cmd_start(lk__cmd *cmd, enum lk__script script, const char *resource);

@@ -311,12 +311,19 @@ static void answer(batch *b, size_t i, lk_status st, redisReply *reply)
     b->done(b->ctx, i, st, reply);
 }
 
+/* EVALSHA's count of keys, as text: a table, since a call holds at most LK__ARGV_MAX and
+ * a snprintf for each call costs more than the rest of building it. */
+static const char *const nkeys_text[] = {
+    "0",  "1",  "2",  "3",  "4",  "5",  "6",  "7",  "8",  "9",  "10", "11", "12", "13", "14",
+    "15", "16", "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28"};
+_Static_assert(sizeof nkeys_text / sizeof *nkeys_text == LK__ARGV_MAX + 1,
+               "one entry per possible count of keys");
+
 /* Appends a call to the connection's output buffer (nothing is written yet). */
 static int append_cmd(lk__transport *t, const lk__cmd *cmd)
 {
     const char *argv[LK__ARGV_MAX + 3];
     size_t lens[LK__ARGV_MAX + 3];
-    char nkeys_str[8];
 
     if (t->asking) {
         /* A Cluster ASK redirection: this node takes the call for a slot it is importing
@@ -327,10 +334,9 @@ static int append_cmd(lk__transport *t, const lk__cmd *cmd)
             return REDIS_ERR;
         }
     }
-    snprintf(nkeys_str, sizeof nkeys_str, "%d", cmd->nkeys);
     argv[0] = "EVALSHA";
     argv[1] = t->sha[cmd->script];
-    argv[2] = nkeys_str;
+    argv[2] = nkeys_text[cmd->nkeys];
     for (int k = 0; k < cmd->argc; k++) {
         argv[3 + k] = cmd->argv[k];
     }

@@ -69,24 +69,42 @@ int lk__valid_lease(int64_t lease_ms)
     return lease_ms >= LK_LEASE_MIN_MS && lease_ms <= LK_LEASE_MAX_MS;
 }
 
+/* Writes the n parts one after another into buf (cap bytes, cap > 0), cut short and
+ * NUL-terminated as snprintf would; returns the whole length. Every key of every script
+ * call is built here, on the thread that sends the calls: copying the parts costs about a
+ * tenth of what snprintf's parsing of "fg:{%s}:%s" does (callgrind, docs/performance.md). */
+static size_t join(char *buf, size_t cap, const char *const *parts, size_t n)
+{
+    size_t len = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(parts[i]);
+        size_t fit = l < cap - 1 - len ? l : cap - 1 - len;
+        memcpy(buf + len, parts[i], fit);
+        len += fit;
+        total += l;
+    }
+    buf[len] = '\0';
+    return total;
+}
+
 /* Valid names contain no braces, so the tag is always well formed. */
 void lk__key(char *buf, const char *resource, const char *suffix)
 {
-    snprintf(buf, LK__KEY_MAX, "fg:{%s}:%s", resource, suffix);
+    join(buf, LK__KEY_MAX, (const char *const[]){"fg:{", resource, "}:", suffix}, 4);
 }
 
 void lk__idem_key(char *buf, const char *resource, const char *idem_key)
 {
-    snprintf(buf, LK__KEY_MAX, "fg:{%s}:idem:%s", resource, idem_key);
+    join(buf, LK__KEY_MAX, (const char *const[]){"fg:{", resource, "}:idem:", idem_key}, 4);
 }
 
 lk_status lk_channel_name(const char *resource, char *buf, size_t len)
 {
-    if (!lk_valid_resource(resource) || buf == NULL) {
+    if (!lk_valid_resource(resource) || buf == NULL || len == 0) {
         return LK_EINVAL;
     }
-    int n = snprintf(buf, len, "fg:{%s}:released", resource);
-    return n >= 0 && (size_t)n < len ? LK_OK : LK_EINVAL;
+    size_t n = join(buf, len, (const char *const[]){"fg:{", resource, "}:released"}, 3);
+    return n < len ? LK_OK : LK_EINVAL;
 }
 
 /* Fills raw with n bytes (n <= 256) of the kernel CSPRNG: one getrandom call, which blocks

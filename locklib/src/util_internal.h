@@ -6,7 +6,7 @@
  * The layers of locklib/src, bottom first. A file includes the headers of its own layer's
  * module and of layers below, and calls only into those (bash scripts/layers.sh
  * locklib/src checks both):
- *   util        this file
+ *   util        this file                  decimal   a 64-bit integer's decimal text
  *   breaker     the stall breaker          script    a built script call (lk__cmd) and the
  *                                                    generated table of scripts
  *   conn        one connection to one server: connect, AUTH, SELECT, one command

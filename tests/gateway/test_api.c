@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
@@ -1281,6 +1282,91 @@ static void test_auth(void **state)
     th_rmtree(dir);
 }
 
+/* Milliseconds since the epoch of a log line's "ts" ("YYYY-MM-DDTHH:MM:SS.mmmZ", UTC), or -1
+ * when it is not exactly that. The days come from the civil date (Howard Hinnant's
+ * days_from_civil), since timegm is not POSIX. */
+static int64_t log_ts_ms(const char *ts)
+{
+    int y, mo, d, h, mi, sec, ms, n = 0;
+    if (sscanf(ts, "%4d-%2d-%2dT%2d:%2d:%2d.%3d%n", &y, &mo, &d, &h, &mi, &sec, &ms, &n) != 7 ||
+        n != 23 || ts[23] != 'Z' || ts[24] != '"' || mo < 1 || mo > 12 || d < 1 || d > 31 ||
+        h > 23 || mi > 59 || sec > 60 || ms < 0 || ms > 999) {
+        return -1;
+    }
+    y -= mo <= 2;
+    int64_t era = (y >= 0 ? y : y - 399) / 400;
+    int64_t yoe = y - era * 400;
+    int64_t doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    int64_t days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+    return ((days * 24 + h) * 60 + mi) * 60000 + (int64_t)sec * 1000 + ms;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The "ts" of the log line that contains needle, in ms since the epoch (-1: none such). */
+static int64_t logged_at(const gwt_proc *gw, const char *needle)
+{
+    FILE *f = fopen(gw->log, "r");
+    char line[1024];
+    int64_t at = -1;
+    assert_non_null(f);
+    while (at < 0 && fgets(line, sizeof line, f) != NULL) {
+        const char *ts = strstr(line, "\"ts\":\"");
+        if (strstr(line, needle) != NULL && ts != NULL) {
+            at = log_ts_ms(ts + 6);
+            if (at < 0) {
+                fail_msg("a malformed timestamp: %s", line);
+            }
+        }
+    }
+    fclose(f);
+    return at;
+}
+
+/* A request line's timestamp is the wall clock to the millisecond, in UTC, and moves on with
+ * it: two requests a second apart or more are logged with their own times, not the first
+ * one's second. One HTTP loop, so both lines come from the thread whose start-up probes
+ * (/healthz) already formatted a second. */
+static void test_log_timestamps(void **state)
+{
+    api_state *s = *state;
+    gwt_proc *gw = &s->aux;
+    gwt_resp r;
+    const char *const args[] = {"--log-format", "json", "--threads", "1", NULL};
+    gwt_start(gw, s->redis.url, NULL, args);
+
+    int64_t before = wall_ms();
+    gwt_get(gw, "/locks/api.logts1", &r);
+    int64_t after = wall_ms();
+    gwt_resp_free(&r);
+    assert_true(gwt_log_wait(gw, "\"path\":\"/locks/api.logts1\""));
+    int64_t first = logged_at(gw, "\"path\":\"/locks/api.logts1\"");
+    /* Logged when the request completed: after it was sent, and at most a moment after its
+     * answer arrived (libmicrohttpd reports completion once the answer is written). */
+    assert_in_range(first, before, after + 500);
+
+    /* The wall clock past the next whole second (a condition, with a deadline). */
+    int64_t next_second = (after / 1000 + 1) * 1000 + 1;
+    int64_t deadline = after + 5000;
+    while (wall_ms() < next_second && wall_ms() < deadline) {
+        nanosleep(&(struct timespec){0, 5 * 1000 * 1000}, NULL);
+    }
+    before = wall_ms();
+    assert_true(before >= next_second);
+    gwt_get(gw, "/locks/api.logts2", &r);
+    after = wall_ms();
+    gwt_resp_free(&r);
+    assert_true(gwt_log_wait(gw, "\"path\":\"/locks/api.logts2\""));
+    int64_t second = logged_at(gw, "\"path\":\"/locks/api.logts2\"");
+    assert_in_range(second, before, after + 500);
+    assert_int_equal(gwt_stop(gw), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1310,6 +1396,7 @@ int main(void)
         cmocka_unit_test(test_idempotent_lock_survives_restart),
         cmocka_unit_test(test_map_size_limits_the_store),
         cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_log_timestamps),
     };
     return cmocka_run_group_tests_name("gateway_api", tests, group_setup, group_teardown);
 }
