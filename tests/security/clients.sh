@@ -52,7 +52,9 @@ echo "{\"clients\": [$(client b tb '"read"' '')]}" >"$f.new" && mv "$f.new" "$f"
 kill -HUP "$SEC_PID"
 fg_topo_wait 10 "the reloaded clients file in force" bash -c "[ \"\$(curl -s -o /dev/null -w '%{http_code}' -H 'Authorization: Bearer tb' '$url')\" = 200 ]"
 [ "$(code ta)" = 401 ] || fail "client a, removed by the reload, still passes"
-grep -q "SIGHUP: $f read again: 1 client(s)" "$log" || fail "no log line for the reload"
+# The log is written by its own thread, up to 20 ms after the line: wait for it, as below.
+fg_topo_wait 10 "the reload's log line" grep -q "SIGHUP: $f read again: 1 client(s)" "$log" \
+    || fail "no log line for the reload"
 echo '{"clients": [' >"$f"
 kill -HUP "$SEC_PID"
 fg_topo_wait 10 "the bad file's log line" grep -q "SIGHUP: --clients $f: line .*; the previous clients stay in force" "$log"
