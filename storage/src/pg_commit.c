@@ -34,9 +34,10 @@
  *    the Sync, and the transaction rolls back): each request is replayed in a transaction of
  *    its own, so one bad request does not fail its neighbours;
  *  - the connection is lost or the deadline passes (database down, restarting, killed):
- *    every request of the batch answers EIO (a COMMIT whose answer was lost may or may not
- *    have happened; it was not acknowledged, so either is allowed), the connection is
- *    dropped and the next call connects again.
+ *    every request of the batch answers EIO, the connection is dropped and the next call
+ *    connects again. When the COMMIT had been sent and no statement had failed, the batch
+ *    may have been made: each request answers IN_DOUBT instead, and the caller must not
+ *    take it for a refusal.
  *
  * The STALE answer's highest comes from the statement's snapshot, which may predate a
  * commit of another gateway that the conflict check waited for. Highest tokens only grow, so
@@ -283,9 +284,10 @@ static void fence_by_ledger(store__op **ops, size_t n, const PGresult *res)
 /* Step 1 of run_pipeline: sends the three statements' Parse when this session has not yet
  * (prepares 3), BEGIN, every statement, COMMIT (unless commit is 0: a transaction whose
  * commit waits for its rows) and a Sync, and flushes. 0, or -1 when the connection
- * failed. */
+ * failed. Sets *commit_sent once the COMMIT is queued: from then on it may reach the
+ * database. */
 static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepares,
-                         int commit, int64_t deadline)
+                         int commit, int64_t deadline, int *commit_sent)
 {
     if (!PQenterPipelineMode(conn)) {
         return -1;
@@ -306,8 +308,13 @@ static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepare
     if (!commit && send_ledger_read(conn, ops, n) != 0) {
         return -1;
     }
-    if ((commit && !PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)) ||
-        !PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
+    if (commit) {
+        if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)) {
+            return -1;
+        }
+        *commit_sent = 1;
+    }
+    if (!PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
         return -1;
     }
     return 0;
@@ -341,8 +348,8 @@ static store__pgrc read_results(PGconn *conn, store__op **ops, size_t n, size_t 
 /* Step 3: reads the Sync, leaves pipeline mode and ends a transaction left open: an error
  * left it aborted until ROLLBACK; a transaction's rows are in and commit says what to do
  * with them. 0, or -1 when the connection failed or the COMMIT did (its outcome is then
- * unknown, and nothing was acknowledged). */
-static int finish_pipeline(PGconn *conn, int commit, int64_t deadline)
+ * unknown, and nothing was acknowledged). Sets *commit_sent when it sends a COMMIT. */
+static int finish_pipeline(PGconn *conn, int commit, int64_t deadline, int *commit_sent)
 {
     int lost = 0;
     PGresult *res = store__pg_next(conn, deadline, &lost);
@@ -353,8 +360,9 @@ static int finish_pipeline(PGconn *conn, int commit, int64_t deadline)
     }
     if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
         commit = commit && PQtransactionStatus(conn) == PQTRANS_INTRANS;
-        ok = PQsendQuery(conn, commit ? "COMMIT" : "ROLLBACK") &&
-             store__pg_flush(conn, deadline) == 0;
+        ok = PQsendQuery(conn, commit ? "COMMIT" : "ROLLBACK");
+        *commit_sent = ok && commit;
+        ok = ok && store__pg_flush(conn, deadline) == 0;
         while (ok && (res = store__pg_next(conn, deadline, &lost)) != NULL) {
             ok = PQresultStatus(res) == PGRES_COMMAND_OK;
             PQclear(res);
@@ -366,7 +374,8 @@ static int finish_pipeline(PGconn *conn, int commit, int64_t deadline)
 /*
  * Runs ops[0..n) as one pipelined transaction on c, in the three steps above. Every op first
  * gets EIO, replaced by its row's answer, so none is left unanswered. Returns OK only when
- * COMMIT succeeded; otherwise RETRY/SQL (sqlstate set) or LOST (drop the connection).
+ * COMMIT succeeded; otherwise RETRY/SQL (sqlstate set), or LOST or IN_DOUBT (drop the
+ * connection): IN_DOUBT when a COMMIT was sent and no statement before it had failed.
  * t: ops are t's writes, and COMMIT is sent only once their rows show that every write
  * passed (store__txn_verdict); otherwise the transaction rolls back, and OK means the
  * refusal is t's answer.
@@ -376,14 +385,14 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
 {
     int64_t deadline = store__pg_now_ms() + p->timeout_ms;
     size_t prepares = c->prepared ? 0 : 3;
-    int lost = 0;
+    int lost = 0, commit_sent = 0;
 
     sqlstate[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         fail_op(ops[i], STORE_EIO);
     }
-    if (send_pipeline(c->conn, ops, n, prepares, t == NULL, deadline) != 0) {
-        return STORE__PG_LOST;
+    if (send_pipeline(c->conn, ops, n, prepares, t == NULL, deadline, &commit_sent) != 0) {
+        return commit_sent ? STORE__PG_IN_DOUBT : STORE__PG_LOST;
     }
     store__pgrc rc = read_results(c->conn, ops, 0, 0, prepares, deadline, sqlstate,
                                   STORE__PG_OK, &lost);
@@ -404,8 +413,9 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
     }
     int commit = t != NULL && !lost && rc == STORE__PG_OK &&
                  store__txn_verdict(t) == STORE_ACCEPTED;
-    if (lost || finish_pipeline(c->conn, commit, deadline) != 0) {
-        return STORE__PG_LOST;
+    if (lost || finish_pipeline(c->conn, commit, deadline, &commit_sent) != 0) {
+        /* A failed statement dooms the transaction: its COMMIT rolls back. */
+        return commit_sent && rc == STORE__PG_OK ? STORE__PG_IN_DOUBT : STORE__PG_LOST;
     }
     return rc;
 }
@@ -462,6 +472,15 @@ static void count_commit(store__counts *counts, store__op **ops, size_t n)
     store__count_txn(counts, writes, accepted);
 }
 
+/* The answer of a batch or transaction that did not commit: a failed statement's status,
+ * IN_DOUBT, or EIO. */
+static store_status final_status(store__pgrc rc, const char *sqlstate)
+{
+    return rc == STORE__PG_SQL        ? store__pg_sqlstate_status(sqlstate)
+           : rc == STORE__PG_IN_DOUBT ? STORE_IN_DOUBT
+                                      : STORE_EIO;
+}
+
 /* Runs ops[0..n) (already in lock order) and answers every one of them. */
 static void run_ops(store__pg *p, store__op **ops, size_t n, store__counts *counts)
 {
@@ -483,7 +502,7 @@ static void run_ops(store__pg *p, store__op **ops, size_t n, store__counts *coun
             count_commit(counts, ops, n);
             return;
         }
-        store__pg_put(p, c, rc == STORE__PG_LOST);
+        store__pg_put(p, c, rc == STORE__PG_LOST || rc == STORE__PG_IN_DOUBT);
         if (rc != STORE__PG_RETRY) {
             break;
         }
@@ -498,13 +517,12 @@ static void run_ops(store__pg *p, store__op **ops, size_t n, store__counts *coun
         }
         return;
     }
-    store_status st = rc == STORE__PG_SQL ? store__pg_sqlstate_status(sqlstate) : STORE_EIO;
     for (size_t i = 0; i < n; i++) {
-        fail_op(ops[i], st);
+        fail_op(ops[i], final_status(rc, sqlstate));
     }
 }
 
-/* Answers every write of t with st: nothing of it happened. */
+/* Answers every write of t with st: nothing of it happened (IN_DOUBT: all of it or none). */
 static void fail_txn(store_txn *t, store_status st)
 {
     t->status = st;
@@ -519,8 +537,8 @@ static void fail_txn(store_txn *t, store_status st)
  * (run_pipeline). The rows its writes changed stay locked until then, so no other
  * gateway's write slips in between the check and the commit. A serialization failure or
  * deadlock runs it again, up to MAX_ATTEMPTS times; any other failure answers every write
- * with the error, and nothing of it happened (or, for a COMMIT whose answer was lost, all of
- * it may have; it was not acknowledged). */
+ * with the error, and nothing of it happened (or IN_DOUBT, for a COMMIT whose answer was
+ * lost: all of it may have). */
 static void run_txn(store__pg *p, store_txn *t, store__counts *counts)
 {
     store__op ops[STORE_TXN_MAX];
@@ -553,12 +571,12 @@ static void run_txn(store__pg *p, store_txn *t, store__counts *counts)
             }
             return;
         }
-        store__pg_put(p, c, rc == STORE__PG_LOST);
+        store__pg_put(p, c, rc == STORE__PG_LOST || rc == STORE__PG_IN_DOUBT);
         if (rc != STORE__PG_RETRY) {
             break;
         }
     }
-    fail_txn(t, rc == STORE__PG_SQL ? store__pg_sqlstate_status(sqlstate) : STORE_EIO);
+    fail_txn(t, final_status(rc, sqlstate));
 }
 
 /* Runs a batch list: its writes and grants sorted into lock order, then one transaction;

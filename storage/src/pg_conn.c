@@ -262,6 +262,16 @@ fail:
     return NULL;
 }
 
+/* An idle session expects nothing from the server. Anything readable (the end of the stream
+ * after a restart or an administrator's kill, or the FATAL error sent before it) means the
+ * server has closed it or is closing it: connect again rather than send a COMMIT into it,
+ * whose lost answer would leave the change in doubt. */
+static int idle_usable(PGconn *conn)
+{
+    struct pollfd pfd = {.fd = PQsocket(conn), .events = POLLIN};
+    return PQstatus(conn) == CONNECTION_OK && pfd.fd >= 0 && poll(&pfd, 1, 0) == 0;
+}
+
 store__pgconn *store__pg_get(store__pg *p, char *err, size_t errlen)
 {
     store__pgconn *c = NULL;
@@ -284,7 +294,7 @@ store__pgconn *store__pg_get(store__pg *p, char *err, size_t errlen)
         store__pg_scrub(p, "out of memory", err, errlen);
         return NULL;
     }
-    if (c->conn != NULL && PQstatus(c->conn) != CONNECTION_OK) {
+    if (c->conn != NULL && !idle_usable(c->conn)) {
         PQfinish(c->conn);
         c->conn = NULL;
     }

@@ -36,6 +36,8 @@ typedef enum store__pgrc {
     STORE__PG_SQL,      /* a statement failed; the connection is usable (sqlstate says why) */
     STORE__PG_RETRY,    /* serialization failure (40001) or deadlock (40P01): run it again */
     STORE__PG_LOST,     /* connection lost or timed out: the slot was reset */
+    STORE__PG_IN_DOUBT, /* LOST after a COMMIT was sent that no failure had doomed: it may
+                           or may not have been made */
 } store__pgrc;
 
 /* Takes a connection slot with a live connection, connecting (bounded by timeout_ms) when

@@ -719,8 +719,27 @@ void th_pg_restart(th_pg *pg)
     }
 }
 
-void th_pg_signal(th_pg *pg, int sig)
+/* The state letter of process pid ('Z' for a zombie), or 0 when it is gone. */
+static char proc_state(int pid)
 {
+    char path[64], comm[256], st = 0;
+    int got = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *fp = fopen(path, "r");
+    if (fp != NULL) {
+        if (fscanf(fp, "%d %255s %c", &got, comm, &st) != 3) {
+            st = 0;
+        }
+        fclose(fp);
+    }
+    return st;
+}
+
+/* Signals every child of the postmaster, then the postmaster; records up to max of the
+ * children's pids in pids (may be NULL) and returns how many it signalled. */
+static int pg_signal_all(th_pg *pg, int sig, int *pids, int max)
+{
+    int n = 0;
     DIR *d = opendir("/proc");
     struct dirent *e = NULL;
     while (d != NULL && (e = readdir(d)) != NULL) {
@@ -735,6 +754,10 @@ void th_pg_signal(th_pg *pg, int sig)
         }
         if (fscanf(fp, "%d %255s %c %d", &pid, comm, &st, &ppid) == 4 && ppid == pg->pid) {
             kill(pid, sig);
+            if (pids != NULL && n < max) {
+                pids[n] = pid;
+            }
+            n++;
         }
         fclose(fp);
     }
@@ -745,16 +768,38 @@ void th_pg_signal(th_pg *pg, int sig)
     if (pg->pid > 0) {
         kill(pg->pid, sig);
     }
+    return n;
 }
+
+void th_pg_signal(th_pg *pg, int sig)
+{
+    pg_signal_all(pg, sig, NULL, 0);
+}
+
+#define PG_CHILDREN_MAX 256
 
 void th_pg_kill(th_pg *pg)
 {
+    int pids[PG_CHILDREN_MAX];
     if (pg->pid > 0) {
         /* Backends too: a postmaster killed alone leaves its backends serving their
          * connections until they notice, and a write can still commit through one. */
-        th_pg_signal(pg, SIGKILL);
+        int n = pg_signal_all(pg, SIGKILL, pids, PG_CHILDREN_MAX);
         waitpid(pg->pid, NULL, 0);
         pg->pid = 0;
+        /* Until each backend has exited, its sockets are open: a client could still send
+         * into one, and find out only from the reset that follows. */
+        int64_t deadline = th_now_ms() + 30000;
+        for (int i = 0; i < n && i < PG_CHILDREN_MAX; i++) {
+            while (proc_state(pids[i]) != 0 && proc_state(pids[i]) != 'Z') {
+                if (th_now_ms() > deadline) {
+                    fprintf(stderr, "harness: postgres backend %d outlived SIGKILL\n",
+                            pids[i]);
+                    exit(1);
+                }
+                th_nap_ms(5);
+            }
+        }
     }
 }
 
@@ -899,6 +944,36 @@ int th_pg_exec(const th_pg *pg, const char *sql)
     }
     PQfinish(conn);
     return rc;
+}
+
+int th_pq_exec(PGconn *conn, const char *sql)
+{
+    PGresult *res = PQexec(conn, sql);
+    ExecStatusType es = PQresultStatus(res);
+    int rc = es == PGRES_COMMAND_OK || es == PGRES_TUPLES_OK ? 0 : -1;
+    if (rc != 0) {
+        fprintf(stderr, "harness: %s: %s", sql, PQresultErrorMessage(res));
+    }
+    PQclear(res);
+    return rc;
+}
+
+int th_pg_hold_commits(PGconn *conn, const char *prefix, long key)
+{
+    char fn[512];
+    snprintf(fn, sizeof fn,
+             "CREATE FUNCTION fg_test_hold() RETURNS trigger LANGUAGE plpgsql AS $$ "
+             "BEGIN IF starts_with(NEW.resource, '%s') THEN LOOP BEGIN "
+             "PERFORM pg_advisory_xact_lock(%ld); EXIT; "
+             "EXCEPTION WHEN query_canceled THEN NULL; END; END LOOP; END IF; "
+             "RETURN NULL; END $$",
+             prefix, key);
+    return th_pq_exec(conn, fn) == 0 &&
+                   th_pq_exec(conn, "CREATE CONSTRAINT TRIGGER fg_test_hold AFTER INSERT OR "
+                                    "UPDATE ON fencegate_resources DEFERRABLE INITIALLY "
+                                    "DEFERRED FOR EACH ROW EXECUTE FUNCTION fg_test_hold()") == 0
+               ? 0
+               : -1;
 }
 
 redisReply *th__node_command_argv(const th_redis *r, int argc, const char **argv)

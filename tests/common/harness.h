@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include <libpq-fe.h>
+
 /* Most nodes one topology (sentinel set, cluster, Redis set) may have. */
 #define TH_MAX_NODES 16
 /* Most extra command-line arguments of one node (replicaof, cluster options). */
@@ -120,8 +122,9 @@ void th_pg_start(th_pg *pg);
 /* Starts it again on the same port and data (after th_pg_kill or th_pg_crash). */
 void th_pg_restart(th_pg *pg);
 
-/* SIGKILL the postmaster and every process it started, and reap it: a crash of the whole
- * server, so no backend serves its connection a moment longer. */
+/* SIGKILL the postmaster and every process it started, reap it, and wait until every one
+ * has exited: a crash of the whole server, so no backend serves its connection, or holds
+ * its socket open, a moment longer. */
 void th_pg_kill(th_pg *pg);
 
 /* Sends sig to the postmaster and every process it started (SIGSTOP/SIGCONT: a frozen
@@ -152,6 +155,16 @@ void th_pg_url(const th_pg *pg, const char *db, char *buf, size_t len);
 /* Runs sql as the superuser in database "postgres" over the socket. Returns 0, or -1 after
  * printing the server's error. */
 int th_pg_exec(const th_pg *pg, const char *sql);
+
+/* Runs sql on conn. Returns 0, or -1 after printing the server's error. */
+int th_pq_exec(PGconn *conn, const char *sql);
+
+/* Installs in conn's database a deferred trigger that holds back the COMMIT of every
+ * transaction writing a fencegate_resources row named prefix...: at the COMMIT it waits for
+ * advisory lock key, through any cancel (the session's statement_timeout), so a session that
+ * holds the lock keeps such a commit from finishing, and the commit is made once the lock is
+ * free: an answer lost after its COMMIT was sent, on demand. Returns 0 or -1 (printed). */
+int th_pg_hold_commits(PGconn *conn, const char *prefix, long key);
 
 /* ---- Redlock: N independent masters ------------------------------------------------------ */
 

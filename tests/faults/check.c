@@ -134,11 +134,15 @@ static int is_acked_write(const fh_op *op)
     return op->kind == FH_WRITE && op->status == 200;
 }
 
-/* No answer, or 503: the request may or may not have acted. A 503 write is unacknowledged,
- * not refused: on PostgreSQL its COMMIT may have been sent and its answer lost. */
+/* No answer, or 503: the request may or may not have acted. */
 static int tolerated(const fh_op *op)
 {
     return op->status == 0 || op->status == 503;
+}
+
+int fc_maybe_made(const fh_op *op)
+{
+    return op->status == 0 || (op->status == 503 && strcmp(op->error, "outcome_unknown") == 0);
 }
 
 static int by_resource_token_owner(const void *a, const void *b)
@@ -333,7 +337,7 @@ static void check_read(const ctx *c, const series *acked, const fh_op *r)
         violation(c, 5, "a read returned bytes nobody wrote", r, NULL);
     else if (w->status == 200 && (w->version != r->version || w->token != r->token))
         violation(c, 5, "a read's version or token differs from the write of its bytes", w, r);
-    else if (w->status != 200 && !tolerated(w))
+    else if (w->status != 200 && !fc_maybe_made(w))
         violation(c, (w->flags & FH_F_FORGED) != 0 ? 6 : 5, "a refused write's bytes were read",
                   w, r);
 }

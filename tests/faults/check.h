@@ -91,6 +91,11 @@ typedef struct fc_result {
     long ops;
 } fc_result;
 
+/* A write or transaction that may have been made though it was not acknowledged: no answer,
+ * or 503 outcome_unknown (its commit reached the store and the answer was lost). Any other
+ * answer but 200 means it was not made (check.c). */
+int fc_maybe_made(const fh_op *op);
+
 /* A violation found by a part of the checker, with the operations involved (may be NULL). */
 typedef void (*fc_report)(void *arg, const char *why, const fh_op *a, const fh_op *b);
 

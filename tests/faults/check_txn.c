@@ -10,14 +10,15 @@
  *   - a transaction on some accounts' chains and not on others' was half committed;
  *   - an acknowledged (200) transaction missing from a chain was lost, or a stale writer
  *     overwrote its successor's base (a lost update: the chain skips it);
- *   - a refused (409, 403) transaction on a chain was written after all;
+ *   - a refused (409, 403) or failed (503 backend_unavailable) transaction on a chain was
+ *     written after all;
  *   - a paused client's transaction (flag after_pause, sent only once another client held a
  *     newer token of one of its accounts) was acknowledged;
  *   - along a chain, each transaction's balance read equals what its predecessor wrote;
  *   - each transaction wrote the sum it read (the client's arithmetic), and the final
  *     balances add up to the total: conserved after every committed transaction.
- * Transactions whose outcome is unknown (no answer, 503) may be on the chains or not, but
- * only whole.
+ * Transactions whose outcome is unknown (no answer, 503 outcome_unknown) may be on the
+ * chains or not, but only whole.
  *
  * One race the token check at arrival cannot close (LMDB; on PostgreSQL the commit checks the
  * shared ledger's grants) is excused (reported, not a violation): a transaction
@@ -210,8 +211,8 @@ void fc_check_txn(const fh_history *h, fc_report bad, void *arg, fc_report note)
         else if (status == 200 && on == 0)
             bad(arg, "an acknowledged transaction is not in the accounts' history (lost, or "
                      "a stale writer's write replaced it)", ts[i].op, NULL);
-        else if ((status == 409 || status == 403 || status == 400) && on > 0)
-            bad(arg, "a refused transaction's writes are there", ts[i].op, NULL);
+        else if (status != 200 && !fc_maybe_made(ts[i].op) && on > 0)
+            bad(arg, "a refused or failed transaction's writes are there", ts[i].op, NULL);
         if (status == 200 && (ts[i].op->flags & FH_F_AFTER_PAUSE) != 0)
             bad(arg, "a paused client's transaction was accepted after a newer grant",
                 ts[i].op, NULL);

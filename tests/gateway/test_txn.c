@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <libpq-fe.h>
 
 #include "gw_test.h"
 #include "harness.h"
@@ -302,6 +303,71 @@ static void test_two_gateways_on_postgres(void **state)
     gwt_assert_value(&s->a, "g-y", "31");
 }
 
+/* Waits until GET /resources/resource through gw answers value; fails after 30 s. */
+static void await_value(const gwt_proc *gw, const char *resource, const char *value)
+{
+    char path[128];
+    int64_t deadline = th_now_ms() + 30000;
+    snprintf(path, sizeof path, "/resources/%s", resource);
+    for (;;) {
+        gwt_resp r;
+        gwt_get(gw, path, &r);
+        int done = r.status == 200 && r.body != NULL && strcmp(r.body, value) == 0;
+        gwt_resp_free(&r);
+        if (done) {
+            return;
+        }
+        if (th_now_ms() > deadline) {
+            fail_msg("%s never became %s: the write answered outcome_unknown was not made",
+                     resource, value);
+        }
+        th_nap_ms(20);
+    }
+}
+
+/* PostgreSQL: a commit whose answer is lost is answered 503 outcome_unknown, not
+ * backend_unavailable, for a PUT and for a transaction; once the commit goes on, the
+ * change is there. A deferred trigger holds the commit on the test's advisory lock past the
+ * store's deadline (5 s). */
+static void test_lost_commit_answer_is_outcome_unknown(void **state)
+{
+    txn_state *s = *state;
+    PGconn *t = PQconnectdb(s->store);
+    long long ta = 0, tb = 0;
+    char body[512];
+    gwt_resp r;
+
+    assert_int_equal(PQstatus(t), CONNECTION_OK);
+    assert_int_equal(th_pg_hold_commits(t, "doubt-", 4243), 0);
+    assert_int_equal(gwt_lock(&s->a, "doubt-a", "d1", &ta), 200);
+    assert_int_equal(gwt_lock(&s->a, "doubt-b", "d1", &tb), 200);
+
+    assert_int_equal(th_pq_exec(t, "SELECT pg_advisory_lock(4243)"), 0);
+    assert_int_equal(gwt_put_fenced(&s->a, "doubt-a", ta, "one", &r), 503);
+    gwt_assert_status(&r, 503, "outcome_unknown");
+    gwt_resp_free(&r);
+    assert_int_equal(th_pq_exec(t, "SELECT pg_advisory_unlock(4243)"), 0);
+    await_value(&s->b, "doubt-a", "one");
+
+    assert_int_equal(th_pq_exec(t, "SELECT pg_advisory_lock(4243)"), 0);
+    snprintf(body, sizeof body,
+             "{\"writes\":[{\"resource\":\"doubt-a\",\"token\":%lld,\"value\":\"two\"},"
+             "{\"resource\":\"doubt-b\",\"token\":%lld,\"value\":\"two\"}]}",
+             ta, tb);
+    txn(&s->a, body, &r);
+    gwt_assert_status(&r, 503, "outcome_unknown");
+    gwt_resp_free(&r);
+    assert_int_equal(th_pq_exec(t, "SELECT pg_advisory_unlock(4243)"), 0);
+    await_value(&s->b, "doubt-a", "two");
+    gwt_assert_value(&s->b, "doubt-b", "two");
+
+    assert_int_equal(th_pq_exec(t, "DROP TRIGGER fg_test_hold ON fencegate_resources"), 0);
+    assert_int_equal(th_pq_exec(t, "DROP FUNCTION fg_test_hold()"), 0);
+    PQfinish(t);
+    gwt_unlock(&s->a, "doubt-a", "d1");
+    gwt_unlock(&s->a, "doubt-b", "d1");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -311,6 +377,7 @@ int main(void)
         cmocka_unit_test(test_delete_in_transaction_and_alone),
         cmocka_unit_test(test_bad_requests),
         cmocka_unit_test(test_two_gateways_on_postgres),
+        cmocka_unit_test(test_lost_commit_answer_is_outcome_unknown),
     };
     return cmocka_run_group_tests_name("gateway_txn", tests, group_setup, group_teardown);
 }

@@ -10,6 +10,10 @@
  *   - a failure that never goes away (a trigger that raises 40001 for one resource every
  *     time): the retries stop, that write is reported (EIO), and its neighbour in the batch
  *     is committed all the same.
+ *   - a COMMIT that reaches the server and whose answer is lost: a deferred trigger holds
+ *     the commit on the test's advisory lock past the store's deadline (catching the
+ *     statement_timeout), so the store answers IN_DOUBT; once the test lets go, the server
+ *     makes the change all the same: IN_DOUBT is not a refusal.
  * That the failure really happened is read from the server's own log. The test's connection
  * is the superuser's (deadlock_timeout is a superuser setting). No timing is asserted; every
  * wait is a loop on a condition with a deadline. */
@@ -198,6 +202,79 @@ static void test_permanent_failure_is_reported(void **state)
     PQfinish(t);
 }
 
+/* A thread's store_transact(), since it blocks on the test's advisory lock. */
+typedef struct txn_arg {
+    store *s;
+    store_txn *t;
+} txn_arg;
+
+static void *txn_run(void *p)
+{
+    txn_arg *a = p;
+    store_transact(a->s, a->t);
+    return NULL;
+}
+
+/* Waits until the value of resource has token; fails the test after 30 s. */
+static void wait_for_value(store *s, const char *resource, uint64_t token, const char *data)
+{
+    int64_t deadline = th_now_ms() + 30000;
+    store_value v = {0};
+    while (store_read(s, resource, &v) != STORE_OK || v.token != token) {
+        store_value_free(&v);
+        if (th_now_ms() > deadline) {
+            fail_msg("%s: the change answered IN_DOUBT was never made", resource);
+        }
+        th_nap_ms(20);
+    }
+    assert_memory_equal(v.data, data, strlen(data));
+    store_value_free(&v);
+}
+
+/* A write and a transaction whose COMMIT waits past the store's deadline: each answers
+ * IN_DOUBT, and each is made once the commit goes on. */
+static void test_lost_commit_answer_is_in_doubt(void **state)
+{
+    st_fixture *f = *state;
+    PGconn *t = connect_ok(f), *watcher = connect_ok(f);
+
+    store_close(f->s);
+    f->opts.timeout_ms = 1000;
+    st_open(f);
+    assert_int_equal(th_pg_hold_commits(t, "doubt-", 4242), 0);
+
+    for (int round = 0; round < 2; round++) {
+        exec_ok(t, "SELECT pg_advisory_lock(4242)");
+        store_write_req w[2] = {req("doubt-a", 5, "a5"), req("doubt-b", 5, "b5")};
+        store_write_req *ptrs[2] = {&w[0], &w[1]};
+        store_txn txn = {.writes = ptrs, .n = 2};
+        batch_arg ba = {f->s, {&w[0]}, 1};
+        txn_arg ta = {f->s, &txn};
+        pthread_t th;
+        /* Round 0: one write (its COMMIT pipelined with it); 1: a transaction (its COMMIT
+         * sent once its rows are in). */
+        pthread_create(&th, NULL, round == 0 ? batch_run : txn_run,
+                       round == 0 ? (void *)&ba : (void *)&ta);
+        wait_for_lock_waiter(watcher);
+        pthread_join(th, NULL); /* the store's deadline passed */
+        if (round == 0) {
+            assert_st(w[0].status, STORE_IN_DOUBT);
+        } else {
+            assert_st(txn.status, STORE_IN_DOUBT);
+            assert_st(w[0].status, STORE_IN_DOUBT);
+            assert_st(w[1].status, STORE_IN_DOUBT);
+        }
+        exec_ok(t, "SELECT pg_advisory_unlock(4242)");
+        wait_for_value(f->s, "doubt-a", 5, "a5");
+        if (round == 1) {
+            wait_for_value(f->s, "doubt-b", 5, "b5");
+        }
+        exec_ok(t, "DELETE FROM fencegate_resources WHERE resource LIKE 'doubt-%'");
+    }
+    PQfinish(t);
+    PQfinish(watcher);
+}
+
 int main(int argc, char **argv)
 {
     (void)argc;
@@ -206,6 +283,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_serialization_failure_is_retried, st_setup,
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_permanent_failure_is_reported, st_setup,
+                                        st_teardown),
+        cmocka_unit_test_setup_teardown(test_lost_commit_answer_is_in_doubt, st_setup,
                                         st_teardown),
     };
     char *pg_argv[] = {argv[0], "pg", NULL};

@@ -170,6 +170,16 @@ static enum MHD_Result answer_write(gw_request *req, store_status st, uint64_t t
     default:
         count_write(rt, GW_WR_error);
         gw__log_event(rt->cfg, "error", "storage write: %s", store_status_str(st));
+        if (st == STORE_IN_DOUBT) {
+            /* Not a refusal: the value may be there. Writing again with the same token is
+             * accepted while its lock is held. */
+            return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "outcome_unknown", NULL,
+                                  "the store's connection was lost after the commit was "
+                                  "sent: the %s may or may not have been made; read %s "
+                                  "before taking it for either",
+                                  req->route->id == GW_R_RESOURCE_DELETE ? "delete" : "write",
+                                  req->param);
+        }
         return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                               "storage could not make the write durable (%s); nothing was "
                               "acknowledged", store_status_name(st));

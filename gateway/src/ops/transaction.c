@@ -387,6 +387,12 @@ static enum MHD_Result answer_stored(gw_request *req, txn_call *tc)
                               store_status_str(st));
     }
     gw__log_event(req->rt->cfg, "error", "storage transaction: %s", store_status_str(st));
+    if (st == STORE_IN_DOUBT) {
+        return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "outcome_unknown", NULL,
+                              "the store's connection was lost after the commit was sent: "
+                              "all of the transaction or none of it was written; read a "
+                              "value before taking it for either");
+    }
     return gw__send_error(req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable", NULL,
                           "storage could not make the transaction durable (%s); nothing was "
                           "acknowledged", store_status_name(st));

@@ -20,7 +20,9 @@
  * PostgreSQL unreachable, restarting, killed or frozen: calls answer EIO within a bounded
  * time (store_options.timeout_ms per round trip; a reconnect waits libpq's connect_timeout,
  * at least 2 s), and the store reconnects by itself on a later call. EIO is also the answer
- * for "the database is unavailable": the caller maps it to 503 either way.
+ * for "the database is unavailable": the caller maps it to 503 either way. A change whose
+ * COMMIT was sent before the connection was lost answers IN_DOUBT instead: the database may
+ * have made it. It is not a refusal; read before taking it for one.
  */
 #ifndef STORAGE_STORAGE_H
 #define STORAGE_STORAGE_H
@@ -44,6 +46,7 @@ extern "C" {
     X(INVALID, "invalid argument")                                                       \
     X(BUSY, "the data directory is in use by another store (another process)")           \
     X(EIO, "storage I/O error")                                                          \
+    X(IN_DOUBT, "the commit was sent and its answer lost: it may or may not have been made") \
     X(ENOMEM, "out of memory")
 
 typedef enum store_status {
@@ -134,7 +137,9 @@ typedef struct store_write_result {
  * len > max_value_bytes is TOO_LARGE, a full map is FULL, a bad name is INVALID; every
  * error leaves the store unchanged. content_type may be NULL (stored as empty). res may be
  * NULL; otherwise it is zeroed on every answer but ACCEPTED, STALE and UNKNOWN_TOKEN. If the
- * commit fails, every write of that group commit answers EIO (or FULL, ENOMEM). */
+ * commit fails, every write of that group commit answers EIO (or FULL, ENOMEM), and none was
+ * made; IN_DOUBT (PostgreSQL) when the connection was lost after the COMMIT was sent: each
+ * may or may not have been made. */
 store_status store_write(store *s, const char *resource, uint64_t token, const void *data,
                          size_t len, const char *content_type, uint64_t last_issued,
                          store_write_result *res);
@@ -278,7 +283,9 @@ store_status store_grant_as(store *s, const char *resource, uint64_t token,
  *   INVALID        a bad write (as store_write(), or a resource named twice: the later one),
  *                  or n of 0 or over STORE_TXN_MAX; TOO_LARGE a value over max_value_bytes:
  *                  that write says so, the others OK; nothing reached the backend;
- *   EIO, FULL, ENOMEM  the commit failed: every write says so, and nothing of it happened.
+ *   EIO, FULL, ENOMEM  the commit failed: every write says so, and nothing of it happened;
+ *   IN_DOUBT       (PostgreSQL) the connection was lost after the COMMIT was sent: every
+ *                  write says so, and all of the transaction was made or none of it.
  * A crash at any instruction leaves all of the transaction durable or none of it. */
 #define STORE_TXN_MAX 64
 typedef struct store_txn {
