@@ -281,13 +281,21 @@ static void fence_by_ledger(store__op **ops, size_t n, const PGresult *res)
     }
 }
 
+/* What became of a pipeline's COMMIT, as far as the store knows. */
+typedef enum commit_fate {
+    COMMIT_NONE, /* none sent, or it cannot have made anything (refused, or doomed by a
+                    failed statement) */
+    COMMIT_SENT, /* it may have reached the database, and no answer came: in doubt */
+    COMMIT_MADE  /* answered OK */
+} commit_fate;
+
 /* Step 1 of run_pipeline: sends the three statements' Parse when this session has not yet
  * (prepares 3), BEGIN, every statement, COMMIT (unless commit is 0: a transaction whose
- * commit waits for its rows) and a Sync, and flushes. 0, or -1 when the connection
- * failed. Sets *commit_sent once the COMMIT is queued: from then on it may reach the
- * database. */
+ * commit waits for its rows) and a Sync. 0, or -1 when the connection failed. The
+ * statements are flushed before the COMMIT is queued, so a deadline that passes while they
+ * are still queued here leaves nothing in doubt; from the COMMIT on, *fate is SENT. */
 static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepares,
-                         int commit, int64_t deadline, int *commit_sent)
+                         int commit, int64_t deadline, commit_fate *fate)
 {
     if (!PQenterPipelineMode(conn)) {
         return -1;
@@ -309,10 +317,11 @@ static int send_pipeline(PGconn *conn, store__op **ops, size_t n, size_t prepare
         return -1;
     }
     if (commit) {
-        if (!PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)) {
+        if (store__pg_flush(conn, deadline) != 0 ||
+            !PQsendQueryParams(conn, "COMMIT", 0, NULL, NULL, NULL, NULL, 0)) {
             return -1;
         }
-        *commit_sent = 1;
+        *fate = COMMIT_SENT;
     }
     if (!PQpipelineSync(conn) || store__pg_flush(conn, deadline) != 0) {
         return -1;
@@ -347,9 +356,11 @@ static store__pgrc read_results(PGconn *conn, store__op **ops, size_t n, size_t 
 
 /* Step 3: reads the Sync, leaves pipeline mode and ends a transaction left open: an error
  * left it aborted until ROLLBACK; a transaction's rows are in and commit says what to do
- * with them. 0, or -1 when the connection failed or the COMMIT did (its outcome is then
- * unknown, and nothing was acknowledged). Sets *commit_sent when it sends a COMMIT. */
-static int finish_pipeline(PGconn *conn, int commit, int64_t deadline, int *commit_sent)
+ * with them, in a round trip of its own (timeout_ms). 0, or -1 when the connection failed.
+ * Updates *fate for the COMMIT it sends; one the database refuses (a serialization failure
+ * at commit, say) sets *rc from its error, and the connection is kept. */
+static int finish_pipeline(PGconn *conn, int commit, int64_t deadline, int timeout_ms,
+                           commit_fate *fate, store__pgrc *rc, char *sqlstate)
 {
     int lost = 0;
     PGresult *res = store__pg_next(conn, deadline, &lost);
@@ -358,15 +369,29 @@ static int finish_pipeline(PGconn *conn, int commit, int64_t deadline, int *comm
     if (!ok || !PQexitPipelineMode(conn)) {
         return -1;
     }
-    if (PQtransactionStatus(conn) != PQTRANS_IDLE) {
-        commit = commit && PQtransactionStatus(conn) == PQTRANS_INTRANS;
-        ok = PQsendQuery(conn, commit ? "COMMIT" : "ROLLBACK");
-        *commit_sent = ok && commit;
-        ok = ok && store__pg_flush(conn, deadline) == 0;
-        while (ok && (res = store__pg_next(conn, deadline, &lost)) != NULL) {
-            ok = PQresultStatus(res) == PGRES_COMMAND_OK;
-            PQclear(res);
+    if (PQtransactionStatus(conn) == PQTRANS_IDLE) {
+        return 0;
+    }
+    commit = commit && PQtransactionStatus(conn) == PQTRANS_INTRANS;
+    if (!PQsendQuery(conn, commit ? "COMMIT" : "ROLLBACK")) {
+        return -1;
+    }
+    *fate = commit ? COMMIT_SENT : *fate;
+    deadline = store__pg_now_ms() + timeout_ms;
+    if (store__pg_flush(conn, deadline) != 0) {
+        return -1;
+    }
+    while ((res = store__pg_next(conn, deadline, &lost)) != NULL) {
+        ExecStatusType es = PQresultStatus(res);
+        if (es == PGRES_COMMAND_OK) {
+            *fate = commit ? COMMIT_MADE : *fate;
+        } else if (commit && es == PGRES_FATAL_ERROR && PQstatus(conn) == CONNECTION_OK) {
+            *fate = COMMIT_NONE; /* refused: rolled back */
+            *rc = failed(res, sqlstate);
+        } else {
+            ok = 0;
         }
+        PQclear(res);
     }
     return ok && !lost ? 0 : -1;
 }
@@ -374,8 +399,9 @@ static int finish_pipeline(PGconn *conn, int commit, int64_t deadline, int *comm
 /*
  * Runs ops[0..n) as one pipelined transaction on c, in the three steps above. Every op first
  * gets EIO, replaced by its row's answer, so none is left unanswered. Returns OK only when
- * COMMIT succeeded; otherwise RETRY/SQL (sqlstate set), or LOST or IN_DOUBT (drop the
- * connection): IN_DOUBT when a COMMIT was sent and no statement before it had failed.
+ * COMMIT succeeded (the connection may be gone after it: c->conn is then NULL); otherwise
+ * RETRY/SQL (sqlstate set), or LOST or IN_DOUBT (drop the connection): IN_DOUBT when a
+ * COMMIT may have reached the database and no answer said what became of it.
  * t: ops are t's writes, and COMMIT is sent only once their rows show that every write
  * passed (store__txn_verdict); otherwise the transaction rolls back, and OK means the
  * refusal is t's answer.
@@ -385,14 +411,15 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
 {
     int64_t deadline = store__pg_now_ms() + p->timeout_ms;
     size_t prepares = c->prepared ? 0 : 3;
-    int lost = 0, commit_sent = 0;
+    int lost = 0;
+    commit_fate fate = COMMIT_NONE;
 
     sqlstate[0] = '\0';
     for (size_t i = 0; i < n; i++) {
         fail_op(ops[i], STORE_EIO);
     }
-    if (send_pipeline(c->conn, ops, n, prepares, t == NULL, deadline, &commit_sent) != 0) {
-        return commit_sent ? STORE__PG_IN_DOUBT : STORE__PG_LOST;
+    if (send_pipeline(c->conn, ops, n, prepares, t == NULL, deadline, &fate) != 0) {
+        return fate == COMMIT_SENT ? STORE__PG_IN_DOUBT : STORE__PG_LOST;
     }
     store__pgrc rc = read_results(c->conn, ops, 0, 0, prepares, deadline, sqlstate,
                                   STORE__PG_OK, &lost);
@@ -401,6 +428,10 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
     /* BEGIN, the n statements (indexes 1..n), then COMMIT, or for t the ledger's rows. */
     rc = read_results(c->conn, ops, n, 1, n + (t == NULL ? 2 : 1), deadline, sqlstate, rc,
                       &lost);
+    if (fate == COMMIT_SENT && (rc != STORE__PG_OK || !lost)) {
+        /* A failed statement doomed the COMMIT; else every answer was read, its too. */
+        fate = rc == STORE__PG_OK ? COMMIT_MADE : COMMIT_NONE;
+    }
     if (t != NULL && !lost) {
         PGresult *res = query_result(c->conn, deadline, &lost);
         if (res != NULL && PQresultStatus(res) == PGRES_TUPLES_OK) {
@@ -413,11 +444,17 @@ static store__pgrc run_pipeline(store__pg *p, store__pgconn *c, store__op **ops,
     }
     int commit = t != NULL && !lost && rc == STORE__PG_OK &&
                  store__txn_verdict(t) == STORE_ACCEPTED;
-    if (lost || finish_pipeline(c->conn, commit, deadline, &commit_sent) != 0) {
-        /* A failed statement dooms the transaction: its COMMIT rolls back. */
-        return commit_sent && rc == STORE__PG_OK ? STORE__PG_IN_DOUBT : STORE__PG_LOST;
+    if (!lost &&
+        finish_pipeline(c->conn, commit, deadline, p->timeout_ms, &fate, &rc, sqlstate) == 0) {
+        return rc;
     }
-    return rc;
+    if (fate == COMMIT_MADE) {
+        /* Made, and then the connection failed: the answers stand, the session goes. */
+        PQfinish(c->conn);
+        c->conn = NULL;
+        return rc;
+    }
+    return fate == COMMIT_SENT ? STORE__PG_IN_DOUBT : STORE__PG_LOST;
 }
 
 /* After the commit: a STALE answer whose highest, read from the statement's snapshot, is not

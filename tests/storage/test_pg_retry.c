@@ -10,6 +10,7 @@
  *   - a failure that never goes away (a trigger that raises 40001 for one resource every
  *     time): the retries stop, that write is reported (EIO), and its neighbour in the batch
  *     is committed all the same.
+ *   - a serialization failure raised by the COMMIT itself: refused, not lost, so retried;
  *   - a COMMIT that reaches the server and whose answer is lost: a deferred trigger holds
  *     the commit on the test's advisory lock past the store's deadline (catching the
  *     statement_timeout), so the store answers IN_DOUBT; once the test lets go, the server
@@ -202,6 +203,49 @@ static void test_permanent_failure_is_reported(void **state)
     PQfinish(t);
 }
 
+/* A serialization failure raised by the COMMIT itself (a deferred trigger, on the first
+ * commit of each resource): the COMMIT is refused, not lost, so it is retried like any other,
+ * for a write (its COMMIT pipelined with it) and for a transaction (its COMMIT sent once its
+ * rows are in), on the same connection. */
+static void test_failure_at_commit_is_retried(void **state)
+{
+    st_fixture *f = *state;
+    PGconn *t = connect_ok(f);
+
+    /* Sequences, since a refused commit rolls back everything else the trigger did. */
+    exec_ok(t, "CREATE SEQUENCE fg_test_refuse_w");
+    exec_ok(t, "CREATE SEQUENCE fg_test_refuse_a");
+    exec_ok(t, "CREATE FUNCTION fg_test_refuse() RETURNS trigger LANGUAGE plpgsql AS $$ "
+               "BEGIN IF (NEW.resource = 'refuse-w' AND nextval('fg_test_refuse_w') = 1) OR "
+               "(NEW.resource = 'refuse-a' AND nextval('fg_test_refuse_a') = 1) THEN "
+               "RAISE EXCEPTION 'test: refused at commit' USING ERRCODE = '40001'; "
+               "END IF; RETURN NULL; END $$");
+    exec_ok(t, "CREATE CONSTRAINT TRIGGER fg_test_refuse AFTER INSERT OR UPDATE ON "
+               "fencegate_resources DEFERRABLE INITIALLY DEFERRED FOR EACH ROW "
+               "EXECUTE FUNCTION fg_test_refuse()");
+    int failures = th_pg_log_count(st_pg, "test: refused at commit");
+
+    store_write_result res;
+    assert_st(store_write(f->s, "refuse-w", 1, "w1", 2, NULL, 1, &res), STORE_ACCEPTED);
+    store_write_req w[2] = {req("refuse-a", 1, "a1"), req("refuse-b", 1, "b1")};
+    store_write_req *ptrs[2] = {&w[0], &w[1]};
+    store_txn txn = {.writes = ptrs, .n = 2};
+    assert_st(store_transact(f->s, &txn), STORE_ACCEPTED);
+
+    int64_t deadline = th_now_ms() + 30000; /* the server's log is written asynchronously */
+    while (th_pg_log_count(st_pg, "test: refused at commit") < failures + 2) {
+        if (th_now_ms() > deadline) {
+            fail_msg("the server never refused the two commits");
+        }
+        th_nap_ms(20);
+    }
+    store_value v;
+    assert_st(store_read(f->s, "refuse-b", &v), STORE_OK);
+    assert_memory_equal(v.data, "b1", 2);
+    store_value_free(&v);
+    PQfinish(t);
+}
+
 /* A thread's store_transact(), since it blocks on the test's advisory lock. */
 typedef struct txn_arg {
     store *s;
@@ -283,6 +327,8 @@ int main(int argc, char **argv)
         cmocka_unit_test_setup_teardown(test_serialization_failure_is_retried, st_setup,
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_permanent_failure_is_reported, st_setup,
+                                        st_teardown),
+        cmocka_unit_test_setup_teardown(test_failure_at_commit_is_retried, st_setup,
                                         st_teardown),
         cmocka_unit_test_setup_teardown(test_lost_commit_answer_is_in_doubt, st_setup,
                                         st_teardown),

@@ -153,8 +153,8 @@ static enum MHD_Result release_resumed(gw_request *req)
             req, MHD_HTTP_SERVICE_UNAVAILABLE, "backend_unavailable",
             json_pack("{s:s, s:b, s:I}", "resource", ar->resource, "released", 1,
                       "fenced_token", (json_int_t)ar->out.token),
-            "the lock was released in Redis, but storage could not record the fence (%s): "
-            "the holder's token is refused while Redis keeps its counter",
+            "the lock was released in Redis, but storage may not have recorded the fence "
+            "(%s): the holder's token is refused while Redis keeps its counter",
             store_status_name(ar->out.store));
     }
     atomic_fetch_add(&rt->metrics.admin_release[0], 1);

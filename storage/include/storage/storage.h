@@ -241,8 +241,8 @@ store_status store_ledger_cover(store *s, uint64_t token);
  * fsync only when the ceiling moves, not one per grant); STALE with *highest = the floor
  * otherwise. The gateway's own in-process floor keeps its tokens unique above that.
  * Both: INVALID for a bad name or a token of 0 or >= 2^53; EIO (or FULL) when the grant
- * could not be made durable: then the token must not be handed out. *highest is 0 except on
- * STALE. */
+ * could not be made durable, IN_DOUBT (PostgreSQL) when it may have been: either way the
+ * token must not be handed out. *highest is 0 except on STALE. */
 store_status store_grant(store *s, const char *resource, uint64_t token, uint64_t *highest);
 
 /* The last token granted for resource as the ledger recorded it (*granted, 0 when none), for
@@ -309,10 +309,10 @@ typedef struct store_grant_req {
                                * such token, and every write with a token at or below it is
                                * NOT_EXCLUSIVE (store_write). The ledger is not checked nor
                                * changed; holder is not used. OK (also when the mark was at
-                               * or above token already), INVALID, or EIO (or FULL) when it
-                               * could not be made durable: then the shared lock must not be
-                               * handed out. Group-committed with the writes on both
-                               * backends, atomically with their checks. */
+                               * or above token already), INVALID, or EIO (or FULL, or
+                               * IN_DOUBT) when it could not be made durable: then the shared
+                               * lock must not be handed out. Group-committed with the
+                               * writes on both backends, atomically with their checks. */
     store_status status;      /* out: what store_grant_as() would have returned */
     uint64_t highest;         /* out: on STALE, the recorded highest; else 0 */
 } store_grant_req;
