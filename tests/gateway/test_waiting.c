@@ -559,6 +559,9 @@ static void test_waiting_request_parks_on_a_known_holder(void **state)
     lock_as(&s->gw, "wt.known", "holder", 60000);
     waiter_start(&alice, &s->gw, "wt.known", "alice", 30000);
     gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    /* A confirmation may report releases missed before it, so one that came after alice's
+     * grant would rightly forget her as the known holder: let it come first. */
+    gwt_await_metric(&s->gw, "fencegate_redis_subscriptions", 1);
     bob.unlock_after = 1;
     waiter_start(&bob, &s->gw, "wt.known", "bob", 30000);
     gwt_await_metric(&s->gw, "fencegate_waiters", 2);
@@ -587,6 +590,7 @@ static void test_waiting_request_parks_on_a_known_holder(void **state)
     gwt_resp_free(&carol.r);
     assert_int_equal(gwt_metric(&s->gw, "fencegate_waiter_wakes_total{reason=\"deadline\"}"), 0);
     assert_false(is_locked(&s->gw, "wt.known"));
+    gwt_await_metric(&s->gw, "fencegate_redis_subscriptions", 0); /* nobody waits now */
 }
 
 /* The known holder's own waiting /lock is a re-entry: it asks Redis and is answered at once
@@ -605,6 +609,7 @@ static void test_known_holder_waiting_again_reenters(void **state)
     lock_as(&s->gw, "wt.known2", "holder", 60000);
     waiter_start(&alice, &s->gw, "wt.known2", "alice", 30000);
     gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw, "fencegate_redis_subscriptions", 1); /* as above */
     waiter_start(&bob, &s->gw, "wt.known2", "bob", 30000);
     gwt_await_metric(&s->gw, "fencegate_waiters", 2);
     unlock_as(&s->gw, "wt.known2", "holder");
@@ -1148,12 +1153,15 @@ static void test_lost_release_message_does_not_strand_waiter(void **state)
     lock_as(&s->gw, "wt.lost", "holder", 60000);
     waiter_start(&w, &s->gw, "wt.lost", "waiter", 20000);
     gwt_await_metric(&s->gw, "fencegate_waiters", 1);
+    gwt_await_metric(&s->gw, "fencegate_redis_subscriptions", 1);
     assert_true(th_redis_cmd(&s->redis, NULL, 0, "CLIENT KILL TYPE pubsub") >= 1);
     unlock_as(&s->gw, "wt.lost", "holder");
     pthread_join(w.thread, NULL);
     gwt_assert_status(&w.r, 200, NULL);
     gwt_resp_free(&w.r);
     gwt_await_metric(&s->gw, "fencegate_redis_subscriber_up", 1);
+    /* The lost connection's subscription was counted once and the renewed one once. */
+    gwt_await_metric(&s->gw, "fencegate_redis_subscriptions", 0);
 }
 
 /* SIGTERM with parked waiters: each is answered 503 shutting_down and the process exits 0. */

@@ -360,6 +360,11 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
     header(&b, "fencegate_redis_subscriber_up", "gauge",
            "1 while the release subscriber connection to Redis is up.");
     put(&b, "fencegate_redis_subscriber_up %d\n", atomic_load(&m->subscriber_up));
+    header(&b, "fencegate_redis_subscriptions", "gauge",
+           "Resources with waiters here whose release channel Redis has confirmed "
+           "subscribed: their releases wake waiters from now on.");
+    long long subs = atomic_load(&m->subscriptions);
+    put(&b, "fencegate_redis_subscriptions %lld\n", subs > 0 ? subs : 0);
     topology(&b, m, topo);
     header(&b, "fencegate_request_deadline_closed_total", "counter",
            "Connections closed because their request was not received in full within its "

@@ -82,6 +82,8 @@ typedef struct gw_metrics {
     atomic_ullong handoffs;               /* waiters whose attempt went out behind an
                                            * /unlock's release (ops/lock_attempt.c) */
     atomic_int subscriber_up;             /* the release subscriber is connected */
+    atomic_llong subscriptions;           /* resources whose release channel Redis has
+                                           * confirmed on the subscriber's connection */
     atomic_llong redis_failovers;         /* the most master changes one handle saw */
     atomic_ullong deadline_closed;        /* connections closed for missing their request
                                            * deadline (http/conns.c) */

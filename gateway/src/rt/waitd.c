@@ -91,6 +91,10 @@ static void sub_lost(gw_waitq *wq)
     for (size_t b = 0; b < WQ_BUCKETS; b++) {
         for (gw_wres *r = wq->buckets[b]; r != NULL; r = r->hnext) {
             r->subscribed = 0;
+            if (r->confirmed) {
+                r->confirmed = 0;
+                atomic_fetch_sub(&wq->rt->metrics.subscriptions, 1);
+            }
             r->need_sub = 1;
             r->credits = 0; /* the messages they waited for are lost; the resubscription's
                              * confirmation wakes a waiter instead */

@@ -58,6 +58,7 @@ struct gw_wres {
     char msg_grant[WQ_RING][17];       /* the hand-off id a grant's message named, else "" */
     gw_timer expiry;                   /* when the holder's lease runs out, if known */
     int subscribed;                    /* SUBSCRIBE sent on the current connection */
+    int confirmed;                     /* and Redis confirmed it (counted in the metrics) */
     int need_sub;                      /* waitd must (re)subscribe */
     int kicks;                         /* wakes to pass on to the next waiter */
     int joins;                         /* joins of its fair waiters out (gw__wait_join) */

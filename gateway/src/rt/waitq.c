@@ -108,6 +108,9 @@ void gw__wres_unref(gw_waitq *wq, gw_wres *r)
     *pp = r->hnext;
     gw__timer_cancel(&wq->timers, &r->expiry);
     gw__wq_pending_remove(wq, r);
+    if (r->confirmed) {
+        atomic_fetch_sub(&wq->rt->metrics.subscriptions, 1);
+    }
     if (r->subscribed) {
         unsub_node *u = malloc(sizeof *u);
         if (u != NULL) { /* without memory the channel stays subscribed: harmless */
@@ -361,6 +364,10 @@ void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
 
     if (r == NULL) {
         return; /* nobody waits here any more (or a late confirmation) */
+    }
+    if (event == LK_SUB_SUBSCRIBED && r->subscribed && !r->confirmed) {
+        r->confirmed = 1; /* on Redlock, by its first master */
+        atomic_fetch_add(&wq->rt->metrics.subscriptions, 1);
     }
     char grant_id[17];
     int64_t granted = event == LK_SUB_RELEASED ? lk_sub_event_grant(wq->sub, grant_id) : 0;
