@@ -344,6 +344,7 @@ static void test_waiter_woken_once(void **state)
     long long held = park_waiter(st, &w, &th);
 
     numsub_until(st, "rl.wait", 1);
+    gwt_await_metric(&st->gw, "fencegate_redis_subscriptions", 1); /* and the gateway saw it */
     gwt_await_metric(&st->gw, "fencegate_waiters", 1);
     long long before = gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"release\"}");
     assert_int_equal(gwt_unlock(&st->gw, "rl.wait", "H"), 200);
@@ -444,6 +445,9 @@ static void test_waiting_request_parks_on_a_known_holder(void **state)
     assert_int_equal(pthread_create(&ta, NULL, wait_main, &a), 0);
     gwt_await_metric(&st->gw, "fencegate_waiters", 1);
     numsub_until(st, "rl.known", 1);
+    /* The confirmation forgets a known holder (a release may have been missed before it):
+     * it must come before A's grant. */
+    gwt_await_metric(&st->gw, "fencegate_redis_subscriptions", 1);
     assert_int_equal(pthread_create(&tb, NULL, wait_main, &b), 0);
     gwt_await_metric(&st->gw, "fencegate_waiters", 2);
     long long handoffs = gwt_metric(&st->gw, "fencegate_lock_handoffs_total");
@@ -490,6 +494,7 @@ static void test_waiter_woken_before_the_release_reaches_a_majority(void **state
     assert_int_equal(pthread_create(&th, NULL, wait_main, &w), 0);
     gwt_await_metric(&st->gw, "fencegate_waiters", 1);
     numsub_until(st, "rl.settle", 1);
+    gwt_await_metric(&st->gw, "fencegate_redis_subscriptions", 1); /* its wake came */
     assert_int_equal(gwt_metric(&st->gw, "fencegate_waiter_wakes_total{reason=\"expiry\"}"), 0);
     assert_int_equal(th_redis_cmd(&st->set.nodes[0], NULL, 0,
                                   "EVAL %s 2 fg:{rl.settle}:lock fg:{rl.settle}:released",

@@ -365,10 +365,6 @@ void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
     if (r == NULL) {
         return; /* nobody waits here any more (or a late confirmation) */
     }
-    if (event == LK_SUB_SUBSCRIBED && r->subscribed && !r->confirmed) {
-        r->confirmed = 1; /* on Redlock, by its first master */
-        atomic_fetch_add(&wq->rt->metrics.subscriptions, 1);
-    }
     char grant_id[17];
     int64_t granted = event == LK_SUB_RELEASED ? lk_sub_event_grant(wq->sub, grant_id) : 0;
     if (granted > 0) {
@@ -403,6 +399,12 @@ void gw__wq_on_sub_event(const char *resource, int event, void *userdata)
         wake_claimers(wq, r);
     }
     gw__wq_wake_one(wq, r, GW_WAKE_RELEASE);
+    if (event == LK_SUB_SUBSCRIBED && r->subscribed && !r->confirmed) {
+        /* Counted after its wakes, so whoever sees the count sees them too. On Redlock,
+         * at its first master's confirmation. */
+        r->confirmed = 1;
+        atomic_fetch_add(&wq->rt->metrics.subscriptions, 1);
+    }
 }
 
 void gw__wq_fire_timers(gw_waitq *wq)
