@@ -448,6 +448,7 @@ static void test_waiting_request_parks_on_a_known_holder(void **state)
     /* The confirmation forgets a known holder (a release may have been missed before it):
      * it must come before A's grant. */
     gwt_await_metric(&st->gw, "fencegate_redis_subscriptions", 1);
+    gwt_await_metric(&st->gw, "fencegate_waiters", 1); /* A parked again after its wake */
     assert_int_equal(pthread_create(&tb, NULL, wait_main, &b), 0);
     gwt_await_metric(&st->gw, "fencegate_waiters", 2);
     long long handoffs = gwt_metric(&st->gw, "fencegate_lock_handoffs_total");

@@ -362,9 +362,9 @@ char *gw__metrics_render(gw_metrics *m, const lk_topology *topo, size_t *len)
     put(&b, "fencegate_redis_subscriber_up %d\n", atomic_load(&m->subscriber_up));
     header(&b, "fencegate_redis_subscriptions", "gauge",
            "Resources with waiters here whose release channel Redis has confirmed "
-           "subscribed: their releases wake waiters from now on.");
-    long long subs = atomic_load(&m->subscriptions);
-    put(&b, "fencegate_redis_subscriptions %lld\n", subs > 0 ? subs : 0);
+           "subscribed (on Redlock, its first master): their releases wake waiters from now "
+           "on.");
+    put(&b, "fencegate_redis_subscriptions %lld\n", atomic_load(&m->subscriptions));
     topology(&b, m, topo);
     header(&b, "fencegate_request_deadline_closed_total", "counter",
            "Connections closed because their request was not received in full within its "
