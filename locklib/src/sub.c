@@ -63,6 +63,15 @@
  *      reported once per id, one attempt more for a listener. Messages without one (a
  *      release script from before hold ids, a fair queue's cancel) go by the counts, and a
  *      repeat of a release is then reported too when its token is larger than any reported.
+ *   7. A resource unsubscribed and subscribed again (its last waiter left, then a new one
+ *      came) before a master confirmed the first SUBSCRIBE: that master's confirmation
+ *      still arrives, ahead of the UNSUBSCRIBE's and the new SUBSCRIBE's. It is not the new
+ *      subscription's, so it is not reported: a listener told "subscribed" then would look
+ *      again while the new SUBSCRIBE may not have taken effect on any master, and a release
+ *      in between would reach it from nowhere; the confirmation that did take effect would
+ *      then pass for a repeat. Each resource counts, per master, the SUBSCRIBEs not yet
+ *      confirmed and, of those, the ones sent before its last UNSUBSCRIBE, and passes over
+ *      that many confirmations first.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -98,6 +107,12 @@ typedef struct sub_seen {
     unsigned nholds;                    /* hold ids ever put in holds[] */
     uint32_t resync;                    /* bit k: master k was resubscribed (file head) */
     int subscribed;                     /* LK_SUB_SUBSCRIBED reported */
+    /* Step 7: SUBSCRIBEs sent to master k whose confirmation has not been read, and how
+     * many of those were sent before the last UNSUBSCRIBE (stale). An entry unsubscribed
+     * (removed) stays until its stale confirmations are read. */
+    uint16_t unacked[LK_REDLOCK_NODES_MAX];
+    uint16_t stale[LK_REDLOCK_NODES_MAX];
+    int removed;
 } sub_seen;
 
 struct lk_sub {
@@ -119,11 +134,23 @@ struct lk_sub {
     char event_grant_id[17]; /* and the id of the waiter it was granted to */
 };
 
+static void seen_drop_if_done(lk_sub *s, sub_seen *e);
+
 static void node_drop(lk_sub *s, int k)
 {
     if (s->node[k] != NULL) {
         redisFree(s->node[k]); /* closing it takes it out of epfd */
         s->node[k] = NULL;
+    }
+    /* No confirmation comes from the closed connection (step 7). Backwards: dropping an
+     * entry moves the last one into its place, which was seen already. */
+    for (size_t i = s->nseen; i-- > 0;) {
+        sub_seen *e = &s->seen[i];
+        e->unacked[k] = 0;
+        e->stale[k] = 0;
+        if (e->removed) {
+            seen_drop_if_done(s, e);
+        }
     }
 }
 
@@ -343,6 +370,25 @@ static sub_seen *seen_find(lk_sub *s, const char *resource)
     return NULL;
 }
 
+/* Redlock: forgets e unless confirmations of its SUBSCRIBEs are still due (step 7). */
+static void seen_drop_if_done(lk_sub *s, sub_seen *e)
+{
+    for (int k = 0; k < s->nnodes; k++) {
+        if (e->unacked[k] > 0) {
+            return;
+        }
+    }
+    *e = s->seen[--s->nseen];
+}
+
+/* Redlock: e's resource was unsubscribed: the confirmations still due are stale. */
+static void seen_unsubscribed(lk_sub *s, sub_seen *e)
+{
+    e->removed = 1;
+    memcpy(e->stale, e->unacked, sizeof e->stale);
+    seen_drop_if_done(s, e);
+}
+
 /* Redlock: starts or ends counting resource's messages (add 1 or 0). Returns 0, or -1 when
  * out of memory. */
 static int seen_track(lk_sub *s, const char *resource, int add)
@@ -350,9 +396,21 @@ static int seen_track(lk_sub *s, const char *resource, int add)
     sub_seen *e = seen_find(s, resource);
 
     if (!add) {
-        if (e != NULL) {
-            *e = s->seen[--s->nseen];
+        if (e != NULL && !e->removed) {
+            seen_unsubscribed(s, e);
         }
+        return 0;
+    }
+    if (e != NULL && e->removed) {
+        /* Subscribed anew while old confirmations are still due (step 7): counted afresh,
+         * as a new entry would be, and the stale confirmations still passed over. */
+        uint16_t unacked[LK_REDLOCK_NODES_MAX], stale[LK_REDLOCK_NODES_MAX];
+        memcpy(unacked, e->unacked, sizeof unacked);
+        memcpy(stale, e->stale, sizeof stale);
+        memset(e, 0, sizeof *e);
+        snprintf(e->resource, sizeof e->resource, "%s", resource);
+        memcpy(e->unacked, unacked, sizeof unacked);
+        memcpy(e->stale, stale, sizeof stale);
         return 0;
     }
     if (e != NULL) {
@@ -395,9 +453,12 @@ static lk_status send_command(lk_sub *s, const char *cmd, const char *resource)
     if (seen_track(s, resource, cmd[0] == 'S') != 0) {
         return lk__fail(s->c, LK_ENOMEM, "out of memory");
     }
+    sub_seen *e = cmd[0] == 'S' ? seen_find(s, resource) : NULL;
     for (int k = 0; k < s->nnodes; k++) {
         if (s->node[k] != NULL && write_command(s, s->node[k], cmd, channel) != 0) {
             node_lost(s, k);
+        } else if (s->node[k] != NULL && e != NULL && e->unacked[k] < UINT16_MAX) {
+            e->unacked[k]++;
         }
     }
     if (nodes_up(s) == 0) {
@@ -557,6 +618,19 @@ static void report_once(lk_sub *s, int k, const redisReply *r, lk_sub_fn fn, voi
     if (e == NULL) {
         return; /* not an event, or a resource no longer subscribed */
     }
+    if (event == LK_SUB_SUBSCRIBED && e->unacked[k] > 0) {
+        e->unacked[k]--;
+        if (e->stale[k] > 0) {
+            e->stale[k]--; /* an earlier subscription's (step 7) */
+            if (e->removed) {
+                seen_drop_if_done(s, e);
+            }
+            return;
+        }
+    }
+    if (e->removed) {
+        return; /* unsubscribed: its messages still on the way */
+    }
     if (event == LK_SUB_SUBSCRIBED) {
         if (e->resync & (1u << k)) {
             /* From here on master k hears what the others hear (file head, step 4). */
@@ -645,8 +719,12 @@ static int node_resubscribe(lk_sub *s, int k)
         return -1;
     }
     for (size_t i = 0; i < s->nseen && rc == REDIS_OK; i++) {
+        if (s->seen[i].removed) {
+            continue; /* unsubscribed, only its other masters' confirmations due */
+        }
         lk_channel_name(s->seen[i].resource, channel, sizeof channel);
         rc = append_command(s->node[k], "SUBSCRIBE", channel);
+        s->seen[i].unacked[k]++;
     }
     if (rc == REDIS_OK) {
         rc = flush_commands(s->node[k]);

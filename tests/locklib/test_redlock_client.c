@@ -993,6 +993,18 @@ static int subscribed_again(const sub_count *n, int want)
     return n->subscribed[0] >= want;
 }
 
+/* Waits up to 20 s until every master has one subscriber of resource's channel. */
+static void subscribed_everywhere(rl_fixture *f, const char *resource)
+{
+    int64_t deadline = th_now_ms() + 20000;
+    for (int k = 0; k < f->set.n; k++) {
+        while (numsub(f, k, resource) < 1 && th_now_ms() < deadline) {
+            th_nap_ms(20);
+        }
+        assert_int_equal(numsub(f, k, resource), 1);
+    }
+}
+
 /* lk_sub on Redlock: master 0's subscriber connection is killed (CLIENT KILL TYPE pubsub)
  * while the others stay. The handle resubscribes it by itself, reports LK_SUB_SUBSCRIBED
  * again (the caller's cue that a release may have been missed), and a release published on
@@ -1008,15 +1020,9 @@ static void test_sub_resubscribes_dropped_master(void **state)
     assert_int_equal(lk_sub_open(&s, f->url, NULL), LK_OK);
     assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
     dispatch_until(s, &n, subscribed_again, 1);
-    int64_t deadline = th_now_ms() + 20000;
-    for (int k = 0; k < f->set.n; k++) {
-        while (numsub(f, k, "rl-sub") < 1 && th_now_ms() < deadline) {
-            th_nap_ms(20);
-        }
-        assert_int_equal(numsub(f, k, "rl-sub"), 1);
-    }
+    subscribed_everywhere(f, "rl-sub");
     assert_true(th_redis_cmd(&f->set.nodes[0], NULL, 0, "CLIENT KILL TYPE pubsub") >= 1);
-    deadline = th_now_ms() + 20000;
+    int64_t deadline = th_now_ms() + 20000;
     while ((numsub(f, 0, "rl-sub") < 1 || n.subscribed[0] < 2) && th_now_ms() < deadline) {
         struct pollfd p = {.fd = lk_sub_fd(s), .events = POLLIN};
         if (poll(&p, 1, 100) > 0) {
@@ -1034,6 +1040,45 @@ static void test_sub_resubscribes_dropped_master(void **state)
     lk_sub_close(s);
 }
 
+/* lk_sub on Redlock: a resource unsubscribed and subscribed again before the first
+ * SUBSCRIBE's confirmation was read. That confirmation is not the new subscription's: were
+ * it reported, a waiter would look again while the new SUBSCRIBE is still on its way, and a
+ * release in between would reach nobody, with the real confirmation then taken for a repeat
+ * and never reported. The masters are paused (CLIENT PAUSE) with the old confirmations
+ * read and the new commands queued: nothing may be reported until the new subscription
+ * itself is confirmed. */
+static void test_sub_stale_confirmation_not_reported(void **state)
+{
+    rl_fixture *f = *state;
+    lk_sub *s = NULL;
+    sub_count n;
+
+    memset(&n, 0, sizeof n);
+    assert_int_equal(lk_sub_open(&s, f->url, NULL), LK_OK);
+    assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
+    subscribed_everywhere(f, "rl-sub"); /* each confirmation now waits in its socket */
+    for (int k = 0; k < f->set.n; k++) {
+        assert_int_equal(th_redis_cmd(&f->set.nodes[k], NULL, 0, "CLIENT PAUSE 3000 ALL"), 0);
+    }
+    int64_t paused_at = th_now_ms();
+    assert_int_equal(lk_sub_remove(s, "rl-sub"), LK_OK);
+    assert_int_equal(lk_sub_add(s, "rl-sub"), LK_OK);
+    struct pollfd p = {.fd = lk_sub_fd(s), .events = POLLIN};
+    while (poll(&p, 1, 0) > 0) { /* every old confirmation; the masters send nothing new */
+        assert_int_equal(lk_sub_dispatch(s, on_event, &n), LK_OK);
+    }
+    assert_true(th_now_ms() - paused_at < 3000); /* still paused: the check means something */
+    assert_int_equal(n.subscribed[0], 0);
+    dispatch_until(s, &n, subscribed_again, 1); /* the pause over: the new confirmations */
+    for (int k = 0; k < f->set.n; k++) {
+        assert_int_equal(numsub(f, k, "rl-sub"), 1);
+    }
+    assert_int_equal(n.subscribed[0], 1);
+    th_redis_cmd(&f->set.nodes[1], NULL, 0, "PUBLISH fg:{rl-sub}:released released");
+    dispatch_until(s, &n, released_at_least, 1);
+    lk_sub_close(s);
+}
+
 #define GROUP(n)                                                                           \
     {                                                                                      \
         cmocka_unit_test(test_lock_cycle), cmocka_unit_test(test_batch),                   \
@@ -1045,6 +1090,7 @@ static void test_sub_resubscribes_dropped_master(void **state)
             cmocka_unit_test(test_waiter_woken_master_killed),                             \
             cmocka_unit_test(test_waiter_woken_before_the_release_reaches_a_majority),     \
             cmocka_unit_test(test_sub_resubscribes_dropped_master),                        \
+            cmocka_unit_test(test_sub_stale_confirmation_not_reported),                    \
             cmocka_unit_test(test_slow_minority_left_behind),                              \
             cmocka_unit_test(test_silent_master_left_alone_by_every_handle),               \
             cmocka_unit_test(test_minority_down_then_majority_down),                       \

@@ -680,7 +680,9 @@ LK_EXTERN int lk_sub_fd(const lk_sub *s);
 LK_EXTERN lk_status lk_sub_reconnect(lk_sub *s);
 /* Subscribes to / unsubscribes from the release channel of resource. Returns OK once the
  * command is sent (a LK_SUB_SUBSCRIBED event follows when it takes effect), EINVAL for a bad
- * name, or EUNAVAILABLE when the connection failed (the handle is then disconnected). */
+ * name, or EUNAVAILABLE when the connection failed (the handle is then disconnected). On
+ * Redlock a confirmation of a SUBSCRIBE sent before a remove is never reported for a later
+ * add of the same resource: that add's own confirmation is. */
 LK_EXTERN lk_status lk_sub_add(lk_sub *s, const char *resource);
 LK_EXTERN lk_status lk_sub_remove(lk_sub *s, const char *resource);
 /* Reads what has arrived (one read(), so call it only when lk_sub_fd() is readable) and
