@@ -20,7 +20,7 @@
  * them is, so the caller's loop is the same. Each release is reported once, at the first
  * master's message, by the hold id its message names (step 6 below), and again only when
  * a later master's message names a larger token for it (step 5); LK_SUB_SUBSCRIBED is
- * reported at the first master's confirmation.
+ * reported at the first master's confirmation of the current subscription (step 7).
  * A master whose connection fails is dropped and the others go on; when none is left the
  * handle is disconnected, as with one connection.
  *
@@ -68,7 +68,7 @@
  *      still arrives, ahead of the UNSUBSCRIBE's and the new SUBSCRIBE's. It is not the new
  *      subscription's, so it is not reported: a listener told "subscribed" then would look
  *      again while the new SUBSCRIBE may not have taken effect on any master, and a release
- *      in between would reach it from nowhere; the confirmation that did take effect would
+ *      in between would reach it from no master; the confirmation that did take effect would
  *      then pass for a repeat. Each resource counts, per master, the SUBSCRIBEs not yet
  *      confirmed and, of those, the ones sent before its last UNSUBSCRIBE, and passes over
  *      that many confirmations first.
@@ -109,7 +109,7 @@ typedef struct sub_seen {
     int subscribed;                     /* LK_SUB_SUBSCRIBED reported */
     /* Step 7: SUBSCRIBEs sent to master k whose confirmation has not been read, and how
      * many of those were sent before the last UNSUBSCRIBE (stale). An entry unsubscribed
-     * (removed) stays until its stale confirmations are read. */
+     * (removed) stays until its stale confirmations are read or their masters dropped. */
     uint16_t unacked[LK_REDLOCK_NODES_MAX];
     uint16_t stale[LK_REDLOCK_NODES_MAX];
     int removed;
@@ -454,11 +454,18 @@ static lk_status send_command(lk_sub *s, const char *cmd, const char *resource)
         return lk__fail(s->c, LK_ENOMEM, "out of memory");
     }
     sub_seen *e = cmd[0] == 'S' ? seen_find(s, resource) : NULL;
+    uint32_t failed = 0;
     for (int k = 0; k < s->nnodes; k++) {
         if (s->node[k] != NULL && write_command(s, s->node[k], cmd, channel) != 0) {
-            node_lost(s, k);
+            failed |= 1u << k;
         } else if (s->node[k] != NULL && e != NULL && e->unacked[k] < UINT16_MAX) {
             e->unacked[k]++;
+        }
+    }
+    /* Only now: dropping a master may drop entries, which moves e's. */
+    for (int k = 0; k < s->nnodes; k++) {
+        if (failed & (1u << k)) {
+            node_lost(s, k);
         }
     }
     if (nodes_up(s) == 0) {
@@ -688,6 +695,14 @@ static int read_replies(lk_sub *s, redisContext *ctx, int k, lk_sub_fn fn, void 
         }
         if (reply == NULL) {
             return 0;
+        }
+        if (k >= 0 && ((redisReply *)reply)->type == REDIS_REPLY_ERROR) {
+            /* A SUBSCRIBE refused (an ACL, say): its subscription is not there, and no
+             * confirmation will count it. The master is dropped and resubscribed later. */
+            lk__fail(s->c, LK_EUNAVAILABLE, "subscriber command refused: %s",
+                     ((redisReply *)reply)->str);
+            freeReplyObject(reply);
+            return -1;
         }
         message_ids(s, reply);
         if (k < 0) {
